@@ -1,0 +1,5 @@
+"""``python -m buildtool``: the same as the ``buildtool`` command."""
+
+from buildtool.cli import main
+
+raise SystemExit(main())

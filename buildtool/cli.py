@@ -1,0 +1,88 @@
+"""CLI: parses arguments, calls the session, prints, and maps errors to exit codes.
+
+Heavy modules are imported only after parsing so ``buildtool --version`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from buildtool import __version__
+
+
+def _add_build_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: usable CPUs)")
+    p.add_argument("-k", "--keep-going", action="store_true", default=None,
+                   help="keep building what does not depend on a failure")
+    p.add_argument("-n", "--dry-run", action="store_true", help="show what would run, and why; run nothing")
+    p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
+    p.add_argument("--explain", action="store_true", help="print why each target ran or not")
+    p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
+    p.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
+    p.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="pass an environment variable to every action (part of its key)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="buildtool", description="Build targets declared in BUILD.py files.")
+    ap.add_argument("--version", action="version", version=f"buildtool {__version__}")
+    ap.add_argument("-C", dest="directory", default=".", metavar="DIR", help="run as if started in DIR")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    b = sub.add_parser("build", help="build targets (never runs tests)")
+    _add_build_flags(b)
+    t = sub.add_parser("test", help="build what tests need and run the test targets")
+    _add_build_flags(t)
+    t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")
+    sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.command:
+        parser().print_help()
+        return 2
+    from buildtool.errors import BuildtoolError
+
+    try:
+        return _dispatch(args)
+    except BuildtoolError as e:
+        if e.exit_code == 1 and str(e) == "build failed":
+            return 1
+        print(f"buildtool: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from buildtool.session import BuildRequest, Session
+
+    if args.command == "clean":
+        n = Session(args.directory).clean()
+        print(f"removed {n} outputs and the workspace state")
+        return 0
+    flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
+    if args.jobs is not None and args.jobs < 1:
+        from buildtool.errors import UserError
+
+        msg = f"-j must be at least 1 (got {args.jobs})"
+        raise UserError(msg)
+    session = Session(args.directory, flags)
+    req = BuildRequest(
+        patterns=args.patterns,
+        mode=args.command,
+        jobs=args.jobs,
+        keep_going=args.keep_going,
+        dry_run=args.dry_run,
+        cache_dir=args.cache_dir,
+        explain=args.explain,
+        events=args.events,
+        wait=not args.no_wait,
+        action_env=args.action_env,
+        cache_tests=not getattr(args, "no_cache_tests", False),
+    )
+    session.build(req)
+    return 0

@@ -1,0 +1,148 @@
+"""Config: settings from flags, ``BUILDTOOL_*`` env vars, ``buildtool.toml`` and the
+user's config file, in that order of precedence.  Unknown keys are an error (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool.errors import UserError
+
+KEYS: dict[str, type] = {
+    "jobs": int,
+    "keep_going": bool,
+    "cache_dir": str,
+    "action_env": list,
+    "restore_mode": str,
+    "pools": dict,
+}
+RESTORE_MODES = ("copy", "hardlink")
+
+
+@dataclass(slots=True)
+class Config:
+    jobs: int | None = None
+    keep_going: bool = False
+    cache_dir: str = ""
+    action_env: list[str] = field(default_factory=list)
+    restore_mode: str = "copy"
+    pools: dict[str, int] = field(default_factory=dict)
+
+
+def user_config_path() -> str:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "buildtool", "config.toml")
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "buildtool")
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        msg = f"{path}: cannot read config ({e.strerror})"
+        raise UserError(msg) from None
+    if not data.strip():
+        return {}
+    import tomllib
+
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        msg = f"{path}: invalid TOML: {e}"
+        raise UserError(msg) from None
+
+
+def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        want = KEYS.get(k)
+        if want is None:
+            msg = f"{path}: unknown config key {k!r}; known keys are: {', '.join(sorted(KEYS))}"
+            raise UserError(msg)
+        if want is int and (isinstance(v, bool) or not isinstance(v, int)):
+            msg = f"{path}: {k} must be an integer (got {v!r})"
+            raise UserError(msg)
+        if not isinstance(v, want):
+            msg = f"{path}: {k} must be a {want.__name__} (got {v!r})"
+            raise UserError(msg)
+        if k == "action_env" and not all(isinstance(x, str) for x in v):
+            msg = f"{path}: action_env must be a list of variable names (got {v!r})"
+            raise UserError(msg)
+        if k == "pools":
+            for name, depth in v.items():
+                if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+                    msg = f"{path}: pools.{name} must be a non-negative integer depth (got {depth!r})"
+                    raise UserError(msg)
+        if k == "restore_mode" and v not in RESTORE_MODES:
+            msg = f"{path}: restore_mode must be one of {', '.join(RESTORE_MODES)} (got {v!r})"
+            raise UserError(msg)
+        if k == "jobs" and v < 1:
+            msg = f"{path}: jobs must be at least 1 (got {v})"
+            raise UserError(msg)
+        out[k] = v
+    return out
+
+
+def _env_layer() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    env = os.environ
+    if env.get("BUILDTOOL_JOBS"):
+        try:
+            out["jobs"] = int(env["BUILDTOOL_JOBS"])
+        except ValueError:
+            msg = f"BUILDTOOL_JOBS must be an integer (got {env['BUILDTOOL_JOBS']!r})"
+            raise UserError(msg) from None
+    if env.get("BUILDTOOL_KEEP_GOING"):
+        out["keep_going"] = env["BUILDTOOL_KEEP_GOING"].lower() in ("1", "true", "yes", "on")
+    if env.get("BUILDTOOL_CACHE_DIR"):
+        out["cache_dir"] = env["BUILDTOOL_CACHE_DIR"]
+    if env.get("BUILDTOOL_ACTION_ENV"):
+        out["action_env"] = [x for x in env["BUILDTOOL_ACTION_ENV"].split(",") if x]
+    if env.get("BUILDTOOL_RESTORE_MODE"):
+        out["restore_mode"] = env["BUILDTOOL_RESTORE_MODE"]
+    return _check("environment (BUILDTOOL_*)", out)
+
+
+def load_config(root: str, flags: dict[str, Any]) -> Config:
+    """Merge the layers; ``flags`` holds only the options given on the command line."""
+    merged: dict[str, Any] = {}
+    for layer in (
+        _check(user_config_path(), _read_toml(user_config_path())),
+        _check(os.path.join(root, "buildtool.toml"), _read_toml(os.path.join(root, "buildtool.toml"))),
+        _env_layer(),
+        {k: v for k, v in flags.items() if v is not None},
+    ):
+        for k, v in layer.items():
+            if k == "pools":
+                merged.setdefault("pools", {}).update(v)
+            else:
+                merged[k] = v
+    cfg = Config(**merged)
+    if not cfg.cache_dir:
+        cfg.cache_dir = default_cache_dir()
+    return cfg
+
+
+def cpu_count() -> int:
+    """CPUs this process may use: affinity mask and cgroup v2 quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            n = max(1, min(n, int(int(quota) // int(period)) or 1))
+    except (OSError, ValueError):
+        pass
+    return n

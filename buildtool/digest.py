@@ -1,0 +1,141 @@
+"""Digests: BLAKE3 content hashes of files, with a persistent stat cache.
+
+The stat cache maps a workspace-relative path to ``(size, mtime_ns, ino, ctime_ns,
+hashed_at_ns, digest)``.  An entry is reused only when the file's stat matches and the
+entry is not *racily clean*: a file whose ctime/mtime is within the timestamp granularity
+of the moment it was hashed may have changed again unnoticed (as git's racy-git rule), so
+it is rehashed.  Large files are hashed with mmap and several threads.
+
+Spec: docs/formats.md#stat-cache
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import time
+from collections.abc import Callable
+
+import blake3
+
+FORMAT_VERSION = 1
+HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
+LARGE_FILE = 4 * 1024 * 1024  # mmap + threads above this size
+FINE_WINDOW_NS = 50_000_000  # ns-resolution filesystems: coarse kernel clock ticks are < 10 ms
+COARSE_WINDOW_NS = 2_000_000_000  # filesystems with whole-second timestamps
+
+Entry = list  # [size, mtime_ns, ino, ctime_ns, hashed_at_ns, digest]
+
+
+def hash_bytes(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def hash_file(path: str, size: int | None = None) -> str:
+    """BLAKE3 of a file's content; mmap + threads for large files."""
+    with open(path, "rb") as f:
+        if size is None:
+            size = os.fstat(f.fileno()).st_size
+        if size >= LARGE_FILE:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return blake3.blake3(m, max_threads=blake3.blake3.AUTO).hexdigest()
+        return blake3.blake3(f.read()).hexdigest()
+
+
+class StatCache:
+    """path -> digest memo keyed on stat data; safe against racily clean files."""
+
+    def __init__(self, root: str, path: str | None, warn: Callable[[str], None]) -> None:
+        self.root = root
+        self.path = path
+        self.entries: dict[str, Entry] = {}
+        self.dirty = False
+        self._warn = warn
+        if path:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self._warn(f"stat cache {path} unreadable ({e.strerror}); rehashing files")
+            return
+        head, _, body = data.partition(b"\n")
+        if head + b"\n" != HEADER.encode():
+            self._warn(f"stat cache {path} has an unknown format; discarding it")
+            return
+        try:
+            entries = json.loads(body)
+            if not isinstance(entries, dict):
+                raise ValueError
+        except ValueError:
+            self._warn(f"stat cache {path} is corrupt; discarding it")
+            return
+        self.entries = entries
+
+    def save(self) -> None:
+        if not self.path or not self.dirty:
+            return
+        tmp = f"{self.path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                f.write(HEADER)
+                json.dump(self.entries, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+            self.dirty = False
+        except OSError as e:
+            self._warn(f"could not save the stat cache ({e.strerror})")
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        """The cached digest if ``st`` matches a trustworthy entry, else None."""
+        e = self.entries.get(rel)
+        if e is None:
+            return None
+        if e[0] != st.st_size or e[1] != st.st_mtime_ns or e[2] != st.st_ino or e[3] != st.st_ctime_ns:
+            return None
+        if _racy(e[1], e[3], e[4]):
+            return None
+        return e[5]
+
+    def remember(self, rel: str, st: os.stat_result, digest: str, hashed_at: int) -> None:
+        self.entries[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, hashed_at, digest]
+        self.dirty = True
+
+    def forget(self, rel: str) -> None:
+        if self.entries.pop(rel, None) is not None:
+            self.dirty = True
+
+    def digest(self, rel: str, st: os.stat_result | None = None) -> str:
+        """Digest of a workspace file, hashing only when the stat cache cannot vouch."""
+        full = os.path.join(self.root, rel)
+        if st is None:
+            st = os.stat(full)
+        d = self.lookup(rel, st)
+        if d is not None:
+            return d
+        hashed_at = time.time_ns()
+        d = hash_file(full, st.st_size)
+        st2 = os.stat(full)
+        if (st2.st_size, st2.st_mtime_ns, st2.st_ino, st2.st_ctime_ns) == (
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ino,
+            st.st_ctime_ns,
+        ):
+            self.remember(rel, st, d, hashed_at)
+        return d
+
+
+def _racy(mtime_ns: int, ctime_ns: int, hashed_at_ns: int) -> bool:
+    newest = max(mtime_ns, ctime_ns)
+    coarse = mtime_ns % 1_000_000_000 == 0 and ctime_ns % 1_000_000_000 == 0
+    window = COARSE_WINDOW_NS if coarse else FINE_WINDOW_NS
+    return newest + window > hashed_at_ns

@@ -1,0 +1,163 @@
+"""DSL: the functions a BUILD.py calls (genrule, test, group, pyrule, glob, getenv).
+
+They only record declarations (with their file and line) into the package being
+evaluated; no graph logic lives here.  The same functions are importable from
+``buildtool.dsl`` so macro modules and editors see them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool.errors import BuildfileError
+
+__all__ = ["genrule", "getenv", "glob", "group", "pyrule", "test"]
+
+COMMON_ATTRS = ("name", "priority", "manual", "pool", "deps")
+RULE_ATTRS: dict[str, tuple[str, ...]] = {
+    "genrule": (*COMMON_ATTRS, "cmd", "srcs", "outs", "env", "pass_env", "tools"),
+    "test": (*COMMON_ATTRS, "cmd", "srcs", "env", "pass_env", "tools", "timeout"),
+    "group": COMMON_ATTRS,
+    "pyrule": (*COMMON_ATTRS, "fn", "srcs", "outs", "kwargs", "env", "pass_env"),
+}
+REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
+    "genrule": ("name", "cmd"),
+    "test": ("name", "cmd"),
+    "group": ("name", "deps"),
+    "pyrule": ("name", "fn", "outs"),
+}
+
+
+@dataclass(slots=True)
+class Declaration:
+    """One rule call as written in a BUILD.py (or a macro it called)."""
+
+    kind: str
+    attrs: dict[str, Any]
+    path: str  # workspace-relative file of the call site
+    line: int
+
+
+@dataclass(slots=True)
+class PackageContext:
+    """What the DSL functions need while one BUILD.py is evaluated."""
+
+    root: str
+    pkg: str
+    buildfile: str  # absolute path of the BUILD.py
+    glob_fn: Callable[[str, list[str], list[str]], list[str]]
+    declarations: dict[str, Declaration] = field(default_factory=dict)
+    globbed: set[str] = field(default_factory=set)  # workspace-relative paths
+    env_reads: dict[str, str | None] = field(default_factory=dict)
+
+
+_current: ContextVar[PackageContext | None] = ContextVar("buildtool_package", default=None)
+
+
+def current_context() -> PackageContext:
+    ctx = _current.get()
+    if ctx is None:
+        msg = "buildtool.dsl functions can only be called while a BUILD.py is evaluated"
+        raise RuntimeError(msg)
+    return ctx
+
+
+def set_context(ctx: PackageContext | None) -> object:
+    return _current.set(ctx)
+
+
+def reset_context(token: object) -> None:
+    _current.reset(token)  # type: ignore[arg-type]
+
+
+def _call_site(ctx: PackageContext) -> tuple[str, int]:
+    """The innermost frame in a workspace file: the BUILD.py or the macro that declared."""
+    frame = sys._getframe(2)
+    root = ctx.root + os.sep
+    fallback: tuple[str, int] | None = None
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if fn == ctx.buildfile:
+            return os.path.relpath(fn, ctx.root), frame.f_lineno
+        if fallback is None and fn.startswith(root):
+            fallback = (os.path.relpath(fn, ctx.root), frame.f_lineno)
+        frame = frame.f_back  # type: ignore[assignment]
+    if fallback is not None:
+        return fallback
+    return os.path.relpath(ctx.buildfile, ctx.root), 0
+
+
+def _declare(kind: str, attrs: dict[str, Any]) -> None:
+    ctx = current_context()
+    path, line = _call_site(ctx)
+    allowed = RULE_ATTRS[kind]
+    for key in attrs:
+        if key not in allowed:
+            msg = (
+                f"{kind}() got an unknown attribute {key!r}; "
+                f"allowed attributes are: {', '.join(allowed)}"
+            )
+            raise BuildfileError(msg, path, line)
+    for key in REQUIRED_ATTRS[kind]:
+        if key not in attrs:
+            msg = f"{kind}() is missing the required attribute {key!r}"
+            raise BuildfileError(msg, path, line)
+    name = attrs["name"]
+    if not isinstance(name, str):
+        msg = f"{kind}() attribute 'name' must be a string (got {name!r})"
+        raise BuildfileError(msg, path, line)
+    previous = ctx.declarations.get(name)
+    if previous is not None:
+        msg = (
+            f"target {name!r} is defined twice in package //{ctx.pkg} "
+            f"(first at {previous.path}:{previous.line})"
+        )
+        raise BuildfileError(msg, path, line)
+    ctx.declarations[name] = Declaration(kind, attrs, path, line)
+
+
+def genrule(**attrs: Any) -> None:
+    """Declare a shell command that turns ``srcs`` into ``outs`` (see docs/user-guide.md)."""
+    _declare("genrule", attrs)
+
+
+def test(**attrs: Any) -> None:
+    """Declare a test: a command whose success is the result; run by ``buildtool test``."""
+    _declare("test", attrs)
+
+
+test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def group(**attrs: Any) -> None:
+    """Declare a named set of targets (like a phony Make target)."""
+    _declare("group", attrs)
+
+
+def pyrule(**attrs: Any) -> None:
+    """Declare a Python function (``"module:function"``) run in its own process as an action."""
+    _declare("pyrule", attrs)
+
+
+def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str]:
+    """Source files of this package matching ``include`` minus ``exclude``, sorted."""
+    ctx = current_context()
+    inc = [include] if isinstance(include, str) else list(include)
+    exc = list(exclude or [])
+    result = ctx.glob_fn(ctx.pkg, inc, exc)
+    prefix = f"{ctx.pkg}/" if ctx.pkg else ""
+    ctx.globbed.update(prefix + p for p in result)
+    return result
+
+
+def getenv(name: str, default: str | None = None) -> str | None:
+    """Read an environment variable while evaluating; tracked so a change re-evaluates."""
+    ctx = current_context()
+    value = os.environ.get(name)
+    ctx.env_reads[name] = value
+    return default if value is None else value

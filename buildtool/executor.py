@@ -1,0 +1,142 @@
+"""Executor: runs one action's command as a subprocess in its own process group.
+
+The child gets exactly the environment it is given (plus a fresh per-action TMPDIR and
+HOME), ``/bin/sh -e -c`` (``bash -e -o pipefail`` when the command has a pipe and
+``/bin/sh`` cannot do pipefail), stdin from /dev/null and captured stdout/stderr (not for
+the ``console`` pool).  ``cancel_all`` terminates every running process group (SIGTERM,
+then SIGKILL after a grace period).  The cache layer in front of it lives in runner.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is 128 KiB)
+KILL_GRACE_S = 2.0
+
+PYRULE_MAIN = (
+    "import importlib, json, sys\n"
+    "mod, _, fn = sys.argv[1].partition(':')\n"
+    "f = getattr(importlib.import_module(mod), fn)\n"
+    "f(srcs=json.loads(sys.argv[2]), outs=json.loads(sys.argv[3]), **json.loads(sys.argv[4]))\n"
+)
+
+
+@dataclass(slots=True)
+class ProcessResult:
+    exit_code: int  # negative: killed by that signal
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    duration: float
+
+
+def _sh_has_pipefail() -> bool:
+    real = os.path.basename(os.path.realpath("/bin/sh"))
+    return real in ("bash", "zsh", "ksh", "ksh93", "mksh", "yash")
+
+
+SH_PIPEFAIL = _sh_has_pipefail()
+BASH = shutil.which("bash") or ""
+
+
+def shell_for(cmd: str) -> str:
+    """The shell that runs ``cmd`` (part of the action key)."""
+    if "|" in cmd and not SH_PIPEFAIL and BASH:
+        return BASH
+    return "/bin/sh"
+
+
+def shell_argv(shell: str, cmd_or_script: str, is_script: bool) -> list[str]:
+    argv = [shell, "-e"]
+    if shell != "/bin/sh" or SH_PIPEFAIL:
+        argv += ["-o", "pipefail"]
+    if is_script:
+        return [*argv, cmd_or_script]
+    return [*argv, "-c", cmd_or_script]
+
+
+class SubprocessExecutor:
+    """Starts commands in new sessions and can kill them all."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        self.cancelled = False
+
+    def run(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None = None,
+        capture: bool = True,
+    ) -> ProcessResult:
+        start = time.monotonic()
+        if self.cancelled:
+            return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
+        pipe = subprocess.PIPE if capture else None
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=pipe,
+            stderr=pipe,
+            start_new_session=capture,
+            close_fds=True,
+        )
+        with self._lock:
+            self._procs[proc.pid] = proc
+        if self.cancelled:
+            self._kill(proc)
+        timed_out = False
+        try:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self._kill(proc)
+                out, err = proc.communicate()
+        finally:
+            with self._lock:
+                self._procs.pop(proc.pid, None)
+        return ProcessResult(proc.returncode, out or b"", err or b"", timed_out, time.monotonic() - start)
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            return
+
+        def hard_kill() -> None:
+            time.sleep(KILL_GRACE_S)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        threading.Thread(target=hard_kill, daemon=True).start()
+
+    def cancel_all(self) -> None:
+        self.cancelled = True
+        with self._lock:
+            procs = list(self._procs.values())
+        for p in procs:
+            self._kill(p)
+
+    def kill_remaining(self) -> None:
+        """SIGKILL whatever is still alive (used right before exiting)."""
+        with self._lock:
+            procs = list(self._procs.values())
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -1,0 +1,540 @@
+"""Graph: immutable, validated targets built from the loader's declarations.
+
+Everything is checked once, before anything runs: bad labels and patterns, unknown
+targets ("did you mean"), missing source files, duplicate outputs, outputs outside the
+workspace or equal to a source, bad attributes, and cycles (shown as a path).
+Per-run state never lives here: the plan owns it, so watch mode can reuse a graph.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from buildtool import labels
+from buildtool.dsl import Declaration
+from buildtool.errors import BuildfileError, UserError
+from buildtool.loader import Loader
+from buildtool.subst import SubstError, substitute
+from buildtool.workspace import STATE_DIR
+
+_ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One node of the build graph: a command (or group) with its inputs and outputs."""
+
+    id: int  # dense, in discovery order; the scheduler's final tie-break
+    label: str  # canonical //pkg:name
+    kind: str  # genrule | test | group | pyrule
+    pkg: str
+    cmd: str  # after substitution ("" for a group)
+    srcs: tuple[str, ...]  # workspace-relative source files read directly
+    deps: tuple[int, ...]  # targets whose outputs are inputs (srcs labels + deps), in order
+    outs: tuple[str, ...]  # workspace-relative output files
+    env: tuple[tuple[str, str], ...]
+    pass_env: tuple[str, ...]
+    tools: tuple[str, ...]
+    priority: int
+    manual: bool
+    pool: str | None
+    timeout: float | None
+    fn: str | None  # pyrule "module:function"
+    kwargs_json: str | None  # pyrule kwargs, canonical JSON
+    where: str  # "path:line" of the declaration
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """The validated targets of one build request, indexed by id and by label."""
+
+    targets: tuple[Target, ...]
+    by_label: dict[str, int]
+    requested: tuple[int, ...]  # what the patterns asked for, in order
+    dependents: tuple[tuple[int, ...], ...]  # reverse edges, per id
+    inputs: tuple[tuple[str, ...], ...]  # per id: every input file (srcs + deps' outputs)
+
+    def outputs_of(self, tid: int) -> tuple[str, ...]:
+        """The files a label stands for: its outputs, or a group's members' outputs."""
+        t = self.targets[tid]
+        if t.kind != "group":
+            return t.outs
+        return self.inputs[tid]
+
+
+def _err(decl: Declaration, msg: str) -> BuildfileError:
+    return BuildfileError(msg, decl.path, decl.line)
+
+
+def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
+    """A package-relative path -> workspace-relative, rejecting escapes."""
+    if not isinstance(path, str) or not path:
+        raise _err(decl, f"{attr} entries must be non-empty strings (got {path!r})")
+    if path.startswith("/"):
+        raise _err(decl, f"{attr} path {path!r} must be relative to the package, not absolute")
+    parts = path.split("/")
+    if ".." in parts:
+        raise _err(decl, f"{attr} path {path!r} must stay inside the package (no '..')")
+    if "\0" in path:
+        raise _err(decl, f"{attr} path {path!r} contains a NUL byte")
+    norm = posixpath.normpath(path)
+    if norm in (".", "") or path.endswith("/"):
+        raise _err(decl, f"{attr} path {path!r} must name a file")
+    full = f"{pkg}/{norm}" if pkg else norm
+    if full == STATE_DIR or full.startswith(STATE_DIR + "/"):
+        raise _err(decl, f"{attr} path {path!r} is inside buildtool's state directory")
+    return full
+
+
+def _str_list(decl: Declaration, attr: str) -> list[Any]:
+    v = decl.attrs.get(attr, [])
+    if isinstance(v, str) or not isinstance(v, (list, tuple)):
+        raise _err(decl, f"attribute {attr!r} must be a list of strings (got {v!r})")
+    return list(v)
+
+
+class GraphBuilder:
+    """Turns patterns into a validated Graph, loading only the packages needed."""
+
+    def __init__(self, loader: Loader, cwd_pkg: str) -> None:
+        self.loader = loader
+        self.cwd_pkg = cwd_pkg
+
+    # -- patterns --------------------------------------------------------------------
+    def current_package(self) -> str:
+        """The nearest enclosing package of the working directory."""
+        d = self.cwd_pkg
+        while True:
+            if self.loader.package_exists(d):
+                return d
+            if not d:
+                return ""
+            d = d.rsplit("/", 1)[0] if "/" in d else ""
+
+    def expand_patterns(self, patterns: list[str], *, want_tests: bool) -> list[str]:
+        """Labels matched by the patterns.  Wildcards skip manual targets and, unless
+        ``want_tests``, tests; with ``want_tests`` wildcards select only tests."""
+        cur = self.current_package()
+        result: list[str] = []
+        seen: set[str] = set()
+        for text in patterns or ["//..."]:
+            try:
+                pat = labels.parse_pattern(text, cur)
+            except labels.LabelError as e:
+                raise UserError(str(e)) from None
+            matched: list[str] = []
+            if pat.kind == "target":
+                decls = self._load_pkg_for(pat.pkg, text)
+                if pat.name not in decls:
+                    raise UserError(self._unknown_msg(pat.pkg, pat.name, text, decls))
+                matched.append(labels.label_str(pat.pkg, pat.name))
+            else:
+                if pat.kind == "package":
+                    pkgs = [pat.pkg]
+                    self._load_pkg_for(pat.pkg, text)
+                else:
+                    pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
+                for pkg in pkgs:
+                    for name, d in self.loader.load(pkg).items():
+                        if d.attrs.get("manual", False):
+                            continue
+                        if (d.kind == "test") != want_tests:
+                            continue
+                        matched.append(labels.label_str(pkg, name))
+            if not matched:
+                what = "test targets" if want_tests else "targets"
+                msg = f"pattern {text!r} matches no {what}"
+                raise UserError(msg)
+            for lab in matched:
+                if lab not in seen:
+                    seen.add(lab)
+                    result.append(lab)
+        return result
+
+    def _load_pkg_for(self, pkg: str, text: str) -> dict[str, Declaration]:
+        if not self.loader.package_exists(pkg):
+            msg = f"no package //{pkg} for {text!r}: there is no {pkg + '/' if pkg else ''}BUILD.py"
+            close = difflib.get_close_matches(pkg, self.loader.all_packages(), n=1)
+            if close:
+                msg += f"; did you mean //{close[0]}?"
+            raise UserError(msg)
+        return self.loader.load(pkg)
+
+    def _unknown_msg(self, pkg: str, name: str, text: str, decls: dict[str, Declaration]) -> str:
+        msg = f"unknown target {text!r}: package //{pkg} has no target named {name!r}"
+        close = difflib.get_close_matches(name, list(decls), n=1)
+        if close:
+            msg += f"; did you mean //{pkg}:{close[0]}?"
+        return msg
+
+    # -- closure ---------------------------------------------------------------------
+    def build(self, roots: list[str]) -> Graph:
+        """Instantiate, substitute and validate the closure of ``roots``."""
+        order: list[str] = []
+        index: dict[str, int] = {}
+        refs: dict[str, list[tuple[str, str]]] = {}  # label -> [("file"|"label", value)]
+        stack = list(reversed(roots))
+        for lab in roots:
+            index.setdefault(lab, -1)
+        # Iterative discovery; ids are assigned in first-visit order (deterministic).
+        queue = list(roots)
+        qi = 0
+        while qi < len(queue):
+            lab = queue[qi]
+            qi += 1
+            if index.get(lab, -1) >= 0:
+                continue
+            index[lab] = len(order)
+            order.append(lab)
+            pkg, name = labels.split_label(lab)
+            decl = self.loader.load(pkg)[name]
+            r = self._resolve_refs(pkg, decl)
+            refs[lab] = r
+            for kind, value in r:
+                if kind == "label" and index.get(value, -1) < 0:
+                    index.setdefault(value, -1)
+                    queue.append(value)
+        del stack
+        self._check_cycles(order, refs)
+        return self._instantiate(order, index, refs, roots)
+
+    def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for attr in ("srcs", "deps"):
+            if attr not in decl.attrs:
+                continue
+            for item in _str_list(decl, attr):
+                if isinstance(item, str) and (item.startswith("//") or item.startswith(":")):
+                    try:
+                        p, n = labels.parse_label(item, pkg)
+                    except labels.LabelError as e:
+                        raise _err(decl, str(e)) from None
+                    if not self.loader.package_exists(p):
+                        msg = f"{attr} refers to {item!r} but there is no package //{p}"
+                        raise _err(decl, msg)
+                    decls = self.loader.load(p)
+                    if n in decls:
+                        out.append(("label", labels.label_str(p, n)))
+                    elif attr == "srcs" and os.path.isfile(os.path.join(self.loader.ws.root, p, n)):
+                        out.append(("file", f"{p}/{n}" if p else n))
+                    else:
+                        msg = self._unknown_msg(p, n, item, decls)
+                        raise _err(decl, f"{attr} refers to an {msg[0].lower()}{msg[1:]}")
+                elif attr == "deps":
+                    raise _err(decl, f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}")
+                else:
+                    out.append(("file", _norm_rel(decl, pkg, item, attr)))
+        return out
+
+    def _check_cycles(self, order: list[str], refs: dict[str, list[tuple[str, str]]]) -> None:
+        WHITE, GREY, BLACK = 0, 1, 2
+        color = dict.fromkeys(order, WHITE)
+        for start in order:
+            if color[start] != WHITE:
+                continue
+            path = [start]
+            iters = [iter([v for k, v in refs[start] if k == "label"])]
+            color[start] = GREY
+            while iters:
+                nxt = next(iters[-1], None)
+                if nxt is None:
+                    color[path.pop()] = BLACK
+                    iters.pop()
+                    continue
+                c = color[nxt]
+                if c == GREY:
+                    cyc = path[path.index(nxt) :] + [nxt]
+                    pkg, name = labels.split_label(nxt)
+                    d = self.loader.load(pkg)[name]
+                    msg = "dependency cycle: " + " -> ".join(cyc)
+                    raise BuildfileError(msg, d.path, d.line)
+                if c == WHITE:
+                    color[nxt] = GREY
+                    path.append(nxt)
+                    iters.append(iter([v for k, v in refs[nxt] if k == "label"]))
+
+    def _instantiate(
+        self,
+        order: list[str],
+        index: dict[str, int],
+        refs: dict[str, list[tuple[str, str]]],
+        roots: list[str],
+    ) -> Graph:
+        n = len(order)
+        targets: list[Target | None] = [None] * n
+        inputs: list[tuple[str, ...]] = [()] * n
+        dependents: list[list[int]] = [[] for _ in range(n)]
+        out_owner: dict[str, str] = {}
+        src_users: dict[str, str] = {}
+        root = self.loader.ws.root
+        # Topological order (children first) so group outputs are known when needed.
+        done: list[bool] = [False] * n
+        topo: list[int] = []
+        for start in range(n):
+            if done[start]:
+                continue
+            stack = [(start, False)]
+            while stack:
+                i, expanded = stack.pop()
+                if done[i]:
+                    continue
+                if expanded:
+                    done[i] = True
+                    topo.append(i)
+                    continue
+                stack.append((i, True))
+                for k, v in refs[order[i]]:
+                    if k == "label" and not done[index[v]]:
+                        stack.append((index[v], False))
+        outs_of: list[tuple[str, ...]] = [()] * n
+        for i in topo:
+            lab = order[i]
+            pkg, name = labels.split_label(lab)
+            decl = self.loader.load(pkg)[name]
+            t = self._make_target(i, lab, pkg, decl, refs[lab], index, outs_of)
+            targets[i] = t
+            ins: list[str] = []
+            seen: set[str] = set()
+            dep_ids: list[int] = []
+            for k, v in refs[lab]:
+                paths: Iterable[str]
+                if k == "file":
+                    paths = (v,)
+                    src_users.setdefault(v, lab)
+                else:
+                    j = index[v]
+                    if j not in dep_ids:
+                        dep_ids.append(j)
+                    paths = outs_of[j]
+                for p in paths:
+                    if p not in seen:
+                        seen.add(p)
+                        ins.append(p)
+            inputs[i] = tuple(ins)
+            for j in dep_ids:
+                dependents[j].append(i)
+            outs_of[i] = inputs[i] if t.kind == "group" else t.outs
+            for o in t.outs:
+                prev = out_owner.get(o)
+                if prev is not None:
+                    msg = f"output {o!r} is declared by both {prev} and {lab}"
+                    raise _err(decl, msg)
+                out_owner[o] = lab
+        self._check_loaded_duplicates(out_owner)
+        for src, user in src_users.items():
+            if src in out_owner:
+                pkg, name = labels.split_label(out_owner[src])
+                d = self.loader.load(pkg)[name]
+                msg = (
+                    f"output {src!r} of {out_owner[src]} is also used as a source file by "
+                    f"{user}; refer to the target's label instead"
+                )
+                raise _err(d, msg)
+            full = os.path.join(root, src)
+            if not os.path.lexists(full):
+                pkg, name = labels.split_label(user)
+                d = self.loader.load(pkg)[name]
+                raise _err(d, f"{user}: source file {src!r} does not exist")
+            if os.path.isdir(full):
+                pkg, name = labels.split_label(user)
+                d = self.loader.load(pkg)[name]
+                raise _err(d, f"{user}: source {src!r} is a directory, not a file")
+        self._check_output_paths(out_owner)
+        final = [t for t in targets if t is not None]
+        return Graph(
+            targets=tuple(final),
+            by_label={t.label: t.id for t in final},
+            requested=tuple(index[r] for r in roots),
+            dependents=tuple(tuple(d) for d in dependents),
+            inputs=tuple(inputs),
+        )
+
+    def _check_loaded_duplicates(self, out_owner: dict[str, str]) -> None:
+        """Outputs declared twice anywhere in the loaded packages are an error too."""
+        seen: dict[str, str] = {}
+        for pkg in self.loader.loaded_packages():
+            for name, d in self.loader.load(pkg).items():
+                outs = d.attrs.get("outs", [])
+                if not isinstance(outs, (list, tuple)):
+                    continue
+                lab = labels.label_str(pkg, name)
+                for o in outs:
+                    if not isinstance(o, str) or not o or o.startswith("/") or ".." in o.split("/"):
+                        continue
+                    full = posixpath.normpath(f"{pkg}/{o}" if pkg else o)
+                    prev = seen.get(full)
+                    if prev is not None and prev != lab:
+                        msg = f"output {full!r} is declared by both {prev} and {lab}"
+                        raise _err(d, msg)
+                    seen[full] = lab
+
+    def _check_output_paths(self, out_owner: dict[str, str]) -> None:
+        root = self.loader.ws.root
+        checked: dict[str, bool] = {}
+        for o, lab in out_owner.items():
+            parent = posixpath.dirname(o)
+            ok = checked.get(parent)
+            if ok is None:
+                # A symlinked directory on the way must not lead outside the workspace.
+                probe = os.path.join(root, parent)
+                while not os.path.lexists(probe) and probe != root:
+                    probe = os.path.dirname(probe)
+                real = os.path.realpath(probe)
+                ok = real == root or real.startswith(root + os.sep)
+                checked[parent] = ok
+            full = os.path.join(root, o)
+            if ok and os.path.islink(full):
+                real = os.path.realpath(full)
+                ok = real.startswith(root + os.sep)
+            if not ok:
+                pkg, name = labels.split_label(lab)
+                d = self.loader.load(pkg)[name]
+                msg = f"output {o!r} of {lab} resolves (through a symlink) outside the workspace"
+                raise _err(d, msg)
+            if os.path.isdir(full) and not os.path.islink(full):
+                pkg, name = labels.split_label(lab)
+                d = self.loader.load(pkg)[name]
+                raise _err(d, f"output {o!r} of {lab} is an existing directory; outputs are files")
+
+    def _make_target(
+        self,
+        i: int,
+        lab: str,
+        pkg: str,
+        decl: Declaration,
+        refs: list[tuple[str, str]],
+        index: dict[str, int],
+        outs_of: list[tuple[str, ...]],
+    ) -> Target:
+        a = decl.attrs
+        kind = decl.kind
+        priority = a.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise _err(decl, f"attribute 'priority' must be an int (got {priority!r})")
+        manual = a.get("manual", False)
+        if not isinstance(manual, bool):
+            raise _err(decl, f"attribute 'manual' must be True or False (got {manual!r})")
+        pool = a.get("pool")
+        if pool is not None and (not isinstance(pool, str) or not pool):
+            raise _err(decl, f"attribute 'pool' must be a pool name (got {pool!r})")
+        outs = tuple(_norm_rel(decl, pkg, o, "outs") for o in _str_list(decl, "outs"))
+        if len(set(outs)) != len(outs):
+            raise _err(decl, "outs lists the same file twice")
+        env_raw = a.get("env", {})
+        if not isinstance(env_raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env_raw.items()
+        ):
+            raise _err(decl, f"attribute 'env' must be a dict of str to str (got {env_raw!r})")
+        for k in env_raw:
+            if not k or not set(k) <= _ENV_NAME_OK or k[0].isdigit():
+                raise _err(decl, f"env variable name {k!r} is not a valid name")
+        pass_env = tuple(_str_list(decl, "pass_env"))
+        tools = tuple(_str_list(decl, "tools"))
+        for lst, what in ((pass_env, "pass_env"), (tools, "tools")):
+            for item in lst:
+                if not isinstance(item, str) or not item:
+                    raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
+        timeout = a.get("timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        ):
+            raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
+        # Package-relative views for substitution.
+        def rel(p: str) -> str:
+            return posixpath.relpath(p, pkg) if pkg else p
+
+        src_paths: list[str] = []
+        seen: set[str] = set()
+        for k, v in refs:
+            for p in (v,) if k == "file" else outs_of[index[v]]:
+                if p not in seen:
+                    seen.add(p)
+                    src_paths.append(p)
+        cmd = ""
+        fn = kwargs_json = None
+        if kind in ("genrule", "test"):
+            raw = a["cmd"]
+            if not isinstance(raw, str) or not raw.strip():
+                raise _err(decl, f"attribute 'cmd' must be a non-empty string (got {raw!r})")
+
+            def locations(x: str) -> list[str]:
+                return [rel(p) for p in self._location(decl, pkg, x, refs, index, outs_of, outs)]
+
+            try:
+                cmd = substitute(raw, [rel(p) for p in src_paths], [rel(o) for o in outs], locations)
+            except SubstError as e:
+                raise _err(decl, f"{lab}: {e}") from None
+        elif kind == "pyrule":
+            fn = a["fn"]
+            if not isinstance(fn, str) or ":" not in fn:
+                raise _err(decl, f"attribute 'fn' must be 'module.path:function' (got {fn!r})")
+            kw = a.get("kwargs", {})
+            if not isinstance(kw, dict):
+                raise _err(decl, f"attribute 'kwargs' must be a dict (got {kw!r})")
+            try:
+                kwargs_json = json.dumps(kw, sort_keys=True, separators=(",", ":"))
+            except (TypeError, ValueError):
+                raise _err(decl, "pyrule kwargs must be JSON-serialisable (str, numbers, lists, dicts)") from None
+            cmd = f"pyrule {fn}({kwargs_json})"
+        if kind in ("genrule", "pyrule") and not outs and kind == "pyrule":
+            raise _err(decl, "pyrule needs at least one output in 'outs'")
+        srcs_files = tuple(v for k, v in refs if k == "file")
+        deps: list[int] = []
+        for k, v in refs:
+            if k == "label" and index[v] not in deps:
+                deps.append(index[v])
+        return Target(
+            id=i,
+            label=lab,
+            kind=kind,
+            pkg=pkg,
+            cmd=cmd,
+            srcs=srcs_files,
+            deps=tuple(deps),
+            outs=outs,
+            env=tuple(sorted(env_raw.items())),
+            pass_env=tuple(sorted(set(pass_env))),
+            tools=tools,
+            priority=priority,
+            manual=manual,
+            pool=pool,
+            timeout=float(timeout) if timeout is not None else None,
+            fn=fn,
+            kwargs_json=kwargs_json,
+            where=f"{decl.path}:{decl.line}",
+        )
+
+    def _location(
+        self,
+        decl: Declaration,
+        pkg: str,
+        x: str,
+        refs: list[tuple[str, str]],
+        index: dict[str, int],
+        outs_of: list[tuple[str, ...]],
+        outs: tuple[str, ...],
+    ) -> list[str]:
+        if x.startswith("//") or x.startswith(":"):
+            try:
+                p, n = labels.parse_label(x, pkg)
+            except labels.LabelError as e:
+                raise SubstError(str(e)) from None
+            lab = labels.label_str(p, n)
+            if ("label", lab) in refs:
+                return list(outs_of[index[lab]])
+            f = f"{p}/{n}" if p else n
+            if ("file", f) in refs or f in outs:
+                return [f]
+            msg = f"$(location {x}): {x} is not listed in srcs, deps or outs"
+            raise SubstError(msg)
+        full = _norm_rel(decl, pkg, x, "$(location)")
+        if ("file", full) in refs or full in outs:
+            return [full]
+        msg = f"$(location {x}): {x} is not listed in srcs or outs"
+        raise SubstError(msg)

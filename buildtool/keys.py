@@ -1,0 +1,97 @@
+"""Action keys: the canonical description of an action and its BLAKE3 key.
+
+The key covers the rule kind, the package (the working directory), the command after
+substitution, the shell, the environment the command receives (minus the per-action
+TMPDIR/HOME), declared tools with their binary digests, every input's workspace-relative
+path and digest, the output paths and KEY_VERSION — never the workspace's absolute path,
+so the same workspace at two paths gets the same keys.  Spec: docs/formats.md#action-key
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from collections.abc import Mapping
+
+import blake3
+
+KEY_VERSION = 1
+
+
+def action_description(
+    kind: str,
+    pkg: str,
+    cmd: str,
+    shell: str,
+    env: Mapping[str, str],
+    tools: Mapping[str, str],
+    inputs: Mapping[str, str],
+    outs: tuple[str, ...],
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, object]:
+    """Everything the key covers, as plain data (also stored for ``explain``)."""
+    return {
+        "v": KEY_VERSION,
+        "kind": kind,
+        "pkg": pkg,
+        "cmd": cmd,
+        "shell": shell,
+        "env": dict(env),
+        "tools": dict(tools),
+        "inputs": dict(inputs),
+        "outs": list(outs),
+        "extra": dict(extra or {}),
+    }
+
+
+def key_of(desc: Mapping[str, object]) -> str:
+    data = json.dumps(desc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return blake3.blake3(data.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def python_identity() -> str:
+    v = sys.version_info
+    return f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}"
+
+
+def pyrule_module_files(root: str, fn: str) -> list[str]:
+    """Workspace-relative files of the pyrule's module and the workspace modules it
+    imports (found statically, transitively)."""
+    module = fn.partition(":")[0]
+    todo = [module]
+    seen_mods: set[str] = set()
+    files: list[str] = []
+    while todo:
+        mod = todo.pop()
+        if mod in seen_mods:
+            continue
+        seen_mods.add(mod)
+        path = _module_file(root, mod)
+        if path is None:
+            continue
+        files.append(os.path.relpath(path, root))
+        try:
+            with open(path, "rb") as f:
+                tree = ast.parse(f.read(), path)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                todo.append(node.module)
+                todo.extend(f"{node.module}.{a.name}" for a in node.names)
+        # Parent packages' __init__ run on import too.
+        parts = mod.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(set(files))
+
+
+def _module_file(root: str, mod: str) -> str | None:
+    base = os.path.join(root, *mod.split("."))
+    for cand in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(cand):
+            return cand
+    return None

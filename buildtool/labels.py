@@ -1,0 +1,114 @@
+"""Labels: parsing ``//pkg/path:name`` labels and target patterns.
+
+A target name is one or more of ``A-Z a-z 0-9 _ - . + = , @ ~``; a package path is
+such names joined by ``/`` (no empty, ``.`` or ``..`` component).  The root package is
+``""`` and its targets are written ``//:name``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAME_CHARS = "A-Za-z0-9_\\-.+=,@~"
+_NAME_RE = re.compile(f"^[{NAME_CHARS}]+$")
+ALLOWED_NAME_CHARS_TEXT = "letters, digits and _ - . + = , @ ~"
+
+
+class LabelError(ValueError):
+    """A label or pattern is malformed; the message says what must be and what was found."""
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+        msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT} (got {name!r})"
+        raise LabelError(msg)
+
+
+def check_package(pkg: str) -> None:
+    if pkg == "":
+        return
+    for part in pkg.split("/"):
+        if not _NAME_RE.match(part) or part in (".", ".."):
+            msg = (
+                f"package path must be names of {ALLOWED_NAME_CHARS_TEXT} joined by '/' "
+                f"(got {pkg!r})"
+            )
+            raise LabelError(msg)
+
+
+def label_str(pkg: str, name: str) -> str:
+    return f"//{pkg}:{name}"
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """Split a canonical ``//pkg:name`` label."""
+    pkg, _, name = label[2:].partition(":")
+    return pkg, name
+
+
+def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
+    """Parse an absolute (``//pkg:name``, ``//pkg``) or relative (``:name``) label."""
+    if not isinstance(text, str):
+        msg = f"a label must be a string (got {text!r})"
+        raise LabelError(msg)
+    if text.startswith(":"):
+        pkg, name = current_pkg, text[1:]
+    elif text.startswith("//"):
+        body = text[2:]
+        if ":" in body:
+            pkg, _, name = body.partition(":")
+        else:
+            pkg = body
+            name = body.rsplit("/", 1)[-1]
+            if not name:
+                msg = f"label {text!r} names no target: write //:NAME for the root package"
+                raise LabelError(msg)
+    else:
+        msg = f"a label must start with '//' or ':' (got {text!r})"
+        raise LabelError(msg)
+    try:
+        check_package(pkg)
+        check_name(name)
+    except LabelError as e:
+        msg = f"bad label {text!r}: {e}"
+        raise LabelError(msg) from None
+    return pkg, name
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A target pattern: one target, every target of a package, or a package subtree."""
+
+    kind: str  # "target" | "package" | "recursive"
+    pkg: str
+    name: str = ""
+    text: str = ""
+
+    def matches_package(self, pkg: str) -> bool:
+        if self.kind == "recursive":
+            return self.pkg == "" or pkg == self.pkg or pkg.startswith(self.pkg + "/")
+        return pkg == self.pkg
+
+
+def parse_pattern(text: str, current_pkg: str) -> Pattern:
+    """Parse ``//...``, ``//pkg/...``, ``//pkg:all``, ``//pkg:name``, ``:name``, ``...``."""
+    if text in ("...", "//..."):
+        base = "" if text == "//..." else current_pkg
+        return Pattern("recursive", base, text=text)
+    if text.endswith("/..."):
+        base = text[:-4]
+        if base.startswith("//"):
+            base = base[2:]
+        elif current_pkg:
+            base = f"{current_pkg}/{base}"
+        try:
+            check_package(base)
+        except LabelError as e:
+            msg = f"bad pattern {text!r}: {e}"
+            raise LabelError(msg) from None
+        return Pattern("recursive", base, text=text)
+    pkg, name = parse_label(text, current_pkg)
+    if name == "all" and (text.endswith(":all")):
+        return Pattern("package", pkg, text=text)
+    return Pattern("target", pkg, name, text=text)

@@ -1,0 +1,273 @@
+"""Loader: finds packages and evaluates their BUILD.py files into declarations.
+
+A package is a directory under the root holding ``BUILD.py``.  Discovery skips
+``.git``, the state dir, ``.buildtoolignore`` entries and directory symlinks.  While a
+BUILD.py runs, everything it reads is tracked (the BUILD.py itself, workspace modules it
+imports, files it opens, directories it globs, environment variables read through
+``getenv``) so a cached graph can be invalidated when any of them changes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import re
+import sys
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+from buildtool import dsl
+from buildtool.errors import BuildfileError, UserError
+from buildtool.workspace import ALWAYS_SKIPPED, Workspace
+
+BUILDFILE = "BUILD.py"
+
+
+class Loader:
+    """Evaluates BUILD.py files on demand and remembers what each evaluation read."""
+
+    def __init__(self, ws: Workspace, recorded_outputs: Iterable[str] = ()) -> None:
+        self.ws = ws
+        self.recorded_outputs = frozenset(recorded_outputs)
+        self._packages: dict[str, dict[str, dsl.Declaration]] = {}
+        self._contexts: dict[str, dsl.PackageContext] = {}
+        self._all: list[str] | None = None
+        self.read_files: set[str] = set()  # workspace-relative files read while loading
+        self.glob_dirs: set[str] = set()  # workspace-relative directories listed by glob
+        self.env_reads: dict[str, str | None] = {}
+
+    # -- discovery -------------------------------------------------------------------
+    def all_packages(self) -> list[str]:
+        """Every package under the root, sorted."""
+        if self._all is None:
+            found: list[str] = []
+            self._walk("", found)
+            found.sort()
+            self._all = found
+        return self._all
+
+    def _walk(self, rel: str, found: list[str]) -> None:
+        absdir = os.path.join(self.ws.root, rel) if rel else self.ws.root
+        try:
+            it = os.scandir(absdir)
+        except OSError:
+            return
+        subdirs = []
+        with it:
+            for entry in it:
+                name = entry.name
+                if name == BUILDFILE:
+                    found.append(rel)
+                    continue
+                if name in ALWAYS_SKIPPED:
+                    continue
+                try:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                child = f"{rel}/{name}" if rel else name
+                if self.ws.ignore_patterns and self.ws.is_ignored(child):
+                    continue
+                subdirs.append(child)
+        for child in subdirs:
+            self._walk(child, found)
+
+    def package_exists(self, pkg: str) -> bool:
+        if self._all is not None:
+            return pkg in self._all
+        if pkg and self.ws.is_ignored(pkg):
+            return False
+        path = os.path.join(self.ws.root, pkg, BUILDFILE)
+        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg)
+
+    # -- evaluation ------------------------------------------------------------------
+    def load(self, pkg: str) -> dict[str, dsl.Declaration]:
+        """Evaluate //pkg's BUILD.py once; return its declarations by name."""
+        got = self._packages.get(pkg)
+        if got is not None:
+            return got
+        buildfile = os.path.join(self.ws.root, pkg, BUILDFILE)
+        rel_bf = f"{pkg}/{BUILDFILE}" if pkg else BUILDFILE
+        try:
+            with open(buildfile, "rb") as f:
+                source = f.read()
+        except OSError as e:
+            msg = f"cannot read {rel_bf}: {e.strerror}"
+            raise UserError(msg) from None
+        self.read_files.add(rel_bf)
+        ctx = dsl.PackageContext(
+            root=self.ws.root, pkg=pkg, buildfile=buildfile, glob_fn=self._glob
+        )
+        namespace = self._namespace(buildfile, ctx)
+        if self.ws.root not in sys.path:
+            sys.path.insert(0, self.ws.root)
+        token = dsl.set_context(ctx)
+        try:
+            code = compile(source, buildfile, "exec")
+            exec(code, namespace)
+        except BuildfileError:
+            raise
+        except SyntaxError as e:
+            path = os.path.relpath(e.filename or buildfile, self.ws.root)
+            msg = f"syntax error: {e.msg}"
+            if e.text:
+                caret = " " * max((e.offset or 1) - 1, 0) + "^"
+                msg += f"\n    {e.text.rstrip()}\n    {caret}"
+            raise BuildfileError(msg, path, e.lineno) from None
+        except Exception as e:  # the buildfile raised: point at the deepest workspace frame
+            path, line = self._locate(e, buildfile)
+            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
+            raise BuildfileError(msg, path, line) from None
+        finally:
+            dsl.reset_context(token)
+        self._packages[pkg] = ctx.declarations
+        self._contexts[pkg] = ctx
+        self.env_reads.update(ctx.env_reads)
+        return ctx.declarations
+
+    def globbed(self, pkg: str) -> set[str]:
+        ctx = self._contexts.get(pkg)
+        return ctx.globbed if ctx else set()
+
+    def loaded_packages(self) -> list[str]:
+        return sorted(self._packages)
+
+    def imported_workspace_modules(self) -> set[str]:
+        """Workspace-relative paths of workspace Python modules imported so far."""
+        root = self.ws.root + os.sep
+        out = set()
+        for mod in list(sys.modules.values()):
+            fn = getattr(mod, "__file__", None)
+            if fn and fn.startswith(root):
+                out.add(os.path.relpath(fn, self.ws.root))
+        return out
+
+    def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
+        root = self.ws.root
+
+        def tracking_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
+                p = os.fsdecode(file)
+                absp = os.path.normpath(os.path.join(os.path.dirname(buildfile), p))
+                if absp.startswith(root + os.sep):
+                    self.read_files.add(os.path.relpath(absp, root))
+            return builtins.open(file, mode, *args, **kwargs)
+
+        return {
+            "__builtins__": builtins,
+            "__name__": "BUILD",
+            "__file__": buildfile,
+            "open": tracking_open,
+            "genrule": dsl.genrule,
+            "test": dsl.test,
+            "group": dsl.group,
+            "pyrule": dsl.pyrule,
+            "glob": dsl.glob,
+            "getenv": dsl.getenv,
+        }
+
+    def _locate(self, exc: BaseException, buildfile: str) -> tuple[str, int | None]:
+        root = self.ws.root + os.sep
+        best: tuple[str, int | None] = (os.path.relpath(buildfile, self.ws.root), None)
+        for fs in traceback.extract_tb(exc.__traceback__):
+            if fs.filename.startswith(root):
+                best = (os.path.relpath(fs.filename, self.ws.root), fs.lineno)
+        return best
+
+    # -- glob ------------------------------------------------------------------------
+    def _glob(self, pkg: str, include: list[str], exclude: list[str]) -> list[str]:
+        for pat in [*include, *exclude]:
+            if not isinstance(pat, str) or not pat:
+                msg = f"glob patterns must be non-empty strings (got {pat!r})"
+                raise ValueError(msg)
+            if pat.startswith("/") or ".." in pat.split("/"):
+                msg = f"glob pattern {pat!r} must stay inside package //{pkg} (no '..' or '/')"
+                raise ValueError(msg)
+        inc = [_glob_regex(p) for p in include]
+        exc = [_glob_regex(p) for p in exclude]
+        prefix = f"{pkg}/" if pkg else ""
+        files: list[str] = []
+        self._list_package_files(pkg, "", files)
+        out = []
+        for rel in files:
+            if not any(r.match(rel) for r in inc) or any(r.match(rel) for r in exc):
+                continue
+            if prefix + rel in self.recorded_outputs:
+                continue
+            out.append(rel)
+        out.sort()
+        return out
+
+    def _list_package_files(self, pkg: str, sub: str, out: list[str]) -> None:
+        wrel = "/".join(p for p in (pkg, sub) if p)
+        self.glob_dirs.add(wrel)
+        absdir = os.path.join(self.ws.root, wrel)
+        try:
+            it = os.scandir(absdir)
+        except OSError:
+            return
+        dirs = []
+        with it:
+            for entry in it:
+                name = entry.name
+                rel = f"{sub}/{name}" if sub else name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if name in ALWAYS_SKIPPED:
+                            continue
+                        child = f"{wrel}/{name}" if wrel else name
+                        if self.ws.is_ignored(child):
+                            continue
+                        if os.path.exists(os.path.join(entry.path, BUILDFILE)):
+                            continue  # a sub-package owns its files
+                        dirs.append(rel)
+                    elif entry.is_file():  # follows a file symlink; dir symlinks are skipped
+                        out.append(rel)
+                except OSError:
+                    continue
+        for d in dirs:
+            self._list_package_files(pkg, d, out)
+
+
+def _under_symlink(root: str, pkg: str) -> bool:
+    path = root
+    for part in pkg.split("/") if pkg else []:
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return True
+    return False
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    i, n, out = 0, len(pattern), []
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j == -1:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : j].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = j + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z", re.DOTALL)

@@ -1,0 +1,106 @@
+"""Rebuilder: is a target fresh, and if not, why?  Every decision carries a reason.
+
+Constructive traces (à la carte's CloudBuild cell): a target is ``up_to_date`` when this
+workspace's build record holds the same action key and the outputs on disk still have
+the recorded digests.  Otherwise the shared cache may restore it; otherwise it runs, and
+the reason compares the new action description against the recorded one: which input
+changed (old and new digest prefixes), which command text or env var changed, and so on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from buildtool.outcome import Reason
+
+DigestOf = Callable[[str], "str | None"]  # path -> digest on disk, None if missing
+
+
+def outputs_match(recorded: list[list[Any]], digest_of: DigestOf) -> tuple[bool, Reason | None, str]:
+    """Do the files on disk still hold the recorded outputs?"""
+    for path, digest, *_ in recorded:
+        now = digest_of(path)
+        if now is None:
+            return False, Reason.OUTPUT_MISSING, f"output {path} is missing"
+        if now != digest:
+            return False, Reason.OUTPUT_MODIFIED, f"output {path} was modified since it was built"
+    return True, None, ""
+
+
+def up_to_date(entry: Mapping[str, Any] | None, key: str, digest_of: DigestOf) -> tuple[bool, Reason, str]:
+    """The verifying-trace check: same key as last time and outputs intact."""
+    if entry is None:
+        return False, Reason.NEW, "never built in this workspace"
+    if entry.get("k") != key:
+        return False, Reason.DEFINITION_CHANGED, "the action key changed"
+    ok, reason, msg = outputs_match(entry.get("o", []), digest_of)
+    if ok:
+        return True, Reason.UP_TO_DATE, "up to date: same action key as the last build and outputs unchanged"
+    assert reason is not None
+    return False, reason, msg
+
+
+def _short(d: str | None) -> str:
+    return d[:8] if d else "absent"
+
+
+def why_changed(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    owner_of: Callable[[str], str | None],
+) -> tuple[Reason, str]:
+    """Compare the recorded action description with the new one; the first difference
+    decides the reason code, and the message lists up to a few differences."""
+    if old is None:
+        return Reason.NEW, "never built in this workspace"
+    found: list[tuple[Reason, str]] = []
+    if old.get("cmd") != new.get("cmd"):
+        found.append((Reason.COMMAND_CHANGED, f"command changed: was {_clip(old.get('cmd'))!r}, now {_clip(new.get('cmd'))!r}"))
+    if old.get("shell") != new.get("shell"):
+        found.append((Reason.COMMAND_CHANGED, f"shell changed from {old.get('shell')} to {new.get('shell')}"))
+    oenv, nenv = old.get("env", {}), new.get("env", {})
+    for k in sorted(set(oenv) | set(nenv)):
+        if oenv.get(k) != nenv.get(k):
+            if k not in oenv:
+                found.append((Reason.ENV_CHANGED, f"env var {k} was added"))
+            elif k not in nenv:
+                found.append((Reason.ENV_CHANGED, f"env var {k} was removed"))
+            else:
+                found.append((Reason.ENV_CHANGED, f"env var {k} changed"))
+    otools, ntools = old.get("tools", {}), new.get("tools", {})
+    for k in sorted(set(otools) | set(ntools)):
+        if otools.get(k) != ntools.get(k):
+            found.append((Reason.TOOL_CHANGED, f"tool {k} changed ({_short(otools.get(k))} -> {_short(ntools.get(k))})"))
+    oin, nin = old.get("inputs", {}), new.get("inputs", {})
+    for p, d in nin.items():
+        od = oin.get(p)
+        if od == d:
+            continue
+        owner = owner_of(p)
+        if od is None:
+            found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was added"))
+        elif owner is not None:
+            found.append((Reason.DEP_CHANGED, f"dependency {owner} produced a different output {p} ({_short(od)} -> {_short(d)})"))
+        else:
+            found.append((Reason.INPUT_CHANGED, f"input {p} changed ({_short(od)} -> {_short(d)})"))
+    for p in oin:
+        if p not in nin:
+            found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was removed"))
+    if old.get("outs") != new.get("outs"):
+        found.append((Reason.OUTPUTS_CHANGED, "the declared outputs changed"))
+    if old.get("extra") != new.get("extra"):
+        found.append((Reason.DEFINITION_CHANGED, "the rule's definition changed (function, arguments or Python)"))
+    if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
+        found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))
+    if not found:
+        return Reason.DEFINITION_CHANGED, "the action key changed"
+    msgs = [m for _, m in found[:4]]
+    if len(found) > 4:
+        msgs.append(f"and {len(found) - 4} more differences")
+    return found[0][0], "; ".join(msgs)
+
+
+def _clip(s: Any, n: int = 80) -> str:
+    s = str(s)
+    return s if len(s) <= n else s[: n - 3] + "..."

@@ -1,0 +1,134 @@
+"""Build record: what each target of *this workspace* last produced (like .ninja_log).
+
+An append-only JSON-lines log in ``.buildtool/record``: a header line, then one entry per
+finished action; the last entry for a label wins; a torn last line is ignored.  It decides
+``up_to_date`` (the shared cache only serves restores) and feeds ``explain`` and the
+critical-path durations.  Recompacted when it holds more than 1000 lines and more than
+three times as many lines as labels.  Spec: docs/formats.md#build-record
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+FORMAT_VERSION = 1
+HEADER = f"# buildtool build-record v{FORMAT_VERSION}\n"
+COMPACT_MIN_LINES = 1000
+COMPACT_RATIO = 3
+
+
+class BuildRecord:
+    """label -> last entry: {"k": key, "o": [[path, digest, mode], ...], "d": seconds,
+    "desc": the key's description}."""
+
+    def __init__(self, path: str, warn: Callable[[str], None]) -> None:
+        self.path = path
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.lines = 0
+        self._warn = warn
+        self._fh: Any = None
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self._warn(f"build record unreadable ({e.strerror}); every target will be checked anew")
+            return
+        head, _, body = data.partition(b"\n")
+        if head + b"\n" != HEADER.encode():
+            self._warn("build record has an unknown format version; discarding it")
+            self._discard()
+            return
+        lines = body.split(b"\n")
+        if lines and lines[-1] != b"":
+            lines.pop()  # torn tail: the last write did not finish
+        else:
+            lines = lines[:-1] if lines else lines
+        entries = self.entries
+        try:
+            parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
+        except ValueError:
+            parsed = []
+            for ln in lines:
+                try:
+                    parsed.append(json.loads(ln))
+                except ValueError:
+                    self._warn("build record has a corrupt line; ignoring it")
+        for e in parsed:
+            if not isinstance(e, dict) or not isinstance(e.get("l"), str):
+                continue
+            if e.get("x"):
+                entries.pop(e["l"], None)
+            else:
+                entries[e["l"]] = e
+        self.lines = len(lines)
+
+    def _discard(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def get(self, label: str) -> dict[str, Any] | None:
+        return self.entries.get(label)
+
+    def durations(self) -> dict[str, float]:
+        return {lab: e.get("d", 0.0) for lab, e in self.entries.items()}
+
+    def all_outputs(self) -> set[str]:
+        return {o[0] for e in self.entries.values() for o in e.get("o", ())}
+
+    def _append(self, obj: dict[str, Any]) -> None:
+        if self._fh is None:
+            new = not os.path.exists(self.path)
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the build
+            if new or self._fh.tell() == 0:
+                self._fh.write(HEADER)
+        self._fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._fh.flush()
+        self.lines += 1
+
+    def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
+        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": desc}
+        self.entries[label] = entry
+        try:
+            self._append(entry)
+        except OSError as e:
+            self._warn(f"could not write the build record ({e.strerror})")
+
+    def drop(self, label: str) -> None:
+        if self.entries.pop(label, None) is not None:
+            try:
+                self._append({"l": label, "x": 1})
+            except OSError as e:
+                self._warn(f"could not write the build record ({e.strerror})")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1):
+            self.compact()
+
+    def compact(self) -> None:
+        tmp = f"{self.path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(HEADER)
+                for e in self.entries.values():
+                    f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
+            os.replace(tmp, self.path)
+            self.lines = len(self.entries)
+        except OSError as e:
+            self._warn(f"could not compact the build record ({e.strerror})")
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

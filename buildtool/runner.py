@@ -1,0 +1,414 @@
+"""TargetRunner: one target's pipeline — key, rebuild decision, executor chain, record.
+
+``try_inline`` runs in the scheduler's thread and settles up-to-date targets (and groups)
+without a thread hop; ``run`` runs in a worker: the cache layer first (restore verified
+blobs), then the subprocess executor; ``commit`` (scheduler thread) records the result
+in the build record and makes the outputs' digests visible to dependents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool import keys, rebuild
+from buildtool.cache import ActionEntry, Cache, CachedOutput
+from buildtool.digest import StatCache, hash_bytes, hash_file
+from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
+from buildtool.graph import Graph, Target
+from buildtool.outcome import Outcome, Reason, Status
+from buildtool.record import BuildRecord
+
+INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
+
+
+@dataclass(slots=True)
+class RunOptions:
+    base_path: str
+    action_env: dict[str, str | None] = field(default_factory=dict)  # name -> fixed value or None (inherit)
+    dry_run: bool = False
+    cache_tests: bool = True
+
+
+class TargetRunner:
+    """Implements scheduler.Runner for a real workspace."""
+
+    def __init__(
+        self,
+        root: str,
+        state_dir: str,
+        graph: Graph,
+        record: BuildRecord,
+        stats: StatCache,
+        cache: Cache,
+        options: RunOptions,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.root = root
+        self.state_dir = state_dir
+        self.graph = graph
+        self.record = record
+        self.stats = stats
+        self.cache = cache
+        self.opt = options
+        self.warn = warn
+        self.executor = SubprocessExecutor()
+        self.out_digests: dict[str, str] = {}  # per run: output path -> digest
+        self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._tool_digests: dict[str, str] = {}
+        self._owner: dict[str, str] = {}
+        for t in graph.targets:
+            for o in t.outs:
+                self._owner[o] = t.label
+        self._tmp_counter = 0
+
+    # -- helpers used by the scheduler ------------------------------------------------
+    def label_of(self, t: int) -> str:
+        return self.graph.targets[t].label
+
+    def deps_of(self, t: int) -> tuple[int, ...]:
+        return self.graph.targets[t].deps
+
+    # -- inputs and keys ---------------------------------------------------------------
+    def _env(self, t: Target) -> dict[str, str]:
+        env = {"PATH": self.opt.base_path}
+        for name, fixed in self.opt.action_env.items():
+            v = fixed if fixed is not None else os.environ.get(name)
+            if v is not None:
+                env[name] = v
+        for name in t.pass_env:
+            v = os.environ.get(name)
+            if v is not None:
+                env[name] = v
+        env.update(t.env)
+        return env
+
+    def _tools(self, t: Target, env: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for name in t.tools:
+            path = shutil.which(name, path=env.get("PATH"))
+            if path is None:
+                out[name] = "missing"
+                continue
+            d = self._tool_digests.get(path)
+            if d is None:
+                try:
+                    d = hash_file(os.path.realpath(path))
+                except OSError:
+                    d = "unreadable"
+                self._tool_digests[path] = d
+            out[name] = d
+        return out
+
+    def _input_digests(self, t: Target, budget: int | None) -> dict[str, str] | None:
+        """path -> digest for every input; None if hashing would exceed ``budget`` bytes."""
+        res: dict[str, str] = {}
+        outs = self.out_digests
+        stats = self.stats
+        root = self.root
+        spent = 0
+        for p in self.graph.inputs[t.id]:
+            d = outs.get(p)
+            if d is None:
+                st = os.stat(os.path.join(root, p))
+                d = stats.lookup(p, st)
+                if d is None:
+                    if budget is not None:
+                        spent += st.st_size
+                        if spent > budget:
+                            return None
+                    d = stats.digest(p, st)
+            res[p] = d
+        return res
+
+    def describe(self, t: Target, inputs: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        env = self._env(t)
+        extra: dict[str, str] = {}
+        if t.kind == "pyrule":
+            assert t.fn is not None
+            extra["fn"] = t.fn
+            extra["kwargs"] = t.kwargs_json or "{}"
+            extra["python"] = keys.python_identity()
+            for f in keys.pyrule_module_files(self.root, t.fn):
+                extra["module:" + f] = self.stats.digest(f)
+        shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
+        desc = keys.action_description(
+            t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
+        )
+        return keys.key_of(desc), desc
+
+    def _disk_digest(self, p: str) -> str | None:
+        try:
+            st = os.stat(os.path.join(self.root, p))
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        d = self.stats.lookup(p, st)
+        if d is None:
+            try:
+                d = self.stats.digest(p, st)
+            except OSError:
+                return None
+        return d
+
+    # -- scheduler.Runner --------------------------------------------------------------
+    def try_inline(self, tid: int) -> Outcome | None:
+        t = self.graph.targets[tid]
+        if t.kind == "group":
+            return Outcome(Status.UP_TO_DATE, Reason.GROUP, "group: builds its members, runs nothing")
+        try:
+            inputs = self._input_digests(t, INLINE_HASH_LIMIT)
+        except OSError:
+            return None  # let the worker report it
+        if inputs is None:
+            return None
+        key, desc = self.describe(t, inputs)
+        self._desc[tid] = (key, desc)
+        entry = self.record.get(t.label)
+        ok, _, _ = rebuild.up_to_date(entry, key, self._disk_digest)
+        if ok:
+            assert entry is not None
+            return Outcome(
+                Status.UP_TO_DATE,
+                Reason.UP_TO_DATE,
+                "up to date: same action key as the last build and outputs unchanged",
+                key=key,
+                extra={"outputs": entry["o"]},
+            )
+        if self.opt.dry_run:
+            return self._dry_run(t, key, desc, entry)
+        return None
+
+    def run(self, tid: int, lane: int) -> Outcome:
+        t = self.graph.targets[tid]
+        pre = self._desc.get(tid)
+        if pre is None:
+            try:
+                inputs = self._input_digests(t, None)
+            except OSError as e:
+                return Outcome(Status.FAILED, Reason.FAILED, f"cannot read input {e.filename}: {e.strerror}")
+            pre = self.describe(t, inputs)
+            self._desc[tid] = pre
+            entry = self.record.get(t.label)
+            ok, _, _ = rebuild.up_to_date(entry, pre[0], self._disk_digest)
+            if ok and entry is not None:
+                return Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=pre[0], extra={"outputs": entry["o"]})
+        key, desc = pre
+        entry = self.record.get(t.label)
+        if entry is not None and entry.get("k") == key:
+            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
+            assert reason is not None
+        else:
+            reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
+        if self.opt.dry_run:
+            return self._dry_run(t, key, desc, entry)
+        cache_skip = t.kind == "test" and not self.opt.cache_tests
+        corrupt = False
+        if not cache_skip:
+            hit = self.cache.get_action(key)
+            if hit is not None:
+                got = self._restore(t, hit)
+                if got is not None:
+                    status, msg = got
+                    return Outcome(
+                        status,
+                        Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
+                        f"{why}; {msg}",
+                        key=key,
+                        cache="local",
+                        extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
+                        stdout=self._blob_text(hit.stdout),
+                        stderr=self._blob_text(hit.stderr),
+                    )
+                corrupt = True
+        if corrupt:
+            reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
+        else:
+            why = f"{why}; no cache entry for key {key[:12]}"
+        return self._execute(t, key, desc, reason, why)
+
+    def commit(self, tid: int, outcome: Outcome) -> None:
+        """Scheduler thread: publish output digests and record the result."""
+        outs = outcome.extra.get("outputs")
+        if outcome.ok and outs is not None:
+            for path, digest, *_ in outs:  # type: ignore[attr-defined]
+                self.out_digests[path] = digest
+        if outcome.ok and outcome.extra.get("record", outcome.status is not Status.UP_TO_DATE):
+            desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
+            prev = self.record.get(self.label_of(tid))
+            duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
+            self.record.put(self.label_of(tid), outcome.key, outs, duration, desc)  # type: ignore[arg-type]
+
+    def cancel_all(self) -> None:
+        self.executor.cancel_all()
+
+    # -- cache layer -------------------------------------------------------------------
+    def _blob_text(self, digest: str | None) -> bytes:
+        if not digest:
+            return b""
+        return self.cache.read_blob(digest) or b""
+
+    def _restore(self, t: Target, hit: ActionEntry) -> tuple[Status, str] | None:
+        if sorted(o.path for o in hit.outputs) != sorted(t.outs):
+            self.warn(f"cache entry for {t.label} lists other outputs than the target; ignoring it")
+            return None
+        if all(self._disk_digest(o.path) == o.digest for o in hit.outputs):
+            for o in hit.outputs:
+                self._fix_mode(o)
+            return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
+        for o in hit.outputs:
+            full = os.path.join(self.root, o.path)
+            if self._disk_digest(o.path) == o.digest:
+                continue
+            if not self.cache.restore(o.digest, full, o.mode):
+                return None
+            try:
+                self.stats.remember(o.path, os.stat(full), o.digest, time.time_ns())
+            except OSError:
+                return None
+        return Status.RESTORED, "restored from the local cache"
+
+    def _fix_mode(self, o: CachedOutput) -> None:
+        full = os.path.join(self.root, o.path)
+        try:
+            if stat.S_IMODE(os.stat(full).st_mode) & 0o111 != o.mode & 0o111:
+                os.chmod(full, o.mode)
+        except OSError:
+            pass
+
+    # -- subprocess layer --------------------------------------------------------------
+    def _tmpdir(self, tid: int) -> str:
+        d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{tid}")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def _delete_outputs(self, t: Target) -> None:
+        for o in t.outs:
+            full = os.path.join(self.root, o)
+            try:
+                os.unlink(full)
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:
+                shutil.rmtree(full, ignore_errors=True)
+            except OSError:
+                pass
+            self.stats.forget(o)
+
+    def _execute(self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str) -> Outcome:
+        cwd = os.path.join(self.root, t.pkg)
+        tmp = self._tmpdir(t.id)
+        env = dict(desc["env"])
+        env["TMPDIR"] = tmp
+        env["HOME"] = tmp
+        self._delete_outputs(t)
+        try:
+            for o in t.outs:
+                os.makedirs(os.path.dirname(os.path.join(self.root, o)), exist_ok=True)
+            if t.kind == "pyrule":
+                env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
+                rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in self.graph.inputs[t.id]]
+                rel_outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
+                argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or "", json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
+            elif len(t.cmd) > MAX_ARG:
+                script = os.path.join(tmp, "cmd.sh")
+                with open(script, "w") as f:
+                    f.write(t.cmd)
+                argv = shell_argv(desc["shell"], script, True)
+            else:
+                argv = shell_argv(desc["shell"], t.cmd, False)
+            res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=t.pool != "console")
+        except OSError as e:
+            self._delete_outputs(t)
+            shutil.rmtree(tmp, ignore_errors=True)
+            return Outcome(Status.FAILED, Reason.FAILED, f"could not start the command: {e.strerror}", key=key)
+        shutil.rmtree(tmp, ignore_errors=True)
+        base = {"desc": desc}
+        if res.exit_code != 0 or res.timed_out:
+            self._delete_outputs(t)
+            if res.timed_out:
+                msg = f"TIMEOUT after {t.timeout:g}s"
+            elif res.exit_code < 0:
+                msg = f"killed by signal {-res.exit_code}"
+            else:
+                msg = f"exited with status {res.exit_code}"
+            return Outcome(
+                Status.FAILED, Reason.FAILED, msg, key=key, duration=res.duration,
+                stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code,
+                extra={**base, "timed_out": res.timed_out, "why": why},
+            )
+        outputs: list[list[Any]] = []
+        for o in t.outs:
+            full = os.path.join(self.root, o)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                self._delete_outputs(t)
+                what = "was not created" if st is None else "is not a regular file"
+                return Outcome(
+                    Status.FAILED, Reason.FAILED, f"declared output {o} {what}", key=key,
+                    duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
+                )
+            mode = 0o755 if st.st_mode & 0o100 else 0o644
+            digest = self.stats.digest(o, st)
+            outputs.append([o, digest, mode])
+        # Inputs that changed while the command ran: do not cache, stay dirty.
+        changed = self._inputs_changed(t, desc["inputs"])
+        record = changed is None
+        if record:
+            self._store(t, key, outputs, res)
+        else:
+            self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
+        return Outcome(
+            Status.RAN, reason, why, key=key, duration=res.duration,
+            stdout=res.stdout, stderr=res.stderr, exit_code=0,
+            extra={**base, "outputs": outputs, "record": record},
+        )
+
+    def _inputs_changed(self, t: Target, recorded: dict[str, str]) -> str | None:
+        for p, d in recorded.items():
+            if p in self.out_digests:
+                continue
+            now = self._disk_digest(p)
+            if now != d:
+                return p
+        return None
+
+    def _store(self, t: Target, key: str, outputs: list[list[Any]], res: Any) -> None:
+        cache = self.cache
+        if not cache.writable:
+            return
+        for path, digest, _ in outputs:
+            cache.put_file(os.path.join(self.root, path), digest)
+        so = se = None
+        if res.stdout:
+            so = hash_bytes(res.stdout)
+            cache.put_bytes(res.stdout, so)
+        if res.stderr:
+            se = hash_bytes(res.stderr)
+            cache.put_bytes(res.stderr, se)
+        if cache.writable:
+            entry = ActionEntry(tuple(CachedOutput(p, d, m) for p, d, m in outputs), res.duration, so, se)
+            cache.put_action(key, entry)
+
+    def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
+        if entry is not None and entry.get("k") == key:
+            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
+            assert reason is not None
+        else:
+            reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
+        if self.cache.get_action(key) is not None:
+            why += "; would restore from the cache"
+        return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})

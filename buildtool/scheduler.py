@@ -1,0 +1,228 @@
+"""Scheduler: the coordinator loop that starts ready targets on ``-j`` workers.
+
+It owns order and concurrency only: it pops the best ready target from the Plan, asks
+the runner for a cheap inline decision (an up-to-date target never leaves this thread),
+otherwise hands it to a worker thread, honours pools, stops on the first failure (or
+keeps going with ``-k``) and cancels running commands on SIGINT/SIGTERM.  Whether a
+target is fresh and how it runs belong to the runner (rebuild + executor modules).
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from buildtool.outcome import Outcome, Reason, Status
+from buildtool.plan import Plan
+
+
+class Runner(Protocol):
+    """What the scheduler needs to turn a target id into an Outcome."""
+
+    def try_inline(self, t: int) -> Outcome | None: ...
+    def run(self, t: int, lane: int) -> Outcome: ...
+    def cancel_all(self) -> None: ...
+
+
+class Reporter(Protocol):
+    def target_started(self, t: int, lane: int) -> None: ...
+    def target_finished(self, t: int, outcome: Outcome) -> None: ...
+
+
+class Scheduler:
+    """Runs a Plan to completion with at most ``jobs`` targets in flight."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        runner: Runner,
+        reporter: Reporter,
+        *,
+        jobs: int,
+        keep_going: bool = False,
+        pool_of: Sequence[str | None] | None = None,
+        pool_depth: dict[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        can_start: Callable[[], bool] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.runner = runner
+        self.reporter = reporter
+        self.jobs = max(1, jobs)
+        self.keep_going = keep_going
+        self.pool_of = pool_of
+        self.pool_depth = dict(pool_depth or {})
+        self.pool_depth.setdefault("console", 1)
+        self.pool_use: dict[str, int] = {}
+        self.pool_wait: dict[str, list[tuple[object, ...]]] = {}
+        self.clock = clock
+        self.can_start = can_start
+        self.outcomes: dict[int, Outcome] = {}
+        self.failed = False
+        self.stopping = False
+        self.interrupt: int | None = None
+        self._results: queue.SimpleQueue[tuple[int, Outcome] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._free_lanes = list(range(self.jobs - 1, -1, -1))
+        self.t0 = 0.0
+
+    # -- public ----------------------------------------------------------------------
+    def request_stop(self, signum: int) -> None:
+        """Called from a signal handler: stop starting work and cancel running commands."""
+        self.interrupt = signum
+        self.stopping = True
+        self.runner.cancel_all()
+        self._results.put(None)  # wake the coordinator
+
+    def run(self) -> dict[int, Outcome]:
+        self.t0 = self.clock()
+        running = 0
+        plan = self.plan
+        try:
+            while True:
+                while not self.stopping and running < self.jobs:
+                    t = self._next_startable()
+                    if t is None:
+                        break
+                    start = self.clock() - self.t0
+                    inline = self.runner.try_inline(t)
+                    if inline is not None:
+                        inline.start = inline.end = start
+                        self._finish(t, inline)
+                        continue
+                    lane = self._free_lanes.pop()
+                    self._acquire_pool(t)
+                    self.reporter.target_started(t, lane)
+                    self._ensure_workers()
+                    self._work.put((t, lane))
+                    running += 1
+                if running == 0:
+                    break
+                item = self._results.get()
+                if item is None:
+                    continue
+                t, outcome = item
+                running -= 1
+                self._free_lanes.append(outcome.lane)
+                self._release_pool(t)
+                self._finish(t, outcome)
+            self._mark_unfinished()
+        finally:
+            for _ in self._threads:
+                self._work.put(None)
+        del plan
+        return self.outcomes
+
+    # -- internals -------------------------------------------------------------------
+    def _next_startable(self) -> int | None:
+        if self.can_start is not None and self.plan.has_ready() and not self.can_start():
+            return None
+        while True:
+            t = self.plan.pop()
+            if t is None:
+                return None
+            pool = self.pool_of[t] if self.pool_of else None
+            if pool is None:
+                return t
+            depth = self.pool_depth.get(pool, 0)
+            if depth <= 0 or self.pool_use.get(pool, 0) < depth:
+                return t
+            entry = (self.plan.priority[t], -self.plan.critical[t], t)
+            heapq.heappush(self.pool_wait.setdefault(pool, []), entry)
+
+    def _acquire_pool(self, t: int) -> None:
+        pool = self.pool_of[t] if self.pool_of else None
+        if pool is not None:
+            self.pool_use[pool] = self.pool_use.get(pool, 0) + 1
+
+    def _release_pool(self, t: int) -> None:
+        pool = self.pool_of[t] if self.pool_of else None
+        if pool is None:
+            return
+        self.pool_use[pool] -= 1
+        waiting = self.pool_wait.get(pool)
+        if waiting:
+            nxt = heapq.heappop(waiting)[2]
+            self.plan.push(nxt)  # type: ignore[arg-type]
+
+    def _ensure_workers(self) -> None:
+        if len(self._threads) >= self.jobs:
+            return
+        th = threading.Thread(target=self._worker, name=f"buildtool-worker-{len(self._threads)}", daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            t, lane = item
+            start = self.clock() - self.t0
+            try:
+                outcome = self.runner.run(t, lane)
+            except BaseException as e:  # a bug in a runner must not hang the build
+                outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+            outcome.start = start
+            outcome.end = self.clock() - self.t0
+            outcome.lane = lane
+            self._results.put((t, outcome))
+
+    def _finish(self, t: int, outcome: Outcome) -> None:
+        if self.interrupt is not None and not outcome.ok:
+            outcome.status = Status.CANCELLED
+            outcome.reason = Reason.INTERRUPTED
+            outcome.message = "interrupted while running; nothing was recorded"
+        self.outcomes[t] = outcome
+        self.reporter.target_finished(t, outcome)
+        if outcome.ok:
+            self.plan.finished(t)
+            return
+        if outcome.status is Status.FAILED:
+            self.failed = True
+            self.plan.block_dependents(t)
+            if not self.keep_going:
+                self.stopping = True
+
+    def _mark_unfinished(self) -> None:
+        label_of = getattr(self.runner, "label_of", None)
+        now = self.clock() - self.t0
+        for t in sorted(self.plan.wanted):
+            if t in self.outcomes:
+                continue
+            if t in self.plan.blocked:
+                failed = [d for d in self._failed_deps(t)]
+                name = label_of(failed[0]) if (failed and label_of) else "a dependency"
+                o = Outcome(Status.SKIPPED, Reason.DEP_FAILED, f"not run because {name} failed")
+            elif self.interrupt is not None:
+                o = Outcome(Status.CANCELLED, Reason.INTERRUPTED, "not started: the build was interrupted")
+            else:
+                o = Outcome(Status.CANCELLED, Reason.CANCELLED, "not started: the build stopped after a failure")
+            o.start = o.end = now
+            self.outcomes[t] = o
+            self.reporter.target_finished(t, o)
+
+    def _failed_deps(self, t: int) -> list[int]:
+        deps_of = getattr(self.runner, "deps_of", None)
+        if deps_of is None:
+            return []
+        seen: set[int] = set()
+        stack = [t]
+        out = []
+        while stack:
+            x = stack.pop()
+            for d in deps_of(x):
+                if d in seen:
+                    continue
+                seen.add(d)
+                o = self.outcomes.get(d)
+                if o is not None and o.status is Status.FAILED:
+                    out.append(d)
+                else:
+                    stack.append(d)
+        return sorted(out)

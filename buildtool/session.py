@@ -1,0 +1,380 @@
+"""Session: the library entry point — load, graph, plan, schedule, report.
+
+``cli.py`` only parses arguments and calls these functions; everything a build needs is
+wired here (workspace, config, lock, build record, stat cache, shared cache, runner,
+scheduler and reporters).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool import labels
+from buildtool.cache import Cache
+from buildtool.config import Config, cpu_count, load_config
+from buildtool.digest import StatCache
+from buildtool.errors import BuildFailed, Interrupted, NoTestsError, UserError
+from buildtool.graph import Graph, GraphBuilder
+from buildtool.loader import Loader
+from buildtool.lock import WorkspaceLock
+from buildtool.outcome import Outcome, Reason, Status
+from buildtool.plan import Plan
+from buildtool.record import BuildRecord
+from buildtool.runner import RunOptions, TargetRunner
+from buildtool.scheduler import Scheduler
+from buildtool.status import Console, EventsWriter, Fanout
+from buildtool.workspace import Workspace, find_workspace
+
+UNKNOWN_DURATION = 1.0
+FRESH_WEIGHT = 0.001
+
+
+@dataclass(slots=True)
+class BuildRequest:
+    patterns: list[str]
+    mode: str = "build"  # build | test
+    jobs: int | None = None
+    keep_going: bool | None = None
+    dry_run: bool = False
+    cache_dir: str | None = None
+    explain: bool = False
+    events: str | None = None
+    wait: bool = True
+    action_env: list[str] = field(default_factory=list)
+    cache_tests: bool = True
+
+
+@dataclass(slots=True)
+class BuildResult:
+    outcomes: dict[str, Outcome]
+    wall: float
+    exit_code: int
+
+
+def _warn(msg: str) -> None:
+    print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _say(msg: str) -> None:
+    print(f"buildtool: {msg}", file=sys.stderr, flush=True)
+
+
+class Session:
+    """One workspace opened for a command."""
+
+    def __init__(self, start_dir: str, flags: dict[str, Any] | None = None) -> None:
+        self.ws: Workspace = find_workspace(start_dir)
+        self.config: Config = load_config(self.ws.root, flags or {})
+
+    # -- graph -----------------------------------------------------------------------
+    def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
+        builder = GraphBuilder(loader, self.ws.cwd_pkg_dir)
+        roots = builder.expand_patterns(patterns, want_tests=(mode == "test"))
+        if mode == "build":
+            # `build` never runs tests: a named test stands for what it needs.
+            expanded: list[str] = []
+            for lab in roots:
+                pkg, name = labels.split_label(lab)
+                d = loader.load(pkg)[name]
+                if d.kind == "test":
+                    tmp = builder.build([lab])
+                    expanded.extend(tmp.targets[i].label for i in tmp.targets[tmp.by_label[lab]].deps)
+                else:
+                    expanded.append(lab)
+            roots = list(dict.fromkeys(expanded))
+        return builder.build(roots)
+
+    def build(self, req: BuildRequest, out: Any = None) -> BuildResult:
+        t_begin = time.monotonic()
+        cfg = self.config
+        state = self.ws.ensure_state_dir()
+        lock = WorkspaceLock(state)
+        lock.acquire(req.wait, _say)
+        try:
+            return self._build_locked(req, cfg, state, t_begin, out)
+        finally:
+            lock.release()
+
+    def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
+        record = BuildRecord(os.path.join(state, "record"), _warn)
+        stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+        loader = Loader(self.ws, record.all_outputs())
+        try:
+            graph = self._graph(loader, req.patterns, req.mode)
+        except NoTestsError:
+            raise
+        except UserError as e:
+            if req.mode == "test" and "matches no test targets" in str(e):
+                raise NoTestsError(str(e)) from None
+            raise
+        self._clean_dead(graph, loader, record, stats)
+        cache = Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
+        action_env: dict[str, str | None] = {}
+        for item in [*cfg.action_env, *req.action_env]:
+            name, eq, value = item.partition("=")
+            action_env[name] = value if eq else None
+        runner = TargetRunner(
+            self.ws.root, state, graph, record, stats, cache,
+            RunOptions(base_path=os.environ.get("PATH", "/usr/bin:/bin"), action_env=action_env,
+                       dry_run=req.dry_run, cache_tests=req.cache_tests),
+            _warn,
+        )
+        wanted = range(len(graph.targets))
+        console = Console(graph, len(graph.targets), out, explain=req.explain)
+        events = EventsWriter(req.events, graph) if req.events else None
+        try:
+            if req.dry_run:
+                outcomes = dry_run(graph, runner, record)
+                for t, o in outcomes.items():
+                    if events:
+                        events.target_finished(t, o)
+                    if o.reason is not Reason.UP_TO_DATE and o.reason is not Reason.GROUP:
+                        print(f"{graph.targets[t].label}: {o.message}", file=out or sys.stdout)
+                n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
+                print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=out or sys.stdout)
+                return BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, time.monotonic() - t_begin, 0)
+            os.umask(0o022)
+            plan = Plan(
+                [t.deps for t in graph.targets],
+                graph.dependents,
+                wanted,
+                [t.priority for t in graph.targets],
+                self._weights(graph, record, stats),
+            )
+            jobs = req.jobs or cfg.jobs or cpu_count()
+            runner_reporter = Fanout(_Committer(runner), console, events)
+            sched = Scheduler(
+                plan, runner, runner_reporter, jobs=jobs,
+                keep_going=req.keep_going if req.keep_going is not None else cfg.keep_going,
+                pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
+            )
+            restore = _install_signals(sched.request_stop)
+            try:
+                outcomes = sched.run()
+            finally:
+                restore()
+                runner.executor.kill_remaining()
+            wall = time.monotonic() - t_begin
+            console.summary(wall, sched.failed, sched.interrupt is not None)
+            if req.mode == "test":
+                _print_tests(graph, outcomes, out or sys.stdout)
+        finally:
+            record.close()
+            stats.save()
+            if events:
+                events.close()
+            shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
+        result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0)
+        if sched.interrupt is not None:
+            raise Interrupted(sched.interrupt)
+        if sched.failed:
+            raise BuildFailed("build failed")
+        return result
+
+    def _weights(self, graph: Graph, record: BuildRecord, stats: StatCache) -> list[float]:
+        durations = record.durations()
+        known = [d for d in durations.values() if d > 0]
+        default = statistics.median(known) if known else UNKNOWN_DURATION
+        fresh = predict_fresh(graph, record, stats)
+        return [
+            FRESH_WEIGHT if fresh[t.id] else max(durations.get(t.label, default), FRESH_WEIGHT)
+            for t in graph.targets
+        ]
+
+    def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> None:
+        """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``)."""
+        live_outputs = {o for t in graph.targets for o in t.outs}
+        loaded = set(loader.loaded_packages())
+        for lab in list(record.entries):
+            pkg, name = labels.split_label(lab)
+            tid = graph.by_label.get(lab)
+            if tid is not None:
+                declared = set(graph.targets[tid].outs)
+                stale = [o[0] for o in record.entries[lab].get("o", []) if o[0] not in declared]
+                for p in stale:
+                    if p not in live_outputs:
+                        _remove(self.ws.root, p, stats)
+                continue
+            if pkg in loaded:
+                if name in loader.load(pkg):
+                    continue
+            elif loader.package_exists(pkg):
+                continue
+            for o in record.entries[lab].get("o", []):
+                if o[0] not in live_outputs:
+                    _remove(self.ws.root, o[0], stats)
+            record.drop(lab)
+
+    # -- clean -----------------------------------------------------------------------
+    def clean(self) -> int:
+        state = self.ws.state_dir
+        if not os.path.isdir(state):
+            return 0
+        lock = WorkspaceLock(state)
+        lock.acquire(True, _say)
+        try:
+            record = BuildRecord(os.path.join(state, "record"), _warn)
+            n = 0
+            for p in sorted(record.all_outputs()):
+                full = os.path.join(self.ws.root, p)
+                if os.path.isfile(full) or os.path.islink(full):
+                    os.unlink(full)
+                    n += 1
+            record.close()
+        finally:
+            lock.release()
+        shutil.rmtree(state, ignore_errors=True)
+        return n
+
+
+class _Committer:
+    """Reporter that lets the runner record a result before anyone else sees it."""
+
+    def __init__(self, runner: TargetRunner) -> None:
+        self.runner = runner
+
+    def target_started(self, t: int, lane: int) -> None:
+        return
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        self.runner.commit(t, o)
+
+
+def _remove(root: str, rel: str, stats: StatCache) -> None:
+    try:
+        os.unlink(os.path.join(root, rel))
+    except OSError:
+        pass
+    stats.forget(rel)
+
+
+def _install_signals(handler: Callable[[int], None]) -> Callable[[], None]:
+    prev = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        handler(signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        try:
+            prev[s] = signal.signal(s, on_signal)
+        except ValueError:  # not the main thread
+            pass
+
+    def restore() -> None:
+        for s, h in prev.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def topo_order(graph: Graph) -> list[int]:
+    n = len(graph.targets)
+    pending = [len(t.deps) for t in graph.targets]
+    ready = [i for i in range(n) if pending[i] == 0]
+    order = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for c in graph.dependents[i]:
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    return order
+
+
+def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache) -> list[bool]:
+    """A cheap guess, for critical-path weights only: recorded, sources unchanged by stat,
+    and every dependency predicted fresh."""
+    fresh = [False] * len(graph.targets)
+    root = graph_root = None
+    del graph_root
+    root = stats.root
+    for i in topo_order(graph):
+        t = graph.targets[i]
+        if t.kind == "group":
+            fresh[i] = all(fresh[d] for d in t.deps)
+            continue
+        e = record.get(t.label)
+        if e is None or not all(fresh[d] for d in t.deps):
+            continue
+        inputs = e.get("desc", {}).get("inputs", {})
+        ok = True
+        for p in t.srcs:
+            try:
+                st = os.stat(os.path.join(root, p))
+            except OSError:
+                ok = False
+                break
+            if stats.lookup(p, st) != inputs.get(p):
+                ok = False
+                break
+        fresh[i] = ok
+    return fresh
+
+
+def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int, Outcome]:
+    """What a build would do, without running anything."""
+    out: dict[int, Outcome] = {}
+    would: set[int] = set()
+    from buildtool import rebuild
+
+    for i in topo_order(graph):
+        t = graph.targets[i]
+        if t.kind == "group":
+            out[i] = Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
+            if any(d in would for d in t.deps):
+                would.add(i)
+            continue
+        blocking = [graph.targets[d].label for d in t.deps if d in would]
+        if blocking:
+            would.add(i)
+            out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: dependency {blocking[0]} would run")
+            continue
+        try:
+            inputs = runner._input_digests(t, None)
+        except OSError as e:
+            would.add(i)
+            out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would fail: cannot read {e.filename}")
+            continue
+        key, desc = runner.describe(t, inputs)
+        entry = record.get(t.label)
+        ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest)
+        if ok and entry is not None:
+            out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)
+            for p, d, *_ in entry["o"]:
+                runner.out_digests[p] = d
+            continue
+        o = runner._dry_run(t, key, desc, entry)
+        hit = runner.cache.get_action(key)
+        if hit is not None:
+            for c in hit.outputs:
+                runner.out_digests[c.path] = c.digest
+        else:
+            would.add(i)
+        out[i] = o
+    return out
+
+
+def _print_tests(graph: Graph, outcomes: dict[int, Outcome], out: Any) -> None:
+    tests = [t for t in graph.targets if t.kind == "test"]
+    for t in tests:
+        o = outcomes.get(t.id)
+        if o is None:
+            continue
+        if o.status is Status.RAN:
+            word = "PASSED"
+        elif o.status in (Status.UP_TO_DATE, Status.RESTORED):
+            word = "PASSED (cached)"
+        elif o.status is Status.FAILED:
+            word = "TIMEOUT" if o.extra.get("timed_out") else "FAILED"
+        else:
+            word = "NOT RUN"
+        print(f"{t.label:<50} {word} in {o.duration:.2f}s", file=out)

@@ -1,0 +1,92 @@
+"""Command substitution: the fixed ``$(SRCS)``/``$(OUTS)``/``$<``/``$@``/``$(location X)``
+table applied to a genrule's ``cmd``.
+
+``$$`` is a literal ``$``; any other ``$(NAME)`` is an error (write ``$$(`` for shell
+command substitution); any other ``$`` reaches the shell unchanged.  Paths are relative
+to the package directory and shell-quoted only when needed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+
+
+class SubstError(ValueError):
+    """The command uses a substitution that does not apply; the message says why."""
+
+
+def quote_all(paths: list[str]) -> str:
+    return " ".join(shlex.quote(p) for p in paths)
+
+
+def substitute(
+    cmd: str,
+    srcs: list[str],
+    outs: list[str],
+    locations: Callable[[str], list[str]],
+) -> str:
+    """Expand ``cmd``. ``locations(X)`` returns the package-relative paths of file/label X."""
+    if "$" not in cmd:
+        return cmd
+    out: list[str] = []
+    i, n = 0, len(cmd)
+    while i < n:
+        j = cmd.find("$", i)
+        if j < 0:
+            out.append(cmd[i:])
+            break
+        out.append(cmd[i:j])
+        nxt = cmd[j + 1] if j + 1 < n else ""
+        if nxt == "$":
+            out.append("$")
+            i = j + 2
+        elif nxt == "<":
+            out.append(shlex.quote(_single(srcs, "$<", "input", "srcs")))
+            i = j + 2
+        elif nxt == "@":
+            out.append(shlex.quote(_single(outs, "$@", "output", "outs")))
+            i = j + 2
+        elif nxt == "(":
+            k = cmd.find(")", j + 2)
+            if k < 0:
+                msg = f"unterminated '$(' in cmd at offset {j}; write '$$(' for shell command substitution"
+                raise SubstError(msg)
+            body = cmd[j + 2 : k].strip()
+            out.append(_expand(body, srcs, outs, locations))
+            i = k + 1
+        else:
+            out.append("$")
+            i = j + 1
+    return "".join(out)
+
+
+def _single(paths: list[str], token: str, what: str, attr: str) -> str:
+    if len(paths) != 1:
+        msg = f"{token} needs exactly one {what} but the target has {len(paths)} in {attr}"
+        raise SubstError(msg)
+    return paths[0]
+
+
+def _expand(
+    body: str, srcs: list[str], outs: list[str], locations: Callable[[str], list[str]]
+) -> str:
+    if body == "SRCS":
+        return quote_all(srcs)
+    if body == "OUTS":
+        return quote_all(outs)
+    word, _, arg = body.partition(" ")
+    arg = arg.strip()
+    if word == "location" and arg:
+        paths = locations(arg)
+        if len(paths) != 1:
+            msg = f"$(location {arg}) must name exactly one file (got {len(paths)}); use $(locations {arg})"
+            raise SubstError(msg)
+        return shlex.quote(paths[0])
+    if word == "locations" and arg:
+        return quote_all(locations(arg))
+    msg = (
+        f"unknown substitution $({body}) in cmd: the supported ones are $(SRCS), $(OUTS), "
+        f"$<, $@, $(location X), $(locations X) and $$; write $$( for shell command substitution"
+    )
+    raise SubstError(msg)

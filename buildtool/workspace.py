@@ -1,0 +1,86 @@
+"""Workspace: finding the root, the state directory and the ignore list.
+
+The root is the nearest ancestor of the start directory that holds ``buildtool.toml``.
+Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+
+from buildtool.errors import UserError
+
+MARKER = "buildtool.toml"
+STATE_DIR = ".buildtool"
+IGNORE_FILE = ".buildtoolignore"
+ALWAYS_SKIPPED = frozenset({".git", STATE_DIR, ".hg", ".svn"})
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """A workspace root and the paths derived from it."""
+
+    root: str  # absolute, symlinks resolved
+    cwd_pkg_dir: str  # workspace-relative directory the user started in ("" for root)
+    ignore_patterns: tuple[str, ...]
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.root, STATE_DIR)
+
+    def is_ignored(self, rel: str) -> bool:
+        """True if the workspace-relative path is listed in .buildtoolignore."""
+        for pat in self.ignore_patterns:
+            if rel == pat or rel.startswith(pat + "/") or fnmatch.fnmatchcase(rel, pat):
+                return True
+        return False
+
+    def ensure_state_dir(self) -> str:
+        path = self.state_dir
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+        gi = os.path.join(path, ".gitignore")
+        if not os.path.exists(gi):
+            with open(gi, "w") as f:
+                f.write("# written by buildtool: this directory is local state\n*\n")
+        return path
+
+
+def find_workspace(start: str) -> Workspace:
+    """Find the workspace containing ``start`` (exit code 2 when there is none)."""
+    start_abs = os.path.realpath(start)
+    if not os.path.isdir(start_abs):
+        msg = f"directory {start!r} does not exist"
+        raise UserError(msg)
+    d = start_abs
+    while True:
+        if os.path.isfile(os.path.join(d, MARKER)):
+            break
+        parent = os.path.dirname(d)
+        if parent == d:
+            msg = (
+                f"no workspace found: neither {start_abs} nor any parent directory contains "
+                f"{MARKER} (create an empty {MARKER} at the root of your project)"
+            )
+            raise UserError(msg)
+        d = parent
+    rel = os.path.relpath(start_abs, d)
+    rel = "" if rel == "." else rel.replace(os.sep, "/")
+    return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=_read_ignore(d))
+
+
+def _read_ignore(root: str) -> tuple[str, ...]:
+    try:
+        with open(os.path.join(root, IGNORE_FILE), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ()
+    pats = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pats.append(line.strip("/"))
+    return tuple(pats)
