@@ -25,6 +25,14 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
                    help="pass an environment variable to every action (part of its key)")
 
 
+def _add_watch_flags(p: argparse.ArgumentParser, with_switch: bool) -> None:
+    if with_switch:
+        p.add_argument("--watch", action="store_true", help="keep running: rebuild when a relevant file changes")
+    p.add_argument("--poll", action="store_true", help="watch mode: poll for changes instead of inotify/FSEvents")
+    p.add_argument("--debounce-ms", type=float, default=None, metavar="MS",
+                   help="watch mode: quiet period before a rebuild (default 40)")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="buildtool", description="Build targets declared in BUILD.py files.")
     ap.add_argument("--version", action="version", version=f"buildtool {__version__}")
@@ -32,9 +40,14 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     b = sub.add_parser("build", help="build targets (never runs tests)")
     _add_build_flags(b)
+    _add_watch_flags(b, True)
     t = sub.add_parser("test", help="build what tests need and run the test targets")
     _add_build_flags(t)
+    _add_watch_flags(t, True)
     t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")
+    w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
+    _add_build_flags(w)
+    _add_watch_flags(w, False)
     sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
     return ap
 
@@ -73,7 +86,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     session = Session(args.directory, flags)
     req = BuildRequest(
         patterns=args.patterns,
-        mode=args.command,
+        mode="build" if args.command == "watch" else args.command,
         jobs=args.jobs,
         keep_going=args.keep_going,
         dry_run=args.dry_run,
@@ -84,5 +97,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         action_env=args.action_env,
         cache_tests=not getattr(args, "no_cache_tests", False),
     )
+    if args.command == "watch" or getattr(args, "watch", False):
+        from buildtool.watch import watch
+
+        return watch(session, req, poll=args.poll, debounce_ms=args.debounce_ms)
     session.build(req)
     return 0

@@ -129,6 +129,7 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     cfg = Config(**merged)
     if not cfg.cache_dir:
         cfg.cache_dir = default_cache_dir()
+    cfg.cache_dir = os.path.abspath(os.path.expanduser(cfg.cache_dir))
     return cfg
 
 

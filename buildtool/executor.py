@@ -39,7 +39,7 @@ class ProcessResult:
 
 def _sh_has_pipefail() -> bool:
     real = os.path.basename(os.path.realpath("/bin/sh"))
-    return real in ("bash", "zsh", "ksh", "ksh93", "mksh", "yash")
+    return real in ("bash", "zsh", "ksh", "ksh93", "mksh", "yash", "busybox")
 
 
 SH_PIPEFAIL = _sh_has_pipefail()
@@ -47,16 +47,20 @@ BASH = shutil.which("bash") or ""
 
 
 def shell_for(cmd: str) -> str:
-    """The shell that runs ``cmd`` (part of the action key)."""
+    """The shell that runs ``cmd``: ``sh``, or ``bash`` for a command with a pipe when
+    /bin/sh cannot do pipefail.  The name (not the path) is part of the action key."""
     if "|" in cmd and not SH_PIPEFAIL and BASH:
-        return BASH
-    return "/bin/sh"
+        return "bash"
+    return "sh"
 
 
 def shell_argv(shell: str, cmd_or_script: str, is_script: bool) -> list[str]:
-    argv = [shell, "-e"]
-    if shell != "/bin/sh" or SH_PIPEFAIL:
-        argv += ["-o", "pipefail"]
+    if shell == "bash":
+        argv = [BASH, "-e", "-o", "pipefail"]
+    else:
+        argv = ["/bin/sh", "-e"]
+        if SH_PIPEFAIL:
+            argv += ["-o", "pipefail"]
     if is_script:
         return [*argv, cmd_or_script]
     return [*argv, "-c", cmd_or_script]

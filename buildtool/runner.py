@@ -317,6 +317,7 @@ class TargetRunner:
                 os.makedirs(os.path.dirname(os.path.join(self.root, o)), exist_ok=True)
             if t.kind == "pyrule":
                 env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
+                env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
                 rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in self.graph.inputs[t.id]]
                 rel_outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or "", json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]

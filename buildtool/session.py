@@ -73,11 +73,23 @@ class Session:
     def __init__(self, start_dir: str, flags: dict[str, Any] | None = None) -> None:
         self.ws: Workspace = find_workspace(start_dir)
         self.config: Config = load_config(self.ws.root, flags or {})
+        # Watch mode (watch.py) keeps these across build cycles; None: fresh per build.
+        self.stats: StatCache | None = None
+        self.cache: Cache | None = None
+        # (record, request) -> (loader, graph): lets watch mode reuse or partly reload the graph.
+        self.graph_source: Callable[[BuildRecord, BuildRequest], tuple[Loader, Graph]] | None = None
+        # Extra reporter; also gets ``started(graph, scheduler)`` before the scheduler runs.
+        self.observer: Any = None
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
         builder = GraphBuilder(loader, self.ws.cwd_pkg_dir)
         roots = builder.expand_patterns(patterns, want_tests=(mode == "test"))
+        if mode == "test" and not any(
+            loader.load(labels.split_label(lab)[0])[labels.split_label(lab)[1]].kind == "test" for lab in roots
+        ):
+            msg = f"no test targets among {' '.join(patterns) or '//...'}"
+            raise NoTestsError(msg)
         if mode == "build":
             # `build` never runs tests: a named test stands for what it needs.
             expanded: list[str] = []
@@ -105,10 +117,13 @@ class Session:
 
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
         record = BuildRecord(os.path.join(state, "record"), _warn)
-        stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+        stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         loader = Loader(self.ws, record.all_outputs())
         try:
-            graph = self._graph(loader, req.patterns, req.mode)
+            if self.graph_source is not None:
+                loader, graph = self.graph_source(record, req)
+            else:
+                graph = self._graph(loader, req.patterns, req.mode)
         except NoTestsError:
             raise
         except UserError as e:
@@ -116,7 +131,7 @@ class Session:
                 raise NoTestsError(str(e)) from None
             raise
         self._clean_dead(graph, loader, record, stats)
-        cache = Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
+        cache = self.cache or Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
         action_env: dict[str, str | None] = {}
         for item in [*cfg.action_env, *req.action_env]:
             name, eq, value = item.partition("=")
@@ -150,12 +165,14 @@ class Session:
                 self._weights(graph, record, stats),
             )
             jobs = req.jobs or cfg.jobs or cpu_count()
-            runner_reporter = Fanout(_Committer(runner), console, events)
+            runner_reporter = Fanout(_Committer(runner), console, events, self.observer)
             sched = Scheduler(
                 plan, runner, runner_reporter, jobs=jobs,
                 keep_going=req.keep_going if req.keep_going is not None else cfg.keep_going,
                 pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
             )
+            if self.observer is not None:
+                self.observer.started(graph, sched)
             restore = _install_signals(sched.request_stop)
             try:
                 outcomes = sched.run()
@@ -228,6 +245,7 @@ class Session:
                 if os.path.isfile(full) or os.path.islink(full):
                     os.unlink(full)
                     n += 1
+                    _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             record.close()
         finally:
             lock.release()
@@ -254,6 +272,16 @@ def _remove(root: str, rel: str, stats: StatCache) -> None:
     except OSError:
         pass
     stats.forget(rel)
+
+
+def _prune_empty_dirs(root: str, rel_dir: str) -> None:
+    """Remove directories left empty by deleting outputs (never the root)."""
+    while rel_dir:
+        try:
+            os.rmdir(os.path.join(root, rel_dir))
+        except OSError:
+            return
+        rel_dir = os.path.dirname(rel_dir)
 
 
 def _install_signals(handler: Callable[[int], None]) -> Callable[[], None]:
