@@ -105,6 +105,7 @@ class GraphBuilder:
     def __init__(self, loader: Loader, cwd_pkg: str) -> None:
         self.loader = loader
         self.cwd_pkg = cwd_pkg
+        self._outs_memo: dict[str, set[str]] = {}
 
     # -- patterns --------------------------------------------------------------------
     def current_package(self) -> str:
@@ -229,8 +230,24 @@ class GraphBuilder:
                 elif attr == "deps":
                     raise _err(decl, f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}")
                 else:
-                    out.append(("file", _norm_rel(decl, pkg, item, attr)))
+                    path = _norm_rel(decl, pkg, item, attr)
+                    if path in self.loader.globbed(pkg) and path in self._declared_outs(pkg):
+                        continue  # an in-place output found by glob() is never a source
+                    out.append(("file", path))
         return out
+
+    def _declared_outs(self, pkg: str) -> set[str]:
+        got = self._outs_memo.get(pkg)
+        if got is None:
+            got = set()
+            for d in self.loader.load(pkg).values():
+                outs = d.attrs.get("outs", [])
+                if isinstance(outs, (list, tuple)):
+                    for o in outs:
+                        if isinstance(o, str) and o and not o.startswith("/"):
+                            got.add(posixpath.normpath(f"{pkg}/{o}" if pkg else o))
+            self._outs_memo[pkg] = got
+        return got
 
     def _check_cycles(self, order: list[str], refs: dict[str, list[tuple[str, str]]]) -> None:
         WHITE, GREY, BLACK = 0, 1, 2
