@@ -71,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "build" and not (args.dry_run or args.explain or args.events or getattr(args, "watch", False)):
+        from buildtool import noop
+
+        hit = noop.try_noop(args.directory, args.command, args.patterns, args.action_env)
+        if hit is not None:
+            n, secs = hit
+            print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)")
+            return 0
     from buildtool.session import BuildRequest, Session
 
     if args.command == "clean":

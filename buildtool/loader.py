@@ -34,7 +34,7 @@ class Loader:
         self._contexts: dict[str, dsl.PackageContext] = {}
         self._all: list[str] | None = None
         self.read_files: set[str] = set()  # workspace-relative files read while loading
-        self.glob_dirs: set[str] = set()  # workspace-relative directories listed by glob
+        self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
         self.env_reads: dict[str, str | None] = {}
 
     # -- discovery -------------------------------------------------------------------
@@ -49,6 +49,7 @@ class Loader:
 
     def _walk(self, rel: str, found: list[str]) -> None:
         absdir = os.path.join(self.ws.root, rel) if rel else self.ws.root
+        self.glob_dirs.add(rel)
         try:
             it = os.scandir(absdir)
         except OSError:

@@ -70,6 +70,10 @@ class TargetRunner:
                 self._owner[o] = t.label
         self._tmp_counter = 0
 
+    def tool_paths(self) -> list[str]:
+        """Absolute paths of the tool binaries resolved during this run."""
+        return list(self._tool_digests)
+
     # -- helpers used by the scheduler ------------------------------------------------
     def label_of(self, t: int) -> str:
         return self.graph.targets[t].label

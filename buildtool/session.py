@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool import labels
+from buildtool import labels, noop
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.digest import StatCache
@@ -116,6 +116,7 @@ class Session:
             lock.release()
 
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
+        noop.invalidate(state)
         record = BuildRecord(os.path.join(state, "record"), _warn)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         loader = Loader(self.ws, record.all_outputs())
@@ -190,11 +191,33 @@ class Session:
                 events.close()
             shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0)
+        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None:
+            self._write_snapshot(req, state, graph, loader, runner)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
             raise BuildFailed("build failed")
         return result
+
+    def _write_snapshot(
+        self, req: BuildRequest, state: str, graph: Graph, loader: Loader, runner: TargetRunner
+    ) -> None:
+        """Record what this fully successful build depended on, for the no-op fast path."""
+        from buildtool import keys
+        from buildtool.config import user_config_path
+
+        files: list[str] = [*loader.read_files, *loader.imported_workspace_modules(), *loader.glob_dirs,
+                            "buildtool.toml", ".buildtoolignore", user_config_path(), *runner.tool_paths()]
+        env_names: set[str] = set(loader.env_reads)
+        env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
+        for t in graph.targets:
+            files.extend(t.srcs)
+            files.extend(t.outs)
+            env_names.update(t.pass_env)
+            if t.fn:
+                files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
+        request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
+        noop.write(state, self.ws.root, request, sorted(env_names), files, len(graph.targets))
 
     def _weights(self, graph: Graph, record: BuildRecord, stats: StatCache) -> list[float]:
         durations = record.durations()
