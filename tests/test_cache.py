@@ -1,0 +1,204 @@
+"""The shared on-disk cache: corruption and hostile entries degrade to a miss, never to
+a wrong output."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import BuildRun, Workspace
+
+from buildtool.cache import ActionEntry, Cache, CachedOutput, safe_rel_path
+from buildtool.digest import hash_bytes
+
+BUILD = """
+genrule(name="gen", srcs=["in.txt"], outs=["gen.out"], cmd="cat $< > $@ && echo built >> $@")
+genrule(name="use", srcs=[":gen"], outs=["use.out"], cmd="tr a-z A-Z < $< > $@")
+"""
+
+
+def setup_built(ws: Workspace) -> BuildRun:
+    ws.write("in.txt", "hello\n")
+    ws.build_file("", BUILD)
+    r = ws.build()
+    assert r.rc == 0, r.output
+    assert r.ran == {"//:gen", "//:use"}
+    return r
+
+
+def ac_path(ws: Workspace, key: str) -> Path:
+    return ws.cache / "v1" / "ac" / key[:2] / key
+
+
+def blob_path(ws: Workspace, digest: str) -> Path:
+    return ws.cache / "v1" / "cas" / digest[:2] / digest
+
+
+def overwrite(p: Path, data: bytes) -> None:
+    os.chmod(p, 0o644)
+    p.write_bytes(data)
+
+
+def test_outputs_are_stored_in_the_cache(workspace: Workspace) -> None:
+    r = setup_built(workspace)
+    entry = json.loads(ac_path(workspace, r.by_label["//:gen"]["key"]).read_bytes())
+    [[path, digest, mode]] = entry["outputs"]
+    assert path == "gen.out" and mode == 0o644
+    assert blob_path(workspace, digest).read_bytes() == b"hello\nbuilt\n"
+    assert digest == hash_bytes(b"hello\nbuilt\n")
+
+
+def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace) -> None:
+    r = setup_built(workspace)
+    entry = json.loads(ac_path(workspace, r.by_label["//:gen"]["key"]).read_bytes())
+    blob = blob_path(workspace, entry["outputs"][0][1])
+    overwrite(blob, b"HELLO\nBUILT\n")  # same size, wrong content
+    (workspace.root / "gen.out").unlink()
+    r2 = workspace.build()
+    assert r2.rc == 0, r2.output
+    assert r2.status("//:gen") == "ran"
+    assert r2.by_label["//:gen"]["reason_code"] == "cache_corrupt"
+    assert workspace.read("gen.out") == "hello\nbuilt\n"
+    assert r2.status("//:use") == "up_to_date"  # early cutoff: same bytes again
+    assert "corrupt" in r2.stderr or "does not match" in r2.stderr
+    # The rerun repaired the cache: a later restore works and is correct.
+    (workspace.root / "gen.out").unlink()
+    r3 = workspace.build()
+    assert r3.status("//:gen") == "restored"
+    assert workspace.read("gen.out") == "hello\nbuilt\n"
+
+
+def test_truncated_blob_is_never_restored(workspace: Workspace) -> None:
+    r = setup_built(workspace)
+    entry = json.loads(ac_path(workspace, r.by_label["//:use"]["key"]).read_bytes())
+    overwrite(blob_path(workspace, entry["outputs"][0][1]), b"")
+    (workspace.root / "use.out").unlink()
+    r2 = workspace.build()
+    assert r2.status("//:use") == "ran"
+    assert workspace.read("use.out") == "HELLO\nBUILT\n"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda obj: b"{ this is not json",
+        lambda obj: json.dumps({**obj, "v": 999}).encode(),
+        lambda obj: json.dumps({**obj, "outputs": "nope"}).encode(),
+        lambda obj: json.dumps({k: v for k, v in obj.items() if k != "duration"}).encode(),
+    ],
+    ids=["garbage", "other-version", "bad-outputs", "missing-field"],
+)
+def test_corrupt_or_foreign_action_entry_is_a_miss_with_a_warning(
+    workspace: Workspace, mutate: Callable[[dict], bytes]
+) -> None:
+    r = setup_built(workspace)
+    p = ac_path(workspace, r.by_label["//:gen"]["key"])
+    overwrite(p, mutate(json.loads(p.read_bytes())))
+    (workspace.root / "gen.out").unlink()
+    r2 = workspace.build()
+    assert r2.rc == 0, r2.output
+    assert r2.status("//:gen") == "ran"
+    assert "warning" in r2.stderr and "corrupt or of another version" in r2.stderr
+    assert workspace.read("gen.out") == "hello\nbuilt\n"
+
+
+@pytest.mark.parametrize("evil", ["../escaped.out", "ABS", "a/../../escaped.out", ".buildtool/record"])
+def test_action_entry_naming_a_path_outside_the_workspace_is_refused(
+    workspace: Workspace, evil: str, tmp_path: Path
+) -> None:
+    if evil == "ABS":
+        evil = str(tmp_path / "abs.out")
+    r = setup_built(workspace)
+    p = ac_path(workspace, r.by_label["//:gen"]["key"])
+    obj = json.loads(p.read_bytes())
+    obj["outputs"] = [[evil, obj["outputs"][0][1], 0o644], *obj["outputs"]]
+    overwrite(p, json.dumps(obj).encode())
+    (workspace.root / "gen.out").unlink()
+    r2 = workspace.build()
+    assert r2.rc == 0, r2.output
+    assert r2.status("//:gen") == "ran"
+    assert "warning" in r2.stderr
+    assert not (workspace.root.parent / "escaped.out").exists()
+    assert not (tmp_path / "abs.out").exists()
+    assert workspace.read("gen.out") == "hello\nbuilt\n"
+
+
+def test_cache_entry_listing_other_outputs_is_ignored(workspace: Workspace) -> None:
+    r = setup_built(workspace)
+    p = ac_path(workspace, r.by_label["//:gen"]["key"])
+    obj = json.loads(p.read_bytes())
+    obj["outputs"][0][0] = "other.out"
+    overwrite(p, json.dumps(obj).encode())
+    (workspace.root / "gen.out").unlink()
+    r2 = workspace.build()
+    assert r2.status("//:gen") == "ran"
+    assert not workspace.exists("other.out")
+
+
+def test_failed_actions_are_not_cached(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="echo partial > $@; exit 3")\n')
+    r = workspace.build()
+    assert r.rc == 1
+    assert not workspace.exists("o")  # partial output deleted
+    assert [q for q in (workspace.cache / "v1" / "ac").rglob("*") if q.is_file()] == []
+    r2 = workspace.build()
+    assert r2.status("//:t") == "failed"  # reran, not restored
+
+
+def test_unwritable_cache_dir_degrades_to_no_cache(workspace: Workspace, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache dir should be")
+    workspace.write("in.txt", "x\n")
+    workspace.build_file("", BUILD)
+    r = workspace.build(cache=blocker)
+    assert r.rc == 0, r.output
+    assert "warning" in r.stderr
+    assert workspace.read("use.out") == "X\nBUILT\n"
+
+
+# -- unit level -----------------------------------------------------------------------
+
+
+def test_safe_rel_path() -> None:
+    assert safe_rel_path("a/b.txt")
+    for bad in ("", "/abs", "../x", "a/../../x", "a/./b", "a//b", "..", ".buildtool/x", "a\0b", 3, None):
+        assert not safe_rel_path(bad), bad
+
+
+def test_blob_roundtrip_and_corruption_removes_the_blob(tmp_path: Path) -> None:
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    d = hash_bytes(b"payload")
+    c.put_bytes(b"payload", d)
+    assert c.read_blob(d) == b"payload"
+    blob = Path(c._blob_path(d))
+    assert not os.stat(blob).st_mode & 0o222  # read-only blobs
+    overwrite(blob, b"PAYLOAD")
+    assert c.read_blob(d) is None
+    assert not blob.exists()
+    assert warned
+
+
+def test_restore_verifies_and_sets_mode(tmp_path: Path) -> None:
+    c = Cache(str(tmp_path / "c"), lambda m: None)
+    d = hash_bytes(b"#!/bin/sh\n")
+    c.put_bytes(b"#!/bin/sh\n", d)
+    dest = tmp_path / "ws" / "sub" / "tool.sh"
+    assert c.restore(d, str(dest), 0o755)
+    assert dest.read_bytes() == b"#!/bin/sh\n"
+    assert dest.stat().st_mode & 0o777 == 0o755
+    overwrite(Path(c._blob_path(d)), b"#!/bin/XX\n")
+    dest.unlink()
+    assert not c.restore(d, str(dest), 0o755)
+    assert not dest.exists()
+
+
+def test_action_entry_roundtrip(tmp_path: Path) -> None:
+    c = Cache(str(tmp_path / "c"), lambda m: None)
+    e = ActionEntry((CachedOutput("p/o", "a" * 64, 0o755),), 1.5, None, "b" * 64)
+    c.put_action("k" * 64, e)
+    assert c.get_action("k" * 64) == e
+    assert c.get_action("z" * 64) is None

@@ -1,0 +1,285 @@
+"""Graph validation: every invalid buildfile is rejected before anything runs, with exit 2
+and a message naming the file (and line) or the label."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import Workspace
+
+
+def expect_invalid(ws: Workspace, *args: str) -> str:
+    """Build, expect exit 2 with nothing run; return stderr."""
+    marker = ws.root / "ran-marker"
+    rc, out, err = ws.run("build", *args)
+    assert rc == 2, (rc, out, err)
+    assert "error" in err
+    assert not marker.exists(), "a command ran although the graph is invalid"
+    return err
+
+
+
+
+def test_cycle_is_shown_as_a_path(workspace: Workspace) -> None:
+    workspace.build_file(
+        "a",
+        """
+        genrule(name="x", srcs=["//b:y"], outs=["x.out"], cmd="touch ../ran-marker; cat $(SRCS) > $@")
+        """,
+    )
+    workspace.build_file(
+        "b",
+        """
+        genrule(name="start", outs=["s.out"], cmd="touch ../ran-marker; echo > $@")
+        genrule(name="y", deps=["//a:x", ":start"], outs=["y.out"], cmd="touch ../ran-marker; echo > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//a:x")
+    assert "//a:x -> //b:y -> //a:x" in err
+    assert re.search(r"(a|b)/BUILD\.py:\d+", err)
+
+
+def test_self_cycle(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="me", deps=[":me"], outs=["o"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "//:me -> //:me" in err
+
+
+def test_longer_cycle_reached_from_a_non_member(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="top", deps=[":p"], outs=["top"], cmd="echo > $@")
+        genrule(name="p", deps=[":q"], outs=["p"], cmd="echo > $@")
+        genrule(name="q", deps=[":r"], outs=["q"], cmd="echo > $@")
+        genrule(name="r", deps=[":p"], outs=["r"], cmd="echo > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//:top")
+    assert "//:p -> //:q -> //:r -> //:p" in err
+    assert "//:top ->" not in err
+
+
+def test_unknown_label_in_deps_with_did_you_mean(workspace: Workspace) -> None:
+    workspace.build_file(
+        "lib",
+        """
+        genrule(name="parser", outs=["p.out"], cmd="echo > $@")
+        """,
+    )
+    workspace.build_file(
+        "app",
+        """
+        genrule(name="app", deps=["//lib:parsr"], outs=["a.out"], cmd="echo > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//app")
+    assert "app/BUILD.py:1" in err
+    assert "//lib:parsr" in err
+    assert "did you mean //lib:parser?" in err
+
+
+def test_unknown_target_on_command_line_with_did_you_mean(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="hello", outs=["o"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//:helo")
+    assert "'//:helo'" in err
+    assert "did you mean //:hello?" in err
+
+
+def test_dep_on_missing_package(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", deps=["//nope:x"], outs=["o"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1" in err and "//nope" in err
+
+
+def test_missing_source_file(workspace: Workspace) -> None:
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(name="fine", outs=["f"], cmd="touch ../ran-marker; echo > $@")
+        genrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="cat $< > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//pkg:all")
+    assert "pkg/BUILD.py:2" in err
+    assert "pkg/missing.txt" in err
+    assert "//pkg:t" in err
+
+
+def test_source_that_is_a_directory(workspace: Workspace) -> None:
+    (workspace.root / "adir").mkdir()
+    workspace.build_file("", 'genrule(name="t", srcs=["adir"], outs=["o"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "adir" in err and "directory" in err
+
+
+def test_duplicate_outputs_across_targets(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="one", outs=["same.out"], cmd="echo 1 > $@")
+        genrule(name="two", outs=["same.out"], cmd="echo 2 > $@")
+        """,
+    )
+    err = expect_invalid(workspace)
+    assert "same.out" in err
+    assert "//:one" in err and "//:two" in err
+    assert "BUILD.py:" in err
+
+
+def test_duplicate_outputs_even_when_only_one_is_requested(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="one", outs=["same.out"], cmd="echo 1 > $@")
+        genrule(name="two", outs=["same.out"], cmd="echo 2 > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//:one")
+    assert "same.out" in err
+
+
+def test_output_equal_to_a_source_of_the_same_target(workspace: Workspace) -> None:
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="t", srcs=["a.txt"], outs=["a.txt"], cmd="cat $< > $@")\n')
+    err = expect_invalid(workspace)
+    assert "a.txt" in err and "BUILD.py:1" in err
+
+
+def test_output_used_as_a_plain_source_file_by_another_target(workspace: Workspace) -> None:
+    workspace.write("gen.out", "stale\n")
+    workspace.build_file(
+        "",
+        """
+        genrule(name="gen", outs=["gen.out"], cmd="echo > $@")
+        genrule(name="use", srcs=["gen.out"], outs=["use.out"], cmd="cat $< > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//:gen", "//:use")
+    assert "gen.out" in err and "//:gen" in err and "//:use" in err
+
+
+@pytest.mark.parametrize(
+    ("attr", "value", "needle"),
+    [
+        ("srcs", "../escape.txt", ".."),
+        ("srcs", "/etc/passwd", "absolute"),
+        ("outs", "../escape.out", ".."),
+        ("outs", "/tmp/escape.out", "absolute"),
+        ("outs", "a/../../escape.out", ".."),
+    ],
+)
+def test_paths_escaping_the_package(workspace: Workspace, attr: str, value: str, needle: str) -> None:
+    workspace.write("escape.txt", "x\n")
+    other = "outs=['o']" if attr == "srcs" else "srcs=[]"
+    workspace.build_file("pkg", f'genrule(name="t", {attr}=[{value!r}], {other}, cmd="echo > $(OUTS)")\n')
+    err = expect_invalid(workspace, "//pkg:t")
+    assert "pkg/BUILD.py:1" in err
+    assert value in err
+    assert needle in err
+    assert not (workspace.root / "escape.out").exists()
+
+
+def test_output_inside_the_state_dir(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", outs=[".buildtool/record"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1" in err and ".buildtool/record" in err and "state" in err
+
+
+def test_unknown_attribute_names_the_allowed_ones(workspace: Workspace) -> None:
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(name="ok", outs=["ok"], cmd="echo > $@")
+
+        genrule(name="t", outs=["o"], cmd="echo > $@", sources=["x"])
+        """,
+    )
+    err = expect_invalid(workspace, "//pkg:ok")
+    assert "pkg/BUILD.py:3" in err
+    assert "'sources'" in err
+    for allowed in ("srcs", "outs", "deps", "priority", "manual", "pool", "env", "cmd"):
+        assert allowed in err
+
+
+def test_missing_required_attribute(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", outs=["o"])\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1" in err and "'cmd'" in err
+
+
+@pytest.mark.parametrize(
+    ("attr", "value"),
+    [("priority", '"high"'), ("manual", '"yes"'), ("pool", "3"), ("srcs", '"a.txt"'), ("env", '{"X": 1}')],
+)
+def test_bad_attribute_types(workspace: Workspace, attr: str, value: str) -> None:
+    workspace.write("a.txt", "")
+    workspace.build_file("", f'genrule(name="t", outs=["o"], cmd="echo > $@", {attr}={value})\n')
+    err = expect_invalid(workspace, "//:t")
+    assert "BUILD.py:1" in err and attr in err
+
+
+def test_syntax_error_shows_file_and_line(workspace: Workspace) -> None:
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(name="ok", outs=["ok"], cmd="echo > $@")
+        genrule(name="t", outs=["o"] cmd="echo > $@")
+        """,
+    )
+    err = expect_invalid(workspace, "//pkg:ok")
+    assert "pkg/BUILD.py:2" in err
+    assert "syntax" in err.lower()
+
+
+def test_exception_in_buildfile_shows_file_and_line(workspace: Workspace) -> None:
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(name="ok", outs=["ok"], cmd="echo > $@")
+        x = {}["nope"]
+        """,
+    )
+    err = expect_invalid(workspace, "//pkg:ok")
+    assert "pkg/BUILD.py:2" in err
+    assert "KeyError" in err
+
+
+def test_error_in_a_macro_points_at_the_macro(workspace: Workspace) -> None:
+    workspace.write("tools/__init__.py", "")
+    workspace.write(
+        "tools/defs.py",
+        "from buildtool.dsl import genrule\n\n\ndef bad(name):\n    genrule(name=name, outs=['o'], cmd='x', bogus=1)\n",
+    )
+    workspace.build_file("", "from tools.defs import bad\nbad('t')\n")
+    err = expect_invalid(workspace)
+    assert "'bogus'" in err
+    assert "BUILD.py:2" in err or "tools/defs.py:5" in err
+
+
+def test_target_defined_twice(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="t", outs=["a"], cmd="echo > $@")
+        genrule(name="t", outs=["b"], cmd="echo > $@")
+        """,
+    )
+    err = expect_invalid(workspace)
+    assert "BUILD.py:2" in err and "BUILD.py:1" in err
+
+
+def test_valid_graph_builds(workspace: Workspace) -> None:
+    """Control for the tests above: the same shapes, valid, do build (exit 0)."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file(
+        "",
+        """
+        genrule(name="gen", srcs=["a.txt"], outs=["gen.out"], cmd="cat $< > $@")
+        genrule(name="use", srcs=[":gen"], outs=["use.out"], cmd="cat $< > $@")
+        """,
+    )
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("use.out") == "a\n"

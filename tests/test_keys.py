@@ -1,0 +1,101 @@
+"""Action keys: canonical, covering what the action sees, never the workspace's path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import Workspace
+
+from buildtool import keys
+
+
+def desc(**over: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "kind": "genrule", "pkg": "p", "cmd": "cat a > o", "shell": "/bin/sh",
+        "env": {"PATH": "/usr/bin"}, "tools": {}, "inputs": {"p/a": "d1"}, "outs": ("p/o",),
+    }
+    base.update(over)
+    return keys.action_description(**base)  # type: ignore[arg-type]
+
+
+def test_key_is_deterministic_and_order_independent() -> None:
+    a = desc(env={"A": "1", "B": "2"}, inputs={"p/a": "1", "p/b": "2"})
+    b = desc(env={"B": "2", "A": "1"}, inputs={"p/b": "2", "p/a": "1"})
+    assert keys.key_of(a) == keys.key_of(b)
+    assert len(keys.key_of(a)) == 64
+
+
+def test_key_covers_every_field() -> None:
+    k0 = keys.key_of(desc())
+    variants = [
+        desc(kind="test"), desc(pkg="q"), desc(cmd="cat a >o"), desc(shell="/bin/bash"),
+        desc(env={"PATH": "/bin"}), desc(env={"PATH": "/usr/bin", "X": ""}), desc(tools={"cc": "d"}),
+        desc(inputs={"p/a": "d2"}), desc(inputs={"p/b": "d1"}), desc(outs=("p/o2",)),
+        desc(extra={"fn": "m:f"}),
+    ]
+    got = {keys.key_of(v) for v in variants}
+    assert k0 not in got
+    assert len(got) == len(variants)
+
+
+BUILD_LIB = """
+genrule(name="gen", srcs=["in.txt"], outs=["gen/out.h"], cmd="cat $(SRCS) > $@ && echo $$(echo generated) >> $@")
+"""
+BUILD_APP = """
+genrule(
+    name="app",
+    srcs=["main.txt", "//lib:gen"],
+    outs=["app.out"],
+    env={"MODE": "release"},
+    cmd="cat $(location main.txt) $(location //lib:gen) > $@ && echo $$MODE >> $@",
+)
+test(name="check", deps=[":app"], cmd="grep -q release app.out")
+"""
+
+
+def _make(ws: Workspace) -> None:
+    ws.write("lib/in.txt", "lib input\n")
+    ws.write("app/main.txt", "main\n")
+    ws.build_file("lib", BUILD_LIB)
+    ws.build_file("app", BUILD_APP)
+
+
+def test_same_workspace_at_two_paths_gets_identical_keys(workspace: Workspace, tmp_path: Path) -> None:
+    _make(workspace)
+    first = workspace.build()
+    assert first.rc == 0, first.output
+    other_dir = tmp_path / "somewhere" / "much" / "deeper" / "with a space"
+    other_dir.parent.mkdir(parents=True)
+    copy = workspace.copy_to(other_dir, cache=tmp_path / "other-cache")
+    second = copy.build()
+    assert second.rc == 0, second.output
+    # The copy really ran (separate cache), and got exactly the same keys.
+    assert second.ran == {"//lib:gen", "//app:app"}
+    k1 = {lab: e["key"] for lab, e in first.by_label.items()}
+    k2 = {lab: e["key"] for lab, e in second.by_label.items()}
+    assert k1 == k2
+    assert len(set(k1.values())) == len(k1)
+    # Test targets' keys too.
+    t1, t2 = workspace.build(command="test"), copy.build(command="test")
+    assert t1.rc == 0 and t2.rc == 0, (t1.output, t2.output)
+    assert t1.by_label["//app:check"]["key"] == t2.by_label["//app:check"]["key"]
+
+
+def test_keys_change_when_an_input_changes(workspace: Workspace) -> None:
+    _make(workspace)
+    first = workspace.build()
+    workspace.write("lib/in.txt", "another input\n")
+    second = workspace.build()
+    assert second.rc == 0, second.output
+    for lab in ("//lib:gen", "//app:app"):
+        assert first.by_label[lab]["key"] != second.by_label[lab]["key"]
+        assert second.status(lab) == "ran"
+
+
+def test_caller_environment_does_not_leak_into_keys(workspace: Workspace) -> None:
+    _make(workspace)
+    first = workspace.build()
+    second_ws_run = workspace.build(env_extra={"SOME_RANDOM_VAR": "x", "MODE": "debug"})
+    assert second_ws_run.rc == 0
+    assert {e["status"] for e in second_ws_run.events} == {"up_to_date"}
+    assert {e["key"] for e in first.events} == {e["key"] for e in second_ws_run.events}

@@ -1,0 +1,169 @@
+"""Labels and patterns: parsing rules (unit) and how the CLI resolves them (end to end)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Workspace
+
+from buildtool import labels
+from buildtool.labels import LabelError, Pattern, parse_label, parse_pattern
+
+
+@pytest.mark.parametrize(
+    ("text", "cur", "expected"),
+    [
+        ("//pkg/path:name", "", ("pkg/path", "name")),
+        ("//pkg/path", "", ("pkg/path", "path")),
+        ("//:root_target", "other", ("", "root_target")),
+        (":x", "a/b", ("a/b", "x")),
+        (":x", "", ("", "x")),
+        ("//a:n.a-m_e+1=2,3@4~5", "", ("a", "n.a-m_e+1=2,3@4~5")),
+    ],
+)
+def test_parse_label_forms(text: str, cur: str, expected: tuple[str, str]) -> None:
+    assert parse_label(text, cur) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pkg:name",  # neither // nor :
+        "//",  # names no target
+        "//a:",  # empty name
+        "//a:b c",  # space not allowed
+        "//a:b/c",  # slash not allowed in a name
+        "//a/../b:c",  # .. component
+        "//a//b:c",  # empty component
+        "//a:..",
+        ":",
+        "//a:b$",
+    ],
+)
+def test_parse_label_rejects(text: str) -> None:
+    with pytest.raises(LabelError):
+        parse_label(text, "")
+
+
+def test_label_error_names_allowed_characters() -> None:
+    with pytest.raises(LabelError) as e:
+        parse_label("//a:b c", "")
+    assert labels.ALLOWED_NAME_CHARS_TEXT in str(e.value)
+    assert "'//a:b c'" in str(e.value)
+
+
+def test_label_str_and_split_round_trip() -> None:
+    assert labels.label_str("", "x") == "//:x"
+    assert labels.label_str("a/b", "x") == "//a/b:x"
+    assert labels.split_label("//a/b:x") == ("a/b", "x")
+    assert labels.split_label("//:x") == ("", "x")
+
+
+@pytest.mark.parametrize(
+    ("text", "cur", "kind", "pkg", "name"),
+    [
+        ("//...", "sub", "recursive", "", ""),
+        ("...", "sub", "recursive", "sub", ""),
+        ("//a/...", "", "recursive", "a", ""),
+        ("b/...", "a", "recursive", "a/b", ""),
+        ("//a:all", "", "package", "a", ""),
+        (":all", "a", "package", "a", ""),
+        ("//a:t", "", "target", "a", "t"),
+        ("//a", "", "target", "a", "a"),
+    ],
+)
+def test_parse_pattern(text: str, cur: str, kind: str, pkg: str, name: str) -> None:
+    p = parse_pattern(text, cur)
+    assert (p.kind, p.pkg, p.name) == (kind, pkg, name)
+
+
+def test_recursive_pattern_matches_subpackages_only_below() -> None:
+    p = Pattern("recursive", "a")
+    assert p.matches_package("a")
+    assert p.matches_package("a/b")
+    assert not p.matches_package("ab")  # a prefix of the name is not a subpackage
+    assert not p.matches_package("")
+    assert Pattern("recursive", "").matches_package("anything/at/all")
+    assert not Pattern("package", "a").matches_package("a/b")
+
+
+def test_bad_recursive_pattern() -> None:
+    with pytest.raises(LabelError):
+        parse_pattern("//a/../b/...", "")
+
+
+# -- end to end: how the CLI resolves labels and patterns -----------------------------
+
+
+def _two_packages(ws: Workspace) -> None:
+    ws.build_file("", 'genrule(name="top", outs=["top.out"], cmd="echo top > $@")\n')
+    ws.build_file(
+        "lib",
+        """
+        genrule(name="lib", outs=["lib.out"], cmd="echo lib > $@")
+        genrule(name="extra", outs=["extra.out"], cmd="echo extra > $@")
+        genrule(name="manual_one", outs=["manual.out"], cmd="echo m > $@", manual=True)
+        """,
+    )
+    ws.build_file("lib/sub", 'genrule(name="deep", outs=["deep.out"], cmd="echo deep > $@")\n')
+
+
+def test_pkg_shorthand_builds_target_named_after_last_component(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    r = workspace.build("//lib")
+    assert r.rc == 0, r.output
+    assert set(r.by_label) == {"//lib:lib"}
+    assert workspace.read("lib/lib.out") == "lib\n"
+    assert not workspace.exists("lib/extra.out")
+
+
+def test_relative_label_uses_the_enclosing_package_of_cwd(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    (workspace.root / "lib" / "notapkg").mkdir()
+    # Started in lib/notapkg (no BUILD.py): the nearest enclosing package is //lib.
+    r = workspace.build(":extra", cwd=workspace.root / "lib" / "notapkg")
+    assert r.rc == 0, r.output
+    assert set(r.by_label) == {"//lib:extra"}
+
+
+def test_wildcards_skip_manual_targets_but_naming_builds_them(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    r = workspace.build("//...")
+    assert r.rc == 0, r.output
+    assert set(r.by_label) == {"//:top", "//lib:lib", "//lib:extra", "//lib/sub:deep"}
+    r = workspace.build("//lib:all")
+    assert set(r.by_label) == {"//lib:lib", "//lib:extra"}
+    r = workspace.build("//lib/...")
+    assert set(r.by_label) == {"//lib:lib", "//lib:extra", "//lib/sub:deep"}
+    r = workspace.build("//lib:manual_one")
+    assert r.rc == 0, r.output
+    assert set(r.by_label) == {"//lib:manual_one"}
+    assert workspace.read("lib/manual.out") == "m\n"
+
+
+def test_no_pattern_means_everything(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    r = workspace.build(cwd=workspace.root / "lib")
+    assert r.rc == 0, r.output
+    assert set(r.by_label) == {"//:top", "//lib:lib", "//lib:extra", "//lib/sub:deep"}
+
+
+def test_pattern_matching_nothing_is_exit_2(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    workspace.build_file("empty", "")
+    rc, _, err = workspace.run("build", "//empty:all")
+    assert rc == 2
+    assert "//empty:all" in err
+
+
+def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    rc, _, err = workspace.run("build", "//lbi:lib")
+    assert rc == 2
+    assert "did you mean //lib" in err
+
+
+def test_malformed_label_on_command_line_is_exit_2(workspace: Workspace) -> None:
+    _two_packages(workspace)
+    rc, _, err = workspace.run("build", "//lib:bad name")
+    assert rc == 2
+    assert "bad name" in err

@@ -1,0 +1,293 @@
+"""Scheduler: order, concurrency, pools, failures and interruption, driven by fakes.
+
+The FakeRunner implements the scheduler.Runner protocol (try_inline / run / cancel_all,
+no commit); the scheduler itself is real, with real worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from buildtool.outcome import Outcome, Reason, Status
+from buildtool.plan import Plan
+from buildtool.scheduler import Scheduler
+
+
+class FakeRunner:
+    """Runs nothing: records starts, optionally sleeps, fails the ids in ``fail``."""
+
+    def __init__(
+        self,
+        deps: Sequence[Sequence[int]],
+        *,
+        fail: set[int] | None = None,
+        inline: set[int] | None = None,
+        sleep: float = 0.0,
+        pool_of: Sequence[str | None] | None = None,
+        on_run: Callable[[int], None] | None = None,
+    ) -> None:
+        self.deps = deps
+        self.fail = fail or set()
+        self.inline = inline or set()
+        self.sleep = sleep
+        self.pool_of = pool_of
+        self.on_run = on_run
+        self.started: list[int] = []
+        self.inline_checked: list[int] = []
+        self.lock = threading.Lock()
+        self.running: dict[str | None, int] = {}
+        self.max_running: dict[str | None, int] = {}
+        self.total_running = 0
+        self.max_total = 0
+        self.cancelled = 0
+
+    def label_of(self, t: int) -> str:
+        return f"//:t{t}"
+
+    def deps_of(self, t: int) -> Sequence[int]:
+        return self.deps[t]
+
+    def try_inline(self, t: int) -> Outcome | None:
+        self.inline_checked.append(t)
+        if t in self.inline:
+            return Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "fake: up to date")
+        return None
+
+    def run(self, t: int, lane: int) -> Outcome:
+        pool = self.pool_of[t] if self.pool_of else None
+        with self.lock:
+            self.started.append(t)
+            self.running[pool] = self.running.get(pool, 0) + 1
+            self.max_running[pool] = max(self.max_running.get(pool, 0), self.running[pool])
+            self.total_running += 1
+            self.max_total = max(self.max_total, self.total_running)
+        try:
+            if self.on_run:
+                self.on_run(t)
+            if self.sleep:
+                time.sleep(self.sleep)
+        finally:
+            with self.lock:
+                self.running[pool] -= 1
+                self.total_running -= 1
+        if t in self.fail:
+            return Outcome(Status.FAILED, Reason.FAILED, "fake: exited with status 1", exit_code=1)
+        return Outcome(Status.RAN, Reason.NEW, "fake: ran")
+
+    def cancel_all(self) -> None:
+        self.cancelled += 1
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.started: list[tuple[int, int]] = []
+        self.finished: list[tuple[int, Status]] = []
+
+    def target_started(self, t: int, lane: int) -> None:
+        self.started.append((t, lane))
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        self.finished.append((t, o.status))
+
+
+def make(
+    deps: Sequence[Sequence[int]],
+    *,
+    priority: Sequence[int] | None = None,
+    weight: Sequence[float] | None = None,
+    jobs: int = 1,
+    keep_going: bool = False,
+    pool_of: Sequence[str | None] | None = None,
+    pool_depth: dict[str, int] | None = None,
+    **runner_kw: object,
+) -> tuple[Scheduler, FakeRunner, Recorder]:
+    n = len(deps)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for t, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(t)
+    plan = Plan(deps, dependents, range(n), priority or [0] * n, weight or [1.0] * n)
+    runner = FakeRunner(deps, pool_of=pool_of, **runner_kw)  # type: ignore[arg-type]
+    rec = Recorder()
+    sched = Scheduler(plan, runner, rec, jobs=jobs, keep_going=keep_going, pool_of=pool_of, pool_depth=pool_depth)
+    return sched, runner, rec
+
+
+A, B, C, D, E = range(5)
+SEED_DEPS = [[], [], [A], [A], [B, C]]
+SEED_PRIO = [2, 1, 1, 3, 1]
+
+
+def statuses(outcomes: dict[int, Outcome]) -> dict[int, str]:
+    return {t: o.status.value for t, o in outcomes.items()}
+
+
+def test_seed_example_start_order_with_one_worker() -> None:
+    sched, runner, rec = make(SEED_DEPS, priority=SEED_PRIO)
+    outcomes = sched.run()
+    assert runner.started == [B, A, C, E, D]
+    assert [t for t, _ in rec.started] == [B, A, C, E, D]
+    assert all(o.status is Status.RAN for o in outcomes.values())
+    assert not sched.failed
+
+
+def test_seed_order_holds_whatever_the_recorded_durations() -> None:
+    # Priority orders ready targets; critical path only breaks ties.
+    for weight in ([1, 1, 1, 1, 1], [3, 2, 4, 2, 1], [0.001, 50, 0.001, 90, 0.001]):
+        sched, runner, _ = make(SEED_DEPS, priority=SEED_PRIO, weight=weight)
+        sched.run()
+        assert runner.started == [B, A, C, E, D], weight
+
+
+def test_critical_path_breaks_priority_ties() -> None:
+    # 0 and 1 ready with equal priority; 1 heads a long chain.
+    deps = [[], [], [1]]
+    sched, runner, _ = make(deps, weight=[1, 1, 10])
+    sched.run()
+    assert runner.started == [1, 2, 0]  # 2 (cp 10) then outranks 0 (cp 1)
+
+
+def test_arrival_order_breaks_full_ties() -> None:
+    sched, runner, _ = make([[]] * 6)
+    sched.run()
+    assert runner.started == [0, 1, 2, 3, 4, 5]
+
+
+def test_jobs_limit_concurrency_and_use_distinct_lanes() -> None:
+    sched, runner, rec = make([[]] * 6, jobs=3, sleep=0.05)
+    sched.run()
+    assert runner.max_total <= 3
+    assert len(runner.started) == 6
+    assert {lane for _, lane in rec.started} <= {0, 1, 2}
+    # Lanes in use at the same time are distinct: each outcome keeps its lane.
+    lanes = {t: o.lane for t, o in sched.outcomes.items()}
+    assert all(0 <= lane < 3 for lane in lanes.values())
+
+
+def test_inline_outcomes_do_not_use_workers() -> None:
+    # 0 and 1 are settled inline; 2 depends on both and runs.
+    deps = [[], [], [0, 1]]
+    sched, runner, rec = make(deps, inline={0, 1})
+    outcomes = sched.run()
+    assert runner.started == [2]
+    assert [t for t, _ in rec.started] == [2]
+    assert statuses(outcomes) == {0: "up_to_date", 1: "up_to_date", 2: "ran"}
+
+
+def test_pool_depth_caps_concurrency_in_that_pool_only() -> None:
+    pool_of = ["link", "link", "link", None, None, None]
+    sched, runner, _ = make([[]] * 6, jobs=6, pool_of=pool_of, pool_depth={"link": 1}, sleep=0.05)
+    outcomes = sched.run()
+    assert runner.max_running.get("link") == 1
+    assert all(o.status is Status.RAN for o in outcomes.values())
+    assert len(outcomes) == 6
+
+
+def test_console_pool_defaults_to_depth_one() -> None:
+    pool_of = ["console"] * 3
+    sched, runner, _ = make([[]] * 3, jobs=3, pool_of=pool_of, sleep=0.05)
+    sched.run()
+    assert runner.max_running["console"] == 1
+
+
+def test_pool_waiters_start_in_priority_order() -> None:
+    pool_of = ["p"] * 4
+    sched, runner, _ = make([[]] * 4, jobs=4, pool_of=pool_of, pool_depth={"p": 1}, priority=[0, 3, 1, 2])
+    sched.run()
+    assert runner.started == [0, 2, 3, 1]
+
+
+def test_fail_fast_stops_starting_new_work() -> None:
+    # 0 fails first (lowest priority number); 1 depends on it; 2 and 3 are independent.
+    deps = [[], [0], [], []]
+    sched, runner, _ = make(deps, priority=[0, 0, 1, 1], fail={0})
+    outcomes = sched.run()
+    assert sched.failed
+    assert runner.started == [0]
+    assert statuses(outcomes) == {0: "failed", 1: "skipped", 2: "cancelled", 3: "cancelled"}
+    assert outcomes[1].reason is Reason.DEP_FAILED
+    assert "//:t0" in outcomes[1].message
+    assert outcomes[2].reason is Reason.CANCELLED
+
+
+def test_fail_fast_lets_running_commands_finish() -> None:
+    # jobs=2: 0 fails quickly while 1 is still running; 1 must finish as ran, 2 never starts.
+    deps = [[], [], []]
+    started_1 = threading.Event()
+
+    def on_run(t: int) -> None:
+        if t == 0:
+            started_1.wait(5)
+        elif t == 1:
+            started_1.set()
+            time.sleep(0.2)
+
+    sched, runner, _ = make(deps, jobs=2, fail={0}, on_run=on_run)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "failed", 1: "ran", 2: "cancelled"}
+    assert 2 not in runner.started
+
+
+def test_keep_going_builds_everything_not_depending_on_the_failure() -> None:
+    # 0 fails; 1 <- 0; 3 <- 1 (transitively skipped); 2 and 4 <- 2 are independent.
+    deps = [[], [0], [], [1], [2]]
+    sched, runner, _ = make(deps, keep_going=True, fail={0})
+    outcomes = sched.run()
+    assert sched.failed
+    assert statuses(outcomes) == {0: "failed", 1: "skipped", 2: "ran", 3: "skipped", 4: "ran"}
+    assert sorted(runner.started) == [0, 2, 4]
+    assert "//:t0" in outcomes[3].message
+
+
+def test_every_wanted_target_gets_exactly_one_report() -> None:
+    deps = [[], [0], [], [1, 2], []]
+    sched, _, rec = make(deps, fail={2}, jobs=2)
+    sched.run()
+    finished = [t for t, _ in rec.finished]
+    assert sorted(finished) == [0, 1, 2, 3, 4]
+
+
+def test_interrupt_cancels_running_and_unstarted_targets() -> None:
+    deps = [[], [0], []]
+    holder: dict[str, Scheduler] = {}
+
+    def on_run(t: int) -> None:
+        if t == 0:
+            holder["s"].request_stop(15)
+
+    sched, runner, _ = make(deps, on_run=on_run, fail={0})
+    holder["s"] = sched
+    outcomes = sched.run()
+    assert sched.interrupt == 15
+    assert runner.cancelled == 1
+    assert runner.started == [0]
+    # The command killed by the signal is reported as cancelled, not as a failure.
+    assert outcomes[0].status is Status.CANCELLED
+    assert outcomes[0].reason is Reason.INTERRUPTED
+    assert outcomes[2].status is Status.CANCELLED
+    assert outcomes[2].reason is Reason.INTERRUPTED
+
+
+def test_runner_exception_is_a_failure_not_a_hang() -> None:
+    class Exploding(FakeRunner):
+        def run(self, t: int, lane: int) -> Outcome:
+            raise RuntimeError("boom")
+
+    deps = [[], [0]]
+    dependents = [[1], []]
+    plan = Plan(deps, dependents, range(2), [0, 0], [1.0, 1.0])
+    sched = Scheduler(plan, Exploding(deps), Recorder(), jobs=2)
+    outcomes = sched.run()
+    assert outcomes[0].status is Status.FAILED
+    assert "boom" in outcomes[0].message
+    assert outcomes[1].status is Status.SKIPPED
+
+
+def test_start_and_end_are_measured_from_the_build_start() -> None:
+    deps = [[], [0]]
+    sched, _, _ = make(deps, sleep=0.05)
+    outcomes = sched.run()
+    assert 0 <= outcomes[0].start <= outcomes[0].end <= outcomes[1].start <= outcomes[1].end
+    assert outcomes[0].end - outcomes[0].start >= 0.04

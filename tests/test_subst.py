@@ -1,0 +1,151 @@
+"""The fixed substitution table of genrule/test commands (unit) and in real builds."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Workspace
+
+from buildtool.subst import SubstError, substitute
+
+LOC = {
+    "a.txt": ["a.txt"],
+    ":gen": ["gen/one.h", "gen/two.h"],
+    "//x:y": ["../x/y.out"],
+    "my file.txt": ["my file.txt"],
+}
+
+
+def sub(cmd: str, srcs: list[str] | None = None, outs: list[str] | None = None) -> str:
+    def locations(x: str) -> list[str]:
+        if x not in LOC:
+            raise SubstError(f"{x} not listed")
+        return LOC[x]
+
+    return substitute(cmd, srcs if srcs is not None else ["a.txt", "b.txt"], outs if outs is not None else ["o.txt"],
+                      locations)
+
+
+@pytest.mark.parametrize(
+    ("cmd", "expected"),
+    [
+        ("cat $(SRCS) > $(OUTS)", "cat a.txt b.txt > o.txt"),
+        ("cp $< $@", "cp only.txt o.txt"),
+        ("cat $(location a.txt)", "cat a.txt"),
+        ("cat $(location //x:y)", "cat ../x/y.out"),
+        ("ls $(locations :gen)", "ls gen/one.h gen/two.h"),
+        ("echo $$ $$$$", "echo $ $$"),
+        ("echo $$(date)", "echo $(date)"),
+        ("echo $( SRCS )", "echo a.txt b.txt"),
+        ("no dollar at all", "no dollar at all"),
+    ],
+)
+def test_table(cmd: str, expected: str) -> None:
+    srcs = ["only.txt"] if "$<" in cmd else None
+    assert sub(cmd, srcs=srcs) == expected
+
+
+@pytest.mark.parametrize("cmd", ["echo $HOME", "echo ${X}", "echo $1 $#", "echo ${X:-default}", "echo $", "a$ b"])
+def test_other_dollars_reach_the_shell_unchanged(cmd: str) -> None:
+    assert sub(cmd) == cmd
+
+
+def test_names_with_spaces_and_quotes_are_shell_quoted() -> None:
+    got = sub("cat $(SRCS) > $@", srcs=["my file.txt", "plain.txt", "it's"], outs=["out put"])
+    assert got == "cat 'my file.txt' plain.txt 'it'\"'\"'s' > 'out put'"
+    assert sub("cat $(location my file.txt)") == "cat 'my file.txt'"
+    assert sub("cat $(OUTS)", outs=["a b", "c"]) == "cat 'a b' c"
+
+
+@pytest.mark.parametrize("cmd", ["echo $(FOO)", "echo $(date)", "echo $(shell ls)", "echo $(location)"])
+def test_unknown_substitution_is_an_error_that_suggests_double_dollar(cmd: str) -> None:
+    with pytest.raises(SubstError) as e:
+        sub(cmd)
+    assert "$$(" in str(e.value)
+
+
+def test_unterminated_paren_is_an_error() -> None:
+    with pytest.raises(SubstError) as e:
+        sub("echo $(SRCS")
+    assert "$$(" in str(e.value)
+
+
+@pytest.mark.parametrize(("srcs", "n"), [([], 0), (["a", "b"], 2)])
+def test_single_input_needs_exactly_one(srcs: list[str], n: int) -> None:
+    with pytest.raises(SubstError) as e:
+        sub("cat $<", srcs=srcs)
+    assert str(n) in str(e.value)
+
+
+@pytest.mark.parametrize("outs", [[], ["a", "b"]])
+def test_single_output_needs_exactly_one(outs: list[str]) -> None:
+    with pytest.raises(SubstError):
+        sub("touch $@", outs=outs)
+
+
+def test_location_of_several_files_is_an_error() -> None:
+    with pytest.raises(SubstError) as e:
+        sub("cat $(location :gen)")
+    assert "$(locations :gen)" in str(e.value)
+
+
+# -- end to end -----------------------------------------------------------------------
+
+
+def test_srcs_are_deduplicated_in_declared_order_and_relative_to_the_package(workspace: Workspace) -> None:
+    workspace.build_file("other", 'genrule(name="gen", outs=["gen.out"], cmd="echo generated > $@")\n')
+    workspace.write("pkg/a.txt", "A\n")
+    workspace.write("pkg/b c.txt", "BC\n")
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(
+            name="t",
+            srcs=["b c.txt", "a.txt", "//other:gen", "a.txt"],
+            deps=["//other:gen"],
+            outs=["sub/out.txt"],
+            cmd="printf '%s\\\\n' $(SRCS) > $@ && cat $(SRCS) >> $@ && echo $(location //other:gen) >> $@",
+        )
+        """,
+    )
+    r = workspace.build("//pkg:t")
+    assert r.rc == 0, r.output
+    assert workspace.read("pkg/sub/out.txt").splitlines() == [
+        "b c.txt", "a.txt", "../other/gen.out", "BC", "A", "generated", "../other/gen.out",
+    ]
+
+
+def test_shell_variables_and_double_dollar_reach_the_shell(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="t", outs=["o"], env={"X": "ex"},
+                cmd="set -- one; echo ${X} $X $1 $$(echo sub) $$X > $@")
+        """,
+    )
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("o") == "ex ex one sub ex\n"
+
+
+def test_unknown_substitution_in_buildfile_is_exit_2_naming_file_and_line(workspace: Workspace) -> None:
+    workspace.build_file(
+        "pkg",
+        """
+        genrule(name="ok", outs=["ok"], cmd="true > $@")
+        genrule(name="bad", outs=["o"], cmd="echo $(FOO) > $@")
+        """,
+    )
+    rc, _, err = workspace.run("build", "//pkg:bad")
+    assert rc == 2
+    assert "pkg/BUILD.py:2" in err
+    assert "$(FOO)" in err
+    assert "$$(" in err
+
+
+def test_single_input_mismatch_in_buildfile_is_exit_2(workspace: Workspace) -> None:
+    workspace.write("a", "")
+    workspace.write("b", "")
+    workspace.build_file("", 'genrule(name="t", srcs=["a", "b"], outs=["o"], cmd="cat $< > $@")\n')
+    rc, _, err = workspace.run("build")
+    assert rc == 2
+    assert "BUILD.py:1" in err and "$<" in err
