@@ -1,0 +1,80 @@
+"""The no-op fast path: it may only say "nothing changed" when nothing did."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def bt(ws: Path, cache: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, BUILDTOOL_CACHE_DIR=str(cache))
+    e.update(env or {})
+    return subprocess.run(["buildtool", "-C", str(ws), *args], capture_output=True, text=True, env=e, timeout=60)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    w = tmp_path / "ws"
+    (w / "sub").mkdir(parents=True)
+    (w / "buildtool.toml").write_text("")
+    (w / "a.txt").write_text("a\n")
+    (w / "BUILD.py").write_text(
+        'genrule(name="up", srcs=["a.txt"], outs=["up.txt"], cmd="tr a-z A-Z < $< > $@", pass_env=["GREETING"])\n'
+        'genrule(name="g", srcs=glob(["*.in"]), outs=["g.txt"], cmd="cat $(SRCS) /dev/null > $@")\n'
+    )
+    return w
+
+
+def settle(ws: Path, cache: Path) -> None:
+    """Build until the fast path is armed (outputs older than the racy window)."""
+    assert bt(ws, cache, "build").returncode == 0
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    r = bt(ws, cache, "build")
+    assert "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["source", "output", "buildfile", "new_glob_file", "env", "config", "new_package", "delete_output"],
+)
+def test_any_change_defeats_the_fast_path(ws: Path, tmp_path: Path, edit: str) -> None:
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    env = None
+    if edit == "source":
+        (ws / "a.txt").write_text("b\n")
+    elif edit == "output":
+        (ws / "up.txt").write_text("tampered\n")
+    elif edit == "buildfile":
+        with open(ws / "BUILD.py", "a") as f:
+            f.write("# comment\n")
+    elif edit == "new_glob_file":
+        (ws / "x.in").write_text("x\n")
+    elif edit == "env":
+        env = {"GREETING": "hi"}
+    elif edit == "config":
+        (ws / "buildtool.toml").write_text("jobs = 1\n")
+    elif edit == "new_package":
+        (ws / "sub" / "BUILD.py").write_text('genrule(name="s", outs=["s.txt"], cmd="echo s > $@")\n')
+    elif edit == "delete_output":
+        (ws / "up.txt").unlink()
+    r = bt(ws, cache, "build", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "(nothing changed)" not in r.stdout
+    assert (ws / "up.txt").read_text() == ((ws / "a.txt").read_text().upper())
+    if edit == "new_glob_file":
+        assert (ws / "g.txt").read_text() == "x\n"
+    if edit == "new_package":
+        assert (ws / "sub" / "s.txt").read_text() == "s\n"
+
+
+def test_other_patterns_do_not_reuse_the_snapshot(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    r = bt(ws, cache, "build", "//:up")
+    assert "(nothing changed)" not in r.stdout
