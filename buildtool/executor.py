@@ -80,38 +80,52 @@ class SubprocessExecutor:
         cwd: str,
         env: dict[str, str],
         timeout: float | None = None,
-        capture: bool = True,
+        capture: str | None = None,
     ) -> ProcessResult:
+        """Run to completion.  ``capture`` is a path prefix for the stdout/stderr files
+        (reused per worker lane: no pipes and no poll loop); None lets the child use the
+        terminal (the ``console`` pool)."""
         start = time.monotonic()
         if self.cancelled:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
-        pipe = subprocess.PIPE if capture else None
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=pipe,
-            stderr=pipe,
-            start_new_session=capture,
-            close_fds=True,
-        )
-        with self._lock:
-            self._procs[proc.pid] = proc
-        if self.cancelled:
-            self._kill(proc)
-        timed_out = False
+        out_fd = err_fd = None
+        if capture is not None:
+            flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            out_fd = os.open(capture + ".out", flags, 0o600)
+            err_fd = os.open(capture + ".err", flags, 0o600)
         try:
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                self._kill(proc)
-                out, err = proc.communicate()
-        finally:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                start_new_session=capture is not None,
+                close_fds=True,
+            )
             with self._lock:
-                self._procs.pop(proc.pid, None)
-        return ProcessResult(proc.returncode, out or b"", err or b"", timed_out, time.monotonic() - start)
+                self._procs[proc.pid] = proc
+            if self.cancelled:
+                self._kill(proc)
+            timed_out = False
+            try:
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self._kill(proc)
+                    proc.wait()
+            finally:
+                with self._lock:
+                    self._procs.pop(proc.pid, None)
+            out = _read_all(out_fd) if out_fd is not None else b""
+            err = _read_all(err_fd) if err_fd is not None else b""
+        finally:
+            for fd in (out_fd, err_fd):
+                if fd is not None:
+                    os.close(fd)
+        return ProcessResult(proc.returncode, out, err, timed_out, time.monotonic() - start)
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> None:
         try:
@@ -144,3 +158,10 @@ class SubprocessExecutor:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return b""
+    return os.pread(fd, size, 0)

@@ -86,22 +86,36 @@ class BuildRecord:
         return {o[0] for e in self.entries.values() for o in e.get("o", ())}
 
     def _append(self, obj: dict[str, Any]) -> None:
+        self._write_line(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+    def _write_line(self, line: str) -> None:
         if self._fh is None:
             new = not os.path.exists(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the build
             if new or self._fh.tell() == 0:
                 self._fh.write(HEADER)
-        self._fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._fh.write(line)
         self._fh.flush()
         self.lines += 1
 
-    def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
+    @staticmethod
+    def prepare(
+        label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]
+    ) -> tuple[dict[str, Any], str]:
+        """An entry and its serialised line (done by workers, off the scheduler thread)."""
         entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": desc}
-        self.entries[label] = entry
+        return entry, json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+    def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:
+        entry, line = prepared
+        self.entries[entry["l"]] = entry
         try:
-            self._append(entry)
+            self._write_line(line)
         except OSError as e:
             self._warn(f"could not write the build record ({e.strerror})")
+
+    def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
+        self.put_prepared(self.prepare(label, key, outputs, duration, desc))
 
     def drop(self, label: str) -> None:
         if self.entries.pop(label, None) is not None:

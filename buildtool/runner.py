@@ -68,7 +68,7 @@ class TargetRunner:
         for t in graph.targets:
             for o in t.outs:
                 self._owner[o] = t.label
-        self._tmp_counter = 0
+        self._lane_dirs: set[int] = set()
 
     def tool_paths(self) -> list[str]:
         """Absolute paths of the tool binaries resolved during this run."""
@@ -169,6 +169,8 @@ class TargetRunner:
         t = self.graph.targets[tid]
         if t.kind == "group":
             return Outcome(Status.UP_TO_DATE, Reason.GROUP, "group: builds its members, runs nothing")
+        if not self.opt.dry_run and t.label not in self.record.entries:
+            return None  # never built here: the key is computed by a worker, off this thread
         try:
             inputs = self._input_digests(t, INLINE_HASH_LIMIT)
         except OSError:
@@ -193,6 +195,19 @@ class TargetRunner:
         return None
 
     def run(self, tid: int, lane: int) -> Outcome:
+        """Worker thread: decide, restore or execute; pre-serialise the record entry."""
+        outcome = self._run(tid, lane)
+        if outcome.ok and outcome.extra.get("record", outcome.status is not Status.UP_TO_DATE):
+            label = self.label_of(tid)
+            desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
+            prev = self.record.get(label)
+            duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
+            outcome.extra["record_entry"] = self.record.prepare(
+                label, outcome.key, outcome.extra.get("outputs"), duration, desc  # type: ignore[arg-type]
+            )
+        return outcome
+
+    def _run(self, tid: int, lane: int) -> Outcome:
         t = self.graph.targets[tid]
         pre = self._desc.get(tid)
         if pre is None:
@@ -238,7 +253,7 @@ class TargetRunner:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
         else:
             why = f"{why}; no cache entry for key {key[:12]}"
-        return self._execute(t, key, desc, reason, why)
+        return self._execute(t, key, desc, reason, why, lane)
 
     def commit(self, tid: int, outcome: Outcome) -> None:
         """Scheduler thread: publish output digests and record the result."""
@@ -246,11 +261,9 @@ class TargetRunner:
         if outcome.ok and outs is not None:
             for path, digest, *_ in outs:  # type: ignore[attr-defined]
                 self.out_digests[path] = digest
-        if outcome.ok and outcome.extra.get("record", outcome.status is not Status.UP_TO_DATE):
-            desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
-            prev = self.record.get(self.label_of(tid))
-            duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
-            self.record.put(self.label_of(tid), outcome.key, outs, duration, desc)  # type: ignore[arg-type]
+        prepared = outcome.extra.get("record_entry")
+        if outcome.ok and prepared is not None:
+            self.record.put_prepared(prepared)  # type: ignore[arg-type]
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()
@@ -290,11 +303,25 @@ class TargetRunner:
             pass
 
     # -- subprocess layer --------------------------------------------------------------
-    def _tmpdir(self, tid: int) -> str:
-        d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{tid}")
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d, exist_ok=True)
+    def _tmpdir(self, lane: int) -> str:
+        """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
+        d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{lane}")
+        if lane not in self._lane_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d, exist_ok=True)
+            self._lane_dirs.add(lane)
         return d
+
+    @staticmethod
+    def _reset_tmp(d: str) -> None:
+        try:
+            with os.scandir(d) as it:
+                dirty = next(it, None) is not None
+        except OSError:
+            dirty = True
+        if dirty:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d, exist_ok=True)
 
     def _delete_outputs(self, t: Target) -> None:
         for o in t.outs:
@@ -309,9 +336,9 @@ class TargetRunner:
                 pass
             self.stats.forget(o)
 
-    def _execute(self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str) -> Outcome:
+    def _execute(self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int) -> Outcome:
         cwd = os.path.join(self.root, t.pkg)
-        tmp = self._tmpdir(t.id)
+        tmp = self._tmpdir(lane)
         env = dict(desc["env"])
         env["TMPDIR"] = tmp
         env["HOME"] = tmp
@@ -332,12 +359,13 @@ class TargetRunner:
                 argv = shell_argv(desc["shell"], script, True)
             else:
                 argv = shell_argv(desc["shell"], t.cmd, False)
-            res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=t.pool != "console")
+            capture = None if t.pool == "console" else f"{tmp}.capture"
+            res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
         except OSError as e:
             self._delete_outputs(t)
-            shutil.rmtree(tmp, ignore_errors=True)
+            self._reset_tmp(tmp)
             return Outcome(Status.FAILED, Reason.FAILED, f"could not start the command: {e.strerror}", key=key)
-        shutil.rmtree(tmp, ignore_errors=True)
+        self._reset_tmp(tmp)
         base = {"desc": desc}
         if res.exit_code != 0 or res.timed_out:
             self._delete_outputs(t)
