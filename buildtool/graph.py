@@ -266,7 +266,7 @@ class GraphBuilder:
                     continue
                 c = color[nxt]
                 if c == GREY:
-                    cyc = path[path.index(nxt) :] + [nxt]
+                    cyc = [*path[path.index(nxt):], nxt]
                     pkg, name = labels.split_label(nxt)
                     d = self.loader.load(pkg)[name]
                     msg = "dependency cycle: " + " -> ".join(cyc)
@@ -458,10 +458,9 @@ class GraphBuilder:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
         timeout = a.get("timeout")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
-        ):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
+
         # Package-relative views for substitution.
         def rel(p: str) -> str:
             return posixpath.relpath(p, pkg) if pkg else p

@@ -56,7 +56,9 @@ def why_changed(
         return Reason.NEW, "never built in this workspace"
     found: list[tuple[Reason, str]] = []
     if old.get("cmd") != new.get("cmd"):
-        found.append((Reason.COMMAND_CHANGED, f"command changed: was {_clip(old.get('cmd'))!r}, now {_clip(new.get('cmd'))!r}"))
+        found.append(
+            (Reason.COMMAND_CHANGED, f"command changed: was {_clip(old.get('cmd'))!r}, now {_clip(new.get('cmd'))!r}")
+        )
     if old.get("shell") != new.get("shell"):
         found.append((Reason.COMMAND_CHANGED, f"shell changed from {old.get('shell')} to {new.get('shell')}"))
     oenv, nenv = old.get("env", {}), new.get("env", {})
@@ -71,7 +73,9 @@ def why_changed(
     otools, ntools = old.get("tools", {}), new.get("tools", {})
     for k in sorted(set(otools) | set(ntools)):
         if otools.get(k) != ntools.get(k):
-            found.append((Reason.TOOL_CHANGED, f"tool {k} changed ({_short(otools.get(k))} -> {_short(ntools.get(k))})"))
+            found.append(
+                (Reason.TOOL_CHANGED, f"tool {k} changed ({_short(otools.get(k))} -> {_short(ntools.get(k))})")
+            )
     oin, nin = old.get("inputs", {}), new.get("inputs", {})
     for p, d in nin.items():
         od = oin.get(p)
@@ -81,7 +85,12 @@ def why_changed(
         if od is None:
             found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was added"))
         elif owner is not None:
-            found.append((Reason.DEP_CHANGED, f"dependency {owner} produced a different output {p} ({_short(od)} -> {_short(d)})"))
+            found.append(
+                (
+                    Reason.DEP_CHANGED,
+                    f"dependency {owner} produced a different output {p} ({_short(od)} -> {_short(d)})",
+                )
+            )
         else:
             found.append((Reason.INPUT_CHANGED, f"input {p} changed ({_short(od)} -> {_short(d)})"))
     for p in oin:

@@ -220,7 +220,9 @@ class TargetRunner:
             entry = self.record.get(t.label)
             ok, _, _ = rebuild.up_to_date(entry, pre[0], self._disk_digest)
             if ok and entry is not None:
-                return Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=pre[0], extra={"outputs": entry["o"]})
+                return Outcome(
+                    Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=pre[0], extra={"outputs": entry["o"]}
+                )
         key, desc = pre
         entry = self.record.get(t.label)
         if entry is not None and entry.get("k") == key:
@@ -351,7 +353,8 @@ class TargetRunner:
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
                 rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in self.graph.inputs[t.id]]
                 rel_outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
-                argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or "", json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
+                argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
+                argv += [json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
             elif len(t.cmd) > MAX_ARG:
                 script = os.path.join(tmp, "cmd.sh")
                 with open(script, "w") as f:

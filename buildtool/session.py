@@ -156,7 +156,8 @@ class Session:
                         print(f"{graph.targets[t].label}: {o.message}", file=out or sys.stdout)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
                 print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=out or sys.stdout)
-                return BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, time.monotonic() - t_begin, 0)
+                by_label = {graph.targets[t].label: o for t, o in outcomes.items()}
+                return BuildResult(by_label, time.monotonic() - t_begin, 0)
             os.umask(0o022)
             plan = Plan(
                 [t.deps for t in graph.targets],

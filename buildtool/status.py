@@ -24,13 +24,18 @@ EVENTS_SCHEMA = 1
 class Console:
     """Progress and failures on stderr-like ``out``; a live line only on a terminal."""
 
-    def __init__(self, graph: Graph, total: int, out: IO[str] | None = None, *, tty: bool | None = None,
-                 explain: bool = False) -> None:
+    def __init__(
+        self, graph: Graph, total: int, out: IO[str] | None = None, *, tty: bool | None = None, explain: bool = False
+    ) -> None:
         self.graph = graph
         self.total = total
         self.out = out or sys.stdout
         if tty is None:
-            tty = self.out.isatty() and os.environ.get("CI", "").lower() not in ("1", "true") and os.environ.get("TERM") != "dumb"
+            tty = (
+                self.out.isatty()
+                and os.environ.get("CI", "").lower() not in ("1", "true")
+                and os.environ.get("TERM") != "dumb"
+            )
         self.tty = tty
         self.explain = explain
         self.done = 0
@@ -107,7 +112,11 @@ class Console:
         order = ["ran", "restored", "up_to_date", "failed", "skipped", "cancelled"]
         parts = [f"{self.counts[k]} {k}" for k in order if self.counts.get(k)]
         head = "INTERRUPTED" if interrupted else ("FAILED" if failed else "OK")
-        print(f"{head}: {self.total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s", file=self.out, flush=True)
+        print(
+            f"{head}: {self.total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
+            file=self.out,
+            flush=True,
+        )
 
 
 class EventsWriter:
