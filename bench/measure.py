@@ -84,8 +84,7 @@ def wait_quiet(max_wait: float, threshold: float = 0.1, window: float = 0.25) ->
     return time.perf_counter() - start
 
 
-def run_once(argv: list[str], cwd: Path, timeout: float,
-             rss: bool = True) -> tuple[Sample, str]:
+def run_once(argv: list[str], cwd: Path, timeout: float, rss: bool = True) -> tuple[Sample, str]:
     """Run ``argv`` once; returns the sample and the tail of its stderr.
 
     With ``rss`` (and GNU time installed) the child runs under ``/usr/bin/time -f %M``.
@@ -96,8 +95,15 @@ def run_once(argv: list[str], cwd: Path, timeout: float,
             argv = [GNU_TIME, "-q", "-f", "%M", "-o", rss_file.name, *argv]
         b0, c0 = busy_seconds(), own_cpu()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
         killed = threading.Event()
         timer = threading.Timer(timeout, _kill_group, (proc.pid, killed))
         timer.start()
@@ -141,8 +147,14 @@ class Timer:
     def disturbed(self, s: Sample) -> bool:
         return s.foreign_cpu > 0.03 + 0.2 * s.wall
 
-    def time(self, argv: list[str], cwd: Path, prepare: Callable[[], None] | None = None,
-             verify: Callable[[], None] | None = None, rss: bool = True) -> Sample:
+    def time(
+        self,
+        argv: list[str],
+        cwd: Path,
+        prepare: Callable[[], None] | None = None,
+        verify: Callable[[], None] | None = None,
+        rss: bool = True,
+    ) -> Sample:
         """Time one run; ``prepare`` runs before each attempt, ``verify`` after it."""
         sample: Sample | None = None
         for attempt in range(self.retries + 1):

@@ -28,8 +28,7 @@ def spread(values: list[float]) -> tuple[float, float, float] | None:
 def ratios(result: Result, a: str, b: str) -> list[float]:
     """a/b wall-time ratios, one per round in which both ran to completion."""
     sa, sb = result.samples.get(a, []), result.samples.get(b, [])
-    return [x.wall / y.wall for x, y in zip(sa, sb, strict=False)
-            if not x.capped and not y.capped and y.wall > 0]
+    return [x.wall / y.wall for x, y in zip(sa, sb, strict=False) if not x.capped and not y.capped and y.wall > 0]
 
 
 def fmt_time(v: float) -> str:
@@ -42,8 +41,7 @@ def fmt_time(v: float) -> str:
     return f"{v:.4f}"
 
 
-def fmt_spread(stats: tuple[float, float, float] | None, fmt: Any = fmt_time,
-               suffix: str = "") -> str:
+def fmt_spread(stats: tuple[float, float, float] | None, fmt: Any = fmt_time, suffix: str = "") -> str:
     if stats is None:
         return "—"
     med, lo, hi = stats
@@ -87,8 +85,14 @@ def tool_table(results: list[Result], tools: list[str], what: str, title: str) -
 
 def ratio_table(results: list[Result], peers: list[str]) -> list[str]:
     head = ["scenario", *(f"buildtool / {p}" for p in peers)]
-    lines = [f"### buildtool / peer, wall-time ratio within a round (median, min{DASH}max)", "",
-             "Below 1 means buildtool was faster.", "", _row(head), _row(["---"] * len(head))]
+    lines = [
+        f"### buildtool / peer, wall-time ratio within a round (median, min{DASH}max)",
+        "",
+        "Below 1 means buildtool was faster.",
+        "",
+        _row(head),
+        _row(["---"] * len(head)),
+    ]
     for r in results:
         cells = [fmt_spread(spread(ratios(r, "buildtool", p)), fmt_ratio) for p in peers]
         lines.append(_row([r.id, *cells]))
@@ -97,10 +101,15 @@ def ratio_table(results: list[Result], peers: list[str]) -> list[str]:
 
 def schedule_lines(r: Result) -> list[str]:
     bound = r.notes["lower_bound"]
-    lines = [f"### {r.id}: makespan / lower bound", "",
-             f"Lower bound max(critical path {bound['critical_path']:.2f} s, work/"
-             f"{r.jobs} {bound['work_per_job']:.2f} s) = {bound['bound']:.2f} s.", "",
-             _row(["tool", "makespan", "/ lower bound"]), _row(["---"] * 3)]
+    lines = [
+        f"### {r.id}: makespan / lower bound",
+        "",
+        f"Lower bound max(critical path {bound['critical_path']:.2f} s, work/"
+        f"{r.jobs} {bound['work_per_job']:.2f} s) = {bound['bound']:.2f} s.",
+        "",
+        _row(["tool", "makespan", "/ lower bound"]),
+        _row(["---"] * 3),
+    ]
     for label, samples in r.samples.items():
         walls = [s.wall for s in good(samples)]
         st = spread(walls)
@@ -127,12 +136,11 @@ def hashing_lines(r: Result) -> list[str]:
         f"{r.notes['bytes'] / 1e9:.2f} GB of inputs, `.buildtool` deleted before each run "
         "(cold stat cache), cache dir kept (so the run is hash + cache hit).",
         "",
-        _row(["measure", f"median (min{DASH}max)"]), _row(["---"] * 2),
+        _row(["measure", f"median (min{DASH}max)"]),
+        _row(["---"] * 2),
         _row(["buildtool, whole run (GB/s)", fmt_spread(spread(list(cols[0])), gbps)]),
-        _row(["buildtool, minus the same run with tiny inputs (GB/s)",
-              fmt_spread(spread(list(cols[1])), gbps)]),
-        _row(["raw blake3, mmap + max_threads=AUTO, in-process (GB/s)",
-              fmt_spread(spread(list(cols[2])), gbps)]),
+        _row(["buildtool, minus the same run with tiny inputs (GB/s)", fmt_spread(spread(list(cols[1])), gbps)]),
+        _row(["raw blake3, mmap + max_threads=AUTO, in-process (GB/s)", fmt_spread(spread(list(cols[2])), gbps)]),
         _row(["buildtool net / raw blake3", fmt_spread(spread(list(cols[3])), fmt_ratio)]),
     ]
     return [*lines, ""]
@@ -149,12 +157,27 @@ def watch_lines(r: Result) -> list[str]:
 
 
 def pair_lines(r: Result, a: str, b: str, title: str) -> list[str]:
-    sa, sb = spread([s.wall for s in good(r.samples.get(a, []))]), spread(
-        [s.wall for s in good(r.samples.get(b, []))])
+    sa, sb = spread([s.wall for s in good(r.samples.get(a, []))]), spread([s.wall for s in good(r.samples.get(b, []))])
     rel = spread(ratios(r, a, b))
-    return [f"### {title}", "", _row(["variant", "wall (s)"]), _row(["---"] * 2),
-            _row([a, fmt_spread(sa)]), _row([b, fmt_spread(sb)]),
-            _row([f"{a} / {b}", fmt_spread(rel, fmt_ratio)]), ""]
+    return [
+        f"### {title}",
+        "",
+        _row(["variant", "wall (s)"]),
+        _row(["---"] * 2),
+        _row([a, fmt_spread(sa)]),
+        _row([b, fmt_spread(sb)]),
+        _row([f"{a} / {b}", fmt_spread(rel, fmt_ratio)]),
+        "",
+    ]
+
+
+def startup_lines(r: Result) -> list[str]:
+    lines = []
+    for suffix in ("", " (venv)"):
+        a, b = f"buildtool --version{suffix}", f"python -c pass{suffix}"
+        if r.samples.get(a) and r.samples.get(b):
+            lines += pair_lines(r, a, b, f"Start-up{suffix}")
+    return lines
 
 
 def _row(cells: list[str]) -> str:
@@ -164,14 +187,20 @@ def _row(cells: list[str]) -> str:
 def markdown(meta: dict[str, Any], results: list[Result]) -> str:
     tools = [t for t in meta["tools"] if t in {*PEERS, "buildtool"}]
     peers = [t for t in tools if t in PEERS]
-    main = [r for r in results if r.scenario in {"clean", "no-op", "one source changed",
-                                                 "outputs deleted"} and not r.error]
-    lines = [f"# Benchmark results ({meta['mode']})", "",
-             f"- date: {meta['date']}", f"- command: `{meta['command']}`",
-             f"- machine: {meta['machine']}", f"- -j: {meta['jobs']}",
-             "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
-             f"- rounds per scenario: {meta['rounds']}; tools interleaved and rotated per round",
-             ""]
+    main = [
+        r for r in results if r.scenario in {"clean", "no-op", "one source changed", "outputs deleted"} and not r.error
+    ]
+    lines = [
+        f"# Benchmark results ({meta['mode']})",
+        "",
+        f"- date: {meta['date']}",
+        f"- command: `{meta['command']}`",
+        f"- machine: {meta['machine']}",
+        f"- -j: {meta['jobs']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        f"- rounds per scenario: {meta['rounds']}; tools interleaved and rotated per round",
+        "",
+    ]
     lines += tool_table(main, tools, "wall", f"Wall time, seconds (median, min{DASH}max)")
     if "buildtool" in tools and peers:
         lines += ratio_table(main, peers)
@@ -185,10 +214,9 @@ def markdown(meta: dict[str, Any], results: list[Result]) -> str:
         elif r.scenario == "watch latency":
             lines += watch_lines(r)
         elif r.scenario == "outputs deleted" and "buildtool-rerun" in r.samples:
-            lines += pair_lines(r, "buildtool", "buildtool-rerun",
-                                f"{r.id}: restore from cache vs rerun the commands")
-        elif r.scenario == "start-up" and len(r.samples) == 2:
-            lines += pair_lines(r, "buildtool --version", "python -c pass", "Start-up")
+            lines += pair_lines(r, "buildtool", "buildtool-rerun", f"{r.id}: restore from cache vs rerun the commands")
+        elif r.scenario == "start-up":
+            lines += startup_lines(r)
     errors = [r for r in results if r.error and r.scenario not in {"watch latency"}]
     if errors:
         lines += ["### Errors", ""] + [f"- {r.id}: {r.error}" for r in errors] + [""]

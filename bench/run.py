@@ -50,19 +50,56 @@ class Mode:
     rounds: int
     w3_rounds: int
     startup_rounds: int
+    startup_venv: bool
     timer: Timer = field(default_factory=Timer)
 
 
 MODES = {
-    "smoke": Mode("smoke", (20,), {20: 1}, 50, (8, 0.01, 0.05), 4 << 20, 20, 20,
-                  rounds=1, w3_rounds=1, startup_rounds=3,
-                  timer=Timer(quiet_wait=0, retries=0, limit=30)),
-    "quick": Mode("quick", (1000, 10_000), {1000: 3, 10_000: 1}, 2000, (60, 0.05, 0.5),
-                  1 << 30, 10_000, 10_000, rounds=3, w3_rounds=1, startup_rounds=10,
-                  timer=Timer(quiet_wait=5, retries=1, limit=60)),
-    "full": Mode("full", (1000, 10_000, 100_000), {1000: 5, 10_000: 3, 100_000: 1}, 2000,
-                 (60, 0.05, 0.5), 1 << 30, 10_000, 10_000, rounds=5, w3_rounds=3,
-                 startup_rounds=20, timer=Timer(quiet_wait=10, retries=2, limit=300)),
+    "smoke": Mode(
+        "smoke",
+        (20,),
+        {20: 1},
+        50,
+        (8, 0.01, 0.05),
+        4 << 20,
+        20,
+        20,
+        rounds=1,
+        w3_rounds=1,
+        startup_rounds=3,
+        startup_venv=False,
+        timer=Timer(quiet_wait=0, retries=0, limit=30),
+    ),
+    "quick": Mode(
+        "quick",
+        (1000, 10_000),
+        {1000: 3, 10_000: 1},
+        2000,
+        (60, 0.05, 0.5),
+        1 << 30,
+        10_000,
+        10_000,
+        rounds=3,
+        w3_rounds=1,
+        startup_rounds=10,
+        startup_venv=True,
+        timer=Timer(quiet_wait=5, retries=1, limit=60),
+    ),
+    "full": Mode(
+        "full",
+        (1000, 10_000, 100_000),
+        {1000: 5, 10_000: 3, 100_000: 1},
+        2000,
+        (60, 0.05, 0.5),
+        1 << 30,
+        10_000,
+        10_000,
+        rounds=5,
+        w3_rounds=3,
+        startup_rounds=20,
+        startup_venv=True,
+        timer=Timer(quiet_wait=10, retries=2, limit=300),
+    ),
 }
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "startup")
 
@@ -72,13 +109,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group()
     for name in MODES:
         mode.add_argument(f"--{name}", dest="mode", action="store_const", const=name)
-    p.add_argument("--tools", default=",".join(ALL_TOOLS),
-                   help="comma-separated subset of: " + ", ".join(ALL_TOOLS))
-    p.add_argument("--only", default=",".join(WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(WORKLOADS))
+    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma-separated subset of: " + ", ".join(ALL_TOOLS))
+    p.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated subset of: " + ", ".join(WORKLOADS))
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    p.add_argument("--work", type=Path, default=None,
-                   help="scratch directory (default: a fresh temp dir, deleted afterwards)")
+    p.add_argument(
+        "--work", type=Path, default=None, help="scratch directory (default: a fresh temp dir, deleted afterwards)"
+    )
     p.add_argument("-j", "--jobs", type=int, default=2)
     args = p.parse_args(argv)
     args.mode = args.mode or "quick"
@@ -106,18 +142,17 @@ def plan(mode: Mode, bench: sc.Bench, only: set[str]) -> list[tuple[str, Callabl
     """The scenarios to run, in order, as (name, thunk) pairs."""
     steps: list[tuple[str, Callable[[], list[sc.Result]]]] = []
     if "startup" in only:
-        steps.append(("start-up", lambda: [sc.startup(bench, mode.startup_rounds)]))
+        steps.append(("start-up", lambda: [sc.startup(bench, mode.startup_rounds, mode.startup_venv)]))
     if "W1" in only:
         for n in mode.w1_sizes:
-            steps.append((f"W1-{n}", lambda n=n: sc.classic(
-                bench, wl.w1_copy(n), mode.w1_clean_rounds[n], mode.rounds)))
+            steps.append(
+                (f"W1-{n}", lambda n=n: sc.classic(bench, wl.w1_copy(n), mode.w1_clean_rounds[n], mode.rounds))
+            )
     if "W2" in only:
-        steps.append(("W2", lambda: sc.classic(bench, wl.w2_dag(mode.w2_targets),
-                                               mode.rounds, mode.rounds)))
+        steps.append(("W2", lambda: sc.classic(bench, wl.w2_dag(mode.w2_targets), mode.rounds, mode.rounds)))
     if "W3" in only:
         n, lo, hi = mode.w3
-        steps.append(("W3", lambda: [sc.scheduling(bench, wl.w3_sleeps(n, lo, hi),
-                                                   mode.w3_rounds)]))
+        steps.append(("W3", lambda: [sc.scheduling(bench, wl.w3_sleeps(n, lo, hi), mode.w3_rounds)]))
     if "W4" in only:
         steps.append(("W4", lambda: [sc.hashing(bench, mode.w4_bytes, mode.rounds)]))
     if "W5" in only:
@@ -131,8 +166,7 @@ def machine() -> str:
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     import os
@@ -185,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote {args.out / 'results.md'} and results.json "
-          f"in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    print(f"wrote {args.out / 'results.md'} and results.json in {time.perf_counter() - started:.1f}s", file=sys.stderr)
     return 1 if failed else 0
 
 

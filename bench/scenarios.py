@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,16 +54,22 @@ class Result:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "workload": self.workload, "scenario": self.scenario,
-            "jobs": self.jobs, "labels": self.labels,
+            "id": self.id,
+            "workload": self.workload,
+            "scenario": self.scenario,
+            "jobs": self.jobs,
+            "labels": self.labels,
             "samples": {k: [s.as_dict() for s in v] for k, v in self.samples.items()},
-            "capped": self.capped, "stat_floor": self.floors, "notes": self.notes,
+            "capped": self.capped,
+            "stat_floor": self.floors,
+            "notes": self.notes,
             "error": self.error,
         }
 
 
-def run_rounds(result: Result, variants: list[Variant], rounds: int, timer: Timer,
-               floor: Callable[[], float] | None = None) -> Result:
+def run_rounds(
+    result: Result, variants: list[Variant], rounds: int, timer: Timer, floor: Callable[[], float] | None = None
+) -> Result:
     """Time every variant ``rounds`` times, interleaved and rotated; fills ``result``."""
     for v in variants:
         result.samples.setdefault(v.label, [])
@@ -128,8 +135,7 @@ def outputs_digest(ws: Workspace) -> str:
 
 def stat_floor(ws: Workspace) -> Callable[[], float]:
     """A function timing one ``os.stat`` of every input and output from Python."""
-    paths = [str(ws.root / p) for p in [*ws.workload.source_paths(),
-                                        *ws.workload.output_paths()]]
+    paths = [str(ws.root / p) for p in [*ws.workload.source_paths(), *ws.workload.output_paths()]]
 
     def measure() -> float:
         t0 = time.perf_counter()
@@ -154,45 +160,45 @@ class Bench:
     warmups: int = 1
 
 
-def tool_variants(bench: Bench, spaces: dict[str, Workspace], skip: set[str],
-                  prepare: Callable[[Tool, Workspace], Callable[[], None] | None]
-                  ) -> list[Variant]:
+def tool_variants(
+    bench: Bench,
+    spaces: dict[str, Workspace],
+    skip: set[str],
+    prepare: Callable[[Tool, Workspace], Callable[[], None] | None],
+) -> list[Variant]:
     out = []
     for tool in bench.tools:
         if tool.name in skip:
             continue
         ws = spaces[tool.name]
-        out.append(Variant(tool.name, tool.argv(ws, bench.jobs), ws.root, prepare(tool, ws),
-                           lambda ws=ws: verify(ws)))
+        out.append(Variant(tool.name, tool.argv(ws, bench.jobs), ws.root, prepare(tool, ws), lambda ws=ws: verify(ws)))
     return out
 
 
-def clean_build(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace],
-                rounds: int) -> Result:
+def clean_build(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace], rounds: int) -> Result:
     """Clean build: no outputs, no tool state, and for buildtool an empty cache."""
-    result = Result(f"{workload.name} clean", workload.name, "clean", bench.jobs,
-                    [t.name for t in bench.tools])
+    result = Result(f"{workload.name} clean", workload.name, "clean", bench.jobs, [t.name for t in bench.tools])
 
     def prepare(tool: Tool, ws: Workspace) -> Callable[[], None]:
         def reset() -> None:
             clear_outputs(ws)
             tool.reset_state(ws)
+
         return reset
 
     run_rounds(result, tool_variants(bench, spaces, set(), prepare), rounds, bench.timer)
-    digests = {name: outputs_digest(spaces[name]) for name in result.samples
-               if name not in result.capped}
+    digests = {name: outputs_digest(spaces[name]) for name in result.samples if name not in result.capped}
     result.notes["output_digests"] = digests
     if len(set(digests.values())) > 1:
         result.error = f"tools disagree on the outputs: {digests}"
     return result
 
 
-def noop_build(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace],
-               rounds: int, skip: set[str]) -> Result:
+def noop_build(
+    bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace], rounds: int, skip: set[str]
+) -> Result:
     """No-op rebuild after warm-up runs, with the stat-only floor measured each round."""
-    result = Result(f"{workload.name} no-op", workload.name, "no-op", bench.jobs,
-                    [t.name for t in bench.tools])
+    result = Result(f"{workload.name} no-op", workload.name, "no-op", bench.jobs, [t.name for t in bench.tools])
     result.capped.update({name: "clean build capped" for name in skip})
     variants = tool_variants(bench, spaces, skip, lambda tool, ws: None)
     for v in variants:
@@ -216,12 +222,14 @@ def warm(bench: Bench, variants: list[Variant], result: Result) -> None:
                 raise RunFailed(f"{v.label} warm-up failed:\n{stderr}")
 
 
-def one_changed(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace],
-                rounds: int, skip: set[str]) -> Result:
+def one_changed(
+    bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace], rounds: int, skip: set[str]
+) -> Result:
     """Edit one source (new content each run), then rebuild."""
     source = wl.pick_changed_source(workload)
-    result = Result(f"{workload.name} one changed", workload.name, "one source changed",
-                    bench.jobs, [t.name for t in bench.tools])
+    result = Result(
+        f"{workload.name} one changed", workload.name, "one source changed", bench.jobs, [t.name for t in bench.tools]
+    )
     result.capped.update({name: "clean build capped" for name in skip})
     result.notes.update(source=source, cone=wl.cone(workload, source))
     counter = iter(range(1_000_000))
@@ -231,10 +239,10 @@ def one_changed(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace
             data = f"changed {next(counter)}\n".encode()
             (ws.root / source).write_bytes(data)
             ws.sources[source] = data
+
         return edit
 
-    return run_rounds(result, tool_variants(bench, spaces, skip, prepare), rounds,
-                      bench.timer)
+    return run_rounds(result, tool_variants(bench, spaces, skip, prepare), rounds, bench.timer)
 
 
 def classic(bench: Bench, workload: wl.Workload, clean_rounds: int, rounds: int) -> list[Result]:
@@ -254,14 +262,16 @@ def classic(bench: Bench, workload: wl.Workload, clean_rounds: int, rounds: int)
 def scheduling(bench: Bench, workload: wl.Workload, rounds: int) -> Result:
     """W3: makespan of a sleep DAG after one recording run, as a ratio to the lower bound."""
     spaces = make_workspaces(workload, bench.tools, bench.base)
-    result = Result(f"{workload.name} schedule", workload.name, "schedule (sleep DAG)",
-                    bench.jobs, [t.name for t in bench.tools])
+    result = Result(
+        f"{workload.name} schedule", workload.name, "schedule (sleep DAG)", bench.jobs, [t.name for t in bench.tools]
+    )
     result.notes["lower_bound"] = wl.lower_bound(workload, bench.jobs)
 
     def prepare(tool: Tool, ws: Workspace) -> Callable[[], None]:
         def reset() -> None:
             clear_outputs(ws)
             shutil.rmtree(ws.cache_dir, ignore_errors=True)  # buildtool must rerun, not restore
+
         return reset
 
     variants = tool_variants(bench, spaces, set(), prepare)
@@ -287,8 +297,13 @@ def hashing(bench: Bench, total_bytes: int, rounds: int) -> Result:
     """W4: buildtool hashing large inputs with a cold stat cache vs raw BLAKE3."""
     tool = _buildtool(bench)
     big, small = wl.w4_big_inputs(total_bytes), wl.w4_big_inputs(4 * 4096)
-    result = Result(f"{big.name} hashing", big.name, "hash inputs (cold stat cache)",
-                    bench.jobs, ["buildtool", "buildtool-tiny-inputs", "blake3"])
+    result = Result(
+        f"{big.name} hashing",
+        big.name,
+        "hash inputs (cold stat cache)",
+        bench.jobs,
+        ["buildtool", "buildtool-tiny-inputs", "blake3"],
+    )
     if tool is None:
         result.error = "buildtool is not available"
         return result
@@ -298,11 +313,14 @@ def hashing(bench: Bench, total_bytes: int, rounds: int) -> Result:
         wl.write_big_files(ws.root, work.big_sources)
         spaces[name] = ws
     variants = [
-        Variant(label, tool.argv(ws, bench.jobs), ws.root,
-                lambda ws=ws: shutil.rmtree(ws.root / ".buildtool", ignore_errors=True),
-                lambda ws=ws: verify(ws))
-        for label, ws in (("buildtool", spaces["big"]), ("buildtool-tiny-inputs",
-                                                          spaces["small"]))
+        Variant(
+            label,
+            tool.argv(ws, bench.jobs),
+            ws.root,
+            lambda ws=ws: shutil.rmtree(ws.root / ".buildtool", ignore_errors=True),
+            lambda ws=ws: verify(ws),
+        )
+        for label, ws in (("buildtool", spaces["big"]), ("buildtool-tiny-inputs", spaces["small"]))
     ]
     warm(bench, variants, result)  # fills the cache: timed runs hash, then hit the cache
     paths = [spaces["big"].root / p for p in big.big_sources]
@@ -323,8 +341,7 @@ def _buildtool(bench: Bench) -> Tool | None:
 
 
 def watch_available(tool: Tool) -> bool:
-    proc = subprocess.run([*tool.base_argv(), "watch", "--help"], capture_output=True,
-                          env=child_env(), check=False)
+    proc = subprocess.run([*tool.base_argv(), "watch", "--help"], capture_output=True, env=child_env(), check=False)
     return proc.returncode == 0
 
 
@@ -350,8 +367,9 @@ def watch_latency(bench: Bench, n: int, samples: int) -> Result:
     if sample.returncode != 0:
         raise RunFailed(f"W5 initial build failed:\n{stderr}")
     argv = [a if a != "build" else "watch" for a in tool.argv(ws, bench.jobs)]
-    proc = subprocess.Popen(argv, cwd=ws.root, env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=ws.root, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         result.samples["buildtool"] = _watch_samples(ws, log, samples)
         verify(ws)
@@ -402,10 +420,14 @@ def restore(bench: Bench, n: int, rounds: int) -> Result:
     work = wl.w1_copy(n)
     work.name = f"W6-{n}"
     spaces = make_workspaces(work, bench.tools, bench.base)
-    result = Result(f"{work.name} restore", work.name, "outputs deleted", bench.jobs,
-                    [*(t.name for t in bench.tools), "buildtool-rerun"])
-    variants = tool_variants(bench, spaces, set(), lambda tool, ws: lambda ws=ws:
-                             clear_outputs(ws))
+    result = Result(
+        f"{work.name} restore",
+        work.name,
+        "outputs deleted",
+        bench.jobs,
+        [*(t.name for t in bench.tools), "buildtool-rerun"],
+    )
+    variants = tool_variants(bench, spaces, set(), lambda tool, ws: lambda ws=ws: clear_outputs(ws))
     tool = _buildtool(bench)
     if tool is not None:
         rerun_ws = make_workspaces(work, [tool], bench.base / "rerun")[tool.name]
@@ -414,27 +436,65 @@ def restore(bench: Bench, n: int, rounds: int) -> Result:
             clear_outputs(rerun_ws)
             shutil.rmtree(rerun_ws.cache_dir, ignore_errors=True)
 
-        variants.append(Variant("buildtool-rerun", tool.argv(rerun_ws, bench.jobs),
-                                rerun_ws.root, rerun_prepare, lambda: verify(rerun_ws)))
+        variants.append(
+            Variant(
+                "buildtool-rerun",
+                tool.argv(rerun_ws, bench.jobs),
+                rerun_ws.root,
+                rerun_prepare,
+                lambda: verify(rerun_ws),
+            )
+        )
     warm(bench, variants, result)  # the first build fills buildtool's cache
     return run_rounds(result, variants, rounds, bench.timer)
 
 
 # --- start-up ----------------------------------------------------------------------------
 
+REPO = Path(__file__).resolve().parent.parent
 
-def startup(bench: Bench, rounds: int) -> Result:
-    """``buildtool --version`` against ``python -c pass`` (same interpreter)."""
-    import sys
 
-    result = Result("start-up", "-", "start-up", 1, ["python -c pass", "buildtool --version"])
-    variants = [Variant("python -c pass", [sys.executable, "-c", "pass"], bench.base,
-                        rss=False)]
-    tool = _buildtool(bench)
-    if tool is not None:
-        variants.append(Variant("buildtool --version", [*tool.base_argv(), "--version"],
-                                bench.base, rss=False))
+def startup(bench: Bench, rounds: int, venv: bool) -> Result:
+    """``buildtool --version`` against ``python -c pass``, with the same interpreter.
+
+    With ``venv``, the same pair again from a fresh venv holding a regular (non-editable)
+    install of this checkout: no site-packages ``.pth`` imports, no editable finder.
+    """
+    result = Result("start-up", "-", "start-up", 1, [])
     bench.base.mkdir(parents=True, exist_ok=True)
+    variants = _startup_pair(bench, "", sys.executable, _buildtool(bench))
+    if venv:
+        python = _make_venv(bench.base / "venv", result)
+        if python is not None:
+            variants += _startup_pair(bench, " (venv)", python, None)
+    result.labels = [v.label for v in variants]
     for _ in range(2):
         warm(bench, variants, result)
     return run_rounds(result, variants, rounds, bench.timer)
+
+
+def _startup_pair(bench: Bench, suffix: str, python: str, tool: Tool | None) -> list[Variant]:
+    out = [Variant(f"python -c pass{suffix}", [python, "-c", "pass"], bench.base, rss=False)]
+    if tool is not None:
+        argv = [*tool.base_argv(), "--version"]
+    elif suffix:
+        argv = [str(Path(python).parent / "buildtool"), "--version"]
+    else:
+        return out
+    out.append(Variant(f"buildtool --version{suffix}", argv, bench.base, rss=False))
+    return out
+
+
+def _make_venv(path: Path, result: Result) -> str | None:
+    """A venv with ``pip install REPO`` (compiled at install time); None if that fails."""
+    python = path / "bin" / "python"
+    steps = [
+        [sys.executable, "-m", "venv", str(path)],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(REPO)],
+    ]
+    for argv in steps:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            result.notes["venv_error"] = proc.stderr[-2000:]
+            return None
+    return str(python)

@@ -61,8 +61,7 @@ class Tool:
     def version(self) -> str:
         if not self.path:
             return "missing"
-        proc = subprocess.run([*self.base_argv(), "--version"], capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run([*self.base_argv(), "--version"], capture_output=True, text=True, check=False)
         lines = (proc.stdout or proc.stderr).strip().splitlines()
         return self.pick_version(lines)
 
@@ -234,8 +233,17 @@ class Buildtool(Tool):
         return [self.path]
 
     def argv(self, ws: Workspace, jobs: int) -> list[str]:
-        return [*self.base_argv(), "-C", str(ws.root), "build", "//...", "-j", str(jobs),
-                "--cache-dir", str(ws.cache_dir)]
+        return [
+            *self.base_argv(),
+            "-C",
+            str(ws.root),
+            "build",
+            "//...",
+            "-j",
+            str(jobs),
+            "--cache-dir",
+            str(ws.cache_dir),
+        ]
 
     def write(self, root: Path, workload: Workload) -> None:
         super().write(root, workload)
@@ -254,9 +262,7 @@ class Buildtool(Tool):
         for t in workload.targets:
             srcs = _as_srcs(t)
             cmd = _recipe(t, all_in="$(SRCS)", one_in="$<", out="$@")
-            lines.append(
-                f"genrule(name={t.name!r}, srcs={srcs!r}, outs=[{t.output!r}], cmd={cmd!r})"
-            )
+            lines.append(f"genrule(name={t.name!r}, srcs={srcs!r}, outs=[{t.output!r}], cmd={cmd!r})")
         return "\n".join(lines) + "\n"
 
     def reset_state(self, ws: Workspace) -> None:
@@ -285,11 +291,14 @@ def _recipe(t: Target, *, all_in: str, one_in: str, out: str) -> str:
 
 
 def _importable(module: str) -> bool:
-    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                          check=False)
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, check=False)
     return proc.returncode == 0
 
 
 ALL_TOOLS: dict[str, type[Tool]] = {
-    "make": Make, "ninja": Ninja, "doit": Doit, "scons": SCons, "buildtool": Buildtool,
+    "make": Make,
+    "ninja": Ninja,
+    "doit": Doit,
+    "scons": SCons,
+    "buildtool": Buildtool,
 }

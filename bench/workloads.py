@@ -74,10 +74,7 @@ class Workload:
 def w1_copy(n: int) -> Workload:
     """W1: ``n`` independent targets, each copying one small file."""
     sources = {f"{SRC_DIR}/{i}.txt": f"source {i}\n".encode() for i in range(n)}
-    targets = [
-        Target(f"t{i}", (f"{SRC_DIR}/{i}.txt",), (), f"{OUT_DIR}/{i}.txt", "cp")
-        for i in range(n)
-    ]
+    targets = [Target(f"t{i}", (f"{SRC_DIR}/{i}.txt",), (), f"{OUT_DIR}/{i}.txt", "cp") for i in range(n)]
     return Workload(f"W1-{n}", targets, sources, uniform_cp=True)
 
 
@@ -120,10 +117,7 @@ def w2_dag(n_targets: int = 2000, seed: int = 2) -> Workload:
     targets = []
     for i, (srcs, deps) in enumerate(_layered_dag(rng, n_targets, n_layers, n_sources)):
         inputs = [f"{SRC_DIR}/{s}.txt" for s in srcs] + [f"{OUT_DIR}/t{d}.txt" for d in deps]
-        targets.append(
-            Target(f"t{i}", tuple(inputs), tuple(f"t{d}" for d in deps),
-                   f"{OUT_DIR}/t{i}.txt", "cat")
-        )
+        targets.append(Target(f"t{i}", tuple(inputs), tuple(f"t{d}" for d in deps), f"{OUT_DIR}/t{i}.txt", "cat"))
     return Workload(f"W2-{n_targets}", targets, sources)
 
 
@@ -145,8 +139,7 @@ def w3_sleeps(
         deps = sorted(rng.sample(window, k=min(len(window), rng.choice((0, 1, 1, 2)))))
         inputs = [f"{SRC_DIR}/{i}.txt"] + [f"{OUT_DIR}/t{d}.txt" for d in deps]
         targets.append(
-            Target(f"t{i}", tuple(inputs), tuple(f"t{d}" for d in deps),
-                   f"{OUT_DIR}/t{i}.txt", "sleep", seconds)
+            Target(f"t{i}", tuple(inputs), tuple(f"t{d}" for d in deps), f"{OUT_DIR}/t{i}.txt", "sleep", seconds)
         )
     return Workload(f"W3-{n_targets}", targets, sources)
 
@@ -166,8 +159,7 @@ def lower_bound(workload: Workload, jobs: int) -> dict[str, float]:
         finish[t.name] = t.seconds + max((finish[d] for d in t.deps), default=0.0)
     critical = max(finish.values(), default=0.0)
     work = sum(t.seconds for t in workload.targets)
-    return {"critical_path": critical, "work_per_job": work / jobs,
-            "bound": max(critical, work / jobs)}
+    return {"critical_path": critical, "work_per_job": work / jobs, "bound": max(critical, work / jobs)}
 
 
 def cone(workload: Workload, source: str) -> int:

@@ -29,9 +29,11 @@ def test_smoke_run_agrees_and_lists_every_installed_tool(tmp_path: Path) -> None
     assert installed("make"), "GNU make is required"
     tools = ["make", *(p for p in PEERS if installed(p)), "buildtool"]
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--smoke", "--tools", ",".join(tools),
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, str(REPO / "bench" / "run.py"), "--smoke", "--tools", ",".join(tools), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads((tmp_path / "results.json").read_text())
