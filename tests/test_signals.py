@@ -1,0 +1,44 @@
+"""Ctrl-C / SIGTERM during a build: exit 130/143, running commands gone, nothing recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "started"
+    (ws / "BUILD.py").write_text(
+        f'genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 60; echo > $@")\n'
+        'genrule(name="after", srcs=[":slow"], outs=["a.txt"], cmd="cp $< $@")\n'
+    )
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    events = tmp_path / "ev.jsonl"
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "--events", str(events)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    p.send_signal(sig)
+    p.communicate(timeout=20)
+    assert p.returncode == code
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 60" not in ps
+    assert not (ws / "s.txt").exists()
+    statuses = {e["label"]: e["status"] for e in map(json.loads, events.read_text().splitlines()[1:])}
+    assert statuses == {"//:slow": "cancelled", "//:after": "cancelled"}
+    # Nothing partial was recorded: the next build runs the command again.
+    (ws / "BUILD.py").write_text('genrule(name="slow", outs=["s.txt"], cmd="echo > $@")\n')
+    r = subprocess.run(["buildtool", "-C", str(ws), "build"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "1 ran" in r.stdout
