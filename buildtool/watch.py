@@ -1,0 +1,634 @@
+"""Watch mode: rebuild whenever a relevant file changes (``buildtool watch``, ``--watch``).
+
+The watcher only produces invalidations: it never schedules anything by itself.  File
+events (watchdog: inotify / FSEvents, or ``--poll``) are filtered down to the files that
+matter for the requested closure (sources, BUILD.py files, glob directories, workspace
+modules the BUILD.py files import), debounced, and turned into "these packages must be
+re-evaluated" / "run a cycle"; a cycle is the ordinary ``Session.build`` (which takes
+the workspace lock for the cycle only).  Content hashes decide what runs, so a touch or
+an identical rewrite runs nothing.  The stat cache, the shared cache object, the loader
+and the graph stay in memory between cycles.  Docs: docs/watch.md.
+
+Summary line printed (on stdout) after every cycle::
+
+    watch: cycle N STATUS in S.SSSs: ran R [LABEL ...], restored X, up-to-date U, failed F[; changed: PATH ...]
+
+STATUS is OK, FAILED (a command failed), ERROR (the request or a BUILD.py is invalid)
+or CANCELLED (an input changed while the cycle ran; a new cycle follows).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import queue
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileAttribEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from buildtool import keys, labels
+from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, UserError
+from buildtool.graph import Graph
+from buildtool.loader import BUILDFILE, Loader
+from buildtool.outcome import Outcome, Status
+from buildtool.record import BuildRecord
+from buildtool.workspace import ALWAYS_SKIPPED
+
+QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
+MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
+POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
+MAX_EMITTERS = 16  # more watched directories than this: recursive watches on top-level dirs
+RACY_MARGIN_NS = 20_000_000  # file timestamps may lag the clock by a tick
+CANCEL_SIGNUM = 0  # Scheduler.request_stop(0): "an input changed", not a signal
+
+IGNORED_DIRS = frozenset({*ALWAYS_SKIPPED, "__pycache__"})
+EVENT_TYPES = [
+    FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent, FileAttribEvent,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+]
+
+
+def is_editor_temp(name: str) -> bool:
+    """Swap, backup and lock files editors write next to the file being saved."""
+    return (
+        name.endswith(("~", ".swp", ".swo", ".swx", ".swpx", ".tmp", ".buildtool-tmp"))
+        or name.startswith(".#")
+        or (name.startswith("#") and name.endswith("#"))
+        or name == "4913"  # vim probes whether it may create files in the directory
+        or name.startswith(".goutputstream-")
+    )
+
+
+# -- what is watched --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSet:
+    """Everything event filtering needs; replaced as a whole after a cycle (thread-safe read)."""
+
+    sources: frozenset[str] = frozenset()  # content matters: a cycle runs
+    loader_files: frozenset[str] = frozenset()  # read or imported by BUILD.py evaluation: reload all
+    glob_dirs: frozenset[str] = frozenset()  # a file appearing/disappearing: reload the package
+    scan_dirs: frozenset[str] = frozenset()  # a BUILD.py or subdirectory appearing matters
+    packages: frozenset[str] = frozenset()  # loaded packages (owner lookup for glob dirs)
+    outputs: frozenset[str] = frozenset()  # never relevant
+    output_dirs: frozenset[str] = frozenset()  # directories that hold only outputs
+    dirs: frozenset[str] = frozenset()  # directories the observer must cover
+    missing_dirs: frozenset[str] = frozenset()  # wanted directories that do not exist yet
+    broken: bool = False  # the last cycle could not evaluate the graph: any event retries
+
+
+@dataclass(slots=True)
+class Change:
+    path: str
+    kind: str  # content | package | all | rescan | retry
+    pkg: str = ""
+    at: float = field(default_factory=time.monotonic)
+
+
+def _owner(pkgs: Iterable[str], d: str) -> str | None:
+    best: str | None = None
+    for p in pkgs:
+        if (p == "" or d == p or d.startswith(p + "/")) and (best is None or len(p) > len(best)):
+            best = p
+    return best
+
+
+def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | None:
+    """What an event on workspace-relative ``rel`` means, or None when it does not matter."""
+    if rel in ws.outputs:
+        return None
+    parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+    name = rel.rsplit("/", 1)[-1]
+    appears = event_type in ("created", "moved_to")
+    structural = appears or event_type in ("deleted", "moved_from")
+    if is_dir:
+        if not structural or rel in ws.output_dirs:
+            return None
+        if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
+            return Change(rel, "rescan")
+        if parent in ws.glob_dirs or rel in ws.glob_dirs:
+            return Change(rel, "package", _owner(ws.packages, parent) or "")
+        return Change(rel, "retry") if ws.broken else None
+    if name == BUILDFILE:
+        if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken:
+            return Change(rel, "rescan" if structural else "package", parent)
+        return None
+    if rel in ws.loader_files:
+        return Change(rel, "all")
+    if structural and parent in ws.glob_dirs and not (appears and rel in ws.sources):
+        return Change(rel, "package", _owner(ws.packages, parent) or "")
+    if rel in ws.sources:
+        return Change(rel, "content")
+    if ws.broken:
+        return Change(rel, "retry")
+    return None
+
+
+def _pattern_dirs(patterns: list[str], cwd_pkg: str) -> tuple[set[str], set[str]]:
+    """(recursive bases, package dirs) named by the patterns."""
+    rec: set[str] = set()
+    pkgs: set[str] = set()
+    for text in patterns or ["//..."]:
+        try:
+            pat = labels.parse_pattern(text, cwd_pkg)
+        except labels.LabelError:
+            continue
+        (rec if pat.kind == "recursive" else pkgs).add(pat.pkg)
+    return rec, pkgs
+
+
+def _scan(root: str, base: str, skip: set[str], ws_ignored: Any, out: set[str]) -> None:
+    stack = [base]
+    while stack:
+        rel = stack.pop()
+        out.add(rel)
+        try:
+            it = os.scandir(os.path.join(root, rel) if rel else root)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                if e.name in IGNORED_DIRS:
+                    continue
+                try:
+                    if not e.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                child = f"{rel}/{e.name}" if rel else e.name
+                if child in skip or ws_ignored(child):
+                    continue
+                stack.append(child)
+
+
+# -- the watcher ------------------------------------------------------------------------
+
+
+class _Stop(BaseException):
+    """Raised by our signal handler when no build is running."""
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self.w = watcher
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        if event.event_type == "moved":
+            self.w.on_event(os.fsdecode(event.src_path), "moved_from", event.is_directory)
+            self.w.on_event(os.fsdecode(event.dest_path), "moved_to", event.is_directory)
+        else:
+            self.w.on_event(os.fsdecode(event.src_path), event.event_type, event.is_directory)
+
+
+class _Collector:
+    """Session observer: remembers this cycle's graph, scheduler and outcomes."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.w = watcher
+        self.graph: Graph | None = None
+        self.sched: Any = None
+        self.src_targets: dict[str, list[int]] = {}
+        self.outcomes: dict[int, Outcome] = {}
+
+    def started(self, graph: Graph, sched: Any) -> None:
+        m: dict[str, list[int]] = {}
+        for t in graph.targets:
+            for s in t.srcs:
+                m.setdefault(s, []).append(t.id)
+        self.graph, self.src_targets = graph, m
+        self.sched = sched
+        if self.w.stop_signal is not None:
+            sched.request_stop(self.w.stop_signal)
+
+    def target_started(self, t: int, lane: int) -> None:
+        return
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        self.outcomes[t] = o
+
+    def should_cancel(self, ch: Change) -> bool:
+        """An input of a target not finished yet changed (or the graph itself did)."""
+        if ch.kind in ("all",) or (ch.kind == "package" and ch.path.endswith(BUILDFILE)):
+            return True
+        if ch.kind != "content":
+            return False
+        sched = self.sched
+        done = sched.outcomes if sched is not None else {}
+        return any(t not in done for t in self.src_targets.get(ch.path, ()))
+
+
+class Watcher:
+    """Owns the observer, the debounce loop and the graph kept between cycles."""
+
+    def __init__(self, session: Any, req: Any, *, poll: bool = False, debounce_ms: float | None = None,
+                 out: Any = None) -> None:
+        self.session = session
+        self.req = req
+        self.root = session.ws.root
+        self.poll = poll
+        self.quiet = QUIET_S if debounce_ms is None else max(debounce_ms, 0.0) / 1000.0
+        self.out = out or sys.stdout
+        self.q: queue.SimpleQueue[Change | None] = queue.SimpleQueue()
+        self.ws = WatchSet()
+        self.stop_signal: int | None = None
+        self.in_cycle = False
+        self.collector: _Collector | None = None
+        self.cycle_no = 0
+        self.cycle_start_ns = 0
+        # graph kept between cycles, and what must be re-evaluated before the next one
+        self.loader: Loader | None = None
+        self.graph: Graph | None = None
+        self.partial: Loader | None = None
+        self.dirty_pkgs: set[str] = set()
+        self.reload_all = False
+        self.rescan = False
+        self.broken = False
+        self.observer: Any = None
+        self.watches: dict[tuple[str, bool], Any] = {}
+        self._synced_for: tuple[int, int, int, bool] | None = None
+        cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
+        rel_cache = os.path.relpath(cache_dir, self.root)
+        self.cache_rel = None if rel_cache.startswith("..") else rel_cache
+
+    # -- events (observer thread) --------------------------------------------------------
+    def on_event(self, path: str, event_type: str, is_dir: bool) -> None:
+        if not path.startswith(self.root + os.sep):
+            return
+        rel = path[len(self.root) + 1:].replace(os.sep, "/")
+        parts = rel.split("/")
+        if any(p in IGNORED_DIRS for p in parts):
+            return
+        ws = self.ws
+        if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files:
+            return
+        if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
+            return
+        ch = classify(ws, rel, event_type, is_dir)
+        if ch is None:
+            return
+        self.q.put(ch)
+        c = self.collector
+        if c is not None and self.in_cycle and c.sched is not None and c.should_cancel(ch):
+            c.sched.request_stop(CANCEL_SIGNUM)
+
+    # -- signals ----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop_signal = signum
+        self.q.put(None)  # SimpleQueue.put is reentrant: safe in a signal handler
+        c = self.collector
+        if self.in_cycle:
+            if c is not None and c.sched is not None:
+                c.sched.request_stop(signum)
+            else:
+                raise _Stop  # loading the graph or waiting for the lock: leave now
+
+    # -- graph (called by Session.build, lock held) ------------------------------------------
+    def graph_source(self, record: BuildRecord, req: Any) -> tuple[Loader, Graph]:
+        if self.graph is not None and self.loader is not None and not (
+            self.dirty_pkgs or self.reload_all or self.rescan or self.broken
+        ):
+            return self.loader, self.graph
+        new = Loader(self.session.ws, record.all_outputs())
+        old = self.loader
+        if self.reload_all:
+            _forget_workspace_modules(self.root)
+        elif old is not None:
+            for pkg, decls in old._packages.items():  # reuse packages no change touched
+                if pkg not in self.dirty_pkgs:
+                    new._packages[pkg] = decls
+                    new._contexts[pkg] = old._contexts[pkg]
+            new.read_files |= old.read_files
+            new.glob_dirs |= old.glob_dirs
+            if not self.rescan:
+                new._all = old._all
+        self.partial = new
+        graph = self.session._graph(new, req.patterns, req.mode)
+        self.loader, self.graph, self.partial = new, graph, None
+        self.dirty_pkgs.clear()
+        self.reload_all = self.rescan = self.broken = False
+        self.sync_watches(self.cycle_start_ns)  # watch the new inputs before anything runs
+        return new, graph
+
+    def _apply(self, changes: list[Change]) -> None:
+        for ch in changes:
+            if ch.kind == "package":
+                self.dirty_pkgs.add(ch.pkg)
+            elif ch.kind == "rescan":
+                self.rescan = True
+                self.dirty_pkgs.add(ch.pkg)
+                if ch.pkg:  # a new sub-package takes files away from its parent's globs
+                    self.dirty_pkgs.add(_owner(self.ws.packages, ch.pkg.rsplit("/", 1)[0] if "/" in ch.pkg else "")
+                                        or "")
+            elif ch.kind == "all":
+                self.reload_all = True
+
+    # -- watches -------------------------------------------------------------------------------
+    def _compute(self) -> WatchSet:
+        loader = self.partial or self.loader
+        graph = self.graph
+        sources: set[str] = set()
+        outputs: set[str] = set()
+        pyfiles: set[str] = set()
+        if graph is not None:
+            for t in graph.targets:
+                sources.update(t.srcs)
+                outputs.update(t.outs)
+                if t.kind == "pyrule" and t.fn:
+                    pyfiles.update(keys.pyrule_module_files(self.root, t.fn))
+        sources |= pyfiles
+        loader_files: set[str] = set()
+        glob_dirs: set[str] = set()
+        packages: set[str] = set()
+        for ld in {id(x): x for x in (self.loader, loader) if x is not None}.values():
+            loader_files |= {f for f in ld.read_files if f.rsplit("/", 1)[-1] != BUILDFILE}
+            loader_files |= ld.imported_workspace_modules()
+            glob_dirs |= ld.glob_dirs
+            packages |= set(ld.loaded_packages())
+            packages |= {f.rsplit("/", 1)[0] if "/" in f else "" for f in ld.read_files
+                         if f.rsplit("/", 1)[-1] == BUILDFILE}
+        rec, pkg_dirs = _pattern_dirs(self.req.patterns, self.session.ws.cwd_pkg_dir)
+        keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files} | glob_dirs | packages
+        out_dirs: set[str] = set()
+        for o in outputs:
+            d = o.rsplit("/", 1)[0] if "/" in o else ""
+            while d and d not in keep and d not in out_dirs:
+                out_dirs.add(d)
+                d = d.rsplit("/", 1)[0] if "/" in d else ""
+        scan: set[str] = set(pkg_dirs)
+        for base in rec:
+            _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
+        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files}
+        wanted |= glob_dirs | scan | packages
+        dirs: set[str] = set()
+        missing: set[str] = set()
+        for d in wanted:
+            while d and not os.path.isdir(os.path.join(self.root, d)):
+                missing.add(d)
+                d = d.rsplit("/", 1)[0] if "/" in d else ""
+            dirs.add(d)
+        return WatchSet(
+            frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
+            frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
+            self.broken,
+        )
+
+    def _layout(self, dirs: frozenset[str]) -> set[tuple[str, bool]]:
+        if len(dirs) <= MAX_EMITTERS:
+            return {(d, False) for d in dirs}
+        tops = {(d.split("/", 1)[0], True) for d in dirs if d}
+        if "" in dirs:
+            tops.add(("", False))
+        if len(tops) <= MAX_EMITTERS:
+            return tops
+        return {("", True)}
+
+    def _new_observer(self) -> Any:
+        obs = PollingObserver(timeout=POLL_INTERVAL_S) if self.poll else Observer()
+        obs.start()
+        return obs
+
+    def sync_watches(self, since_ns: int) -> None:
+        """Recompute the watch set and (un)schedule directories.  Files in directories that
+        were not watched yet and that changed after ``since_ns`` (the start of the cycle that
+        read them) are queued as changes: no event could have reported them."""
+        key = (id(self.graph), id(self.partial), id(self.loader), self.broken)
+        if key == self._synced_for and not self.ws.missing_dirs:
+            return
+        self._synced_for = key
+        old = self.ws
+        self.ws = self._compute()
+        layout = self._layout(self.ws.dirs)
+        try:
+            self._schedule(layout)
+        except OSError as e:
+            if self.poll or e.errno not in (errno.ENOSPC, errno.EMFILE, errno.ENOMEM):
+                raise
+            limit = "max_user_watches" if e.errno == errno.ENOSPC else "max_user_instances"
+            _say(f"the OS file watch limit was hit ({e.strerror}; see /proc/sys/fs/inotify/{limit}); "
+                 "falling back to polling (--poll)")
+            self._drop_observer()
+            self.poll = True
+            self._schedule(layout)
+        new_dirs = self.ws.dirs - old.dirs
+        if not new_dirs:
+            return
+        limit = since_ns - RACY_MARGIN_NS
+        known = _buildfiles(self.ws.packages)
+        for rel in sorted(self.ws.sources | self.ws.loader_files | known | _buildfiles(self.ws.scan_dirs)):
+            d = rel.rsplit("/", 1)[0] if "/" in rel else ""
+            if d not in new_dirs:
+                continue
+            try:
+                st = os.stat(os.path.join(self.root, rel))
+            except OSError:
+                continue
+            if max(st.st_mtime_ns, st.st_ctime_ns) >= limit:
+                ch = classify(self.ws, rel, "modified" if rel in known else "created", False)
+                if ch is not None:
+                    self.q.put(ch)
+
+    def _schedule(self, layout: set[tuple[str, bool]]) -> None:
+        if self.observer is None:
+            self.observer = self._new_observer()
+        for key in list(self.watches):
+            if key not in layout:
+                try:
+                    self.observer.unschedule(self.watches.pop(key))
+                except (KeyError, ValueError, OSError):
+                    pass
+        handler = _Handler(self)
+        for key in sorted(layout - set(self.watches)):
+            d, recursive = key
+            path = os.path.join(self.root, d) if d else self.root
+            self.watches[key] = self.observer.schedule(handler, path, recursive=recursive, event_filter=EVENT_TYPES)
+
+    def _drop_observer(self) -> None:
+        if self.observer is not None:
+            try:
+                self.observer.unschedule_all()
+                self.observer.stop()
+                self.observer.join(timeout=2)
+            except (RuntimeError, OSError):
+                pass
+        self.observer = None
+        self.watches = {}
+
+    # -- the loop -------------------------------------------------------------------------------
+    def wait_for_changes(self) -> list[Change] | None:
+        """Block until a debounced batch of relevant changes is ready (None: stop)."""
+        pending: list[Change] = []
+        first = last = 0.0
+        while True:
+            if self.stop_signal is not None:
+                return None
+            if pending:
+                now = time.monotonic()
+                timeout = min(last + self.quiet, first + MAX_WAIT_S) - now
+                if timeout <= 0:
+                    return pending
+            else:
+                timeout = 1.0
+            try:
+                ch = self.q.get(timeout=timeout)
+            except queue.Empty:
+                continue
+            if ch is None:
+                continue  # a signal: checked at the top
+            if not pending:
+                first = ch.at
+            last = time.monotonic()
+            pending.append(ch)
+
+    def cycle(self, changes: list[Change]) -> None:
+        self.cycle_no += 1
+        self._apply(changes)
+        t0 = time.monotonic()
+        self.collector = col = _Collector(self)
+        status, error = "OK", None
+        self.in_cycle = True
+        self.cycle_start_ns = time.time_ns()
+        try:
+            self.session.build(self.req, out=self.out)
+        except BuildFailed:
+            status = "FAILED"
+        except Interrupted as e:
+            if e.signum != CANCEL_SIGNUM:
+                self.stop_signal = e.signum
+            status = "CANCELLED"
+        except UserError as e:
+            status, error = "ERROR", str(e)
+            if self.partial is not None or self.graph is None:
+                self.broken = True
+        except BuildtoolError as e:
+            status, error = "ERROR", str(e)
+        finally:
+            self.in_cycle = False
+            self.collector = None
+        wall = time.monotonic() - t0
+        if error is not None:
+            print(f"buildtool: error: {error}", file=sys.stderr, flush=True)
+        self._summary(col, status, wall, changes)
+
+    def _summary(self, col: _Collector, status: str, wall: float, changes: list[Change]) -> None:
+        n: dict[Status, int] = {}
+        ran: list[str] = []
+        g = col.graph
+        for t, o in sorted(col.outcomes.items()):
+            n[o.status] = n.get(o.status, 0) + 1
+            if o.status is Status.RAN and g is not None:
+                ran.append(g.targets[t].label)
+        shown = " ".join(ran[:10]) + (f" +{len(ran) - 10} more" if len(ran) > 10 else "")
+        line = (f"watch: cycle {self.cycle_no} {status} in {wall:.3f}s: ran {len(ran)} [{shown}], "
+                f"restored {n.get(Status.RESTORED, 0)}, up-to-date {n.get(Status.UP_TO_DATE, 0)}, "
+                f"failed {n.get(Status.FAILED, 0)}")
+        for st in (Status.SKIPPED, Status.CANCELLED):
+            if n.get(st):
+                line += f", {st.value} {n[st]}"
+        paths = list(dict.fromkeys(c.path for c in changes))
+        if paths:
+            line += "; changed: " + " ".join(paths[:5]) + (f" +{len(paths) - 5} more" if len(paths) > 5 else "")
+        print(line, file=self.out, flush=True)
+
+    def run(self) -> int:
+        prev = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        s = self.session
+        s.stats = s.stats or _stat_cache(s)
+        if s.cache is None:
+            from buildtool.cache import Cache
+
+            s.cache = Cache(self.req.cache_dir or s.config.cache_dir, _warn, s.config.restore_mode)
+        s.graph_source = self.graph_source
+        s.observer = _Forward(self)
+        try:
+            changes: list[Change] | None = []
+            while changes is not None and self.stop_signal is None:
+                self.cycle(changes)
+                if self.stop_signal is not None:
+                    break
+                self.sync_watches(self.cycle_start_ns)
+                if self.cycle_no == 1:
+                    mode = "polling" if self.poll else "inotify"
+                    _say(f"watching {len(self.ws.sources)} sources and {len(self.ws.dirs)} directories ({mode}); "
+                         "Ctrl-C to stop")
+                changes = self.wait_for_changes()
+        except _Stop:
+            pass
+        finally:
+            self.in_cycle = False
+            self._drop_observer()
+            for sig, h in prev.items():
+                signal.signal(sig, h)
+            s.stats.save() if s.stats is not None else None
+        return 143 if self.stop_signal == signal.SIGTERM else 0
+
+
+class _Forward:
+    """The session's observer slot: forwards to the current cycle's collector."""
+
+    def __init__(self, w: Watcher) -> None:
+        self.w = w
+
+    def started(self, graph: Graph, sched: Any) -> None:
+        if self.w.collector is not None:
+            self.w.collector.started(graph, sched)
+
+    def target_started(self, t: int, lane: int) -> None:
+        return
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        if self.w.collector is not None:
+            self.w.collector.target_finished(t, o)
+
+
+def _stat_cache(session: Any) -> Any:
+    from buildtool.digest import StatCache
+
+    state = session.ws.ensure_state_dir()
+    return StatCache(session.ws.root, os.path.join(state, "stat-cache"), _warn)
+
+
+def _buildfiles(pkgs: Iterable[str]) -> set[str]:
+    return {f"{p}/{BUILDFILE}" if p else BUILDFILE for p in pkgs}
+
+
+def _forget_workspace_modules(root: str) -> None:
+    prefix = root + os.sep
+    for name, mod in list(sys.modules.items()):
+        fn = getattr(mod, "__file__", None)
+        if fn and fn.startswith(prefix) and name != "buildtool" and not name.startswith("buildtool."):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _say(msg: str) -> None:
+    print(f"buildtool: {msg}", file=sys.stderr, flush=True)
+
+
+def _warn(msg: str) -> None:
+    print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def watch(session: Any, req: Any, *, poll: bool = False, debounce_ms: float | None = None) -> int:
+    """``buildtool watch``: build, then rebuild on every relevant change until SIGINT/SIGTERM."""
+    return Watcher(session, req, poll=poll, debounce_ms=debounce_ms).run()

@@ -1,0 +1,486 @@
+"""Watch mode: ``buildtool watch`` as a real subprocess on a temp workspace.
+
+Every wait is bounded (conditions are polled for up to ``TIMEOUT`` seconds); builds are
+counted with the per-cycle summary line documented in docs/watch.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+TIMEOUT = 10.0
+REPO = str(Path(__file__).resolve().parents[1])  # run this checkout's buildtool, not an installed copy
+CYCLE_RE = re.compile(
+    r"^watch: cycle (\d+) (\w+) in ([\d.]+)s: ran (\d+) \[(.*?)\], restored (\d+), up-to-date (\d+), failed (\d+)"
+    r"(?:, skipped \d+)?(?:, cancelled \d+)?(?:; changed: (.*))?$"
+)
+
+
+class Cycle:
+    def __init__(self, m: re.Match[str]) -> None:
+        self.n = int(m.group(1))
+        self.status = m.group(2)
+        self.ran = set(m.group(5).split()) - {"+"} if m.group(5) else set()
+        self.n_ran = int(m.group(4))
+        self.up_to_date = int(m.group(7))
+        self.changed = (m.group(9) or "").split()
+
+    def __repr__(self) -> str:
+        return f"<cycle {self.n} {self.status} ran={sorted(self.ran)} changed={self.changed}>"
+
+
+def wait_for(cond, timeout: float = TIMEOUT, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Watch:
+    """A running ``buildtool watch``; stdout/stderr collected by reader threads."""
+
+    def __init__(self, ws: Path, cache: Path, *args: str, command: tuple[str, ...] = ("watch",)) -> None:
+        env = run_env(cache, PYTHONUNBUFFERED="1")
+        env.pop("BUILDTOOL_JOBS", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "buildtool", *command, *args],
+            cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def cycles(self) -> list[Cycle]:
+        return [Cycle(m) for line in list(self.out) if (m := CYCLE_RE.match(line))]
+
+    def wait_cycle(self, n: int, what: str = "") -> Cycle:
+        """Wait until cycle ``n`` has printed its summary."""
+        def got():
+            c = [x for x in self.cycles() if x.n >= n]
+            if not c and self.proc.poll() is not None:
+                raise AssertionError(f"watch exited with {self.proc.returncode}:\n{self.log()}")
+            return c[0] if c else None
+        try:
+            return wait_for(got, what=what or f"cycle {n}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.log()}") from None
+
+    def wait_settled(self, cond, what: str) -> list[Cycle]:
+        """Wait until ``cond(cycles)`` holds, then return the cycles."""
+        try:
+            wait_for(lambda: cond(self.cycles()), what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.log()}") from None
+        return self.cycles()
+
+    def log(self) -> str:
+        return "--- stdout\n" + "\n".join(self.out) + "\n--- stderr\n" + "\n".join(self.err)
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"watch did not exit after signal {sig}\n{self.log()}") from None
+        for t in self._threads:
+            t.join(timeout=TIMEOUT)
+        return rc
+
+
+def read(p: Path) -> str | None:
+    """File text, or None while a build has it deleted or half-written."""
+    try:
+        return p.read_text()
+    except OSError:
+        return None
+
+
+def run_env(cache: Path, **extra: str) -> dict[str, str]:
+    pp = os.environ.get("PYTHONPATH")
+    return dict(os.environ, BUILDTOOL_CACHE_DIR=str(cache), PYTHONPATH=REPO + (os.pathsep + pp if pp else ""), **extra)
+
+
+def write(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    write(root / "buildtool.toml", "")
+    write(root / "a.txt", "a1\n")
+    write(root / "b.txt", "b1\n")
+    write(root / "sub" / "c.txt", "c1\n")
+    write(root / "BUILD.py", (
+        'genrule(name="a", srcs=["a.txt"], outs=["out/a.out"], cmd="cat a.txt > out/a.out")\n'
+        'genrule(name="b", srcs=["b.txt"], outs=["out/b.out"], cmd="cat b.txt > out/b.out")\n'
+        'genrule(name="ab", srcs=[":a", ":b"], outs=["out/ab.out"], cmd="cat out/a.out out/b.out > out/ab.out")\n'
+    ))
+    write(root / "sub" / "BUILD.py",
+          'genrule(name="c", srcs=["c.txt"], outs=["c.out"], cmd="cat c.txt > c.out")\n')
+    return root
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def watch(ws: Path, cache: Path):
+    started: list[Watch] = []
+
+    def start(*args: str, command: tuple[str, ...] = ("watch",)) -> Watch:
+        w = Watch(ws, cache, *args, command=command)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:  # SIGTERM first, so a failed test leaves no command behind
+        if w.proc.poll() is None:
+            w.proc.terminate()
+            try:
+                w.proc.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+
+
+def ran_since(w: Watch, n: int) -> set[str]:
+    out: set[str] = set()
+    for c in w.cycles():
+        if c.n > n:
+            out |= c.ran
+    return out
+
+
+def procs_with(arg: str) -> list[int]:
+    """Pids whose command line starts with ``arg`` (read from /proc; nothing is killed)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith(arg):
+            found.append(int(d))
+    return found
+
+
+# -- the behaviours the issue asks for -------------------------------------------------------
+
+
+def test_edit_source_rebuilds_only_affected(watch, ws: Path) -> None:
+    w = watch()
+    c1 = w.wait_cycle(1)
+    assert c1.status == "OK" and c1.ran == {"//:a", "//:b", "//:ab", "//sub:c"}, w.log()
+    write(ws / "a.txt", "a2\n")
+    w.wait_settled(lambda cs: read(ws / "out" / "ab.out") == "a2\nb1\n" and cs[-1].n > 1
+                   and "//:ab" in ran_since(w, 1), "ab.out rebuilt")
+    assert ran_since(w, 1) == {"//:a", "//:ab"}, w.log()
+    assert read(ws / "out" / "a.out") == "a2\n"
+    # a change in another package touches only that package's targets
+    n = w.cycles()[-1].n
+    write(ws / "sub" / "c.txt", "c2\n")
+    w.wait_settled(lambda cs: "//sub:c" in ran_since(w, n), "//sub:c rebuilt")
+    assert ran_since(w, n) == {"//sub:c"}, w.log()
+    assert read(ws / "sub" / "c.out") == "c2\n"
+    assert w.stop() == 0
+
+
+def test_touch_and_identical_rewrite_run_nothing(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    os.utime(ws / "a.txt")  # touch
+    c = w.wait_cycle(2, "a cycle after the touch")
+    assert c.status == "OK" and c.ran == set() and c.n_ran == 0, w.log()
+    write(ws / "b.txt", "b1\n")  # same content
+    w.wait_settled(lambda cs: any("b.txt" in x.changed for x in cs), "a cycle after the rewrite")
+    assert ran_since(w, 1) == set(), w.log()
+    assert w.stop() == 0
+
+
+def test_editor_temp_files_and_outputs_are_ignored(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    for name in ("a.txt.swp", "a.txt~", ".#a.txt", "4913", "#a.txt#"):
+        write(ws / name, "junk\n")
+    write(ws / "out" / "a.out", "tampered\n")  # a declared output: never a trigger
+    write(ws / ".buildtool" / "junk", "x\n")
+    write(ws / "a.txt", "a3\n")  # the one real change
+    w.wait_settled(lambda cs: read(ws / "out" / "a.out") == "a3\n" and "//:ab" in ran_since(w, 1),
+                   "a.out rebuilt")
+    changed = {p for c in w.cycles() for p in c.changed}
+    assert changed == {"a.txt"}, w.log()
+    assert w.stop() == 0
+
+
+def test_buildfile_edit_adds_target(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    with open(ws / "sub" / "BUILD.py", "a") as f:
+        f.write('genrule(name="d", srcs=["c.txt"], outs=["d.out"], cmd="tr a-z A-Z < c.txt > d.out")\n')
+    w.wait_settled(lambda cs: "//sub:d" in ran_since(w, 1), "new target built")
+    assert read(ws / "sub" / "d.out") == "C1\n"
+    assert "//sub:d" in ran_since(w, 1) and "//:a" not in ran_since(w, 1), w.log()
+    # a changed command is picked up too
+    n = w.cycles()[-1].n
+    text = read(ws / "sub" / "BUILD.py").replace("tr a-z A-Z", "tr c C")
+    write(ws / "sub" / "BUILD.py", text)
+    w.wait_settled(lambda cs: read(ws / "sub" / "d.out") == "C1\n" and "//sub:d" in ran_since(w, n),
+                   "changed command rerun")
+    assert ran_since(w, n) == {"//sub:d"}, w.log()
+    assert w.stop() == 0
+
+
+def test_broken_buildfile_reported_and_fix_resumes(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    good = read(ws / "sub" / "BUILD.py")
+    write(ws / "sub" / "BUILD.py", good + "genrule(name='broken',\n")
+    w.wait_settled(lambda cs: cs[-1].status == "ERROR", "an ERROR cycle")
+    wait_for(lambda: any("syntax error" in line for line in w.err), what="syntax error on stderr")
+    assert any("sub/BUILD.py" in line for line in w.err), w.log()
+    assert w.proc.poll() is None
+    # a source edit while broken: still alive, still an error
+    n = w.cycles()[-1].n
+    write(ws / "a.txt", "a-broken\n")
+    w.wait_cycle(n + 1, "a cycle while broken")
+    assert w.proc.poll() is None
+    write(ws / "sub" / "BUILD.py",
+          good + 'genrule(name="e", srcs=["c.txt"], outs=["e.out"], cmd="cp c.txt e.out")\n')
+    w.wait_settled(lambda cs: cs[-1].status == "OK" and (ws / "sub" / "e.out").exists(), "fixed build")
+    assert read(ws / "out" / "a.out") == "a-broken\n"
+    assert w.stop() == 0
+
+
+def test_burst_of_edits_coalesces_and_matches_clean_build(watch, ws: Path, tmp_path: Path, cache: Path) -> None:
+    # //:a is slow enough that edits land while it runs (cancel + restart path).
+    bf = read(ws / "BUILD.py").replace('cmd="cat a.txt', 'cmd="sleep 0.2; cat a.txt')
+    write(ws / "BUILD.py", bf)
+    w = watch()
+    w.wait_cycle(1)
+    for i in range(50):
+        write(ws / "a.txt", f"edit {i}\n")
+        time.sleep(0.004)
+    final = "edit 49\n"
+    w.wait_settled(lambda cs: cs[-1].n > 1 and cs[-1].status == "OK" and read(ws / "out" / "ab.out") == final + "b1\n"
+                   and read(ws / "out" / "a.out") == final, "final state")
+    builds = [c for c in w.cycles() if c.n > 1]
+    assert 1 <= len(builds) <= 6, w.log()
+    assert sum(c.n_ran for c in builds) <= 12, w.log()
+    # The record agrees: a normal build (waiting for a cycle still running, if any) runs nothing.
+    env = run_env(cache)
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and "ran" not in r.stdout.replace("up_to_date", ""), r.stdout + r.stderr
+    assert w.stop() == 0
+    # Same sources built from scratch elsewhere give the same outputs.
+    clean = tmp_path / "clean"
+    shutil.copytree(ws, clean, ignore=shutil.ignore_patterns(".buildtool", "out", "*.out"))
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=clean,
+                       env=run_env(tmp_path / "cache2"),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rel in ("out/a.out", "out/b.out", "out/ab.out", "sub/c.out"):
+        assert (clean / rel).read_text() == (ws / rel).read_text(), rel
+
+
+def test_lock_is_free_between_cycles(watch, ws: Path, cache: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    env = run_env(cache)
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build", "--no-wait"], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and "4 up_to_date" in r.stdout, r.stdout + r.stderr
+    assert w.stop() == 0
+
+
+def test_change_during_build_cancels_and_restarts(watch, ws: Path) -> None:
+    write(ws / "a.txt", "slow\n")
+    bf = read(ws / "BUILD.py").replace(
+        'cmd="cat a.txt', 'cmd="if grep -q slow a.txt; then sleep 41.5; fi; cat a.txt')
+    write(ws / "BUILD.py", bf)
+    w = watch()
+    wait_for(lambda: procs_with("sleep 41.5"), what="the slow command to start")
+    write(ws / "a.txt", "fast\n")
+    w.wait_settled(lambda cs: cs and cs[-1].status == "OK" and "//:ab" in ran_since(w, 0), "restarted build")
+    assert w.cycles()[0].status == "CANCELLED", w.log()
+    assert read(ws / "out" / "a.out") == "fast\n"
+    assert read(ws / "out" / "ab.out") == "fast\nb1\n"
+    wait_for(lambda: not procs_with("sleep 41.5"), what="the cancelled command to be gone")
+    assert w.stop() == 0
+
+
+def test_failed_build_keeps_watching(watch, ws: Path) -> None:
+    write(ws / "b.txt", "bad\n")
+    bf = read(ws / "BUILD.py").replace('cmd="cat b.txt', 'cmd="if grep -q bad b.txt; then exit 3; fi; cat b.txt')
+    write(ws / "BUILD.py", bf)
+    w = watch()
+    c = w.wait_cycle(1)
+    assert c.status == "FAILED", w.log()
+    write(ws / "b.txt", "good\n")
+    w.wait_settled(lambda cs: cs[-1].status == "OK" and (ws / "out" / "ab.out").exists(), "a passing build")
+    assert read(ws / "out" / "ab.out") == "a1\ngood\n"
+    assert w.stop() == 0
+
+
+def test_sigint_exits_0_and_kills_running_command(watch, ws: Path) -> None:
+    bf = read(ws / "BUILD.py").replace('cmd="cat a.txt', 'cmd="sleep 43.25; cat a.txt')
+    write(ws / "BUILD.py", bf)
+    w = watch()
+    wait_for(lambda: procs_with("sleep 43.25"), what="the long command to start")
+    assert w.stop(signal.SIGINT) == 0
+    wait_for(lambda: not procs_with("sleep 43.25"), timeout=5, what="no orphan sleep")
+
+
+def test_sigterm_exits_143_when_idle(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    assert w.stop(signal.SIGTERM) == 143
+
+
+def test_sigint_when_idle_exits_0(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    assert w.stop(signal.SIGINT) == 0
+
+
+def test_poll_mode(watch, ws: Path) -> None:
+    w = watch("--poll")
+    w.wait_cycle(1)
+    write(ws / "b.txt", "b-polled\n")
+    w.wait_settled(lambda cs: read(ws / "out" / "ab.out") == "a1\nb-polled\n" and "//:ab" in ran_since(w, 1),
+                   "rebuild seen by polling")
+    assert ran_since(w, 1) == {"//:b", "//:ab"}, w.log()
+    assert w.stop() == 0
+
+
+def test_glob_new_file_is_picked_up(watch, ws: Path) -> None:
+    write(ws / "g" / "x.txt", "x\n")
+    write(ws / "g" / "BUILD.py", 'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], '
+                                 'cmd="cat $(SRCS) > all.out")\n')
+    w = watch("//g:cat")
+    c = w.wait_cycle(1)
+    assert c.status == "OK", w.log()
+    write(ws / "g" / "y.txt", "y\n")
+    w.wait_settled(lambda cs: read(ws / "g" / "all.out") == "x\ny\n", "glob picked up y.txt")
+    assert w.stop() == 0
+
+
+def test_new_package_under_recursive_pattern_is_built(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    write(ws / "newpkg" / "deep" / "n.txt", "n\n")
+    write(ws / "newpkg" / "deep" / "BUILD.py",
+          'genrule(name="n", srcs=["n.txt"], outs=["n.out"], cmd="cp n.txt n.out")\n')
+    w.wait_settled(lambda cs: "//newpkg/deep:n" in ran_since(w, 1), "the new package built")
+    assert read(ws / "newpkg" / "deep" / "n.out") == "n\n"
+    assert w.stop() == 0
+
+
+def test_test_watch_reruns_only_affected_tests(watch, ws: Path) -> None:
+    write(ws / "t" / "BUILD.py", (
+        'test(name="t1", srcs=["x.txt"], cmd="grep -q x x.txt")\n'
+        'test(name="t2", srcs=["y.txt"], cmd="grep -q y y.txt")\n'
+    ))
+    write(ws / "t" / "x.txt", "x\n")
+    write(ws / "t" / "y.txt", "y\n")
+    w = watch("//t/...", command=("test", "--watch"))
+    c = w.wait_cycle(1)
+    assert c.ran == {"//t:t1", "//t:t2"}, w.log()
+    write(ws / "t" / "x.txt", "xx\n")
+    w.wait_settled(lambda cs: "//t:t1" in ran_since(w, 1), "t1 rerun")
+    assert ran_since(w, 1) == {"//t:t1"}, w.log()
+    assert w.stop() == 0
+
+
+def test_build_watch_flag(watch, ws: Path) -> None:
+    w = watch("//:a", command=("build", "--watch"))
+    c = w.wait_cycle(1)
+    assert c.ran == {"//:a"}, w.log()
+    write(ws / "b.txt", "not watched: not in the closure\n")
+    write(ws / "a.txt", "a9\n")
+    w.wait_settled(lambda cs: any("a.txt" in c.changed for c in cs), "a rebuilt")
+    assert read(ws / "out" / "a.out") == "a9\n"
+    assert {p for c in w.cycles() for p in c.changed} == {"a.txt"}, w.log()
+    assert w.stop() == 0
+
+
+# -- in-process: the inotify watch-limit fallback ---------------------------------------------
+
+
+def test_watch_limit_falls_back_to_polling(ws: Path, cache: Path, monkeypatch, capsys) -> None:
+    from buildtool import watch as watch_mod
+    from buildtool.session import BuildRequest, Session
+
+    class FullObserver(watch_mod.PollingObserver):
+        def schedule(self, *a, **k):
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(watch_mod, "Observer", FullObserver)
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(cache))
+    session = Session(str(ws))
+    w = watch_mod.Watcher(session, BuildRequest(patterns=[]))
+    try:
+        w.sync_watches(0)
+        assert w.poll is True
+        assert isinstance(w.observer, watch_mod.PollingObserver) and not isinstance(w.observer, FullObserver)
+        assert w.watches
+    finally:
+        w._drop_observer()
+    assert "falling back to polling" in capsys.readouterr().err
+
+
+def test_classify_rules() -> None:
+    from buildtool.watch import WatchSet, classify, is_editor_temp
+
+    ws = WatchSet(sources=frozenset({"p/a.c"}), loader_files=frozenset({"defs.py"}),
+                  glob_dirs=frozenset({"p"}), packages=frozenset({"", "p"}), outputs=frozenset({"p/a.o"}),
+                  output_dirs=frozenset({"p/gen"}))
+    assert classify(ws, "p/a.c", "modified", False).kind == "content"
+    assert classify(ws, "p/a.c", "moved_to", False).kind == "content"  # atomic save
+    assert classify(ws, "p/a.c", "deleted", False).kind == "package"
+    assert classify(ws, "p/new.c", "created", False).kind == "package"
+    assert classify(ws, "p/other.c", "modified", False) is None
+    assert classify(ws, "p/a.o", "modified", False) is None
+    assert classify(ws, "p/gen", "created", True) is None
+    assert classify(ws, "defs.py", "modified", False).kind == "all"
+    assert classify(ws, "p/BUILD.py", "modified", False).pkg == "p"
+    assert classify(ws, "q/BUILD.py", "created", False) is None
+    for name in ("a.c.swp", "a.c~", ".#a.c", "4913", "#a.c#"):
+        assert is_editor_temp(name)
+    assert not is_editor_temp("a.c")
