@@ -1,0 +1,121 @@
+"""TargetRunner behaviour seen through the real command: changed-during-build inputs,
+partial outputs, missing outputs, executable bits, the action environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+
+def bt(ws: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, BUILDTOOL_CACHE_DIR=str(ws.parent / "cache"))
+    e.update(env or {})
+    return subprocess.run(["buildtool", "-C", str(ws), *args], capture_output=True, text=True, env=e, timeout=60)
+
+
+def make_ws(tmp_path: Path, build: str, files: dict[str, str] | None = None) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text(build)
+    for k, v in (files or {}).items():
+        (ws / k).write_text(v)
+    return ws
+
+
+def events(path: Path) -> dict[str, dict[str, object]]:
+    return {e["label"]: e for e in map(json.loads, path.read_text().splitlines()[1:])}
+
+
+def test_input_changed_while_running_is_not_recorded(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", srcs=["a.txt"], outs=["o.txt"], cmd="cp $< $@; echo more >> $<")\n',
+                 {"a.txt": "one\n"})
+    r = bt(ws, "build")
+    assert r.returncode == 0
+    assert "changed while the command ran" in r.stderr
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "--events", str(ev))
+    assert events(ev)["//:t"]["status"] == "ran"  # it stayed dirty
+
+
+def test_failed_command_leaves_no_partial_output(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", outs=["o.txt"], cmd="echo partial > $@; echo boom >&2; exit 7")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 1
+    assert "boom" in r.stdout + r.stderr and "exited with status 7" in r.stdout + r.stderr
+    assert not (ws / "o.txt").exists()
+
+
+def test_killed_command_is_a_failure(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", outs=["o.txt"], cmd="echo partial > $@; kill -9 $$$$")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 1
+    assert not (ws / "o.txt").exists()
+
+
+def test_missing_declared_output_fails(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", outs=["o.txt", "p.txt"], cmd="echo > o.txt")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 1
+    assert "p.txt was not created" in r.stdout
+    assert not (ws / "o.txt").exists()
+
+
+def test_executable_bit_survives_restore(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", outs=["run.sh"], cmd="printf \'#!/bin/sh\\\\necho hi\\\\n\' > $@; chmod +x $@")\n')
+    assert bt(ws, "build").returncode == 0
+    (ws / "run.sh").unlink()
+    ev = tmp_path / "ev.jsonl"
+    assert bt(ws, "build", "--events", str(ev)).returncode == 0
+    assert events(ev)["//:t"]["status"] == "restored"
+    assert os.stat(ws / "run.sh").st_mode & stat.S_IXUSR
+    assert subprocess.run([str(ws / "run.sh")], capture_output=True, text=True).stdout == "hi\n"
+
+
+def test_environment_is_exactly_declared(tmp_path: Path) -> None:
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="t", outs=["env.txt"], env={"A": "1"}, pass_env=["PASSED"], cmd="env | sort > $@; umask >> $@")\n',
+    )
+    assert bt(ws, "build", env={"PASSED": "yes", "LEAKED": "no"}).returncode == 0
+    text = (ws / "env.txt").read_text()
+    names = {line.split("=", 1)[0] for line in text.splitlines() if "=" in line}
+    assert {"A", "PASSED", "PATH", "TMPDIR", "HOME"} <= names
+    assert "LEAKED" not in names
+    assert text.strip().endswith("0022")
+    # A passed variable is part of the key.
+    ev = tmp_path / "ev.jsonl"
+    bt(ws, "build", "--events", str(ev), env={"PASSED": "other"})
+    e = events(ev)["//:t"]
+    assert e["status"] == "ran" and e["reason_code"] == "env_changed"
+
+
+def test_pipefail_is_on(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="t", outs=["o.txt"], cmd="false | cat > $@")\n')
+    assert bt(ws, "build").returncode == 1
+
+
+def test_pyrule_runs_in_a_process_and_tracks_its_module(tmp_path: Path) -> None:
+    ws = make_ws(
+        tmp_path,
+        'pyrule(name="p", fn="tools.gen:make", srcs=["a.txt"], outs=["o.txt"], kwargs={"n": 2})\n',
+        {"a.txt": "x\n"},
+    )
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "gen.py").write_text(
+        "def make(srcs, outs, n):\n    open(outs[0], 'w').write(open(srcs[0]).read() * n)\n"
+    )
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "o.txt").read_text() == "x\nx\n"
+    (ws / "tools" / "gen.py").write_text(
+        "def make(srcs, outs, n):\n    open(outs[0], 'w').write(open(srcs[0]).read() * (n + 1))\n"
+    )
+    ev = tmp_path / "ev.jsonl"
+    assert bt(ws, "build", "--events", str(ev)).returncode == 0
+    assert events(ev)["//:p"]["status"] == "ran"
+    assert (ws / "o.txt").read_text() == "x\nx\nx\n"
+    assert not (ws / "tools" / "__pycache__").exists()
