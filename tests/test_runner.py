@@ -31,8 +31,11 @@ def events(path: Path) -> dict[str, dict[str, object]]:
 
 
 def test_input_changed_while_running_is_not_recorded(tmp_path: Path) -> None:
-    ws = make_ws(tmp_path, 'genrule(name="t", srcs=["a.txt"], outs=["o.txt"], cmd="cp $< $@; echo more >> $<")\n',
-                 {"a.txt": "one\n"})
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="t", srcs=["a.txt"], outs=["o.txt"], cmd="cp $< $@; echo more >> $<")\n',
+        {"a.txt": "one\n"},
+    )
     r = bt(ws, "build")
     assert r.returncode == 0
     assert "changed while the command ran" in r.stderr
@@ -65,7 +68,9 @@ def test_missing_declared_output_fails(tmp_path: Path) -> None:
 
 
 def test_executable_bit_survives_restore(tmp_path: Path) -> None:
-    ws = make_ws(tmp_path, 'genrule(name="t", outs=["run.sh"], cmd="printf \'#!/bin/sh\\\\necho hi\\\\n\' > $@; chmod +x $@")\n')
+    ws = make_ws(
+        tmp_path, 'genrule(name="t", outs=["run.sh"], cmd="printf \'#!/bin/sh\\\\necho hi\\\\n\' > $@; chmod +x $@")\n'
+    )
     assert bt(ws, "build").returncode == 0
     (ws / "run.sh").unlink()
     ev = tmp_path / "ev.jsonl"
@@ -78,7 +83,8 @@ def test_executable_bit_survives_restore(tmp_path: Path) -> None:
 def test_environment_is_exactly_declared(tmp_path: Path) -> None:
     ws = make_ws(
         tmp_path,
-        'genrule(name="t", outs=["env.txt"], env={"A": "1"}, pass_env=["PASSED"], cmd="env | sort > $@; umask >> $@")\n',
+        'genrule(name="t", outs=["env.txt"], env={"A": "1"}, pass_env=["PASSED"],'
+        ' cmd="env | sort > $@; umask >> $@")\n',
     )
     assert bt(ws, "build", env={"PASSED": "yes", "LEAKED": "no"}).returncode == 0
     text = (ws / "env.txt").read_text()

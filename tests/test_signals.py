@@ -24,8 +24,12 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     )
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
     events = tmp_path / "ev.jsonl"
-    p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "--events", str(events)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        ["buildtool", "-C", str(ws), "build", "--events", str(events)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 20
     while not marker.exists():
         assert time.monotonic() < deadline, "the command never started"
