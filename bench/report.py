@@ -133,7 +133,7 @@ def hashing_lines(r: Result) -> list[str]:
     cols = list(zip(*rows, strict=False)) if rows else [[], [], [], []]
     gbps = lambda v: f"{v * 1.073741824:.2f}"  # noqa: E731  GiB/s -> GB/s
     lines += [
-        f"{r.notes['bytes'] / 1e9:.2f} GB of inputs, `.buildtool` deleted before each run "
+        f"{r.notes['bytes'] / 1e6:.0f} MB of inputs, `.buildtool` deleted before each run "
         "(cold stat cache), cache dir kept (so the run is hash + cache hit).",
         "",
         _row(["measure", f"median (min{DASH}max)"]),

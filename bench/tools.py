@@ -66,7 +66,8 @@ class Tool:
         return self.pick_version(lines)
 
     def pick_version(self, lines: list[str]) -> str:
-        return lines[0] if lines else "unknown"
+        line = lines[0] if lines else "unknown"
+        return line.removeprefix(f"{self.name} ")
 
     def base_argv(self) -> list[str]:
         assert self.path is not None
