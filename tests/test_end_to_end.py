@@ -1,0 +1,554 @@
+"""End to end, with the real ``buildtool`` command on real files in temp dirs:
+the seed's scheduling example, incremental == clean (property test), restore,
+failures, dry run and exit codes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conftest import BuildRun, Workspace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# ---------------------------------------------------------------------------------------
+# 1. The seed's worked example
+# ---------------------------------------------------------------------------------------
+
+UNIT = 0.5  # seconds; >= 0.3 s so process start-up noise stays small against it
+SEED_JOBS = {  # name: (priority, duration in units, deps)
+    "A": (2, 3, []),
+    "B": (1, 2, []),
+    "C": (1, 4, ["A"]),
+    "D": (3, 2, ["A"]),
+    "E": (1, 1, ["B", "C"]),
+}
+
+
+def seed_buildfile(variant: str = "") -> str:
+    lines = []
+    for name, (prio, dur, deps) in SEED_JOBS.items():
+        dep_list = ", ".join(f'":{d}"' for d in deps)
+        lines.append(
+            f'genrule(name="{name}", priority={prio}, deps=[{dep_list}], outs=["{name}.out"], '
+            f'cmd="{variant}sleep {dur * UNIT:g} && echo {name} > $@")'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def seed_times(r: BuildRun) -> dict[str, tuple[float, float]]:
+    assert r.rc == 0, r.output
+    ev = r.by_label
+    assert set(ev) == {f"//:{n}" for n in SEED_JOBS}
+    for e in ev.values():
+        assert e["status"] == "ran", e
+    return {lab[3:]: (e["start"] / UNIT, e["end"] / UNIT) for lab, e in ev.items()}
+
+
+def start_order(times: dict[str, tuple[float, float]]) -> list[str]:
+    return sorted(times, key=lambda n: times[n][0])
+
+
+def check_one_worker(times: dict[str, tuple[float, float]]) -> None:
+    order = start_order(times)
+    assert order == ["B", "A", "C", "E", "D"], times
+    # Strictly one at a time, each lasting at least its duration.
+    for prev, nxt in itertools.pairwise(order):
+        assert times[nxt][0] >= times[prev][1] - 0.05, times
+    for n, (s, e) in times.items():
+        assert e - s >= SEED_JOBS[n][1] * 0.95, (n, times)
+    makespan = max(e for _, e in times.values())
+    assert 12 * 0.95 <= makespan < 12 + 6, times  # 12 units plus generous overhead
+
+
+def test_seed_example_one_worker(make_workspace: Any) -> None:
+    ws = make_workspace("seed1")
+    ws.build_file("", seed_buildfile())
+    check_one_worker(seed_times(ws.build("-j", "1")))
+
+
+def test_seed_example_two_workers_then_priority_still_wins_with_recorded_durations(make_workspace: Any) -> None:
+    ws = make_workspace("seed2")
+    ws.build_file("", seed_buildfile())
+    t = seed_times(ws.build("-j", "2"))
+    # A and B start at once; C and D start together when A finishes; E after B and C.
+    assert t["A"][0] < 0.5 and t["B"][0] < 0.5, t
+    assert t["C"][0] >= t["A"][1] - 0.05 and t["D"][0] >= t["A"][1] - 0.05, t
+    assert abs(t["C"][0] - t["D"][0]) < 0.5, t
+    assert t["C"][0] < t["B"][1] + 3, t  # ... and not only after something else finished
+    assert t["E"][0] >= max(t["B"][1], t["C"][1]) - 0.05, t
+    makespan = max(e for _, e in t.values())
+    # Critical path A -> C -> E = 8 units; one worker would need 12.
+    assert 8 * 0.95 <= makespan < 11, t
+    # Change every command (new keys) so the rerun has recorded durations, hence real
+    # critical-path weights (A: 8, B: 3...): priority still orders ready targets.
+    ws.build_file("", seed_buildfile(variant=": v2 && "))
+    check_one_worker(seed_times(ws.build("-j", "1")))
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Incremental == clean, with minimality, over random DAGs and edits
+# ---------------------------------------------------------------------------------------
+
+LETTERS = "abcxyz"
+content_st = st.text(alphabet=LETTERS + "\n", min_size=1, max_size=10).filter(
+    lambda s: any(c in LETTERS for c in s)
+)
+
+
+@dataclass
+class TSpec:
+    srcs: list[int]  # source indexes
+    deps: list[int]  # earlier target indexes
+    mode: str  # "cat" (output depends on content) or "size" (only on total size)
+    via_srcs: bool  # reference deps in srcs (True) or in deps (False)
+
+
+@dataclass
+class Scenario:
+    sources: list[str]
+    targets: list[TSpec]
+    edits: list[tuple[Any, ...]]
+
+
+def pkg_of(i: int) -> str:
+    return "" if i % 2 == 0 else "p"
+
+
+def out_of(i: int) -> str:
+    return f"t{i}.out" if pkg_of(i) == "" else f"p/t{i}.out"
+
+
+def label_of(i: int) -> str:
+    return f"//{pkg_of(i)}:t{i}"
+
+
+@st.composite
+def scenarios(draw: Any) -> Scenario:
+    m = draw(st.integers(1, 3))
+    n = draw(st.integers(3, 8))
+    sources = [draw(content_st) for _ in range(m)]
+    targets = []
+    for i in range(n):
+        srcs = draw(st.lists(st.integers(0, m - 1), unique=True, max_size=2))
+        deps = draw(st.lists(st.integers(0, i - 1), unique=True, max_size=3)) if i else []
+        if not srcs and not deps:
+            srcs = [0]
+        mode = draw(st.sampled_from(["cat", "cat", "size"]))
+        targets.append(TSpec(srcs, deps, mode, draw(st.booleans())))
+    edit = st.one_of(
+        st.tuples(st.just("content"), st.integers(0, m - 1), content_st),
+        st.tuples(st.just("touch"), st.integers(0, m - 1)),
+        st.tuples(st.just("samesize"), st.integers(0, m - 1)),
+        st.tuples(st.just("delete_output"), st.integers(0, n - 1)),
+        st.tuples(st.just("cmd"), st.integers(0, n - 1)),
+    )
+    edits = draw(st.lists(edit, min_size=1, max_size=3))
+    return Scenario(sources, targets, edits)
+
+
+def write_scenario(ws: Workspace, sc: Scenario, versions: list[int]) -> None:
+    by_pkg: dict[str, list[str]] = {"": [], "p": []}
+    for i, t in enumerate(sc.targets):
+        pkg = pkg_of(i)
+        srcs = [f"s{j}.txt" if pkg == "" else f"//:s{j}.txt" for j in t.srcs]
+        dep_labels = [label_of(k) for k in t.deps]
+        if t.via_srcs:
+            srcs += dep_labels
+            deps: list[str] = []
+        else:
+            deps = dep_labels
+        if t.mode == "cat":
+            cmd = f"cat $(SRCS) > $@ && echo t{i}-v{versions[i]} >> $@"
+        else:
+            cmd = f": v{versions[i]}; cat $(SRCS) | wc -c | tr -d ' ' > $@"
+        by_pkg[pkg].append(f"genrule(name={f't{i}'!r}, srcs={srcs!r}, deps={deps!r}, outs=['t{i}.out'], cmd={cmd!r})")
+    ws.build_file("", "\n".join(by_pkg[""]) + "\n")
+    ws.build_file("p", "\n".join(by_pkg["p"]) + "\n")
+
+
+def inputs_of(sc: Scenario, i: int) -> list[str]:
+    t = sc.targets[i]
+    return [f"s{j}.txt" for j in t.srcs] + [out_of(k) for k in t.deps]
+
+
+def snapshot(ws: Workspace, sc: Scenario) -> dict[str, bytes | None]:
+    files = {f"s{j}.txt" for j in range(len(sc.sources))} | {out_of(i) for i in range(len(sc.targets))}
+    return {f: (ws.root / f).read_bytes() if (ws.root / f).exists() else None for f in files}
+
+
+def clean_build(ws: Workspace, sc: Scenario, dest: Path, cache: Path) -> tuple[BuildRun, dict[str, bytes]]:
+    """Copy the sources (no outputs, no state) and build from scratch with a fresh cache."""
+    clean = ws.copy_to(dest, cache=cache)
+    for i in range(len(sc.targets)):
+        (clean.root / out_of(i)).unlink(missing_ok=True)
+    r = clean.build()
+    assert r.rc == 0, r.output
+    assert r.ran == {label_of(i) for i in range(len(sc.targets))}
+    outs = {out_of(i): (clean.root / out_of(i)).read_bytes() for i in range(len(sc.targets))}
+    return r, outs
+
+
+def apply_edit(ws: Workspace, sc: Scenario, versions: list[int], edit: tuple[Any, ...]) -> set[int]:
+    """Apply one edit to the workspace; return the targets whose command changed."""
+    kind = edit[0]
+    if kind == "content":
+        ws.write(f"s{edit[1]}.txt", edit[2])
+    elif kind == "touch":
+        os.utime(ws.root / f"s{edit[1]}.txt")
+    elif kind == "samesize":
+        p = ws.root / f"s{edit[1]}.txt"
+        st_ = p.stat()
+        old = p.read_text()
+        new = "".join(LETTERS[(LETTERS.index(c) + 1) % len(LETTERS)] if c in LETTERS else c for c in old)
+        assert new != old and len(new) == len(old)
+        p.write_text(new)
+        os.utime(p, ns=(st_.st_atime_ns, st_.st_mtime_ns))  # same size and same mtime
+    elif kind == "delete_output":
+        (ws.root / out_of(edit[1])).unlink()
+    elif kind == "cmd":
+        versions[edit[1]] += 1
+        write_scenario(ws, sc, versions)
+        return {edit[1]}
+    return set()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sc=scenarios())
+def test_incremental_equals_clean_and_is_minimal(make_workspace: Any, sc: Scenario) -> None:
+    ws: Workspace = make_workspace("inc")
+    for j, text in enumerate(sc.sources):
+        ws.write(f"s{j}.txt", text)
+    versions = [0] * len(sc.targets)
+    write_scenario(ws, sc, versions)
+    labels = [label_of(i) for i in range(len(sc.targets))]
+    pool = ThreadPoolExecutor(2)
+    step = 0
+
+    def both() -> tuple[BuildRun, BuildRun, dict[str, bytes]]:
+        nonlocal step
+        step += 1
+        base = ws.root.parent / f"{ws.root.name}-clean{step}"
+        fut = pool.submit(clean_build, ws, sc, base, ws.root.parent / f"{ws.root.name}-cleancache{step}")
+        inc = ws.build()
+        clean, clean_outs = fut.result()
+        assert inc.rc == 0, inc.output
+        assert set(inc.by_label) == set(labels)
+        for f, data in clean_outs.items():
+            assert (ws.root / f).read_bytes() == data, f"{f} differs from a clean build"
+        # Same workspace content at another path: the same keys.
+        assert {k: e["key"] for k, e in inc.by_label.items()} == {k: e["key"] for k, e in clean.by_label.items()}
+        return inc, clean, clean_outs
+
+    try:
+        first, _, _ = both()
+        assert first.ran == set(labels)
+        seen_keys = {e["key"] for e in first.events}
+        prev_keys = {k: e["key"] for k, e in first.by_label.items()}
+        for edit in sc.edits:
+            before = snapshot(ws, sc)
+            deleted = {edit[1]} if edit[0] == "delete_output" else set()
+            cmd_changed = apply_edit(ws, sc, versions, edit)
+            inc, _, _ = both()
+            after = snapshot(ws, sc)
+            for i, lab in enumerate(labels):
+                e = inc.by_label[lab]
+                changed = i in cmd_changed or any(before[f] != after[f] for f in inputs_of(sc, i))
+                key_changed = e["key"] != prev_keys[lab]
+                assert key_changed == changed, (edit, lab, e)
+                if not changed:
+                    want = "restored" if i in deleted else "up_to_date"
+                else:
+                    want = "restored" if e["key"] in seen_keys else "ran"
+                assert e["status"] == want, (edit, lab, e, sc)
+            # Minimality in the contract's words: only targets whose key changed ran.
+            assert inc.ran <= {lab for lab in labels if inc.by_label[lab]["key"] != prev_keys[lab]}
+            seen_keys |= {e["key"] for e in inc.events}
+            prev_keys = {k: e["key"] for k, e in inc.by_label.items()}
+    finally:
+        pool.shutdown()
+        for p in ws.root.parent.glob(f"{ws.root.name}-clean*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def test_early_cutoff(workspace: Workspace) -> None:
+    """A target rerun with byte-identical output does not rerun its dependents."""
+    workspace.write("in.txt", "abc\n")
+    workspace.build_file(
+        "",
+        """
+        genrule(name="size", srcs=["in.txt"], outs=["size.out"], cmd="wc -c < $< | tr -d ' ' > $@")
+        genrule(name="user", srcs=[":size"], outs=["user.out"], cmd="echo size=$$(cat $<) > $@")
+        genrule(name="user2", srcs=[":user"], outs=["user2.out"], cmd="cat $< $< > $@")
+        """,
+    )
+    r = workspace.build()
+    assert r.ran == {"//:size", "//:user", "//:user2"}
+    workspace.write("in.txt", "xyz\n")  # same size, other content
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert r.status("//:size") == "ran"
+    assert r.status("//:user") == "up_to_date"
+    assert r.status("//:user2") == "up_to_date"
+    workspace.write("in.txt", "longer\n")  # control: a real change does propagate
+    r = workspace.build()
+    assert r.ran == {"//:size", "//:user", "//:user2"}
+    assert workspace.read("user.out") == "size=7\n"
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Restore
+# ---------------------------------------------------------------------------------------
+
+RESTORE_BUILD = """
+genrule(name="gen", srcs=["in.txt"], outs=["gen/a.txt", "gen/tool.sh"],
+        cmd="cat $< > $(location gen/a.txt) && printf '#!/bin/sh\\\\necho hi\\\\n' > $(location gen/tool.sh) "
+            "&& chmod +x $(location gen/tool.sh) && echo ran >> ../ran.log")
+genrule(name="use", srcs=[":gen"], outs=["use.txt"], cmd="cat $(SRCS) > $@ && echo ran >> ../ran.log")
+"""
+
+
+def test_deleted_outputs_are_restored_without_running_anything(workspace: Workspace) -> None:
+    workspace.write("pkg/in.txt", "input\n")
+    outs = _restore_ws_in_pkg(workspace)
+    shutil.rmtree(workspace.path("pkg/gen"))
+    workspace.path("pkg/use.txt").unlink()
+    log_before = workspace.read("ran.log")
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert {e["status"] for e in r.events} == {"restored"}
+    assert {e["cache"] for e in r.events} == {"local"}
+    assert workspace.read("ran.log") == log_before  # no command ran
+    for f, data in outs.items():
+        assert workspace.path(f).read_bytes() == data
+    assert os.access(workspace.path("pkg/gen/tool.sh"), os.X_OK)
+    r = workspace.build()
+    assert {e["status"] for e in r.events} == {"up_to_date"}
+
+
+def _restore_ws_in_pkg(ws: Workspace) -> dict[str, bytes]:
+    ws.build_file("pkg", RESTORE_BUILD)
+    r = ws.build()
+    assert r.rc == 0, r.output
+    assert r.ran == {"//pkg:gen", "//pkg:use"}
+    assert ws.read("ran.log") == "ran\nran\n"
+    return {f: ws.path(f).read_bytes() for f in ("pkg/gen/a.txt", "pkg/gen/tool.sh", "pkg/use.txt")}
+
+
+def test_second_checkout_with_the_same_cache_runs_nothing(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write("pkg/in.txt", "input\n")
+    outs = _restore_ws_in_pkg(workspace)
+    workspace.path("ran.log").unlink()
+    (tmp_path / "elsewhere").mkdir()
+    second = tmp_path / "elsewhere" / "checkout2"
+    shutil.copytree(workspace.root, second, ignore=shutil.ignore_patterns(".buildtool", "gen", "use.txt"))
+    other = Workspace(second, workspace.cache, workspace.home)
+    assert not other.exists("pkg/use.txt")
+    r = other.build()
+    assert r.rc == 0, r.output
+    assert r.ran == set()
+    assert {e["status"] for e in r.events} == {"restored"}
+    assert not other.exists("ran.log")
+    for f, data in outs.items():
+        assert other.path(f).read_bytes() == data
+
+
+def test_modified_output_is_restored(workspace: Workspace) -> None:
+    workspace.write("pkg/in.txt", "input\n")
+    outs = _restore_ws_in_pkg(workspace)
+    workspace.write("pkg/use.txt", "hand edited\n")
+    r = workspace.build()
+    assert r.status("//pkg:use") == "restored"
+    assert r.by_label["//pkg:use"]["reason_code"] == "restored"
+    assert workspace.path("pkg/use.txt").read_bytes() == outs["pkg/use.txt"]
+    assert workspace.read("ran.log") == "ran\nran\n"
+
+
+def test_cache_loss_never_turns_a_noop_into_a_rebuild(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write("pkg/in.txt", "input\n")
+    _restore_ws_in_pkg(workspace)
+    shutil.rmtree(workspace.cache)
+    r = workspace.build(cache=tmp_path / "another-cache")
+    assert {e["status"] for e in r.events} == {"up_to_date"}
+    assert workspace.read("ran.log") == "ran\nran\n"
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Failures, -k, -n
+# ---------------------------------------------------------------------------------------
+
+FAIL_BUILD = """
+genrule(name="bad", outs=["bad.out"], priority=0,
+        cmd="echo partial > $@; echo some-output; echo the-error-message >&2; exit 3")
+genrule(name="after_bad", srcs=[":bad"], outs=["after.out"], priority=0, cmd="cat $< > $@")
+genrule(name="after_after", srcs=[":after_bad"], outs=["after2.out"], cmd="cat $< > $@")
+genrule(name="independent", outs=["ind.out"], priority=5, cmd="echo ok > $@")
+genrule(name="ind2", srcs=[":independent"], outs=["ind2.out"], priority=5, cmd="cat $< > $@")
+"""
+
+
+def test_failing_command_exit_1_with_its_output_shown(workspace: Workspace) -> None:
+    workspace.build_file("", FAIL_BUILD)
+    r = workspace.build("-j", "1")
+    assert r.rc == 1
+    assert "the-error-message" in r.output
+    assert "some-output" in r.output
+    assert "//:bad" in r.output
+    assert "exit 3" in r.output  # the command is shown
+    assert not workspace.exists("bad.out")  # partial output deleted
+    st = {e["label"]: e["status"] for e in r.events}
+    assert st["//:bad"] == "failed"
+    assert st["//:after_bad"] == "skipped"
+    assert st["//:after_after"] == "skipped"
+    # Fail fast: the lower-priority independent targets never started.
+    assert st["//:independent"] == "cancelled"
+    assert st["//:ind2"] == "cancelled"
+    assert not workspace.exists("ind.out")
+    assert r.by_label["//:bad"]["exit_code"] == 3
+
+
+def test_keep_going_builds_the_independent_targets(workspace: Workspace) -> None:
+    workspace.build_file("", FAIL_BUILD)
+    r = workspace.build("-j", "1", "-k")
+    assert r.rc == 1
+    assert "the-error-message" in r.output
+    st = {e["label"]: e["status"] for e in r.events}
+    assert st == {
+        "//:bad": "failed", "//:after_bad": "skipped", "//:after_after": "skipped",
+        "//:independent": "ran", "//:ind2": "ran",
+    }
+    assert workspace.read("ind2.out") == "ok\n"
+    assert not workspace.exists("after.out")
+
+
+def test_missing_declared_output_is_a_failure(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", outs=["a", "b"], cmd="echo > a")\n')
+    r = workspace.build()
+    assert r.rc == 1
+    assert "b" in r.output and "not created" in r.output
+    assert not workspace.exists("a")
+
+
+def test_pipefail_and_errexit_are_on(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="pipe", outs=["p"], cmd="false | cat > $@")
+        genrule(name="errexit", outs=["e"], cmd="false; echo still > $@")
+        """,
+    )
+    r = workspace.build("-k")
+    assert r.rc == 1
+    assert r.status("//:pipe") == "failed"
+    assert r.status("//:errexit") == "failed"
+
+
+def test_dry_run_runs_nothing_and_says_why(workspace: Workspace) -> None:
+    workspace.write("in.txt", "x\n")
+    workspace.build_file(
+        "",
+        """
+        genrule(name="one", srcs=["in.txt"], outs=["one.out"], cmd="cat $< > $@ && echo ran >> log")
+        genrule(name="two", srcs=[":one"], outs=["two.out"], cmd="cat $< > $@ && echo ran >> log")
+        """,
+    )
+    rc, out, err = workspace.run("build", "-n")
+    assert rc == 0, err
+    assert "//:one" in out and "//:two" in out
+    assert "would run" in out
+    assert not workspace.exists("one.out") and not workspace.exists("two.out") and not workspace.exists("log")
+    # After a real build, a dry run lists nothing to run; after an edit, just that.
+    assert workspace.build().rc == 0
+    workspace.write("in.txt", "y\n")
+    rc, out, _ = workspace.run("build", "-n")
+    assert rc == 0
+    assert "//:one" in out and "input in.txt changed" in out
+    assert workspace.read("log") == "ran\nran\n"
+    assert workspace.read("one.out") == "x\n"
+
+
+def test_environment_is_scrubbed(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="env", outs=["env.txt"], env={"MINE": "1"}, pass_env=["PASSED"],
+                cmd="env | cut -d= -f1 | sort > $@")
+        """,
+    )
+    r = workspace.build(env_extra={"SECRET_LEAK": "x", "PASSED": "p"})
+    assert r.rc == 0, r.output
+    names = set(workspace.read("env.txt").split()) - {"_", "PWD", "OLDPWD", "SHLVL"}  # set by the shell
+    assert names == {"PATH", "HOME", "TMPDIR", "MINE", "PASSED"}
+
+
+# ---------------------------------------------------------------------------------------
+# 5. Exit codes
+# ---------------------------------------------------------------------------------------
+
+
+def test_no_workspace_is_exit_2(tmp_path: Path, workspace: Workspace) -> None:
+    lonely = tmp_path / "no-workspace-here"
+    lonely.mkdir()
+    rc, _, err = workspace.run("build", cwd=lonely)
+    assert rc == 2
+    assert "buildtool.toml" in err
+    rc, _, err = workspace.run("-C", str(lonely), "build")
+    assert rc == 2
+
+
+def test_pattern_matching_nothing_is_exit_2(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="m", outs=["m"], cmd="echo > $@", manual=True)\n')
+    rc, _, err = workspace.run("build", "//...")
+    assert rc == 2
+    assert "//..." in err
+    rc, _, _ = workspace.run("build", "//:m")
+    assert rc == 0
+
+
+def test_test_with_no_tests_is_exit_4(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, _, err = workspace.run("test")
+    assert rc == 4
+    assert "test" in err
+    rc, _, _ = workspace.run("test", "//...")
+    assert rc == 4
+
+
+def test_test_runs_tests_and_build_never_does(workspace: Workspace) -> None:
+    workspace.build_file(
+        "",
+        """
+        genrule(name="g", outs=["g"], cmd="echo data > $@")
+        test(name="passes", srcs=[":g"], cmd="grep -q data g && echo tested >> test.log")
+        test(name="fails", srcs=[":g"], cmd="echo boom >&2; exit 1", manual=True)
+        """,
+    )
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert not workspace.exists("test.log")
+    assert set(r.by_label) == {"//:g"}
+    r = workspace.build(command="test")
+    assert r.rc == 0, r.output
+    assert r.status("//:passes") == "ran"
+    assert workspace.read("test.log") == "tested\n"
+    r = workspace.build("//:fails", command="test")
+    assert r.rc == 1
+    assert "boom" in r.output
+
+
+def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
+    workspace.write("buildtool.toml", "no_such_key = 1\n")
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, _, err = workspace.run("build")
+    assert rc == 2
+    assert "no_such_key" in err
