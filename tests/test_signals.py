@@ -18,8 +18,9 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     ws.mkdir()
     (ws / "buildtool.toml").write_text("")
     marker = tmp_path / "started"
+    nap = f"{60 + (os.getpid() % 1000) / 1000 + sig / 10000:.4f}"  # unique to this test run
     (ws / "BUILD.py").write_text(
-        f'genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 60; echo > $@")\n'
+        f'genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep {nap}; echo > $@")\n'
         'genrule(name="after", srcs=[":slow"], outs=["a.txt"], cmd="cp $< $@")\n'
     )
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
@@ -38,7 +39,7 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     p.communicate(timeout=20)
     assert p.returncode == code
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "sleep 60" not in ps
+    assert f"sleep {nap}" not in ps
     assert not (ws / "s.txt").exists()
     statuses = {e["label"]: e["status"] for e in map(json.loads, events.read_text().splitlines()[1:])}
     assert statuses == {"//:slow": "cancelled", "//:after": "cancelled"}
