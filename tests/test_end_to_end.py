@@ -181,11 +181,16 @@ def snapshot(ws: Workspace, sc: Scenario) -> dict[str, bytes | None]:
     return {f: (ws.root / f).read_bytes() if (ws.root / f).exists() else None for f in files}
 
 
-def clean_build(ws: Workspace, sc: Scenario, dest: Path, cache: Path) -> tuple[BuildRun, dict[str, bytes]]:
-    """Copy the sources (no outputs, no state) and build from scratch with a fresh cache."""
+def clean_copy(ws: Workspace, sc: Scenario, dest: Path, cache: Path) -> Workspace:
+    """Copy the sources (no outputs, no state), with a fresh cache."""
     clean = ws.copy_to(dest, cache=cache)
     for i in range(len(sc.targets)):
         (clean.root / out_of(i)).unlink(missing_ok=True)
+    return clean
+
+
+def clean_build(clean: Workspace, sc: Scenario) -> tuple[BuildRun, dict[str, bytes]]:
+    """Build a clean copy from scratch."""
     r = clean.build()
     assert r.rc == 0, r.output
     assert r.ran == {label_of(i) for i in range(len(sc.targets))}
@@ -238,7 +243,9 @@ def test_incremental_equals_clean_and_is_minimal(make_workspace: Any, sc: Scenar
         nonlocal step
         step += 1
         base = ws.root.parent / f"{ws.root.name}-clean{step}"
-        fut = pool.submit(clean_build, ws, sc, base, ws.root.parent / f"{ws.root.name}-cleancache{step}")
+        # Copy before the incremental build starts, so the copy never races with it.
+        clean_ws = clean_copy(ws, sc, base, ws.root.parent / f"{ws.root.name}-cleancache{step}")
+        fut = pool.submit(clean_build, clean_ws, sc)
         inc = ws.build()
         clean, clean_outs = fut.result()
         assert inc.rc == 0, inc.output
