@@ -1,0 +1,182 @@
+"""Depfile: parse Make-format dependency files as written by ``gcc/clang -MD -MF``.
+
+The format is a subset of Make (as Ninja's depfile parser reads it)::
+
+    out.o: a.c include/a.h \\
+      dir\\ with\\ space/b.h
+    include/a.h:
+
+A backslash-newline continues a line; ``\\ `` is a space inside a path (2N backslashes
+before a space are N backslashes and end the path, 2N+1 are N backslashes and a space);
+``\\#`` is ``#``; ``$$`` is ``$``; an unescaped ``#`` starts a comment.  A ``:`` followed
+by whitespace or the end of the line ends a rule's targets.  ``-MP`` phony rules
+(``a.h:``) add targets without prerequisites.  ``workspace_inputs`` turns the
+prerequisites into workspace-relative paths, leaving out files outside the workspace
+(system headers) and buildtool's state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from buildtool.workspace import STATE_DIR
+
+
+class DepfileError(ValueError):
+    """The text is not a Make-format depfile."""
+
+
+@dataclass(slots=True)
+class Depfile:
+    targets: list[str] = field(default_factory=list)
+    prerequisites: list[str] = field(default_factory=list)  # in order of first appearance, de-duplicated
+
+
+def _tokens(text: str) -> Iterable[tuple[str, bool]]:
+    """(word, ends_line) pairs; a rule separator ':' is its own word (":", ...)."""
+    i, n = 0, len(text)
+    word: list[str] = []
+    have = False
+
+    def flush() -> Iterable[tuple[str, bool]]:
+        nonlocal have
+        if have:
+            w = "".join(word)
+            word.clear()
+            have = False
+            yield w, False
+
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            j = i
+            while j < n and text[j] == "\\":
+                j += 1
+            count = j - i
+            nxt = text[j] if j < n else ""
+            if nxt == "\n" or (nxt == "\r" and text[j + 1 : j + 2] == "\n"):
+                # Line continuation (a single backslash before the newline; more are literal).
+                word.append("\\" * (count - 1))
+                have = have or count > 1
+                yield from flush()
+                i = j + (2 if nxt == "\r" else 1)
+                continue
+            if nxt == " " or nxt == "\t":
+                word.append("\\" * (count // 2))
+                have = True
+                if count % 2:
+                    word.append(nxt)
+                    i = j + 1
+                else:
+                    i = j
+                continue
+            if nxt == "#" and count % 2:
+                word.append("\\" * (count // 2) + "#")
+                have = True
+                i = j + 1
+                continue
+            word.append("\\" * count)
+            have = True
+            i = j
+            continue
+        if c == "$" and text[i + 1 : i + 2] == "$":
+            word.append("$")
+            have = True
+            i += 2
+            continue
+        if c == "#":
+            yield from flush()
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c == "\n" or (c == "\r" and text[i + 1 : i + 2] == "\n"):
+            yield from flush()
+            yield "", True
+            i += 1 if c == "\n" else 2
+            continue
+        if c in " \t\r":
+            yield from flush()
+            i += 1
+            continue
+        if c == ":" and (i + 1 >= n or text[i + 1] in " \t\r\n"):
+            if have:
+                yield from flush()
+            yield ":", False
+            i += 1
+            continue
+        word.append(c)
+        have = True
+        i += 1
+    yield from flush()
+    yield "", True
+
+
+def parse(text: str) -> Depfile:
+    """Parse a depfile; raises DepfileError when a line has no ``target:`` part."""
+    result = Depfile()
+    seen: set[str] = set()
+    targets: list[str] = []
+    in_prereqs = False
+    line_words: list[str] = []
+    for word, eol in _tokens(text):
+        if eol:
+            if line_words and not in_prereqs:
+                msg = f"expected 'target: prerequisites', found {' '.join(line_words)!r} without a ':'"
+                raise DepfileError(msg)
+            line_words = []
+            in_prereqs = False
+            continue
+        if word == ":" and not in_prereqs:
+            if not line_words:
+                msg = "expected 'target: prerequisites', found a ':' with no target before it"
+                raise DepfileError(msg)
+            targets.extend(line_words)
+            in_prereqs = True
+            line_words = ["<rule>"]
+            continue
+        if in_prereqs:
+            if word != ":" and word not in seen:
+                seen.add(word)
+                result.prerequisites.append(word)
+        else:
+            line_words.append(word)
+    result.targets = list(dict.fromkeys(targets))
+    return result
+
+
+def parse_file(path: str) -> Depfile:
+    """Read and parse; OSError when unreadable, DepfileError when malformed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return parse(data.decode("utf-8", "surrogateescape"))
+
+
+def workspace_inputs(prereqs: Iterable[str], root: str, pkg: str) -> list[str]:
+    """Workspace-relative, normalised paths of the prerequisites that lie inside the
+    workspace (relative ones are relative to the package directory, where the command
+    ran); system headers and anything under the state directory are left out."""
+    roots = {root, os.path.realpath(root)}
+    out: set[str] = set()
+    for p in prereqs:
+        if not p:
+            continue
+        if os.path.isabs(p):
+            ap = os.path.normpath(p)
+            rel = None
+            for r in roots:
+                if ap.startswith(r + os.sep):
+                    rel = os.path.relpath(ap, r).replace(os.sep, "/")
+                    break
+            if rel is None:
+                continue
+        else:
+            rel = posixpath.normpath(posixpath.join(pkg, p) if pkg else p)
+        if rel in (".", "..") or rel.startswith("../") or rel.startswith("/"):
+            continue
+        if rel == STATE_DIR or rel.startswith(STATE_DIR + "/"):
+            continue
+        out.add(rel)
+    return sorted(out)
