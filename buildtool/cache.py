@@ -14,17 +14,20 @@ and turns caching off or degrades to a miss.  Spec: docs/formats.md#cache
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import posixpath
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from buildtool.cache_gc import StoreGuard
 from buildtool.digest import hash_file
 
 FORMAT_VERSION = 1
@@ -72,6 +75,10 @@ class Cache:
         self.writable = True
         self._reflink = True
         self._made: set[str] = set()
+        self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
+        self._count_mu = threading.Lock()
+        self.restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
+        self._guard = StoreGuard(self.dir)
         try:
             for sub in ("cas", "ac", "tmp"):
                 os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
@@ -94,6 +101,14 @@ class Cache:
         if d not in self._made:
             os.makedirs(d, exist_ok=True)
             self._made.add(d)
+
+    def storing(self) -> contextlib.AbstractContextManager[None]:
+        """Hold while one action's blobs and then its entry are written: GC waits for it."""
+        return self._guard.shared()
+
+    def _added(self, n: int) -> None:
+        with self._count_mu:
+            self.bytes_added += n
 
     def _tmp(self) -> str:
         return os.path.join(self.dir, "tmp", f"{os.getpid()}.{time.monotonic_ns()}.{id(object())}")
@@ -164,7 +179,9 @@ class Cache:
             self._mkparent(dest)
             self._clone_or_copy(src, tmp)
             os.chmod(tmp, 0o444)
+            size = os.stat(tmp).st_size
             os.replace(tmp, dest)
+            self._added(size)
         except OSError as e:
             self._remove(tmp)
             self._write_failed(e)
@@ -198,6 +215,7 @@ class Cache:
         tmp = f"{dest}.buildtool-tmp"
         try:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
+            tmp = self._restore_tmp(dest)
             self._remove(tmp)
             if self.restore_mode == "hardlink" and mode == 0o644:
                 try:
@@ -214,6 +232,19 @@ class Cache:
             self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
             return False
         return True
+
+    def _restore_tmp(self, dest: str) -> str:
+        """Stage restores in the state dir (same filesystem), so a build killed mid-restore
+        leaves no stray file among the sources; else beside ``dest``."""
+        d = self.restore_tmp_dir
+        if d is not None:
+            try:
+                os.makedirs(d, exist_ok=True)
+                if os.stat(d).st_dev == os.stat(os.path.dirname(dest)).st_dev:
+                    return os.path.join(d, f"restore.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}")
+            except OSError:
+                pass
+        return f"{dest}.buildtool-tmp"
 
     # -- helpers ---------------------------------------------------------------------
     def _clone_or_copy(self, src: str, dest: str) -> None:
@@ -236,6 +267,7 @@ class Cache:
                 f.write(data)
             os.chmod(tmp, mode)
             os.replace(tmp, dest)
+            self._added(len(data))
         except OSError as e:
             self._remove(tmp)
             self._write_failed(e)

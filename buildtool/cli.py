@@ -49,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     _add_build_flags(w)
     _add_watch_flags(w, False)
     sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
+    from buildtool.cachecmd import add_parser as add_cache_parser
+
+    add_cache_parser(sub)
     return ap
 
 
@@ -71,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "cache":
+        from buildtool.cachecmd import run_command as run_cache_command
+
+        return run_cache_command(args)
     if args.command == "build" and not (args.dry_run or args.explain or args.events or getattr(args, "watch", False)):
         from buildtool import noop
 

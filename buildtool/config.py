@@ -17,6 +17,7 @@ KEYS: dict[str, type] = {
     "action_env": list,
     "restore_mode": str,
     "pools": dict,
+    "max_size": str,  # or an int of bytes; user config / env only (the cache is shared)
 }
 RESTORE_MODES = ("copy", "hardlink")
 
@@ -29,6 +30,7 @@ class Config:
     action_env: list[str] = field(default_factory=list)
     restore_mode: str = "copy"
     pools: dict[str, int] = field(default_factory=dict)
+    max_size: int | None = None  # bytes; cache_gc.py keeps the shared cache under it
 
 
 def user_config_path() -> str:
@@ -68,6 +70,15 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
         if want is None:
             msg = f"{path}: unknown config key {k!r}; known keys are: {', '.join(sorted(KEYS))}"
             raise UserError(msg)
+        if k == "max_size":
+            from buildtool.cache_gc import parse_size
+
+            try:
+                out[k] = parse_size(v)
+            except ValueError:
+                msg = f"{path}: max_size must be a size such as 500M, 2G or a number of bytes (got {v!r})"
+                raise UserError(msg) from None
+            continue
         if want is int and (isinstance(v, bool) or not isinstance(v, int)):
             msg = f"{path}: {k} must be an integer (got {v!r})"
             raise UserError(msg)
@@ -109,15 +120,23 @@ def _env_layer() -> dict[str, Any]:
         out["action_env"] = [x for x in env["BUILDTOOL_ACTION_ENV"].split(",") if x]
     if env.get("BUILDTOOL_RESTORE_MODE"):
         out["restore_mode"] = env["BUILDTOOL_RESTORE_MODE"]
+    if env.get("BUILDTOOL_MAX_CACHE_SIZE"):
+        out["max_size"] = env["BUILDTOOL_MAX_CACHE_SIZE"]
     return _check("environment (BUILDTOOL_*)", out)
 
 
 def load_config(root: str, flags: dict[str, Any]) -> Config:
     """Merge the layers; ``flags`` holds only the options given on the command line."""
     merged: dict[str, Any] = {}
+    ws_toml = os.path.join(root, "buildtool.toml")
+    ws_layer = _check(ws_toml, _read_toml(ws_toml))
+    if "max_size" in ws_layer:
+        msg = (f"{ws_toml}: max_size cannot be set by a workspace: the cache is shared by all "
+               f"workspaces; set it in {user_config_path()} or BUILDTOOL_MAX_CACHE_SIZE")
+        raise UserError(msg)
     for layer in (
         _check(user_config_path(), _read_toml(user_config_path())),
-        _check(os.path.join(root, "buildtool.toml"), _read_toml(os.path.join(root, "buildtool.toml"))),
+        ws_layer,
         _env_layer(),
         {k: v for k, v in flags.items() if v is not None},
     ):

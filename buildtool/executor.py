@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is 128 KiB)
@@ -73,6 +74,8 @@ class SubprocessExecutor:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self.cancelled = False
+        # Called with the pgid of each command started in its own session (orphans.py).
+        self.on_spawn: Callable[[int], None] | None = None
 
     def run(
         self,
@@ -106,6 +109,8 @@ class SubprocessExecutor:
             )
             with self._lock:
                 self._procs[proc.pid] = proc
+            if self.on_spawn is not None and capture is not None:
+                self.on_spawn(proc.pid)
             if self.cancelled:
                 self._kill(proc)
             timed_out = False

@@ -423,6 +423,10 @@ class TargetRunner:
         return None
 
     def _store(self, t: Target, key: str, outputs: list[list[Any]], res: Any) -> None:
+        with self.cache.storing():  # cache GC (cache_gc.py) waits until the entry is written
+            self._store_blobs_then_entry(key, outputs, res)
+
+    def _store_blobs_then_entry(self, key: str, outputs: list[list[Any]], res: Any) -> None:
         cache = self.cache
         if not cache.writable:
             return

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool import labels, noop
+from buildtool import cache_gc, labels, noop, orphans
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.digest import StatCache
@@ -117,6 +117,7 @@ class Session:
 
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
         noop.invalidate(state)
+        orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = BuildRecord(os.path.join(state, "record"), _warn)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         loader = Loader(self.ws, record.all_outputs())
@@ -133,6 +134,7 @@ class Session:
             raise
         self._clean_dead(graph, loader, record, stats)
         cache = self.cache or Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
+        cache.restore_tmp_dir = os.path.join(state, "tmp")  # a killed restore leaves nothing among sources
         action_env: dict[str, str | None] = {}
         for item in [*cfg.action_env, *req.action_env]:
             name, eq, value = item.partition("=")
@@ -175,13 +177,17 @@ class Session:
             )
             if self.observer is not None:
                 self.observer.started(graph, sched)
+            children = orphans.Tracker(state)
+            runner.executor.on_spawn = children.add
             restore = _install_signals(sched.request_stop)
             try:
                 outcomes = sched.run()
             finally:
                 restore()
                 runner.executor.kill_remaining()
+                children.close()
             wall = time.monotonic() - t_begin
+            cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None)
             if req.mode == "test":
                 _print_tests(graph, outcomes, out or sys.stdout)

@@ -1,0 +1,59 @@
+"""Cache command: ``buildtool cache gc [--max-size SIZE]`` and ``buildtool cache stats``.
+
+Parsing and printing only; the work is in cache_gc.py.  Works outside a workspace too: the
+cache dir and ``max_size`` then come from the flag, the environment and the user config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from buildtool import cache_gc
+from buildtool.config import Config, load_config
+from buildtool.errors import BuildtoolError, UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    c = sub.add_parser("cache", help="trim the shared cache or show its statistics")
+    csub = c.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+    g = csub.add_parser("gc", help="evict least-recently-used cache entries down to a size")
+    g.add_argument("--max-size", metavar="SIZE",
+                   help="e.g. 500M, 2G (default: the max_size setting; without one, only garbage is removed)")
+    g.add_argument("--cache-dir", help="cache directory (env BUILDTOOL_CACHE_DIR)")
+    s = csub.add_parser("stats", help="entries, bytes and the hit rate of recent builds")
+    s.add_argument("--cache-dir", help="cache directory (env BUILDTOOL_CACHE_DIR)")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    from buildtool.workspace import find_workspace
+
+    try:
+        root = find_workspace(args.directory).root
+    except UserError:
+        root = os.path.abspath(args.directory)  # no workspace: user config and env only
+    return load_config(root, {"cache_dir": args.cache_dir})
+
+
+def run_command(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if args.cache_command == "stats":
+        print(cache_gc.stats_report(cfg.cache_dir, cfg.max_size))
+        return 0
+    limit = cfg.max_size
+    if args.max_size is not None:
+        try:
+            limit = cache_gc.parse_size(args.max_size)
+        except ValueError:
+            msg = f"--max-size must be a size such as 500M, 2G or a number of bytes (got {args.max_size!r})"
+            raise UserError(msg) from None
+    res = cache_gc.gc(cfg.cache_dir, limit)
+    if res is None:
+        raise BuildtoolError(f"the cache {cfg.cache_dir} stayed busy (builds storing results); try again")
+    print(
+        f"cache gc: {cache_gc.human(res.before)} -> {cache_gc.human(res.after)}; evicted {res.entries_evicted} "
+        f"entries, deleted {res.blobs_deleted} blobs ({res.garbage_blobs} unreferenced), {res.tmp_deleted} temp files",
+        file=sys.stdout,
+    )
+    return 0

@@ -1,0 +1,143 @@
+"""Orphans: commands a killed buildtool left running, found and killed by the next build.
+
+Every command runs in its own session (its own process group), so a buildtool killed by
+``kill -9`` cannot take its children with it; they keep running and may still be writing
+outputs.  The build holding the workspace lock therefore records each command's process
+group id and start time in ``.buildtool/children`` (one line per spawn, appended).  The
+next build, once it holds the lock, SIGKILLs every recorded group that is still alive —
+checking the start time, so a recycled pid is never hit — and waits (bounded) until none
+of their processes can run any more, before it touches a single output.  A cleanly ending
+build (success, failure, Ctrl-C) has already killed its children and removes the file.
+Spec: docs/formats.md#children, docs/reliability.md
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+
+HEADER_PREFIX = "# buildtool children v1 pid="
+WAIT_S = 5.0
+
+
+def _path(state_dir: str) -> str:
+    return os.path.join(state_dir, "children")
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    try:
+        return int(data[data.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+class Tracker:
+    """Appends ``<pgid> <start time>`` for every command this build starts."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = _path(state_dir)
+        self._fd: int | None = None
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            os.write(fd, f"{HEADER_PREFIX}{os.getpid()}\n".encode())
+            self._fd = fd
+        except OSError:
+            pass  # no tracking: the next build cannot reap, but nothing else changes
+
+    def add(self, pgid: int) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._fd, f"{pgid} {start_time(pgid) or 0}\n".encode())
+
+    def close(self) -> None:
+        """Every child is dead or killed: forget them."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def _group_members(pgids: set[int]) -> list[int]:
+    """Pids of live (not zombie) processes in any of these process groups."""
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            fields = data[data.rindex(b")") + 2 :].split()
+            state, pgrp = fields[0], int(fields[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if pgrp in pgids and state not in (b"Z", b"X"):
+            out.append(int(name))
+    return out
+
+
+def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) -> int:
+    """Kill what the previous holder of the lock left running; the number of groups killed.
+    Call only while holding the workspace lock."""
+    path = _path(state_dir)
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return 0
+    if not lines or not lines[0].decode("utf-8", "replace").startswith(HEADER_PREFIX):
+        if lines:
+            warn(f"{path} has an unknown format; discarding it")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return 0
+    holder = lines[0].decode("utf-8", "replace")[len(HEADER_PREFIX) :]
+    targets: set[int] = set()
+    for ln in lines[1:]:
+        try:
+            pgid_s, started_s = ln.split()
+            pgid, started = int(pgid_s), int(started_s)
+        except ValueError:
+            continue  # a torn last line
+        if pgid <= 1:
+            continue
+        now = start_time(pgid)
+        if now is not None and started and now != started:
+            continue  # the leader's pid was recycled: its group is long gone
+        targets.add(pgid)
+    killed = 0
+    for pgid in targets:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    if killed:
+        warn(f"killed {killed} command(s) left running by a previous buildtool (pid {holder}) that did not exit "
+             "cleanly; their targets will run again")
+        deadline = time.monotonic() + wait_s
+        while _group_members(targets) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return killed

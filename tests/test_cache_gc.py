@@ -1,0 +1,172 @@
+"""Cache size: ``buildtool cache gc --max-size``, the ``max_size`` setting, ``cache stats``,
+and GC running while a build restores from the same cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from cache_verify import verify_cache
+from conftest import BUILDTOOL, Workspace, _clean_env
+
+from buildtool.cache_gc import parse_size, read_counter, scan
+
+KIB = 1024
+
+
+def sized_targets(ws: Workspace, sizes: dict[str, int]) -> None:
+    """One genrule per name writing ``size`` deterministic bytes (distinct per target)."""
+    lines = [
+        f'genrule(name="{n}", outs=["{n}.bin"], cmd="{{ printf {n}; head -c {size} /dev/zero; }} > $@")'
+        for n, size in sizes.items()
+    ]
+    ws.build_file("", "\n".join(lines) + "\n")
+
+
+def cache_bytes(cache: Path) -> int:
+    return scan(str(cache / "v1")).total
+
+
+def test_parse_size() -> None:
+    assert parse_size("500M") == 500 << 20
+    assert parse_size("2G") == 2 << 30
+    assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
+    assert parse_size("4096") == 4096
+    assert parse_size(10) == 10
+    for bad in ("", "-1", "12X", "M", True, 1.5, -3):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_gc_evicts_least_recently_used_and_keeps_referenced_blobs(workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 300 * KIB, "b": 300 * KIB, "c": 300 * KIB})
+    assert workspace.build().rc == 0
+    time.sleep(0.05)
+    # A hit on //:a makes it the most recently used entry.
+    (workspace.root / "a.bin").unlink()
+    r = workspace.build()
+    assert r.status("//:a") == "restored"
+    before = cache_bytes(workspace.cache)
+    assert before >= 900 * KIB
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "400K")
+    assert rc == 0, err
+    assert "evicted 2 entries" in out
+    assert cache_bytes(workspace.cache) <= 400 * KIB
+    counts = verify_cache(workspace.cache)  # survivors point at existing, intact blobs
+    assert counts == {"entries": 1, "blobs": 1}
+    # The survivor is //:a: deleting every output restores a, reruns b and c.
+    for n in "abc":
+        (workspace.root / f"{n}.bin").unlink()
+    r = workspace.build()
+    assert r.status("//:a") == "restored"
+    assert r.status("//:b") == r.status("//:c") == "ran"
+    # The counter was reset by the scan.
+    assert read_counter(str(workspace.cache / "v1")) is not None
+
+
+def test_gc_removes_unreferenced_blobs_and_old_temp_files(workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 10 * KIB})
+    assert workspace.build().rc == 0
+    v1 = workspace.cache / "v1"
+    orphan = v1 / "cas" / "ab" / ("ab" + "0" * 62)  # as a build killed between blob and entry leaves
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_bytes(b"x")
+    stale = v1 / "tmp" / "123.456.789"
+    stale.write_bytes(b"half a blob")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = v1 / "tmp" / "123.456.790"
+    fresh.write_bytes(b"being written right now")
+    rc, _, _ = workspace.run("cache", "gc")
+    assert rc == 0
+    assert not orphan.exists() and not stale.exists() and fresh.exists()
+    assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
+
+
+def test_max_size_is_refused_in_a_workspace_config(workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 10})
+    (workspace.root / "buildtool.toml").write_text('max_size = "1G"\n')
+    rc, _, err = workspace.run("build")
+    assert rc == 2
+    assert "max_size cannot be set by a workspace" in err and "buildtool.toml" in err
+
+
+def test_bad_max_size_is_a_config_error(workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 10})
+    rc, _, err = workspace.run("build", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "lots"})
+    assert rc == 2 and "max_size must be a size" in err
+    rc, _, err = workspace.run("cache", "gc", "--max-size", "12X")
+    assert rc == 2 and "--max-size" in err
+
+
+def test_max_size_from_user_config_keeps_the_cache_under_the_cap(workspace: Workspace) -> None:
+    cfg = workspace.home / "config" / "buildtool" / "config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text('max_size = "700K"\n')
+    names = [f"t{i}" for i in range(8)]
+    sized_targets(workspace, dict.fromkeys(names, 200 * KIB))
+    r = workspace.build("-j", "2")
+    assert r.rc == 0, r.output
+    assert cache_bytes(workspace.cache) <= 700 * KIB
+    verify_cache(workspace.cache)
+    # The running counter matches what is on disk after the eviction scan.
+    assert read_counter(str(workspace.cache / "v1")) == cache_bytes(workspace.cache)
+    # The env var overrides the user config.
+    for n in names:
+        (workspace.root / f"{n}.bin").unlink()
+    r = workspace.build("-j", "2", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "300K"})
+    assert r.rc == 0
+    assert cache_bytes(workspace.cache) <= 300 * KIB
+    verify_cache(workspace.cache)
+    for n in names:
+        assert (workspace.root / f"{n}.bin").stat().st_size == 200 * KIB + len(n)
+
+
+def test_cache_stats_reports_entries_bytes_and_hit_rate(workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 1000, "b": 2000})
+    assert workspace.build().rc == 0  # 2 ran
+    (workspace.root / "a.bin").unlink()
+    (workspace.root / "b.bin").unlink()
+    assert workspace.build().rc == 0  # 2 restored
+    rc, out, _ = workspace.run("cache", "stats")
+    assert rc == 0
+    assert "entries:     2" in out
+    total = cache_bytes(workspace.cache)
+    assert f"bytes:       {total} " in out and total >= 3000
+    assert "hit rate:    50.0% over the last 2 builds (2 restored, 2 ran)" in out
+
+
+def test_cache_commands_work_outside_a_workspace(tmp_path: Path, workspace: Workspace) -> None:
+    sized_targets(workspace, {"a": 1000})
+    assert workspace.build().rc == 0
+    outside = tmp_path / "nowhere"
+    outside.mkdir()
+    rc, out, _ = workspace.run("cache", "stats", cwd=outside)
+    assert rc == 0 and "entries:     1" in out
+
+
+def test_gc_while_a_build_restores_never_breaks_the_build(workspace: Workspace) -> None:
+    n = 40
+    sized_targets(workspace, {f"t{i}": 64 * KIB + i for i in range(n)})
+    assert workspace.build("-j", "2").rc == 0
+    expected = {f"t{i}.bin": (workspace.root / f"t{i}.bin").read_bytes() for i in range(n)}
+    for rounds in range(3):
+        for i in range(n):
+            (workspace.root / f"t{i}.bin").unlink()
+        env = _clean_env(workspace.cache, workspace.home)
+        build = subprocess.Popen([BUILDTOOL, "build", "-j", "2"], cwd=workspace.root, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        gcs = 0
+        deadline = time.monotonic() + 60
+        while build.poll() is None and time.monotonic() < deadline:
+            subprocess.run([BUILDTOOL, "cache", "gc", "--max-size", "0"], cwd=workspace.root, env=env,
+                           capture_output=True, timeout=60, check=False)
+            gcs += 1
+        out, err = build.communicate(timeout=60)
+        assert build.returncode == 0, (rounds, out, err)
+        assert gcs >= 1
+        for rel, data in expected.items():
+            assert (workspace.root / rel).read_bytes() == data, rel
+        verify_cache(workspace.cache)
