@@ -180,6 +180,18 @@ def startup_lines(r: Result) -> list[str]:
     return lines
 
 
+def noise_lines(results: list[Result]) -> list[str]:
+    """How many timed runs still had foreign load after the quiet-machine wait and retries."""
+    samples = [s for r in results for v in r.samples.values() for s in v if s.cpu > 0]
+    noisy = [s for s in samples if s.foreign_cpu > 0.03 + 0.2 * s.wall]
+    if not samples:
+        return []
+    share = sum(s.foreign_cpu for s in samples) / max(sum(s.wall for s in samples), 1e-9)
+    return [f"- machine noise: {len(noisy)} of {len(samples)} timed runs had foreign load "
+            f"after retries; other processes used {share:.2f} cores on average during runs",
+            ""]
+
+
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -201,6 +213,7 @@ def markdown(meta: dict[str, Any], results: list[Result]) -> str:
         f"- rounds per scenario: {meta['rounds']}; tools interleaved and rotated per round",
         "",
     ]
+    lines += noise_lines(results)
     lines += tool_table(main, tools, "wall", f"Wall time, seconds (median, min{DASH}max)")
     if "buildtool" in tools and peers:
         lines += ratio_table(main, peers)

@@ -20,7 +20,7 @@ __all__ = ["genrule", "getenv", "glob", "group", "pyrule", "test"]
 
 COMMON_ATTRS = ("name", "priority", "manual", "pool", "deps")
 RULE_ATTRS: dict[str, tuple[str, ...]] = {
-    "genrule": (*COMMON_ATTRS, "cmd", "srcs", "outs", "env", "pass_env", "tools"),
+    "genrule": (*COMMON_ATTRS, "cmd", "srcs", "outs", "env", "pass_env", "tools", "depfile"),
     "test": (*COMMON_ATTRS, "cmd", "srcs", "env", "pass_env", "tools", "timeout"),
     "group": COMMON_ATTRS,
     "pyrule": (*COMMON_ATTRS, "fn", "srcs", "outs", "kwargs", "env", "pass_env"),

@@ -48,6 +48,7 @@ class Target:
     fn: str | None  # pyrule "module:function"
     kwargs_json: str | None  # pyrule kwargs, canonical JSON
     where: str  # "path:line" of the declaration
+    depfile: str | None = None  # genrule: workspace-relative Make depfile naming discovered inputs (discovered.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +458,11 @@ class GraphBuilder:
             for item in lst:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
+        depfile = a.get("depfile")
+        if depfile is not None:
+            depfile = _norm_rel(decl, pkg, depfile, "depfile")
+            if any(k == "file" and v == depfile for k, v in refs):
+                raise _err(decl, f"depfile {depfile!r} is also a source of {lab}; it must be a file the command writes")
         timeout = a.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
@@ -524,6 +530,7 @@ class GraphBuilder:
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",
+            depfile=depfile,
         )
 
     def _location(

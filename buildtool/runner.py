@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool import keys, rebuild
+from buildtool import discovered, keys, rebuild
 from buildtool.cache import ActionEntry, Cache, CachedOutput
 from buildtool.digest import StatCache, hash_bytes, hash_file
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
@@ -143,6 +143,8 @@ class TargetRunner:
             extra["python"] = keys.python_identity()
             for f in keys.pyrule_module_files(self.root, t.fn):
                 extra["module:" + f] = self.stats.digest(f)
+        if t.depfile is not None:
+            extra["depfile"] = t.depfile
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
             t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
@@ -164,6 +166,61 @@ class TargetRunner:
                 return None
         return d
 
+    # -- discovered inputs (depfile targets; discovered.py) ------------------------------
+    def _discovered_digest(self, p: str) -> str | None:
+        return self.out_digests.get(p) or self._disk_digest(p)
+
+    def final_key(
+        self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The key that decides up_to_date: for a depfile target, the primary key plus the
+        current digests of the inputs its last run discovered (read from the record)."""
+        if t.depfile is None:
+            return key, desc
+        return discovered.final_key(desc, discovered.recorded_paths(entry) or [], self._discovered_digest)
+
+    def _discovered_lookup(
+        self, t: Target, key: str, desc: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], ActionEntry | None]:
+        """Two-level cache lookup through the manifest of the primary key."""
+        pdesc = discovered.primary_description(desc)
+        found = discovered.Manifests(self.cache, self.warn).lookup(keys.key_of(pdesc), pdesc, self._discovered_digest)
+        if found is None:
+            return key, desc, None
+        hit, fkey, fdesc = found
+        return fkey, fdesc, hit
+
+    def _discover(
+        self, t: Target, desc: dict[str, Any], started_ns: int
+    ) -> tuple[str, dict[str, Any], str | None] | str:
+        """After a successful run: (final key, final description, input changed during the
+        run or None) from the depfile, which is then deleted unless declared; or an error."""
+        assert t.depfile is not None
+        pdesc = discovered.primary_description(desc)
+        exclude = {*pdesc["inputs"], *t.outs, t.depfile}
+        full = os.path.join(self.root, t.depfile)
+        got = discovered.discover(full, self.root, t.pkg, exclude, self._discovered_digest, started_ns)
+        if t.depfile not in t.outs:
+            try:
+                os.unlink(full)
+            except OSError:
+                pass
+        if isinstance(got, str):
+            return got
+        found, late = got
+        fdesc = discovered.final_description(pdesc, found)
+        if late is None:
+            discovered.Manifests(self.cache, self.warn).add(keys.key_of(pdesc), fdesc["discovered"])
+        return keys.key_of(fdesc), fdesc, late
+
+    def discovered_inputs(self) -> list[str]:
+        """Every recorded discovered input of this graph's depfile targets (no-op snapshot)."""
+        out: list[str] = []
+        for t in self.graph.targets:
+            if t.depfile is not None:
+                out.extend(discovered.recorded_paths(self.record.get(t.label)) or ())
+        return out
+
     # -- scheduler.Runner --------------------------------------------------------------
     def try_inline(self, tid: int) -> Outcome | None:
         t = self.graph.targets[tid]
@@ -180,6 +237,7 @@ class TargetRunner:
         key, desc = self.describe(t, inputs)
         self._desc[tid] = (key, desc)
         entry = self.record.get(t.label)
+        key, desc = self.final_key(t, key, desc, entry)
         ok, _, _ = rebuild.up_to_date(entry, key, self._disk_digest)
         if ok:
             assert entry is not None
@@ -218,13 +276,15 @@ class TargetRunner:
             pre = self.describe(t, inputs)
             self._desc[tid] = pre
             entry = self.record.get(t.label)
-            ok, _, _ = rebuild.up_to_date(entry, pre[0], self._disk_digest)
+            fkey = self.final_key(t, *pre, entry)[0]
+            ok, _, _ = rebuild.up_to_date(entry, fkey, self._disk_digest)
             if ok and entry is not None:
                 return Outcome(
-                    Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=pre[0], extra={"outputs": entry["o"]}
+                    Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=fkey, extra={"outputs": entry["o"]}
                 )
         key, desc = pre
         entry = self.record.get(t.label)
+        key, desc = self.final_key(t, key, desc, entry)
         if entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
             assert reason is not None
@@ -235,7 +295,10 @@ class TargetRunner:
         cache_skip = t.kind == "test" and not self.opt.cache_tests
         corrupt = False
         if not cache_skip:
-            hit = self.cache.get_action(key)
+            if t.depfile is not None:
+                key, desc, hit = self._discovered_lookup(t, key, desc)
+            else:
+                hit = self.cache.get_action(key)
             if hit is not None:
                 got = self._restore(t, hit)
                 if got is not None:
@@ -337,6 +400,11 @@ class TargetRunner:
             except OSError:
                 pass
             self.stats.forget(o)
+        if t.depfile is not None:
+            try:
+                os.unlink(os.path.join(self.root, t.depfile))
+            except OSError:
+                pass
 
     def _execute(self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int) -> Outcome:
         cwd = os.path.join(self.root, t.pkg)
@@ -363,6 +431,7 @@ class TargetRunner:
             else:
                 argv = shell_argv(desc["shell"], t.cmd, False)
             capture = None if t.pool == "console" else f"{tmp}.capture"
+            started_ns = time.time_ns()
             res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
         except OSError as e:
             self._delete_outputs(t)
@@ -400,8 +469,19 @@ class TargetRunner:
             mode = 0o755 if st.st_mode & 0o100 else 0o644
             digest = self.stats.digest(o, st)
             outputs.append([o, digest, mode])
+        late = None
+        if t.depfile is not None:
+            found = self._discover(t, desc, started_ns)
+            if isinstance(found, str):
+                self._delete_outputs(t)
+                return Outcome(
+                    Status.FAILED, Reason.FAILED, found, key=key, duration=res.duration,
+                    stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
+                )
+            key, desc, late = found
+            base = {"desc": desc}
         # Inputs that changed while the command ran: do not cache, stay dirty.
-        changed = self._inputs_changed(t, desc["inputs"])
+        changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
         record = changed is None
         if record:
             self._store(t, key, outputs, res)
@@ -449,6 +529,7 @@ class TargetRunner:
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
-        if self.cache.get_action(key) is not None:
+        hit = self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
+        if hit is not None:
             why += "; would restore from the cache"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})

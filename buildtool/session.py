@@ -217,6 +217,7 @@ class Session:
                             "buildtool.toml", ".buildtoolignore", user_config_path(), *runner.tool_paths()]
         env_names: set[str] = set(loader.env_reads)
         env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
+        files.extend(runner.discovered_inputs())  # headers found by depfiles
         for t in graph.targets:
             files.extend(t.srcs)
             files.extend(t.outs)
@@ -404,6 +405,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
             continue
         key, desc = runner.describe(t, inputs)
         entry = record.get(t.label)
+        key, desc = runner.final_key(t, key, desc, entry)
         ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest)
         if ok and entry is not None:
             out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)
@@ -411,7 +413,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
                 runner.out_digests[p] = d
             continue
         o = runner._dry_run(t, key, desc, entry)
-        hit = runner.cache.get_action(key)
+        hit = runner.cache.get_action(key) if t.depfile is None else runner._discovered_lookup(t, key, desc)[2]
         if hit is not None:
             for c in hit.outputs:
                 runner.out_digests[c.path] = c.digest

@@ -1,0 +1,183 @@
+"""cc: a small standard library of C macros — cc_library, cc_binary, cc_test.
+
+Plain Python on top of the DSL (``from buildtool.cc import cc_library, cc_binary, cc_test``
+in a BUILD.py).  Each macro expands into ordinary targets:
+
+- one compile ``genrule`` per source file, ``NAME@path~to~file.c``, writing
+  ``_objs/NAME/path/to/file.o`` with ``cc -MD -MF`` and ``depfile=``, so the headers it
+  includes are discovered after each run (only the objects that include an edited header
+  rebuild) and only the ``.c`` file is a declared input;
+- ``cc_library``: an ``ar`` archive ``libNAME.a`` (target ``NAME.a``) and a ``group`` ``NAME``
+  whose outputs are that archive followed by its ``deps``' archives, so a binary depending
+  on ``:NAME`` links everything it needs;
+- ``cc_binary``: a link step (``-Wl,--start-group`` on GNU ld, so archive order never matters);
+- ``cc_test``: a ``cc_binary`` ``NAME.bin`` and a ``test`` ``NAME`` that runs it.
+
+The compiler is ``$CC`` (read with ``getenv`` while evaluating, so changing it re-evaluates)
+or ``cc``; it is declared in ``tools`` so its binary is part of every key.  When the compiler
+is not on ``PATH`` every target is declared ``manual=True``: wildcard builds skip the C part
+cleanly, and naming a target explicitly reports the missing compiler.  Docs: docs/cc.md
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from buildtool.dsl import current_context, genrule, getenv, group, test
+
+__all__ = ["cc_binary", "cc_library", "cc_test", "compiler", "have_compiler"]
+
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C", ".S", ".s")
+
+
+def compiler() -> str:
+    """The C compiler command: ``$CC`` or ``cc``."""
+    return getenv("CC") or "cc"
+
+
+def have_compiler(cc: str | None = None) -> bool:
+    """Is the compiler (the first word of the command) on PATH?"""
+    words = shlex.split(cc or compiler())
+    return bool(words) and shutil.which(words[0]) is not None
+
+
+def _pkg_rel(path: str) -> str:
+    """``//dir`` (workspace-relative) -> relative to this package; other paths unchanged."""
+    if not path.startswith("//"):
+        return path
+    pkg = current_context().pkg
+    target = path[2:].strip("/") or "."
+    return posixpath.relpath(target, pkg) if pkg else target
+
+
+def _flags(copts: Sequence[str], includes: Sequence[str], defines: Sequence[str]) -> str:
+    words = [*copts, *(f"-I{_pkg_rel(i)}" for i in includes), *(f"-D{d}" for d in defines)]
+    return " ".join(shlex.quote(w).replace("$", "$$") for w in words)
+
+
+def _common(cc: str, common: dict[str, Any]) -> dict[str, Any]:
+    out = dict(common)
+    if not have_compiler(cc):
+        out["manual"] = True  # no compiler here: leave the C part out of wildcard builds
+    return out
+
+
+def _tool(cc: str) -> str:
+    return shlex.split(cc)[0]
+
+
+def _compile(
+    name: str,
+    srcs: Sequence[str],
+    copts: Sequence[str],
+    includes: Sequence[str],
+    defines: Sequence[str],
+    hdr_deps: Sequence[str],
+    cc: str,
+    common: dict[str, Any],
+) -> list[str]:
+    """One compile genrule per source file; returns their labels."""
+    flags = _flags(copts, includes, defines)
+    labels = []
+    for src in srcs:
+        if not src.endswith(SOURCE_SUFFIXES):
+            continue  # headers listed in srcs are discovered through depfiles, not compiled
+        stem = src.rsplit(".", 1)[0]
+        obj = f"_objs/{name}/{stem}.o"
+        dep = f"_objs/{name}/{stem}.d"
+        label = f"{name}@{src.replace('/', '~')}"
+        genrule(
+            name=label,
+            srcs=[src],
+            deps=list(hdr_deps),
+            outs=[obj],
+            depfile=dep,
+            tools=[_tool(cc)],
+            cmd=f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@",
+            **common,
+        )
+        labels.append(f":{label}")
+    return labels
+
+
+def cc_library(
+    name: str,
+    srcs: Sequence[str] = (),
+    deps: Sequence[str] = (),
+    copts: Sequence[str] = (),
+    includes: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    hdr_deps: Sequence[str] = (),
+    **common: Any,
+) -> None:
+    """A static library: compile ``srcs``, archive them into ``libNAME.a``.
+
+    ``deps``: other ``cc_library`` labels (linked after this one); ``includes``: ``-I``
+    directories, package-relative or ``//``-rooted (not propagated to dependents);
+    ``hdr_deps``: targets generating headers, built before compiling; ``common``:
+    ``priority``, ``manual``, ``pool``."""
+    cc = compiler()
+    common = _common(cc, common)
+    objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
+    members = []
+    if objs:
+        ar_flags = "rcsD" if sys.platform.startswith("linux") else "rcs"  # D: deterministic archive
+        genrule(name=f"{name}.a", srcs=objs, outs=[f"lib{name}.a"], tools=["ar"], cmd=f"ar {ar_flags} $@ $(SRCS)",
+                **common)
+        members.append(f":{name}.a")
+    group(name=name, deps=[*members, *deps], **common)
+
+
+def cc_binary(
+    name: str,
+    srcs: Sequence[str] = (),
+    deps: Sequence[str] = (),
+    copts: Sequence[str] = (),
+    includes: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    linkopts: Sequence[str] = (),
+    hdr_deps: Sequence[str] = (),
+    **common: Any,
+) -> None:
+    """An executable ``NAME`` in the package directory, linked from ``srcs`` and ``deps``."""
+    cc = compiler()
+    common = _common(cc, common)
+    objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
+    gnu = sys.platform.startswith("linux")
+    start, end = ("-Wl,--start-group ", " -Wl,--end-group") if gnu else ("", "")
+    links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
+    genrule(
+        name=name,
+        srcs=[*objs, *deps],
+        outs=[name],
+        tools=[_tool(cc)],
+        cmd=f"{cc} -o $@ {start}$(SRCS){end} {links}".rstrip(),
+        **common,
+    )
+
+
+def cc_test(
+    name: str,
+    srcs: Sequence[str] = (),
+    deps: Sequence[str] = (),
+    args: Sequence[str] = (),
+    data: Sequence[str] = (),
+    copts: Sequence[str] = (),
+    includes: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    linkopts: Sequence[str] = (),
+    timeout: float | None = None,
+    **common: Any,
+) -> None:
+    """A test ``NAME`` running the binary ``NAME.bin`` (built like ``cc_binary``) with ``args``
+    in the package directory; ``data`` files are inputs of the test."""
+    cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, **common)
+    extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+    argv = " ".join(shlex.quote(a).replace("$", "$$") for a in args)
+    test(name=name, srcs=[f":{name}.bin", *data], cmd=f"./$(location :{name}.bin) {argv}".rstrip(),
+         **_common(compiler(), common), **extra)

@@ -1,0 +1,198 @@
+"""End to end: a tiny C project built with the cc macros and depfiles, with the real
+compiler and the real ``buildtool`` command.  Editing a header reruns exactly the objects
+that include it (and the link); a fresh checkout with the same cache and no state restores
+everything; a changed header in such a checkout is never answered with a stale object."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Workspace
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+
+BUILD = """
+from buildtool.cc import cc_binary, cc_library
+
+cc_library(name="shapes", srcs=["square.c", "circle.c"], includes=["include"])
+cc_binary(name="app", srcs=["main.c"], deps=[":shapes"], includes=["include"])
+"""
+
+SQUARE_H = "#define SQUARE_SIDE 3\nint square_area(void);\n"
+CIRCLE_H = "#define CIRCLE_R 2\nint circle_area(void);\n"
+
+OBJ_SQUARE = "//:shapes@square.c"
+OBJ_CIRCLE = "//:shapes@circle.c"
+OBJ_MAIN = "//:app@main.c"
+
+
+def make_project(ws: Workspace) -> None:
+    ws.build_file("", BUILD)
+    ws.write("include/square.h", SQUARE_H)
+    ws.write("include/circle.h", CIRCLE_H)
+    ws.write("square.c", '#include "square.h"\nint square_area(void) { return SQUARE_SIDE * SQUARE_SIDE; }\n')
+    ws.write("circle.c", '#include <stdlib.h>\n#include "circle.h"\n'
+             "int circle_area(void) { return 3 * CIRCLE_R * CIRCLE_R; }\n")
+    ws.write(
+        "main.c",
+        '#include <stdio.h>\nint square_area(void);\nint circle_area(void);\n'
+        'int main(void) { printf("%d %d\\n", square_area(), circle_area()); return 0; }\n',
+    )
+
+
+def run_app(ws: Workspace) -> str:
+    return subprocess.run([str(ws.path("app"))], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def edit(ws: Workspace, rel: str, text: str) -> None:
+    ws.write(rel, text)
+
+
+def record_entries(ws: Workspace) -> dict[str, dict]:
+    lines = ws.read(".buildtool/record").splitlines()[1:]
+    out: dict[str, dict] = {}
+    for ln in lines:
+        e = json.loads(ln)
+        out[e["l"]] = e
+    return out
+
+
+def test_header_edit_reruns_exactly_its_objects_and_the_link(workspace: Workspace) -> None:
+    ws = workspace
+    make_project(ws)
+    r = ws.build("-j", "2")
+    assert r.rc == 0, r.output
+    assert run_app(ws) == "9 12\n"
+    assert {OBJ_SQUARE, OBJ_CIRCLE, OBJ_MAIN, "//:shapes.a", "//:app"} <= r.ran
+    # The depfiles were read into the record and deleted: not outputs, not left behind.
+    assert not list(ws.root.rglob("*.d"))
+    rec = record_entries(ws)
+    assert rec[OBJ_SQUARE]["desc"]["discovered"] == ["include/square.h"]
+    assert rec[OBJ_CIRCLE]["desc"]["discovered"] == ["include/circle.h"]  # <stdlib.h> is outside
+    assert rec[OBJ_MAIN]["desc"]["discovered"] == []
+    assert [o[0] for o in rec[OBJ_SQUARE]["o"]] == ["_objs/shapes/square.o"]
+
+    time.sleep(0.1)  # out of the racy window, so the no-op snapshot is written
+    r = ws.build()
+    assert r.rc == 0 and r.ran == set(), r.output
+    assert ws.exists(".buildtool/noop")
+
+    edit(ws, "include/square.h", SQUARE_H.replace("3", "5"))
+    r = ws.build("--explain")
+    assert r.rc == 0, r.output
+    assert r.ran == {OBJ_SQUARE, "//:shapes.a", "//:app"}, r.output
+    assert r.status(OBJ_CIRCLE) == "up_to_date" and r.status(OBJ_MAIN) == "up_to_date"
+    assert "include/square.h changed" in r.by_label[OBJ_SQUARE]["reason"]
+    assert run_app(ws) == "25 12\n"
+
+    # A dry run after another edit names the object that would run, and nothing else of the objects.
+    edit(ws, "include/circle.h", CIRCLE_H.replace("2", "4"))
+    rc, out, err = ws.run("build", "-n")
+    assert rc == 0, out + err
+    assert OBJ_CIRCLE in out and OBJ_SQUARE not in out and OBJ_MAIN not in out, out
+    r = ws.build()
+    assert r.ran == {OBJ_CIRCLE, "//:shapes.a", "//:app"}, r.output
+    assert run_app(ws) == "25 48\n"
+
+    # Adding an #include to a .c file (a declared input) records the new header too.
+    edit(ws, "main.c", '#include "square.h"\n' + ws.read("main.c"))
+    r = ws.build()
+    # main.o comes out byte-identical (square.h only declares): early cutoff, no relink.
+    assert r.ran == {OBJ_MAIN}, r.output
+    assert record_entries(ws)[OBJ_MAIN]["desc"]["discovered"] == ["include/square.h"]
+    edit(ws, "include/square.h", SQUARE_H.replace("3", "6"))
+    r = ws.build()
+    assert r.ran == {OBJ_SQUARE, OBJ_MAIN, "//:shapes.a", "//:app"}, r.output
+    assert run_app(ws) == "36 48\n"
+
+
+def test_fresh_checkout_restores_everything_and_never_a_stale_object(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    ws = workspace
+    make_project(ws)
+    assert ws.build("-j", "2").rc == 0
+
+    # Another checkout, same cache, no state: everything restored, zero commands.
+    fresh = ws.copy_to(tmp_path / "fresh")
+    for p in ("app", "libshapes.a", "_objs"):
+        target = fresh.path(p)
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    r = fresh.build()
+    assert r.rc == 0, r.output
+    assert r.ran == set(), r.output
+    assert {OBJ_SQUARE, OBJ_CIRCLE, OBJ_MAIN, "//:shapes.a", "//:app"} <= r.with_status("restored")
+    assert run_app(fresh) == "9 12\n"
+    # The restore recorded the discovered headers: a header edit there reruns just its object.
+    edit(fresh, "include/circle.h", CIRCLE_H.replace("2", "3"))
+    r = fresh.build()
+    assert r.ran == {OBJ_CIRCLE, "//:shapes.a", "//:app"}, r.output
+    assert run_app(fresh) == "9 27\n"
+
+    # A third checkout whose header differs from everything cached: the object is compiled,
+    # not restored from the entry of the same .c file with the old header.
+    third = ws.copy_to(tmp_path / "third")
+    shutil.rmtree(third.path("_objs"))
+    edit(third, "include/square.h", SQUARE_H.replace("3", "7"))
+    r = third.build()
+    assert r.rc == 0, r.output
+    assert r.status(OBJ_SQUARE) == "ran", r.output
+    assert r.status(OBJ_CIRCLE) == "restored" and r.status(OBJ_MAIN) == "restored"
+    assert run_app(third) == "49 12\n"
+
+    # Back to the first header content in that checkout: restored again (two manifest variants).
+    edit(third, "include/square.h", SQUARE_H)
+    r = third.build()
+    assert r.status(OBJ_SQUARE) == "restored", r.output
+    assert r.ran == set(), r.output
+    assert run_app(third) == "9 12\n"
+
+
+def test_missing_or_malformed_depfile_fails_and_deletes_outputs(workspace: Workspace) -> None:
+    ws = workspace
+    ws.build_file(
+        "",
+        """
+        genrule(name="nodep", outs=["a.o"], depfile="a.d", cmd="echo x > a.o")
+        genrule(name="bad", outs=["b.o"], depfile="b.d", cmd="echo x > b.o; echo 'no colon here' > b.d")
+        genrule(name="ok", srcs=["in.txt"], outs=["c.o"], depfile="sub/c.d",
+                cmd="mkdir -p sub; cp in.txt c.o; printf 'c.o: in.txt extra.txt\\n' > sub/c.d")
+        """,
+    )
+    ws.write("in.txt", "1")
+    ws.write("extra.txt", "e1")
+    r = ws.build("-k")
+    assert r.rc == 1
+    assert r.status("//:nodep") == "failed" and r.status("//:bad") == "failed"
+    assert "did not write its depfile a.d" in r.output
+    assert "depfile b.d is malformed" in r.output
+    assert not ws.exists("a.o") and not ws.exists("b.o") and not ws.exists("b.d")
+    # A genrule (not a compiler) may write a depfile too: extra.txt became an input.
+    assert r.status("//:ok") == "ran" and not ws.exists("sub/c.d")
+    r = ws.build("//:ok")
+    assert r.ran == set()
+    edit(ws, "extra.txt", "e2")
+    r = ws.build("//:ok")
+    assert r.ran == {"//:ok"}, r.output
+
+
+def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
+    ws = workspace
+    ws.write("a.c", "")
+    ws.build_file("", 'genrule(name="x", srcs=["a.c"], outs=["a.o"], depfile="../a.d", cmd="true")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "BUILD.py:1" in err and "depfile" in err, err
+    ws.build_file("", 'genrule(name="x", srcs=["a.c"], outs=["a.o"], depfile="a.c", cmd="true")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "is also a source" in err, err
+    ws.build_file("", 'test(name="x", srcs=["a.c"], depfile="a.d", cmd="true")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "unknown attribute 'depfile'" in err, err
