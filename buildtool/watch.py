@@ -259,6 +259,9 @@ class Watcher:
         # graph kept between cycles, and what must be re-evaluated before the next one
         self.loader: Loader | None = None
         self.graph: Graph | None = None
+        self.clean: set[int] = set()  # targets that ended the last cycle ok, for clean_graph
+        self.clean_graph: Graph | None = None
+        self._src_index: tuple[Graph | None, dict[str, list[int]]] = (None, {})
         self.partial: Loader | None = None
         self.dirty_pkgs: set[str] = set()
         self.reload_all = False
@@ -500,9 +503,37 @@ class Watcher:
             last = time.monotonic()
             pending.append(ch)
 
+    def _focus(self, changes: list[Change]) -> set[int] | None:
+        """Targets that may be dirty, when only sources changed and the graph is kept:
+        those reading a changed file plus whatever did not end clean last cycle."""
+        g = self.graph
+        reuse = g is not None and not (self.dirty_pkgs or self.reload_all or self.rescan or self.broken)
+        if not reuse or self.clean_graph is not g or not changes or any(c.kind != "content" for c in changes):
+            return None
+        assert g is not None
+        if self._src_index[0] is not g:
+            m: dict[str, list[int]] = {}
+            for t in g.targets:
+                for src in t.srcs:
+                    m.setdefault(src, []).append(t.id)
+            self._src_index = (g, m)
+        idx = self._src_index[1]
+        affected = {t for c in changes for t in idx.get(c.path, ())}
+        return affected | (set(range(len(g.targets))) - self.clean)
+
+    def _update_clean(self, col: _Collector, focused: bool) -> None:
+        g = col.graph
+        if g is None:
+            return
+        base = self.clean if (focused and self.clean_graph is g) else set()
+        ok = {t for t, o in col.outcomes.items() if o.ok and o.extra.get("record", True) is not False}
+        self.clean = (base - set(col.outcomes)) | ok
+        self.clean_graph = g
+
     def cycle(self, changes: list[Change]) -> None:
         self.cycle_no += 1
         self._apply(changes)
+        self.session.focus = focus = self._focus(changes)
         t0 = time.monotonic()
         self.collector = col = _Collector(self)
         status, error = "OK", None
@@ -525,6 +556,8 @@ class Watcher:
         finally:
             self.in_cycle = False
             self.collector = None
+            self.session.focus = None
+            self._update_clean(col, focus is not None)
         wall = time.monotonic() - t0
         if error is not None:
             print(f"buildtool: error: {error}", file=sys.stderr, flush=True)
