@@ -48,6 +48,7 @@ class Scheduler:
         pool_depth: dict[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         can_start: Callable[[], bool] | None = None,
+        exclusive: Sequence[bool] | None = None,
     ) -> None:
         self.plan = plan
         self.runner = runner
@@ -61,6 +62,9 @@ class Scheduler:
         self.pool_wait: dict[str, list[tuple[object, ...]]] = {}
         self.clock = clock
         self.can_start = can_start
+        self.exclusive = exclusive  # per id: must run with nothing else running
+        self._held: int | None = None  # an exclusive target waiting for the workers to drain
+        self._alone: int | None = None  # the exclusive target now running
         self.outcomes: dict[int, Outcome] = {}
         self.failed = False
         self.stopping = False
@@ -86,7 +90,7 @@ class Scheduler:
         try:
             while True:
                 while not self.stopping and running < self.jobs:
-                    t = self._next_startable()
+                    t = self._next_startable(running)
                     if t is None:
                         break
                     start = self.clock() - self.t0
@@ -95,6 +99,8 @@ class Scheduler:
                         inline.start = inline.end = start
                         self._finish(t, inline)
                         continue
+                    if self.exclusive is not None and self.exclusive[t]:
+                        self._alone = t
                     lane = self._free_lanes.pop()
                     self._acquire_pool(t)
                     self.reporter.target_started(t, lane)
@@ -108,6 +114,8 @@ class Scheduler:
                     continue
                 t, outcome = item
                 running -= 1
+                if t == self._alone:
+                    self._alone = None
                 self._free_lanes.append(outcome.lane)
                 self._release_pool(t)
                 self._finish(t, outcome)
@@ -119,7 +127,14 @@ class Scheduler:
         return self.outcomes
 
     # -- internals -------------------------------------------------------------------
-    def _next_startable(self) -> int | None:
+    def _next_startable(self, running: int = 0) -> int | None:
+        if self._alone is not None:
+            return None  # an exclusive target runs alone
+        if self._held is not None:
+            if running:
+                return None  # drain the workers first; nothing else starts meanwhile
+            t, self._held = self._held, None
+            return t
         if self.can_start is not None and self.plan.has_ready() and not self.can_start():
             return None
         while True:
@@ -128,12 +143,20 @@ class Scheduler:
                 return None
             pool = self.pool_of[t] if self.pool_of else None
             if pool is None:
-                return t
+                return self._unless_exclusive(t, running)
             depth = self.pool_depth.get(pool, 0)
             if depth <= 0 or self.pool_use.get(pool, 0) < depth:
-                return t
+                return self._unless_exclusive(t, running)
             entry = (self.plan.priority[t], -self.plan.critical[t], t)
             heapq.heappush(self.pool_wait.setdefault(pool, []), entry)
+
+    def _unless_exclusive(self, t: int, running: int) -> int | None:
+        """An exclusive target popped while others run is held until they finish (it is
+        the best ready target, so nothing else may overtake it)."""
+        if running and self.exclusive is not None and self.exclusive[t]:
+            self._held = t
+            return None
+        return t
 
     def _acquire_pool(self, t: int) -> None:
         pool = self.pool_of[t] if self.pool_of else None

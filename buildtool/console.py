@@ -1,0 +1,284 @@
+"""Console: what a person sees while a build runs — a live multi-line status on a terminal,
+plain stable lines elsewhere (CI logs, pipes), colors when wanted.
+
+On a terminal (and not ``CI=true``, not ``TERM=dumb``) the bottom of the screen holds a
+status area: ``[done/total]``, an ETA from recorded durations, and one line per running
+target with its elapsed time, redrawn by a ticker thread.  Finished-target lines and
+failures (command and full output) are printed above that area.  Elsewhere: one line per
+target that did work, no control characters at all (unless ``--color always``, which adds
+SGR colour codes and nothing else).
+
+Reporter calls come from the scheduler thread; the ticker thread only redraws, so a lock
+guards the shared state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import IO
+
+from buildtool.graph import Graph
+from buildtool.outcome import Outcome, Reason, Status
+
+COLOR_MODES = ("auto", "always", "never")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+TICK_S = 0.25
+MAX_RUNNING_LINES = 8
+
+_SGR = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36", "dim": "2", "bold": "1"}
+_STATUS_COLOR = {
+    "ran": "green",
+    "restored": "cyan",
+    "up_to_date": "dim",
+    "failed": "red",
+    "skipped": "yellow",
+    "cancelled": "yellow",
+}
+
+
+def is_live_terminal(out: IO[str]) -> bool:
+    """A terminal that may receive cursor movement: a TTY, not CI, not ``TERM=dumb``."""
+    try:
+        tty = out.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and os.environ.get("CI", "").lower() not in ("1", "true", "yes") and os.environ.get("TERM") != "dumb"
+
+
+def use_color(mode: str, out: IO[str]) -> bool:
+    """``--color``: always / never, or auto = a live terminal and no ``NO_COLOR``."""
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    if os.environ.get("NO_COLOR"):
+        return False
+    return is_live_terminal(out)
+
+
+def fmt_secs(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(int(s + 0.5), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+class Console:
+    """Progress, per-target lines, failures and the summary on ``out`` (stdout by default)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        total: int,
+        out: IO[str] | None = None,
+        *,
+        tty: bool | None = None,
+        explain: bool = False,
+        color: str = "auto",
+        replay_output: bool = False,
+    ) -> None:
+        self.graph = graph
+        self.total = total
+        self.out = out or sys.stdout
+        self.tty = is_live_terminal(self.out) if tty is None else tty
+        self.color = use_color(color, self.out)
+        self.explain = explain
+        self.replay_output = replay_output
+        self.done = 0
+        self.running: dict[int, float] = {}
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.RLock()
+        self._area_lines = 0  # lines of the live status area currently on screen
+        self._estimate: Sequence[float] | None = None
+        self._jobs = 1
+        self._finished: set[int] = set()
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- setup -------------------------------------------------------------------------
+    def estimate(self, weights: Sequence[float], jobs: int) -> None:
+        """Recorded (or predicted) seconds per target id, for the ETA."""
+        self._estimate = weights
+        self._jobs = max(1, jobs)
+
+    def _paint(self, s: str, color: str | None) -> str:
+        if not self.color or color is None:
+            return s
+        return f"\x1b[{_SGR[color]}m{s}\x1b[0m"
+
+    # -- reporter --------------------------------------------------------------------
+    def warn(self, msg: str) -> None:
+        with self._lock:
+            self._clear()
+            self.out.flush()
+            print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+            self._draw()
+
+    def target_started(self, t: int, lane: int) -> None:
+        with self._lock:
+            self.running[t] = time.monotonic()
+            if self.tty:
+                self._start_ticker()
+                self._clear()
+                self._draw()
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        with self._lock:
+            self.running.pop(t, None)
+            self._finished.add(t)
+            self.done += 1
+            self.counts[o.status.value] += 1
+            self._clear()
+            self._report(t, o)
+            self._draw()
+
+    def _report(self, t: int, o: Outcome) -> None:
+        label = self.graph.targets[t].label
+        status = o.status.value
+        if o.status is Status.FAILED:
+            self._print_failure(t, o)
+            return
+        if self.explain:
+            self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {o.message}")
+        elif o.status is not Status.UP_TO_DATE:
+            dur = f" ({o.duration:.2f}s)" if o.status is Status.RAN else ""
+            word = self._paint(status, _STATUS_COLOR.get(status))
+            self._line(f"[{self.done}/{self.total}] {word} {label}{dur}")
+        if self.replay_output and o.status is Status.RESTORED and o.reason is Reason.RESTORED:
+            self._replay(label, o)
+
+    def _replay(self, label: str, o: Outcome) -> None:
+        for name, data in (("stdout", o.stdout), ("stderr", o.stderr)):
+            if data:
+                self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))
+                self._text(data)
+
+    def _print_failure(self, t: int, o: Outcome) -> None:
+        target = self.graph.targets[t]
+        self._line(self._paint(f"FAILED: {target.label} ({target.where}): {o.message}", "red"))
+        if target.cmd:
+            self._line(f"command (in //{target.pkg}): {target.cmd}")
+        for data in (o.stdout, o.stderr):
+            if data:
+                self._text(data)
+
+    def _text(self, data: bytes) -> None:
+        s = data.decode("utf-8", "replace")
+        if not self.tty and not self.color:
+            s = strip_controls(s)
+        print(s, end="" if s.endswith("\n") else "\n", file=self.out, flush=True)
+
+    def _line(self, s: str) -> None:
+        if not self.tty and not self.color and _CONTROL.search(s):
+            s = strip_controls(s)
+        print(s, file=self.out, flush=True)
+
+    # -- live area (terminal only) -----------------------------------------------------
+    def _start_ticker(self) -> None:
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="buildtool-console", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                if self.running:
+                    self._clear()
+                    self._draw()
+
+    def _clear(self) -> None:
+        if self.tty and self._area_lines:
+            # Move to the first line of the area and erase to the end of the screen.
+            up = f"\x1b[{self._area_lines - 1}A" if self._area_lines > 1 else ""
+            self.out.write(f"\r{up}\x1b[J")
+            self._area_lines = 0
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left: remaining recorded work spread over the jobs, at least the
+        longest remaining running target."""
+        if self._estimate is None:
+            return None
+        left = 0.0
+        longest = 0.0
+        for t in range(len(self._estimate)):
+            if t in self._finished:
+                continue
+            w = self._estimate[t]
+            started = self.running.get(t)
+            if started is not None:
+                w = max(0.0, w - (now - started))
+                longest = max(longest, w)
+            left += w
+        return max(left / self._jobs, longest)
+
+    def status_lines(self, now: float, width: int) -> list[str]:
+        head = f"[{self.done}/{self.total}]"
+        eta = self.eta(now)
+        if eta is not None and self.running:
+            head += f" ETA {fmt_secs(eta)}"
+        if self.running:
+            head += f" running {len(self.running)}:"
+        lines = [self._paint(head, "bold")]
+        items = sorted(self.running.items(), key=lambda kv: kv[1])
+        for t, started in items[:MAX_RUNNING_LINES]:
+            lines.append(f"  {fmt_secs(now - started):>7} {self.graph.targets[t].label}"[: max(width - 1, 10)])
+        if len(items) > MAX_RUNNING_LINES:
+            lines.append(f"  ... and {len(items) - MAX_RUNNING_LINES} more")
+        return lines
+
+    def _draw(self) -> None:
+        if not self.tty or not self.running:
+            return
+        width = 120
+        try:
+            width = os.get_terminal_size(self.out.fileno()).columns or width
+        except (OSError, ValueError, AttributeError):
+            pass
+        lines = self.status_lines(time.monotonic(), width)
+        self.out.write("\n".join(lines))
+        self.out.flush()
+        self._area_lines = len(lines)
+
+    # -- end of build ----------------------------------------------------------------
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+            self._ticker = None
+        with self._lock:
+            self._clear()
+
+    def critical_path(self, text: str | None) -> None:
+        """Print the critical path of what ran (see profile.actual_critical_path)."""
+        if text:
+            with self._lock:
+                self._clear()
+                self._line(text)
+
+    def summary(self, wall: float, failed: bool, interrupted: bool = False) -> None:
+        self.close()
+        order = ["ran", "restored", "up_to_date", "failed", "skipped", "cancelled"]
+        parts = [f"{self.counts[k]} {k}" for k in order if self.counts.get(k)]
+        head = "INTERRUPTED" if interrupted else ("FAILED" if failed else "OK")
+        color = "green" if head == "OK" else "red"
+        print(
+            f"{self._paint(head, color)}: {self.total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
+            file=self.out,
+            flush=True,
+        )
+
+
+def strip_controls(s: str) -> str:
+    """Drop ANSI escape sequences and other control characters (keeps newline and tab)."""
+    s = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]", "", s)
+    s = s.replace("\r\n", "\n")
+    return "".join(ch for ch in s if ch in "\n\t" or (ord(ch) >= 32 and ord(ch) != 127))

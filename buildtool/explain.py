@@ -1,0 +1,64 @@
+"""Explain: ``buildtool explain PATTERN`` — for each target, why the next build would run
+it or not, computed without running anything.
+
+The decisions come from ``session.dry_run`` (the rebuilder's own checks against this
+workspace's build record): the same code the build uses, so the explanation cannot drift
+from what a build does.  This module only turns those outcomes into the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import IO
+
+from buildtool.graph import Graph
+from buildtool.outcome import Outcome, Reason, Status
+
+RUN, RESTORE, FRESH, GROUP, FAIL = "run", "restore", "up to date", "group", "fail"
+
+
+def verdict(o: Outcome) -> str:
+    """run | restore | up to date | group | fail, for a dry-run outcome."""
+    if o.reason is Reason.GROUP:
+        return GROUP
+    if o.status is Status.UP_TO_DATE:
+        return FRESH
+    if o.extra.get("would_restore") or o.message.endswith("; would restore from the cache"):
+        return RESTORE
+    if o.message.startswith("would fail"):
+        return FAIL
+    return RUN
+
+
+def reason_text(o: Outcome) -> str:
+    msg = o.message
+    for prefix in ("would run: ", "would fail: "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if msg.endswith("; would restore from the cache"):
+        msg = msg[: -len("; would restore from the cache")] + "; the cache has this key, so it would be restored"
+    return msg
+
+
+def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[str, int]:
+    """Print one block per target, dependencies first (the dry run's order); return the
+    count per verdict."""
+    counts: dict[str, int] = {}
+    width = max((len(graph.targets[t].label) for t in outcomes), default=0)
+    for t, o in outcomes.items():
+        v = verdict(o)
+        counts[v] = counts.get(v, 0) + 1
+        label = graph.targets[t].label
+        word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
+                FAIL: "WOULD FAIL"}[v]
+        why = reason_text(o)
+        if v == FRESH:
+            why = "same action key as this workspace's last build, outputs unchanged"
+        elif v == GROUP:
+            members = [graph.targets[d].label for d in graph.targets[t].deps]
+            why = "runs nothing; builds " + (", ".join(members[:5]) + (" ..." if len(members) > 5 else ""))
+        print(f"{label:<{width}}  {word}: {why}", file=out)
+    total = sum(counts.values())
+    parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL) if counts.get(k)]
+    print(f"explain: {total} targets: {', '.join(parts) or 'nothing'} (nothing was run)", file=out)
+    return counts

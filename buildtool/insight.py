@@ -1,0 +1,120 @@
+"""Insight commands: ``explain``, ``plan``, ``query`` and ``graph`` — their arguments and
+handlers.  Each looks at a build without running anything (cli.py registers them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+COMMANDS = ("explain", "plan", "query", "graph")
+
+
+def add_parsers(sub: Any) -> None:
+    e = sub.add_parser("explain", help="why each target would run or not (runs nothing)")
+    e.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
+    e.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
+    e.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="as for build: variables passed to every action (part of the key)")
+    e.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
+
+    p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
+    p.add_argument("-j", "--jobs", type=int, help="simulated parallel jobs (default: usable CPUs)")
+    p.add_argument("--jobs-range", metavar="A-B", help="predict for every job count from A to B")
+    p.add_argument("--incremental", action="store_true",
+                   help="predict the next build from the current state (up to date / restorable = free)")
+    p.add_argument("--test", action="store_true", help="plan `buildtool test` (tests included) instead of build")
+    p.add_argument("--cache-dir", help="shared cache directory, for --incremental")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+
+    q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN)")
+    q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET) | outputs(P) | PATTERN")
+
+    g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot or JSON)")
+    g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
+    g.add_argument("--format", choices=("dot", "json"), default="dot")
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    from buildtool.session import Session
+
+    if args.command == "explain":
+        from buildtool.session import BuildRequest
+
+        session = Session(args.directory, {"cache_dir": args.cache_dir})
+        req = BuildRequest(patterns=args.patterns, mode="explain", dry_run=True, explain=True,
+                           cache_dir=args.cache_dir, wait=not args.no_wait, action_env=args.action_env)
+        session.build(req)
+        return 0
+    if args.command == "plan":
+        return _plan(args, Session(args.directory, {"jobs": args.jobs, "cache_dir": args.cache_dir}))
+    if args.command in ("query", "graph"):
+        from buildtool import query
+        from buildtool.graph import GraphBuilder
+        from buildtool.loader import Loader
+        from buildtool.record import BuildRecord
+
+        session = Session(args.directory)
+        import os
+
+        record = BuildRecord(os.path.join(session.ws.state_dir, "record"), _warn)
+        builder = GraphBuilder(Loader(session.ws, record.all_outputs()), session.ws.cwd_pkg_dir)
+        if args.command == "query":
+            _, result = query.evaluate(builder, query.parse(args.expr))
+            for line in result:
+                print(line)
+            return 0
+        graph = builder.build(query.roots(builder, args.patterns))
+        print(query.to_dot(graph) if args.format == "dot" else query.to_json(graph))
+        return 0
+    raise AssertionError(args.command)
+
+
+def _warn(msg: str) -> None:
+    print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _plan(args: argparse.Namespace, session: Any) -> int:
+    import json
+    import os
+
+    from buildtool import simulate
+    from buildtool.config import cpu_count
+    from buildtool.errors import UserError
+    from buildtool.record import BuildRecord
+
+    mode = "test" if args.test else "build"
+    if args.jobs_range:
+        try:
+            jobs_list = simulate.parse_jobs_range(args.jobs_range)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    else:
+        jobs = args.jobs or session.config.jobs or cpu_count()
+        if jobs < 1:
+            msg = f"-j must be at least 1 (got {jobs})"
+            raise UserError(msg)
+        jobs_list = [jobs]
+    durations = BuildRecord(os.path.join(session.ws.state_dir, "record"), _warn).durations()
+    free: set[int] = set()
+    if args.incremental:
+        import io
+
+        from buildtool import explain
+        from buildtool.session import BuildRequest
+
+        res = session.build(BuildRequest(patterns=args.patterns, mode=mode, dry_run=True, cache_dir=args.cache_dir),
+                            out=io.StringIO())
+        graph = res.graph
+        for lab, o in res.outcomes.items():
+            if explain.verdict(o) in (explain.FRESH, explain.RESTORE, explain.GROUP):
+                free.add(graph.by_label[lab])
+    else:
+        graph = session.load_graph(args.patterns, mode)
+    costs = simulate.costs_from_record(graph, durations, free)
+    text, data = simulate.report(graph, costs, jobs_list, incremental=args.incremental,
+                                 pool_depth=session.config.pools)
+    print(json.dumps(data, indent=1) if args.json else text)
+    return 0

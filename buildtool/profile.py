@@ -1,0 +1,122 @@
+"""Profile: the ``--profile FILE`` Chrome trace of a build, and the critical path of what ran.
+
+The trace is Chrome trace-event JSON (opens in Perfetto and ``chrome://tracing``): one
+complete event (``"ph": "X"``) per target that ran or was restored, on the thread
+("lane") of the worker that ran it, with ``args`` {status, cache, reason}; plus one span
+per build phase (load buildfiles and graph, clean dead outputs, critical-path weights,
+schedule) on a separate "phases" thread.  Times are microseconds since the build began.
+Spec: docs/formats.md#profile
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from buildtool.graph import Graph
+from buildtool.outcome import Outcome, Status
+
+PROFILE_VERSION = 1
+PHASE_TID = 0  # worker lane n is thread n + 1
+WORK = (Status.RAN, Status.RESTORED)
+
+
+@dataclass(slots=True)
+class Phases:
+    """Build phase spans in monotonic seconds since ``t0`` (the start of the build)."""
+
+    t0: float
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    _open: dict[str, float] = field(default_factory=dict)
+
+    def begin(self, name: str) -> None:
+        self._open[name] = time.monotonic()
+
+    def end(self, name: str) -> None:
+        start = self._open.pop(name, None)
+        if start is not None:
+            self.spans.append((name, start - self.t0, time.monotonic() - self.t0))
+
+    def add(self, name: str, start_abs: float, end_abs: float) -> None:
+        self.spans.append((name, start_abs - self.t0, end_abs - self.t0))
+
+
+def trace_events(
+    graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases, sched_offset: float
+) -> list[dict[str, object]]:
+    """The trace's events; ``sched_offset`` = scheduler start minus build start (seconds)."""
+    pid = os.getpid()
+
+    def us(s: float) -> int:
+        return round(s * 1e6)
+
+    evs: list[dict[str, object]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": PHASE_TID, "args": {"name": "buildtool"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": PHASE_TID, "args": {"name": "phases"}},
+    ]
+    lanes: set[int] = set()
+    for name, start, end in phases.spans:
+        evs.append({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": PHASE_TID,
+                    "ts": us(start), "dur": max(us(end - start), 1)})
+    for t, o in sorted(outcomes.items(), key=lambda kv: (kv[1].start, kv[0])):
+        if o.status not in WORK and not (o.status is Status.FAILED and o.lane >= 0):
+            continue
+        lane = max(o.lane, 0)
+        lanes.add(lane)
+        evs.append({
+            "ph": "X", "name": graph.targets[t].label, "cat": "target", "pid": pid, "tid": lane + 1,
+            "ts": us(sched_offset + o.start), "dur": max(us(o.end - o.start), 1),
+            "args": {"status": o.status.value, "cache": o.cache, "reason": o.message,
+                     "reason_code": o.reason.value},
+        })
+    for lane in sorted(lanes):
+        evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1, "args": {"name": f"worker {lane}"}})
+    return evs
+
+
+def write_profile(
+    path: str, graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases, sched_offset: float, wall: float
+) -> None:
+    """Write the trace atomically (temp file + rename)."""
+    doc = {
+        "traceEvents": trace_events(graph, outcomes, phases, sched_offset),
+        "displayTimeUnit": "ms",
+        "otherData": {"buildtool_profile_version": PROFILE_VERSION, "wall_s": round(wall, 6)},
+    }
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def actual_critical_path(graph: Graph, outcomes: Mapping[int, Outcome]) -> list[int]:
+    """The chain of targets whose end times determined the wall time: start from the
+    target that finished last and repeatedly step to the dependency that finished last
+    (the one that released it).  Only targets that ran or were restored are returned."""
+    work = {t: o for t, o in outcomes.items() if o.status in WORK or o.status is Status.FAILED}
+    if not work:
+        return []
+    cur: int | None = max(work, key=lambda t: (work[t].end, -t))
+    chain: list[int] = []
+    while cur is not None:
+        o = outcomes.get(cur)
+        if o is not None and (o.status in WORK or o.status is Status.FAILED):
+            chain.append(cur)
+        deps = [d for d in graph.targets[cur].deps if d in outcomes]
+        cur = max(deps, key=lambda d: (outcomes[d].end, -d)) if deps else None
+    chain.reverse()
+    return chain
+
+
+def format_critical_path(graph: Graph, outcomes: Mapping[int, Outcome], wall: float | None = None) -> str | None:
+    chain = actual_critical_path(graph, outcomes)
+    if not chain:
+        return None
+    busy = sum(outcomes[t].end - outcomes[t].start for t in chain)
+    parts = [f"{graph.targets[t].label} {outcomes[t].end - outcomes[t].start:.2f}s" for t in chain]
+    of = f" of {wall:.2f}s wall" if wall is not None else ""
+    return f"critical path: {busy:.2f}s{of}: " + " -> ".join(parts)

@@ -1,0 +1,142 @@
+"""Query: ``buildtool query EXPR`` and ``buildtool graph`` — read-only questions about the
+build graph (nothing is hashed or run).
+
+Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
+``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE that depend on TARGET, transitively,
+TARGET included), ``outputs(PATTERN)`` (the files the matched targets and their
+dependencies produce), or a bare PATTERN (the targets it matches).  Wildcard patterns
+include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from buildtool.errors import UserError
+from buildtool.graph import Graph, GraphBuilder
+
+_EXPR = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
+FUNCTIONS = ("deps", "rdeps", "outputs")
+
+
+@dataclass(slots=True)
+class Query:
+    fn: str  # deps | rdeps | outputs | pattern
+    args: list[str]
+
+
+def parse(text: str) -> Query:
+    m = _EXPR.match(text)
+    if m is None:
+        if "(" in text or ")" in text:
+            msg = f"query {text!r}: expected deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN) or a pattern"
+            raise UserError(msg)
+        return Query("pattern", text.split())
+    fn, inner = m.group(1), m.group(2)
+    args = [a.strip() for a in inner.split(",") if a.strip()]
+    want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)
+    if want is None:
+        msg = f"query {text!r}: unknown function {fn!r}; known: {', '.join(FUNCTIONS)}"
+        raise UserError(msg)
+    if len(args) != want:
+        msg = f"query {text!r}: {fn}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}"
+        raise UserError(msg)
+    return Query(fn, args)
+
+
+def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
+    """Labels matched by the patterns, tests included, manual targets only when named."""
+    out: list[str] = []
+    for p in patterns or ["//..."]:
+        found: list[str] = []
+        errors: list[str] = []
+        for tests in (False, True):
+            try:
+                found.extend(builder.expand_patterns([p], want_tests=tests))
+            except UserError as e:
+                errors.append(str(e))
+                if not str(e).startswith("pattern "):
+                    raise  # unknown package or target: the same error either way
+        if not found:
+            msg = f"pattern {p!r} matches no targets"
+            raise UserError(msg)
+        for lab in found:
+            if lab not in out:
+                out.append(lab)
+    return out
+
+
+def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
+    """The graph of the query's universe and the result (labels or output paths)."""
+    if q.fn == "rdeps":
+        universe = roots(builder, [q.args[0]])
+        target = roots(builder, [q.args[1]])
+        graph = builder.build(list(dict.fromkeys([*universe, *target])))
+        wanted = {graph.by_label[lab] for lab in target}
+        in_universe = _closure(graph, [graph.by_label[lab] for lab in universe])
+        seen = set(wanted)
+        stack = list(wanted)
+        while stack:
+            x = stack.pop()
+            for c in graph.dependents[x]:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return graph, [t.label for t in graph.targets if t.id in seen and (t.id in in_universe or t.id in wanted)]
+    matched = roots(builder, q.args)
+    graph = builder.build(matched)
+    if q.fn == "pattern":
+        return graph, matched
+    closure = _closure(graph, [graph.by_label[lab] for lab in matched])
+    if q.fn == "deps":
+        return graph, [t.label for t in graph.targets if t.id in closure]
+    files: list[str] = []
+    for t in graph.targets:
+        if t.id in closure:
+            files.extend(t.outs)
+    return graph, sorted(set(files))
+
+
+def _closure(graph: Graph, start: list[int]) -> set[int]:
+    seen = set(start)
+    stack = list(start)
+    while stack:
+        x = stack.pop()
+        for d in graph.targets[x].deps:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    return seen
+
+
+def to_dot(graph: Graph) -> str:
+    lines = ["digraph buildtool {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+    for t in graph.targets:
+        shape = {"group": "ellipse", "test": "hexagon"}.get(t.kind)
+        attrs = f' [shape={shape}]' if shape else ""
+        lines.append(f"  {json.dumps(t.label)}{attrs};")
+    for t in graph.targets:
+        for d in t.deps:
+            lines.append(f"  {json.dumps(t.label)} -> {json.dumps(graph.targets[d].label)};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def to_json(graph: Graph) -> str:
+    nodes = [
+        {
+            "label": t.label,
+            "kind": t.kind,
+            "deps": [graph.targets[d].label for d in t.deps],
+            "srcs": list(t.srcs),
+            "outs": list(t.outs),
+            "priority": t.priority,
+            "pool": t.pool,
+            "where": t.where,
+        }
+        for t in graph.targets
+    ]
+    return json.dumps({"version": 1, "targets": nodes}, indent=1)
+

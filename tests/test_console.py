@@ -1,0 +1,133 @@
+"""Console output: plain and stable without a terminal (no control characters), a live
+multi-line status with colors on a terminal (a real pty), --color, NO_COLOR,
+--replay-output, failures in full."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import BUILDTOOL, Workspace, _clean_env
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n
+
+BUILD = r"""
+genrule(name="a", srcs=["s.txt"], outs=["a.out"], cmd="printf '\033[31mred warning\033[0m\r\n'; cat $< > $@")
+genrule(name="b", srcs=[":a"], outs=["b.out"], cmd="sleep 0.4; cat $< > $@")
+genrule(name="c", srcs=[":a"], outs=["c.out"], cmd="sleep 0.4; cat $< > $@")
+"""
+FAIL = """
+genrule(name="bad", outs=["x"], cmd="echo line-one >&2; echo line-two >&2; printf 'tail\\033[1m!\\n' >&2; exit 3")
+"""
+
+
+def _ws(ws: Workspace) -> None:
+    ws.write("s.txt", "x\n")
+    ws.build_file("", BUILD)
+
+
+def test_plain_output_has_no_control_characters(workspace: Workspace) -> None:
+    _ws(workspace)
+    for env in ({"CI": ""}, {"CI": "true", "TERM": "xterm-256color"}):
+        workspace.write("s.txt", f"{env}\n")
+        r = workspace.build("-j", "2", env_extra=env)
+        assert r.rc == 0, r.output
+        assert not CONTROL.search(r.stdout), repr(r.stdout)
+        lines = r.stdout.splitlines()
+        assert sum(1 for ln in lines if re.match(r"^\[\d+/3\] ran //:[abc] \(\d+\.\d\ds\)$", ln)) == 3, lines
+        assert lines[-1].startswith("OK: 3 targets: 3 ran")
+    # restore + failure + --replay-output: still no control characters (the replayed
+    # output's own escapes are stripped too)
+    for name in ("a.out", "b.out", "c.out"):
+        (workspace.root / name).unlink()
+    r = workspace.build("--replay-output", env_extra={"CI": ""})
+    assert r.rc == 0
+    assert not CONTROL.search(r.stdout), repr(r.stdout)
+    assert "red warning" in r.stdout and "cached stdout" in r.stdout
+    workspace.build_file("", FAIL)
+    r = workspace.build(env_extra={"CI": ""})
+    assert r.rc == 1
+    assert not CONTROL.search(r.stdout), repr(r.stdout)
+    assert "line-one\nline-two\ntail!" in r.stdout and "exit 3" in r.stdout
+
+
+def test_replay_output_is_opt_in(workspace: Workspace) -> None:
+    _ws(workspace)
+    assert workspace.build().rc == 0
+    (workspace.root / "a.out").unlink()
+    r = workspace.build()
+    assert r.status("//:a") == "restored"
+    assert "red warning" not in r.output
+
+
+def test_color_always_and_never(workspace: Workspace) -> None:
+    _ws(workspace)
+    r = workspace.build("--color", "always")
+    assert "\x1b[32mran\x1b[0m" in r.stdout and "\x1b[32mOK\x1b[0m" in r.stdout
+    assert "\x1b[J" not in r.stdout and "\r" not in r.stdout  # colors, but no live status
+    workspace.write("s.txt", "y\n")
+    r = workspace.build("--color", "never", env_extra={"CI": ""})
+    assert "\x1b" not in r.stdout
+
+
+def _run_in_pty(ws: Workspace, *args: str, env_extra: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    env = _clean_env(ws.cache, ws.home)
+    env.update({"CI": "", "TERM": "xterm", "COLUMNS": "100", **env_extra})
+    master, slave = pty.openpty()
+    p = subprocess.Popen([BUILDTOOL, *args], cwd=ws.root, env=env, stdin=subprocess.DEVNULL, stdout=slave,
+                         stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            chunks.append(data)
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    rc = p.wait(timeout=10)
+    return rc, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_terminal_gets_a_live_multi_line_status_with_colors(workspace: Workspace) -> None:
+    _ws(workspace)
+    assert workspace.build().rc == 0  # records durations, for the ETA
+    workspace.write("s.txt", "z\n")
+    rc, out = _run_in_pty(workspace, "build", "-j", "2", env_extra={})
+    assert rc == 0, out
+    assert re.search(r"\[1/3\] ETA \d", out), out  # done/total and an ETA
+    assert "running 2:" in out, out  # b and c run together, one line each
+    assert re.search(r"\d\.\ds //:b", out) and re.search(r"\d\.\ds //:c", out), out
+    assert "\x1b[J" in out  # the area is redrawn in place
+    assert "\x1b[32m" in out  # colors
+    assert "OK" in out.splitlines()[-1]
+
+
+def test_no_color_on_a_terminal(workspace: Workspace) -> None:
+    _ws(workspace)
+    rc, out = _run_in_pty(workspace, "build", "-j", "2", env_extra={"NO_COLOR": "1"})
+    assert rc == 0, out
+    assert not re.search(r"\x1b\[[0-9;]*m", out.replace("\x1b[31mred warning\x1b[0m", "")), repr(out)
+    assert "\x1b[J" in out  # still a live status
+
+
+def test_version_is_fast_to_import(tmp_path: Path) -> None:
+    """``--version`` must not import the engine (measured with -X importtime)."""
+    p = subprocess.run(["python3", "-X", "importtime", "-m", "buildtool", "--version"], capture_output=True,
+                       text=True, timeout=60, check=True)
+    heavy = {"buildtool.session", "buildtool.runner", "buildtool.graph", "buildtool.console", "blake3",
+             "buildtool.simulate", "buildtool.profile"}
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if "|" in ln}
+    assert not (heavy & imported), heavy & imported

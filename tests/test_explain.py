@@ -1,0 +1,92 @@
+"""``buildtool explain`` and ``--explain``: why each target would run, computed without
+running anything, against this workspace's build record."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import Workspace
+
+BUILD = """
+genrule(name="gen", srcs=["in.txt", "other.txt"], outs=["gen.out"],
+        cmd="echo ran-gen >> ../log.txt; cat $(SRCS) > $@")
+genrule(name="use", srcs=[":gen"], outs=["use.out"], env={"MODE": "fast"},
+        cmd="echo ran-use >> ../log.txt; cat $< > $@")
+genrule(name="side", srcs=["other.txt"], outs=["side.out"], cmd="cp $< $@")
+"""
+
+
+def _setup(ws: Workspace) -> None:
+    ws.write("pkg/in.txt", "one\n")
+    ws.write("pkg/other.txt", "x\n")
+    ws.write("log.txt", "")
+    ws.build_file("pkg", BUILD)
+    r = ws.build("//pkg:use", "//pkg:side")
+    assert r.rc == 0, r.output
+
+
+def _lines(out: str) -> dict[str, str]:
+    got = {}
+    for ln in out.splitlines():
+        m = re.match(r"^(//\S+)\s+(.*)$", ln)
+        if m:
+            got[m.group(1)] = m.group(2)
+    return got
+
+
+def test_explain_names_the_exact_changed_file_with_digest_prefixes(workspace: Workspace) -> None:
+    _setup(workspace)
+    log_before = workspace.read("log.txt")
+    out_before = workspace.read("pkg/gen.out")
+    workspace.write("pkg/in.txt", "two\n")
+    rc, out, err = workspace.run("explain", "//pkg:use")
+    assert rc == 0, err
+    lines = _lines(out)
+    assert re.search(r"WOULD RUN: input pkg/in\.txt changed \([0-9a-f]{8} -> [0-9a-f]{8}\)", lines["//pkg:gen"]), out
+    assert "other.txt" not in lines["//pkg:gen"]
+    assert "WOULD RUN" in lines["//pkg:use"] and "//pkg:gen" in lines["//pkg:use"]
+    assert "//pkg:side" not in lines  # not in the closure of //pkg:use
+    # Nothing ran, nothing changed on disk.
+    assert workspace.read("log.txt") == log_before
+    assert workspace.read("pkg/gen.out") == out_before
+
+
+def test_explain_up_to_date_env_command_and_missing_output(workspace: Workspace) -> None:
+    _setup(workspace)
+    rc, out, _ = workspace.run("explain", "//pkg:use", "//pkg:side")
+    assert rc == 0
+    assert all("up to date" in v for v in _lines(out).values()), out
+    workspace.build_file("pkg", BUILD.replace('"fast"', '"slow"').replace("cp $< $@", "cp  $< $@"))
+    (workspace.root / "pkg" / "gen.out").unlink()
+    rc, out, _ = workspace.run("explain", "//pkg/...")
+    lines = _lines(out)
+    assert "env var MODE changed" in lines["//pkg:use"], out
+    assert "command changed" in lines["//pkg:side"], out
+    assert "WOULD RESTORE" in lines["//pkg:gen"] and "output pkg/gen.out is missing" in lines["//pkg:gen"], out
+
+
+def test_explain_without_record_and_without_cache(workspace: Workspace, tmp_path) -> None:
+    _setup(workspace)
+    (workspace.root / "pkg" / "side.out").unlink()
+    rc, out, _ = workspace.run("explain", "//pkg:side", "--cache-dir", str(tmp_path / "nothing"))
+    assert rc == 0
+    assert "output pkg/side.out is missing" in out and "WOULD RUN" in out
+    rc, out, _ = workspace.run("clean")
+    rc, out, _ = workspace.run("explain", "//pkg:side", "--cache-dir", str(tmp_path / "nothing"))
+    assert "never built in this workspace" in out
+
+
+def test_build_explain_prints_each_reason(workspace: Workspace) -> None:
+    _setup(workspace)
+    workspace.write("pkg/other.txt", "y\n")
+    r = workspace.build("//pkg:use", "//pkg:side", "--explain")
+    assert r.rc == 0
+    out = r.stdout
+    assert re.search(r"//pkg:side: ran: input pkg/other\.txt changed \([0-9a-f]{8} -> [0-9a-f]{8}\)", out), out
+    assert re.search(r"//pkg:use: ran: dependency //pkg:gen produced a different output pkg/gen\.out", out), out
+
+
+def test_explain_bad_label_exits_2(workspace: Workspace) -> None:
+    _setup(workspace)
+    rc, _, err = workspace.run("explain", "//pkg:nope")
+    assert rc == 2 and "//pkg:nope" in err

@@ -1,0 +1,78 @@
+"""``--profile FILE``: a Chrome trace with one span per executed target and the build
+phases; the critical path of what ran is printed at the end of every build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import Workspace
+
+BUILD = """
+genrule(name="a", srcs=["s.txt"], outs=["a.out"], cmd="sleep 0.3; cat $< > $@")
+genrule(name="b", srcs=["s.txt"], outs=["b.out"], cmd="sleep 0.05; cat $< > $@")
+genrule(name="c", srcs=[":a", ":b"], outs=["c.out"], cmd="sleep 0.1; cat $(SRCS) > $@")
+group(name="all", deps=[":c"])
+"""
+
+
+def _load(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    assert doc["otherData"]["buildtool_profile_version"] == 1
+    return doc
+
+
+def test_profile_has_a_span_per_executed_target_on_its_lane(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write("s.txt", "x\n")
+    workspace.build_file("", BUILD)
+    prof = tmp_path / "trace.json"
+    r = workspace.build("-j", "2", "--profile", str(prof))
+    assert r.rc == 0, r.output
+    doc = _load(prof)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "target"]
+    executed = {e["label"]: e for e in r.events if e["status"] in ("ran", "restored")}
+    assert sorted(s["name"] for s in spans) == sorted(executed) == ["//:a", "//:b", "//:c"]
+    for s in spans:
+        ev = executed[s["name"]]
+        assert s["args"]["status"] == ev["status"]
+        assert s["args"]["cache"] == ev["cache"]
+        assert s["args"]["reason"] == ev["reason"]
+        assert s["tid"] == ev["lane"] + 1
+        assert s["dur"] > 0 and s["ts"] >= 0
+    by = {s["name"]: s for s in spans}
+    assert by["//:c"]["ts"] >= by["//:a"]["ts"] + by["//:a"]["dur"] - 1000  # c waits for a (1 ms slack)
+    phases = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "phase"}
+    assert {"load buildfiles and graph", "schedule"} <= phases
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "phases" in names and any(n.startswith("worker ") for n in names)
+    # The critical path of what ran: a (the long one) then c.
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("critical path:"))
+    assert line.index("//:a") < line.index("//:c") and "//:b" not in line, line
+
+
+def test_profile_of_a_restore_and_of_a_noop(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write("s.txt", "x\n")
+    workspace.build_file("", BUILD)
+    assert workspace.build().rc == 0
+    for name in ("a.out", "b.out", "c.out"):
+        (workspace.root / name).unlink()
+    prof = tmp_path / "restore.json"
+    r = workspace.build("--profile", str(prof))
+    assert r.rc == 0
+    spans = [e for e in _load(prof)["traceEvents"] if e.get("cat") == "target"]
+    assert {s["args"]["status"] for s in spans} == {"restored"} and len(spans) == 3
+    assert {s["args"]["cache"] for s in spans} == {"local"}
+    prof2 = tmp_path / "noop.json"
+    rc, out, _ = workspace.run("build", "--profile", str(prof2))
+    assert rc == 0
+    assert [e for e in _load(prof2)["traceEvents"] if e.get("cat") == "target"] == []
+    assert "critical path" not in out
+
+
+def test_profile_is_written_for_a_failed_build(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.build_file("", 'genrule(name="bad", outs=["x"], cmd="echo oops >&2; exit 3")\n')
+    prof = tmp_path / "fail.json"
+    rc, _, _ = workspace.run("build", "--profile", str(prof))
+    assert rc == 1
+    spans = [e for e in _load(prof)["traceEvents"] if e.get("cat") == "target"]
+    assert [s["args"]["status"] for s in spans] == ["failed"]

@@ -1,0 +1,60 @@
+"""``buildtool query`` and ``buildtool graph``."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Workspace
+
+
+def _ws(ws: Workspace) -> None:
+    ws.write("lib/src.txt", "x\n")
+    ws.build_file("lib", """
+genrule(name="gen", srcs=["src.txt"], outs=["gen.h"], cmd="cp $< $@")
+genrule(name="lib", srcs=[":gen"], outs=["lib.a", "lib.idx"], cmd="cp $< lib.a; cp $< lib.idx")
+""")
+    ws.build_file("app", """
+genrule(name="app", deps=["//lib"], outs=["app.bin"], cmd="cat ../lib/lib.a > $@")
+test(name="app_test", deps=[":app"], cmd="true")
+genrule(name="other", outs=["o.txt"], cmd="echo > $@")
+genrule(name="deploy", deps=[":app"], outs=["d.txt"], cmd="echo > $@", manual=True)
+""")
+
+
+def _q(ws: Workspace, expr: str) -> list[str]:
+    rc, out, err = ws.run("query", expr)
+    assert rc == 0, err
+    return out.split()
+
+
+def test_deps_rdeps_outputs(workspace: Workspace) -> None:
+    _ws(workspace)
+    assert sorted(_q(workspace, "deps(//app:app)")) == ["//app:app", "//lib:gen", "//lib:lib"]
+    assert sorted(_q(workspace, "rdeps(//..., //lib:gen)")) == ["//app:app", "//app:app_test", "//lib:gen", "//lib:lib"]
+    # manual targets are outside the //... universe unless named
+    assert "//app:deploy" in _q(workspace, "rdeps(//app:deploy, //lib:gen)")
+    assert _q(workspace, "outputs(//app:app)") == ["app/app.bin", "lib/gen.h", "lib/lib.a", "lib/lib.idx"]
+    assert sorted(_q(workspace, "//app:all")) == ["//app:app", "//app:app_test", "//app:other"]
+    assert not workspace.exists("app/app.bin")  # nothing was built
+
+
+def test_bad_queries_exit_2(workspace: Workspace) -> None:
+    _ws(workspace)
+    for expr, word in (("deps(//app:nope)", "//app:nope"), ("frob(//...)", "frob"), ("rdeps(//...)", "rdeps"),
+                       ("deps(", "expected")):
+        rc, _, err = workspace.run("query", expr)
+        assert rc == 2, (expr, err)
+        assert word in err, (expr, err)
+
+
+def test_graph_dot_and_json(workspace: Workspace) -> None:
+    _ws(workspace)
+    rc, out, err = workspace.run("graph", "//app:app")
+    assert rc == 0, err
+    assert out.startswith("digraph") and '"//app:app" -> "//lib:lib";' in out and '"//lib:lib" -> "//lib:gen";' in out
+    rc, out, err = workspace.run("graph", "--format", "json")
+    data = json.loads(out)
+    by = {t["label"]: t for t in data["targets"]}
+    assert by["//app:app_test"]["kind"] == "test" and by["//app:app_test"]["deps"] == ["//app:app"]
+    assert by["//lib:lib"]["outs"] == ["lib/lib.a", "lib/lib.idx"]
+    assert "//app:deploy" not in by

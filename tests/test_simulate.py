@@ -1,0 +1,128 @@
+"""``buildtool plan``: the scheduler simulation, unit-tested on the seed example and checked
+against a real run of sleep targets (prediction within 10% of the scheduler's own span)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import Workspace
+
+from buildtool.graph import Graph, Target
+from buildtool.simulate import costs_from_record, critical_path, lower_bound, parse_jobs_range, simulate
+
+
+def _graph(deps: list[list[int]], priority: list[int]) -> Graph:
+    targets = tuple(
+        Target(id=i, label=f"//:{'ABCDEFGHIJ'[i]}", kind="genrule", pkg="", cmd="", srcs=(), deps=tuple(ds), outs=(),
+               env=(), pass_env=(), tools=(), priority=priority[i], manual=False, pool=None, timeout=None,
+               fn=None, kwargs_json=None, where="BUILD.py:1")
+        for i, ds in enumerate(deps)
+    )
+    dependents: list[list[int]] = [[] for _ in deps]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(i)
+    return Graph(targets, {t.label: t.id for t in targets}, tuple(range(len(deps))),
+                 tuple(tuple(x) for x in dependents), tuple(() for _ in deps))
+
+
+SEED = _graph([[], [], [0], [0], [1, 2]], [2, 1, 1, 3, 1])
+SEED_D = {"//:A": 3.0, "//:B": 2.0, "//:C": 4.0, "//:D": 2.0, "//:E": 1.0}
+
+
+def test_seed_example_one_worker_is_the_sum_in_seed_order() -> None:
+    c = costs_from_record(SEED, SEED_D)
+    p = simulate(SEED, c, 1)
+    assert p.makespan == 12.0
+    assert sorted(p.start, key=lambda t: p.start[t]) == [1, 0, 2, 4, 3]  # B, A, C, E, D
+
+
+def test_seed_example_two_workers_makespan_is_the_critical_path() -> None:
+    c = costs_from_record(SEED, SEED_D)
+    p = simulate(SEED, c, 2)
+    assert p.makespan == 8.0
+    assert p.start[2] == p.start[3] == 3.0  # C and D start together when A finishes
+    cp, chain = critical_path(SEED, c)
+    assert cp == 8.0 and chain == [0, 2, 4]
+    assert lower_bound(SEED, c, 2) == (8.0, 8.0, 12.0)
+
+
+def test_unknown_durations_count_as_the_median_and_free_targets_cost_nothing() -> None:
+    c = costs_from_record(SEED, {"//:A": 1.0, "//:B": 3.0, "//:C": 2.0}, free={4})
+    assert c.unknown == {3} and c.default == 2.0
+    assert c.cost == [1.0, 3.0, 2.0, 2.0, 0.0]
+    c = costs_from_record(SEED, {})
+    assert c.cost == [1.0] * 5
+
+
+def test_jobs_range_parsing() -> None:
+    assert parse_jobs_range("1-4") == [1, 2, 3, 4]
+    assert parse_jobs_range("3") == [3]
+    for bad in ("0-2", "4-2", "x"):
+        try:
+            parse_jobs_range(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+# name: (seconds, deps); every target also reads stamp.txt, so editing it reruns all.
+SLEEPS = {
+    "a": (0.4, []), "b": (0.3, []), "c": (0.6, []),
+    "d": (0.5, ["a"]), "e": (0.2, ["a", "b"]), "f": (0.4, ["c"]),
+    "g": (0.3, ["d", "e"]), "h": (0.6, ["f"]), "i": (0.2, ["g", "h"]), "j": (0.5, ["e"]),
+}
+
+
+def _sleep_workspace(ws: Workspace) -> None:
+    ws.write("stamp.txt", "1\n")
+    lines = []
+    for name, (secs, deps) in SLEEPS.items():
+        srcs = ["stamp.txt", *[f":{d}" for d in deps]]
+        lines.append(f"genrule(name={name!r}, srcs={srcs!r}, outs=['{name}.out'], "
+                     f"cmd='sleep {secs}; cat $(SRCS) > $@')")
+    ws.build_file("", "\n".join(lines) + "\n")
+
+
+def _span(events: list[dict]) -> float:
+    ran = [e for e in events if e["status"] == "ran"]
+    assert len(ran) == len(SLEEPS), events
+    return max(e["end"] for e in ran) - min(e["start"] for e in ran)
+
+
+def test_prediction_is_within_ten_percent_of_a_real_run(workspace: Workspace, tmp_path: Path) -> None:
+    _sleep_workspace(workspace)
+    first = workspace.build("-j", "2")
+    assert first.rc == 0, first.output
+    # Every key changes, nothing is in the (fresh) cache: a build from an empty cache,
+    # with the durations this workspace recorded.
+    workspace.write("stamp.txt", "2\n")
+    rc, out, err = workspace.run("plan", "-j", "2", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["simulation"] is True and data["to_run"] == len(SLEEPS)
+    predicted = data["rows"][0]["makespan_s"]
+    assert data["rows"][0]["lower_bound_s"] <= predicted + 1e-9
+    real = workspace.build("-j", "2", "--cache-dir", str(tmp_path / "empty-cache"))
+    assert real.rc == 0, real.output
+    measured = _span(real.events)
+    print(f"plan predicted {predicted:.3f}s, measured {measured:.3f}s")
+    assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+
+    rc, out, err = workspace.run("plan", "--jobs-range", "1-3")
+    assert rc == 0, err
+    assert "simulation of buildtool's scheduler (not the optimal schedule)" in out
+    assert [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("-j ")] == ["-j 1", "-j 2", "-j 3"]
+    assert "critical path" in out and "//:i" in out
+
+
+def test_incremental_counts_fresh_targets_as_free(workspace: Workspace) -> None:
+    _sleep_workspace(workspace)
+    assert workspace.build("-j", "4").rc == 0
+    rc, out, err = workspace.run("plan", "-j", "2", "--incremental", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["to_run"] == 0 and data["rows"][0]["makespan_s"] == 0
+    rc, out, err = workspace.run("plan", "-j", "2", "--jobs-range", "0-2")
+    assert rc == 2 and "--jobs-range" in err
