@@ -45,10 +45,16 @@ def parser() -> argparse.ArgumentParser:
     _add_build_flags(t)
     _add_watch_flags(t, True)
     t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")
+    t.add_argument("--test-output", choices=("errors", "all", "none"), default="errors",
+                   help="print the output of failing tests (errors, the default), of all tests, or of none")
+    t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report of the tests to FILE")
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
     _add_build_flags(w)
     _add_watch_flags(w, False)
     sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
+    from buildtool.runcmd import add_parser as add_run_parser
+
+    add_run_parser(sub)
     from buildtool.cachecmd import add_parser as add_cache_parser
 
     add_cache_parser(sub)
@@ -92,6 +98,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         n = Session(args.directory).clean()
         print(f"removed {n} outputs and the workspace state")
         return 0
+    if args.command == "run":
+        from buildtool.runcmd import run_command
+
+        return run_command(args)
     flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
     if args.jobs is not None and args.jobs < 1:
         from buildtool.errors import UserError
@@ -111,6 +121,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         wait=not args.no_wait,
         action_env=args.action_env,
         cache_tests=not getattr(args, "no_cache_tests", False),
+        test_output=getattr(args, "test_output", "errors"),
+        junit=getattr(args, "junit", None),
     )
     if args.command == "watch" or getattr(args, "watch", False):
         from buildtool.watch import watch

@@ -35,6 +35,8 @@ class Reason(enum.Enum):
     OUTPUT_MISSING = "output_missing"
     OUTPUT_MODIFIED = "output_modified"
     CACHE_CORRUPT = "cache_corrupt"
+    ALWAYS = "always"  # always=True: runs on every build
+    NO_CACHE_TESTS = "no_cache_tests"  # --no-cache-tests: a test reruns even with an unchanged key
     DEFINITION_CHANGED = "definition_changed"
     GROUP = "group"
     FAILED = "failed"

@@ -226,6 +226,8 @@ class TargetRunner:
         t = self.graph.targets[tid]
         if t.kind == "group":
             return Outcome(Status.UP_TO_DATE, Reason.GROUP, "group: builds its members, runs nothing")
+        if self._never_fresh(t):
+            return None  # always=True or --no-cache-tests: a worker runs it
         if not self.opt.dry_run and t.label not in self.record.entries:
             return None  # never built here: the key is computed by a worker, off this thread
         try:
@@ -260,8 +262,10 @@ class TargetRunner:
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
             prev = self.record.get(label)
             duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
+            # always=True: recorded (outputs, duration) under an empty key that never matches.
+            key = "" if self.graph.targets[tid].always else outcome.key
             outcome.extra["record_entry"] = self.record.prepare(
-                label, outcome.key, outcome.extra.get("outputs"), duration, desc  # type: ignore[arg-type]
+                label, key, outcome.extra.get("outputs"), duration, desc  # type: ignore[arg-type]
             )
         return outcome
 
@@ -278,21 +282,25 @@ class TargetRunner:
             entry = self.record.get(t.label)
             fkey = self.final_key(t, *pre, entry)[0]
             ok, _, _ = rebuild.up_to_date(entry, fkey, self._disk_digest)
-            if ok and entry is not None:
+            if ok and entry is not None and not self._never_fresh(t):
                 return Outcome(
                     Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=fkey, extra={"outputs": entry["o"]}
                 )
         key, desc = pre
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
-        if entry is not None and entry.get("k") == key:
+        cache_skip = self._never_fresh(t)
+        if t.always:
+            reason, why = Reason.ALWAYS, "always=True: runs on every build, never cached"
+        elif cache_skip and entry is not None and entry.get("k") == key:
+            reason, why = Reason.NO_CACHE_TESTS, "--no-cache-tests: the test passed before but runs again"
+        elif entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
-        cache_skip = t.kind == "test" and not self.opt.cache_tests
         corrupt = False
         if not cache_skip:
             if t.depfile is not None:
@@ -316,9 +324,13 @@ class TargetRunner:
                 corrupt = True
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
-        else:
+        elif not cache_skip:
             why = f"{why}; no cache entry for key {key[:12]}"
         return self._execute(t, key, desc, reason, why, lane)
+
+    def _never_fresh(self, t: Target) -> bool:
+        """always=True targets, and tests under --no-cache-tests, run whatever the record says."""
+        return t.always or (t.kind == "test" and not self.opt.cache_tests)
 
     def commit(self, tid: int, outcome: Outcome) -> None:
         """Scheduler thread: publish output digests and record the result."""
@@ -484,7 +496,8 @@ class TargetRunner:
         changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
         record = changed is None
         if record:
-            self._store(t, key, outputs, res)
+            if not t.always:  # always=True: never cached
+                self._store(t, key, outputs, res)
         else:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
         return Outcome(

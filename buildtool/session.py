@@ -50,6 +50,8 @@ class BuildRequest:
     wait: bool = True
     action_env: list[str] = field(default_factory=list)
     cache_tests: bool = True
+    test_output: str = "errors"  # --test-output errors|all|none (testing.py)
+    junit: str | None = None  # --junit FILE (junit.py)
 
 
 @dataclass(slots=True)
@@ -169,9 +171,11 @@ class Session:
                 self._weights(graph, record, stats),
             )
             jobs = req.jobs or cfg.jobs or cpu_count()
-            runner_reporter = Fanout(_Committer(runner), console, events, self.observer)
+            tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
+            shown = tests.console(console) if tests else console
+            runner_reporter = Fanout(_Committer(runner), shown, events, self.observer)
             sched = Scheduler(
-                plan, runner, runner_reporter, jobs=jobs,
+                plan, tests.wrap(runner) if tests else runner, runner_reporter, jobs=jobs,
                 keep_going=req.keep_going if req.keep_going is not None else cfg.keep_going,
                 pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
             )
@@ -189,8 +193,8 @@ class Session:
             wall = time.monotonic() - t_begin
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None)
-            if req.mode == "test":
-                _print_tests(graph, outcomes, out or sys.stdout)
+            if tests is not None:
+                tests.finish(outcomes, out or sys.stdout, lambda lab: (record.get(lab) or {}).get("d"))
         finally:
             record.close()
             stats.save()
@@ -198,7 +202,8 @@ class Session:
                 events.close()
             shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0)
-        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None:
+        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None \
+                and not any(t.always for t in graph.targets):  # always=True targets run on every build
             self._write_snapshot(req, state, graph, loader, runner)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
@@ -423,18 +428,8 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
     return out
 
 
-def _print_tests(graph: Graph, outcomes: dict[int, Outcome], out: Any) -> None:
-    tests = [t for t in graph.targets if t.kind == "test"]
-    for t in tests:
-        o = outcomes.get(t.id)
-        if o is None:
-            continue
-        if o.status is Status.RAN:
-            word = "PASSED"
-        elif o.status in (Status.UP_TO_DATE, Status.RESTORED):
-            word = "PASSED (cached)"
-        elif o.status is Status.FAILED:
-            word = "TIMEOUT" if o.extra.get("timed_out") else "FAILED"
-        else:
-            word = "NOT RUN"
-        print(f"{t.label:<50} {word} in {o.duration:.2f}s", file=out)
+def _test_session(root: str, state: str, graph: Graph, req: BuildRequest) -> Any:
+    """``buildtool test``'s additions: flaky reruns, test logs, results, JUnit (testing.py)."""
+    from buildtool.testing import TestSession
+
+    return TestSession(root, state, graph, _warn, test_output=req.test_output, junit=req.junit)

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Status
+from buildtool.testing import test_result
 
 EVENTS_SCHEMA = 1
 
@@ -148,6 +149,9 @@ class EventsWriter:
             ev["lane"] = o.lane
         if o.exit_code is not None:
             ev["exit_code"] = o.exit_code
+        tr = test_result(self.graph.targets[t], o)
+        if tr is not None:
+            ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
         self.f.write(json.dumps(ev) + "\n")
 
     def close(self) -> None:

@@ -1,0 +1,83 @@
+"""JUnit XML: the ``--junit FILE`` report of ``buildtool test`` for CI systems.
+
+One ``<testsuite>`` (inside ``<testsuites>``) with one ``<testcase>`` per test target:
+``classname`` = the package (``//pkg``), ``name`` = the label, ``time`` = seconds spent in
+this build; a failure or timeout carries ``<failure message=... type=...>`` with the test's
+output; a test that did not run is ``<skipped/>``; every test with output has
+``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
+the subset that GitHub Actions reporters, GitLab and Jenkins read.
+Characters XML 1.0 forbids (e.g. ANSI escapes) are written as ``\\xNN``; the file is
+written to a temp file and renamed.  Spec: docs/user-guide.md#junit-xml
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+from buildtool.testing import TestCase, TestResult
+
+MAX_OUTPUT_CHARS = 1_000_000  # per test: the end of a longer log is kept
+_BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(data: bytes | str) -> str:
+    """Text safe for XML 1.0: undecodable bytes replaced, forbidden characters escaped,
+    and at most MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
+    s = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    if len(s) > MAX_OUTPUT_CHARS:
+        s = f"[... {len(s) - MAX_OUTPUT_CHARS} characters cut ...]\n" + s[-MAX_OUTPUT_CHARS:]
+    return _BAD_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None) -> ET.ElementTree:
+    failures = sum(1 for c in cases if c.result in (TestResult.FAILED, TestResult.TIMEOUT))
+    skipped = sum(1 for c in cases if c.result is None)
+    total_time = sum(c.time for c in cases)
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": f"{total_time:.3f}",
+    }
+    root = ET.Element("testsuites", {"name": suite, **counts})
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
+    ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "timestamp": stamp})
+    for c in cases:
+        pkg_label = f"//{c.pkg}"
+        tc = ET.SubElement(ts, "testcase", {"classname": pkg_label, "name": c.label, "time": f"{c.time:.3f}"})
+        if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
+            kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
+            f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})
+            f.text = xml_text(c.log)
+        elif c.result is None:
+            ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
+        if c.log:
+            so = ET.SubElement(tc, "system-out")
+            so.text = xml_text(c.log)
+        if c.result is TestResult.FLAKY:
+            se = ET.SubElement(tc, "system-err")
+            se.text = xml_text(f"FLAKY: passed on attempt {len(c.failures) + 1}; earlier: {'; '.join(c.failures)}\n")
+    ET.indent(root, "  ")
+    return ET.ElementTree(root)
+
+
+def write_junit(path: str, cases: Sequence[TestCase]) -> None:
+    """Write the report to ``path`` atomically (temp file + rename)."""
+    tree = to_xml(cases)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    try:
+        tree.write(tmp, encoding="utf-8", xml_declaration=True)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

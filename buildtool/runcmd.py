@@ -1,0 +1,117 @@
+"""Run: ``buildtool run //pkg:target -- ARGS`` builds one target, then runs it in the foreground.
+
+A target with one output runs that output (it must be executable); a target with no
+outputs runs its command (after substitution) with ARGS appended, shell-quoted.  Either
+runs in the target's package directory with the caller's environment plus the target's
+``env``, replacing the buildtool process (``exec``), so the terminal, signals and the exit
+code belong to the child.  A target without outputs is not built itself (only its
+dependencies), so an ``always=True`` task runs once, not twice.  If the build fails, its
+exit code is returned and nothing runs.  Imports of heavy modules are deferred so the CLI
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``run`` subcommand's arguments."""
+    r: argparse.ArgumentParser = sub.add_parser(
+        "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS"
+    )
+    r.add_argument("target", metavar="TARGET", help="one target label")
+    r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the program (after --)")
+    r.add_argument("-j", "--jobs", type=int, help="parallel jobs for the build (default: usable CPUs)")
+    r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
+    r.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
+    r.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
+    r.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
+    r.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="pass an environment variable to every action (part of its key)")
+    return r
+
+
+def program_args(args: list[str]) -> list[str]:
+    """ARGS as given after the target, without the ``--`` that separates them."""
+    return args[1:] if args and args[0] == "--" else list(args)
+
+
+def run_command(ns: argparse.Namespace) -> int:
+    """Build ``ns.target`` and exec it; returns only on a build failure or exec error."""
+    from buildtool import labels
+    from buildtool.errors import UserError
+    from buildtool.graph import GraphBuilder
+    from buildtool.loader import Loader
+    from buildtool.record import BuildRecord
+    from buildtool.session import BuildRequest, Session
+
+    if ns.jobs is not None and ns.jobs < 1:
+        msg = f"-j must be at least 1 (got {ns.jobs})"
+        raise UserError(msg)
+    session = Session(ns.directory, {"jobs": ns.jobs, "keep_going": ns.keep_going, "cache_dir": ns.cache_dir})
+    ws = session.ws
+
+    def warn(msg: str) -> None:
+        print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+
+    record = BuildRecord(os.path.join(ws.state_dir, "record"), warn)
+    builder = GraphBuilder(Loader(ws, record.all_outputs()), ws.cwd_pkg_dir)
+    record.close()
+    try:
+        pat = labels.parse_pattern(ns.target, builder.current_package())
+    except labels.LabelError as e:
+        raise UserError(str(e)) from None
+    if pat.kind != "target":
+        msg = f"`buildtool run` needs one target label, not the pattern {ns.target!r}"
+        raise UserError(msg)
+    graph = builder.build(builder.expand_patterns([ns.target], want_tests=False))
+    t = graph.targets[graph.requested[0]]
+    if t.kind == "group" or len(t.outs) > 1:
+        what = "a group" if t.kind == "group" else f"{len(t.outs)} outputs"
+        msg = (f"cannot run {t.label}: it has {what}; `buildtool run` runs a target's single output, "
+               "or the command of a target without outputs")
+        raise UserError(msg)
+    to_build = [t.label] if t.outs else [graph.targets[d].label for d in t.deps]
+    if to_build:
+        req = BuildRequest(
+            patterns=to_build, mode="build", jobs=ns.jobs, keep_going=ns.keep_going, cache_dir=ns.cache_dir,
+            events=ns.events, wait=not ns.no_wait, action_env=ns.action_env,
+        )
+        session.build(req, out=sys.stderr)  # raises BuildFailed / Interrupted: the CLI maps the exit code
+    return exec_target(ws.root, t, program_args(ns.args))
+
+
+def exec_target(root: str, t: Any, args: list[str]) -> int:
+    """Replace this process with the target's program (see the module docstring)."""
+    from buildtool.errors import UserError
+    from buildtool.executor import shell_argv, shell_for
+
+    cwd = os.path.join(root, t.pkg)
+    env = dict(os.environ)
+    env.update(t.env)
+    env["BUILDTOOL_WORKSPACE"] = root
+    env["BUILDTOOL_RUN_CWD"] = os.getcwd()
+    if t.outs:
+        path = os.path.join(root, t.outs[0])
+        if not os.access(path, os.X_OK) or not os.path.isfile(path):
+            msg = (f"cannot run {t.label}: its output {t.outs[0]} is not an executable file "
+                   "(make the command chmod +x it)")
+            raise UserError(msg)
+        argv = [path, *args]
+    else:
+        cmd = t.cmd if not args else f"{t.cmd} {shlex.join(args)}"
+        argv = shell_argv(shell_for(cmd), cmd, False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.chdir(cwd)
+        os.execve(argv[0], argv, env)
+    except OSError as e:
+        print(f"buildtool: error: could not run {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    return 127  # not reached

@@ -1,0 +1,403 @@
+"""Testing: test results (PASSED, cached, FAILED, TIMEOUT, FLAKY), flaky reruns and test logs.
+
+``buildtool test`` wraps the target runner in a :class:`TestRunner`, which reruns a failing
+``flaky=N`` test up to N times (in the worker thread that ran it) and keeps each test's
+stdout and stderr in ``.buildtool/testlogs/<pkg>/<name>.log``: the latest run, or for a
+cached result the log of the run that passed (replayed from the cache's blobs when the log
+on disk is not that run's).  :meth:`TestRunner.finish` prints the per-test results, the
+output asked for by ``--test-output``, flakiness warnings, and writes ``--junit``.
+Spec: docs/user-guide.md#tests and docs/formats.md#test-logs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import threading
+from collections.abc import Callable
+from typing import IO, Any
+
+from buildtool.graph import Graph, Target
+from buildtool.outcome import Outcome, Status
+
+LOG_DIR = "testlogs"
+INDEX_FILE = "testlogs-index"
+INDEX_VERSION = 1
+TEST_OUTPUT_MODES = ("errors", "all", "none")
+
+
+class TestResult(enum.Enum):
+    """The result of one test target; ``value`` is the ``test`` field of ``--events``."""
+
+    __test__ = False  # not a pytest class
+
+    PASSED = "passed"
+    CACHED = "cached"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    FLAKY = "flaky"
+
+    @property
+    def word(self) -> str:
+        return {
+            TestResult.PASSED: "PASSED",
+            TestResult.CACHED: "PASSED (cached)",
+            TestResult.FAILED: "FAILED",
+            TestResult.TIMEOUT: "TIMEOUT",
+            TestResult.FLAKY: "FLAKY",
+        }[self]
+
+
+def test_result(target: Target, o: Outcome) -> TestResult | None:
+    """What a test target's outcome means as a test; None for a non-test or a test that
+    did not run (a dependency failed, the build stopped or was interrupted)."""
+    if target.kind != "test":
+        return None
+    if o.status is Status.FAILED:
+        return TestResult.TIMEOUT if o.extra.get("timed_out") else TestResult.FAILED
+    if o.status in (Status.UP_TO_DATE, Status.RESTORED):
+        return TestResult.CACHED
+    if o.status is Status.RAN:
+        return TestResult.FLAKY if int(o.extra.get("attempts", 1)) > 1 else TestResult.PASSED  # type: ignore[call-overload]
+    return None
+
+
+test_result.__test__ = False  # type: ignore[attr-defined]
+
+
+def log_rel_path(target: Target) -> str:
+    """The log of a test, relative to the state dir: ``testlogs/<pkg>/<name>.log``."""
+    name = target.label.rsplit(":", 1)[1]
+    return os.path.join(LOG_DIR, target.pkg, f"{name}.log") if target.pkg else os.path.join(LOG_DIR, f"{name}.log")
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class TestLogs:
+    """The test logs of one workspace and the index saying which passing run each holds.
+
+    The index (``.buildtool/testlogs-index``) maps a label to the action key of the passing
+    run whose output its log holds, so a cached result keeps its log without reading the
+    cache, and a log overwritten by a later failing run is replayed from the cache."""
+
+    __test__ = False
+
+    def __init__(self, state_dir: str, warn: Callable[[str], None]) -> None:
+        self.state_dir = state_dir
+        self.warn = warn
+        self._lock = threading.Lock()
+        self._index: dict[str, str] = self._load_index()
+        self._dirty = False
+        self._warned = False
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(self.state_dir, INDEX_FILE)
+
+    def _load_index(self) -> dict[str, str]:
+        try:
+            with open(self.index_path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            self.warn("the test log index is unreadable; discarding it")
+            return {}
+        logs = data.get("logs") if isinstance(data, dict) and data.get("v") == INDEX_VERSION else None
+        if not isinstance(logs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in logs.items()):
+            self.warn("the test log index has an unknown format version; discarding it")
+            return {}
+        return logs
+
+    def path(self, target: Target) -> str:
+        return os.path.join(self.state_dir, log_rel_path(target))
+
+    def holds(self, target: Target, key: str) -> bool:
+        """Does the log on disk hold the passing run of ``key``?"""
+        with self._lock:
+            known = self._index.get(target.label)
+        return bool(key) and known == key and os.path.isfile(self.path(target))
+
+    def write(self, target: Target, stdout: bytes, stderr: bytes, passed_key: str | None, attempt: int = 0) -> None:
+        """Write a run's log (stdout, then stderr).  ``attempt`` > 0 names an earlier failed
+        attempt of a flaky test (``<name>.attempt-<n>.log``); ``passed_key`` is the key of a
+        passing run (None for a failure)."""
+        path = self.path(target)
+        if attempt:
+            path = f"{path[: -len('.log')]}.attempt-{attempt}.log"
+        try:
+            _write_atomic(path, stdout + stderr)
+        except OSError as e:
+            if not self._warned:
+                self._warned = True
+                self.warn(f"could not write the test log {path} ({e.strerror})")
+            return
+        if attempt:
+            return
+        with self._lock:
+            if passed_key:
+                self._index[target.label] = passed_key
+            else:
+                self._index.pop(target.label, None)
+            self._dirty = True
+
+    def remove_attempts(self, target: Target) -> None:
+        """Delete the logs of earlier attempts left by a previous run of a flaky test."""
+        base = self.path(target)[: -len(".log")] + ".attempt-"
+        d = os.path.dirname(base)
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        prefix = os.path.basename(base)
+        for n in names:
+            if n.startswith(prefix) and n.endswith(".log"):
+                try:
+                    os.unlink(os.path.join(d, n))
+                except OSError:
+                    pass
+
+    def read(self, target: Target) -> bytes | None:
+        try:
+            with open(self.path(target), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def save(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            data = json.dumps({"v": INDEX_VERSION, "logs": self._index}, sort_keys=True, separators=(",", ":"))
+            self._dirty = False
+        try:
+            _write_atomic(self.index_path, data.encode())
+        except OSError as e:
+            self.warn(f"could not write the test log index ({e.strerror})")
+
+
+class TestRunner:
+    """Wraps a ``TargetRunner`` for ``buildtool test``: flaky reruns and test logs.
+
+    Implements the scheduler's Runner protocol by delegation; non-test targets pass through."""
+
+    __test__ = False
+
+    def __init__(self, inner: Any, graph: Graph, logs: TestLogs) -> None:
+        self.inner = inner
+        self.graph = graph
+        self.logs = logs
+
+    def label_of(self, t: int) -> str:
+        return self.inner.label_of(t)
+
+    def deps_of(self, t: int) -> tuple[int, ...]:
+        return self.inner.deps_of(t)
+
+    def cancel_all(self) -> None:
+        self.inner.cancel_all()
+
+    def try_inline(self, tid: int) -> Outcome | None:
+        o = self.inner.try_inline(tid)
+        t = self.graph.targets[tid]
+        if o is not None and t.kind == "test" and o.ok:
+            self._keep_cached_log(t, o)
+        return o
+
+    def run(self, tid: int, lane: int) -> Outcome:
+        t = self.graph.targets[tid]
+        o = self.inner.run(tid, lane)
+        if t.kind != "test":
+            return o
+        if o.status is not Status.RAN and o.ok:
+            self._keep_cached_log(t, o)
+            return o
+        self.logs.remove_attempts(t)
+        failures: list[str] = []
+        total = o.duration
+        while o.status is Status.FAILED and len(failures) < t.flaky and self._reran_makes_sense(o):
+            failures.append(o.message)
+            self.logs.write(t, o.stdout, o.stderr, None, attempt=len(failures))
+            o = self.inner.run(tid, lane)
+            total += o.duration
+        if failures:
+            o.extra["attempts"] = len(failures) + 1
+            o.extra["failed_attempts"] = failures
+            o.duration = total
+            if o.status is Status.RAN:
+                o.message = f"{o.message}; flaky: passed on attempt {len(failures) + 1}"
+        if o.status in (Status.RAN, Status.FAILED):
+            self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
+        return o
+
+    def _reran_makes_sense(self, o: Outcome) -> bool:
+        """Rerun only a test that ran and failed (not one whose inputs could not be read),
+        and never once the build is being cancelled."""
+        executor = getattr(self.inner, "executor", None)
+        if executor is not None and getattr(executor, "cancelled", False):
+            return False
+        return o.exit_code is not None or bool(o.extra.get("timed_out"))
+
+    def _keep_cached_log(self, t: Target, o: Outcome) -> None:
+        """A cached pass: keep its log, or replay it from the outcome or the cache's blobs."""
+        if self.logs.holds(t, o.key):
+            return
+        out, err = o.stdout, o.stderr
+        if not (out or err):
+            cache = getattr(self.inner, "cache", None)
+            hit = cache.get_action(o.key) if cache is not None and o.key else None
+            if hit is None:
+                note = (
+                    f"buildtool: {t.label} passed before with this key, but its output is no longer in the "
+                    "cache; run `buildtool test --no-cache-tests` to see it again\n"
+                )
+                self.logs.write(t, b"", note.encode(), None)
+                return
+            out = self.inner._blob_text(hit.stdout)
+            err = self.inner._blob_text(hit.stderr)
+        self.logs.write(t, out, err, o.key)
+
+
+@dataclasses.dataclass(slots=True)
+class TestCase:
+    """One test target's result, as the JUnit writer and the summary see it."""
+
+    __test__ = False
+
+    label: str
+    pkg: str
+    result: TestResult | None  # None: not run
+    time: float  # seconds spent in this build (0 for a cached result)
+    message: str
+    log: bytes
+    log_path: str  # relative to the workspace root
+    failures: list[str] = dataclasses.field(default_factory=list)  # earlier failed attempts (flaky)
+
+
+class OutputFilter:
+    """Sits in front of the console: with ``--test-output=none`` a failing test's output
+    is not printed (it stays in its log)."""
+
+    def __init__(self, console: Any, graph: Graph, logs: TestLogs, root: str) -> None:
+        self.console = console
+        self.graph = graph
+        self.logs = logs
+        self.root = root
+
+    def target_started(self, t: int, lane: int) -> None:
+        self.console.target_started(t, lane)
+
+    def target_finished(self, t: int, o: Outcome) -> None:
+        target = self.graph.targets[t]
+        if target.kind == "test" and o.status is Status.FAILED:
+            rel = os.path.relpath(self.logs.path(target), self.root)
+            o = dataclasses.replace(o, stdout=b"", stderr=b"", message=f"{o.message} (output in {rel})")
+        self.console.target_finished(t, o)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
+
+
+class TestSession:
+    """Everything ``buildtool test`` adds to a build: the wrapped runner, the console
+    filter and the final report."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        root: str,
+        state_dir: str,
+        graph: Graph,
+        warn: Callable[[str], None],
+        *,
+        test_output: str = "errors",
+        junit: str | None = None,
+    ) -> None:
+        if test_output not in TEST_OUTPUT_MODES:
+            from buildtool.errors import UserError
+
+            msg = f"--test-output must be one of {', '.join(TEST_OUTPUT_MODES)} (got {test_output!r})"
+            raise UserError(msg)
+        self.root = root
+        self.graph = graph
+        self.warn = warn
+        self.test_output = test_output
+        self.junit = junit
+        self.logs = TestLogs(state_dir, warn)
+
+    def wrap(self, runner: Any) -> TestRunner:
+        return TestRunner(runner, self.graph, self.logs)
+
+    def console(self, console: Any) -> Any:
+        return OutputFilter(console, self.graph, self.logs, self.root) if self.test_output == "none" else console
+
+    def cases(self, outcomes: dict[int, Outcome]) -> list[TestCase]:
+        out: list[TestCase] = []
+        for t in self.graph.targets:
+            if t.kind != "test":
+                continue
+            o = outcomes.get(t.id)
+            if o is None:
+                continue
+            r = test_result(t, o)
+            log = self.logs.read(t) if r is not None else None
+            time_s = 0.0 if r is TestResult.CACHED else o.duration
+            rel = os.path.relpath(self.logs.path(t), self.root)
+            failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures))
+        return out
+
+    def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:
+        """Print the results (and the output ``--test-output`` asks for), warn about flaky
+        tests, write the JUnit file and the log index."""
+        self.logs.save()
+        cases = self.cases(outcomes)
+        if self.test_output == "all":
+            for c in cases:
+                if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) and c.log:
+                    text = c.log.decode("utf-8", "replace")
+                    print(f"==== {c.label} ({c.result.word}) output ====", file=out)
+                    print(text, end="" if text.endswith("\n") else "\n", file=out)
+        counts: dict[str, int] = {}
+        for c in cases:
+            word = c.result.word if c.result is not None else "NOT RUN"
+            kind = c.result.value if c.result is not None else "not run"
+            counts[kind] = counts.get(kind, 0) + 1
+            if c.result is TestResult.CACHED:
+                d = recorded(c.label)
+                timing = f" (ran in {d:.2f}s)" if d is not None else ""
+            else:
+                timing = f" in {c.time:.2f}s"
+            extra = ""
+            if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
+                extra = f"  log: {c.log_path}"
+            elif c.result is None:
+                extra = f"  ({c.message})"
+            print(f"{c.label:<50} {word}{timing}{extra}", file=out)
+        ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
+        parts = [f"{n} {k}" for k, n in counts.items()]
+        print(f"Tests: {len(cases)} ({', '.join(parts)}); {ran} executed", file=out, flush=True)
+        for c in cases:
+            if c.result is TestResult.FLAKY:
+                n = len(c.failures)
+                self.warn(
+                    f"{c.label} is FLAKY: it failed {n} time{'s' if n > 1 else ''} ({'; '.join(c.failures)}) "
+                    f"and passed on attempt {n + 1}; logs of the failed attempts: {c.log_path[:-4]}.attempt-*.log"
+                )
+        if self.junit:
+            from buildtool.junit import write_junit
+
+            try:
+                write_junit(self.junit, cases)
+            except OSError as e:
+                self.warn(f"could not write the JUnit file {self.junit} ({e.strerror})")
+

@@ -1,0 +1,72 @@
+"""JUnit XML (buildtool/junit.py): parses, right counts, failure messages and output."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from conftest import Workspace
+
+from buildtool.junit import to_xml, xml_text
+from buildtool.testing import TestCase, TestResult
+
+
+def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -> None:
+    counter = tmp_path / "attempts.txt"
+    workspace.build_file(
+        "pkg",
+        f"""
+        test(name="ok", cmd="echo ok-output")
+        test(name="bad", cmd="echo bad-output; echo bad-err >&2; exit 2")
+        test(name="slow", cmd="sleep 30", timeout=0.5)
+        genrule(name="gen", outs=["g.txt"], cmd="exit 1")
+        test(name="needs_gen", srcs=[":gen"], cmd="true")
+        test(name="wobbly", flaky=1, env={{"C": "{counter}"}},
+             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2")
+        """,
+    )
+    junit = tmp_path / "out" / "junit.xml"
+    rc, out, err = workspace.run("test", "//pkg/...", "-k", "--junit", str(junit))
+    assert rc == 1, out + err
+    root = ET.parse(junit).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    assert suite.get("tests") == "5" and suite.get("failures") == "2" and suite.get("skipped") == "1"
+    assert root.get("tests") == "5"
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert set(cases) == {"//pkg:ok", "//pkg:bad", "//pkg:slow", "//pkg:needs_gen", "//pkg:wobbly"}
+    assert all(c.get("classname") == "//pkg" for c in cases.values())
+    assert all(float(c.get("time", "x")) >= 0 for c in cases.values())
+    bad = cases["//pkg:bad"].find("failure")
+    assert bad is not None and bad.get("message") == "exited with status 2"
+    assert "bad-output" in (bad.text or "") and "bad-err" in (bad.text or "")
+    slow = cases["//pkg:slow"].find("failure")
+    assert slow is not None and slow.get("type") == "timeout" and "TIMEOUT" in (slow.get("message") or "")
+    assert cases["//pkg:needs_gen"].find("skipped") is not None
+    ok = cases["//pkg:ok"]
+    assert ok.find("failure") is None and ok.find("skipped") is None
+    assert "ok-output" in (ok.findtext("system-out") or "")
+    wobbly = cases["//pkg:wobbly"]
+    assert wobbly.find("failure") is None and "FLAKY" in (wobbly.findtext("system-err") or "")
+
+    # Second run: ok is cached (time 0, still reported with its log), counts unchanged.
+    rc, out, err = workspace.run("test", "//pkg/...", "-k", "--junit", str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "5"
+    ok = next(c for c in suite.findall("testcase") if c.get("name") == "//pkg:ok")
+    assert float(ok.get("time", "1")) == 0.0 and "ok-output" in (ok.findtext("system-out") or "")
+
+
+def test_control_characters_in_output_still_give_valid_xml(tmp_path: Path) -> None:
+    out = b"\x1b[31mred\x1b[0m \x00 done \xff\n"
+    case = TestCase("//a:t", "a", TestResult.FAILED, 0.25, "exited with status 1", out, ".buildtool/testlogs/a/t.log")
+    passed = TestCase("//a:u", "a", TestResult.PASSED, 0.1, "ran", b"fine\n", ".buildtool/testlogs/a/u.log")
+    path = tmp_path / "j.xml"
+    to_xml([case, passed]).write(path, encoding="utf-8", xml_declaration=True)
+    root = ET.parse(path).getroot()
+    failure = root.find("testsuite/testcase/failure")
+    assert failure is not None and "\\x1b[31mred" in (failure.text or "")
+    assert root.find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
+    assert xml_text("a\x07b") == "a\\x07b"
+    assert xml_text("tab\tand\nnewline") == "tab\tand\nnewline"

@@ -1,0 +1,254 @@
+"""Tests as cached results (buildtool/testing.py), always=True targets and `buildtool run`.
+
+End to end: the real ``buildtool`` in temp workspaces.  Commands count their runs by
+appending to a file outside the workspace (an absolute path passed through ``env``), so
+"ran once" is observed from the command itself, not only from buildtool's report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import Workspace
+
+from buildtool.graph import Target
+from buildtool.outcome import Outcome, Reason, Status
+from buildtool.testing import TestLogs, TestResult, log_rel_path, test_result
+
+
+def _runs(p: Path) -> int:
+    return len(p.read_text().splitlines()) if p.exists() else 0
+
+
+def _counting_test(ws: Workspace, tmp: Path, *, cmd_tail: str = "true", extra: str = "") -> Path:
+    counter = tmp / "runs.txt"
+    ws.write("t/input.txt", "v1\n")
+    ws.build_file(
+        "t",
+        f"""
+        test(name="unit", srcs=["input.txt"], env={{"COUNTER": "{counter}"}},
+             cmd="echo run >> $$COUNTER; echo unit-output-marker; cat input.txt; {cmd_tail}"{extra})
+        """,
+    )
+    return counter
+
+
+# -- unit: result mapping and the log index ------------------------------------------------
+def _target(kind: str = "test", label: str = "//p:t", pkg: str = "p") -> Target:
+    return Target(
+        id=0, label=label, kind=kind, pkg=pkg, cmd="true", srcs=(), deps=(), outs=(), env=(), pass_env=(),
+        tools=(), priority=0, manual=False, pool=None, timeout=None, fn=None, kwargs_json=None, where="BUILD.py:1",
+    )
+
+
+def test_result_of_each_outcome() -> None:
+    t = _target()
+    assert test_result(t, Outcome(Status.RAN, Reason.NEW, "")) is TestResult.PASSED
+    assert test_result(t, Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "")) is TestResult.CACHED
+    assert test_result(t, Outcome(Status.RESTORED, Reason.RESTORED, "")) is TestResult.CACHED
+    assert test_result(t, Outcome(Status.FAILED, Reason.FAILED, "")) is TestResult.FAILED
+    assert test_result(t, Outcome(Status.FAILED, Reason.FAILED, "", extra={"timed_out": True})) is TestResult.TIMEOUT
+    assert test_result(t, Outcome(Status.RAN, Reason.NEW, "", extra={"attempts": 2})) is TestResult.FLAKY
+    assert test_result(t, Outcome(Status.SKIPPED, Reason.DEP_FAILED, "")) is None
+    assert test_result(_target(kind="genrule"), Outcome(Status.RAN, Reason.NEW, "")) is None
+
+
+def test_log_paths_and_index(tmp_path: Path) -> None:
+    assert log_rel_path(_target(label="//a/b:t", pkg="a/b")) == "testlogs/a/b/t.log"
+    assert log_rel_path(_target(label="//:t", pkg="")) == "testlogs/t.log"
+    warnings: list[str] = []
+    logs = TestLogs(str(tmp_path), warnings.append)
+    t = _target()
+    logs.write(t, b"out\n", b"err\n", "key1")
+    assert logs.read(t) == b"out\nerr\n"
+    assert logs.holds(t, "key1") and not logs.holds(t, "key2")
+    logs.save()
+    again = TestLogs(str(tmp_path), warnings.append)
+    assert again.holds(t, "key1")
+    again.write(t, b"boom\n", b"", None)  # a failure: the log no longer holds a passing run
+    assert not again.holds(t, "key1")
+    (tmp_path / "testlogs-index").write_text('{"v": 99}')
+    assert TestLogs(str(tmp_path), warnings.append)._index == {}
+    assert any("format version" in w for w in warnings)
+
+
+# -- end to end ----------------------------------------------------------------------------
+def test_passing_test_runs_once_then_is_cached(workspace: Workspace, tmp_path: Path) -> None:
+    counter = _counting_test(workspace, tmp_path)
+    r1 = workspace.build("//t:unit", command="test")
+    assert r1.rc == 0, r1.output
+    assert "PASSED" in r1.stdout and "(cached)" not in r1.stdout
+    assert r1.by_label["//t:unit"]["test"] == "passed"
+    r2 = workspace.build("//t:unit", command="test")
+    assert r2.rc == 0, r2.output
+    assert "//t:unit" in r2.stdout and "PASSED (cached)" in r2.stdout
+    assert r2.by_label["//t:unit"]["test"] == "cached"
+    assert _runs(counter) == 1
+    log = workspace.read(".buildtool/testlogs/t/unit.log")
+    assert "unit-output-marker" in log
+
+
+def test_changing_an_input_reruns_the_test(workspace: Workspace, tmp_path: Path) -> None:
+    counter = _counting_test(workspace, tmp_path)
+    assert workspace.build("//t:unit", command="test").rc == 0
+    workspace.write("t/input.txt", "v2\n")
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 0, r.output
+    assert r.by_label["//t:unit"]["test"] == "passed"
+    assert _runs(counter) == 2
+    assert "v2" in workspace.read(".buildtool/testlogs/t/unit.log")
+
+
+def test_no_cache_tests_reruns_a_passing_test(workspace: Workspace, tmp_path: Path) -> None:
+    counter = _counting_test(workspace, tmp_path)
+    assert workspace.build("//t:unit", command="test").rc == 0
+    r = workspace.build("//t:unit", "--no-cache-tests", command="test")
+    assert r.rc == 0, r.output
+    assert r.by_label["//t:unit"]["status"] == "ran"
+    assert r.by_label["//t:unit"]["reason_code"] == "no_cache_tests"
+    assert _runs(counter) == 2
+
+
+def test_failing_test_exits_1_shows_output_and_is_never_cached(workspace: Workspace, tmp_path: Path) -> None:
+    counter = _counting_test(workspace, tmp_path, cmd_tail="echo failure-detail >&2; exit 3")
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 1
+    assert "FAILED" in r.stdout
+    assert "unit-output-marker" in r.output and "failure-detail" in r.output
+    assert r.by_label["//t:unit"]["test"] == "failed"
+    log = workspace.read(".buildtool/testlogs/t/unit.log")
+    assert "unit-output-marker" in log and "failure-detail" in log
+    r2 = workspace.build("//t:unit", command="test")
+    assert r2.rc == 1 and r2.by_label["//t:unit"]["status"] == "failed"
+    assert _runs(counter) == 2
+
+
+def test_test_output_modes(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.build_file(
+        "",
+        """
+        test(name="good", cmd="echo good-$$((20+1))")
+        test(name="bad", cmd="echo bad-$$((40+2)); exit 1")
+        """,
+    )
+    rc, out, err = workspace.run("test", "-k")
+    assert rc == 1
+    assert "bad-42" in out + err and "good-21" not in out + err  # errors (default)
+    rc, out, err = workspace.run("test", "-k", "--test-output=none")
+    assert rc == 1 and "bad-42" not in out + err
+    assert ".buildtool/testlogs/bad.log" in out + err
+    rc, out, err = workspace.run("test", "-k", "--test-output=all")
+    assert rc == 1 and "good-21" in out + err and "bad-42" in out + err
+
+
+def test_cached_result_keeps_the_log_of_the_run_that_passed(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write("t/input.txt", "good\n")
+    workspace.build_file("t", 'test(name="unit", srcs=["input.txt"], cmd="cat input.txt; grep -q good input.txt")')
+    assert workspace.build("//t:unit", command="test").rc == 0
+    workspace.write("t/input.txt", "bad\n")
+    assert workspace.build("//t:unit", command="test").rc == 1
+    assert workspace.read(".buildtool/testlogs/t/unit.log") == "bad\n"
+    workspace.write("t/input.txt", "good\n")
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 0 and r.by_label["//t:unit"]["test"] == "cached", r.output
+    assert workspace.read(".buildtool/testlogs/t/unit.log") == "good\n"  # replayed from the cache
+
+
+def test_timeout_reports_timeout_and_exits_1(workspace: Workspace) -> None:
+    workspace.build_file("", 'test(name="slow", cmd="echo started; sleep 30", timeout=0.5)')
+    r = workspace.build("//:slow", command="test")
+    assert r.rc == 1
+    assert "TIMEOUT" in r.stdout
+    assert r.by_label["//:slow"]["test"] == "timeout"
+    assert r.by_label["//:slow"]["duration_s"] < 20
+
+
+def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Workspace, tmp_path: Path) -> None:
+    counter = tmp_path / "attempts.txt"
+    workspace.build_file(
+        "",
+        f"""
+        test(name="wobbly", flaky=2, env={{"COUNTER": "{counter}"}},
+             cmd="echo x >> $$COUNTER; n=$$(wc -l < $$COUNTER); echo attempt $$n; test $$n -ge 2")
+        """,
+    )
+    r = workspace.build("//:wobbly", command="test")
+    assert r.rc == 0, r.output
+    assert "FLAKY" in r.stdout
+    assert "warning" in r.stderr and "FLAKY" in r.stderr
+    assert r.by_label["//:wobbly"]["test"] == "flaky"
+    assert _runs(counter) == 2
+    assert "attempt 2" in workspace.read(".buildtool/testlogs/wobbly.log")
+    assert "attempt 1" in workspace.read(".buildtool/testlogs/wobbly.attempt-1.log")
+
+
+def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, tmp_path: Path) -> None:
+    counter = tmp_path / "attempts.txt"
+    workspace.build_file("", f'test(name="broken", flaky=2, env={{"C": "{counter}"}}, cmd="echo x >> $$C; exit 1")')
+    r = workspace.build("//:broken", command="test")
+    assert r.rc == 1
+    assert r.by_label["//:broken"]["test"] == "failed"
+    assert _runs(counter) == 3
+
+
+def test_bad_flaky_and_always_attributes_exit_2(workspace: Workspace) -> None:
+    workspace.build_file("", 'test(name="t", cmd="true", flaky="twice")')
+    rc, _, err = workspace.run("test")
+    assert rc == 2 and "BUILD.py:1" in err and "flaky" in err
+    workspace.build_file("", 'genrule(name="g", cmd="true", always=1)')
+    rc, _, err = workspace.run("build", "//:g")
+    assert rc == 2 and "BUILD.py:1" in err and "always" in err
+    workspace.build_file("", 'genrule(name="g", cmd="true", flaky=1)')
+    rc, _, err = workspace.run("build", "//:g")
+    assert rc == 2 and "flaky" in err
+
+
+def test_always_target_runs_every_build_and_its_dependent_uses_early_cutoff(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    counter = tmp_path / "always.txt"
+    workspace.build_file(
+        "",
+        f"""
+        genrule(name="stamp", outs=["stamp.txt"], always=True, env={{"C": "{counter}"}},
+                cmd="echo x >> $$C; echo same > $@")
+        genrule(name="user", srcs=[":stamp"], outs=["user.txt"], cmd="cat $< > $@", manual=True)
+        genrule(name="plain", outs=["plain.txt"], cmd="echo p > $@")
+        """,
+    )
+    r1 = workspace.build("//:user")
+    assert r1.rc == 0, r1.output
+    assert r1.ran == {"//:stamp", "//:user"}
+    for _ in range(2):
+        r = workspace.build("//:user")
+        assert r.rc == 0, r.output
+        assert r.status("//:stamp") == "ran" and r.by_label["//:stamp"]["reason_code"] == "always"
+        assert r.status("//:user") == "up_to_date"
+    rc, out, err = workspace.run("build", "//:user")  # no events: the no-op fast path must not skip it
+    assert rc == 0, out + err
+    assert _runs(counter) == 4
+    r = workspace.build("//...")  # always implies manual
+    assert set(r.by_label) == {"//:plain"}, r.output
+
+
+def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> None:
+    workspace.build_file(
+        "tools",
+        r"""
+        genrule(name="prog", outs=["prog.sh"],
+                cmd="printf '#!/bin/sh\\necho \"args:$$*\"; pwd; exit $$#\\n' > $@; chmod +x $@")
+        genrule(name="task", cmd="echo task-ran", always=True)
+        genrule(name="broken", outs=["b.sh"], cmd="exit 5")
+        """,
+    )
+    rc, out, err = workspace.run("run", "//tools:prog", "--", "a", "b c", "-x")
+    assert rc == 3, out + err
+    assert "args:a b c -x" in out
+    assert out.strip().splitlines()[-1] == str(workspace.root / "tools")
+    rc, out, err = workspace.run("run", "//tools:task", "--", "extra-arg")
+    assert rc == 0, out + err
+    assert out.count("task-ran extra-arg") == 1  # run once: the command itself is not built first
+    rc, out, err = workspace.run("run", "//tools:broken")
+    assert rc == 1 and "FAILED" in out + err
+    rc, out, err = workspace.run("run", "//tools/...")
+    assert rc == 2 and "one target" in err
