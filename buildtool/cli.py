@@ -20,6 +20,13 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
     p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
+    p.add_argument("--profile", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing) to FILE")
+    p.add_argument("-l", "--load-average", type=float, metavar="LOAD", dest="load",
+                   help="start no new work while the load average exceeds LOAD (one job always runs)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colored output (auto: on a terminal unless NO_COLOR is set)")
+    p.add_argument("--replay-output", action="store_true",
+                   help="print the captured stdout/stderr of targets restored from the cache")
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
     p.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass an environment variable to every action (part of its key)")
@@ -45,16 +52,13 @@ def parser() -> argparse.ArgumentParser:
     _add_build_flags(t)
     _add_watch_flags(t, True)
     t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")
-    t.add_argument("--test-output", choices=("errors", "all", "none"), default="errors",
-                   help="print the output of failing tests (errors, the default), of all tests, or of none")
-    t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report of the tests to FILE")
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
     _add_build_flags(w)
     _add_watch_flags(w, False)
     sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
-    from buildtool.runcmd import add_parser as add_run_parser
+    from buildtool.insight import add_parsers as add_insight_parsers
 
-    add_run_parser(sub)
+    add_insight_parsers(sub)
     from buildtool.cachecmd import add_parser as add_cache_parser
 
     add_cache_parser(sub)
@@ -84,7 +88,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from buildtool.cachecmd import run_command as run_cache_command
 
         return run_cache_command(args)
-    if args.command == "build" and not (args.dry_run or args.explain or args.events or getattr(args, "watch", False)):
+    if args.command == "build" and not (
+        args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)
+    ):
         from buildtool import noop
 
         hit = noop.try_noop(args.directory, args.command, args.patterns, args.action_env)
@@ -94,14 +100,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 0
     from buildtool.session import BuildRequest, Session
 
+    if args.command in ("explain", "plan", "query", "graph"):
+        from buildtool.insight import dispatch
+
+        return dispatch(args)
     if args.command == "clean":
         n = Session(args.directory).clean()
         print(f"removed {n} outputs and the workspace state")
         return 0
-    if args.command == "run":
-        from buildtool.runcmd import run_command
-
-        return run_command(args)
     flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
     if args.jobs is not None and args.jobs < 1:
         from buildtool.errors import UserError
@@ -121,8 +127,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         wait=not args.no_wait,
         action_env=args.action_env,
         cache_tests=not getattr(args, "no_cache_tests", False),
-        test_output=getattr(args, "test_output", "errors"),
-        junit=getattr(args, "junit", None),
+        profile=args.profile,
+        load=args.load,
+        color=args.color,
+        replay_output=args.replay_output,
     )
     if args.command == "watch" or getattr(args, "watch", False):
         from buildtool.watch import watch

@@ -24,9 +24,11 @@ from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.loader import Loader
+from buildtool.loadlimit import LoadLimit
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
+from buildtool.profile import Phases, format_critical_path, write_profile
 from buildtool.record import BuildRecord
 from buildtool.runner import RunOptions, TargetRunner
 from buildtool.scheduler import Scheduler
@@ -50,8 +52,10 @@ class BuildRequest:
     wait: bool = True
     action_env: list[str] = field(default_factory=list)
     cache_tests: bool = True
-    test_output: str = "errors"  # --test-output errors|all|none (testing.py)
-    junit: str | None = None  # --junit FILE (junit.py)
+    profile: str | None = None  # --profile FILE: Chrome trace (profile.py)
+    load: float | None = None  # -l LOAD: no new work above this load average (loadlimit.py)
+    color: str = "auto"  # --color auto|always|never
+    replay_output: bool = False  # --replay-output: print cached stdout/stderr of restored targets
 
 
 @dataclass(slots=True)
@@ -59,6 +63,7 @@ class BuildResult:
     outcomes: dict[str, Outcome]
     wall: float
     exit_code: int
+    graph: Graph | None = None
 
 
 def _warn(msg: str) -> None:
@@ -106,6 +111,12 @@ class Session:
             roots = list(dict.fromkeys(expanded))
         return builder.build(roots)
 
+    def load_graph(self, patterns: list[str], mode: str = "build") -> Graph:
+        """The validated graph of a request, without taking the lock or touching state
+        (for query, graph and plan)."""
+        record = BuildRecord(os.path.join(self.ws.state_dir, "record"), _warn)
+        return self._graph(Loader(self.ws, record.all_outputs()), patterns, mode)
+
     def build(self, req: BuildRequest, out: Any = None) -> BuildResult:
         t_begin = time.monotonic()
         cfg = self.config
@@ -123,6 +134,8 @@ class Session:
         record = BuildRecord(os.path.join(state, "record"), _warn)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         loader = Loader(self.ws, record.all_outputs())
+        phases = Phases(t_begin)
+        phases.begin("load buildfiles and graph")
         try:
             if self.graph_source is not None:
                 loader, graph = self.graph_source(record, req)
@@ -134,7 +147,11 @@ class Session:
             if req.mode == "test" and "matches no test targets" in str(e):
                 raise NoTestsError(str(e)) from None
             raise
-        self._clean_dead(graph, loader, record, stats)
+        phases.end("load buildfiles and graph")
+        if not req.dry_run:  # a dry run changes nothing
+            phases.begin("clean dead outputs")
+            self._clean_dead(graph, loader, record, stats)
+            phases.end("clean dead outputs")
         cache = self.cache or Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
         cache.restore_tmp_dir = os.path.join(state, "tmp")  # a killed restore leaves nothing among sources
         action_env: dict[str, str | None] = {}
@@ -148,62 +165,80 @@ class Session:
             _warn,
         )
         wanted = range(len(graph.targets))
-        console = Console(graph, len(graph.targets), out, explain=req.explain)
+        console = Console(graph, len(graph.targets), out, explain=req.explain, color=req.color,
+                          replay_output=req.replay_output)
         events = EventsWriter(req.events, graph) if req.events else None
         try:
             if req.dry_run:
                 outcomes = dry_run(graph, runner, record)
+                if req.explain:
+                    from buildtool import explain
+
+                    explain.report(graph, outcomes, out or sys.stdout)
                 for t, o in outcomes.items():
                     if events:
                         events.target_finished(t, o)
+                    if req.explain:
+                        continue
                     if o.reason is not Reason.UP_TO_DATE and o.reason is not Reason.GROUP:
                         print(f"{graph.targets[t].label}: {o.message}", file=out or sys.stdout)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
-                print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=out or sys.stdout)
+                if not req.explain:
+                    print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=out or sys.stdout)
                 by_label = {graph.targets[t].label: o for t, o in outcomes.items()}
-                return BuildResult(by_label, time.monotonic() - t_begin, 0)
+                return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
+            phases.begin("critical-path weights")
+            weights = self._weights(graph, record, stats)
             plan = Plan(
                 [t.deps for t in graph.targets],
                 graph.dependents,
                 wanted,
                 [t.priority for t in graph.targets],
-                self._weights(graph, record, stats),
+                weights,
             )
+            phases.end("critical-path weights")
             jobs = req.jobs or cfg.jobs or cpu_count()
-            tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
-            shown = tests.console(console) if tests else console
-            runner_reporter = Fanout(_Committer(runner), shown, events, self.observer)
+            console.estimate(weights, jobs)
+            load_limit = LoadLimit(req.load) if req.load is not None else None
+            runner_reporter = Fanout(_Committer(runner), console, events, self.observer, load_limit)
             sched = Scheduler(
-                plan, tests.wrap(runner) if tests else runner, runner_reporter, jobs=jobs,
+                plan, runner, runner_reporter, jobs=jobs,
                 keep_going=req.keep_going if req.keep_going is not None else cfg.keep_going,
                 pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
+                can_start=load_limit.can_start if load_limit else None,
+                exclusive=[t.exclusive for t in graph.targets],
             )
             if self.observer is not None:
                 self.observer.started(graph, sched)
             children = orphans.Tracker(state)
             runner.executor.on_spawn = children.add
             restore = _install_signals(sched.request_stop)
+            t_sched = time.monotonic()
             try:
                 outcomes = sched.run()
             finally:
                 restore()
                 runner.executor.kill_remaining()
                 children.close()
+                console.close()
+            phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
+            console.critical_path(format_critical_path(graph, outcomes, wall))
+            if req.profile:
+                _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None)
-            if tests is not None:
-                tests.finish(outcomes, out or sys.stdout, lambda lab: (record.get(lab) or {}).get("d"))
+            if req.mode == "test":
+                _print_tests(graph, outcomes, out or sys.stdout)
         finally:
             record.close()
             stats.save()
             if events:
                 events.close()
             shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
-        result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0)
-        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None \
-                and not any(t.always for t in graph.targets):  # always=True targets run on every build
+        result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
+        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None:
             self._write_snapshot(req, state, graph, loader, runner)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
@@ -300,6 +335,14 @@ class _Committer:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         self.runner.commit(t, o)
+
+
+def _write_profile(path: str, graph: Graph, outcomes: dict[int, Outcome], phases: Phases, offset: float,
+                   wall: float) -> None:
+    try:
+        write_profile(path, graph, outcomes, phases, offset, wall)
+    except OSError as e:
+        _warn(f"could not write the profile {path}: {e.strerror}")
 
 
 def _remove(root: str, rel: str, stats: StatCache) -> None:
@@ -428,8 +471,18 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
     return out
 
 
-def _test_session(root: str, state: str, graph: Graph, req: BuildRequest) -> Any:
-    """``buildtool test``'s additions: flaky reruns, test logs, results, JUnit (testing.py)."""
-    from buildtool.testing import TestSession
-
-    return TestSession(root, state, graph, _warn, test_output=req.test_output, junit=req.junit)
+def _print_tests(graph: Graph, outcomes: dict[int, Outcome], out: Any) -> None:
+    tests = [t for t in graph.targets if t.kind == "test"]
+    for t in tests:
+        o = outcomes.get(t.id)
+        if o is None:
+            continue
+        if o.status is Status.RAN:
+            word = "PASSED"
+        elif o.status in (Status.UP_TO_DATE, Status.RESTORED):
+            word = "PASSED (cached)"
+        elif o.status is Status.FAILED:
+            word = "TIMEOUT" if o.extra.get("timed_out") else "FAILED"
+        else:
+            word = "NOT RUN"
+        print(f"{t.label:<50} {word} in {o.duration:.2f}s", file=out)
