@@ -30,6 +30,9 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
     p.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass an environment variable to every action (part of its key)")
+    from buildtool.remote.options import add_flags as add_remote_flags
+
+    add_remote_flags(p)
 
 
 def _add_watch_flags(p: argparse.ArgumentParser, with_switch: bool) -> None:
@@ -52,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     _add_build_flags(t)
     _add_watch_flags(t, True)
     t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")
+    t.add_argument("--test-output", choices=("errors", "all", "none"), default="errors",
+                   help="print the output of failing tests (errors, the default), of all tests, or of none")
+    t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report of the tests to FILE")
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
     _add_build_flags(w)
     _add_watch_flags(w, False)
@@ -62,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     from buildtool.cachecmd import add_parser as add_cache_parser
 
     add_cache_parser(sub)
+    from buildtool.runcmd import add_parser as add_run_parser
+
+    add_run_parser(sub)
     return ap
 
 
@@ -100,15 +109,22 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 0
     from buildtool.session import BuildRequest, Session
 
-    if args.command in ("explain", "plan", "query", "graph"):
-        from buildtool.insight import dispatch
-
-        return dispatch(args)
     if args.command == "clean":
         n = Session(args.directory).clean()
         print(f"removed {n} outputs and the workspace state")
         return 0
+    if args.command in ("explain", "plan", "query", "graph"):
+        from buildtool.insight import dispatch
+
+        return dispatch(args)
+    if args.command == "run":
+        from buildtool.runcmd import run_command
+
+        return run_command(args)
     flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
+    from buildtool.remote.options import flags_of as remote_flags_of
+
+    flags.update(remote_flags_of(args))
     if args.jobs is not None and args.jobs < 1:
         from buildtool.errors import UserError
 
@@ -127,6 +143,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         wait=not args.no_wait,
         action_env=args.action_env,
         cache_tests=not getattr(args, "no_cache_tests", False),
+        test_output=getattr(args, "test_output", "errors"),
+        junit=getattr(args, "junit", None),
         profile=args.profile,
         load=args.load,
         color=args.color,

@@ -48,6 +48,8 @@ class Target:
     fn: str | None  # pyrule "module:function"
     kwargs_json: str | None  # pyrule kwargs, canonical JSON
     where: str  # "path:line" of the declaration
+    always: bool = False  # runs on every build, never cached or recorded as fresh (implies manual)
+    flaky: int = 0  # test: rerun a failing test up to this many times
     exclusive: bool = False  # test: runs alone, no other target running
     depfile: str | None = None  # genrule: workspace-relative Make depfile naming discovered inputs (discovered.py)
 
@@ -145,7 +147,7 @@ class GraphBuilder:
                     pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
                 for pkg in pkgs:
                     for name, d in self.loader.load(pkg).items():
-                        if d.attrs.get("manual", False):
+                        if d.attrs.get("manual", False) or d.attrs.get("always", False):
                             continue
                         if (d.kind == "test") != want_tests:
                             continue
@@ -459,14 +461,20 @@ class GraphBuilder:
             for item in lst:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
+        always = a.get("always", False)
+        if not isinstance(always, bool):
+            raise _err(decl, f"attribute 'always' must be True or False (got {always!r})")
+        flaky = a.get("flaky", 0)
+        if isinstance(flaky, bool) or not isinstance(flaky, int) or flaky < 0:
+            raise _err(decl, f"attribute 'flaky' must be a whole number of reruns, 0 or more (got {flaky!r})")
+        exclusive = a.get("exclusive", False)
+        if not isinstance(exclusive, bool):
+            raise _err(decl, f"attribute 'exclusive' must be True or False (got {exclusive!r})")
         depfile = a.get("depfile")
         if depfile is not None:
             depfile = _norm_rel(decl, pkg, depfile, "depfile")
             if any(k == "file" and v == depfile for k, v in refs):
                 raise _err(decl, f"depfile {depfile!r} is also a source of {lab}; it must be a file the command writes")
-        exclusive = a.get("exclusive", False)
-        if not isinstance(exclusive, bool):
-            raise _err(decl, f"attribute 'exclusive' must be True or False (got {exclusive!r})")
         timeout = a.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
@@ -528,12 +536,14 @@ class GraphBuilder:
             pass_env=tuple(sorted(set(pass_env))),
             tools=tools,
             priority=priority,
-            manual=manual,
+            manual=manual or always,
             pool=pool,
             timeout=float(timeout) if timeout is not None else None,
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",
+            always=always,
+            flaky=flaky,
             exclusive=exclusive,
             depfile=depfile,
         )

@@ -14,6 +14,7 @@ from typing import IO, Any
 from buildtool.console import Console
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome
+from buildtool.testing import test_result
 
 __all__ = ["Console", "EventsWriter", "Fanout"]  # Console lives in console.py; re-exported
 
@@ -49,6 +50,9 @@ class EventsWriter:
             ev["lane"] = o.lane
         if o.exit_code is not None:
             ev["exit_code"] = o.exit_code
+        tr = test_result(self.graph.targets[t], o)
+        if tr is not None:
+            ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
         self.f.write(json.dumps(ev) + "\n")
 
     def close(self) -> None:
