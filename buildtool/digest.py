@@ -63,6 +63,10 @@ class StatCache:
             return
         except OSError as e:
             self._warn(f"stat cache {path} unreadable ({e.strerror}); rehashing files")
+            if os.path.isdir(path):  # it could never be replaced by save(): remove it
+                import shutil
+
+                shutil.rmtree(path, ignore_errors=True)
             return
         head, _, body = data.partition(b"\n")
         if head + b"\n" != HEADER.encode():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping
 
@@ -51,6 +52,10 @@ def env_view(names: Iterable[str]) -> dict[str, str | None]:
 def invalidate(state_dir: str) -> None:
     try:
         os.unlink(_path(state_dir))
+    except IsADirectoryError:  # damaged state: remove it, or no snapshot could ever be written
+        import shutil
+
+        shutil.rmtree(_path(state_dir), ignore_errors=True)
     except OSError:
         pass
 
@@ -100,9 +105,13 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> int | Non
         with open(_path(state_dir), encoding="utf-8", errors="surrogateescape") as f:
             head = f.readline()
             if head != HEADER:
-                return None
+                raise ValueError("header")
             body = json.loads(f.read())
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else "damaged or of another version"
+        print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
         return None
     try:
         if body["request"] != json.loads(json.dumps(request)):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -102,6 +103,8 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         return 0
     except OSError as e:
         warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.unlink(path)
         return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,8 @@ class BuildRecord:
             return
         except OSError as e:
             self._warn(f"build record unreadable ({e.strerror}); every target will be checked anew")
+            if os.path.isdir(self.path):  # nothing can ever be appended to it: replace it
+                shutil.rmtree(self.path, ignore_errors=True)
             return
         head, _, body = data.partition(b"\n")
         if head + b"\n" != HEADER.encode():
@@ -70,6 +73,31 @@ class BuildRecord:
                 entries[e["l"]] = e
         self.lines = len(lines)
 
+    def _heal_torn_tail(self) -> None:
+        """Cut a last line that a killed build left without its newline, so the next
+        append starts a fresh line instead of gluing itself onto the torn one."""
+        try:
+            with open(self.path, "r+b") as f:
+                end = f.seek(0, os.SEEK_END)
+                if end == 0:
+                    return
+                f.seek(end - 1)
+                if f.read(1) == b"\n":
+                    return
+                pos = end
+                while pos > 0:
+                    start = max(0, pos - 65536)
+                    f.seek(start)
+                    chunk = f.read(pos - start)
+                    i = chunk.rfind(b"\n")
+                    if i >= 0:
+                        f.truncate(start + i + 1)
+                        return
+                    pos = start
+                f.truncate(0)
+        except OSError:
+            pass
+
     def _discard(self) -> None:
         try:
             os.unlink(self.path)
@@ -90,6 +118,7 @@ class BuildRecord:
 
     def _write_line(self, line: str) -> None:
         if self._fh is None:
+            self._heal_torn_tail()
             new = not os.path.exists(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the build
             if new or self._fh.tell() == 0:

@@ -1,0 +1,374 @@
+"""Surviving faults, for real: ``kill -9`` of buildtool at random moments, commands killed
+by a signal or leaving partial outputs, two builds on one workspace, two workspaces on one
+cache at once, damaged state files and cache entries, a full or read-only cache dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from cache_verify import verify_cache
+from conftest import BUILDTOOL, Workspace, _clean_env
+
+MIB = 1 << 20
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file of a workspace but its state dir: relative path -> content."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".buildtool"]
+        for f in filenames:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def popen_build(ws: Workspace, *args: str, cache: Path | None = None) -> subprocess.Popen[str]:
+    env = _clean_env(cache or ws.cache, ws.home)
+    return subprocess.Popen([BUILDTOOL, "build", *args], cwd=ws.root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# -- kill -9 loop ---------------------------------------------------------------------------
+KILL_SEED = 20240611
+N_BIG = 6
+N_SMALL = 12
+
+
+def kill_workspace(ws: Workspace, rng: random.Random) -> None:
+    """~45 targets: big inputs (hashing, cache writes), slow commands that write their
+    output in two steps (an orphan would still be writing), and fan-in targets."""
+    for i in range(N_BIG):
+        ws.write(f"big/in{i}.dat", rng.randbytes(6 * MIB))
+    for i in range(N_SMALL):
+        ws.write(f"src/s{i}.txt", f"small {i}\n")
+    ws.build_file("big", f"""
+        for i in range({N_BIG}):
+            genrule(name=f"copy{{i}}", srcs=[f"in{{i}}.dat"], outs=[f"copy{{i}}.out"], cmd="cp $< $@")
+            genrule(name=f"sum{{i}}", srcs=[f":copy{{i}}"], outs=[f"sum{{i}}.txt"], cmd="cksum < $< > $@")
+        genrule(name="all", srcs=[f":sum{{i}}" for i in range({N_BIG})], outs=["all.txt"], cmd="cat $(SRCS) > $@")
+    """)
+    ws.build_file("src", f"""
+        for i in range({N_SMALL}):
+            genrule(name=f"slow{{i}}", srcs=[f"s{{i}}.txt"], outs=[f"slow{{i}}.out"],
+                    cmd="head -c 1 $< > $@; sleep 0.15; cat $< >> $@")
+            genrule(name=f"up{{i}}", srcs=[f":slow{{i}}"], outs=[f"up{{i}}.out"], cmd="tr a-z A-Z < $< > $@")
+        genrule(name="fan", srcs=[f":up{{i}}" for i in range({N_SMALL})] + ["//big:all"], outs=["fan.out"],
+                cmd="cat $(SRCS) > $@; sleep 0.05")
+    """)
+
+
+def mutate(ws: Workspace, rng: random.Random, step: int) -> None:
+    for _ in range(rng.randint(1, 3)):
+        if rng.random() < 0.35:
+            i = rng.randrange(N_BIG)
+            p = ws.path(f"big/in{i}.dat")
+            with open(p, "r+b") as f:  # same size, new bytes somewhere in the middle
+                f.seek(rng.randrange(6 * MIB - 16))
+                f.write(rng.randbytes(16))
+        else:
+            i = rng.randrange(N_SMALL)
+            ws.write(f"src/s{i}.txt", f"small {i} edit {step}\n")
+    if rng.random() < 0.25:  # lost outputs: restores from the cache get killed too
+        victims = [p for p in ws.root.rglob("*.out") if rng.random() < 0.3]
+        for p in victims:
+            p.unlink()
+
+
+def test_kill_9_at_random_moments_never_corrupts_outputs_or_the_cache(make_workspace, tmp_path: Path) -> None:
+    rng = random.Random(KILL_SEED)
+    ws = make_workspace("killed")
+    kill_workspace(ws, rng)
+    kills = 0
+    t_end = time.monotonic() + 45  # a budget, not an assertion: fewer iterations on a slow machine
+    for step in range(20):
+        if time.monotonic() > t_end and step >= 12:
+            break
+        mutate(ws, rng, step)
+        p = popen_build(ws, "-j", "2")
+        time.sleep(rng.uniform(0.05, 1.2))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.communicate(timeout=60)
+    assert kills >= 10, f"only {kills} builds were still running when killed; the workload is too small"
+    # The next build succeeds (killing what the last victim left running) ...
+    r = ws.build("-j", "2")
+    assert r.rc == 0, r.output
+    # ... and gives exactly what a clean build of the same sources gives.
+    clean_src = tmp_path / "clean-src"
+    shutil.copytree(ws.root, clean_src, ignore=shutil.ignore_patterns(".buildtool", "*.out", "sum*.txt", "all.txt"))
+    clean = Workspace(clean_src, tmp_path / "clean-cache", ws.home)
+    assert clean.build("-j", "2").rc == 0
+    assert tree(ws.root) == tree(clean.root)
+    counts = verify_cache(ws.cache)
+    assert counts["entries"] > 0
+    assert not list((ws.cache / "v1" / "tmp").iterdir()) or all(
+        not (ws.cache / "v1" / "cas" / f.name[:2] / f.name).exists() for f in (ws.cache / "v1" / "tmp").iterdir()
+    )
+    # And the build after that is a no-op.
+    r = ws.build("-j", "2")
+    assert r.rc == 0 and not r.ran, r.ran
+
+
+def _children_of_session(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmdline = (d / "cmdline").read_bytes()
+            if marker.encode() in cmdline and (d / "stat").read_text().split(") ")[1][0] not in "ZX":
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(workspace: Workspace) -> None:
+    marker = f"orphanmark{os.getpid()}"
+    workspace.write("in.txt", "v1\n")
+    # The command writes half its output, sleeps, then appends: an orphan left alive would
+    # append to the output of the next build's run.
+    workspace.build_file("", f"""
+        genrule(name="slow", srcs=["in.txt"], outs=["o.txt"],
+                cmd="cat $< > $@; sleep 3 # {marker}\\necho ORPHAN >> $@")
+    """)
+    p = popen_build(workspace)
+    deadline = time.monotonic() + 20
+    while not _children_of_session(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children_of_session(marker), "the command never started"
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=10)
+    assert _children_of_session(marker), "the orphan should have outlived its buildtool"
+    workspace.build_file("", """
+        genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
+    """)
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert "left running by a previous buildtool" in r.stderr
+    assert not _children_of_session(marker)
+    time.sleep(3.5)  # long enough for a surviving orphan to have appended
+    assert workspace.read("o.txt") == "v1\n"
+
+
+# -- commands killed by a signal, partial outputs -------------------------------------------
+@pytest.mark.parametrize(
+    "cmd, message",
+    [
+        ("echo part > a.out; echo part > b.out; kill -TERM $$$$", "killed by signal 15"),
+        ("echo part > a.out; sh -c 'kill -SEGV $$$$'; echo never > b.out", "exited with status 139"),
+        ("echo part > a.out; exit 3", "exited with status 3"),
+        ("echo part > a.out; echo partial-b > b.out; rm a.out", "a.out was not created"),
+    ],
+)
+def test_signalled_or_partial_commands_fail_and_leave_nothing(workspace: Workspace, cmd: str, message: str) -> None:
+    workspace.build_file("", f"""
+        genrule(name="t", outs=["a.out", "b.out"], cmd="{cmd}")
+        genrule(name="after", srcs=[":t"], outs=["c.out"], cmd="cat $(SRCS) > $@")
+    """)
+    r = workspace.build()
+    assert r.rc == 1
+    assert message in r.output
+    assert r.status("//:t") == "failed" and r.status("//:after") in ("skipped", "cancelled")
+    assert not workspace.exists("a.out") and not workspace.exists("b.out") and not workspace.exists("c.out")
+    # Nothing was cached or recorded: the next build tries again.
+    assert verify_cache(workspace.cache)["entries"] == 0
+    r = workspace.build()
+    assert r.status("//:t") == "failed"
+
+
+# -- two builds at once ---------------------------------------------------------------------
+def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) -> None:
+    workspace.build_file("", """
+        genrule(name="slow", outs=["o.txt"], cmd="sleep 1.5; echo done > $@")
+    """)
+    first = popen_build(workspace)
+    lock = workspace.root / ".buildtool" / "lock"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
+        time.sleep(0.02)
+    holder = int(lock.read_text().strip())
+    assert holder == first.pid
+    rc, _, err = workspace.run("build", "--no-wait")
+    assert rc == 1
+    assert f"pid {first.pid}" in err and "--no-wait" in err
+    second = workspace.build()
+    assert second.rc == 0
+    assert f"waiting for another buildtool (pid {first.pid}) on this workspace" in second.stderr
+    assert first.wait(timeout=30) == 0
+    assert second.status("//:slow") == "up_to_date"  # it saw the first build's result
+    assert workspace.read("o.txt") == "done\n"
+
+
+def test_two_workspaces_share_one_cache_concurrently(make_workspace, tmp_path: Path) -> None:
+    shared = tmp_path / "shared-cache"
+    a = make_workspace("a", cache=shared)
+    build = "\n".join(
+        f'genrule(name="t{i}", outs=["t{i}.out"], cmd="{{ echo {i}; head -c {50_000 + i} /dev/zero; }} >$@; sleep .02")'
+        for i in range(40)
+    ) + '\ngenrule(name="all", srcs=[' + ",".join(f'":t{i}"' for i in range(40)) + '], outs=["all.out"], ' \
+        'cmd="cat $(SRCS) | cksum > $@")\n'
+    a.build_file("", build)
+    b = a.copy_to(tmp_path / "b", cache=shared)
+    for _ in range(2):
+        pa, pb = popen_build(a, "-j", "2", cache=shared), popen_build(b, "-j", "2", cache=shared)
+        ra, rb = pa.communicate(timeout=120), pb.communicate(timeout=120)
+        assert pa.returncode == 0, ra
+        assert pb.returncode == 0, rb
+        assert tree(a.root) == tree(b.root)
+        verify_cache(shared)
+        for ws in (a, b):  # the second round restores into both at once
+            for p in ws.root.glob("*.out"):
+                p.unlink()
+    ref = make_workspace("ref")
+    ref.build_file("", build)
+    assert ref.build("-j", "2").rc == 0
+    pa, pb = popen_build(a, cache=shared), popen_build(b, cache=shared)
+    assert pa.wait(timeout=120) == 0 and pb.wait(timeout=120) == 0
+    assert tree(a.root) == tree(ref.root) == tree(b.root)
+
+
+# -- damaged state files and cache entries ----------------------------------------------------
+STATE_FILES = ["record", "stat-cache", "noop", "children"]
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: max(1, len(data) // 2)])
+    elif how == "garbage":
+        path.write_bytes(b"\x00\xff garbage \xfe\n{not json\n")
+    elif how == "other-version":
+        data = path.read_bytes()
+        first, _, rest = data.partition(b"\n")
+        path.write_bytes(first.replace(b"v1", b"v99") + b"\n" + rest)
+    elif how == "directory":  # unreadable even for root
+        if path.exists():
+            path.unlink()
+        path.mkdir()
+        (path / "x").write_text("x")
+    elif how == "empty":
+        path.write_bytes(b"")
+
+
+def state_workspace(ws: Workspace) -> None:
+    ws.write("a.txt", "a\n")
+    ws.write("b.txt", "b\n")
+    ws.build_file("", """
+        genrule(name="x", srcs=["a.txt"], outs=["x.out"], cmd="cat $< > $@; echo x >> $@")
+        genrule(name="y", srcs=["b.txt", ":x"], outs=["y.out"], cmd="cat $(SRCS) > $@")
+    """)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "other-version", "directory", "empty"])
+@pytest.mark.parametrize("name", STATE_FILES)
+def test_damaged_state_file_is_discarded_not_fatal(workspace: Workspace, name: str, how: str) -> None:
+    state_workspace(workspace)
+    assert workspace.build().rc == 0
+    state = workspace.root / ".buildtool"
+    path = state / name
+    if not path.exists():
+        path.write_text("# buildtool children v1 pid=1\n12345 1\n")  # as a kill -9ed build leaves it
+    _damage(path, how)
+    workspace.write("a.txt", "a2\n")  # something to do, so the damaged file is consulted
+    rc, out, err = workspace.run("build")  # plain: the no-op fast path reads its snapshot too
+    assert rc == 0, out + err
+    assert "Traceback" not in out + err
+    assert workspace.read("x.out") == "a2\nx\n" and workspace.read("y.out") == "b\na2\nx\n"
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warnings) <= 2, warnings  # one line per damaged file, not one per target
+    # The build after that is healthy again (and silent).
+    r = workspace.build()
+    assert r.rc == 0 and not r.ran and "warning" not in r.stderr, r.output
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted((cache / "v1" / "ac").glob("*/*"))
+
+
+def _blobs(cache: Path) -> list[Path]:
+    return sorted((cache / "v1" / "cas").glob("*/*"))
+
+
+@pytest.mark.parametrize(("what", "how"), [
+    (w, h) for w in ("entry", "blob") for h in ("truncated", "garbage", "other-version", "directory", "empty")
+    if (w, h) != ("blob", "other-version")  # a blob is raw content: it has no version to be wrong
+])
+def test_damaged_cache_file_is_a_miss_never_a_wrong_output(workspace: Workspace, what: str, how: str) -> None:
+    state_workspace(workspace)
+    assert workspace.build().rc == 0
+    want = tree(workspace.root)
+    for p in _entries(workspace.cache) if what == "entry" else _blobs(workspace.cache):
+        if how == "other-version" and what == "entry":
+            obj = json.loads(p.read_bytes())
+            obj["v"] = 99
+            p.write_text(json.dumps(obj))
+        else:
+            os.chmod(p, 0o644)
+            _damage(p, how)
+    for o in ("x.out", "y.out"):
+        workspace.path(o).unlink()
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert "Traceback" not in r.output
+    assert tree(workspace.root) == want
+    assert r.status("//:x") in ("ran", "restored")
+    if how != "empty" or what == "entry":
+        assert r.status("//:x") == "ran"
+
+
+# -- a full or read-only cache dir -------------------------------------------------------------
+def _mount_tmpfs(where: Path, opts: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, check=False)
+    return p.returncode == 0
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    where = tmp_path / "tmpfs"
+    if os.geteuid() != 0 or not shutil.which("mount") or not _mount_tmpfs(where, "size=256k"):
+        pytest.skip("cannot mount a tmpfs here (needs root and mount rights); cache.py unit tests inject ENOSPC")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_full_cache_disk_still_builds_and_leaves_no_half_blob(workspace: Workspace, small_tmpfs: Path) -> None:
+    workspace.build_file("", "\n".join(
+        f'genrule(name="t{i}", outs=["t{i}.out"], cmd="{{ echo {i}; head -c 100000 /dev/zero; }} > $@")'
+        for i in range(6)
+    ) + "\n")
+    r = workspace.build("-j", "2", cache=small_tmpfs)
+    assert r.rc == 0, r.output
+    assert "caching is off" in r.stderr
+    assert r.stderr.count("caching is off") == 1
+    for i in range(6):
+        assert workspace.path(f"t{i}.out").stat().st_size == 100000 + len(f"{i}\n")
+    verify_cache(small_tmpfs)  # every blob whole, every entry complete
+    assert not list((small_tmpfs / "v1" / "tmp").iterdir())
+
+
+def test_read_only_cache_dir_still_builds(workspace: Workspace, tmp_path: Path) -> None:
+    ro = tmp_path / "ro-cache"
+    if os.geteuid() != 0 or not _mount_tmpfs(ro, "size=1m,ro"):
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        state_workspace(workspace)
+        r = workspace.build(cache=ro)
+        assert r.rc == 0, r.output
+        assert "caching is off" in r.stderr
+        assert workspace.read("y.out") == "b\na\nx\n"
+        r = workspace.build(cache=ro)  # the workspace record still makes it a no-op
+        assert r.rc == 0 and not r.ran
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
