@@ -89,6 +89,10 @@ class Session:
         self.graph_source: Callable[[BuildRecord, BuildRequest], tuple[Loader, Graph]] | None = None
         # Extra reporter; also gets ``started(graph, scheduler)`` before the scheduler runs.
         self.observer: Any = None
+        # Watch mode: targets that may be dirty this cycle (None: check everything).  Only
+        # these and their dependents are planned; the rest keep last cycle's results.
+        self.focus: set[int] | None = None
+        self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
@@ -133,7 +137,7 @@ class Session:
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
         noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
-        record = BuildRecord(os.path.join(state, "record"), _warn)
+        record = self._open_record(state)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         loader = Loader(self.ws, record.all_outputs())
         phases = Phases(t_begin)
@@ -150,11 +154,12 @@ class Session:
                 raise NoTestsError(str(e)) from None
             raise
         phases.end("load buildfiles and graph")
-        if not req.dry_run:  # a dry run changes nothing
+        focus = self.focus
+        if focus is None and not req.dry_run:  # a dry run changes nothing
             phases.begin("clean dead outputs")
             self._clean_dead(graph, loader, record, stats)
             phases.end("clean dead outputs")
-        cache = self.cache or Cache(req.cache_dir or cfg.cache_dir, _warn, cfg.restore_mode)
+        cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
         cache.restore_tmp_dir = os.path.join(state, "tmp")  # a killed restore leaves nothing among sources
         action_env: dict[str, str | None] = {}
         for item in [*cfg.action_env, *req.action_env]:
@@ -166,8 +171,15 @@ class Session:
                        dry_run=req.dry_run, cache_tests=req.cache_tests),
             _warn,
         )
-        wanted = range(len(graph.targets))
-        console = Console(graph, len(graph.targets), out, explain=req.explain, color=req.color,
+        wanted: range | set[int] = range(len(graph.targets))
+        if focus is not None:
+            wanted = _with_dependents(graph, focus)
+            for t in graph.targets:  # what the rest produced last time, for the keys of the cone
+                if t.id not in wanted and t.outs:
+                    entry = record.get(t.label)
+                    for o in entry["o"] if entry else ():
+                        runner.out_digests[o[0]] = o[1]
+        console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output)
         events = EventsWriter(req.events, graph) if req.events else None
         try:
@@ -191,7 +203,7 @@ class Session:
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
             phases.begin("critical-path weights")
-            weights = self._weights(graph, record, stats)
+            weights = self._weights(graph, record, stats, wanted)
             plan = Plan(
                 [t.deps for t in graph.targets],
                 graph.dependents,
@@ -242,7 +254,8 @@ class Session:
                 events.close()
             shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
-        if req.mode == "build" and not req.dry_run and not sched.failed and sched.interrupt is None \
+        self._remember_record(state, record)
+        if req.mode == "build" and focus is None and not req.dry_run and not sched.failed and sched.interrupt is None \
                 and not any(t.always for t in graph.targets):  # always=True targets run on every build
             self._write_snapshot(req, state, graph, loader, runner)
         if sched.interrupt is not None:
@@ -272,11 +285,32 @@ class Session:
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, len(graph.targets))
 
-    def _weights(self, graph: Graph, record: BuildRecord, stats: StatCache) -> list[float]:
+    def _open_record(self, state: str) -> BuildRecord:
+        """The build record; reused from the last build of this session if nobody else
+        wrote it since (watch mode), else read from disk."""
+        path = os.path.join(state, "record")
+        memo, self._record_memo = self._record_memo, None
+        if memo is not None:
+            try:
+                st = os.stat(path)
+                if (st.st_size, st.st_mtime_ns, st.st_ino) == memo[0]:
+                    return memo[1]
+            except OSError:
+                pass
+        return BuildRecord(path, _warn)
+
+    def _remember_record(self, state: str, record: BuildRecord) -> None:
+        try:
+            st = os.stat(os.path.join(state, "record"))
+        except OSError:
+            return
+        self._record_memo = ((st.st_size, st.st_mtime_ns, st.st_ino), record)
+
+    def _weights(self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int]) -> list[float]:
         durations = record.durations()
         known = [d for d in durations.values() if d > 0]
         default = statistics.median(known) if known else UNKNOWN_DURATION
-        fresh = predict_fresh(graph, record, stats)
+        fresh = predict_fresh(graph, record, stats, wanted)
         return [
             FRESH_WEIGHT if fresh[t.id] else max(durations.get(t.label, default), FRESH_WEIGHT)
             for t in graph.targets
@@ -402,14 +436,26 @@ def topo_order(graph: Graph) -> list[int]:
     return order
 
 
-def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache) -> list[bool]:
+def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
+    out = set(seeds)
+    stack = list(seeds)
+    while stack:
+        for c in graph.dependents[stack.pop()]:
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int]) -> list[bool]:
     """A cheap guess, for critical-path weights only: recorded, sources unchanged by stat,
-    and every dependency predicted fresh."""
-    fresh = [False] * len(graph.targets)
-    root = graph_root = None
-    del graph_root
+    and every dependency predicted fresh (targets outside ``wanted`` count as fresh)."""
+    fresh = [True] * len(graph.targets)
     root = stats.root
     for i in topo_order(graph):
+        if i not in wanted:
+            continue
+        fresh[i] = False
         t = graph.targets[i]
         if t.kind == "group":
             fresh[i] = all(fresh[d] for d in t.deps)
