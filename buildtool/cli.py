@@ -72,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # before building the parser: stay fast
+        print(f"buildtool {__version__}")
+        return 0
     args = parser().parse_args(argv)
     if not args.command:
         parser().print_help()

@@ -257,7 +257,8 @@ class TargetRunner:
     def run(self, tid: int, lane: int) -> Outcome:
         """Worker thread: decide, restore or execute; pre-serialise the record entry."""
         outcome = self._run(tid, lane)
-        if outcome.ok and outcome.extra.get("record", outcome.status is not Status.UP_TO_DATE):
+        fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
+        if outcome.ok and outcome.extra.get("record", not fresh_by_record):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
             prev = self.record.get(label)

@@ -135,7 +135,8 @@ class Scheduler:
                 return None  # drain the workers first; nothing else starts meanwhile
             t, self._held = self._held, None
             return t
-        if self.can_start is not None and self.plan.has_ready() and not self.can_start():
+        busy = len(self._free_lanes) < self.jobs  # with nothing running, always start one: progress
+        if self.can_start is not None and busy and self.plan.has_ready() and not self.can_start():
             return None
         while True:
             t = self.plan.pop()
