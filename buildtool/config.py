@@ -18,6 +18,13 @@ KEYS: dict[str, type] = {
     "restore_mode": str,
     "pools": dict,
     "max_size": str,  # or an int of bytes; user config / env only (the cache is shared)
+    # remote cache / execution (docs/remote.md); validated by buildtool/remote/options.py
+    "remote_cache": str,
+    "remote_executor": str,
+    "remote_instance": str,
+    "remote_headers": dict,
+    "remote_timeout": float,
+    "remote_upload": bool,
 }
 RESTORE_MODES = ("copy", "hardlink")
 
@@ -31,6 +38,12 @@ class Config:
     restore_mode: str = "copy"
     pools: dict[str, int] = field(default_factory=dict)
     max_size: int | None = None  # bytes; cache_gc.py keeps the shared cache under it
+    remote_cache: str = ""  # grpc(s)://HOST:PORT or http(s)://HOST[:PORT][/prefix]
+    remote_executor: str = ""  # grpc(s)://HOST:PORT
+    remote_instance: str = ""
+    remote_headers: dict[str, str] = field(default_factory=dict)
+    remote_timeout: float = 30.0
+    remote_upload: bool = True
 
 
 def user_config_path() -> str:
@@ -70,6 +83,14 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
         if want is None:
             msg = f"{path}: unknown config key {k!r}; known keys are: {', '.join(sorted(KEYS))}"
             raise UserError(msg)
+        if k.startswith("remote_"):
+            from buildtool.remote.options import check_key
+
+            try:
+                out[k] = check_key(k, v)
+            except ValueError as e:
+                raise UserError(f"{path}: {e}") from None
+            continue
         if k == "max_size":
             from buildtool.cache_gc import parse_size
 
@@ -122,6 +143,13 @@ def _env_layer() -> dict[str, Any]:
         out["restore_mode"] = env["BUILDTOOL_RESTORE_MODE"]
     if env.get("BUILDTOOL_MAX_CACHE_SIZE"):
         out["max_size"] = env["BUILDTOOL_MAX_CACHE_SIZE"]
+    if any(k.startswith("BUILDTOOL_REMOTE_") for k in env):
+        from buildtool.remote.options import env_values
+
+        try:
+            out.update(env_values(env))
+        except ValueError as e:
+            raise UserError(str(e)) from None
     return _check("environment (BUILDTOOL_*)", out)
 
 

@@ -69,6 +69,7 @@ class TargetRunner:
             for o in t.outs:
                 self._owner[o] = t.label
         self._lane_dirs: set[int] = set()
+        self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
 
     def tool_paths(self) -> list[str]:
         """Absolute paths of the tool binaries resolved during this run."""
@@ -323,11 +324,31 @@ class TargetRunner:
                         stderr=self._blob_text(hit.stderr),
                     )
                 corrupt = True
+        if self.remote is not None and not cache_skip and t.depfile is None:
+            done = self._remote_restore(t, key, desc, why)
+            if done is not None:
+                return done
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
         elif not cache_skip:
             why = f"{why}; no cache entry for key {key[:12]}"
         return self._execute(t, key, desc, reason, why, lane)
+
+    def _remote_restore(self, t: Target, key: str, desc: dict[str, Any], why: str) -> Outcome | None:
+        """After a local miss: the remote cache's entry, fetched into the local cache and restored."""
+        from buildtool.remote.action import TargetView
+
+        hit = self.remote.lookup(TargetView.of(t, self.graph.inputs[t.id]), key, desc, t.label)
+        got = self._restore(t, hit) if hit is not None else None
+        if hit is None or got is None:
+            return None
+        status = got[0]
+        return Outcome(
+            status, Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
+            f"{why}; restored from the remote cache", key=key, cache="remote",
+            extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
+            stdout=self._blob_text(hit.stdout), stderr=self._blob_text(hit.stderr),
+        )
 
     def _never_fresh(self, t: Target) -> bool:
         """always=True targets, and tests under --no-cache-tests, run whatever the record says."""
@@ -499,6 +520,11 @@ class TargetRunner:
         if record:
             if not t.always:  # always=True: never cached
                 self._store(t, key, outputs, res)
+                if self.remote is not None and t.depfile is None:
+                    from buildtool.remote.action import TargetView
+
+                    self.remote.upload(TargetView.of(t, self.graph.inputs[t.id]), key, desc, outputs,
+                                       res.stdout, res.stderr, res.duration, t.label)
         else:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
         return Outcome(

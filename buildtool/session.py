@@ -171,6 +171,11 @@ class Session:
                        dry_run=req.dry_run, cache_tests=req.cache_tests),
             _warn,
         )
+        remote = None
+        if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
+            from buildtool.remote.setup import attach
+
+            remote = attach(runner, cfg, self.ws.root, cache, state, _warn)
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
@@ -245,6 +250,8 @@ class Session:
                 _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None)
+            if remote is not None:
+                remote.finish(out or sys.stdout)
             if tests is not None:
                 tests.finish(outcomes, out or sys.stdout, lambda lab: (record.get(lab) or {}).get("d"))
         finally:

@@ -1,0 +1,193 @@
+"""Remote action: one target as a REAPI ``Command`` + ``Action`` with a Merkle-tree input root
+of exactly its declared inputs, and the Action's digest (the remote cache key).
+
+Built the same way for the remote cache and for remote execution so both share entries.
+Paths in the Command are relative to the package (the working directory); the input root is
+the workspace root.  Everything of the local key that REAPI has no field for (declared tools'
+binary digests, the pyrule's Python version, the rule kind) goes into ``Action.salt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+SALT_VERSION = 1
+PYRULE_PYTHON = "python3"  # resolved through the action's PATH, never an absolute path
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    hash: str
+    size: int
+
+    def proto(self) -> re_pb2.Digest:
+        return re_pb2.Digest(hash=self.hash, size_bytes=self.size)
+
+    @staticmethod
+    def of(p: re_pb2.Digest) -> Digest:
+        return Digest(p.hash, p.size_bytes)
+
+
+def hasher(digest_fn: str) -> Callable[[bytes], str]:
+    if digest_fn == "blake3":
+        import blake3
+
+        return lambda b: blake3.blake3(b).hexdigest()
+    return lambda b: hashlib.sha256(b).hexdigest()
+
+
+def file_hash(path: str, digest_fn: str) -> str:
+    """Hash a file in 1 MiB reads (never the whole file in memory)."""
+    if digest_fn == "blake3":
+        import blake3
+
+        h: Any = blake3.blake3()
+    else:
+        h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(slots=True)
+class RemoteAction:
+    action: re_pb2.Action
+    command: re_pb2.Command
+    digest: Digest  # of the serialised Action: the remote cache key
+    blobs: dict[Digest, bytes] = field(default_factory=dict)  # Action, Command, Directory messages
+    files: dict[Digest, str] = field(default_factory=dict)  # input files: digest -> absolute path
+    out_prefix: str = ""  # the package, to map output paths back to workspace paths
+
+
+def command_arguments(t: Any, shell: str) -> list[str]:
+    """The argv of a genrule/test/pyrule, independent of this machine's paths."""
+    if t.kind == "pyrule":
+        from buildtool.executor import PYRULE_MAIN
+
+        rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.inputs]
+        outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
+        return [PYRULE_PYTHON, "-c", PYRULE_MAIN, t.fn or "", json.dumps(rel), json.dumps(outs), t.kwargs_json or "{}"]
+    if shell == "bash":
+        return ["bash", "-e", "-o", "pipefail", "-c", t.cmd]
+    argv = ["/bin/sh", "-e"]
+    if "|" in t.cmd:
+        argv += ["-o", "pipefail"]
+    return [*argv, "-c", t.cmd]
+
+
+class _Dir:
+    __slots__ = ("dirs", "files")
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[Digest, bool]] = {}
+        self.dirs: dict[str, _Dir] = {}
+
+    def sub(self, name: str) -> _Dir:
+        d = self.dirs.get(name)
+        if d is None:
+            d = self.dirs[name] = _Dir()
+        return d
+
+
+def _merkle(node: _Dir, h: Callable[[bytes], str], blobs: dict[Digest, bytes]) -> Digest:
+    msg = re_pb2.Directory()
+    for name in sorted(node.files):
+        d, x = node.files[name]
+        msg.files.add(name=name, digest=d.proto(), is_executable=x)
+    for name in sorted(node.dirs):
+        msg.directories.add(name=name, digest=_merkle(node.dirs[name], h, blobs).proto())
+    data = msg.SerializeToString(deterministic=True)
+    dg = Digest(h(data), len(data))
+    blobs[dg] = data
+    return dg
+
+
+@dataclass(slots=True)
+class TargetView:
+    """What action.py needs of a graph.Target plus its resolved inputs."""
+
+    kind: str
+    pkg: str
+    cmd: str
+    fn: str | None
+    kwargs_json: str | None
+    outs: tuple[str, ...]
+    inputs: list[str]  # workspace-relative declared inputs (graph.inputs)
+    timeout: float | None
+
+    @staticmethod
+    def of(t: Any, inputs: Any) -> TargetView:
+        return TargetView(t.kind, t.pkg, t.cmd, t.fn, t.kwargs_json, t.outs, list(inputs), t.timeout)
+
+
+def build(
+    root: str,
+    t: TargetView,
+    desc: dict[str, Any],
+    digest_fn: str,
+    file_digest: Callable[[str, str], Digest],
+) -> RemoteAction:
+    """The REAPI Action of a target.  ``file_digest(rel_path, local_digest)`` gives an input
+    file's remote digest (memoised by the caller)."""
+    h = hasher(digest_fn)
+    shell = desc.get("shell", "sh")
+    cmd = re_pb2.Command()
+    cmd.arguments.extend(command_arguments(t, shell))
+    env = dict(desc["env"])
+    if t.kind == "pyrule":
+        env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for name in sorted(env):
+        cmd.environment_variables.add(name=name, value=env[name])
+    cmd.output_files.extend(sorted(posixpath.relpath(o, t.pkg) if t.pkg else o for o in t.outs))
+    cmd.working_directory = t.pkg
+    tree = _Dir()
+    if t.pkg:  # the working directory must exist in the input root
+        node = tree
+        for part in t.pkg.split("/"):
+            node = node.sub(part)
+    files: dict[Digest, str] = {}
+    inputs: dict[str, str] = dict(desc["inputs"])
+    for k, v in desc.get("extra", {}).items():  # pyrule modules are inputs too
+        if k.startswith("module:"):
+            inputs[k[len("module:"):]] = v
+    for rel, local in sorted(inputs.items()):
+        full = os.path.join(root, rel)
+        dg = file_digest(rel, local)
+        try:
+            x = bool(os.stat(full).st_mode & 0o100)
+        except OSError:
+            x = False
+        parts = rel.split("/")
+        node = tree
+        for part in parts[:-1]:
+            node = node.sub(part)
+        node.files[parts[-1]] = (dg, x)
+        files[dg] = full
+    blobs: dict[Digest, bytes] = {}
+    root_digest = _merkle(tree, h, blobs)
+    cdata = cmd.SerializeToString(deterministic=True)
+    cdg = Digest(h(cdata), len(cdata))
+    blobs[cdg] = cdata
+    salt = {"v": SALT_VERSION, "kind": t.kind, "tools": desc.get("tools", {})}
+    extra = desc.get("extra", {})
+    for k in ("python", "fn", "kwargs", "depfile"):
+        if k in extra:
+            salt[k] = extra[k]
+    action = re_pb2.Action(command_digest=cdg.proto(), input_root_digest=root_digest.proto(),
+                           salt=json.dumps(salt, sort_keys=True, separators=(",", ":")).encode())
+    if t.timeout is not None:
+        action.timeout.FromNanoseconds(int(t.timeout * 1e9))
+    adata = action.SerializeToString(deterministic=True)
+    adg = Digest(h(adata), len(adata))
+    blobs[adg] = adata
+    return RemoteAction(action, cmd, adg, blobs, files, t.pkg)

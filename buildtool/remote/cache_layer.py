@@ -1,0 +1,278 @@
+"""Remote cache layer: the runner's second cache level, behind the local cache.
+
+``lookup`` (after a local miss) finds the target's REAPI Action in the remote action cache,
+downloads every blob it names, verifies each against its digest, checks that the entry names
+exactly the target's declared outputs (paths from a cache entry are never trusted), and puts
+the blobs and the entry into the local cache, from where the runner restores them.
+``upload`` (after a successful local run) sends the missing blobs (FindMissingBlobs first),
+then the ActionResult.  A circuit breaker turns the first connection failure or timeout into
+one warning and a build that carries on with the local cache only.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from buildtool.cache import ActionEntry, Cache, CachedOutput
+from buildtool.digest import hash_bytes, hash_file
+from buildtool.remote import action as ra
+from buildtool.remote.action import Digest, RemoteAction, TargetView
+from buildtool.remote.options import Endpoint, RemoteOptions
+from buildtool.remote.store import RemoteError, Source, Store, Unavailable, open_store
+
+
+class RemoteStats:
+    def __init__(self) -> None:
+        self.hits = 0
+        self.misses = 0
+        self.uploads = 0
+        self.bytes_down = 0
+        self.bytes_up = 0
+        self.errors = 0
+
+    def line(self, name: str) -> str:
+        return (f"remote cache {name}: {self.hits} hits, {self.misses} misses, {self.uploads} uploaded, "
+                f"{_size(self.bytes_down)} down, {_size(self.bytes_up)} up"
+                + (f", {self.errors} errors" if self.errors else ""))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+class RemoteCache:
+    """Thread-safe: the runner's workers call it in parallel."""
+
+    def __init__(
+        self, ep: Endpoint, opt: RemoteOptions, root: str, cache: Cache, tmp_dir: str, warn: Callable[[str], None]
+    ) -> None:
+        self.ep = ep
+        self.opt = opt
+        self.root = root
+        self.cache = cache
+        self.tmp_dir = tmp_dir
+        self.warn = warn
+        self.stats = RemoteStats()
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._broken: str | None = None
+        self._opened = False
+        self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
+        self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
+
+    # -- connection and breaker ------------------------------------------------------------
+    def _get_store(self) -> Store | None:
+        with self._lock:
+            if self._broken is not None:
+                return None
+            if not self._opened:
+                self._opened = True
+                try:
+                    self._store = open_store(self.ep, self.opt)
+                except RemoteError as e:
+                    self._trip_locked(str(e))
+                    return None
+            return self._store
+
+    def _trip(self, why: str) -> None:
+        with self._lock:
+            self._trip_locked(why)
+
+    def _trip_locked(self, why: str) -> None:
+        if self._broken is None:
+            self._broken = why
+            self.stats.errors += 1
+            self.warn(f"remote cache unavailable ({why}); continuing with the local cache only for this build")
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    # -- the remote Action of a target -----------------------------------------------------
+    def _file_digest(self, store: Store, rel: str, local: str) -> Digest:
+        with self._lock:
+            d = self._remote_digest.get(local)
+        if d is not None:
+            return d
+        full = os.path.join(self.root, rel)
+        size = os.path.getsize(full)
+        d = Digest(local, size) if store.digest_fn == "blake3" else Digest(ra.file_hash(full, store.digest_fn), size)
+        with self._lock:
+            self._remote_digest[local] = d
+        return d
+
+    def remote_action(self, store: Store, t: TargetView, key: str, desc: dict[str, Any]) -> RemoteAction:
+        with self._lock:
+            got = self._actions.get(key)
+        if got is None:
+            got = ra.build(self.root, t, desc, store.digest_fn, lambda rel, loc: self._file_digest(store, rel, loc))
+            with self._lock:
+                self._actions[key] = got
+        return got
+
+    # -- lookup --------------------------------------------------------------------------------
+    def lookup(self, t: TargetView, key: str, desc: dict[str, Any], label: str) -> ActionEntry | None:
+        """The target's entry, fetched into the local cache; None on a miss (or any trouble)."""
+        store = self._get_store()
+        if store is None or not self.cache.writable:
+            return None
+        try:
+            act = self.remote_action(store, t, key, desc)
+            res = store.get_action_result(act.digest)
+            if res is None:
+                self._count_miss()
+                return None
+            entry = self._fetch(store, t, res, label)
+        except Unavailable as e:
+            self._trip(str(e))
+            return None
+        except (RemoteError, OSError) as e:
+            self.warn(f"{label}: remote cache entry not used: {e}")
+            with self._lock:
+                self.stats.misses += 1
+                self.stats.errors += 1
+            return None
+        if entry is None:
+            self._count_miss()
+            return None
+        self.cache.put_action(key, entry)
+        with self._lock:
+            self.stats.hits += 1
+        return entry
+
+    def _count_miss(self) -> None:
+        with self._lock:
+            self.stats.misses += 1
+
+    def _fetch(self, store: Store, t: TargetView, res: Any, label: str) -> ActionEntry | None:
+        if res.exit_code != 0:
+            return None
+        if len(res.output_directories) or len(res.output_symlinks) or len(res.output_file_symlinks):
+            raise RemoteError("the entry has output directories or symlinks; this target declares only files")
+        want = set(t.outs)
+        files: dict[str, Any] = {}
+        for f in res.output_files:
+            p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
+            if p not in want or p in files or f.path.startswith("/") or ".." in f.path.split("/"):
+                raise RemoteError(f"the entry names output {f.path!r}, which the target does not declare")
+            files[p] = f
+        if set(files) != want:
+            missing = sorted(want - set(files))
+            raise RemoteError(f"the entry lacks declared outputs {', '.join(missing)}")
+        need: list[Digest] = [Digest.of(f.digest) for f in files.values()]
+        for d in (res.stdout_digest, res.stderr_digest):
+            if d.hash:
+                need.append(Digest.of(d))
+        os.makedirs(self.tmp_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="remote-", dir=self.tmp_dir)
+        try:
+            got = store.download(need, tmp)
+            with self._lock:
+                self.stats.bytes_down += sum(d.size for d in set(need))
+            outputs = []
+            for p in sorted(files):
+                f = files[p]
+                path = got[Digest.of(f.digest)]
+                local = hash_file(path)
+                self.cache.put_file(path, local)
+                with self._lock:
+                    self._remote_digest[local] = Digest.of(f.digest)
+                outputs.append(CachedOutput(p, local, 0o755 if f.is_executable else 0o644))
+            streams: list[str | None] = []
+            for d, raw in ((res.stdout_digest, res.stdout_raw), (res.stderr_digest, res.stderr_raw)):
+                data = raw
+                if d.hash:
+                    with open(got[Digest.of(d)], "rb") as fh:
+                        data = fh.read()
+                if data:
+                    local = hash_bytes(data)
+                    self.cache.put_bytes(data, local)
+                    streams.append(local)
+                else:
+                    streams.append(None)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        md = res.execution_metadata
+        duration = 0.0
+        if md.HasField("execution_start_timestamp") and md.HasField("execution_completed_timestamp"):
+            duration = max(0.0, (md.execution_completed_timestamp.ToNanoseconds()
+                                 - md.execution_start_timestamp.ToNanoseconds()) / 1e9)
+        return ActionEntry(tuple(outputs), duration, streams[0], streams[1])
+
+    # -- upload --------------------------------------------------------------------------------
+    def upload(self, t: TargetView, key: str, desc: dict[str, Any], outputs: list[list[Any]], stdout: bytes,
+               stderr: bytes, duration: float, label: str) -> None:
+        if not self.opt.upload:
+            return
+        store = self._get_store()
+        if store is None:
+            return
+        try:
+            act = self.remote_action(store, t, key, desc)
+            result, blobs = self.action_result(store, t, act, outputs, stdout, stderr, duration)
+            missing = store.find_missing(blobs)
+            sent = store.upload({d: blobs[d] for d in missing}) if missing else 0
+            store.update_action_result(act.digest, result)
+        except Unavailable as e:
+            self._trip(str(e))
+            return
+        except (RemoteError, OSError) as e:
+            self.warn(f"{label}: upload to the remote cache failed: {e}")
+            with self._lock:
+                self.stats.errors += 1
+            return
+        with self._lock:
+            self.stats.uploads += 1
+            self.stats.bytes_up += sent
+
+    def action_result(
+        self, store: Store, t: TargetView, act: RemoteAction, outputs: list[list[Any]], stdout: bytes,
+        stderr: bytes, duration: float,
+    ) -> tuple[Any, dict[Digest, Source]]:
+        from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+        h = ra.hasher(store.digest_fn)
+        result = re_pb2.ActionResult(exit_code=0)
+        cmd_digest = Digest.of(act.action.command_digest)
+        blobs: dict[Digest, Source] = {act.digest: act.blobs[act.digest], cmd_digest: act.blobs[cmd_digest]}
+        for path, local, mode in sorted(outputs):
+            d = self._file_digest(store, path, local)
+            rel = posixpath.relpath(path, t.pkg) if t.pkg else path
+            result.output_files.add(path=rel, digest=d.proto(), is_executable=bool(mode & 0o100))
+            blobs[d] = os.path.join(self.root, path)
+        if stdout:
+            d = Digest(h(stdout), len(stdout))
+            result.stdout_digest.CopyFrom(d.proto())
+            blobs[d] = stdout
+        if stderr:
+            d = Digest(h(stderr), len(stderr))
+            result.stderr_digest.CopyFrom(d.proto())
+            blobs[d] = stderr
+        md = result.execution_metadata
+        md.worker = f"buildtool@{socket.gethostname()}"
+        md.execution_completed_timestamp.GetCurrentTime()
+        md.execution_start_timestamp.FromNanoseconds(md.execution_completed_timestamp.ToNanoseconds()
+                                                     - int(duration * 1e9))
+        return result, blobs
+
+    def summary(self) -> str | None:
+        if not self._opened:
+            return None
+        return self.stats.line(str(self.ep))
+
+    def close(self) -> None:
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()

@@ -1,0 +1,204 @@
+"""Remote options: the endpoint URL grammar and the settings of the remote cache/executor.
+
+Pure data and validation (no gRPC import), so config.py and cli.py can use it cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMES = ("grpc", "grpcs", "http", "https")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    scheme: str  # grpc | grpcs | http | https
+    host: str
+    port: int
+    prefix: str  # http(s) only: path prefix without leading/trailing slash
+
+    @property
+    def is_grpc(self) -> bool:
+        return self.scheme in ("grpc", "grpcs")
+
+    @property
+    def target(self) -> str:
+        """host:port for gRPC (IPv6 literals bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        tail = f"/{self.prefix}" if self.prefix else ""
+        return f"{self.scheme}://{self.target}{tail}"
+
+
+def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
+    """``grpc(s)://HOST:PORT`` or ``http(s)://HOST[:PORT][/prefix]``; ValueError with a
+    sentence saying what must be and what was found."""
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in SCHEMES or not u.hostname:
+        msg = f"{what} must be grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix] (got {url!r})"
+        raise ValueError(msg)
+    try:
+        port = u.port
+    except ValueError:
+        msg = f"{what} has an invalid port (got {url!r})"
+        raise ValueError(msg) from None
+    if u.scheme in ("grpc", "grpcs"):
+        if u.path not in ("", "/") or u.query:
+            msg = f"{what}: a gRPC endpoint takes no path; use --remote-instance for the instance name (got {url!r})"
+            raise ValueError(msg)
+        if port is None:
+            port = 443 if u.scheme == "grpcs" else 80
+    elif port is None:
+        port = 443 if u.scheme == "https" else 80
+    return Endpoint(u.scheme, u.hostname, port, u.path.strip("/"))
+
+
+def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:
+    """``["K=V", ...]`` (or a mapping from a config file) -> {lower-case key: value}."""
+    out: dict[str, str] = {}
+    pairs = items.items() if isinstance(items, dict) else [tuple(i.partition("=")[::2]) for i in items]
+    for k, v in pairs:
+        if not isinstance(k, str) or not k.strip() or not isinstance(v, str):
+            msg = f"{what} must be KEY=VALUE with a non-empty KEY (got {k!r}={v!r})"
+            raise ValueError(msg)
+        out[k.strip().lower()] = v
+    return out
+
+
+@dataclass(slots=True)
+class RemoteOptions:
+    cache: Endpoint | None = None
+    executor: Endpoint | None = None
+    instance: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT_S
+    upload: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.cache is not None or self.executor is not None
+
+
+ENV_VARS = {  # config key -> environment variable
+    "remote_cache": "BUILDTOOL_REMOTE_CACHE",
+    "remote_executor": "BUILDTOOL_REMOTE_EXECUTOR",
+    "remote_instance": "BUILDTOOL_REMOTE_INSTANCE",
+    "remote_headers": "BUILDTOOL_REMOTE_HEADERS",  # comma-separated K=V
+    "remote_timeout": "BUILDTOOL_REMOTE_TIMEOUT",
+    "remote_upload": "BUILDTOOL_REMOTE_UPLOAD",
+}
+
+
+def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
+    """The remote_* settings given as BUILDTOOL_REMOTE_* environment variables (raw)."""
+    out: dict[str, Any] = {}
+    for key, var in ENV_VARS.items():
+        v = env.get(var)
+        if not v:
+            continue
+        if key == "remote_headers":
+            out[key] = [x for x in v.split(",") if x]
+        elif key == "remote_upload":
+            out[key] = v.lower() in ("1", "true", "yes", "on")
+        elif key == "remote_timeout":
+            try:
+                out[key] = float(v)
+            except ValueError:
+                msg = f"{var} must be a number of seconds (got {v!r})"
+                raise ValueError(msg) from None
+        else:
+            out[key] = v
+    return out
+
+
+def check_key(key: str, v: Any) -> Any:
+    """Validate one remote_* config value; returns it normalised or raises ValueError."""
+    if key in ("remote_cache", "remote_executor"):
+        if not isinstance(v, str):
+            msg = f"{key} must be a URL string (got {v!r})"
+            raise ValueError(msg)
+        if v:
+            parse_endpoint(v, key)
+            if key == "remote_executor" and not parse_endpoint(v, key).is_grpc:
+                msg = f"{key} must be grpc://HOST:PORT or grpcs://HOST:PORT (got {v!r})"
+                raise ValueError(msg)
+        return v
+    if key == "remote_instance":
+        if not isinstance(v, str):
+            msg = f"remote_instance must be a string (got {v!r})"
+            raise ValueError(msg)
+        return v
+    if key == "remote_headers":
+        if not isinstance(v, (list, dict)):
+            msg = f"remote_headers must be a table of strings or a list of \"KEY=VALUE\" strings (got {v!r})"
+            raise ValueError(msg)
+        return parse_headers(v, key)
+    if key == "remote_timeout":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            msg = f"remote_timeout must be a positive number of seconds (got {v!r})"
+            raise ValueError(msg)
+        return float(v)
+    if key == "remote_upload":
+        if not isinstance(v, bool):
+            msg = f"remote_upload must be true or false (got {v!r})"
+            raise ValueError(msg)
+        return v
+    msg = f"unknown remote key {key!r}"
+    raise ValueError(msg)
+
+
+def add_flags(p: Any) -> None:
+    """The remote options of ``build``/``test``/``watch`` (argparse)."""
+    g = p.add_argument_group("remote cache and execution (docs/remote.md)")
+    g.add_argument("--remote-cache", metavar="URL",
+                   help="grpc(s)://HOST:PORT (REAPI) or http(s)://HOST[:PORT][/prefix] (Bazel HTTP cache)")
+    g.add_argument("--remote-executor", metavar="URL", help="grpc(s)://HOST:PORT: run actions remotely (REAPI)")
+    g.add_argument("--remote-instance", metavar="NAME", help="REAPI instance name (default empty)")
+    g.add_argument("--remote-header", action="append", metavar="KEY=VALUE",
+                   help="header sent with every remote request, e.g. an auth token (repeatable)")
+    g.add_argument("--remote-timeout", type=float, metavar="SECONDS",
+                   help="deadline of one remote call (default 30); a timeout disables the remote for the build")
+    g.add_argument("--remote-upload", action="store_true", default=None, dest="remote_upload",
+                   help="upload results to the remote cache (default)")
+    g.add_argument("--no-remote-upload", action="store_false", dest="remote_upload",
+                   help="only read from the remote cache")
+
+
+def flags_of(args: Any) -> dict[str, Any]:
+    """The remote_* config values given on the command line, validated."""
+    raw = {
+        "remote_cache": getattr(args, "remote_cache", None),
+        "remote_executor": getattr(args, "remote_executor", None),
+        "remote_instance": getattr(args, "remote_instance", None),
+        "remote_headers": getattr(args, "remote_header", None),
+        "remote_timeout": getattr(args, "remote_timeout", None),
+        "remote_upload": getattr(args, "remote_upload", None),
+    }
+    out = {}
+    for k, v in raw.items():
+        if v is not None:
+            try:
+                out[k] = check_key(k, v)
+            except ValueError as e:
+                from buildtool.errors import UserError
+
+                raise UserError(str(e).replace(k, "--" + k.replace("_", "-").removesuffix("s"), 1)) from None
+    return out
+
+
+def from_config(cfg: Any) -> RemoteOptions:
+    """RemoteOptions of a merged config.Config."""
+    return RemoteOptions(
+        cache=parse_endpoint(cfg.remote_cache, "remote_cache") if cfg.remote_cache else None,
+        executor=parse_endpoint(cfg.remote_executor, "remote_executor") if cfg.remote_executor else None,
+        instance=cfg.remote_instance,
+        headers=dict(cfg.remote_headers),
+        timeout=cfg.remote_timeout,
+        upload=cfg.remote_upload,
+    )

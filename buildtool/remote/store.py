@@ -1,0 +1,250 @@
+"""Remote store: the two wire protocols of a remote cache behind one small interface —
+REAPI v2 over gRPC (ActionCache, CAS, ByteStream, Capabilities) and Bazel's HTTP cache
+protocol (``/ac/<hash>``, ``/cas/<hash>``).
+
+Errors: ``Unavailable`` (connection refused, deadline exceeded, 5xx: the caller's circuit
+breaker stops talking to the server) and ``RemoteError`` (anything else: a miss).  Downloads
+are streamed to a file and verified against their digest; uploads of big blobs are streamed
+from disk in 1 MiB chunks; batch requests are capped at ``MAX_BATCH_BYTES`` serialised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from buildtool.remote.action import Digest, file_hash
+from buildtool.remote.options import Endpoint, RemoteOptions
+
+CHUNK = 1 << 20  # ByteStream chunk size
+MAX_BATCH_BYTES = 3 << 20  # cap on a serialised batch request (BuildGrid refuses ~4 MiB)
+BATCH_OVERHEAD = 200  # per-blob framing allowance in a batch (digest + tags)
+FIND_MISSING_CHUNK = 2000  # digests per FindMissingBlobs request
+
+
+class RemoteError(Exception):
+    """The server answered, but not usefully (treated as a miss)."""
+
+
+class Unavailable(RemoteError):
+    """The server is unreachable, too slow or failing: stop using it for this build."""
+
+
+def _hash_obj(digest_fn: str) -> Any:
+    if digest_fn == "blake3":
+        import blake3
+
+        return blake3.blake3()
+    return hashlib.sha256()
+
+
+class _VerifyingWriter:
+    """Writes a download to ``dest`` while hashing it; ``finish`` checks the digest."""
+
+    def __init__(self, dest: str, digest_fn: str) -> None:
+        self.dest = dest
+        self.f = open(dest, "wb")  # noqa: SIM115 - closed in finish/abort
+        self.h = _hash_obj(digest_fn)
+        self.n = 0
+
+    def write(self, data: bytes) -> None:
+        self.f.write(data)
+        self.h.update(data)
+        self.n += len(data)
+
+    def finish(self, want: Digest) -> None:
+        self.f.close()
+        got = self.h.hexdigest()
+        if got != want.hash or self.n != want.size:
+            os.unlink(self.dest)
+            msg = f"blob {want.hash[:12]}/{want.size} does not verify: received {got[:12]}/{self.n}"
+            raise RemoteError(msg)
+
+    def abort(self) -> None:
+        self.f.close()
+        try:
+            os.unlink(self.dest)
+        except OSError:
+            pass
+
+
+Source = bytes | str  # blob content, or the path of a file holding it
+
+
+class Store:
+    """Interface of a remote cache protocol."""
+
+    digest_fn = "sha256"
+    name = ""
+
+    def get_action_result(self, action: Digest) -> Any:  # ActionResult or None
+        raise NotImplementedError
+
+    def update_action_result(self, action: Digest, result: Any) -> None:
+        raise NotImplementedError
+
+    def find_missing(self, digests: Iterable[Digest]) -> set[Digest]:
+        raise NotImplementedError
+
+    def upload(self, blobs: dict[Digest, Source]) -> int:
+        """Upload these blobs (already known to be missing); returns bytes sent."""
+        raise NotImplementedError
+
+    def download(self, digests: list[Digest], dest_dir: str) -> dict[Digest, str]:
+        """Download and verify blobs into files under dest_dir; RemoteError if any fails."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return
+
+
+def open_store(ep: Endpoint, opt: RemoteOptions) -> Store:
+    if ep.is_grpc:
+        from buildtool.remote.grpc_store import GrpcStore
+
+        return GrpcStore(ep, opt)
+    return HttpStore(ep, opt)
+
+
+def read_chunks(src: Source) -> Iterator[bytes]:
+    if isinstance(src, bytes):
+        for i in range(0, max(len(src), 1), CHUNK):
+            yield src[i : i + CHUNK]
+        return
+    with open(src, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def verify_source(src: Source, d: Digest, digest_fn: str) -> bool:
+    """An upload source still has the content it was hashed as (a file may have changed)."""
+    if isinstance(src, bytes):
+        return len(src) == d.size
+    try:
+        return os.path.getsize(src) == d.size and file_hash(src, digest_fn) == d.hash
+    except OSError:
+        return False
+
+
+class HttpStore(Store):
+    """Bazel's HTTP cache protocol: GET/HEAD/PUT ``[prefix/]ac/<hash>`` and ``cas/<hash>``
+    (SHA-256 only: the protocol cannot negotiate).  One keep-alive connection per thread."""
+
+    def __init__(self, ep: Endpoint, opt: RemoteOptions) -> None:
+        import threading
+
+        self.ep = ep
+        self.opt = opt
+        self.name = str(ep)
+        self.base = "/" + (ep.prefix + "/" if ep.prefix else "")
+        if opt.instance:
+            self.base += opt.instance.strip("/") + "/"
+        self._local = threading.local()
+
+    def _conn(self) -> Any:
+        import http.client
+
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            cls = http.client.HTTPSConnection if self.ep.scheme == "https" else http.client.HTTPConnection
+            c = cls(self.ep.host, self.ep.port, timeout=self.opt.timeout)
+            self._local.conn = c
+        return c
+
+    def _request(self, method: str, path: str, body: Any = None, size: int | None = None) -> Any:
+        """One request; returns the response (body unread).  Retries once on a stale
+        keep-alive connection."""
+        import http.client
+
+        headers = dict(self.opt.headers)
+        if size is not None:
+            headers["content-length"] = str(size)
+        for attempt in (0, 1):
+            c = self._conn()
+            try:
+                if hasattr(body, "seek"):
+                    body.seek(0)
+                c.request(method, self.base + path, body=body, headers=headers)
+                resp = c.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                c.close()
+                self._local.conn = None
+                if attempt:
+                    raise Unavailable(f"{self.name}: {e}") from None
+                continue
+            except (OSError, http.client.HTTPException) as e:
+                c.close()
+                self._local.conn = None
+                raise Unavailable(f"{self.name}: {e}") from None
+            if resp.status >= 500:
+                resp.read()
+                raise Unavailable(f"{self.name}: {method} {path} answered HTTP {resp.status}")
+            return resp
+        raise Unavailable(self.name)  # not reached
+
+    def get_action_result(self, action: Digest) -> Any:
+        from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+        resp = self._request("GET", f"ac/{action.hash}")
+        data = resp.read()
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise RemoteError(f"{self.name}: GET ac/{action.hash[:12]} answered HTTP {resp.status}")
+        res = re_pb2.ActionResult()
+        try:
+            res.ParseFromString(data)
+        except Exception:
+            raise RemoteError(f"{self.name}: ac/{action.hash[:12]} is not an ActionResult message") from None
+        return res
+
+    def update_action_result(self, action: Digest, result: Any) -> None:
+        data = result.SerializeToString(deterministic=True)
+        resp = self._request("PUT", f"ac/{action.hash}", data, len(data))
+        resp.read()
+        if resp.status not in (200, 201, 204):
+            raise RemoteError(f"{self.name}: PUT ac/{action.hash[:12]} answered HTTP {resp.status}")
+
+    def find_missing(self, digests: Iterable[Digest]) -> set[Digest]:
+        missing = set()
+        for d in digests:
+            resp = self._request("HEAD", f"cas/{d.hash}")
+            resp.read()
+            if resp.status != 200:
+                missing.add(d)
+        return missing
+
+    def upload(self, blobs: dict[Digest, Source]) -> int:
+        sent = 0
+        for d, src in blobs.items():
+            if isinstance(src, bytes):
+                resp = self._request("PUT", f"cas/{d.hash}", src, d.size)
+            else:
+                with open(src, "rb") as f:  # streamed from disk by http.client
+                    resp = self._request("PUT", f"cas/{d.hash}", f, d.size)
+            resp.read()
+            if resp.status not in (200, 201, 204):
+                raise RemoteError(f"{self.name}: PUT cas/{d.hash[:12]} answered HTTP {resp.status}")
+            sent += d.size
+        return sent
+
+    def download(self, digests: list[Digest], dest_dir: str) -> dict[Digest, str]:
+        out: dict[Digest, str] = {}
+        for d in digests:
+            resp = self._request("GET", f"cas/{d.hash}")
+            if resp.status != 200:
+                resp.read()
+                raise RemoteError(f"{self.name}: cas/{d.hash[:12]} is missing (HTTP {resp.status})")
+            w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), "sha256")
+            try:
+                while chunk := resp.read(CHUNK):
+                    w.write(chunk)
+            except OSError as e:
+                w.abort()
+                raise Unavailable(f"{self.name}: {e}") from None
+            w.finish(d)
+            out[d] = w.dest
+        return out

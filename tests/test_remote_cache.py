@@ -1,0 +1,211 @@
+"""Remote cache end to end against real servers on 127.0.0.1: BuildGrid 0.4.4 (REAPI over
+gRPC) and nginx with WebDAV (Bazel's HTTP cache protocol).  Two checkouts with separate local
+caches stand for two machines."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Workspace
+
+pytest.importorskip("grpc", reason="the 'remote' extra (grpcio, protobuf) is not installed: pip install '.[remote]'")
+pytest.importorskip("google.protobuf", reason="the 'remote' extra (protobuf) is not installed")
+
+import remote_servers
+
+BIG = 4 * 1024 * 1024 + 123  # over the 3 MiB batch cap: goes through ByteStream
+
+
+def _start(kind: str, workdir: Path) -> remote_servers.Server:
+    try:
+        if kind == "grpc":
+            return remote_servers.start_buildgrid_cache(workdir)
+        return remote_servers.start_nginx(workdir)
+    except remote_servers.Unavailable as e:
+        pytest.skip(f"{kind} cache server unavailable: {e}")
+
+
+@pytest.fixture(scope="module")
+def bgd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[remote_servers.Server]:
+    s = _start("grpc", tmp_path_factory.mktemp("bgd"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[remote_servers.Server]:
+    s = _start("http", tmp_path_factory.mktemp("nginx"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["grpc", "http"])
+def server(request: pytest.FixtureRequest) -> remote_servers.Server:
+    return request.getfixturevalue("bgd" if request.param == "grpc" else "nginx")
+
+
+def _project(ws: Workspace, tag: str) -> None:
+    """A multi-package workspace: a generator, an executable output, a big blob, stdout."""
+    ws.write("gen/names.txt", f"alpha\nbeta\n{tag}\n")
+    ws.write("data/big.bin", hashlib.sha256(tag.encode()).digest() * (BIG // 32) + b"tail")
+    ws.build_file("gen", """
+        genrule(name="header", srcs=["names.txt"], outs=["names.h"],
+                cmd="sed 's/.*/#define N_& 1/' $< > $@ && echo generated header")
+    """)
+    ws.build_file("data", """
+        genrule(name="pack", srcs=["big.bin"], outs=["big.copy", "tool.sh"],
+                cmd="cp big.bin big.copy && printf '#!/bin/sh\\necho tool\\n' > tool.sh && chmod +x tool.sh")
+    """)
+    ws.build_file("", """
+        genrule(name="app", srcs=["//gen:header", "//data:pack"], outs=["out/app.txt"],
+                cmd="cat gen/names.h > $@ && wc -c < data/big.copy >> $@ && sh data/tool.sh >> $@")
+    """)
+
+
+OUTPUTS = ["gen/names.h", "data/big.copy", "data/tool.sh", "out/app.txt"]
+
+
+def _checkouts(make_workspace: Callable[..., Workspace], tag: str) -> tuple[Workspace, Workspace]:
+    a = make_workspace("machine-a")
+    _project(a, tag)
+    b = make_workspace("machine-b")
+    _project(b, tag)
+    assert a.cache != b.cache
+    return a, b
+
+
+def test_second_machine_builds_with_zero_local_commands(
+    server: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    a, b = _checkouts(make_workspace, f"zero-{server.url}-{time.time_ns()}")
+    first = a.build("--remote-cache", server.url)
+    assert first.rc == 0, first.output
+    assert first.ran == {"//gen:header", "//data:pack", "//:app"}
+    assert "3 uploaded" in first.stdout, first.stdout
+
+    second = b.build("--remote-cache", server.url)
+    assert second.rc == 0, second.output
+    assert second.ran == set(), second.output
+    for e in second.events:
+        assert (e["status"], e["cache"]) == ("restored", "remote"), e
+    for p in OUTPUTS:
+        assert a.path(p).read_bytes() == b.path(p).read_bytes(), p
+    assert os.access(b.path("data/tool.sh"), os.X_OK)
+    assert "3 hits, 0 misses" in second.stdout, second.stdout
+    # The restore went into machine B's local cache: the next restore needs no server.
+    for p in OUTPUTS:
+        b.path(p).unlink()
+    third = b.build("--remote-cache", "grpc://127.0.0.1:1", "--remote-timeout", "2")
+    assert third.rc == 0, third.output
+    assert {e["cache"] for e in third.events} == {"local"}, third.events
+
+
+def test_config_file_and_env_select_the_remote(nginx: remote_servers.Server,
+                                               make_workspace: Callable[..., Workspace]) -> None:
+    a, b = _checkouts(make_workspace, f"cfg-{time.time_ns()}")
+    a.write("buildtool.toml", f'remote_cache = "{nginx.url}/team-x"\n')
+    assert a.build().rc == 0
+    r = b.build(env_extra={"BUILDTOOL_REMOTE_CACHE": f"{nginx.url}/team-x"})
+    assert r.rc == 0, r.output
+    assert r.ran == set(), r.output
+    # --no-remote-upload: reads only.
+    c = make_workspace("machine-c")
+    _project(c, f"cfg-other-{time.time_ns()}")
+    r = c.build("--remote-cache", f"{nginx.url}/team-x", "--no-remote-upload")
+    assert r.rc == 0 and len(r.ran) == 3
+    assert "0 uploaded" in r.stdout, r.stdout
+
+
+def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    a, b = _checkouts(make_workspace, f"corrupt-{time.time_ns()}")
+    url = f"{nginx.url}/corrupt"  # a prefix of its own on the shared server
+    assert a.build("--remote-cache", url).rc == 0
+    good = a.path("gen/names.h").read_bytes()
+    blob = nginx.workdir / "cache" / "corrupt" / "cas" / hashlib.sha256(good).hexdigest()
+    assert blob.exists()
+    blob.write_bytes(b"X" * len(good))  # same size, wrong content
+    r = b.build("--remote-cache", url)
+    assert r.rc == 0, r.output
+    assert r.status("//gen:header") == "ran", r.output
+    assert "does not verify" in r.stderr, r.stderr
+    assert b.path("gen/names.h").read_bytes() == good
+    assert r.by_label["//data:pack"]["cache"] == "remote"
+
+
+def test_cache_entry_naming_undeclared_paths_is_refused(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """An action result that names another path (e.g. ../../etc/x) is a miss, never written."""
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+    a, b = _checkouts(make_workspace, f"paths-{time.time_ns()}")
+    url = f"{nginx.url}/paths"
+    assert a.build("--remote-cache", url).rc == 0
+    changed = 0
+    for f in (nginx.workdir / "cache" / "paths" / "ac").iterdir():
+        res = re_pb2.ActionResult()
+        res.ParseFromString(f.read_bytes())
+        if any(o.path == "names.h" for o in res.output_files):
+            res.output_files[0].path = "../../escaped.h"
+            f.write_bytes(res.SerializeToString())
+            changed += 1
+    assert changed == 1
+    r = b.build("--remote-cache", url)
+    assert r.rc == 0, r.output
+    assert r.status("//gen:header") == "ran"
+    assert "does not declare" in r.stderr
+    assert not (b.root.parent / "escaped.h").exists() and not (b.root / "escaped.h").exists()
+
+
+def test_cache_server_killed_in_the_middle_of_a_build(
+    tmp_path: Path, make_workspace: Callable[..., Workspace]
+) -> None:
+    server = _start("grpc", tmp_path / "bgd-doomed")
+    try:
+        ws = make_workspace("killed")
+        marker = tmp_path / "first-ran"
+        ws.build_file("", f"""
+            genrule(name="first", outs=["first.txt"], cmd="echo one > $@ && touch {marker} && sleep 3")
+            genrule(name="second", srcs=[":first"], outs=["second.txt"], cmd="cat first.txt > $@ && echo two >> $@")
+            genrule(name="third", srcs=[":second"], outs=["third.txt"], cmd="cat second.txt > $@ && echo 3 >> $@")
+        """)
+        import subprocess
+
+        from conftest import BUILDTOOL, _clean_env
+
+        env = _clean_env(ws.cache, ws.home)
+        proc = subprocess.Popen([BUILDTOOL, "build", "--remote-cache", server.url, "--remote-timeout", "5"],
+                                cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the first action never started"
+            time.sleep(0.05)
+        server.stop()  # killed while //:first runs: its upload and later lookups hit a dead server
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        assert ws.read("third.txt") == "one\ntwo\n3\n"
+        assert "remote cache unavailable" in err, err
+        assert err.count("remote cache unavailable") == 1, err  # warned once
+    finally:
+        server.stop()
+
+
+def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    rc, _, err = workspace.run("build", "--remote-cache", "ftp://example.com")
+    assert rc == 2 and "--remote-cache must be grpc://" in err, err
+    workspace.write("buildtool.toml", "remote_timeout = -1\n")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "remote_timeout must be a positive number" in err, err
+    workspace.write("buildtool.toml", "")
+    rc, _, err = workspace.run("build", env_extra={"BUILDTOOL_REMOTE_CACHE": "grpc://h"})
+    assert rc == 0, err  # port defaults; an unreachable server only warns
+    assert "remote cache unavailable" in err
