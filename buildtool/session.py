@@ -481,6 +481,8 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
             if stats.lookup(p, st) != inputs.get(p):
                 ok = False
                 break
+        if ok and not all(os.path.exists(os.path.join(root, o)) for o in t.outs):
+            ok = False  # a missing output may have to be rebuilt: keep its real weight
         fresh[i] = ok
     return fresh
 
