@@ -27,20 +27,26 @@ def attach(runner: Any, cfg: Any, root: str, cache: Any, state: str, warn: Calla
     opt = from_config(cfg)
     layers: list[Any] = []
     if opt.cache is not None:
-        if opt.cache.is_grpc and not _have_grpc(warn):
+        if not _have_deps(opt.cache.is_grpc, warn):
             return RemoteSession([])
         from buildtool.remote.cache_layer import RemoteCache
 
         runner.remote = RemoteCache(opt.cache, opt, root, cache, os.path.join(state, "tmp", "remote"), warn)
         layers.append(runner.remote)
+    if opt.executor is not None:
+        warn(f"--remote-executor {opt.executor}: remote execution is not implemented yet; actions run locally")
     return RemoteSession(layers)
 
 
-def _have_grpc(warn: Callable[[str], None]) -> bool:
+def _have_deps(need_grpc: bool, warn: Callable[[str], None]) -> bool:
+    """The remote cache needs protobuf (ActionResult messages, also on HTTP) and, for
+    grpc://, grpcio: both come with the 'remote' extra."""
     try:
         import google.protobuf  # noqa: F401
-        import grpc  # noqa: F401
-    except ImportError:
-        warn("a grpc:// remote needs the 'remote' extra (pip install 'buildtool[remote]'); building locally")
+
+        if need_grpc:
+            import grpc  # noqa: F401
+    except ImportError as e:
+        warn(f"the remote cache needs the 'remote' extra (pip install 'buildtool[remote]'): {e}; building locally")
         return False
     return True
