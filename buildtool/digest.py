@@ -88,7 +88,7 @@ class StatCache:
         try:
             with open(tmp, "w") as f:
                 f.write(HEADER)
-                json.dump(self.entries, f, separators=(",", ":"))
+                f.write(json.dumps(self.entries, separators=(",", ":")))  # C encoder: ~10x json.dump
             os.replace(tmp, self.path)
             self.dirty = False
         except OSError as e:

@@ -88,7 +88,7 @@ def write(
     try:
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(HEADER)
-            json.dump(body, f, separators=(",", ":"), ensure_ascii=False)
+            f.write(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
         os.replace(tmp, path)
     except OSError:
         try:

@@ -64,12 +64,16 @@ class TargetRunner:
         self.out_digests: dict[str, str] = {}  # per run: output path -> digest
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._tool_digests: dict[str, str] = {}
-        self._owner: dict[str, str] = {}
-        for t in graph.targets:
-            for o in t.outs:
-                self._owner[o] = t.label
+        self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
+
+    @property
+    def _owner(self) -> dict[str, str]:
+        """output path -> label of the target declaring it (built on first use: explanations only)."""
+        if self._owner_memo is None:
+            self._owner_memo = {o: t.label for t in self.graph.targets for o in t.outs}
+        return self._owner_memo
 
     def tool_paths(self) -> list[str]:
         """Absolute paths of the tool binaries resolved during this run."""
