@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import blake3
 
+from buildtool.atomic import write_atomic
+
 FORMAT_VERSION = 1
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
 LARGE_FILE = 4 * 1024 * 1024  # mmap + threads above this size
@@ -84,19 +86,11 @@ class StatCache:
     def save(self) -> None:
         if not self.path or not self.dirty:
             return
-        tmp = f"{self.path}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "w") as f:
-                f.write(HEADER)
-                f.write(json.dumps(self.entries, separators=(",", ":")))  # C encoder: ~10x json.dump
-            os.replace(tmp, self.path)
+        try:  # json.dumps uses the C encoder: ~10x faster than json.dump to a file
+            write_atomic(self.path, HEADER + json.dumps(self.entries, separators=(",", ":")), errors="surrogatepass")
             self.dirty = False
         except OSError as e:
             self._warn(f"could not save the stat cache ({e.strerror})")
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         """The cached digest if ``st`` matches a trustworthy entry, else None."""
