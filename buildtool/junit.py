@@ -18,6 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+from buildtool.atomic import write_atomic
 from buildtool.testing import TestCase, TestResult
 
 MAX_OUTPUT_CHARS = 1_000_000  # per test: the end of a longer log is kept
@@ -69,15 +70,5 @@ def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float
 def write_junit(path: str, cases: Sequence[TestCase]) -> None:
     """Write the report to ``path`` atomically (temp file + rename)."""
     tree = to_xml(cases)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    try:
-        tree.write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))

@@ -20,6 +20,8 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
+from buildtool.atomic import write_atomic
+
 FORMAT_VERSION = 1
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 WINDOW_NS = 50_000_000
@@ -84,17 +86,10 @@ def write(
         sigs[rel] = s
     body = {"request": request, "env": env_view(env_names), "targets": targets, "files": sigs}
     path = _path(state_dir)
-    tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(HEADER)
-            f.write(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
-        os.replace(tmp, path)
+        text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        write_atomic(path, text, errors="surrogateescape")
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return False
     return True
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from buildtool.atomic import write_atomic
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Status
 
@@ -86,11 +87,7 @@ def write_profile(
         "displayTimeUnit": "ms",
         "otherData": {"buildtool_profile_version": PROFILE_VERSION, "wall_s": round(wall, 6)},
     }
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, separators=(",", ":"))
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n")
 
 
 def actual_critical_path(graph: Graph, outcomes: Mapping[int, Outcome]) -> list[int]:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
+from buildtool.atomic import write_atomic
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Status
 
