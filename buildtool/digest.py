@@ -4,7 +4,7 @@ The stat cache maps a workspace-relative path to ``(size, mtime_ns, ino, ctime_n
 hashed_at_ns, digest)``.  An entry is reused only when the file's stat matches and the
 entry is not *racily clean*: a file whose ctime/mtime is within the timestamp granularity
 of the moment it was hashed may have changed again unnoticed (as git's racy-git rule), so
-it is rehashed.  Large files are hashed with mmap and several threads.
+it is rehashed.  Large files are hashed in fixed-size chunks by several threads.
 
 Spec: docs/formats.md#stat-cache
 """
@@ -12,7 +12,6 @@ Spec: docs/formats.md#stat-cache
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import time
 from collections.abc import Callable
@@ -23,7 +22,8 @@ from buildtool.atomic import write_atomic
 
 FORMAT_VERSION = 1
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
-LARGE_FILE = 4 * 1024 * 1024  # mmap + threads above this size
+LARGE_FILE = 4 * 1024 * 1024  # chunks + threads above this size
+CHUNK = 8 * 1024 * 1024
 FINE_WINDOW_NS = 50_000_000  # ns-resolution filesystems: coarse kernel clock ticks are < 10 ms
 COARSE_WINDOW_NS = 2_000_000_000  # filesystems with whole-second timestamps
 
@@ -35,13 +35,19 @@ def hash_bytes(data: bytes) -> str:
 
 
 def hash_file(path: str, size: int | None = None) -> str:
-    """BLAKE3 of a file's content; mmap + threads for large files."""
+    """BLAKE3 of a file's content; bounded-memory chunks + threads for large files."""
     with open(path, "rb") as f:
         if size is None:
             size = os.fstat(f.fileno()).st_size
         if size >= LARGE_FILE:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                return blake3.blake3(m, max_threads=blake3.blake3.AUTO).hexdigest()
+            # Fixed-size chunks, each hashed by several threads: memory stays bounded for a
+            # file of any size (an mmap of the whole file would count it all in our RSS).
+            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            while n := f.readinto(buf):
+                h.update(view[:n])
+            return h.hexdigest()
         return blake3.blake3(f.read()).hexdigest()
 
 

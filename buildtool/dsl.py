@@ -111,6 +111,12 @@ def _declare(kind: str, attrs: dict[str, Any]) -> None:
     if not isinstance(name, str):
         msg = f"{kind}() attribute 'name' must be a string (got {name!r})"
         raise BuildfileError(msg, path, line)
+    from buildtool.labels import LabelError, check_name
+
+    try:
+        check_name(name)
+    except LabelError as e:
+        raise BuildfileError(str(e), path, line) from None
     previous = ctx.declarations.get(name)
     if previous is not None:
         msg = (

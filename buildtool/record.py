@@ -120,7 +120,7 @@ class BuildRecord:
         if self._fh is None:
             self._heal_torn_tail()
             new = not os.path.exists(self.path)
-            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the build
+            self._fh = open(self.path, "a", encoding="utf-8", errors="surrogatepass")  # noqa: SIM115 - kept open
             if new or self._fh.tell() == 0:
                 self._fh.write(HEADER)
         self._fh.write(line)
@@ -163,7 +163,7 @@ class BuildRecord:
     def compact(self) -> None:
         tmp = f"{self.path}.tmp.{os.getpid()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:  # non-UTF-8 file names
                 f.write(HEADER)
                 for e in self.entries.values():
                     f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")

@@ -89,8 +89,8 @@ def test_kill_9_at_random_moments_never_corrupts_outputs_or_the_cache(make_works
     kill_workspace(ws, rng)
     kills = 0
     t_end = time.monotonic() + 45  # a budget, not an assertion: fewer iterations on a slow machine
-    for step in range(20):
-        if time.monotonic() > t_end and step >= 12:
+    for step in range(30):  # until 15 builds were killed mid-way (bounded by the iterations and the budget)
+        if kills >= 15 or (time.monotonic() > t_end and kills >= 8):
             break
         mutate(ws, rng, step)
         p = popen_build(ws, "-j", "2")
@@ -99,7 +99,7 @@ def test_kill_9_at_random_moments_never_corrupts_outputs_or_the_cache(make_works
             p.send_signal(signal.SIGKILL)
             kills += 1
         p.communicate(timeout=60)
-    assert kills >= 10, f"only {kills} builds were still running when killed; the workload is too small"
+    assert kills >= 8, f"only {kills} builds were still running when killed; the workload is too small"
     # The next build succeeds (killing what the last victim left running) ...
     r = ws.build("-j", "2")
     assert r.rc == 0, r.output
