@@ -100,6 +100,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from buildtool.cachecmd import run_command as run_cache_command
 
         return run_cache_command(args)
+    prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
         args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)
     ):
@@ -107,9 +108,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         hit = noop.try_noop(args.directory, args.command, args.patterns, args.action_env)
         if hit is not None:
-            n, secs = hit
-            print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)")
-            return 0
+            verdict, secs = hit
+            if not verdict.changed:
+                n = verdict.targets
+                print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)")
+                return 0
+            prior = verdict
     from buildtool.session import BuildRequest, Session
 
     if args.command == "clean":
@@ -157,5 +161,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         from buildtool.watch import watch
 
         return watch(session, req, poll=args.poll, debounce_ms=args.debounce_ms)
+    req.prior = prior
     session.build(req)
     return 0

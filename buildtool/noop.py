@@ -1,4 +1,5 @@
-"""No-op snapshot: the fast path that proves "nothing changed" with stats alone.
+"""No-op snapshot: the fast path that proves "nothing changed" (or "only these sources
+and outputs changed") with stats alone.
 
 After a build in which every target succeeded, buildtool writes ``.buildtool/noop``: the
 request, the environment variables that can change an action key or an evaluation, and
@@ -9,7 +10,15 @@ stats those paths; if all match, the build is a no-op without evaluating a singl
 BUILD.py.  Any difference — or a snapshot of another version — falls back to the full
 build, which is always correct.  A snapshot is not written while any file is racily
 clean (changed within the timestamp granularity of the snapshot), so a change in the
-same clock tick can never hide.  Spec: docs/formats.md#no-op-snapshot
+same clock tick can never hide.
+
+When everything that shapes the graph (BUILD.py files, modules, listed directories,
+config, env, tools, discovered headers) is unchanged and only some sources or outputs
+differ, the pickled graph of that build (``.buildtool/graph``) is reused and only the
+targets touching those files, and their dependents, are planned: an incremental build
+without evaluating any BUILD.py.  The pickle is only read after the snapshot's stat data
+(inode and ctime included, which no checkout can reproduce) matched, so a ``.buildtool``
+directory that came from elsewhere is never unpickled.  Spec: docs/formats.md#no-op-snapshot
 """
 
 from __future__ import annotations
@@ -19,11 +28,13 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from buildtool.atomic import write_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
+GRAPH_HEADER = b"# buildtool graph v1\n"
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
@@ -32,6 +43,21 @@ ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
 
 def _path(state_dir: str) -> str:
     return os.path.join(state_dir, "noop")
+
+
+def _graph_path(state_dir: str) -> str:
+    return os.path.join(state_dir, "graph")
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the snapshot proves: a no-op, or a build where only ``changed`` files differ."""
+
+    targets: int
+    changed: list[str]  # sources and outputs whose stat differs ([] for a no-op)
+    struct: list[str]  # the files that shape the graph, to snapshot again
+    dirs: list[str]  # the directories whose listings shape it
+    env_names: list[str]
 
 
 def _sig(root: str, rel: str) -> list[int] | None:
@@ -62,16 +88,12 @@ def invalidate(state_dir: str) -> None:
         pass
 
 
-def write(
-    state_dir: str,
-    root: str,
-    request: Mapping[str, object],
-    env_names: Iterable[str],
-    files: Iterable[str],
-    targets: int,
-) -> bool:
-    """Snapshot the given files (workspace-relative or absolute); False if any is racy."""
-    now = time.time_ns()
+RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
+
+
+def _sigs(root: str, files: Iterable[str], now: int, racy_ok: bool) -> dict[str, list[int] | None] | None:
+    """Stat data of ``files``.  A racily clean file is stored as RACY when ``racy_ok``
+    (it will count as changed), else the whole snapshot is refused (None)."""
     sigs: dict[str, list[int] | None] = {}
     for rel in files:
         if rel in sigs:
@@ -81,21 +103,98 @@ def write(
             newest = max(s[1], s[3])
             coarse = s[1] % 1_000_000_000 == 0 and s[3] % 1_000_000_000 == 0
             if newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now:
-                invalidate(state_dir)
-                return False
+                if not racy_ok:
+                    return None
+                s = RACY
         sigs[rel] = s
-    body = {"request": request, "env": env_view(env_names), "targets": targets, "files": sigs}
-    path = _path(state_dir)
+    return sigs
+
+
+def write(
+    state_dir: str,
+    root: str,
+    request: Mapping[str, object],
+    env_names: Iterable[str],
+    struct: Iterable[str],
+    dirs: Iterable[str],
+    srcs: Iterable[str],
+    outs: Iterable[str],
+    graph: object,
+) -> bool:
+    """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
+    False (and no snapshot) if any file is racily clean."""
+    now = time.time_ns()
+    parts = [_sigs(root, struct, now, False), _sigs(root, srcs, now, True), _sigs(root, outs, now, True)]
+    if any(p is None for p in parts):
+        invalidate(state_dir)
+        return False
+    struct_sigs, src_sigs, out_sigs = parts
+    assert out_sigs is not None
+    n = len(getattr(graph, "targets", ()))
+    dir_sigs = {d: _listing(root, d, out_sigs) for d in set(dirs)}
+    body = {"request": request, "env": env_view(env_names), "targets": n,
+            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_sigs, "outs": out_sigs}
     try:
+        import pickle
+
+        write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
         text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-        write_atomic(path, text, errors="surrogateescape")
-    except OSError:
+        write_atomic(_path(state_dir), text, errors="surrogateescape")
+    except (OSError, pickle.PicklingError):
         return False
     return True
 
 
-def check(state_dir: str, root: str, request: Mapping[str, object]) -> int | None:
-    """The number of targets if the snapshot proves this request is a no-op, else None."""
+def load_graph(state_dir: str) -> object | None:
+    """The graph pickled with the snapshot (only after ``check`` vouched for it)."""
+    import pickle
+
+    try:
+        with open(_graph_path(state_dir), "rb") as f:
+            data = f.read()
+        if not data.startswith(GRAPH_HEADER):
+            return None
+        return pickle.loads(data[len(GRAPH_HEADER) :])
+    except Exception:  # a damaged pickle: do the full build instead
+        return None
+
+
+def _listing(root: str, rel: str, outputs: Mapping[str, object]) -> str | None:
+    """A fingerprint of a directory's entries, leaving out outputs and state: what package
+    discovery and glob() see.  (Its mtime would change each time an output is rewritten.)"""
+    prefix = f"{rel}/" if rel else ""
+    try:
+        with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            names = sorted(
+                e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
+                for e in it
+                if prefix + e.name not in outputs and e.name not in (".buildtool", ".git")
+            )
+    except OSError:
+        return None
+    import hashlib
+
+    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
+    join = os.path.join
+    stat = os.stat
+    out = []
+    for rel, s in sigs.items():
+        try:
+            st = stat(join(root, rel))
+        except OSError:
+            if s is not None:
+                out.append(rel)
+            continue
+        if s is None or s[0] != st.st_size or s[1] != st.st_mtime_ns or s[2] != st.st_ino or s[3] != st.st_ctime_ns:
+            out.append(rel)
+    return out
+
+
+def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
+    """What the snapshot proves for this request, or None: do the full build."""
     try:
         with open(_path(state_dir), encoding="utf-8", errors="surrogateescape") as f:
             head = f.readline()
@@ -115,18 +214,16 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> int | Non
         names = [k for k in env if not k.startswith(ENV_PREFIXES)]
         if env_view(names) != env:
             return None
-        join = os.path.join
-        stat = os.stat
-        for rel, s in body["files"].items():
-            try:
-                st = stat(join(root, rel))
-            except OSError:
-                if s is not None:
-                    return None
-                continue
-            if s is None or s[0] != st.st_size or s[1] != st.st_mtime_ns or s[2] != st.st_ino or s[3] != st.st_ctime_ns:
-                return None
-        return int(body["targets"])
+        if _differs(root, body["files"]):
+            return None  # the graph itself may have changed
+        outs = body["outs"]
+        if any(_listing(root, d, outs) != fp for d, fp in body["dirs"].items()):
+            return None  # a file or package appeared or went away
+        changed_srcs = _differs(root, body["srcs"])
+        if any(not os.path.exists(os.path.join(root, p)) for p in changed_srcs):
+            return None  # a missing source is a graph error: the full path reports it
+        changed = changed_srcs + _differs(root, body["outs"])
+        return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
 
@@ -138,8 +235,8 @@ def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[st
             "version": __version__}
 
 
-def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[int, float] | None:
-    """(targets, seconds) if the snapshot proves a no-op; None means: do the full build."""
+def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[Verdict, float] | None:
+    """(verdict, seconds) if the snapshot vouches for this request; None: do the full build."""
     t0 = time.monotonic()
     from buildtool.errors import UserError
     from buildtool.lock import WorkspaceLock

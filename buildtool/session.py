@@ -58,6 +58,7 @@ class BuildRequest:
     replay_output: bool = False  # --replay-output: print cached stdout/stderr of restored targets
     test_output: str = "errors"  # --test-output errors|all|none (testing.py)
     junit: str | None = None  # --junit FILE (junit.py)
+    prior: Any = None  # a noop.Verdict from the CLI: try the snapshot's graph (only files changed)
 
 
 @dataclass(slots=True)
@@ -135,6 +136,12 @@ class Session:
             lock.release()
 
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
+        verdict, prior_graph = None, None
+        if req.prior is not None and self.focus is None and self.graph_source is None:
+            # Re-checked under the lock: the snapshot vouches for the graph, only files changed.
+            request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
+            verdict = noop.check(state, self.ws.root, request)
+            prior_graph = noop.load_graph(state) if verdict is not None else None
         noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self._open_record(state)
@@ -143,7 +150,9 @@ class Session:
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
         try:
-            if self.graph_source is not None:
+            if isinstance(prior_graph, Graph):
+                graph = prior_graph
+            elif self.graph_source is not None:
                 loader, graph = self.graph_source(record, req)
             else:
                 graph = self._graph(loader, req.patterns, req.mode)
@@ -155,6 +164,9 @@ class Session:
             raise
         phases.end("load buildfiles and graph")
         focus = self.focus
+        if isinstance(prior_graph, Graph) and verdict is not None:
+            changed = set(verdict.changed)
+            focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
         if focus is None and not req.dry_run:  # a dry run changes nothing
             phases.begin("clean dead outputs")
             self._clean_dead(graph, loader, record, stats)
@@ -262,35 +274,56 @@ class Session:
             shutil.rmtree(os.path.join(state, "tmp"), ignore_errors=True)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
-        if req.mode == "build" and focus is None and not req.dry_run and not sched.failed and sched.interrupt is None \
+        from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
+        if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
+                and sched.interrupt is None \
                 and not any(t.always for t in graph.targets):  # always=True targets run on every build
-            self._write_snapshot(req, state, graph, loader, runner)
+            if from_snapshot:
+                assert verdict is not None
+                self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs, set(verdict.env_names))
+            else:
+                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader))
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
             raise BuildFailed("build failed")
         return result
 
-    def _write_snapshot(
-        self, req: BuildRequest, state: str, graph: Graph, loader: Loader, runner: TargetRunner
-    ) -> None:
-        """Record what this fully successful build depended on, for the no-op fast path."""
-        from buildtool import keys
+    @staticmethod
+    def _struct_of(loader: Loader) -> tuple[list[str], list[str], set[str]]:
+        """The files, listed directories and env vars the BUILD.py evaluation depended on."""
         from buildtool.config import user_config_path
 
-        files: list[str] = [*loader.read_files, *loader.imported_workspace_modules(), *loader.glob_dirs,
-                            "buildtool.toml", ".buildtoolignore", user_config_path(), *runner.tool_paths()]
-        env_names: set[str] = set(loader.env_reads)
+        files = [*loader.read_files, *loader.imported_workspace_modules(),
+                 "buildtool.toml", ".buildtoolignore", user_config_path()]
+        return files, sorted(loader.glob_dirs), set(loader.env_reads)
+
+    def _write_snapshot(
+        self,
+        req: BuildRequest,
+        state: str,
+        graph: Graph,
+        runner: TargetRunner,
+        struct: list[str],
+        dirs: list[str],
+        env_names: set[str],
+    ) -> None:
+        """Record what this fully successful build depended on, for the no-op fast path:
+        ``struct`` (what shapes the graph, tools, discovered headers) and every source and output."""
+        from buildtool import keys
+
+        files = [*struct, *runner.tool_paths(), *runner.discovered_inputs()]  # + headers found by depfiles
         env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
-        files.extend(runner.discovered_inputs())  # headers found by depfiles
+        srcs: list[str] = []
+        outs: list[str] = []
         for t in graph.targets:
-            files.extend(t.srcs)
-            files.extend(t.outs)
+            srcs.extend(t.srcs)
+            outs.extend(t.outs)
             env_names.update(t.pass_env)
             if t.fn:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
-        noop.write(state, self.ws.root, request, sorted(env_names), files, len(graph.targets))
+        noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else
