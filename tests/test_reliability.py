@@ -89,15 +89,19 @@ def test_kill_9_at_random_moments_never_corrupts_outputs_or_the_cache(make_works
     kill_workspace(ws, rng)
     kills = 0
     t_end = time.monotonic() + 45  # a budget, not an assertion: fewer iterations on a slow machine
-    for step in range(30):  # until 15 builds were killed mid-way (bounded by the iterations and the budget)
+    latest = 1.2  # kill moments are drawn from [0.05, latest]; adapted to how long builds take here
+    for step in range(60):  # until 15 builds were killed mid-way (bounded by the iterations and the budget)
         if kills >= 15 or (time.monotonic() > t_end and kills >= 8):
             break
         mutate(ws, rng, step)
         p = popen_build(ws, "-j", "2")
-        time.sleep(rng.uniform(0.05, 1.2))
+        time.sleep(rng.uniform(0.05, latest))
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
+            latest = min(1.2, latest * 1.1)
+        else:  # it finished first: kill earlier next time
+            latest = max(0.1, latest * 0.7)
         p.communicate(timeout=60)
     assert kills >= 8, f"only {kills} builds were still running when killed; the workload is too small"
     # The next build succeeds (killing what the last victim left running) ...
