@@ -264,14 +264,19 @@ class Console:
                 self._clear()
                 self._line(text)
 
-    def summary(self, wall: float, failed: bool, interrupted: bool = False) -> None:
+    def summary(self, wall: float, failed: bool, interrupted: bool = False, unchanged: int = 0) -> None:
+        """The final line; ``unchanged`` counts targets left out of an incremental plan
+        because nothing they read or wrote changed (watch mode, the no-op snapshot)."""
         self.close()
         order = ["ran", "restored", "up_to_date", "failed", "skipped", "cancelled"]
         parts = [f"{self.counts[k]} {k}" for k in order if self.counts.get(k)]
+        if unchanged:
+            parts.append(f"{unchanged} unchanged")
         head = "INTERRUPTED" if interrupted else ("FAILED" if failed else "OK")
         color = "green" if head == "OK" else "red"
+        total = self.total + unchanged
         print(
-            f"{self._paint(head, color)}: {self.total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
+            f"{self._paint(head, color)}: {total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
             file=self.out,
             flush=True,
         )

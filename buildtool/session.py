@@ -261,7 +261,7 @@ class Session:
             if req.profile:
                 _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
-            console.summary(wall, sched.failed, sched.interrupt is not None)
+            console.summary(wall, sched.failed, sched.interrupt is not None, len(graph.targets) - len(wanted))
             if remote is not None:
                 remote.finish(out or sys.stdout)
             if tests is not None:
