@@ -269,7 +269,7 @@ class Watcher:
         self.broken = False
         self.observer: Any = None
         self.watches: dict[tuple[str, bool], Any] = {}
-        self._synced_for: tuple[int, int, int, bool] | None = None
+        self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
         cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
         rel_cache = os.path.relpath(cache_dir, self.root)
         self.cache_rel = None if rel_cache.startswith("..") else rel_cache
@@ -360,6 +360,7 @@ class Watcher:
                 if t.kind == "pyrule" and t.fn:
                     pyfiles.update(keys.pyrule_module_files(self.root, t.fn))
         sources |= pyfiles
+        sources |= set(self._discovered())  # headers found through depfiles are inputs too
         loader_files: set[str] = set()
         glob_dirs: set[str] = set()
         packages: set[str] = set()
@@ -415,7 +416,7 @@ class Watcher:
         """Recompute the watch set and (un)schedule directories.  Files in directories that
         were not watched yet and that changed after ``since_ns`` (the start of the cycle that
         read them) are queued as changes: no event could have reported them."""
-        key = (id(self.graph), id(self.partial), id(self.loader), self.broken)
+        key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()))
         if key == self._synced_for and not self.ws.missing_dirs:
             return
         self._synced_for = key
@@ -518,8 +519,25 @@ class Watcher:
                     m.setdefault(src, []).append(t.id)
             self._src_index = (g, m)
         idx = self._src_index[1]
-        affected = {t for c in changes for t in idx.get(c.path, ())}
+        disc = self._discovered()
+        affected = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
         return affected | (set(range(len(g.targets))) - self.clean)
+
+    def _discovered(self) -> dict[str, list[int]]:
+        """Headers found through depfiles (from the build record) -> the targets reading them."""
+        g = self.graph
+        memo = getattr(self.session, "_record_memo", None)
+        if g is None or memo is None:
+            return {}
+        record = memo[1]
+        out: dict[str, list[int]] = {}
+        for t in g.targets:
+            if getattr(t, "depfile", None) is None:
+                continue
+            e = record.get(t.label) or {}
+            for p in (e.get("desc") or {}).get("discovered", ()):
+                out.setdefault(p, []).append(t.id)
+        return out
 
     def _update_clean(self, col: _Collector, focused: bool) -> None:
         g = col.graph

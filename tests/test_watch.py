@@ -484,3 +484,29 @@ def test_classify_rules() -> None:
     for name in ("a.c.swp", "a.c~", ".#a.c", "4913", "#a.c#"):
         assert is_editor_temp(name)
     assert not is_editor_temp("a.c")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Path, cache: Path) -> None:
+    """Headers found through depfiles are watched like sources, and only the objects that
+    include the edited one rerun."""
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "a.h", "#define A 1\n")
+    write(root / "b.h", "#define B 2\n")
+    write(root / "a.c", '#include "a.h"\nint fa(void) { return A; }\n')
+    write(root / "b.c", '#include "b.h"\nint fb(void) { return B; }\n')
+    write(root / "BUILD.py", "".join(
+        f'genrule(name="{n}", srcs=["{n}.c"], outs=["{n}.o"], depfile="{n}.d", tools=["cc"],'
+        f' cmd="cc -c {n}.c -o {n}.o -MD -MF {n}.d")\n' for n in ("a", "b")
+    ))
+    w = Watch(root, cache)
+    try:
+        first = w.wait_cycle(1)
+        assert first.status == "OK", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "a.h", "#define A 3\n")
+        cycles = w.wait_settled(lambda cs: "//:a" in ran_since(w, first.n), "a.o to rebuild")
+        assert "//:b" not in ran_since(w, first.n), cycles
+    finally:
+        w.stop()
