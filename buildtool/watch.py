@@ -357,6 +357,8 @@ class Watcher:
             for t in graph.targets:
                 sources.update(t.srcs)
                 outputs.update(t.outs)
+                if getattr(t, "depfile", None):  # written and deleted by every compile: not a change
+                    outputs.add(t.depfile)
                 if t.kind == "pyrule" and t.fn:
                     pyfiles.update(keys.pyrule_module_files(self.root, t.fn))
         sources |= pyfiles
