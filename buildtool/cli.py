@@ -71,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
     from buildtool.runcmd import add_parser as add_run_parser
 
     add_run_parser(sub)
+    from buildtool.remote.workercmd import add_parser as add_worker_parser
+
+    add_worker_parser(sub)
     return ap
 
 
@@ -100,6 +103,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from buildtool.cachecmd import run_command as run_cache_command
 
         return run_cache_command(args)
+    if args.command == "worker":
+        from buildtool.remote.workercmd import run_command as run_worker_command
+
+        return run_worker_command(args)
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
         args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)

@@ -25,6 +25,7 @@ KEYS: dict[str, type] = {
     "remote_headers": dict,
     "remote_timeout": float,
     "remote_upload": bool,
+    "remote_jobs": int,
 }
 RESTORE_MODES = ("copy", "hardlink")
 
@@ -44,6 +45,7 @@ class Config:
     remote_headers: dict[str, str] = field(default_factory=dict)
     remote_timeout: float = 30.0
     remote_upload: bool = True
+    remote_jobs: int | None = None  # with remote_executor: run up to this many actions at once
 
 
 def user_config_path() -> str:

@@ -20,10 +20,11 @@ __all__ = ["genrule", "getenv", "glob", "group", "pyrule", "test"]
 
 COMMON_ATTRS = ("name", "priority", "manual", "pool", "deps")
 RULE_ATTRS: dict[str, tuple[str, ...]] = {
-    "genrule": (*COMMON_ATTRS, "cmd", "srcs", "outs", "env", "pass_env", "tools", "always", "depfile"),
-    "test": (*COMMON_ATTRS, "cmd", "srcs", "env", "pass_env", "tools", "timeout", "flaky", "always", "exclusive"),
+    "genrule": (*COMMON_ATTRS, "cmd", "srcs", "outs", "env", "pass_env", "tools", "always", "depfile", "local"),
+    "test": (*COMMON_ATTRS, "cmd", "srcs", "env", "pass_env", "tools", "timeout", "flaky", "always", "exclusive",
+             "local"),
     "group": COMMON_ATTRS,
-    "pyrule": (*COMMON_ATTRS, "fn", "srcs", "outs", "kwargs", "env", "pass_env"),
+    "pyrule": (*COMMON_ATTRS, "fn", "srcs", "outs", "kwargs", "env", "pass_env", "local"),
 }
 REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
     "genrule": ("name", "cmd"),

@@ -52,6 +52,7 @@ class Target:
     flaky: int = 0  # test: rerun a failing test up to this many times
     exclusive: bool = False  # test: runs alone, no other target running
     depfile: str | None = None  # genrule: workspace-relative Make depfile naming discovered inputs (discovered.py)
+    local: bool = False  # never runs on a remote executor (docs/remote.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +471,9 @@ class GraphBuilder:
         exclusive = a.get("exclusive", False)
         if not isinstance(exclusive, bool):
             raise _err(decl, f"attribute 'exclusive' must be True or False (got {exclusive!r})")
+        local = a.get("local", False)
+        if not isinstance(local, bool):
+            raise _err(decl, f"attribute 'local' must be True or False (got {local!r})")
         depfile = a.get("depfile")
         if depfile is not None:
             depfile = _norm_rel(decl, pkg, depfile, "depfile")
@@ -546,6 +550,7 @@ class GraphBuilder:
             flaky=flaky,
             exclusive=exclusive,
             depfile=depfile,
+            local=local,
         )
 
     def _location(

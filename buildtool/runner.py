@@ -67,6 +67,7 @@ class TargetRunner:
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
+        self.remote_exec: Any = None  # remote/exec_layer.RemoteExecutor under --remote-executor
 
     @property
     def _owner(self) -> dict[str, str]:
@@ -470,13 +471,20 @@ class TargetRunner:
                 argv = shell_argv(desc["shell"], t.cmd, False)
             capture = None if t.pool == "console" else f"{tmp}.capture"
             started_ns = time.time_ns()
-            res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
+            res: Any = None
+            if self.remote_exec is not None and self.remote_exec.wants(t):  # None: infrastructure trouble
+                res = self.remote_exec.run(t, self.graph.inputs[t.id], desc, t.label)
+            if res is None:
+                res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
         except OSError as e:
             self._delete_outputs(t)
             self._reset_tmp(tmp)
             return Outcome(Status.FAILED, Reason.FAILED, f"could not start the command: {e.strerror}", key=key)
         self._reset_tmp(tmp)
-        base = {"desc": desc}
+        base: dict[str, Any] = {"desc": desc}
+        note = getattr(res, "note", "")  # remote execution: where it ran
+        if note:
+            base["executed"] = "remote"
         if res.exit_code != 0 or res.timed_out:
             self._delete_outputs(t)
             if res.timed_out:
@@ -485,6 +493,7 @@ class TargetRunner:
                 msg = f"killed by signal {-res.exit_code}"
             else:
                 msg = f"exited with status {res.exit_code}"
+            msg += note
             return Outcome(
                 Status.FAILED, Reason.FAILED, msg, key=key, duration=res.duration,
                 stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code,
@@ -532,7 +541,7 @@ class TargetRunner:
         else:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
         return Outcome(
-            Status.RAN, reason, why, key=key, duration=res.duration,
+            Status.RAN, reason, why + note, key=key, duration=res.duration,
             stdout=res.stdout, stderr=res.stderr, exit_code=0,
             extra={**base, "outputs": outputs, "record": record},
         )

@@ -230,6 +230,8 @@ class Session:
             )
             phases.end("critical-path weights")
             jobs = req.jobs or cfg.jobs or cpu_count()
+            if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
+                jobs = max(jobs, cfg.remote_jobs)
             console.estimate(weights, jobs)
             load_limit = LoadLimit(req.load) if req.load is not None else None
             tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None

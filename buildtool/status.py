@@ -50,6 +50,8 @@ class EventsWriter:
             ev["lane"] = o.lane
         if o.exit_code is not None:
             ev["exit_code"] = o.exit_code
+        if o.extra.get("executed"):
+            ev["executed"] = o.extra["executed"]  # "remote": ran on a remote executor (docs/remote.md)
         tr = test_result(self.graph.targets[t], o)
         if tr is not None:
             ev["test"] = tr.value  # passed | failed | timeout | flaky | cached

@@ -79,6 +79,7 @@ class RemoteOptions:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT_S
     upload: bool = True
+    jobs: int | None = None  # --remote-jobs
 
     @property
     def enabled(self) -> bool:
@@ -92,6 +93,7 @@ ENV_VARS = {  # config key -> environment variable
     "remote_headers": "BUILDTOOL_REMOTE_HEADERS",  # comma-separated K=V
     "remote_timeout": "BUILDTOOL_REMOTE_TIMEOUT",
     "remote_upload": "BUILDTOOL_REMOTE_UPLOAD",
+    "remote_jobs": "BUILDTOOL_REMOTE_JOBS",
 }
 
 
@@ -106,6 +108,12 @@ def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
             out[key] = [x for x in v.split(",") if x]
         elif key == "remote_upload":
             out[key] = v.lower() in ("1", "true", "yes", "on")
+        elif key == "remote_jobs":
+            try:
+                out[key] = int(v)
+            except ValueError:
+                msg = f"{var} must be a whole number (got {v!r})"
+                raise ValueError(msg) from None
         elif key == "remote_timeout":
             try:
                 out[key] = float(v)
@@ -144,6 +152,11 @@ def check_key(key: str, v: Any) -> Any:
             msg = f"remote_timeout must be a positive number of seconds (got {v!r})"
             raise ValueError(msg)
         return float(v)
+    if key == "remote_jobs":
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            msg = f"remote_jobs must be a whole number, at least 1 (got {v!r})"
+            raise ValueError(msg)
+        return v
     if key == "remote_upload":
         if not isinstance(v, bool):
             msg = f"remote_upload must be true or false (got {v!r})"
@@ -164,6 +177,8 @@ def add_flags(p: Any) -> None:
                    help="header sent with every remote request, e.g. an auth token (repeatable)")
     g.add_argument("--remote-timeout", type=float, metavar="SECONDS",
                    help="deadline of one remote call (default 30); a timeout disables the remote for the build")
+    g.add_argument("--remote-jobs", type=int, metavar="N",
+                   help="with --remote-executor: actions in flight at once (may exceed the local cores)")
     g.add_argument("--remote-upload", action="store_true", default=None, dest="remote_upload",
                    help="upload results to the remote cache (default)")
     g.add_argument("--no-remote-upload", action="store_false", dest="remote_upload",
@@ -179,6 +194,7 @@ def flags_of(args: Any) -> dict[str, Any]:
         "remote_headers": getattr(args, "remote_header", None),
         "remote_timeout": getattr(args, "remote_timeout", None),
         "remote_upload": getattr(args, "remote_upload", None),
+        "remote_jobs": getattr(args, "remote_jobs", None),
     }
     out = {}
     for k, v in raw.items():
@@ -188,7 +204,8 @@ def flags_of(args: Any) -> dict[str, Any]:
             except ValueError as e:
                 from buildtool.errors import UserError
 
-                raise UserError(str(e).replace(k, "--" + k.replace("_", "-").removesuffix("s"), 1)) from None
+                flag = "--" + k.replace("_", "-").removesuffix("s" if k == "remote_headers" else "")
+                raise UserError(str(e).replace(k, flag, 1)) from None
     return out
 
 
@@ -201,4 +218,5 @@ def from_config(cfg: Any) -> RemoteOptions:
         headers=dict(cfg.remote_headers),
         timeout=cfg.remote_timeout,
         upload=cfg.remote_upload,
+        jobs=getattr(cfg, "remote_jobs", None),
     )

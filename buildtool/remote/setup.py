@@ -26,15 +26,16 @@ class RemoteSession:
 def attach(runner: Any, cfg: Any, root: str, cache: Any, state: str, warn: Callable[[str], None]) -> RemoteSession:
     opt = from_config(cfg)
     layers: list[Any] = []
-    if opt.cache is not None:
-        if not _have_deps(opt.cache.is_grpc, warn):
-            return RemoteSession([])
+    if opt.cache is not None and _have_deps(opt.cache.is_grpc, warn):
         from buildtool.remote.cache_layer import RemoteCache
 
         runner.remote = RemoteCache(opt.cache, opt, root, cache, os.path.join(state, "tmp", "remote"), warn)
         layers.append(runner.remote)
-    if opt.executor is not None:
-        warn(f"--remote-executor {opt.executor}: remote execution is not implemented yet; actions run locally")
+    if opt.executor is not None and _have_deps(True, warn):
+        from buildtool.remote.exec_layer import RemoteExecutor
+
+        runner.remote_exec = RemoteExecutor(opt.executor, opt, root, os.path.join(state, "tmp", "remote-exec"), warn)
+        layers.append(runner.remote_exec)
     return RemoteSession(layers)
 
 
@@ -47,6 +48,7 @@ def _have_deps(need_grpc: bool, warn: Callable[[str], None]) -> bool:
         if need_grpc:
             import grpc  # noqa: F401
     except ImportError as e:
-        warn(f"the remote cache needs the 'remote' extra (pip install 'buildtool[remote]'): {e}; building locally")
+        warn(f"remote caching/execution needs the 'remote' extra (pip install 'buildtool[remote]'): {e}; "
+             "building locally")
         return False
     return True

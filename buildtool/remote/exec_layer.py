@@ -1,0 +1,267 @@
+"""Remote execution layer: runs a target's action on a REAPI execution service instead of a
+local subprocess (``--remote-executor``).
+
+``run`` builds the target's REAPI Action (action.py: exactly the declared inputs), uploads what
+the server lacks (FindMissingBlobs first), calls ``Execute`` and follows the Operation stream
+(``WaitExecution`` when the stream breaks), then downloads and verifies the outputs into the
+workspace and returns a result shaped like executor.ProcessResult, so the runner records it
+like a local run.  Any infrastructure trouble returns None: the runner runs the action
+locally.  The first unreachable server trips a circuit breaker (one warning, the rest of the
+build runs locally); any other trouble warns for that target.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from buildtool.remote import action as ra
+from buildtool.remote.action import Digest, TargetView
+from buildtool.remote.grpc_store import GrpcStore, rpc_error
+from buildtool.remote.options import Endpoint, RemoteOptions
+from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from buildtool.remote.store import RemoteError, Source, Unavailable
+
+WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
+DEFAULT_EXEC_DEADLINE_S = 3600.0  # an action without a timeout: how long we wait for it at most
+TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
+CODE_DEADLINE_EXCEEDED = 4
+MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
+HINT = ("buildtool: hint: the remote action failed on a missing file. A remote action sees only its "
+        "declared inputs (srcs and the outputs of deps): the file was probably not declared.\n")
+
+
+@dataclass(slots=True)
+class RemoteResult:
+    """What the runner needs of an execution (the fields of executor.ProcessResult) + a note."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    duration: float
+    note: str  # appended to the outcome's message, e.g. "; executed remotely on buildtool@host"
+    cached: bool = False
+
+
+class ExecStats:
+    def __init__(self) -> None:
+        self.executed = 0
+        self.cached = 0
+        self.failed = 0
+        self.fallbacks = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    def line(self, name: str) -> str:
+        return (f"remote executor {name}: {self.executed} executed remotely ({self.cached} from its cache, "
+                f"{self.failed} failed), {self.fallbacks} fell back to local")
+
+
+class RemoteExecutor:
+    """Thread-safe: the runner's workers call ``run`` in parallel."""
+
+    def __init__(self, ep: Endpoint, opt: RemoteOptions, root: str, tmp_dir: str, warn: Callable[[str], None]) -> None:
+        self.ep = ep
+        self.opt = opt
+        self.root = root
+        self.tmp_dir = tmp_dir
+        self.warn = warn
+        self.stats = ExecStats()
+        self._lock = threading.Lock()
+        self._store: GrpcStore | None = None
+        self._exec: Any = None
+        self._opened = False
+        self._broken: str | None = None
+        self._digests: dict[str, Digest] = {}  # local digest -> remote digest
+
+    def wants(self, t: Any) -> bool:
+        """Targets that may run remotely: not ``local=True``, no depfile, not the console pool."""
+        return (self._broken is None and not getattr(t, "local", False) and t.depfile is None
+                and t.pool != "console")
+
+    def _get(self) -> GrpcStore | None:
+        with self._lock:
+            if self._broken is not None:
+                return None
+            if not self._opened:
+                self._opened = True
+                try:
+                    self._store = GrpcStore(self.ep, self.opt)
+                    self._exec = re_grpc.ExecutionStub(self._store.chan)
+                except RemoteError as e:
+                    self._trip_locked(str(e))
+                    return None
+            return self._store
+
+    def _trip_locked(self, why: str) -> None:
+        if self._broken is None:
+            self._broken = why
+            self.warn(f"remote execution unavailable ({why}); running actions locally for the rest of this build")
+
+    def _file_digest(self, st: GrpcStore, rel: str, local: str) -> Digest:
+        with self._lock:
+            d = self._digests.get(local)
+        if d is None:
+            full = os.path.join(self.root, rel)
+            d = Digest(ra.file_hash(full, st.digest_fn), os.path.getsize(full))
+            with self._lock:
+                self._digests[local] = d
+        return d
+
+    # -- one action --------------------------------------------------------------------------------
+    def run(self, t: Any, inputs: Any, desc: dict[str, Any], label: str) -> RemoteResult | None:
+        st = self._get()
+        if st is None:
+            return None
+        started = time.monotonic()
+        try:
+            res = self._run(st, t, inputs, desc, started)
+        except Unavailable as e:
+            with self._lock:
+                self.stats.fallbacks += 1
+                self._trip_locked(str(e))
+            return None
+        except (RemoteError, OSError) as e:
+            self.warn(f"{label}: remote execution failed ({e}); running it locally")
+            with self._lock:
+                self.stats.fallbacks += 1
+            return None
+        with self._lock:
+            self.stats.executed += 1
+            self.stats.cached += res.cached
+            self.stats.failed += res.exit_code != 0
+        return res
+
+    def _run(self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float) -> RemoteResult:
+        view = TargetView.of(t, inputs)
+        act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc))
+        blobs: dict[Digest, Source] = dict(act.blobs)
+        for d, path in act.files.items():
+            blobs.setdefault(d, path)
+        missing = st.find_missing(blobs)
+        if missing:
+            sent = st.upload({d: blobs[d] for d in missing})
+            with self._lock:
+                self.stats.bytes_up += sent
+        resp = self._execute(st, act.digest, t)
+        if resp.status.code == CODE_DEADLINE_EXCEEDED and not resp.HasField("result"):
+            raise RemoteError(f"the server reports a timeout without a result: {resp.status.message}")
+        if resp.status.code not in (0, CODE_DEADLINE_EXCEEDED):
+            raise RemoteError(f"Execute answered status {resp.status.code}: {resp.status.message or resp.message}")
+        r = resp.result
+        timed_out = resp.status.code == CODE_DEADLINE_EXCEEDED
+        os.makedirs(self.tmp_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix="exec-", dir=self.tmp_dir)
+        try:
+            stdout, stderr = self._streams(st, r, tmp)
+            timed_out = timed_out or TIMEOUT_MARK.encode() in stderr
+            if r.exit_code == 0 and not timed_out:
+                self._outputs(st, view, r, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        worker = r.execution_metadata.worker or "a remote worker"
+        note = f"; executed remotely on {worker}"
+        if resp.cached_result:
+            note += " (result from the remote action cache)"
+        if r.exit_code != 0:
+            text = stderr.decode(errors="replace") + stdout.decode(errors="replace")
+            if any(h in text for h in MISSING_HINTS):
+                note += " — a file it needed was missing there: was an input not declared? (docs/remote.md)"
+                if HINT.encode() not in stderr and b"hint: a file the command needed was missing" not in stderr:
+                    stderr += HINT.encode()
+        md = r.execution_metadata
+        duration = time.monotonic() - started
+        if md.HasField("execution_start_timestamp") and md.HasField("execution_completed_timestamp"):
+            duration = max(0.0, (md.execution_completed_timestamp.ToNanoseconds()
+                                 - md.execution_start_timestamp.ToNanoseconds()) / 1e9)
+        return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result)
+
+    def _execute(self, st: GrpcStore, action: Digest, t: Any) -> Any:
+        """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
+        req = re_pb2.ExecuteRequest(instance_name=st.instance, action_digest=action.proto(),
+                                    skip_cache_lookup=bool(t.always), digest_function=st._fn)
+        deadline = (t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S
+        name = ""
+        stream = self._exec.Execute(req, timeout=deadline, metadata=st.metadata)
+        for attempt in range(WAIT_RETRIES + 1):
+            try:
+                for op in stream:
+                    name = op.name or name
+                    if op.done:
+                        if op.HasField("error"):
+                            raise RemoteError(f"Execute failed: status {op.error.code} {op.error.message}")
+                        resp = re_pb2.ExecuteResponse()
+                        if not op.response.Unpack(resp):
+                            raise RemoteError(f"Execute answered a {op.response.type_url}, not an ExecuteResponse")
+                        return resp
+                err: Any = RemoteError("the Operation stream ended before the action was done")
+            except grpc.RpcError as e:
+                err = rpc_error(st.name, "Execute", e)
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+                    raise err from None
+            if not name or attempt == WAIT_RETRIES:
+                raise err
+            time.sleep(min(0.5 * (attempt + 1), 2.0))
+            stream = self._exec.WaitExecution(re_pb2.WaitExecutionRequest(name=name), timeout=deadline,
+                                              metadata=st.metadata)
+        raise RemoteError("unreachable")
+
+    def _streams(self, st: GrpcStore, r: Any, tmp: str) -> tuple[bytes, bytes]:
+        out = []
+        for d, raw in ((r.stdout_digest, r.stdout_raw), (r.stderr_digest, r.stderr_raw)):
+            data = raw
+            if d.hash and d.size_bytes:
+                path = st.download([Digest.of(d)], tmp)[Digest.of(d)]
+                with open(path, "rb") as f:
+                    data = f.read()
+            out.append(data)
+        return out[0], out[1]
+
+    def _outputs(self, st: GrpcStore, t: TargetView, r: Any, tmp: str) -> None:
+        """Download every declared output (verified), then move each into the workspace.  Paths
+        named by the result are never trusted: each must be a declared output."""
+        want = set(t.outs)
+        files: dict[str, Any] = {}
+        for f in r.output_files:
+            p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
+            if p in want and not f.path.startswith("/") and ".." not in f.path.split("/"):
+                files[p] = f
+        if set(files) != want:
+            return  # the runner reports "declared output ... was not created"
+        digests = list({Digest.of(f.digest) for f in files.values() if f.digest.size_bytes})
+        got = st.download(digests, tmp) if digests else {}
+        with self._lock:
+            self.stats.bytes_down += sum(d.size for d in digests)
+        for p, f in sorted(files.items()):
+            d = Digest.of(f.digest)
+            full = os.path.join(self.root, p)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            staged = os.path.join(tmp, f"out-{len(p)}-{os.path.basename(p)}")
+            if d.size:
+                shutil.copyfile(got[d], staged)
+            else:
+                open(staged, "wb").close()
+            os.chmod(staged, 0o755 if f.is_executable else 0o644)
+            os.replace(staged, full)
+
+    def summary(self) -> str | None:
+        if not self._opened:
+            return None
+        return self.stats.line(str(self.ep))
+
+    def close(self) -> None:
+        with self._lock:
+            st, self._store = self._store, None
+        if st is not None:
+            st.close()

@@ -1,0 +1,394 @@
+"""Remote worker: ``buildtool worker``, a bot of the Remote Workers API (BuildGrid's Bots service)
+that takes leases, runs each REAPI action in a fresh directory holding exactly its input root,
+and reports an ActionResult.
+
+Each of the ``--capacity`` slots is its own bot session: ``CreateBotSession``, then an
+``UpdateBotSession`` loop (long-polled by the server, call deadline POLL_S) that sends back the
+session as last returned.  A lease's payload is ``Any(Action)`` or ``Any(Digest)``.  The action
+runs with exactly its Command's arguments, environment and working directory (nothing of the
+worker's environment), under the Action's timeout; outputs, stdout and stderr are uploaded to
+the server's CAS and the lease is reported COMPLETED with status OK and the ActionResult — a
+failing command included (its exit code is in the result).  Trouble of ours (inputs missing
+from the CAS, an upload refused) is reported as a non-OK lease status so the server can retry.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2
+
+from buildtool.executor import SubprocessExecutor
+from buildtool.remote import action as ra
+from buildtool.remote.action import Digest
+from buildtool.remote.grpc_store import GrpcStore, channel
+from buildtool.remote.options import RemoteOptions, parse_endpoint
+from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2, bots_pb2_grpc
+from buildtool.remote.store import RemoteError, Source
+
+POLL_S = 5.0  # UpdateBotSession deadline: the server long-polls for 80% of it (under 3 s: no leases)
+KEEPALIVE_S = 10.0  # while an action runs, report the session at least this often
+RETRY_S = 2.0
+TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
+MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
+HINT = ("buildtool worker: hint: a file the command needed was missing. A remote action sees only its "
+        "declared inputs (srcs, deps' outputs): the input was probably not declared.\n")
+CODE_INTERNAL = 13
+CODE_FAILED_PRECONDITION = 9
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] worker: {msg}", file=sys.stderr, flush=True)
+
+
+class ActionError(Exception):
+    """An infrastructure problem running a lease (not the command failing)."""
+
+    def __init__(self, code: int, msg: str) -> None:
+        super().__init__(msg)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Running:
+    lease_id: str
+    thread: threading.Thread
+    result: Any = None  # ActionResult, or ActionError
+    done: bool = False
+
+
+class Worker:
+    def __init__(self, url: str, instance: str, capacity: int, work_dir: str, timeout: float,
+                 headers: dict[str, str]) -> None:
+        self.ep = parse_endpoint(url, "--server")
+        self.instance = instance
+        self.capacity = capacity
+        self.work_dir = work_dir
+        self.opt = RemoteOptions(instance=instance, timeout=timeout, headers=headers)
+        self.metadata = tuple(headers.items())
+        self.chan = channel(self.ep)
+        self.bots = bots_pb2_grpc.BotsStub(self.chan)
+        self.stop = threading.Event()
+        self.executor = SubprocessExecutor()
+        self._store: GrpcStore | None = None
+        self._store_lock = threading.Lock()
+        self.host = socket.gethostname()
+
+    # -- CAS -----------------------------------------------------------------------------------
+    def store(self) -> GrpcStore:
+        with self._store_lock:
+            if self._store is None:
+                self._store = GrpcStore(self.ep, self.opt, self.chan)
+            return self._store
+
+    # -- bot sessions --------------------------------------------------------------------------
+    def _new_session(self, slot: int) -> Any:
+        bot_id = f"buildtool-{self.host}-{os.getpid()}-{slot}-{uuid.uuid4().hex[:6]}"
+        bs = bots_pb2.BotSession(bot_id=bot_id, status=bots_pb2.OK)
+        dev = bs.worker.devices.add(handle=bot_id)
+        dev.properties.add(key="OSFamily", value=platform.system().lower())
+        dev.properties.add(key="ISA", value=platform.machine())
+        while not self.stop.is_set():
+            try:
+                got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
+                                                 timeout=POLL_S, metadata=self.metadata)
+                log(f"slot {slot}: bot session {got.name} ({bot_id})")
+                return got
+            except grpc.RpcError as e:
+                log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying")
+                self.stop.wait(RETRY_S)
+        return None
+
+    def slot(self, slot: int) -> None:
+        session = self._new_session(slot)
+        running: Running | None = None
+        finished: set[str] = set()
+        while session is not None and not self.stop.is_set():
+            for lease in session.leases:
+                if lease.state in (bots_pb2.PENDING, bots_pb2.ACTIVE) and running is None \
+                        and lease.id not in finished:
+                    running = self._start(lease)
+                    lease.state = bots_pb2.ACTIVE
+            if running is not None:
+                running.thread.join(KEEPALIVE_S)
+                if running.done:
+                    self._report(session, running)
+                    finished.add(running.lease_id)
+                    running = None
+            try:
+                session = self.bots.UpdateBotSession(
+                    bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
+                    timeout=POLL_S, metadata=self.metadata)
+            except grpc.RpcError as e:
+                code = e.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    continue  # a long poll without work
+                log(f"slot {slot}: UpdateBotSession failed: {code.name} {e.details() or ''}")
+                if self.stop.wait(RETRY_S):
+                    break
+                if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                            grpc.StatusCode.FAILED_PRECONDITION):
+                    if running is not None:
+                        running.thread.join()
+                        running = None
+                    session = self._new_session(slot)
+
+    def _report(self, session: Any, r: Running) -> None:
+        for lease in session.leases:
+            if lease.id != r.lease_id:
+                continue
+            lease.state = bots_pb2.COMPLETED
+            if isinstance(r.result, ActionError):
+                lease.status.code = r.result.code
+                lease.status.message = str(r.result)
+                lease.ClearField("result")
+            else:
+                lease.status.code = 0
+                lease.result.Pack(r.result)
+
+    def _start(self, lease: Any) -> Running:
+        r = Running(lease.id, threading.Thread(target=lambda: None))
+        payload = any_pb2.Any()
+        payload.CopyFrom(lease.payload)
+
+        def work() -> None:
+            try:
+                r.result = self.run_lease(payload, lease.id)
+            except ActionError as e:
+                log(f"lease {lease.id}: {e}")
+                r.result = e
+            except Exception as e:  # a bug must not kill the slot; the server retries
+                log(f"lease {lease.id}: internal error: {e!r}")
+                r.result = ActionError(CODE_INTERNAL, f"buildtool worker internal error: {e!r}")
+            r.done = True
+
+        r.thread = threading.Thread(target=work, name=f"lease-{lease.id}", daemon=True)
+        r.thread.start()
+        return r
+
+    # -- one action ----------------------------------------------------------------------------
+    def _blob(self, d: Digest, tmp: str) -> bytes:
+        if d.size == 0:
+            return b""
+        try:
+            path = self.store().download([d], tmp)[d]
+        except RemoteError as e:
+            raise ActionError(CODE_FAILED_PRECONDITION, f"missing from the CAS: {e}") from None
+        with open(path, "rb") as f:
+            data = f.read()
+        os.unlink(path)
+        return data
+
+    def run_lease(self, payload: Any, lease_id: str) -> Any:
+        os.makedirs(self.work_dir, exist_ok=True)
+        base = tempfile.mkdtemp(prefix="action-", dir=self.work_dir)
+        try:
+            return self._run_in(base, payload, lease_id)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+    def _run_in(self, base: str, payload: Any, lease_id: str) -> Any:
+        blobs = os.path.join(base, "blobs")
+        root = os.path.join(base, "root")
+        os.makedirs(blobs)
+        os.makedirs(root)
+        action = re_pb2.Action()
+        if payload.Is(re_pb2.Action.DESCRIPTOR):
+            payload.Unpack(action)
+        elif payload.Is(re_pb2.Digest.DESCRIPTOR):
+            dg = re_pb2.Digest()
+            payload.Unpack(dg)
+            action.ParseFromString(self._blob(Digest.of(dg), blobs))
+        else:
+            raise ActionError(CODE_FAILED_PRECONDITION, f"unknown lease payload {payload.type_url}")
+        md = re_pb2.ExecutedActionMetadata(worker=f"buildtool@{self.host}")
+        md.worker_start_timestamp.GetCurrentTime()
+        md.input_fetch_start_timestamp.GetCurrentTime()
+        cmd = re_pb2.Command()
+        cmd.ParseFromString(self._blob(Digest.of(action.command_digest), blobs))
+        self._stage(Digest.of(action.input_root_digest), root, blobs)
+        md.input_fetch_completed_timestamp.GetCurrentTime()
+        cwd = os.path.normpath(os.path.join(root, cmd.working_directory))
+        if not _inside(cwd, root):
+            raise ActionError(CODE_FAILED_PRECONDITION, f"working directory {cmd.working_directory!r} escapes the root")
+        os.makedirs(cwd, exist_ok=True)
+        outs = list(cmd.output_files) + list(cmd.output_directories) + list(cmd.output_paths)
+        for o in outs:
+            p = os.path.normpath(os.path.join(cwd, o))
+            if not _inside(p, root):
+                raise ActionError(CODE_FAILED_PRECONDITION, f"output {o!r} escapes the input root")
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+        for o in cmd.output_directories:
+            os.makedirs(os.path.join(cwd, o), exist_ok=True)
+        env = {e.name: e.value for e in cmd.environment_variables}
+        timeout = action.timeout.ToNanoseconds() / 1e9 if action.HasField("timeout") else None
+        argv = list(cmd.arguments)
+        md.execution_start_timestamp.GetCurrentTime()
+        try:
+            res = self.executor.run(argv, cwd, env, timeout=timeout or None, capture=os.path.join(base, "capture"))
+            exit_code, stdout, stderr = res.exit_code, res.stdout, res.stderr
+            if res.timed_out:
+                stderr += f"{TIMEOUT_MARK} {timeout:g}s\n".encode()
+        except OSError as e:
+            exit_code, stdout, stderr = 127, b"", f"buildtool worker: cannot run {argv[:1]}: {e.strerror}\n".encode()
+        md.execution_completed_timestamp.GetCurrentTime()
+        if exit_code != 0 and any(h in stderr.decode(errors="replace") for h in MISSING_HINTS):
+            stderr += HINT.encode()
+        md.output_upload_start_timestamp.GetCurrentTime()
+        result = self._outputs(cmd, cwd, root, exit_code, stdout, stderr)
+        md.output_upload_completed_timestamp.GetCurrentTime()
+        md.worker_completed_timestamp.GetCurrentTime()
+        result.execution_metadata.CopyFrom(md)
+        log(f"lease {lease_id}: {' '.join(argv)[:80]!r} in /{cmd.working_directory} -> exit {exit_code}")
+        return result
+
+    def _stage(self, root_digest: Digest, root: str, blobs: str) -> None:
+        """Materialise exactly the input root under ``root``."""
+        st = self.store()
+        files: list[tuple[str, Digest, bool]] = []
+        level = [(root, root_digest)]
+        while level:
+            want = list({d for _, d in level if d.size})
+            got = self._download(want, blobs)
+            nxt = []
+            for path, d in level:
+                msg = re_pb2.Directory()
+                if d.size:
+                    with open(got[d], "rb") as f:
+                        msg.ParseFromString(f.read())
+                for fn in msg.files:
+                    _check_name(fn.name)
+                    files.append((os.path.join(path, fn.name), Digest.of(fn.digest), fn.is_executable))
+                for sub in msg.directories:
+                    _check_name(sub.name)
+                    p = os.path.join(path, sub.name)
+                    os.makedirs(p, exist_ok=True)
+                    nxt.append((p, Digest.of(sub.digest)))
+                if len(msg.symlinks):
+                    raise ActionError(CODE_FAILED_PRECONDITION, "symlinks in the input root are not supported")
+            for p in got.values():
+                os.unlink(p)
+            level = nxt
+        got = self._download(list({d for _, d, _ in files if d.size}), blobs)
+        del st
+        for path, d, x in files:
+            if d.size:
+                shutil.copyfile(got[d], path)
+            else:
+                open(path, "wb").close()
+            os.chmod(path, 0o755 if x else 0o644)
+        for p in got.values():
+            os.unlink(p)
+
+    def _download(self, digests: list[Digest], dest: str) -> dict[Digest, str]:
+        if not digests:
+            return {}
+        try:
+            return self.store().download(digests, dest)
+        except RemoteError as e:
+            raise ActionError(CODE_FAILED_PRECONDITION, f"input missing from the CAS: {e}") from None
+
+    def _outputs(self, cmd: Any, cwd: str, root: str, exit_code: int, stdout: bytes, stderr: bytes) -> Any:
+        st = self.store()
+        h = ra.hasher(st.digest_fn)
+        result = re_pb2.ActionResult(exit_code=exit_code)
+        up: dict[Digest, Source] = {}
+        for o in [*cmd.output_files, *cmd.output_paths]:
+            p = os.path.join(cwd, o)
+            try:
+                s = os.lstat(p)
+            except OSError:
+                continue  # a missing output is simply absent from the result
+            if stat.S_ISREG(s.st_mode):
+                d = Digest(ra.file_hash(p, st.digest_fn), s.st_size)
+                result.output_files.add(path=o, digest=d.proto(), is_executable=bool(s.st_mode & 0o100))
+                up[d] = p
+            elif stat.S_ISDIR(s.st_mode):
+                result.output_directories.add(path=o, tree_digest=self._tree(p, h, up).proto())
+        for o in cmd.output_directories:
+            p = os.path.join(cwd, o)
+            if os.path.isdir(p) and not os.path.islink(p):
+                result.output_directories.add(path=o, tree_digest=self._tree(p, h, up).proto())
+        for data, field in ((stdout, "stdout_digest"), (stderr, "stderr_digest")):
+            if data:
+                d = Digest(h(data), len(data))
+                getattr(result, field).CopyFrom(d.proto())
+                up[d] = data
+        try:
+            missing = st.find_missing(up)
+            if missing:
+                st.upload({d: up[d] for d in missing})
+        except RemoteError as e:
+            raise ActionError(CODE_INTERNAL, f"cannot upload the outputs: {e}") from None
+        return result
+
+    def _tree(self, top: str, h: Any, up: dict[Digest, Source]) -> Digest:
+        """An output directory as a REAPI Tree (uploaded with its files)."""
+        digest_fn = self.store().digest_fn
+        children: dict[Digest, Any] = {}
+
+        def walk(path: str) -> Any:
+            msg = re_pb2.Directory()
+            for name in sorted(os.listdir(path)):
+                p = os.path.join(path, name)
+                s = os.lstat(p)
+                if stat.S_ISREG(s.st_mode):
+                    d = Digest(ra.file_hash(p, digest_fn), s.st_size)
+                    msg.files.add(name=name, digest=d.proto(), is_executable=bool(s.st_mode & 0o100))
+                    up[d] = p
+                elif stat.S_ISDIR(s.st_mode):
+                    sub = walk(p)
+                    data = sub.SerializeToString(deterministic=True)
+                    sd = Digest(h(data), len(data))
+                    children[sd] = sub
+                    msg.directories.add(name=name, digest=sd.proto())
+                elif stat.S_ISLNK(s.st_mode):
+                    msg.symlinks.add(name=name, target=os.readlink(p))
+            return msg
+
+        tree = re_pb2.Tree(root=walk(top))
+        tree.children.extend(children.values())
+        data = tree.SerializeToString(deterministic=True)
+        d = Digest(h(data), len(data))
+        up[d] = data
+        return d
+
+    # -- process -------------------------------------------------------------------------------
+    def serve(self) -> int:
+        threads = [threading.Thread(target=self.slot, args=(i,), name=f"slot-{i}", daemon=True)
+                   for i in range(self.capacity)]
+        for t in threads:
+            t.start()
+        log(f"serving {self.ep} instance {self.instance!r} with {self.capacity} slot(s); work dir {self.work_dir}")
+        try:
+            while any(t.is_alive() for t in threads) and not self.stop.is_set():
+                self.stop.wait(0.5)
+        finally:
+            self.stop.set()
+            self.executor.cancel_all()
+            for t in threads:
+                t.join(POLL_S + 1)
+            self.chan.close()
+        return 0
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", ".."):
+        raise ActionError(CODE_FAILED_PRECONDITION, f"bad name {name!r} in the input root")

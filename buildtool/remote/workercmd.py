@@ -1,0 +1,62 @@
+"""Worker command: the ``buildtool worker`` argument parser and entry point (docs/remote.md).
+
+Kept apart from worker.py so building the CLI parser never imports gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import tempfile
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    w = sub.add_parser("worker", help="serve a Remote Workers API server (BuildGrid) as a build worker")
+    w.add_argument("--server", required=True, metavar="URL", help="grpc(s)://HOST:PORT of the server")
+    w.add_argument("--instance", default="", metavar="NAME", help="REAPI instance name (default empty)")
+    w.add_argument("--capacity", type=int, default=1, metavar="N", help="actions run at the same time (default 1)")
+    w.add_argument("--work-dir", metavar="DIR", help="where actions are staged (default: a new temp dir)")
+    w.add_argument("--remote-header", action="append", default=[], metavar="KEY=VALUE",
+                   help="header sent with every request, e.g. an auth token (repeatable)")
+    w.add_argument("--remote-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="deadline of one CAS call (default 60)")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from buildtool.errors import UserError
+    from buildtool.remote.options import parse_endpoint, parse_headers
+
+    try:
+        import grpc  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"buildtool worker needs the 'remote' extra (pip install 'buildtool[remote]'): {e}") from None
+
+    if args.capacity < 1:
+        raise UserError(f"--capacity must be at least 1 (got {args.capacity})")
+    try:
+        ep = parse_endpoint(args.server, "--server")
+        headers = parse_headers(args.remote_header)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if not ep.is_grpc:
+        raise UserError(f"--server must be grpc://HOST:PORT or grpcs://HOST:PORT (got {args.server!r})")
+    own_dir = args.work_dir is None
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="buildtool-worker-")
+    from buildtool.remote.worker import Worker, log
+
+    w = Worker(args.server, args.instance, args.capacity, os.path.abspath(work_dir), args.remote_timeout, headers)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log(f"signal {signum}: stopping")
+        w.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return w.serve()
+    finally:
+        if own_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)

@@ -1,0 +1,203 @@
+"""Remote execution end to end against a real stack on 127.0.0.1: PostgreSQL (Debian's package),
+BuildGrid 0.4.4 with its execution services, and two ``buildtool worker`` processes.  A second
+checkout with its own cache builds locally, for byte-for-byte comparison."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+from conftest import Workspace
+
+pytest.importorskip("grpc", reason="the 'remote' extra (grpcio, protobuf) is not installed: pip install '.[remote]'")
+pytest.importorskip("google.protobuf", reason="the 'remote' extra (protobuf) is not installed")
+
+import remote_exec_servers as rx
+import remote_servers
+
+BIG = 3 * 1024 * 1024 + 77  # over the batch cap: inputs and outputs go through ByteStream
+
+
+class Stack:
+    def __init__(self, url: str, workers: list[remote_servers.Server]) -> None:
+        self.url = url
+        self.workers = workers
+
+    def worker_logs(self) -> str:
+        return "".join(w.log_tail() for w in self.workers)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("rexec")
+    try:
+        pg = rx.Postgres(work)
+        pg.start()
+    except (remote_servers.Unavailable, OSError) as e:
+        pytest.skip(f"PostgreSQL for BuildGrid's scheduler unavailable: {e}")
+    server = workers = None
+    try:
+        try:
+            server = rx.start_buildgrid_exec(work, pg)
+        except remote_servers.Unavailable as e:
+            pytest.skip(f"BuildGrid {remote_servers.BGD_VERSION} with execution unavailable: {e}")
+        workers = [rx.start_worker(work, server.url, n, capacity=2) for n in range(2)]
+        yield Stack(server.url, workers)
+    finally:
+        for w in workers or []:
+            rx.stop_gracefully(w)
+        if server is not None:
+            server.stop()
+        pg.stop()
+
+
+def _project(ws: Workspace) -> None:
+    """Three packages: a generator, a pyrule, an executable output, a big input and output,
+    independent leaves (for --remote-jobs), and a ``local=True`` target."""
+    ws.write("gen/names.txt", "alpha\nbeta\ngamma\n")
+    ws.write("data/big.bin", hashlib.sha256(b"seed").digest() * (BIG // 32) + b"tail")
+    ws.write("lib/join.py", """
+def join(srcs, outs, sep):
+    with open(outs[0], "w") as f:
+        f.write(sep.join(open(s).read() for s in srcs))
+""")
+    ws.build_file("gen", """
+        genrule(name="header", srcs=["names.txt"], outs=["names.h"],
+                cmd="sed 's/.*/#define N_& 1/' $< > $@ && echo generated header")
+        [genrule(name=f"leaf{i}", outs=[f"leaf{i}.txt"], cmd=f"sleep 0.5; echo leaf {i} > $@") for i in range(4)]
+    """)
+    ws.build_file("data", """
+        genrule(name="pack", srcs=["big.bin"], outs=["big.copy", "tool.sh"],
+                cmd="cp big.bin big.copy && printf '#!/bin/sh\\\\necho tool\\\\n' > tool.sh && chmod +x tool.sh")
+    """)
+    ws.build_file("lib", """
+        pyrule(name="joined", fn="lib.join:join", srcs=["//gen:header", "//gen:leaf0"], outs=["joined.txt"],
+               kwargs={"sep": "--\\n"})
+        genrule(name="here", srcs=["//gen:header"], outs=["here.txt"], cmd="cp ../gen/names.h $@", local=True)
+    """)
+    ws.build_file("", """
+        genrule(name="app", srcs=["//lib:joined", "//lib:here", "//data:pack", "//gen:leaf1", "//gen:leaf2",
+                                  "//gen:leaf3"],
+                outs=["out/app.txt"],
+                cmd="cat lib/joined.txt lib/here.txt gen/leaf1.txt gen/leaf2.txt gen/leaf3.txt > $@ "
+                    "&& wc -c < data/big.copy >> $@ && sh data/tool.sh >> $@")
+    """)
+
+
+OUTPUTS = ["gen/names.h", "gen/leaf0.txt", "gen/leaf3.txt", "data/big.copy", "data/tool.sh", "lib/joined.txt",
+           "lib/here.txt", "out/app.txt"]
+REMOTE = ["//gen:header", "//gen:leaf0", "//gen:leaf1", "//gen:leaf2", "//gen:leaf3", "//data:pack",
+          "//lib:joined", "//:app"]
+
+
+def test_remote_build_matches_local_build(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
+    remote = make_workspace("remote")
+    _project(remote)
+    r = remote.build("-j", "1", "--remote-executor", stack.url, "--remote-jobs", "6", "//:app")
+    assert r.rc == 0, r.output + stack.worker_logs()
+    ev = r.by_label
+    for label in REMOTE:
+        assert ev[label]["status"] == "ran", (label, ev[label])
+        assert ev[label].get("executed") == "remote", (label, ev[label])
+        assert "executed remotely on buildtool@" in ev[label]["reason"]
+    assert ev["//lib:here"]["status"] == "ran"
+    assert "executed" not in ev["//lib:here"], "local=True must run locally"
+    m = re.search(r"remote executor grpc://\S+: (\d+) executed remotely \(\d+ from its cache, 0 failed\), "
+                  r"0 fell back to local", r.stdout)
+    assert m and int(m.group(1)) == len(REMOTE), r.output
+    assert "warning" not in r.stderr.lower(), r.stderr
+    # -j 1 but --remote-jobs 6: the four independent leaves were in flight on several lanes at once.
+    lanes = {ev[f"//gen:leaf{i}"]["lane"] for i in range(4)}
+    assert len(lanes) > 1, lanes
+
+    local = make_workspace("local")
+    _project(local)
+    assert local.cache != remote.cache
+    lr = local.build("//:app")
+    assert lr.rc == 0, lr.output
+    assert not any("executed" in e for e in lr.events)
+    for rel in OUTPUTS:
+        a, b = remote.path(rel), local.path(rel)
+        assert a.read_bytes() == b.read_bytes(), rel
+        assert os.stat(a).st_mode & 0o111 == os.stat(b).st_mode & 0o111, rel
+    assert os.stat(remote.path("data/tool.sh")).st_mode & 0o100
+    # The remotely built outputs were recorded like a local run: the next build is a no-op.
+    again = remote.build("--remote-executor", stack.url, "//:app")
+    assert again.rc == 0 and not again.ran, again.output
+
+
+def test_undeclared_input_fails_remotely_and_passes_locally(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    def project(ws: Workspace) -> None:
+        ws.write("conf/settings.txt", "x=1\n")
+        ws.write("conf/BUILD.py", "")
+        ws.build_file("app", """
+            genrule(name="sneaky", srcs=["main.txt"], outs=["out.txt"], cmd="cat main.txt ../conf/settings.txt > $@")
+        """)
+        ws.write("app/main.txt", "main\n")
+
+    remote = make_workspace("remote")
+    project(remote)
+    r = remote.build("--remote-executor", stack.url, "//app:sneaky")
+    assert r.rc == 1, r.output
+    ev = r.by_label["//app:sneaky"]
+    assert ev["status"] == "failed" and ev.get("executed") == "remote", ev
+    assert "was an input not declared?" in ev["reason"], ev
+    assert "No such file" in r.output and "not declared" in r.output, r.output
+    assert not remote.exists("app/out.txt")
+
+    local = make_workspace("local")
+    project(local)
+    lr = local.build("//app:sneaky")
+    assert lr.rc == 0, lr.output
+    assert local.read("app/out.txt") == "main\nx=1\n"
+
+
+def test_action_sees_exactly_its_command_environment(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("env")
+    ws.build_file("", """
+        genrule(name="env", outs=["env.txt"], env={"GREETING": "hi"}, cmd="env > $@; ls -a . > ls.txt")
+        genrule(name="tree", outs=["tree.txt"], cmd="(find . | sort) > $@")
+    """)
+    ws.write("other/file.txt", "not an input\n")
+    r = ws.build("--remote-executor", stack.url, "//:env", "//:tree")
+    assert r.rc == 0, r.output + stack.worker_logs()
+    assert r.by_label["//:env"].get("executed") == "remote"
+    env = dict(line.split("=", 1) for line in ws.read("env.txt").splitlines() if "=" in line)
+    assert env.get("GREETING") == "hi"
+    assert "PATH" in env
+    assert rx.WORKER_PROBE not in env, "the worker's own environment leaked into the action"
+    assert "HOME" not in env and "TMPDIR" not in env, env
+    # The input root holds nothing but what was declared (here: nothing): no other/file.txt, no BUILD.py.
+    assert ws.read("tree.txt").split() == [".", "./tree.txt"]
+
+
+def test_remote_timeout_is_enforced(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("timeout")
+    ws.build_file("", """
+        test(name="slow", cmd="sleep 30", timeout=1)
+    """)
+    r = ws.build("--remote-executor", stack.url, "//:slow", command="test")
+    assert r.rc != 0, r.output
+    ev = r.by_label["//:slow"]
+    assert ev.get("executed") == "remote" and ev["status"] == "failed", ev
+    assert "TIMEOUT" in ev["reason"], ev
+
+
+def test_unreachable_executor_falls_back_to_local_with_one_warning(make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("fallback")
+    ws.build_file("", """
+        genrule(name="a", outs=["a.txt"], cmd="echo a > $@")
+        genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="cat a.txt > $@")
+    """)
+    url = f"grpc://127.0.0.1:{remote_servers.free_port()}"
+    r = ws.build("--remote-executor", url, "--remote-timeout", "3", "//:b")
+    assert r.rc == 0, r.output
+    assert r.ran == {"//:a", "//:b"}
+    assert not any("executed" in e for e in r.events)
+    assert r.stderr.count("remote execution unavailable") == 1, r.stderr
+    assert ws.read("b.txt") == "a\n"
