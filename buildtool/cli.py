@@ -5,8 +5,11 @@ Heavy modules are imported only after parsing so ``buildtool --version`` stays f
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --version stays fast
+    import argparse
 
 from buildtool import __version__
 
@@ -44,6 +47,8 @@ def _add_watch_flags(p: argparse.ArgumentParser, with_switch: bool) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    import argparse
+
     ap = argparse.ArgumentParser(prog="buildtool", description="Build targets declared in BUILD.py files.")
     ap.add_argument("--version", action="version", version=f"buildtool {__version__}")
     ap.add_argument("-C", dest="directory", default=".", metavar="DIR", help="run as if started in DIR")
