@@ -187,9 +187,11 @@ def noise_lines(results: list[Result]) -> list[str]:
     if not samples:
         return []
     share = sum(s.foreign_cpu for s in samples) / max(sum(s.wall for s in samples), 1e-9)
-    return [f"- machine noise: {len(noisy)} of {len(samples)} timed runs had foreign load "
-            f"after retries; other processes used {share:.2f} cores on average during runs",
-            ""]
+    return [
+        f"- machine noise: {len(noisy)} of {len(samples)} timed runs had foreign load "
+        f"after retries; other processes used {share:.2f} cores on average during runs",
+        "",
+    ]
 
 
 def _row(cells: list[str]) -> str:

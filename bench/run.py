@@ -83,7 +83,7 @@ MODES = {
         w3_rounds=1,
         startup_rounds=10,
         startup_venv=True,
-        timer=Timer(quiet_wait=5, retries=1, limit=60),
+        timer=Timer(quiet_wait=2, retries=1, limit=60),
     ),
     "full": Mode(
         "full",

@@ -469,7 +469,7 @@ def startup(bench: Bench, rounds: int, venv: bool) -> Result:
     result = Result("start-up", "-", "start-up", 1, [])
     bench.base.mkdir(parents=True, exist_ok=True)
     variants = _startup_pair(bench, "", sys.executable, _buildtool(bench))
-    if venv:
+    if venv and sys.prefix == sys.base_prefix:  # already in a venv: the pair above is that
         python = _make_venv(bench.base / "venv", result)
         if python is not None:
             variants += _startup_pair(bench, " (venv)", python, None)

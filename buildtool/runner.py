@@ -530,20 +530,25 @@ class TargetRunner:
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
         record = changed is None
-        if record:
-            if not t.always:  # always=True: never cached
+        extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
+        if record and not t.always:  # always=True: never cached
+
+            def store() -> None:
                 self._store(t, key, outputs, res)
                 if self.remote is not None and t.depfile is None:
                     from buildtool.remote.action import TargetView
 
                     self.remote.upload(TargetView.of(t, self.graph.inputs[t.id]), key, desc, outputs,
                                        res.stdout, res.stderr, res.duration, t.label)
-        else:
+
+            # Run by the worker right after it reported the outcome: dependents start while
+            # the outputs are copied into the cache (scheduler.Runner "after" hook).
+            extra["after"] = store
+        elif not record:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
         return Outcome(
             Status.RAN, reason, why + note, key=key, duration=res.duration,
-            stdout=res.stdout, stderr=res.stderr, exit_code=0,
-            extra={**base, "outputs": outputs, "record": record},
+            stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra,
         )
 
     def _inputs_changed(self, t: Target, recorded: dict[str, str]) -> str | None:

@@ -123,6 +123,8 @@ class Scheduler:
         finally:
             for _ in self._threads:
                 self._work.put(None)
+            for th in self._threads:  # let deferred cache stores finish before the caller closes up
+                th.join(timeout=120)
         del plan
         return self.outcomes
 
@@ -195,7 +197,15 @@ class Scheduler:
             outcome.start = start
             outcome.end = self.clock() - self.t0
             outcome.lane = lane
+            after = outcome.extra.pop("after", None)
             self._results.put((t, outcome))
+            if after is not None:  # e.g. the cache store: off the critical path, still on this lane's thread
+                try:
+                    after()
+                except Exception as e:  # the store degrades to a warning, never fails the build
+                    warn = getattr(self.runner, "warn", None)
+                    if warn is not None:
+                        warn(f"storing a result in the cache failed: {type(e).__name__}: {e}")
 
     def _finish(self, t: int, outcome: Outcome) -> None:
         if self.interrupt is not None and not outcome.ok:
