@@ -371,6 +371,8 @@ class TargetRunner:
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()
+        if self.remote_exec is not None:
+            self.remote_exec.cancel_all()
 
     # -- cache layer -------------------------------------------------------------------
     def _blob_text(self, digest: str | None) -> bytes:

@@ -20,6 +20,9 @@ from pathlib import Path
 from remote_servers import READY_TIMEOUT_S, Server, Unavailable, _run, bgd_binary, free_port, grpc_ready
 
 BGD_EXEC_YML = """\
+# Each bot session holds a gRPC thread in its long poll and each client Execute stream one
+# more: the default pool (5 x CPUs) is too small for 4 bot slots + 6 remote jobs on 2 CPUs.
+thread-pool-size: 64
 server:
   - !channel
     address: "127.0.0.1:{port}"

@@ -7,8 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 
+import conftest
 import pytest
 from conftest import Workspace
 
@@ -101,7 +105,7 @@ def test_remote_build_matches_local_build(stack: Stack, make_workspace: Callable
     ev = r.by_label
     for label in REMOTE:
         assert ev[label]["status"] == "ran", (label, ev[label])
-        assert ev[label].get("executed") == "remote", (label, ev[label])
+        assert ev[label].get("executed") == "remote", (label, ev[label], r.output)
         assert "executed remotely on buildtool@" in ev[label]["reason"]
     assert ev["//lib:here"]["status"] == "ran"
     assert "executed" not in ev["//lib:here"], "local=True must run locally"
@@ -201,3 +205,46 @@ def test_unreachable_executor_falls_back_to_local_with_one_warning(make_workspac
     assert not any("executed" in e for e in r.events)
     assert r.stderr.count("remote execution unavailable") == 1, r.stderr
     assert ws.read("b.txt") == "a\n"
+
+
+def conftest_env(ws: Workspace) -> dict[str, str]:
+    return conftest._clean_env(ws.cache, ws.home)
+
+
+def test_ctrl_c_stops_waiting_for_remote_actions(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("sigint")
+    ws.home.mkdir(parents=True, exist_ok=True)
+    marker = ws.home / "remote-started"
+    # The worker runs on this machine, so the remote action can leave a marker at an absolute path.
+    ws.build_file("", f"""
+        genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 15; echo > $@")
+        genrule(name="after", srcs=[":slow"], outs=["a.txt"], cmd="cp $< $@")
+    """)
+    env = conftest_env(ws)
+    p = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-executor", stack.url], cwd=ws.root, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            if p.poll() is not None:
+                pytest.fail(f"the build ended before the remote action started: {p.communicate()}")
+            assert time.monotonic() < deadline, "the remote action never started"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)  # well before the remote sleep ends
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert p.returncode == 130, out + err
+    assert "running it locally" not in err, err
+    assert not ws.exists("s.txt") and not ws.exists("a.txt")
+
+
+def test_local_attribute_is_checked(make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("attr")
+    ws.build_file("", """
+        genrule(name="a", outs=["a.txt"], cmd="echo a > $@", local="yes")
+    """)
+    rc, _, err = ws.run("build", "//:a")
+    assert rc == 2 and "attribute 'local' must be True or False" in err, err

@@ -33,6 +33,7 @@ from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execu
 from buildtool.remote.store import RemoteError, Source, Unavailable
 
 WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
+BUSY_RETRIES = 6  # attempts while the server answers RESOURCE_EXHAUSTED (about 8 s of backoff)
 DEFAULT_EXEC_DEADLINE_S = 3600.0  # an action without a timeout: how long we wait for it at most
 TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 CODE_DEADLINE_EXCEEDED = 4
@@ -84,11 +85,22 @@ class RemoteExecutor:
         self._opened = False
         self._broken: str | None = None
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
+        self._calls: set[Any] = set()  # Operation streams in flight (cancelled on Ctrl-C)
+        self.cancelled = False
 
     def wants(self, t: Any) -> bool:
         """Targets that may run remotely: not ``local=True``, no depfile, not the console pool."""
-        return (self._broken is None and not getattr(t, "local", False) and t.depfile is None
-                and t.pool != "console")
+        return (self._broken is None and not self.cancelled and not getattr(t, "local", False)
+                and t.depfile is None and t.pool != "console")
+
+    def cancel_all(self) -> None:
+        """The build is interrupted: stop waiting for remote actions (the runner's local
+        executor, already cancelled, then reports them as killed)."""
+        with self._lock:
+            self.cancelled = True
+            calls = list(self._calls)
+        for c in calls:
+            c.cancel()
 
     def _get(self) -> GrpcStore | None:
         with self._lock:
@@ -126,13 +138,15 @@ class RemoteExecutor:
             return None
         started = time.monotonic()
         try:
-            res = self._run(st, t, inputs, desc, started)
+            res = self._run_retrying(st, t, inputs, desc, started)
         except Unavailable as e:
             with self._lock:
                 self.stats.fallbacks += 1
                 self._trip_locked(str(e))
             return None
         except (RemoteError, OSError) as e:
+            if self.cancelled:
+                return None
             self.warn(f"{label}: remote execution failed ({e}); running it locally")
             with self._lock:
                 self.stats.fallbacks += 1
@@ -142,6 +156,18 @@ class RemoteExecutor:
             self.stats.cached += res.cached
             self.stats.failed += res.exit_code != 0
         return res
+
+    def _run_retrying(self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float) -> RemoteResult:
+        """A busy server (RESOURCE_EXHAUSTED, e.g. BuildGrid's concurrent-RPC limit) is retried
+        with backoff before the action falls back to local execution."""
+        for attempt in range(BUSY_RETRIES):
+            try:
+                return self._run(st, t, inputs, desc, started)
+            except RemoteError as e:
+                if "RESOURCE_EXHAUSTED" not in str(e) or self.cancelled:
+                    raise
+            time.sleep(min(0.25 * 2**attempt, 4.0))
+        return self._run(st, t, inputs, desc, started)
 
     def _run(self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float) -> RemoteResult:
         view = TargetView.of(t, inputs)
@@ -195,6 +221,10 @@ class RemoteExecutor:
         name = ""
         stream = self._exec.Execute(req, timeout=deadline, metadata=st.metadata)
         for attempt in range(WAIT_RETRIES + 1):
+            with self._lock:
+                if self.cancelled:
+                    stream.cancel()
+                self._calls.add(stream)
             try:
                 for op in stream:
                     name = op.name or name
@@ -208,8 +238,13 @@ class RemoteExecutor:
                 err: Any = RemoteError("the Operation stream ended before the action was done")
             except grpc.RpcError as e:
                 err = rpc_error(st.name, "Execute", e)
+                if self.cancelled:
+                    raise RemoteError("cancelled") from None
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
                     raise err from None
+            finally:
+                with self._lock:
+                    self._calls.discard(stream)
             if not name or attempt == WAIT_RETRIES:
                 raise err
             time.sleep(min(0.5 * (attempt + 1), 2.0))
