@@ -73,6 +73,10 @@ def trace_events(
             "args": {"status": o.status.value, "cache": o.cache, "reason": o.message,
                      "reason_code": o.reason.value},
         })
+        hashed = o.extra.get("hash_s")
+        if isinstance(hashed, float) and hashed > 0:  # the hash phase of this target, nested in its span
+            evs.append({"ph": "X", "name": "hash inputs", "cat": "hash", "pid": pid, "tid": lane + 1,
+                        "ts": us(sched_offset + o.start), "dur": max(us(min(hashed, o.end - o.start)), 1)})
     for lane in sorted(lanes):
         evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1, "args": {"name": f"worker {lane}"}})
     return evs

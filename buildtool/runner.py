@@ -66,6 +66,7 @@ class TargetRunner:
         self._tool_digests: dict[str, str] = {}
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
+        self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
         self.remote_exec: Any = None  # remote/exec_layer.RemoteExecutor under --remote-executor
 
@@ -263,6 +264,9 @@ class TargetRunner:
     def run(self, tid: int, lane: int) -> Outcome:
         """Worker thread: decide, restore or execute; pre-serialise the record entry."""
         outcome = self._run(tid, lane)
+        hashed = self._hash_s.pop(tid, None)
+        if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
+            outcome.extra["hash_s"] = hashed
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         if outcome.ok and outcome.extra.get("record", not fresh_by_record):
             label = self.label_of(tid)
@@ -281,7 +285,9 @@ class TargetRunner:
         pre = self._desc.get(tid)
         if pre is None:
             try:
+                t0 = time.monotonic()
                 inputs = self._input_digests(t, None)
+                self._hash_s[tid] = time.monotonic() - t0
             except OSError as e:
                 return Outcome(Status.FAILED, Reason.FAILED, f"cannot read input {e.filename}: {e.strerror}")
             pre = self.describe(t, inputs)

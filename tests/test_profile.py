@@ -45,6 +45,11 @@ def test_profile_has_a_span_per_executed_target_on_its_lane(workspace: Workspace
     assert {"load buildfiles and graph", "schedule"} <= phases
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert "phases" in names and any(n.startswith("worker ") for n in names)
+    # The hash phase of each target that ran, nested in its span on the same lane.
+    hashes = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "hash"]
+    assert {h["tid"] for h in hashes} <= {s["tid"] for s in spans} and len(hashes) == 3
+    for h in hashes:
+        assert any(s["tid"] == h["tid"] and s["ts"] <= h["ts"] and h["dur"] <= s["dur"] for s in spans)
     # The critical path of what ran: a (the long one) then c.
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("critical path:"))
     assert line.index("//:a") < line.index("//:c") and "//:b" not in line, line
