@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from buildtool.atomic import write_atomic
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 GRAPH_HEADER = b"# buildtool graph v1\n"
 WINDOW_NS = 50_000_000
@@ -131,7 +131,7 @@ def write(
     struct_sigs, src_sigs, out_sigs = parts
     assert out_sigs is not None
     n = len(getattr(graph, "targets", ()))
-    dir_sigs = {d: _listing(root, d, out_sigs) for d in set(dirs)}
+    dir_sigs = {d: _dir_sig(root, d, out_sigs, now) for d in set(dirs)}
     body = {"request": request, "env": env_view(env_names), "targets": n,
             "files": struct_sigs, "dirs": dir_sigs, "srcs": src_sigs, "outs": out_sigs}
     try:
@@ -177,19 +177,52 @@ def _listing(root: str, rel: str, outputs: Mapping[str, object]) -> str | None:
     return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
+def _dir_sig(root: str, rel: str, outputs: Mapping[str, object], now: int) -> list[object]:
+    """[listing fingerprint, mtime_ns, ctime_ns, ino]; the stat part (None when racily
+    clean) lets a check skip listing a directory whose entries cannot have changed."""
+    fp = _listing(root, rel, outputs)
+    try:
+        st = os.stat(os.path.join(root, rel) if rel else root)
+    except OSError:
+        return [fp, None, None, None]
+    coarse = st.st_mtime_ns % 1_000_000_000 == 0 and st.st_ctime_ns % 1_000_000_000 == 0
+    if max(st.st_mtime_ns, st.st_ctime_ns) + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now:
+        return [fp, None, None, None]  # changed too recently to vouch for by stat
+    return [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outputs: Mapping[str, object]) -> bool:
+    for rel, (fp, mtime, ctime, ino) in dirs.items():
+        if mtime is not None:
+            try:
+                st = os.stat(os.path.join(root, rel) if rel else root)
+                if (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (mtime, ctime, ino):
+                    continue  # no entry was added, removed or renamed since
+            except OSError:
+                return True
+        if _listing(root, rel, outputs) != fp:
+            return True
+    return False
+
+
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
-    join = os.path.join
+    """The paths whose stat data differs.  Relative paths are stat'ed against an open
+    descriptor of the root (no string joins: this loop is the whole no-op build)."""
     stat = os.stat
     out = []
-    for rel, s in sigs.items():
-        try:
-            st = stat(join(root, rel))
-        except OSError:
-            if s is not None:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel, s in sigs.items():
+            try:
+                st = stat(rel, dir_fd=fd)
+            except OSError:
+                if s is not None:
+                    out.append(rel)
+                continue
+            if s is None or s[0] != st.st_size or s[1] != st.st_mtime_ns or s[2] != st.st_ino or s[3] != st.st_ctime_ns:
                 out.append(rel)
-            continue
-        if s is None or s[0] != st.st_size or s[1] != st.st_mtime_ns or s[2] != st.st_ino or s[3] != st.st_ctime_ns:
-            out.append(rel)
+    finally:
+        os.close(fd)
     return out
 
 
@@ -217,7 +250,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if _differs(root, body["files"]):
             return None  # the graph itself may have changed
         outs = body["outs"]
-        if any(_listing(root, d, outs) != fp for d, fp in body["dirs"].items()):
+        if _dirs_differ(root, body["dirs"], outs):
             return None  # a file or package appeared or went away
         changed_srcs = _differs(root, body["srcs"])
         if any(not os.path.exists(os.path.join(root, p)) for p in changed_srcs):
