@@ -65,6 +65,20 @@ class Graph:
     dependents: tuple[tuple[int, ...], ...]  # reverse edges, per id
     inputs: tuple[tuple[str, ...], ...]  # per id: every input file (srcs + deps' outputs)
 
+    def topo_order(self) -> list[int]:
+        """Every target id, each after all of its dependencies (Kahn's algorithm)."""
+        pending = [len(t.deps) for t in self.targets]
+        ready = [i for i, n in enumerate(pending) if n == 0]
+        order: list[int] = []
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            for c in self.dependents[i]:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        return order
+
     def outputs_of(self, tid: int) -> tuple[str, ...]:
         """The files a label stands for: its outputs, or a group's members' outputs."""
         t = self.targets[tid]

@@ -463,21 +463,6 @@ def _install_signals(handler: Callable[[int], None]) -> Callable[[], None]:
     return restore
 
 
-def topo_order(graph: Graph) -> list[int]:
-    n = len(graph.targets)
-    pending = [len(t.deps) for t in graph.targets]
-    ready = [i for i in range(n) if pending[i] == 0]
-    order = []
-    while ready:
-        i = ready.pop()
-        order.append(i)
-        for c in graph.dependents[i]:
-            pending[c] -= 1
-            if pending[c] == 0:
-                ready.append(c)
-    return order
-
-
 def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     out = set(seeds)
     stack = list(seeds)
@@ -494,7 +479,7 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
     and every dependency predicted fresh (targets outside ``wanted`` count as fresh)."""
     fresh = [True] * len(graph.targets)
     root = stats.root
-    for i in topo_order(graph):
+    for i in graph.topo_order():
         if i not in wanted:
             continue
         fresh[i] = False
@@ -528,7 +513,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
     would: set[int] = set()
     from buildtool import rebuild
 
-    for i in topo_order(graph):
+    for i in graph.topo_order():
         t = graph.targets[i]
         if t.kind == "group":
             out[i] = Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")

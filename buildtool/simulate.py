@@ -159,7 +159,7 @@ def simulate(
 def critical_path(graph: Graph, c: Costs) -> tuple[float, list[int]]:
     """The longest chain by predicted cost, as (seconds, ids from first to last)."""
     best: dict[int, tuple[float, int | None]] = {}  # t -> (path cost from t to the end, next)
-    order = _topo(graph)
+    order = graph.topo_order()
     for t in reversed(order):
         nxt = max(graph.dependents[t], key=lambda d: best[d][0], default=None)
         tail = best[nxt][0] if nxt is not None else 0.0
@@ -173,20 +173,6 @@ def critical_path(graph: Graph, c: Costs) -> tuple[float, list[int]]:
         chain.append(cur)
         cur = best[cur][1]
     return total, [t for t in chain if c.cost[t] > 0 or len(chain) == 1]
-
-
-def _topo(graph: Graph) -> list[int]:
-    pending = [len(t.deps) for t in graph.targets]
-    ready = [i for i, p in enumerate(pending) if p == 0]
-    order: list[int] = []
-    while ready:
-        i = ready.pop()
-        order.append(i)
-        for d in graph.dependents[i]:
-            pending[d] -= 1
-            if pending[d] == 0:
-                ready.append(d)
-    return order
 
 
 def lower_bound(graph: Graph, c: Costs, jobs: int) -> tuple[float, float, float]:

@@ -14,10 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from remote_servers import READY_TIMEOUT_S, Server, Unavailable, _run, bgd_binary, free_port, grpc_ready
+from remote_servers import Server, Unavailable, _run, bgd_binary, free_port, start_bgd
 
 BGD_EXEC_YML = """\
 # Each bot session holds a gRPC thread in its long poll and each client Execute stream one
@@ -131,19 +130,8 @@ def start_buildgrid_exec(workdir: Path, pg: Postgres) -> Server:
     if p.returncode != 0:
         raise Unavailable(f"bgd migrate apply failed: {(p.stderr or p.stdout).strip()[-400:]}")
     port = free_port()
-    cfg = workdir / "buildgrid-exec.yml"
-    cfg.write_text(BGD_EXEC_YML.format(port=port, db=pg.url))
-    log = workdir / "bgd-exec.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen([bgd, "server", "start", str(cfg)], stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=workdir)
-    server = Server(proc, f"grpc://127.0.0.1:{port}", log, workdir)
-    try:
-        grpc_ready(server.url, time.monotonic() + READY_TIMEOUT_S, proc)
-    except Unavailable as e:
-        server.stop()
-        raise Unavailable(f"BuildGrid (execution): {e}\n{server.log_tail()}") from None
-    return server
+    return start_bgd(bgd, workdir, "buildgrid-exec", BGD_EXEC_YML.format(port=port, db=pg.url), port,
+                     "BuildGrid (execution)")
 
 
 WORKER_PROBE = "BUILDTOOL_TEST_WORKER_ONLY"  # set for the worker process; an action must never see it

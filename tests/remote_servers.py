@@ -133,13 +133,12 @@ def grpc_ready(url: str, deadline: float, proc: subprocess.Popen[bytes]) -> None
                 time.sleep(0.2)
 
 
-def start_buildgrid_cache(workdir: Path) -> Server:
-    bgd = bgd_binary()
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    cfg = workdir / "buildgrid-cache.yml"
-    cfg.write_text(BGD_CACHE_YML.format(port=port))
-    log = workdir / "bgd.log"
+def start_bgd(bgd: str, workdir: Path, name: str, config: str, port: int, what: str) -> Server:
+    """Start ``bgd server`` with ``config`` (written to ``workdir/name.yml``) and wait until
+    it answers GetCapabilities on ``port``."""
+    cfg = workdir / f"{name}.yml"
+    cfg.write_text(config)
+    log = workdir / f"{name}.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen([bgd, "server", "start", str(cfg)], stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=workdir)
@@ -148,8 +147,15 @@ def start_buildgrid_cache(workdir: Path) -> Server:
         grpc_ready(server.url, time.monotonic() + READY_TIMEOUT_S, proc)
     except Unavailable as e:
         server.stop()
-        raise Unavailable(f"BuildGrid {BGD_VERSION}: {e}\n{server.log_tail()}") from None
+        raise Unavailable(f"{what}: {e}\n{server.log_tail()}") from None
     return server
+
+
+def start_buildgrid_cache(workdir: Path) -> Server:
+    bgd = bgd_binary()
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    return start_bgd(bgd, workdir, "buildgrid-cache", BGD_CACHE_YML.format(port=port), port, f"BuildGrid {BGD_VERSION}")
 
 
 NGINX_CONF = """\
