@@ -12,6 +12,7 @@ from buildtool import __version__
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing alone costs ~15 ms of start-up
 if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --version stays fast
     import argparse
+    from typing import Any
 
 
 def _add_build_flags(p: argparse.ArgumentParser) -> None:
@@ -126,6 +127,14 @@ def _dispatch(args: argparse.Namespace) -> int:
                 print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)")
                 return 0
             prior = verdict
+    try:
+        return _run(args, prior)
+    finally:
+        if prior is not None:
+            prior.lock.release()  # normally released by the build itself; this covers errors before it
+
+
+def _run(args: argparse.Namespace, prior: Any) -> int:
     from buildtool.session import BuildRequest, Session
 
     if args.command == "clean":

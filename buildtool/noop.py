@@ -27,8 +27,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from buildtool.atomic import write_atomic
 
@@ -58,6 +59,8 @@ class Verdict:
     struct: list[str]  # the files that shape the graph, to snapshot again
     dirs: list[str]  # the directories whose listings shape it
     env_names: list[str]
+    body: dict[str, Any] = field(default_factory=dict)  # the snapshot as read: its unchanged parts are kept
+    lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
 
 
 def _sig(root: str, rel: str) -> list[int] | None:
@@ -89,25 +92,42 @@ def invalidate(state_dir: str) -> None:
 
 
 RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
+Seen = Sequence[Mapping[str, list[Any]]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
 
-def _sigs(root: str, files: Iterable[str], now: int, racy_ok: bool) -> dict[str, list[int] | None] | None:
-    """Stat data of ``files``.  A racily clean file is stored as RACY when ``racy_ok``
-    (it will count as changed), else the whole snapshot is refused (None)."""
+def _sigs(
+    root: str, files: Iterable[str], now: int, racy_ok: bool, seen: Seen = ()
+) -> dict[str, list[int] | None] | None:
+    """Stat data of ``files``.  A file that is racily clean, or whose stat differs from
+    the one the build relied on (``seen``: it changed during the build), is stored as RACY
+    when ``racy_ok`` (it will count as changed), else the whole snapshot is refused (None)."""
     sigs: dict[str, list[int] | None] = {}
     for rel in files:
         if rel in sigs:
             continue
         s = _sig(root, rel)
+        moved = False
+        for m in seen:
+            if rel in m:
+                e = m[rel]
+                moved = e is not None if s is None else (e is None or e[:4] != s)
+                break
         if s is not None:
             newest = max(s[1], s[3])
             coarse = s[1] % 1_000_000_000 == 0 and s[3] % 1_000_000_000 == 0
-            if newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now:
-                if not racy_ok:
-                    return None
-                s = RACY
+            moved = moved or newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now
+        if moved:
+            if not racy_ok:
+                return None
+            s = RACY
         sigs[rel] = s
     return sigs
+
+
+def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
+    """The stat data of the files that shaped the graph, taken right after evaluation: a
+    BUILD.py edited later in the build then refuses the snapshot (see ``write``)."""
+    return {rel: _sig(root, rel) for rel in files}
 
 
 def write(
@@ -120,24 +140,45 @@ def write(
     srcs: Iterable[str],
     outs: Iterable[str],
     graph: object,
+    seen: Seen = (),
+    keep: Verdict | None = None,
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
-    False (and no snapshot) if any file is racily clean."""
+    False (and no snapshot) if a file that shapes the graph is racily clean or changed
+    since the build relied on it.
+
+    ``seen``: the stat data the build relied on (the stat cache's entries, the struct
+    files' stats right after evaluation); a file whose stat moved since is stored as
+    changed.  ``keep``: the verdict of the incremental build that ends here (its graph came
+    from the snapshot): ``srcs``/``outs`` are then only the files of the planned cone, the
+    rest keep the signatures that the check, under the same lock, found unchanged, and
+    the pickled graph is left as it is."""
     now = time.time_ns()
-    parts = [_sigs(root, struct, now, False), _sigs(root, srcs, now, True), _sigs(root, outs, now, True)]
+    if keep is not None:
+        old = keep.body
+        struct = [f for f in struct if f not in old["files"]]
+    parts = [_sigs(root, struct, now, False, seen), _sigs(root, srcs, now, True, seen),
+             _sigs(root, outs, now, True, seen)]
     if any(p is None for p in parts):
         invalidate(state_dir)
         return False
     struct_sigs, src_sigs, out_sigs = parts
-    assert out_sigs is not None
-    n = len(getattr(graph, "targets", ()))
-    dir_sigs = {d: _dir_sig(root, d, out_sigs, now) for d in set(dirs)}
+    assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
+    old_dirs: Mapping[str, list[object]] = {}
+    if keep is not None:
+        struct_sigs = {**keep.body["files"], **struct_sigs}
+        src_sigs = {**keep.body["srcs"], **src_sigs}
+        out_sigs = {**keep.body["outs"], **out_sigs}
+        old_dirs = keep.body["dirs"]
+    n = keep.targets if keep is not None else len(getattr(graph, "targets", ()))
+    dir_sigs = {d: _dir_sig(root, d, out_sigs, now, old_dirs.get(d)) for d in set(dirs)}
     body = {"request": request, "env": env_view(env_names), "targets": n,
             "files": struct_sigs, "dirs": dir_sigs, "srcs": src_sigs, "outs": out_sigs}
     try:
         import pickle
 
-        write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
+        if keep is None:
+            write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
         text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         write_atomic(_path(state_dir), text, errors="surrogateescape")
     except (OSError, pickle.PicklingError):
@@ -177,14 +218,19 @@ def _listing(root: str, rel: str, outputs: Mapping[str, object]) -> str | None:
     return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
-def _dir_sig(root: str, rel: str, outputs: Mapping[str, object], now: int) -> list[object]:
+def _dir_sig(
+    root: str, rel: str, outputs: Mapping[str, object], now: int, old: list[object] | None = None
+) -> list[object]:
     """[listing fingerprint, mtime_ns, ctime_ns, ino]; the stat part (None when racily
-    clean) lets a check skip listing a directory whose entries cannot have changed."""
-    fp = _listing(root, rel, outputs)
+    clean) lets a check skip listing a directory whose entries cannot have changed.
+    ``old``: the previous signature, kept as it is while the directory's stat matches it."""
     try:
         st = os.stat(os.path.join(root, rel) if rel else root)
     except OSError:
-        return [fp, None, None, None]
+        return [_listing(root, rel, outputs), None, None, None]
+    if old is not None and old[1] is not None and old[1:] == [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
+        return old
+    fp = _listing(root, rel, outputs)
     coarse = st.st_mtime_ns % 1_000_000_000 == 0 and st.st_ctime_ns % 1_000_000_000 == 0
     if max(st.st_mtime_ns, st.st_ctime_ns) + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now:
         return [fp, None, None, None]  # changed too recently to vouch for by stat
@@ -256,7 +302,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if any(not os.path.exists(os.path.join(root, p)) for p in changed_srcs):
             return None  # a missing source is a graph error: the full path reports it
         changed = changed_srcs + _differs(root, body["outs"])
-        return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names)
+        return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names, body)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
 
@@ -269,7 +315,9 @@ def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[st
 
 
 def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[Verdict, float] | None:
-    """(verdict, seconds) if the snapshot vouches for this request; None: do the full build."""
+    """(verdict, seconds) if the snapshot vouches for this request; None: do the full build.
+    A verdict with changed files holds the workspace lock (``verdict.lock``): the build
+    that follows uses it, and whoever gets the verdict releases it."""
     t0 = time.monotonic()
     from buildtool.errors import UserError
     from buildtool.lock import WorkspaceLock
@@ -288,6 +336,11 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
         return None  # busy: the full path waits with a message
     try:
         n = check(ws.state_dir, ws.root, request_of(mode, patterns, ws.cwd_pkg_dir, action_env))
-    finally:
+    except BaseException:
+        lock.release()
+        raise
+    if n is not None and n.changed:
+        n.lock = lock  # the incremental build goes on under this lock: nothing can change the verdict
+    else:
         lock.release()
     return None if n is None else (n, time.monotonic() - t0)

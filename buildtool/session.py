@@ -128,8 +128,10 @@ class Session:
         t_begin = time.monotonic()
         cfg = self.config
         state = self.ws.ensure_state_dir()
-        lock = WorkspaceLock(state)
-        lock.acquire(req.wait, _say)
+        lock = getattr(req.prior, "lock", None)  # held since the snapshot check (noop.try_noop)
+        if lock is None:
+            lock = WorkspaceLock(state)
+            lock.acquire(req.wait, _say)
         try:
             return self._build_locked(req, cfg, state, t_begin, out)
         finally:
@@ -138,9 +140,11 @@ class Session:
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
         verdict, prior_graph = None, None
         if req.prior is not None and self.focus is None and self.graph_source is None:
-            # Re-checked under the lock: the snapshot vouches for the graph, only files changed.
-            request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
-            verdict = noop.check(state, self.ws.root, request)
+            # The snapshot vouches for the graph, only files changed; checked under this lock.
+            verdict = req.prior
+            if verdict.lock is None:
+                request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
+                verdict = noop.check(state, self.ws.root, request)
             prior_graph = noop.load_graph(state) if verdict is not None else None
         noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
@@ -156,6 +160,9 @@ class Session:
                 loader, graph = self.graph_source(record, req)
             else:
                 graph = self._graph(loader, req.patterns, req.mode)
+            # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
+            struct_seen = {} if isinstance(prior_graph, Graph) else noop.struct_sigs(
+                self.ws.root, self._struct_of(loader)[0])
         except NoTestsError:
             raise
         except UserError as e:
@@ -280,11 +287,13 @@ class Session:
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
                 and sched.interrupt is None \
                 and not any(t.always for t in graph.targets):  # always=True targets run on every build
+            seen = (stats.entries, struct_seen)
             if from_snapshot:
                 assert verdict is not None
-                self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs, set(verdict.env_names))
+                self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,
+                                     set(verdict.env_names), seen, verdict, wanted)
             else:
-                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader))
+                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
@@ -309,23 +318,30 @@ class Session:
         struct: list[str],
         dirs: list[str],
         env_names: set[str],
+        seen: noop.Seen,
+        keep: noop.Verdict | None = None,
+        cone: range | set[int] | None = None,
     ) -> None:
         """Record what this fully successful build depended on, for the no-op fast path:
-        ``struct`` (what shapes the graph, tools, discovered headers) and every source and output."""
+        ``struct`` (what shapes the graph, tools, discovered headers) and every source and
+        output — or, after an incremental build (``keep``), those of the planned ``cone``
+        (the snapshot's other signatures stay as the check found them)."""
         from buildtool import keys
 
         files = [*struct, *runner.tool_paths(), *runner.discovered_inputs()]  # + headers found by depfiles
         env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
         srcs: list[str] = []
         outs: list[str] = []
-        for t in graph.targets:
+        targets = graph.targets if cone is None else [graph.targets[i] for i in cone]
+        for t in targets:
             srcs.extend(t.srcs)
             outs.extend(t.outs)
+        for t in graph.targets:
             env_names.update(t.pass_env)
             if t.fn:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
-        noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph)
+        noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else

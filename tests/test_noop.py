@@ -107,3 +107,51 @@ def test_only_changed_sources_are_replanned_from_the_snapshot(ws: Path, tmp_path
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "1 restored" in r.stdout
     assert (ws / "bb.out").read_text() == "B\nB\n"
+
+
+@pytest.mark.parametrize("path", ["incremental", "incremental-both-run", "full"])
+def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, path: str) -> None:
+    """A source that changes after its target was judged fresh, while another target still
+    runs, must not be recorded in the snapshot as seen: the next build must rebuild it.
+    (The editor here is the slow command itself, standing in for a person saving a file.)"""
+    w = tmp_path / "ws"
+    w.mkdir()
+    (w / "buildtool.toml").write_text("")
+    (w / "a.txt").write_text("a\n")
+    (w / "b.txt").write_text("b\n")
+    (w / "BUILD.py").write_text(
+        'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp $< $@", priority=-1)\n'
+        'genrule(name="slow", srcs=["b.txt"], outs=["slow.out"],\n'
+        '        cmd="cat $< > $@ && if [ -e ../edit ]; then echo edited >> a.txt; rm ../edit; sleep 0.3; fi")\n'
+    )
+    cache = tmp_path / "cache"
+    settle(w, cache)
+    (w / "b.txt").write_text("b2\n")  # makes slow run (the incremental path, from the snapshot)
+    if path == "incremental-both-run":  # a.txt also changes before the build: both run, then a.txt again
+        (w / "a.txt").write_text("a2\n")
+    elif path == "full":  # no snapshot: the graph is evaluated, :a is judged fresh from the record
+        (w / ".buildtool" / "noop").unlink()
+    (tmp_path / "edit").write_text("")
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "edit").exists()
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0, r.stderr
+    assert (w / "a.out").read_text() == (w / "a.txt").read_text(), r.stdout + r.stderr
+
+
+def test_a_buildfile_edited_during_the_build_is_evaluated_next_time(tmp_path: Path) -> None:
+    w = tmp_path / "ws"
+    w.mkdir()
+    (w / "buildtool.toml").write_text("")
+    (w / "BUILD.py").write_text(
+        'genrule(name="slow", outs=["slow.out"], cmd="echo s > $@ && sleep 0.1 && '
+        "echo 'genrule(name=\\\"late\\\", outs=[\\\"late.out\\\"], cmd=\\\"echo late > $$@\\\")' >> BUILD.py && sleep 0.3\")\n"
+    )
+    cache = tmp_path / "cache"
+    r = bt(w, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert "late" in (w / "BUILD.py").read_text()
+    r = bt(w, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert (w / "late.out").read_text() == "late\n", r.stdout + r.stderr
