@@ -20,7 +20,7 @@ import blake3
 
 from buildtool.atomic import write_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
 LARGE_FILE = 4 * 1024 * 1024  # chunks + threads above this size
 CHUNK = 8 * 1024 * 1024
@@ -52,13 +52,21 @@ def hash_file(path: str, size: int | None = None) -> str:
 
 
 class StatCache:
-    """path -> digest memo keyed on stat data; safe against racily clean files."""
+    """path -> digest memo keyed on stat data; safe against racily clean files.
+
+    On disk: a header, the whole map as one JSON line, then journal lines that each hold
+    the entries changed by one later build (``null``: forgotten).  A build that changed a
+    few entries appends one line instead of rewriting the map; the file is rewritten
+    (temp file + rename) when the journal grows past a quarter of the map.
+    """
 
     def __init__(self, root: str, path: str | None, warn: Callable[[str], None]) -> None:
         self.root = root
         self.path = path
         self.entries: dict[str, Entry] = {}
         self.dirty = False
+        self._changed: set[str] = set()  # paths remembered or forgotten since the last save
+        self._journal = -1  # journal entries on disk after the map; -1: nothing appendable on disk
         self._warn = warn
         if path:
             self._load(path)
@@ -80,21 +88,60 @@ class StatCache:
         if head + b"\n" != HEADER.encode():
             self._warn(f"stat cache {path} has an unknown format; discarding it")
             return
+        base, *journal = body.split(b"\n")
         try:
-            entries = json.loads(body)
+            entries = json.loads(base)
             if not isinstance(entries, dict):
                 raise ValueError
         except ValueError:
             self._warn(f"stat cache {path} is corrupt; discarding it")
             return
+        n = 0
+        for i, line in enumerate(journal):
+            if not line:
+                continue
+            try:
+                changes = json.loads(line)
+                if not isinstance(changes, dict):
+                    raise ValueError
+            except ValueError:
+                if i < len(journal) - 1:  # only a torn last line is expected (a killed build)
+                    self._warn(f"stat cache {path} has a corrupt line; discarding it")
+                    return
+                break  # a torn tail: the next save rewrites the file whole (_journal stays -1)
+            for rel, e in changes.items():
+                if e is None:
+                    entries.pop(rel, None)
+                else:
+                    entries[rel] = e
+            n += len(changes)
+        else:
+            self._journal = n
         self.entries = entries
 
     def save(self) -> None:
         if not self.path or not self.dirty:
             return
+        changed = self._changed
         try:  # json.dumps uses the C encoder: ~10x faster than json.dump to a file
-            write_atomic(self.path, HEADER + json.dumps(self.entries, separators=(",", ":")), errors="surrogatepass")
+            if self._journal >= 0 and self._journal + len(changed) <= max(len(self.entries) // 4, 64):
+                line = json.dumps({p: self.entries.get(p) for p in changed}, separators=(",", ":")) + "\n"
+                try:  # no O_CREAT: a file removed meanwhile (buildtool clean) is written whole below
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                except FileNotFoundError:
+                    self._journal = -1
+                    return self.save()
+                try:
+                    os.write(fd, line.encode("utf-8", "surrogatepass"))
+                finally:
+                    os.close(fd)
+                self._journal += len(changed)
+            else:
+                text = HEADER + json.dumps(self.entries, separators=(",", ":")) + "\n"
+                write_atomic(self.path, text, errors="surrogatepass")
+                self._journal = 0
             self.dirty = False
+            changed.clear()
         except OSError as e:
             self._warn(f"could not save the stat cache ({e.strerror})")
 
@@ -111,10 +158,12 @@ class StatCache:
 
     def remember(self, rel: str, st: os.stat_result, digest: str, hashed_at: int) -> None:
         self.entries[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, hashed_at, digest]
+        self._changed.add(rel)
         self.dirty = True
 
     def forget(self, rel: str) -> None:
         if self.entries.pop(rel, None) is not None:
+            self._changed.add(rel)
             self.dirty = True
 
     def digest(self, rel: str, st: os.stat_result | None = None) -> str:

@@ -35,7 +35,7 @@ from buildtool.atomic import write_atomic
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
-GRAPH_HEADER = b"# buildtool graph v1\n"
+GRAPH_HEADER = b"# buildtool graph v2\n"
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)

@@ -127,6 +127,41 @@ def test_stat_cache_persists_and_detects_inode_change(tmp_path: Path) -> None:
     assert sc2.digest("f") == hash_bytes(b"two")
 
 
+def test_stat_cache_appends_small_changes_and_survives_a_torn_or_missing_file(tmp_path: Path) -> None:
+    for name in "abc":
+        (tmp_path / name).write_text(name)
+    db = tmp_path / "stat-cache"
+    warned: list[str] = []
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    sc.digest("a")
+    sc.digest("b")
+    sc.save()
+    whole = db.read_bytes()
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    sc.forget("a")
+    sc.digest("c")
+    sc.save()
+    assert db.read_bytes().startswith(whole) and db.read_bytes().count(b"\n") == 3  # one journal line
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    assert sorted(sc.entries) == ["b", "c"]
+    assert sc.entries["c"][5] == hash_bytes(b"c")
+    # A build killed while appending leaves a torn line: ignored, and the next save rewrites.
+    with open(db, "ab") as f:
+        f.write(b'{"a":[1,2')
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    assert sorted(sc.entries) == ["b", "c"] and not warned
+    sc.digest("a")
+    sc.save()
+    assert db.read_bytes().count(b"\n") == 2  # header + the whole map again
+    assert sorted(StatCache(str(tmp_path), str(db), warned.append).entries) == ["a", "b", "c"]
+    # The file removed under a live stat cache (buildtool clean in watch mode): written whole.
+    db.unlink()
+    sc.forget("b")
+    sc.save()
+    assert sorted(StatCache(str(tmp_path), str(db), warned.append).entries) == ["a", "c"]
+    assert not warned
+
+
 def test_corrupt_stat_cache_is_discarded_with_a_warning(tmp_path: Path) -> None:
     db = tmp_path / "stat-cache"
     db.write_text(digest_mod.HEADER + "{not json")

@@ -146,7 +146,8 @@ def test_a_buildfile_edited_during_the_build_is_evaluated_next_time(tmp_path: Pa
     (w / "buildtool.toml").write_text("")
     (w / "BUILD.py").write_text(
         'genrule(name="slow", outs=["slow.out"], cmd="echo s > $@ && sleep 0.1 && '
-        "echo 'genrule(name=\\\"late\\\", outs=[\\\"late.out\\\"], cmd=\\\"echo late > $$@\\\")' >> BUILD.py && sleep 0.3\")\n"
+        "echo 'genrule(name=\\\"late\\\", outs=[\\\"late.out\\\"], cmd=\\\"echo late > $$@\\\")' >> BUILD.py"
+        ' && sleep 0.3")\n'
     )
     cache = tmp_path / "cache"
     r = bt(w, cache, "build")
