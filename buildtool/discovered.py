@@ -30,6 +30,7 @@ from typing import Any
 from buildtool import keys
 from buildtool.cache import ActionEntry, Cache, safe_rel_path
 from buildtool.depfile import DepfileError, parse_file, workspace_inputs
+from buildtool.record import desc_of
 
 MANIFEST_VERSION = 1
 MAX_VARIANTS = 16
@@ -62,7 +63,7 @@ def recorded_paths(entry: Mapping[str, Any] | None) -> list[str] | None:
     """The discovered paths of a build-record entry (None when it has none)."""
     if entry is None:
         return None
-    found = entry.get("desc", {}).get("discovered")
+    found = (desc_of(entry) or {}).get("discovered")
     if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
         return None
     return found

@@ -46,9 +46,13 @@ def action_description(
     }
 
 
+def canonical(desc: Mapping[str, object]) -> str:
+    """The description as the JSON text its key hashes (also how the build record stores it)."""
+    return json.dumps(desc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def key_of(desc: Mapping[str, object]) -> str:
-    data = json.dumps(desc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return blake3.blake3(data.encode("utf-8", "surrogateescape")).hexdigest()
+    return blake3.blake3(canonical(desc).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def python_identity() -> str:

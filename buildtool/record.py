@@ -12,18 +12,35 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-FORMAT_VERSION = 1
+from buildtool import keys
+
+FORMAT_VERSION = 2
 HEADER = f"# buildtool build-record v{FORMAT_VERSION}\n"
+HEADER_V1 = "# buildtool build-record v1\n"  # read (its descs are objects), rewritten as v2 on close
 COMPACT_MIN_LINES = 1000
 COMPACT_RATIO = 3
 
 
+def desc_of(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The action description of an entry's key.  Stored as its canonical JSON text, so
+    loading the record does not build 10,000 description objects nobody asks for."""
+    if entry is None:
+        return None
+    d = entry.get("desc")
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            return None
+    return d if isinstance(d, dict) else None
+
+
 class BuildRecord:
     """label -> last entry: {"k": key, "o": [[path, digest, mode], ...], "d": seconds,
-    "desc": the key's description}."""
+    "desc": the key's description as canonical JSON text (``desc_of``)}."""
 
     def __init__(self, path: str, warn: Callable[[str], None]) -> None:
         self.path = path
@@ -31,6 +48,7 @@ class BuildRecord:
         self.lines = 0
         self._warn = warn
         self._fh: Any = None
+        self._upgrade = False  # a v1 file: compacted into v2 on close
         self._load()
 
     def _load(self) -> None:
@@ -45,7 +63,8 @@ class BuildRecord:
                 shutil.rmtree(self.path, ignore_errors=True)
             return
         head, _, body = data.partition(b"\n")
-        if head + b"\n" != HEADER.encode():
+        self._upgrade = head + b"\n" == HEADER_V1.encode()
+        if head + b"\n" != HEADER.encode() and not self._upgrade:
             self._warn("build record has an unknown format version; discarding it")
             self._discard()
             return
@@ -132,7 +151,7 @@ class BuildRecord:
         label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]
     ) -> tuple[dict[str, Any], str]:
         """An entry and its serialised line (done by workers, off the scheduler thread)."""
-        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": desc}
+        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": keys.canonical(desc)}
         return entry, json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
 
     def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:
@@ -157,7 +176,7 @@ class BuildRecord:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-        if self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1):
+        if self._upgrade or (self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1)):
             self.compact()
 
     def compact(self) -> None:
@@ -166,9 +185,12 @@ class BuildRecord:
             with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:  # non-UTF-8 file names
                 f.write(HEADER)
                 for e in self.entries.values():
+                    if isinstance(e.get("desc"), dict):  # read from a v1 file
+                        e = {**e, "desc": keys.canonical(e["desc"])}
                     f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
             os.replace(tmp, self.path)
             self.lines = len(self.entries)
+            self._upgrade = False
         except OSError as e:
             self._warn(f"could not compact the build record ({e.strerror})")
             try:

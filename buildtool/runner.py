@@ -25,7 +25,7 @@ from buildtool.digest import StatCache, hash_bytes, hash_file
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
-from buildtool.record import BuildRecord
+from buildtool.record import BuildRecord, desc_of
 
 INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
 
@@ -311,7 +311,7 @@ class TargetRunner:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
             assert reason is not None
         else:
-            reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
+            reason, why = rebuild.why_changed(desc_of(entry), desc, self._owner.get)
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
         corrupt = False
@@ -594,7 +594,7 @@ class TargetRunner:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
             assert reason is not None
         else:
-            reason, why = rebuild.why_changed(entry.get("desc") if entry else None, desc, self._owner.get)
+            reason, why = rebuild.why_changed(desc_of(entry), desc, self._owner.get)
         hit = self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
         if hit is not None:
             why += "; would restore from the cache"

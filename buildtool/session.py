@@ -29,7 +29,7 @@ from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
 from buildtool.profile import Phases, format_critical_path, write_profile
-from buildtool.record import BuildRecord
+from buildtool.record import BuildRecord, desc_of
 from buildtool.runner import RunOptions, TargetRunner
 from buildtool.scheduler import Scheduler
 from buildtool.status import Console, EventsWriter, Fanout
@@ -506,7 +506,7 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
         e = record.get(t.label)
         if e is None or not all(fresh[d] for d in t.deps):
             continue
-        inputs = e.get("desc", {}).get("inputs", {})
+        inputs = (desc_of(e) or {}).get("inputs", {})
         ok = True
         for p in t.srcs:
             try:

@@ -46,7 +46,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from buildtool import keys, labels
+from buildtool import discovered, keys, labels
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, UserError
 from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
@@ -537,7 +537,7 @@ class Watcher:
             if getattr(t, "depfile", None) is None:
                 continue
             e = record.get(t.label) or {}
-            for p in (e.get("desc") or {}).get("discovered", ()):
+            for p in discovered.recorded_paths(e) or ():
                 out.setdefault(p, []).append(t.id)
         return out
 

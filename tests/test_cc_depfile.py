@@ -54,10 +54,13 @@ def edit(ws: Workspace, rel: str, text: str) -> None:
 
 
 def record_entries(ws: Workspace) -> dict[str, dict]:
+    """label -> last record entry, its description parsed (stored as JSON text, formats.md)."""
     lines = ws.read(".buildtool/record").splitlines()[1:]
     out: dict[str, dict] = {}
     for ln in lines:
         e = json.loads(ln)
+        if isinstance(e.get("desc"), str):
+            e["desc"] = json.loads(e["desc"])
         out[e["l"]] = e
     return out
 

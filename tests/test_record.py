@@ -1,0 +1,61 @@
+"""The build record: entries, descriptions kept as text, torn tails, the v1 upgrade."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from buildtool import keys
+from buildtool.record import HEADER, HEADER_V1, BuildRecord, desc_of
+
+DESC = {"v": 1, "kind": "genrule", "cmd": "cp a b", "inputs": {"a": "d" * 64}, "outs": ["b"]}
+
+
+def test_entries_round_trip_with_the_description_as_its_canonical_text(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    rec.put("//:b", "k1", [["b", "e" * 64, 420]], 0.25, DESC)
+    rec.close()
+    line = json.loads(path.read_text().splitlines()[1])
+    assert line["desc"] == keys.canonical(DESC)  # the text the key hashes, not a second encoding
+    again = BuildRecord(str(path), print)
+    assert again.get("//:b")["k"] == "k1"
+    assert desc_of(again.get("//:b")) == DESC
+    assert desc_of(None) is None
+
+
+def test_a_torn_last_line_is_ignored_and_healed_before_the_next_append(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    rec.put("//:a", "k1", [], 0.1, DESC)
+    rec.close()
+    with open(path, "a") as f:
+        f.write('{"l":"//:b","k":"k2"')  # killed mid-write
+    rec = BuildRecord(str(path), print)
+    assert set(rec.entries) == {"//:a"}
+    rec.put("//:c", "k3", [], 0.1, DESC)
+    rec.close()
+    assert set(BuildRecord(str(path), print).entries) == {"//:a", "//:c"}
+
+
+def test_a_v1_record_is_read_and_rewritten_as_v2(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    old = {"l": "//:b", "k": "k1", "o": [["b", "e" * 64, 420]], "d": 0.5, "desc": DESC}
+    path.write_text(HEADER_V1 + json.dumps(old) + "\n")
+    warned: list[str] = []
+    rec = BuildRecord(str(path), warned.append)
+    assert desc_of(rec.get("//:b")) == DESC and not warned
+    rec.close()
+    text = path.read_text()
+    assert text.startswith(HEADER)
+    assert json.loads(text.splitlines()[1])["desc"] == keys.canonical(DESC)
+    assert desc_of(BuildRecord(str(path), print).get("//:b")) == DESC
+
+
+def test_another_version_is_discarded_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    path.write_text("# buildtool build-record v99\n{}\n")
+    warned: list[str] = []
+    rec = BuildRecord(str(path), warned.append)
+    assert rec.entries == {} and warned and "version" in warned[0]
+    assert not path.exists()
