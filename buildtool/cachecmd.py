@@ -10,9 +10,11 @@ import argparse
 import os
 import sys
 
-from buildtool import cache_gc
-from buildtool.config import Config, load_config
 from buildtool.errors import BuildtoolError, UserError
+
+TYPE_CHECKING = False  # cli.py registers this parser on every start: the work is imported on use
+if TYPE_CHECKING:
+    from buildtool.config import Config
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from buildtool.config import load_config
     from buildtool.workspace import find_workspace
 
     try:
@@ -37,6 +40,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from buildtool import cache_gc
+
     cfg = _config(args)
     if args.cache_command == "stats":
         print(cache_gc.stats_report(cfg.cache_dir, cfg.max_size))

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # cli.py registers these parsers on every start
+if TYPE_CHECKING:
+    from typing import Any
 
 COMMANDS = ("explain", "plan", "query", "graph")
 

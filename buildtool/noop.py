@@ -28,10 +28,12 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool.atomic import write_atomic
+
+TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
@@ -50,17 +52,22 @@ def _graph_path(state_dir: str) -> str:
     return os.path.join(state_dir, "graph")
 
 
-@dataclass(slots=True)
 class Verdict:
     """What the snapshot proves: a no-op, or a build where only ``changed`` files differ."""
 
-    targets: int
-    changed: list[str]  # sources and outputs whose stat differs ([] for a no-op)
-    struct: list[str]  # the files that shape the graph, to snapshot again
-    dirs: list[str]  # the directories whose listings shape it
-    env_names: list[str]
-    body: dict[str, Any] = field(default_factory=dict)  # the snapshot as read: its unchanged parts are kept
-    lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
+    __slots__ = ("body", "changed", "dirs", "env_names", "lock", "struct", "targets")
+
+    def __init__(
+        self, targets: int, changed: list[str], struct: list[str], dirs: list[str], env_names: list[str],
+        body: dict[str, Any],
+    ) -> None:
+        self.targets = targets
+        self.changed = changed  # sources and outputs whose stat differs ([] for a no-op)
+        self.struct = struct  # the files that shape the graph, to snapshot again
+        self.dirs = dirs  # the directories whose listings shape it
+        self.env_names = env_names
+        self.body = body  # the snapshot as read: its unchanged parts are kept
+        self.lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
 
 
 def _sig(root: str, rel: str) -> list[int] | None:
@@ -92,7 +99,7 @@ def invalidate(state_dir: str) -> None:
 
 
 RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
-Seen = Sequence[Mapping[str, list[Any]]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
+Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
 
 def _sigs(

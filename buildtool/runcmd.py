@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # cli.py registers this parser on every start
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -104,6 +106,8 @@ def exec_target(root: str, t: Any, args: list[str]) -> int:
             raise UserError(msg)
         argv = [path, *args]
     else:
+        import shlex
+
         cmd = t.cmd if not args else f"{t.cmd} {shlex.join(args)}"
         argv = shell_argv(shell_for(cmd), cmd, False)
     sys.stdout.flush()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass
 
 from buildtool.errors import UserError
 
@@ -18,13 +17,19 @@ IGNORE_FILE = ".buildtoolignore"
 ALWAYS_SKIPPED = frozenset({".git", STATE_DIR, ".hg", ".svn"})
 
 
-@dataclass(frozen=True, slots=True)
 class Workspace:
-    """A workspace root and the paths derived from it."""
+    """A workspace root and the paths derived from it.  (A plain class, not a dataclass:
+    the no-op fast path imports this module, and ``dataclasses`` costs ~12 ms to import.)"""
 
-    root: str  # absolute, symlinks resolved
-    cwd_pkg_dir: str  # workspace-relative directory the user started in ("" for root)
-    ignore_patterns: tuple[str, ...]
+    __slots__ = ("cwd_pkg_dir", "ignore_patterns", "root")
+
+    def __init__(self, root: str, cwd_pkg_dir: str, ignore_patterns: tuple[str, ...]) -> None:
+        self.root = root  # absolute, symlinks resolved
+        self.cwd_pkg_dir = cwd_pkg_dir  # workspace-relative directory the user started in ("" for root)
+        self.ignore_patterns = ignore_patterns
+
+    def __repr__(self) -> str:
+        return f"Workspace(root={self.root!r}, cwd_pkg_dir={self.cwd_pkg_dir!r})"
 
     @property
     def state_dir(self) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import tempfile
-from typing import Any
+
+TYPE_CHECKING = False  # cli.py registers this parser on every start: the rest is imported on use
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_parser(sub: Any) -> None:
@@ -43,6 +43,10 @@ def run_command(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     if not ep.is_grpc:
         raise UserError(f"--server must be grpc://HOST:PORT or grpcs://HOST:PORT (got {args.server!r})")
+    import shutil
+    import signal
+    import tempfile
+
     own_dir = args.work_dir is None
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="buildtool-worker-")
     from buildtool.remote.worker import Worker, log
