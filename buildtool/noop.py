@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from buildtool.atomic import write_atomic
 
@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (
 if TYPE_CHECKING:
     from typing import Any
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 GRAPH_HEADER = b"# buildtool graph v2\n"
 WINDOW_NS = 50_000_000
@@ -173,24 +173,54 @@ def write(
     assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
     old_dirs: Mapping[str, list[object]] = {}
     if keep is not None:
+        old_srcs, old_outs = _unpack(keep.body)
         struct_sigs = {**keep.body["files"], **struct_sigs}
-        src_sigs = {**keep.body["srcs"], **src_sigs}
-        out_sigs = {**keep.body["outs"], **out_sigs}
+        src_sigs = {**old_srcs, **src_sigs}
+        out_sigs = {**old_outs, **out_sigs}
         old_dirs = keep.body["dirs"]
     n = keep.targets if keep is not None else len(getattr(graph, "targets", ()))
     dir_sigs = {d: _dir_sig(root, d, out_sigs, now, old_dirs.get(d)) for d in set(dirs)}
     body = {"request": request, "env": env_view(env_names), "targets": n,
-            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_sigs, "outs": out_sigs}
+            "files": struct_sigs, "dirs": dir_sigs, "srcs": list(src_sigs), "outs": list(out_sigs)}
     try:
         import pickle
 
         if keep is None:
             write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
-        text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-        write_atomic(_path(state_dir), text, errors="surrogateescape")
+        text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False) + "\n"
+        packed = _pack([*src_sigs.values(), *out_sigs.values()])
+        write_atomic(_path(state_dir), text.encode("utf-8", "surrogateescape") + packed)
     except (OSError, pickle.PicklingError):
         return False
     return True
+
+
+MISSING = -2  # size column of a file that did not exist; RACY's -1 matches no file
+
+
+def _pack(sigs: list[list[int] | None]) -> bytes:
+    """The stat columns of ``srcs`` + ``outs``: all sizes, then all mtimes, inodes, ctimes
+    (int64, native byte order): loaded with one ``frombytes``, no per-file objects."""
+    from array import array
+
+    cols: list[array[int]] = [array("q"), array("q"), array("q"), array("q")]
+    for s in sigs:
+        if s is None:
+            s = [MISSING, 0, 0, 0]
+        elif len(s) != 4:
+            s = [-1, 0, 0, 0]
+        for c, v in zip(cols, s, strict=True):
+            c.append(v)
+    return b"".join(c.tobytes() for c in cols)
+
+
+def _unpack(body: Mapping[str, Any]) -> tuple[dict[str, list[int] | None], dict[str, list[int] | None]]:
+    """path -> signature (None: missing, RACY) of the snapshot's srcs and outs, as write() takes them."""
+    srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
+    sigs: list[list[int] | None] = []
+    for size, mt, ino, ct in zip(*cols, strict=True):
+        sigs.append(None if size == MISSING else RACY if size == -1 else [size, mt, ino, ct])
+    return dict(zip(srcs, sigs[: len(srcs)], strict=True)), dict(zip(outs, sigs[len(srcs) :], strict=True))
 
 
 def load_graph(state_dir: str) -> object | None:
@@ -207,7 +237,7 @@ def load_graph(state_dir: str) -> object | None:
         return None
 
 
-def _listing(root: str, rel: str, outputs: Mapping[str, object]) -> str | None:
+def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
     """A fingerprint of a directory's entries, leaving out outputs and state: what package
     discovery and glob() see.  (Its mtime would change each time an output is rewritten.)"""
     prefix = f"{rel}/" if rel else ""
@@ -226,7 +256,7 @@ def _listing(root: str, rel: str, outputs: Mapping[str, object]) -> str | None:
 
 
 def _dir_sig(
-    root: str, rel: str, outputs: Mapping[str, object], now: int, old: list[object] | None = None
+    root: str, rel: str, outputs: Container[str], now: int, old: list[object] | None = None
 ) -> list[object]:
     """[listing fingerprint, mtime_ns, ctime_ns, ino]; the stat part (None when racily
     clean) lets a check skip listing a directory whose entries cannot have changed.
@@ -244,7 +274,8 @@ def _dir_sig(
     return [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outputs: Mapping[str, object]) -> bool:
+def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outs: list[str]) -> bool:
+    outputs: set[str] | None = None  # built only if a directory must be listed again
     for rel, (fp, mtime, ctime, ino) in dirs.items():
         if mtime is not None:
             try:
@@ -253,26 +284,36 @@ def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outputs: Mapping[s
                     continue  # no entry was added, removed or renamed since
             except OSError:
                 return True
+        if outputs is None:
+            outputs = set(outs)
         if _listing(root, rel, outputs) != fp:
             return True
     return False
 
 
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
-    """The paths whose stat data differs.  Relative paths are stat'ed against an open
-    descriptor of the root (no string joins: this loop is the whole no-op build)."""
+    """The paths (of ``files``) whose stat data differs."""
+    paths = list(sigs)
+    cols = [[MISSING if s is None else s[i] if len(s) == 4 else -1 for s in sigs.values()] for i in range(4)]
+    return _differs_cols(root, paths, cols, 0, len(paths))
+
+
+def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo: int, hi: int) -> list[str]:
+    """The paths whose stat data differs from columns ``lo:hi``.  Relative paths are stat'ed
+    against an open descriptor of the root (no string joins: this loop is the whole no-op build)."""
     stat = os.stat
     out = []
+    sizes, mtimes, inos, ctimes = (c[lo:hi] for c in cols)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for rel, s in sigs.items():
+        for rel, size, mt, ino, ct in zip(paths, sizes, mtimes, inos, ctimes, strict=True):
             try:
                 st = stat(rel, dir_fd=fd)
             except OSError:
-                if s is not None:
+                if size != MISSING:
                     out.append(rel)
                 continue
-            if s is None or s[0] != st.st_size or s[1] != st.st_mtime_ns or s[2] != st.st_ino or s[3] != st.st_ctime_ns:
+            if size != st.st_size or mt != st.st_mtime_ns or ino != st.st_ino or ct != st.st_ctime_ns:
                 out.append(rel)
     finally:
         os.close(fd)
@@ -282,14 +323,23 @@ def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
 def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
     """What the snapshot proves for this request, or None: do the full build."""
     try:
-        with open(_path(state_dir), encoding="utf-8", errors="surrogateescape") as f:
-            head = f.readline()
-            if head != HEADER:
-                raise ValueError("header")
-            body = json.loads(f.read())
+        with open(_path(state_dir), "rb") as f:
+            data = f.read()
+        if not data.startswith(HEADER.encode()):
+            raise ValueError("header")
+        nl = data.index(b"\n", len(HEADER))
+        body = json.loads(data[len(HEADER) : nl].decode("utf-8", "surrogateescape"))
+        from array import array
+
+        packed = array("q")
+        packed.frombytes(data[nl + 1 :])
+        m = len(body["srcs"]) + len(body["outs"])
+        if len(packed) != 4 * m:
+            raise ValueError("length")
+        body["_cols"] = [packed[i * m : (i + 1) * m] for i in range(4)]
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         why = e.strerror if isinstance(e, OSError) else "damaged or of another version"
         print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
         return None
@@ -302,13 +352,13 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             return None
         if _differs(root, body["files"]):
             return None  # the graph itself may have changed
-        outs = body["outs"]
+        srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
         if _dirs_differ(root, body["dirs"], outs):
             return None  # a file or package appeared or went away
-        changed_srcs = _differs(root, body["srcs"])
+        changed_srcs = _differs_cols(root, srcs, cols, 0, len(srcs))
         if any(not os.path.exists(os.path.join(root, p)) for p in changed_srcs):
             return None  # a missing source is a graph error: the full path reports it
-        changed = changed_srcs + _differs(root, body["outs"])
+        changed = changed_srcs + _differs_cols(root, outs, cols, len(srcs), len(srcs) + len(outs))
         return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names, body)
     except (KeyError, TypeError, ValueError, IndexError):
         return None

@@ -156,3 +156,31 @@ def test_a_buildfile_edited_during_the_build_is_evaluated_next_time(tmp_path: Pa
     r = bt(w, cache, "build")
     assert r.returncode == 0, r.stderr
     assert (w / "late.out").read_text() == "late\n", r.stdout + r.stderr
+
+
+def test_snapshot_columns_round_trip_missing_racy_and_changed_files(tmp_path: Path) -> None:
+    """write() -> check() at the module level: the packed stat columns say exactly which
+    sources and outputs changed (a missing output stays missing, a racy one is changed)."""
+    from buildtool import noop
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    root.mkdir()
+    state.mkdir()
+    for name in ("a", "b", "o1"):
+        (root / name).write_text(name)
+        os.utime(root / name, ns=(1_000_000_000_123, 1_000_000_000_123))
+    req = {"mode": "build"}
+    time.sleep(0.06)  # past the racy window of the ctimes just set
+    assert noop.write(str(state), str(root), req, [], [], [], ["a", "b"], ["o1", "gone"], None)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []
+    (root / "b").write_text("B!")  # a source edited
+    (root / "gone").write_text("now here")  # an output that did not exist appears
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and sorted(v.changed) == ["b", "gone"]
+    (root / "late").write_text("x")  # racily clean when snapshotted: counts as changed next time
+    assert noop.write(str(state), str(root), req, [], [], [], ["a", "late"], ["o1"], None)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["late"]
+    (state / "noop").write_bytes((state / "noop").read_bytes()[:-3])  # a damaged tail
+    assert noop.check(str(state), str(root), req) is None
