@@ -34,21 +34,33 @@ def hash_bytes(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
 
 
-def hash_file(path: str, size: int | None = None) -> str:
+def hash_file(path: str) -> str:
     """BLAKE3 of a file's content; bounded-memory chunks + threads for large files."""
-    with open(path, "rb") as f:
-        if size is None:
-            size = os.fstat(f.fileno()).st_size
+    return _hash_fd(path)[0]
+
+
+def _hash_fd(path: str) -> tuple[str, os.stat_result]:
+    """(digest, fstat after reading) of a file.  Plain descriptors, not ``open()``: a
+    buffered file object costs an isatty ioctl, two lseeks and an fstat more per file,
+    and a clean build hashes every input and output."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
         if size >= LARGE_FILE:
             # Fixed-size chunks, each hashed by several threads: memory stays bounded for a
             # file of any size (an mmap of the whole file would count it all in our RSS).
             h = blake3.blake3(max_threads=blake3.blake3.AUTO)
             buf = bytearray(CHUNK)
             view = memoryview(buf)
-            while n := f.readinto(buf):
+            while n := os.readv(fd, [buf]):
                 h.update(view[:n])
-            return h.hexdigest()
-        return blake3.blake3(f.read()).hexdigest()
+        else:
+            h = blake3.blake3(os.read(fd, size + 1))
+            while chunk := os.read(fd, 1 << 16):  # grew while being read
+                h.update(chunk)
+        return h.hexdigest(), os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 class StatCache:
@@ -175,8 +187,7 @@ class StatCache:
         if d is not None:
             return d
         hashed_at = time.time_ns()
-        d = hash_file(full, st.st_size)
-        st2 = os.stat(full)
+        d, st2 = _hash_fd(full)  # st2: the file as it was once read (a replaced file keeps the old inode's)
         if (st2.st_size, st2.st_mtime_ns, st2.st_ino, st2.st_ctime_ns) == (
             st.st_size,
             st.st_mtime_ns,

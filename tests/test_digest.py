@@ -43,8 +43,8 @@ def test_stat_cache_avoids_rehashing_unchanged_files(tmp_path: Path, monkeypatch
     # Pretend time moved on well past the racy window, so the entry is trustworthy.
     sc.entries["src.txt"][4] += 10 * SECOND
     calls: list[str] = []
-    real = digest_mod.hash_file
-    monkeypatch.setattr(digest_mod, "hash_file", lambda path, size=None: calls.append(path) or real(path, size))
+    real = digest_mod._hash_fd
+    monkeypatch.setattr(digest_mod, "_hash_fd", lambda path: calls.append(path) or real(path))
     assert sc.digest("src.txt") == d1
     assert calls == []  # served from the stat cache
     p.write_text("changed!\n")
