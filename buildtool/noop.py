@@ -171,24 +171,36 @@ def write(
         return False
     struct_sigs, src_sigs, out_sigs = parts
     assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
-    old_dirs: Mapping[str, list[object]] = {}
-    if keep is not None:
-        old_srcs, old_outs = _unpack(keep.body)
+    if keep is None:
+        src_paths, out_paths = list(src_sigs), list(out_sigs)
+        cols = _columns([*src_sigs.values(), *out_sigs.values()])
+        old_dirs: Mapping[str, list[object]] = {}
+        n = len(getattr(graph, "targets", ()))
+    else:  # the old columns, with the cone's files re-signed in place
+        src_paths, out_paths = keep.body["srcs"], keep.body["outs"]
+        cols = _columns([])
+        for c, old_col in zip(cols, keep.body["_cols"], strict=True):
+            c.extend(old_col)
+        at = {p: i for i, p in enumerate([*src_paths, *out_paths])}
+        for p, s in [*src_sigs.items(), *out_sigs.items()]:
+            i = at.get(p)
+            if i is not None:
+                for c, v in zip(cols, _row(s), strict=True):
+                    c[i] = v
         struct_sigs = {**keep.body["files"], **struct_sigs}
-        src_sigs = {**old_srcs, **src_sigs}
-        out_sigs = {**old_outs, **out_sigs}
         old_dirs = keep.body["dirs"]
-    n = keep.targets if keep is not None else len(getattr(graph, "targets", ()))
-    dir_sigs = {d: _dir_sig(root, d, out_sigs, now, old_dirs.get(d)) for d in set(dirs)}
+        n = keep.targets
+    outputs = set(out_paths)
+    dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in set(dirs)}
     body = {"request": request, "env": env_view(env_names), "targets": n,
-            "files": struct_sigs, "dirs": dir_sigs, "srcs": list(src_sigs), "outs": list(out_sigs)}
+            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths}
     try:
         import pickle
 
         if keep is None:
             write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
         text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False) + "\n"
-        packed = _pack([*src_sigs.values(), *out_sigs.values()])
+        packed = b"".join(c.tobytes() for c in cols)
         write_atomic(_path(state_dir), text.encode("utf-8", "surrogateescape") + packed)
     except (OSError, pickle.PicklingError):
         return False
@@ -198,29 +210,23 @@ def write(
 MISSING = -2  # size column of a file that did not exist; RACY's -1 matches no file
 
 
-def _pack(sigs: list[list[int] | None]) -> bytes:
+def _row(s: list[int] | None) -> list[int]:
+    """One file's values in the columns: [size, mtime_ns, ino, ctime_ns] or a sentinel size."""
+    if s is None:
+        return [MISSING, 0, 0, 0]
+    return s if len(s) == 4 else [-1, 0, 0, 0]
+
+
+def _columns(sigs: list[list[int] | None]) -> list[Any]:
     """The stat columns of ``srcs`` + ``outs``: all sizes, then all mtimes, inodes, ctimes
-    (int64, native byte order): loaded with one ``frombytes``, no per-file objects."""
+    (``array('q')``, written in native byte order): loaded with one ``frombytes``."""
     from array import array
 
-    cols: list[array[int]] = [array("q"), array("q"), array("q"), array("q")]
+    cols = [array("q"), array("q"), array("q"), array("q")]
     for s in sigs:
-        if s is None:
-            s = [MISSING, 0, 0, 0]
-        elif len(s) != 4:
-            s = [-1, 0, 0, 0]
-        for c, v in zip(cols, s, strict=True):
+        for c, v in zip(cols, _row(s), strict=True):
             c.append(v)
-    return b"".join(c.tobytes() for c in cols)
-
-
-def _unpack(body: Mapping[str, Any]) -> tuple[dict[str, list[int] | None], dict[str, list[int] | None]]:
-    """path -> signature (None: missing, RACY) of the snapshot's srcs and outs, as write() takes them."""
-    srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
-    sigs: list[list[int] | None] = []
-    for size, mt, ino, ct in zip(*cols, strict=True):
-        sigs.append(None if size == MISSING else RACY if size == -1 else [size, mt, ino, ct])
-    return dict(zip(srcs, sigs[: len(srcs)], strict=True)), dict(zip(outs, sigs[len(srcs) :], strict=True))
+    return cols
 
 
 def load_graph(state_dir: str) -> object | None:
