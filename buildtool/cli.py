@@ -83,10 +83,55 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _plain_build(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(directory, patterns) if ``argv`` is ``[-C DIR] build [PATTERN...]`` with at most
+    ``-j N`` and ``--cache-dir DIR`` besides (neither changes what the no-op snapshot
+    proves), else None.  Such a build is checked against the snapshot before argparse is
+    imported and the parser built (~20 ms, a fifth of a 10,000-target no-op); anything
+    else, including every mistake, goes to the real parser, which also parses this same
+    argv again when the check does not settle the build."""
+    directory, patterns, seen_build, i = ".", [], False, 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        if not seen_build and a == "-C" and i + 1 < len(argv):
+            directory, i = argv[i + 1], i + 2
+            continue
+        if not seen_build and a == "build":
+            seen_build = True
+        elif seen_build and name in ("-j", "--jobs", "--cache-dir"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    return None
+                i, value = i + 1, argv[i + 1]
+            if name != "--cache-dir" and not (value.isdigit() and int(value) >= 1):
+                return None
+        elif seen_build and a.startswith("-j") and a[2:].isdigit() and int(a[2:]) >= 1:
+            pass
+        elif not seen_build or a.startswith("-") or not a:
+            return None
+        else:
+            patterns.append(a)
+        i += 1
+    return (directory, patterns) if seen_build else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # before building the parser: stay fast
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--version"]:  # before building the parser: stay fast
         print(f"buildtool {__version__}")
         return 0
+    checked: Any = False  # False: not checked yet; None or a verdict: the snapshot's answer
+    plain = _plain_build(argv)
+    if plain is not None:
+        from buildtool import noop
+
+        hit = noop.try_noop(plain[0], "build", plain[1], [])
+        if hit is not None and not hit[0].changed:
+            n = hit[0].targets
+            print(f"OK: {n} targets: {n} up_to_date in {hit[1]:.2f}s (nothing changed)")
+            return 0
+        checked = hit
     args = parser().parse_args(argv)
     if not args.command:
         parser().print_help()
@@ -94,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from buildtool.errors import BuildtoolError
 
     try:
-        return _dispatch(args)
+        return _dispatch(args, checked)
     except BuildtoolError as e:
         if e.exit_code == 1 and str(e) == "build failed":
             return 1
@@ -104,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 
@@ -119,7 +164,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     ):
         from buildtool import noop
 
-        hit = noop.try_noop(args.directory, args.command, args.patterns, args.action_env)
+        hit = checked if checked is not False else noop.try_noop(
+            args.directory, args.command, args.patterns, args.action_env)
         if hit is not None:
             verdict, secs = hit
             if not verdict.changed:

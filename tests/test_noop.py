@@ -195,3 +195,41 @@ def test_snapshot_columns_round_trip_missing_racy_and_changed_files(tmp_path: Pa
     assert v is not None and v.changed == ["late"]
     (state / "noop").write_bytes((state / "noop").read_bytes()[:-3])  # a damaged tail
     assert noop.check(str(state), str(root), req) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["build"], (".", [])),
+        (["-C", "ws", "build", "//...", "-j", "2", "--cache-dir", "/c"], ("ws", ["//..."])),
+        (["build", "-j2", "--jobs=3", "--cache-dir=/x", "//a:b", ":c"], (".", ["//a:b", ":c"])),
+        (["-C", "build", "build", "//x"], ("build", ["//x"])),  # a directory named like the command
+        (["build", "-j0"], None),  # a mistake: the real parser reports it
+        (["build", "-j"], None),
+        (["build", "-n"], None),  # flags that change what a build does
+        (["build", "--explain"], None),
+        (["build", "--watch"], None),
+        (["build", "--", "x"], None),
+        (["--color", "never", "build"], None),
+        (["test", "//..."], None),
+    ],
+)
+def test_only_plain_builds_are_checked_before_the_parser_is_built(argv: list[str], expected: object) -> None:
+    from buildtool.cli import _plain_build
+
+    assert _plain_build(argv) == expected
+
+
+def test_the_early_check_hands_an_incremental_verdict_to_the_build(ws: Path, tmp_path: Path) -> None:
+    """`-C WS build -j 2` takes the early path: a no-op prints at once, and a changed source
+    is rebuilt by the same verdict (its lock is released afterwards: a third build runs)."""
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    r = bt(ws, cache, "build", "-j", "2")
+    assert "(nothing changed)" in r.stdout
+    (ws / "a.txt").write_text("zz\n")
+    r = bt(ws, cache, "build", "-j", "2", "--cache-dir", str(cache))
+    assert r.returncode == 0 and "1 ran" in r.stdout, r.stdout + r.stderr
+    assert (ws / "up.txt").read_text() == "ZZ\n"
+    r = bt(ws, cache, "build", "--no-wait")
+    assert r.returncode == 0, r.stderr
