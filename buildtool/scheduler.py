@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
@@ -72,6 +72,10 @@ class Scheduler:
         self._results: queue.SimpleQueue[tuple[int, Outcome] | None] = queue.SimpleQueue()
         self._work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        # Deferred work of finished targets (the cache store): one thread of its own, so a
+        # lane's thread is free for the next command at once.
+        self._after: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._after_thread: threading.Thread | None = None
         self._free_lanes = list(range(self.jobs - 1, -1, -1))
         self.t0 = 0.0
 
@@ -123,8 +127,11 @@ class Scheduler:
         finally:
             for _ in self._threads:
                 self._work.put(None)
-            for th in self._threads:  # let deferred cache stores finish before the caller closes up
+            for th in self._threads:
                 th.join(timeout=120)
+            if self._after_thread is not None:  # let deferred cache stores finish before the caller closes up
+                self._after.put(None)
+                self._after_thread.join(timeout=120)
         del plan
         return self.outcomes
 
@@ -179,6 +186,9 @@ class Scheduler:
     def _ensure_workers(self) -> None:
         if len(self._threads) >= self.jobs:
             return
+        if self._after_thread is None:
+            self._after_thread = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
+            self._after_thread.start()
         th = threading.Thread(target=self._worker, name=f"buildtool-worker-{len(self._threads)}", daemon=True)
         th.start()
         self._threads.append(th)
@@ -198,14 +208,18 @@ class Scheduler:
             outcome.end = self.clock() - self.t0
             outcome.lane = lane
             after = outcome.extra.pop("after", None)
+            if after is not None:  # e.g. the cache store: off the critical path and off this lane
+                self._after.put(after)
             self._results.put((t, outcome))
-            if after is not None:  # e.g. the cache store: off the critical path, still on this lane's thread
-                try:
-                    after()
-                except Exception as e:  # the store degrades to a warning, never fails the build
-                    warn = getattr(self.runner, "warn", None)
-                    if warn is not None:
-                        warn(f"storing a result in the cache failed: {type(e).__name__}: {e}")
+
+    def _afterwork(self) -> None:
+        while (after := self._after.get()) is not None:
+            try:
+                after()
+            except Exception as e:  # the store degrades to a warning, never fails the build
+                warn = getattr(self.runner, "warn", None)
+                if warn is not None:
+                    warn(f"storing a result in the cache failed: {type(e).__name__}: {e}")
 
     def _finish(self, t: int, outcome: Outcome) -> None:
         if self.interrupt is not None and not outcome.ok:
