@@ -20,7 +20,7 @@ import fcntl
 import json
 import os
 import posixpath
-import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from buildtool.cache_gc import StoreGuard
-from buildtool.digest import hash_file
+from buildtool.digest import hash_bytes, hash_file
 
 FORMAT_VERSION = 1
 FICLONE = 0x40049409
+SMALL_BLOB = 1 << 20  # restored from one in-memory read (verified from the bytes); larger ones stream
+COPY_CHUNK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +76,11 @@ class Cache:
         self.restore_mode = restore_mode
         self.writable = True
         self._reflink = True
-        self._made: set[str] = set()
+        self._made: set[str] = set()  # directories known to exist (cleared when one vanishes)
+        self._staging: dict[str, str] = {}  # restore's destination dir -> temp dir there ("": beside dest)
         self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
         self._count_mu = threading.Lock()
-        self.restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
+        self._restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
         self._guard = StoreGuard(self.dir)
         try:
             for sub in ("cas", "ac", "tmp"):
@@ -96,11 +99,18 @@ class Cache:
     def _ac_path(self, key: str) -> str:
         return os.path.join(self.dir, "ac", key[:2], key)
 
-    def _mkparent(self, path: str) -> None:
-        d = os.path.dirname(path)
+    def _mkdir(self, d: str) -> None:
         if d not in self._made:
             os.makedirs(d, exist_ok=True)
             self._made.add(d)
+
+    def _mkparent(self, path: str) -> None:
+        self._mkdir(os.path.dirname(path))
+
+    def _forget_dirs(self) -> None:
+        """A memoised directory was removed (the state dir's tmp/ goes after each build)."""
+        self._made.clear()
+        self._staging.clear()
 
     def storing(self) -> contextlib.AbstractContextManager[None]:
         """Hold while one action's blobs and then its entry are written: GC waits for it."""
@@ -117,8 +127,7 @@ class Cache:
     def get_action(self, key: str) -> ActionEntry | None:
         path = self._ac_path(key)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = _read_file(path, touch=True)  # touched: recency for LRU eviction
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -141,10 +150,6 @@ class Cache:
             self._warn(f"cache entry {key[:12]} is corrupt or of another version; treating it as a miss")
             self._remove(path)
             return None
-        try:
-            os.utime(path)  # recency for LRU eviction
-        except OSError:
-            pass
         return entry
 
     def put_action(self, key: str, entry: ActionEntry) -> None:
@@ -177,11 +182,12 @@ class Cache:
         tmp = self._tmp()
         try:
             self._mkparent(dest)
-            self._clone_or_copy(src, tmp)
-            os.chmod(tmp, 0o444)
-            size = os.stat(tmp).st_size
-            os.replace(tmp, dest)
-            self._added(size)
+            fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                st = self._write_new(tmp, dest, 0o444, lambda out: self._clone_or_copy(fd, out))
+            finally:
+                os.close(fd)
+            self._added(st.st_size)
         except OSError as e:
             self._remove(tmp)
             self._write_failed(e)
@@ -189,84 +195,130 @@ class Cache:
     def read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = _read_file(path)
         except OSError:
             return None
-        from buildtool.digest import hash_bytes
-
         if hash_bytes(data) != digest:
             self._warn(f"cache blob {digest[:12]} is corrupt; removing it")
             self._remove(path)
             return None
         return data
 
-    def restore(self, digest: str, dest: str, mode: int) -> bool:
-        """Copy (or reflink / hardlink) a verified blob to ``dest``; False on a miss."""
+    def restore(self, digest: str, dest: str, mode: int) -> os.stat_result | None:
+        """Copy (or reflink / hardlink) a verified blob to ``dest``: the restored file's stat
+        (taken after the rename, for the stat cache), or None on a miss."""
         blob = self._blob_path(digest)
         try:
-            actual = hash_file(blob)
+            src = os.open(blob, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return False
+            return None  # not stored, or evicted by GC meanwhile
+        try:
+            return self._restore_from(src, blob, digest, dest, mode)
+        finally:
+            os.close(src)
+
+    def _restore_from(self, src: int, blob: str, digest: str, dest: str, mode: int) -> os.stat_result | None:
+        try:
+            size = os.fstat(src).st_size
+            # A small blob is read once: verified from these bytes and written from them.
+            # A large one is hashed, then reflinked or copied, in bounded memory.
+            data = _read_fd(src, size) if size < SMALL_BLOB else None
+            actual = hash_bytes(data) if data is not None else hash_file(blob)
+        except OSError:
+            return None
         if actual != digest:
             self._warn(f"cache blob {digest[:12]} does not match its digest; removing it and rerunning")
             self._remove(blob)
-            return False
-        tmp = f"{dest}.buildtool-tmp"
-        try:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            tmp = self._restore_tmp(dest)
-            self._remove(tmp)
-            if self.restore_mode == "hardlink" and mode == 0o644:
-                try:
-                    os.link(blob, tmp)
-                except OSError:
-                    self._clone_or_copy(blob, tmp)
-                    os.chmod(tmp, mode)
+            return None
+
+        def fill(out: int) -> None:
+            if data is not None:
+                _write_all(out, data)
             else:
-                self._clone_or_copy(blob, tmp)
-                os.chmod(tmp, mode)
-            os.replace(tmp, dest)
-        except OSError as e:
-            self._remove(tmp)
-            self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
-            return False
-        return True
+                self._clone_or_copy(src, out)
+
+        link = self.restore_mode == "hardlink" and mode == 0o644
+        for retry in (False, True):
+            tmp = None
+            try:
+                tmp = self._restore_tmp(dest)
+                if link and _link(blob, tmp):
+                    os.replace(tmp, dest)
+                    return os.stat(dest)
+                return self._write_new(tmp, dest, mode, fill)
+            except OSError as e:
+                if tmp is not None:
+                    self._remove(tmp)
+                if isinstance(e, FileNotFoundError) and not retry:
+                    self._forget_dirs()  # a directory memoised as existing was removed: make it again
+                    continue
+                self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
+        return None
+
+    @property
+    def restore_tmp_dir(self) -> str | None:
+        return self._restore_tmp_dir
+
+    @restore_tmp_dir.setter
+    def restore_tmp_dir(self, d: str | None) -> None:
+        self._restore_tmp_dir = d
+        self._staging.clear()
 
     def _restore_tmp(self, dest: str) -> str:
-        """Stage restores in the state dir (same filesystem), so a build killed mid-restore
-        leaves no stray file among the sources; else beside ``dest``."""
-        d = self.restore_tmp_dir
-        if d is not None:
-            try:
-                os.makedirs(d, exist_ok=True)
-                if os.stat(d).st_dev == os.stat(os.path.dirname(dest)).st_dev:
-                    return os.path.join(d, f"restore.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}")
-            except OSError:
-                pass
+        """A temp path on ``dest``'s filesystem, after making ``dest``'s directory: in the
+        state dir when it is on the same filesystem, so a build killed mid-restore leaves no
+        stray file among the sources; else beside ``dest``.  Memoised per directory."""
+        ddir = os.path.dirname(dest)
+        self._mkdir(ddir)
+        staging = self._staging.get(ddir)
+        if staging is None:
+            staging = ""
+            d = self._restore_tmp_dir
+            if d is not None:
+                try:
+                    self._mkdir(d)
+                    if os.stat(d).st_dev == os.stat(ddir).st_dev:
+                        staging = d
+                except OSError:
+                    pass
+            self._staging[ddir] = staging
+        if staging:
+            return os.path.join(staging, f"restore.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}")
         return f"{dest}.buildtool-tmp"
 
     # -- helpers ---------------------------------------------------------------------
-    def _clone_or_copy(self, src: str, dest: str) -> None:
+    def _clone_or_copy(self, src: int, dest: int) -> None:
+        """Give the empty file ``dest`` all of ``src``: a reflink where the filesystem can."""
         if self._reflink:
             try:
-                with open(src, "rb") as fs, open(dest, "wb") as fd:
-                    fcntl.ioctl(fd.fileno(), FICLONE, fs.fileno())
+                fcntl.ioctl(dest, FICLONE, src)
                 return
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
                     raise
                 self._reflink = False  # EOPNOTSUPP, EXDEV, EINVAL, ENOTTY: no reflinks here
-        shutil.copyfile(src, dest)
+        _copy_fd(src, dest)
+
+    @staticmethod
+    def _write_new(tmp: str, dest: str, mode: int, fill: Callable[[int], None]) -> os.stat_result:
+        """Create ``tmp`` with ``mode``, ``fill`` it and rename it to ``dest``: the one
+        atomic write of every blob, entry and restore.  Returns the stat after the rename
+        (which changes the ctime that the stat cache compares)."""
+        fd = _create(tmp, mode)
+        try:
+            fill(fd)
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)  # the umask took bits off
+            os.replace(tmp, dest)
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
 
     def _write_atomic(self, dest: str, data: bytes, mode: int = 0o644) -> None:
         tmp = self._tmp()
         try:
             self._mkparent(dest)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, dest)
+            self._write_new(tmp, dest, mode, lambda fd: _write_all(fd, data))
             self._added(len(data))
         except OSError as e:
             self._remove(tmp)
@@ -284,3 +336,66 @@ class Cache:
             os.unlink(path)
         except OSError:
             pass
+
+
+# Raw descriptors, not io.open: for the small files of a cache, io's extra fstat, ioctl and
+# lseeks per open cost more than the read itself.
+def _create(path: str, mode: int) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, mode)
+    except FileExistsError:  # a temp file left by a killed build
+        os.unlink(path)
+        return os.open(path, flags, mode)
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``fd`` (fewer only at end of file)."""
+    data = os.read(fd, size)
+    while len(data) < size and (more := os.read(fd, size - len(data))):
+        data += more
+    return data
+
+
+def _read_file(path: str, touch: bool = False) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = _read_fd(fd, os.fstat(fd).st_size)
+        if touch:
+            try:
+                os.utime(fd)
+            except OSError:
+                pass
+        return data
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _copy_fd(src: int, dest: int) -> None:
+    """All of ``src`` (from offset 0) appended to ``dest``, in bounded memory."""
+    offset = 0
+    try:
+        while n := os.sendfile(dest, src, offset, COPY_CHUNK):
+            offset += n
+        return
+    except OSError as e:
+        if offset or e.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP):
+            raise
+    while chunk := os.pread(src, COPY_CHUNK, offset):  # no sendfile between these files
+        _write_all(dest, chunk)
+        offset += len(chunk)
+
+
+def _link(blob: str, tmp: str) -> bool:
+    """Hardlink ``tmp`` to ``blob``; False where a link cannot be made (EXDEV, EMLINK, EPERM)."""
+    try:
+        os.link(blob, tmp)
+        return True
+    except OSError:
+        return False

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import BuildRun, Workspace
 
+from buildtool import cache as cache_mod
 from buildtool.cache import ActionEntry, Cache, CachedOutput, safe_rel_path
 from buildtool.digest import hash_bytes
 
@@ -202,3 +203,120 @@ def test_action_entry_roundtrip(tmp_path: Path) -> None:
     c.put_action("k" * 64, e)
     assert c.get_action("k" * 64) == e
     assert c.get_action("z" * 64) is None
+
+
+def _restore_cache(tmp_path: Path, data: bytes, **kw: str) -> tuple[Cache, str, list[str]]:
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append, **kw)
+    c.restore_tmp_dir = str(tmp_path / "ws" / ".buildtool" / "tmp")
+    d = hash_bytes(data)
+    c.put_bytes(data, d)
+    return c, d, warned
+
+
+@pytest.mark.parametrize("small_limit", [1 << 20, 0], ids=["in-memory", "streamed"])
+def test_corrupt_blob_is_a_miss_that_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_limit: int
+) -> None:
+    monkeypatch.setattr(cache_mod, "SMALL_BLOB", small_limit)
+    c, d, warned = _restore_cache(tmp_path, b"good bytes\n")
+    overwrite(Path(c._blob_path(d)), b"evil bytes\n")
+    dest = tmp_path / "ws" / "out" / "f.txt"
+    assert c.restore(d, str(dest), 0o644) is None
+    assert not dest.exists()
+    assert not Path(c._blob_path(d)).exists()
+    assert any("does not match its digest" in w for w in warned)
+    assert not (tmp_path / "ws" / "out").exists()  # verified before anything was made
+
+
+@pytest.mark.parametrize("small_limit", [1 << 20, 0], ids=["in-memory", "streamed"])
+def test_restore_content_mode_and_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_limit: int) -> None:
+    monkeypatch.setattr(cache_mod, "SMALL_BLOB", small_limit)
+    monkeypatch.setattr(cache_mod, "COPY_CHUNK", 7)  # several rounds of the streamed copy
+    data = bytes(range(256)) * 3
+    c, d, warned = _restore_cache(tmp_path, data)
+    old = os.umask(0o077)  # a restrictive umask still gives the recorded modes
+    try:
+        for mode in (0o644, 0o755):
+            dest = tmp_path / "ws" / "new" / "dir" / f"f{mode:o}"  # directories made as needed
+            st = c.restore(d, str(dest), mode)
+            assert st is not None
+            assert dest.read_bytes() == data
+            assert dest.stat().st_mode & 0o777 == mode
+            now = os.stat(dest)  # the returned stat is the final one: the stat cache can trust it
+            assert (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (
+                now.st_ino,
+                now.st_size,
+                now.st_mtime_ns,
+                now.st_ctime_ns,
+            )
+    finally:
+        os.umask(old)
+    assert Path(c._blob_path(d)).read_bytes() == data
+    assert not warned
+    assert os.listdir(tmp_path / "ws" / ".buildtool" / "tmp") == []
+
+
+def test_editing_a_restored_copy_leaves_the_blob_intact(tmp_path: Path) -> None:
+    c, d, _ = _restore_cache(tmp_path, b"v1\n")
+    dest = tmp_path / "ws" / "f.txt"
+    assert c.restore(d, str(dest), 0o644)
+    with open(dest, "r+b") as f:  # in place, same inode
+        f.write(b"v2\n")
+    assert c.read_blob(d) == b"v1\n"
+
+
+def test_restore_survives_directories_removed_since_the_last_restore(tmp_path: Path) -> None:
+    """The state dir's tmp/ goes after every build while watch mode keeps the Cache; an
+    output directory may be deleted by hand: the memoised directories are made again."""
+    import shutil
+
+    c, d, warned = _restore_cache(tmp_path, b"x\n")
+    dest = tmp_path / "ws" / "out" / "f.txt"
+    assert c.restore(d, str(dest), 0o644)
+    shutil.rmtree(tmp_path / "ws" / ".buildtool")
+    shutil.rmtree(tmp_path / "ws" / "out")
+    assert c.restore(d, str(dest), 0o644)
+    assert dest.read_bytes() == b"x\n"
+    assert not warned
+
+
+def test_restore_beside_dest_replaces_a_stale_temp_file(tmp_path: Path) -> None:
+    c, d, warned = _restore_cache(tmp_path, b"fresh\n")
+    c.restore_tmp_dir = None  # as when the state dir is on another filesystem
+    dest = tmp_path / "ws" / "f.txt"
+    dest.parent.mkdir(parents=True)
+    Path(f"{dest}.buildtool-tmp").write_bytes(b"left by a killed build")
+    assert c.restore(d, str(dest), 0o644)
+    assert dest.read_bytes() == b"fresh\n"
+    assert not Path(f"{dest}.buildtool-tmp").exists()
+    assert not warned
+
+
+def test_hardlink_mode_links_plain_outputs_and_copies_executables(tmp_path: Path) -> None:
+    c, d, _ = _restore_cache(tmp_path, b"shared\n", restore_mode="hardlink")
+    plain, tool = tmp_path / "ws" / "a", tmp_path / "ws" / "b"
+    assert c.restore(d, str(plain), 0o644)
+    assert c.restore(d, str(tool), 0o755)
+    blob = os.stat(c._blob_path(d))
+    assert os.stat(plain).st_ino == blob.st_ino
+    assert os.stat(tool).st_ino != blob.st_ino and os.stat(tool).st_mode & 0o777 == 0o755
+
+
+def test_restore_of_a_missing_blob_is_a_quiet_miss(tmp_path: Path) -> None:
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    assert c.restore("0" * 64, str(tmp_path / "ws" / "f"), 0o644) is None
+    assert not warned and not (tmp_path / "ws").exists()
+
+
+def test_put_file_stores_a_read_only_verified_copy(tmp_path: Path) -> None:
+    c = Cache(str(tmp_path / "c"), lambda m: None)
+    src = tmp_path / "out.bin"
+    src.write_bytes(b"z" * 100_000)
+    d = hash_bytes(src.read_bytes())
+    c.put_file(str(src), d)
+    blob = Path(c._blob_path(d))
+    assert blob.read_bytes() == src.read_bytes()
+    assert blob.stat().st_mode & 0o777 == 0o444
+    assert c.bytes_added == 100_000
