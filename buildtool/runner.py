@@ -390,20 +390,16 @@ class TargetRunner:
         if sorted(o.path for o in hit.outputs) != sorted(t.outs):
             self.warn(f"cache entry for {t.label} lists other outputs than the target; ignoring it")
             return None
-        if all(self._disk_digest(o.path) == o.digest for o in hit.outputs):
+        stale = [o for o in hit.outputs if self._disk_digest(o.path) != o.digest]
+        if not stale:
             for o in hit.outputs:
                 self._fix_mode(o)
             return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
-        for o in hit.outputs:
-            full = os.path.join(self.root, o.path)
-            if self._disk_digest(o.path) == o.digest:
-                continue
-            if not self.cache.restore(o.digest, full, o.mode):
+        for o in stale:
+            st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode)
+            if st is None:
                 return None
-            try:
-                self.stats.remember(o.path, os.stat(full), o.digest, time.time_ns())
-            except OSError:
-                return None
+            self.stats.remember(o.path, st, o.digest, time.time_ns())
         return Status.RESTORED, "restored from the local cache"
 
     def _fix_mode(self, o: CachedOutput) -> None:
