@@ -168,6 +168,17 @@ class Cache:
     def has_blob(self, digest: str) -> bool:
         return os.path.exists(self._blob_path(digest))
 
+    def blobs_smaller_than(self, entry: ActionEntry, limit: int) -> bool:
+        """True if every output blob of ``entry`` is present and under ``limit`` bytes
+        (cheap enough to restore on the scheduler's thread)."""
+        for o in entry.outputs:
+            try:
+                if os.stat(self._blob_path(o.digest)).st_size >= limit:
+                    return False
+            except OSError:
+                return False
+        return True
+
     def put_bytes(self, data: bytes, digest: str) -> None:
         if self.writable and not self.has_blob(digest):
             self._write_atomic(self._blob_path(digest), data, mode=0o444)

@@ -259,6 +259,16 @@ class TargetRunner:
             )
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
+        if entry is not None and entry.get("k") == key and t.depfile is None:
+            # Same action as last time, outputs missing or edited: a restore from the local
+            # cache of small blobs costs less than the hop to a worker thread (W6).
+            hit = self.cache.get_action(key)
+            if hit is not None and self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
+                _, _, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
+                done = self._restored(t, hit, key, desc, why, "local")
+                if done is not None:
+                    self._prepare_record(tid, done)
+                    return done
         return None
 
     def run(self, tid: int, lane: int) -> Outcome:
@@ -267,6 +277,11 @@ class TargetRunner:
         hashed = self._hash_s.pop(tid, None)
         if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
             outcome.extra["hash_s"] = hashed
+        self._prepare_record(tid, outcome)
+        return outcome
+
+    def _prepare_record(self, tid: int, outcome: Outcome) -> None:
+        """The build-record line of a successful outcome, serialised before commit()."""
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         if outcome.ok and outcome.extra.get("record", not fresh_by_record):
             label = self.label_of(tid)
@@ -278,7 +293,6 @@ class TargetRunner:
             outcome.extra["record_entry"] = self.record.prepare(
                 label, key, outcome.extra.get("outputs"), duration, desc  # type: ignore[arg-type]
             )
-        return outcome
 
     def _run(self, tid: int, lane: int) -> Outcome:
         t = self.graph.targets[tid]
@@ -321,19 +335,9 @@ class TargetRunner:
             else:
                 hit = self.cache.get_action(key)
             if hit is not None:
-                got = self._restore(t, hit)
-                if got is not None:
-                    status, msg = got
-                    return Outcome(
-                        status,
-                        Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
-                        f"{why}; {msg}",
-                        key=key,
-                        cache="local",
-                        extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
-                        stdout=self._blob_text(hit.stdout),
-                        stderr=self._blob_text(hit.stderr),
-                    )
+                done = self._restored(t, hit, key, desc, why, "local")
+                if done is not None:
+                    return done
                 corrupt = True
         if self.remote is not None and not cache_skip and t.depfile is None:
             done = self._remote_restore(t, key, desc, why)
@@ -350,13 +354,21 @@ class TargetRunner:
         from buildtool.remote.action import TargetView
 
         hit = self.remote.lookup(TargetView.of(t, self.graph.inputs[t.id]), key, desc, t.label)
-        got = self._restore(t, hit) if hit is not None else None
-        if hit is None or got is None:
+        return None if hit is None else self._restored(t, hit, key, desc, why, "remote")
+
+    def _restored(
+        self, t: Target, hit: ActionEntry, key: str, desc: dict[str, Any], why: str, where: str
+    ) -> Outcome | None:
+        """The outcome of putting a cache entry's outputs in place (None: the entry was unusable)."""
+        got = self._restore(t, hit)
+        if got is None:
             return None
-        status = got[0]
+        status, msg = got
+        if where == "remote":
+            msg = "restored from the remote cache"
         return Outcome(
             status, Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
-            f"{why}; restored from the remote cache", key=key, cache="remote",
+            f"{why}; {msg}", key=key, cache=where,
             extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
             stdout=self._blob_text(hit.stdout), stderr=self._blob_text(hit.stderr),
         )
