@@ -30,6 +30,16 @@ def ws(tmp_path: Path) -> Path:
     return w
 
 
+def new_workspace(tmp_path: Path, build_py: str, files: dict[str, str] | None = None) -> Path:
+    w = tmp_path / "ws"
+    w.mkdir()
+    (w / "buildtool.toml").write_text("")
+    for name, text in (files or {}).items():
+        (w / name).write_text(text)
+    (w / "BUILD.py").write_text(build_py)
+    return w
+
+
 def settle(ws: Path, cache: Path) -> None:
     """Build until the fast path is armed (outputs older than the racy window)."""
     assert bt(ws, cache, "build").returncode == 0
@@ -125,15 +135,12 @@ def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, pat
     """A source that changes after its target was judged fresh, while another target still
     runs, must not be recorded in the snapshot as seen: the next build must rebuild it.
     (The editor here is the slow command itself, standing in for a person saving a file.)"""
-    w = tmp_path / "ws"
-    w.mkdir()
-    (w / "buildtool.toml").write_text("")
-    (w / "a.txt").write_text("a\n")
-    (w / "b.txt").write_text("b\n")
-    (w / "BUILD.py").write_text(
+    w = new_workspace(
+        tmp_path,
         'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp $< $@", priority=-1)\n'
         'genrule(name="slow", srcs=["b.txt"], outs=["slow.out"],\n'
-        '        cmd="cat $< > $@ && if [ -e ../edit ]; then echo edited >> a.txt; rm ../edit; sleep 0.3; fi")\n'
+        '        cmd="cat $< > $@ && if [ -e ../edit ]; then echo edited >> a.txt; rm ../edit; sleep 0.3; fi")\n',
+        {"a.txt": "a\n", "b.txt": "b\n"},
     )
     cache = tmp_path / "cache"
     settle(w, cache)
@@ -152,13 +159,11 @@ def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, pat
 
 
 def test_a_buildfile_edited_during_the_build_is_evaluated_next_time(tmp_path: Path) -> None:
-    w = tmp_path / "ws"
-    w.mkdir()
-    (w / "buildtool.toml").write_text("")
-    (w / "BUILD.py").write_text(
+    w = new_workspace(
+        tmp_path,
         'genrule(name="slow", outs=["slow.out"], cmd="echo s > $@ && sleep 0.1 && '
         "echo 'genrule(name=\\\"late\\\", outs=[\\\"late.out\\\"], cmd=\\\"echo late > $$@\\\")' >> BUILD.py"
-        ' && sleep 0.3")\n'
+        ' && sleep 0.3")\n',
     )
     cache = tmp_path / "cache"
     r = bt(w, cache, "build")
