@@ -22,6 +22,7 @@ from buildtool.atomic import write_atomic
 
 FORMAT_VERSION = 2
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
+HEADER_V1 = "# buildtool stat-cache v1\n"  # the same map without journal lines: read, rewritten as v2
 LARGE_FILE = 4 * 1024 * 1024  # chunks + threads above this size
 CHUNK = 8 * 1024 * 1024
 FINE_WINDOW_NS = 50_000_000  # ns-resolution filesystems: coarse kernel clock ticks are < 10 ms
@@ -97,10 +98,14 @@ class StatCache:
                 shutil.rmtree(path, ignore_errors=True)
             return
         head, _, body = data.partition(b"\n")
-        if head + b"\n" != HEADER.encode():
+        v1 = head + b"\n" == HEADER_V1.encode()
+        if head + b"\n" != HEADER.encode() and not v1:
             self._warn(f"stat cache {path} has an unknown format; discarding it")
             return
-        base, *journal = body.split(b"\n")
+        if v1:
+            base, journal = body, []
+        else:
+            base, *journal = body.split(b"\n")
         try:
             entries = json.loads(base)
             if not isinstance(entries, dict):
@@ -128,7 +133,8 @@ class StatCache:
                     entries[rel] = e
             n += len(changes)
         else:
-            self._journal = n
+            if not v1:
+                self._journal = n
         self.entries = entries
 
     def save(self) -> None:

@@ -332,6 +332,8 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         with open(_path(state_dir), "rb") as f:
             data = f.read()
         if not data.startswith(HEADER.encode()):
+            if data.startswith(HEADER.split(" v")[0].encode() + b" v"):
+                return None  # another buildtool version's snapshot: just take the full path
             raise ValueError("header")
         nl = data.index(b"\n", len(HEADER))
         body = json.loads(data[len(HEADER) : nl].decode("utf-8", "surrogateescape"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -188,3 +189,20 @@ def test_same_size_same_mtime_edit_between_builds_reruns(workspace: Workspace) -
     # And a third build with nothing changed is a no-op.
     r = workspace.build()
     assert r.status("//:t") == "up_to_date"
+
+
+def test_a_v1_stat_cache_is_read_quietly_and_rewritten_as_v2(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    db = tmp_path / "stat-cache"
+    warned: list[str] = []
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    sc.digest("f")
+    entries = dict(sc.entries)
+    db.write_text(digest_mod.HEADER_V1 + json.dumps(entries))
+    sc = StatCache(str(tmp_path), str(db), warned.append)
+    assert sc.entries == entries and not warned
+    (tmp_path / "g").write_text("y")
+    sc.digest("g")
+    sc.save()
+    assert db.read_text().startswith(digest_mod.HEADER)  # rewritten whole, not appended to v1
+    assert set(StatCache(str(tmp_path), str(db), warned.append).entries) == {"f", "g"} and not warned

@@ -238,3 +238,15 @@ def test_the_early_check_hands_an_incremental_verdict_to_the_build(ws: Path, tmp
     assert (ws / "up.txt").read_text() == "ZZ\n"
     r = bt(ws, cache, "build", "--no-wait")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_snapshot_of_another_version_is_discarded_without_a_warning(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    snap = ws / ".buildtool" / "noop"
+    snap.write_bytes(b"# buildtool noop-snapshot v3\n{}\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    snap.write_bytes(b"garbage")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "no-op snapshot unusable" in r.stderr
