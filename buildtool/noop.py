@@ -137,6 +137,12 @@ def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
     return {rel: _sig(root, rel) for rel in files}
 
 
+def dir_listings(root: str, dirs: Iterable[str], outputs: Container[str]) -> dict[str, str | None]:
+    """The listing fingerprints of the directories the evaluation listed, right after it:
+    a source or package that appears later in the build then refuses the snapshot."""
+    return {d: _listing(root, d, outputs) for d in set(dirs)}
+
+
 def write(
     state_dir: str,
     root: str,
@@ -149,6 +155,7 @@ def write(
     graph: object,
     seen: Seen = (),
     keep: Verdict | None = None,
+    listed: Mapping[str, str | None] | None = None,
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
@@ -159,7 +166,9 @@ def write(
     changed.  ``keep``: the verdict of the incremental build that ends here (its graph came
     from the snapshot): ``srcs``/``outs`` are then only the files of the planned cone, the
     rest keep the signatures that the check, under the same lock, found unchanged, and
-    the pickled graph is left as it is."""
+    the pickled graph is left as it is.  ``listed``: the directory fingerprints taken
+    right after evaluation (``dir_listings``; after an incremental build, the ones the
+    check verified): a directory whose listing differs now refuses the snapshot."""
     now = time.time_ns()
     if keep is not None:
         old = keep.body
@@ -192,6 +201,10 @@ def write(
         n = keep.targets
     outputs = set(out_paths)
     dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in set(dirs)}
+    expected = {d: s[0] for d, s in old_dirs.items()} if keep is not None else (listed or {})
+    if any(d in expected and sig[0] != expected[d] for d, sig in dir_sigs.items()):
+        invalidate(state_dir)  # an entry appeared or went away during the build
+        return False
     body = {"request": request, "env": env_view(env_names), "targets": n,
             "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths}
     try:

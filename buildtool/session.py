@@ -163,6 +163,8 @@ class Session:
             # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
             struct_seen = {} if isinstance(prior_graph, Graph) else noop.struct_sigs(
                 self.ws.root, self._struct_of(loader)[0])
+            listed = None if isinstance(prior_graph, Graph) or self.focus is not None or req.mode != "build" \
+                else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         except NoTestsError:
             raise
         except UserError as e:
@@ -293,7 +295,7 @@ class Session:
                 self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,
                                      set(verdict.env_names), seen, verdict, wanted)
             else:
-                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen)
+                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, listed=listed)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
@@ -321,6 +323,7 @@ class Session:
         seen: noop.Seen,
         keep: noop.Verdict | None = None,
         cone: range | set[int] | None = None,
+        listed: dict[str, str | None] | None = None,
     ) -> None:
         """Record what this fully successful build depended on, for the no-op fast path:
         ``struct`` (what shapes the graph, tools, discovered headers) and every source and
@@ -341,7 +344,8 @@ class Session:
             if t.fn:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
-        noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep)
+        noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
+                   listed)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else

@@ -250,3 +250,25 @@ def test_a_snapshot_of_another_version_is_discarded_without_a_warning(ws: Path, 
     snap.write_bytes(b"garbage")
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "no-op snapshot unusable" in r.stderr
+
+
+@pytest.mark.parametrize("path", ["full", "incremental"])
+def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: Path, path: str) -> None:
+    w = new_workspace(
+        tmp_path,
+        'genrule(name="g", srcs=glob(["*.in"]), outs=["g.txt"], cmd="cat $(SRCS) /dev/null > $@", priority=-1)\n'
+        'genrule(name="slow", srcs=["trigger"], outs=["slow.out"],\n'
+        '        cmd="cat $< > $@ && if [ -e ../add ]; then echo late > late.in; rm ../add; sleep 0.3; fi")\n',
+        {"a.in": "a\n", "trigger": "1"},
+    )
+    cache = tmp_path / "cache"
+    settle(w, cache)
+    (w / "trigger").write_text("2")  # slow runs again: from the snapshot, or in a full build without it
+    if path == "full":
+        (w / ".buildtool" / "noop").unlink()
+    (tmp_path / "add").write_text("")
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0 and (w / "late.in").exists(), r.stderr
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0, r.stderr
+    assert (w / "g.txt").read_text() == "a\nlate\n", r.stdout + r.stderr
