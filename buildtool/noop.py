@@ -313,7 +313,7 @@ def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outs: list[str]) -
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
     """The paths (of ``files``) whose stat data differs."""
     paths = list(sigs)
-    cols = [[MISSING if s is None else s[i] if len(s) == 4 else -1 for s in sigs.values()] for i in range(4)]
+    cols = _columns(list(sigs.values()))
     return _differs_cols(root, paths, cols, 0, len(paths))
 
 

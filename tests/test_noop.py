@@ -40,6 +40,15 @@ def new_workspace(tmp_path: Path, build_py: str, files: dict[str, str] | None = 
     return w
 
 
+def editor_rule(src: str, flag: str, edit: str) -> str:
+    """A target //:slow (reading ``src``) that makes ``edit`` once, while the build still
+    runs, if the file ``../flag`` exists: a person saving a file in the middle of a build."""
+    return (
+        f'genrule(name="slow", srcs=["{src}"], outs=["slow.out"],\n'
+        f'        cmd="cat $< > $@ && if [ -e ../{flag} ]; then {edit}; rm ../{flag}; sleep 0.3; fi")\n'
+    )
+
+
 def settle(ws: Path, cache: Path) -> None:
     """Build until the fast path is armed (outputs older than the racy window)."""
     assert bt(ws, cache, "build").returncode == 0
@@ -138,8 +147,7 @@ def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, pat
     w = new_workspace(
         tmp_path,
         'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp $< $@", priority=-1)\n'
-        'genrule(name="slow", srcs=["b.txt"], outs=["slow.out"],\n'
-        '        cmd="cat $< > $@ && if [ -e ../edit ]; then echo edited >> a.txt; rm ../edit; sleep 0.3; fi")\n',
+        + editor_rule("b.txt", "edit", "echo edited >> a.txt"),
         {"a.txt": "a\n", "b.txt": "b\n"},
     )
     cache = tmp_path / "cache"
@@ -257,8 +265,7 @@ def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: 
     w = new_workspace(
         tmp_path,
         'genrule(name="g", srcs=glob(["*.in"]), outs=["g.txt"], cmd="cat $(SRCS) /dev/null > $@", priority=-1)\n'
-        'genrule(name="slow", srcs=["trigger"], outs=["slow.out"],\n'
-        '        cmd="cat $< > $@ && if [ -e ../add ]; then echo late > late.in; rm ../add; sleep 0.3; fi")\n',
+        + editor_rule("trigger", "add", "echo late > late.in"),
         {"a.in": "a\n", "trigger": "1"},
     )
     cache = tmp_path / "cache"
