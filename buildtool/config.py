@@ -26,6 +26,7 @@ KEYS: dict[str, type] = {
     "remote_timeout": float,
     "remote_upload": bool,
     "remote_jobs": int,
+    "remote_download": str,
 }
 RESTORE_MODES = ("copy", "hardlink")
 
@@ -46,6 +47,7 @@ class Config:
     remote_timeout: float = 30.0
     remote_upload: bool = True
     remote_jobs: int | None = None  # with remote_executor: run up to this many actions at once
+    remote_download: str = "all"  # with remote_executor: all | toplevel | minimal (docs/remote.md)
 
 
 def user_config_path() -> str:

@@ -30,6 +30,15 @@ COARSE_WINDOW_NS = 2_000_000_000  # filesystems with whole-second timestamps
 
 Entry = list  # [size, mtime_ns, ino, ctime_ns, hashed_at_ns, digest]
 
+# A recorded output digest "remote:<sha256|blake3>:<hex>:<size>" names a file that was left in
+# the remote executor's CAS (--remote-download toplevel/minimal; docs/remote.md).  It stands
+# in for the BLAKE3 digest in the keys of dependents; remote/action.py parses it.
+REMOTE_MARK = "remote:"
+
+
+def is_remote(digest: str | None) -> bool:
+    return digest is not None and digest.startswith(REMOTE_MARK)
+
 
 def hash_bytes(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()

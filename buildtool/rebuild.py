@@ -42,6 +42,8 @@ def up_to_date(entry: Mapping[str, Any] | None, key: str, digest_of: DigestOf) -
 
 
 def _short(d: str | None) -> str:
+    if d and d.startswith("remote:"):  # left in the remote CAS: "remote:<fn>:<hash>:<size>"
+        return "remote " + d.split(":")[2][:8]
     return d[:8] if d else "absent"
 
 

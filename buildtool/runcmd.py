@@ -82,7 +82,7 @@ def run_command(ns: argparse.Namespace) -> int:
     if to_build:
         req = BuildRequest(
             patterns=to_build, mode="build", jobs=ns.jobs, keep_going=ns.keep_going, cache_dir=ns.cache_dir,
-            events=ns.events, wait=not ns.no_wait, action_env=ns.action_env,
+            events=ns.events, wait=not ns.no_wait, action_env=ns.action_env, want_files=True,
         )
         session.build(req, out=sys.stderr)  # raises BuildFailed / Interrupted: the CLI maps the exit code
     return exec_target(ws.root, t, program_args(ns.args))

@@ -21,7 +21,7 @@ from typing import Any
 
 from buildtool import discovered, keys, rebuild
 from buildtool.cache import ActionEntry, Cache, CachedOutput
-from buildtool.digest import StatCache, hash_bytes, hash_file
+from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
@@ -247,7 +247,7 @@ class TargetRunner:
         self._desc[tid] = (key, desc)
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
-        ok, _, _ = rebuild.up_to_date(entry, key, self._disk_digest)
+        ok, _, _ = rebuild.up_to_date(entry, key, self._outputs_digest(t, entry))
         if ok:
             assert entry is not None
             return Outcome(
@@ -308,7 +308,7 @@ class TargetRunner:
             self._desc[tid] = pre
             entry = self.record.get(t.label)
             fkey = self.final_key(t, *pre, entry)[0]
-            ok, _, _ = rebuild.up_to_date(entry, fkey, self._disk_digest)
+            ok, _, _ = rebuild.up_to_date(entry, fkey, self._outputs_digest(t, entry))
             if ok and entry is not None and not self._never_fresh(t):
                 return Outcome(
                     Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=fkey, extra={"outputs": entry["o"]}
@@ -322,12 +322,16 @@ class TargetRunner:
         elif cache_skip and entry is not None and entry.get("k") == key:
             reason, why = Reason.NO_CACHE_TESTS, "--no-cache-tests: the test passed before but runs again"
         elif entry is not None and entry.get("k") == key:
-            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
+            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._outputs_digest(t, entry))
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(desc_of(entry), desc, self._owner.get)
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
+        if entry is not None and entry.get("k") == key and not cache_skip and self.remote_exec is not None:
+            done = self._fetch_left_remote(t, entry, key, desc, why)
+            if done is not None:
+                return done
         corrupt = False
         if not cache_skip:
             if t.depfile is not None:
@@ -348,6 +352,70 @@ class TargetRunner:
         elif not cache_skip:
             why = f"{why}; no cache entry for key {key[:12]}"
         return self._execute(t, key, desc, reason, why, lane)
+
+    # -- outputs left in the remote executor's CAS (--remote-download; docs/remote.md) ----------
+    def _outputs_digest(self, t: Target, entry: dict[str, Any] | None) -> Callable[[str], str | None]:
+        """The digest-on-disk function that checks ``t``'s recorded outputs.  An output recorded
+        as a ``remote:`` digest matches when its file is absent and this build may leave it
+        remote, or when the file on disk has that remote digest (it was fetched)."""
+        recorded = {o[0]: o[1] for o in entry.get("o", ()) if is_remote(o[1])} if entry else None
+        if not recorded:
+            return self._disk_digest
+        lazy_ok = self.remote_exec is not None and self.remote_exec.leaves_remote(t)
+
+        def digest_of(p: str) -> str | None:
+            marker = recorded.get(p)
+            if marker is None:
+                return self._disk_digest(p)
+            full = os.path.join(self.root, p)
+            if not os.path.lexists(full):
+                return marker if lazy_ok else None
+            return marker if _has_remote_digest(full, marker) else self._disk_digest(p)
+
+        return digest_of
+
+    def _fetch_left_remote(
+        self, t: Target, entry: dict[str, Any], key: str, desc: dict[str, Any], why: str
+    ) -> Outcome | None:
+        """Same key as the record, outputs left remote and needed now: download them."""
+        want = [(p, d, m) for p, d, m in entry.get("o", ()) if is_remote(d)
+                and not _has_remote_digest(os.path.join(self.root, p), d)]
+        if not want or any(not is_remote(d) and self._disk_digest(p) != d for p, d, _ in entry.get("o", ())):
+            return None
+        problem = self.remote_exec.fetch(want)
+        if problem is not None:
+            self.warn(f"{t.label}: {problem}; running it again")
+            return None
+        return Outcome(Status.RESTORED, Reason.RESTORED, f"{why}; downloaded from the remote executor's CAS",
+                       key=key, cache="remote", extra={"outputs": entry["o"], "desc": desc})
+
+    def _fetch_inputs(self, t: Target) -> tuple[str, list[str]] | None:
+        """Before a local run: download the inputs that dependencies left remote.  None when
+        every input is on disk; else why not, and the producers to forget (they run again)."""
+        want = []
+        for p in self.graph.inputs[t.id]:
+            d = self.out_digests.get(p)
+            if is_remote(d) and not os.path.lexists(os.path.join(self.root, p)):
+                want.append((p, d, 0o755 if self._mode_of(p) & 0o100 else 0o644))
+        if not want:
+            return None
+        owners = sorted({o for p, _, _ in want if (o := self._owner.get(p)) is not None})
+        if self.remote_exec is None:
+            return (f"input {want[0][0]} was left in a remote CAS (--remote-download) and no --remote-executor "
+                    "is set; the targets that made it run again on the next build", owners)
+        problem = self.remote_exec.fetch(want)
+        if problem is None:
+            return None
+        return (f"needs {', '.join(p for p, _, _ in want)}, left in the remote CAS by --remote-download: {problem}; "
+                f"{', '.join(owners)} run again on the next build", owners)
+
+    def _mode_of(self, p: str) -> int:
+        owner = self._owner.get(p)
+        entry = self.record.get(owner) if owner else None
+        for o in entry.get("o", ()) if entry else ():
+            if o[0] == p:
+                return int(o[2])
+        return 0o644
 
     def _remote_restore(self, t: Target, key: str, desc: dict[str, Any], why: str) -> Outcome | None:
         """After a local miss: the remote cache's entry, fetched into the local cache and restored."""
@@ -383,6 +451,8 @@ class TargetRunner:
         if outcome.ok and outs is not None:
             for path, digest, *_ in outs:  # type: ignore[attr-defined]
                 self.out_digests[path] = digest
+        for label in outcome.extra.get("forget", ()):  # their outputs were lost remotely: rebuild them
+            self.record.drop(label)  # type: ignore[arg-type]
         prepared = outcome.extra.get("record_entry")
         if outcome.ok and prepared is not None:
             self.record.put_prepared(prepared)  # type: ignore[arg-type]
@@ -491,6 +561,10 @@ class TargetRunner:
             if self.remote_exec is not None and self.remote_exec.wants(t):  # None: infrastructure trouble
                 res = self.remote_exec.run(t, self.graph.inputs[t.id], desc, t.label)
             if res is None:
+                lost = self._fetch_inputs(t)
+                if lost is not None:
+                    self._reset_tmp(tmp)
+                    return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key, extra={"forget": lost[1]})
                 res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
         except OSError as e:
             self._delete_outputs(t)
@@ -516,7 +590,8 @@ class TargetRunner:
                 extra={**base, "timed_out": res.timed_out, "why": why},
             )
         outputs: list[list[Any]] = []
-        for o in t.outs:
+        left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
+        for o in t.outs if left_remote is None else ():
             full = os.path.join(self.root, o)
             try:
                 st = os.lstat(full)
@@ -532,6 +607,8 @@ class TargetRunner:
             mode = 0o755 if st.st_mode & 0o100 else 0o644
             digest = self.stats.digest(o, st)
             outputs.append([o, digest, mode])
+        if left_remote is not None:
+            outputs = left_remote
         late = None
         if t.depfile is not None:
             found = self._discover(t, desc, started_ns)
@@ -547,7 +624,7 @@ class TargetRunner:
         changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
-        if record and not t.always:  # always=True: never cached
+        if record and not t.always and left_remote is None:  # always=True: never cached
 
             def store() -> None:
                 self._store(t, key, outputs, res)
@@ -607,3 +684,17 @@ class TargetRunner:
         if hit is not None:
             why += "; would restore from the cache"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
+
+
+def _has_remote_digest(full: str, marker: str) -> bool:
+    """Does the file hold the content a ``remote:`` digest names (after a fetch)?"""
+    try:
+        from buildtool.remote.action import Digest, file_hash
+    except ImportError:  # the 'remote' extra was uninstalled since: the output is rebuilt
+        return False
+
+    try:
+        fn, d = Digest.of_marker(marker)
+        return os.path.getsize(full) == d.size and file_hash(full, fn) == d.hash
+    except (OSError, ValueError):
+        return False

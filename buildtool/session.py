@@ -59,6 +59,7 @@ class BuildRequest:
     test_output: str = "errors"  # --test-output errors|all|none (testing.py)
     junit: str | None = None  # --junit FILE (junit.py)
     prior: Any = None  # a noop.Verdict from the CLI: try the snapshot's graph (only files changed)
+    want_files: bool = False  # the requested targets' outputs must be on disk (`buildtool run`)
 
 
 @dataclass(slots=True)
@@ -197,6 +198,10 @@ class Session:
             from buildtool.remote.setup import attach
 
             remote = attach(runner, cfg, self.ws.root, cache, state, _warn)
+            if runner.remote_exec is not None:  # --remote-download toplevel: these are downloaded
+                runner.remote_exec.top = {graph.targets[i].label for i in graph.requested}
+                if req.want_files and runner.remote_exec.download == "minimal":
+                    runner.remote_exec.download = "toplevel"  # `buildtool run` needs the file it runs
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
@@ -288,7 +293,10 @@ class Session:
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
                 and sched.interrupt is None \
-                and not any(t.always for t in graph.targets):  # always=True targets run on every build
+                and not any(t.always for t in graph.targets) \
+                and not (runner.remote_exec is not None and runner.remote_exec.download != "all"):
+            # always=True targets run on every build; outputs left remote are absent on disk, so
+            # the snapshot (stat only) cannot vouch for them: the rebuilder checks each build.
             seen = (stats.entries, struct_seen)
             if from_snapshot:
                 assert verdict is not None

@@ -133,6 +133,89 @@ def test_remote_build_matches_local_build(stack: Stack, make_workspace: Callable
     assert again.rc == 0 and not again.ran, again.output
 
 
+LEFT_REMOTE = ["out/app.txt", "data/big.copy", "data/tool.sh", "lib/joined.txt", "gen/leaf0.txt", "gen/leaf3.txt"]
+
+
+def test_outputs_stay_remote_until_needed(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
+    """--remote-download minimal|toplevel: a remote action's outputs stay in the server's CAS
+    until a local action, a requested target (toplevel) or an ``all`` build needs them, and
+    every file that lands is the same as a local build's."""
+    ws = make_workspace("lazy")
+    _project(ws)
+    url = stack.url
+    r = ws.build("--remote-executor", url, "--remote-download", "minimal", "//:app")
+    assert r.rc == 0, r.output + stack.worker_logs()
+    assert all(r.by_label[label].get("executed") == "remote" for label in REMOTE), r.output
+    # The local=True //lib:here needed gen/names.h: that one was fetched; nothing else landed.
+    assert ws.exists("gen/names.h") and ws.exists("lib/here.txt")
+    assert [rel for rel in LEFT_REMOTE if ws.exists(rel)] == []
+    assert re.search(r"; 9 outputs left remote, 1 fetched when needed", r.stdout), r.stdout
+    assert "outputs left in the remote CAS" in r.by_label["//:app"]["reason"]
+
+    again = ws.build("--remote-executor", url, "--remote-download", "minimal", "//:app")
+    assert again.rc == 0 and again.with_status("ran", "restored") == set(), again.output
+    assert not ws.exists("out/app.txt")
+
+    top = ws.build("--remote-executor", url, "--remote-download", "toplevel", "//:app")
+    assert top.rc == 0 and top.ran == set(), top.output
+    assert top.status("//:app") == "restored", top.by_label["//:app"]
+    assert "downloaded from the remote executor's CAS" in top.by_label["//:app"]["reason"]
+    assert ws.exists("out/app.txt") and not ws.exists("data/big.copy")
+
+    full = ws.build("--remote-executor", url, "//:app")  # the default: --remote-download all
+    assert full.rc == 0 and full.ran == set(), full.output
+    assert full.with_status("restored") == {"//gen:leaf0", "//gen:leaf1", "//gen:leaf2", "//gen:leaf3",
+                                            "//data:pack", "//lib:joined"}, full.output
+    local = make_workspace("local")
+    _project(local)
+    assert local.build("//:app").rc == 0
+    for rel in OUTPUTS:
+        a, b = ws.path(rel), local.path(rel)
+        assert a.read_bytes() == b.read_bytes(), rel
+        assert os.stat(a).st_mode & 0o111 == os.stat(b).st_mode & 0o111, rel
+    # Once on disk, the files are checked against their remote digests: no remote needed.
+    plain = ws.build("//:app")
+    assert plain.rc == 0 and plain.with_status("ran", "restored") == set(), plain.output
+    ws.write("lib/joined.txt", "edited by hand\n")
+    edited = ws.build("//:app")
+    assert edited.rc == 0 and "//lib:joined" in edited.ran, edited.output
+    assert ws.read("lib/joined.txt") == local.read("lib/joined.txt")
+
+
+def test_output_left_remote_and_unreachable_fails_its_local_dependent_clearly(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    ws = make_workspace("lost")
+    ws.build_file("", """
+        genrule(name="gen", outs=["g.txt"], cmd="echo made remotely > $@")
+        genrule(name="use", srcs=[":gen"], outs=["u.txt"], cmd="cat g.txt > $@", local=True)
+    """)
+    r = ws.build("--remote-executor", stack.url, "--remote-download", "minimal", "//:gen")
+    assert r.rc == 0 and not ws.exists("g.txt"), r.output
+    dead = f"grpc://127.0.0.1:{remote_servers.free_port()}"
+    lost = ws.build("--remote-executor", dead, "--remote-timeout", "3", "--remote-download", "minimal", "//:use")
+    assert lost.rc == 1, lost.output
+    why = lost.by_label["//:use"]["reason"]
+    assert "needs g.txt, left in the remote CAS by --remote-download" in why, why
+    assert "//:gen run again on the next build" in why, why
+    assert not ws.exists("u.txt")
+    plain = ws.build("//:use")  # no remote at all: the producer runs again here
+    assert plain.rc == 0 and plain.ran == {"//:gen", "//:use"}, plain.output
+    assert ws.read("u.txt") == "made remotely\n"
+
+
+def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace("mode")
+    ws.build_file("", """
+        genrule(name="a", outs=["a.txt"], cmd="echo a > $@")
+    """)
+    rc, _, err = ws.run("build", "--remote-download", "some", "//:a")
+    assert rc == 2 and "--remote-download must be one of all, toplevel, minimal (got 'some')" in err, err
+    ws.write("buildtool.toml", 'remote_download = "lazy"\n')
+    rc, _, err = ws.run("build", "//:a")
+    assert rc == 2 and "buildtool.toml" in err and "remote_download must be one of" in err, err
+
+
 def test_undeclared_input_fails_remotely_and_passes_locally(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.digest import REMOTE_MARK
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 
 SALT_VERSION = 1
@@ -34,6 +35,19 @@ class Digest:
     @staticmethod
     def of(p: re_pb2.Digest) -> Digest:
         return Digest(p.hash, p.size_bytes)
+
+    def marker(self, digest_fn: str) -> str:
+        """The recorded stand-in digest of an output left in the remote CAS (digest.REMOTE_MARK)."""
+        return f"{REMOTE_MARK}{digest_fn}:{self.hash}:{self.size}"
+
+    @staticmethod
+    def of_marker(marker: str) -> tuple[str, Digest]:
+        """(digest function, Digest) of a marker; ValueError if it is not one."""
+        tag, fn, h, size = marker.split(":")
+        if tag + ":" != REMOTE_MARK or fn not in ("sha256", "blake3") or not h or not size.isdigit():
+            msg = f"not a remote output digest: {marker!r}"
+            raise ValueError(msg)
+        return fn, Digest(h, int(size))
 
 
 def hasher(digest_fn: str) -> Callable[[bytes], str]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from buildtool.cache import ActionEntry, Cache, CachedOutput
-from buildtool.digest import hash_bytes, hash_file
+from buildtool.digest import hash_bytes, hash_file, is_remote
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, RemoteAction, TargetView
 from buildtool.remote.options import Endpoint, RemoteOptions
@@ -104,6 +104,12 @@ class RemoteCache:
         with self._lock:
             d = self._remote_digest.get(local)
         if d is not None:
+            return d
+        if is_remote(local):  # left in the remote executor's CAS (--remote-download): no local file
+            fn, d = Digest.of_marker(local)
+            if fn != store.digest_fn:
+                msg = f"input {rel} is kept remote as a {fn} digest; {self.ep} uses {store.digest_fn}"
+                raise RemoteError(msg)
             return d
         full = os.path.join(self.root, rel)
         size = os.path.getsize(full)

@@ -5,9 +5,13 @@ local subprocess (``--remote-executor``).
 the server lacks (FindMissingBlobs first), calls ``Execute`` and follows the Operation stream
 (``WaitExecution`` when the stream breaks), then downloads and verifies the outputs into the
 workspace and returns a result shaped like executor.ProcessResult, so the runner records it
-like a local run.  Any infrastructure trouble returns None: the runner runs the action
-locally.  The first unreachable server trips a circuit breaker (one warning, the rest of the
-build runs locally); any other trouble warns for that target.
+like a local run.  Under ``--remote-download toplevel|minimal`` the outputs a target does not
+need locally stay in the server's CAS: the result lists them as ``remote:`` digests (see
+digest.REMOTE_MARK), and ``fetch`` downloads them later when a local action, a requested target
+or a later ``--remote-download all`` build needs the files.  Any infrastructure trouble
+returns None: the runner runs the action locally.  The first unreachable server trips a
+circuit breaker (one warning, the rest of the build runs locally); any other trouble warns
+for that target.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from buildtool.digest import REMOTE_MARK
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, TargetView
 from buildtool.remote.grpc_store import GrpcStore, rpc_error
@@ -53,6 +58,7 @@ class RemoteResult:
     duration: float
     note: str  # appended to the outcome's message, e.g. "; executed remotely on buildtool@host"
     cached: bool = False
+    outputs: list[list[Any]] | None = None  # [path, remote: digest, mode] of outputs left remote
 
 
 class ExecStats:
@@ -63,10 +69,15 @@ class ExecStats:
         self.fallbacks = 0
         self.bytes_up = 0
         self.bytes_down = 0
+        self.left_remote = 0  # outputs not downloaded (--remote-download)
+        self.fetched = 0  # outputs left remote earlier, downloaded when needed
 
     def line(self, name: str) -> str:
-        return (f"remote executor {name}: {self.executed} executed remotely ({self.cached} from its cache, "
+        line = (f"remote executor {name}: {self.executed} executed remotely ({self.cached} from its cache, "
                 f"{self.failed} failed), {self.fallbacks} fell back to local")
+        if self.left_remote or self.fetched:
+            line += f"; {self.left_remote} outputs left remote, {self.fetched} fetched when needed"
+        return line
 
 
 class RemoteExecutor:
@@ -87,6 +98,12 @@ class RemoteExecutor:
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
         self._calls: set[Any] = set()  # Operation streams in flight (cancelled on Ctrl-C)
         self.cancelled = False
+        self.download = opt.download  # all | toplevel | minimal
+        self.top: set[str] = set()  # labels of the requested targets (toplevel: downloaded)
+
+    def leaves_remote(self, t: Any) -> bool:
+        """May this target's outputs stay in the server's CAS (not downloaded)?"""
+        return self.download == "minimal" or (self.download == "toplevel" and t.label not in self.top)
 
     def wants(self, t: Any) -> bool:
         """Targets that may run remotely: not ``local=True``, no depfile, not the console pool."""
@@ -122,6 +139,12 @@ class RemoteExecutor:
             self.warn(f"remote execution unavailable ({why}); running actions locally for the rest of this build")
 
     def _file_digest(self, st: GrpcStore, rel: str, local: str) -> Digest:
+        if local.startswith(REMOTE_MARK):  # an output left in the server's CAS: no local file
+            fn, d = Digest.of_marker(local)
+            if fn != st.digest_fn:
+                msg = f"input {rel} is kept remote as a {fn} digest but the server now uses {st.digest_fn}"
+                raise RemoteError(msg)
+            return d
         with self._lock:
             d = self._digests.get(local)
         if d is None:
@@ -192,8 +215,9 @@ class RemoteExecutor:
         try:
             stdout, stderr = self._streams(st, r, tmp)
             timed_out = timed_out or TIMEOUT_MARK.encode() in stderr
+            left = None
             if r.exit_code == 0 and not timed_out:
-                self._outputs(st, view, r, tmp)
+                left = self._outputs(st, view, r, tmp, self.leaves_remote(t))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         worker = r.execution_metadata.worker or "a remote worker"
@@ -211,7 +235,9 @@ class RemoteExecutor:
         if md.HasField("execution_start_timestamp") and md.HasField("execution_completed_timestamp"):
             duration = max(0.0, (md.execution_completed_timestamp.ToNanoseconds()
                                  - md.execution_start_timestamp.ToNanoseconds()) / 1e9)
-        return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result)
+        if left is not None:
+            note += "; outputs left in the remote CAS (--remote-download)"
+        return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result, left)
 
     def _execute(self, st: GrpcStore, action: Digest, t: Any) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
@@ -263,8 +289,9 @@ class RemoteExecutor:
             out.append(data)
         return out[0], out[1]
 
-    def _outputs(self, st: GrpcStore, t: TargetView, r: Any, tmp: str) -> None:
-        """Download every declared output (verified), then move each into the workspace.  Paths
+    def _outputs(self, st: GrpcStore, t: TargetView, r: Any, tmp: str, lazy: bool) -> list[list[Any]] | None:
+        """Download every declared output (verified), then move each into the workspace; or,
+        when ``lazy``, download nothing and return [path, remote: digest, mode] of each.  Paths
         named by the result are never trusted: each must be a declared output."""
         want = set(t.outs)
         files: dict[str, Any] = {}
@@ -273,13 +300,23 @@ class RemoteExecutor:
             if p in want and not f.path.startswith("/") and ".." not in f.path.split("/"):
                 files[p] = f
         if set(files) != want:
-            return  # the runner reports "declared output ... was not created"
-        digests = list({Digest.of(f.digest) for f in files.values() if f.digest.size_bytes})
+            return None  # the runner reports "declared output ... was not created"
+        if lazy:
+            with self._lock:
+                self.stats.left_remote += len(files)
+            return [[p, Digest.of(f.digest).marker(st.digest_fn), 0o755 if f.is_executable else 0o644]
+                    for p, f in sorted(files.items())]
+        self._place(st, [(p, Digest.of(f.digest), 0o755 if f.is_executable else 0o644)
+                         for p, f in sorted(files.items())], tmp)
+        return None
+
+    def _place(self, st: GrpcStore, files: list[tuple[str, Digest, int]], tmp: str) -> None:
+        """Download (verified) and move each (path, digest, mode) into the workspace."""
+        digests = list({d for _, d, _ in files if d.size})
         got = st.download(digests, tmp) if digests else {}
         with self._lock:
             self.stats.bytes_down += sum(d.size for d in digests)
-        for p, f in sorted(files.items()):
-            d = Digest.of(f.digest)
+        for p, d, mode in files:
             full = os.path.join(self.root, p)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             staged = os.path.join(tmp, f"out-{len(p)}-{os.path.basename(p)}")
@@ -287,8 +324,33 @@ class RemoteExecutor:
                 shutil.copyfile(got[d], staged)
             else:
                 open(staged, "wb").close()
-            os.chmod(staged, 0o755 if f.is_executable else 0o644)
+            os.chmod(staged, mode)
             os.replace(staged, full)
+
+    def fetch(self, files: list[tuple[str, str, int]]) -> str | None:
+        """Download outputs left remote earlier, given as (path, remote: digest, mode), into the
+        workspace (each blob verified).  None when done; else why not, as a sentence."""
+        st = self._get()
+        if st is None:
+            return f"the remote executor {self.ep} is unavailable ({self._broken})"
+        try:
+            todo = []
+            for p, marker, mode in files:
+                fn, d = Digest.of_marker(marker)
+                if fn != st.digest_fn:
+                    return f"{p} was kept remote as a {fn} digest but {self.ep} now uses {st.digest_fn}"
+                todo.append((p, d, mode))
+            os.makedirs(self.tmp_dir, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="fetch-", dir=self.tmp_dir)
+            try:
+                self._place(st, todo, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except (RemoteError, OSError, ValueError) as e:
+            return f"downloading {', '.join(p for p, _, _ in files)} from {self.ep} failed: {e}"
+        with self._lock:
+            self.stats.fetched += len(files)
+        return None
 
     def summary(self) -> str | None:
         if not self._opened:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 SCHEMES = ("grpc", "grpcs", "http", "https")
 DEFAULT_TIMEOUT_S = 30.0
+DOWNLOAD_MODES = ("all", "toplevel", "minimal")  # --remote-download (Bazel's --remote_download_outputs)
 
 
 class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix"])):
@@ -78,7 +79,7 @@ def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-heade
 class RemoteOptions:
     """The merged remote settings of one build (``from_config``)."""
 
-    __slots__ = ("cache", "executor", "headers", "instance", "jobs", "timeout", "upload")
+    __slots__ = ("cache", "download", "executor", "headers", "instance", "jobs", "timeout", "upload")
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class RemoteOptions:
         timeout: float = DEFAULT_TIMEOUT_S,
         upload: bool = True,
         jobs: int | None = None,  # --remote-jobs
+        download: str = "all",  # --remote-download: which outputs of remote actions are fetched
     ) -> None:
         self.cache = cache
         self.executor = executor
@@ -97,6 +99,7 @@ class RemoteOptions:
         self.timeout = timeout
         self.upload = upload
         self.jobs = jobs
+        self.download = download
 
     @property
     def enabled(self) -> bool:
@@ -111,6 +114,7 @@ ENV_VARS = {  # config key -> environment variable
     "remote_timeout": "BUILDTOOL_REMOTE_TIMEOUT",
     "remote_upload": "BUILDTOOL_REMOTE_UPLOAD",
     "remote_jobs": "BUILDTOOL_REMOTE_JOBS",
+    "remote_download": "BUILDTOOL_REMOTE_DOWNLOAD",
 }
 
 
@@ -174,6 +178,11 @@ def check_key(key: str, v: Any) -> Any:
             msg = f"remote_jobs must be a whole number, at least 1 (got {v!r})"
             raise ValueError(msg)
         return v
+    if key == "remote_download":
+        if v not in DOWNLOAD_MODES:
+            msg = f"remote_download must be one of {', '.join(DOWNLOAD_MODES)} (got {v!r})"
+            raise ValueError(msg)
+        return v
     if key == "remote_upload":
         if not isinstance(v, bool):
             msg = f"remote_upload must be true or false (got {v!r})"
@@ -196,6 +205,10 @@ def add_flags(p: Any) -> None:
                    help="deadline of one remote call (default 30); a timeout disables the remote for the build")
     g.add_argument("--remote-jobs", type=int, metavar="N",
                    help="with --remote-executor: actions in flight at once (may exceed the local cores)")
+    g.add_argument("--remote-download", metavar="MODE",
+                   help="with --remote-executor: which outputs of remote actions are downloaded: all (default), "
+                        "toplevel (the requested targets' and what local actions need) or minimal (only what "
+                        "local actions need); the rest stays in the server's CAS")
     g.add_argument("--remote-upload", action="store_true", default=None, dest="remote_upload",
                    help="upload results to the remote cache (default)")
     g.add_argument("--no-remote-upload", action="store_false", dest="remote_upload",
@@ -212,6 +225,7 @@ def flags_of(args: Any) -> dict[str, Any]:
         "remote_timeout": getattr(args, "remote_timeout", None),
         "remote_upload": getattr(args, "remote_upload", None),
         "remote_jobs": getattr(args, "remote_jobs", None),
+        "remote_download": getattr(args, "remote_download", None),
     }
     out = {}
     for k, v in raw.items():
@@ -236,4 +250,5 @@ def from_config(cfg: Any) -> RemoteOptions:
         timeout=cfg.remote_timeout,
         upload=cfg.remote_upload,
         jobs=getattr(cfg, "remote_jobs", None),
+        download=getattr(cfg, "remote_download", "all"),
     )
