@@ -33,6 +33,10 @@ class Stack:
     def worker_logs(self) -> str:
         return "".join(w.log_tail() for w in self.workers)
 
+    def cancellations(self) -> int:
+        """Leases the workers saw the server cancel, over their whole logs."""
+        return sum(w.log.read_text(errors="replace").count("was cancelled by the server") for w in self.workers)
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -298,9 +302,10 @@ def test_ctrl_c_stops_waiting_for_remote_actions(stack: Stack, make_workspace: C
     ws = make_workspace("sigint")
     ws.home.mkdir(parents=True, exist_ok=True)
     marker = ws.home / "remote-started"
-    # The worker runs on this machine, so the remote action can leave a marker at an absolute path.
+    late = ws.home / "remote-finished"
+    # The worker runs on this machine, so the remote action can leave markers at absolute paths.
     ws.build_file("", f"""
-        genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 15; echo > $@")
+        genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 12; touch {late}; echo > $@")
         genrule(name="after", srcs=[":slow"], outs=["a.txt"], cmd="cp $< $@")
     """)
     env = conftest_env(ws)
@@ -313,6 +318,8 @@ def test_ctrl_c_stops_waiting_for_remote_actions(stack: Stack, make_workspace: C
                 pytest.fail(f"the build ended before the remote action started: {p.communicate()}")
             assert time.monotonic() < deadline, "the remote action never started"
             time.sleep(0.05)
+        started = time.monotonic()
+        seen = stack.cancellations()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=10)  # well before the remote sleep ends
     finally:
@@ -322,6 +329,13 @@ def test_ctrl_c_stops_waiting_for_remote_actions(stack: Stack, make_workspace: C
     assert p.returncode == 130, out + err
     assert "running it locally" not in err, err
     assert not ws.exists("s.txt") and not ws.exists("a.txt")
+    # The build asked the server to cancel the action (CancelOperation), and the worker that ran
+    # it killed the command when the server took the lease back: it never gets to its end.
+    while stack.cancellations() == seen:
+        assert time.monotonic() < started + 11, "no worker saw the cancellation:\n" + stack.worker_logs()
+        time.sleep(0.1)
+    time.sleep(max(0.0, started + 14 - time.monotonic()))
+    assert not late.exists(), "the cancelled remote command ran to its end"
 
 
 def test_local_attribute_is_checked(make_workspace: Callable[..., Workspace]) -> None:

@@ -35,8 +35,11 @@ from buildtool.remote.grpc_store import GrpcStore, rpc_error
 from buildtool.remote.options import Endpoint, RemoteOptions
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
+from buildtool.remote.protos.google.longrunning import operations_pb2_grpc as ops_grpc
 from buildtool.remote.store import RemoteError, Source, Unavailable
 
+CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
 WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
 BUSY_RETRIES = 6  # attempts while the server answers RESOURCE_EXHAUSTED (about 8 s of backoff)
 DEFAULT_EXEC_DEADLINE_S = 3600.0  # an action without a timeout: how long we wait for it at most
@@ -97,6 +100,7 @@ class RemoteExecutor:
         self._broken: str | None = None
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
         self._calls: set[Any] = set()  # Operation streams in flight (cancelled on Ctrl-C)
+        self._ops: set[str] = set()  # names of the Operations in flight (CancelOperation on Ctrl-C)
         self.cancelled = False
         self.download = opt.download  # all | toplevel | minimal
         self.top: set[str] = set()  # labels of the requested targets (toplevel: downloaded)
@@ -112,12 +116,26 @@ class RemoteExecutor:
 
     def cancel_all(self) -> None:
         """The build is interrupted: stop waiting for remote actions (the runner's local
-        executor, already cancelled, then reports them as killed)."""
+        executor, already cancelled, then reports them as killed) and ask the server to
+        cancel them (``Operations.CancelOperation``, best effort: at most CANCEL_WAIT_S)."""
         with self._lock:
             self.cancelled = True
             calls = list(self._calls)
+            ops = sorted(self._ops)
+            st = self._store
         for c in calls:
             c.cancel()
+        if st is None or not ops:
+            return
+        stub = ops_grpc.OperationsStub(st.chan)
+        sent = [stub.CancelOperation.future(ops_pb2.CancelOperationRequest(name=n), timeout=CANCEL_WAIT_S,
+                                            metadata=st.metadata) for n in ops]
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        for f in sent:
+            try:
+                f.result(timeout=max(0.0, deadline - time.monotonic()))
+            except (grpc.RpcError, grpc.FutureTimeoutError):
+                pass  # the server may finish the action; its result lands in its action cache
 
     def _get(self) -> GrpcStore | None:
         with self._lock:
@@ -241,6 +259,15 @@ class RemoteExecutor:
 
     def _execute(self, st: GrpcStore, action: Digest, t: Any) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
+        names: list[str] = []
+        try:
+            return self._follow(st, action, t, names)
+        finally:
+            with self._lock:
+                if not self.cancelled:  # cancel_all still needs the names
+                    self._ops.difference_update(names)
+
+    def _follow(self, st: GrpcStore, action: Digest, t: Any, names: list[str]) -> Any:
         req = re_pb2.ExecuteRequest(instance_name=st.instance, action_digest=action.proto(),
                                     skip_cache_lookup=bool(t.always), digest_function=st._fn)
         deadline = (t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S
@@ -253,7 +280,11 @@ class RemoteExecutor:
                 self._calls.add(stream)
             try:
                 for op in stream:
-                    name = op.name or name
+                    if op.name and op.name != name:
+                        name = op.name
+                        names.append(name)
+                        with self._lock:
+                            self._ops.add(name)
                     if op.done:
                         if op.HasField("error"):
                             raise RemoteError(f"Execute failed: status {op.error.code} {op.error.message}")

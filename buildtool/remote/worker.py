@@ -10,6 +10,8 @@ worker's environment), under the Action's timeout; outputs, stdout and stderr ar
 the server's CAS and the lease is reported COMPLETED with status OK and the ActionResult — a
 failing command included (its exit code is in the result).  Trouble of ours (inputs missing
 from the CAS, an upload refused) is reported as a non-OK lease status so the server can retry.
+A lease the server cancels (dropped from the returned session, or marked CANCELLED) has its
+command's process group killed; nothing of it is uploaded.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
 HINT = ("buildtool worker: hint: a file the command needed was missing. A remote action sees only its "
         "declared inputs (srcs, deps' outputs): the input was probably not declared.\n")
+CODE_CANCELLED = 1
 CODE_INTERNAL = 13
 CODE_FAILED_PRECONDITION = 9
 
@@ -68,6 +71,7 @@ class Running:
     thread: threading.Thread
     result: Any = None  # ActionResult, or ActionError
     done: bool = False
+    executor: SubprocessExecutor | None = None  # runs this lease's command; cancel_all kills it
 
 
 class Worker:
@@ -82,7 +86,8 @@ class Worker:
         self.chan = channel(self.ep)
         self.bots = bots_pb2_grpc.BotsStub(self.chan)
         self.stop = threading.Event()
-        self.executor = SubprocessExecutor()
+        self._live: set[SubprocessExecutor] = set()  # executors of the leases being run
+        self._live_lock = threading.Lock()
         self._store: GrpcStore | None = None
         self._store_lock = threading.Lock()
         self.host = socket.gethostname()
@@ -132,6 +137,13 @@ class Worker:
                 session = self.bots.UpdateBotSession(
                     bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
                     timeout=POLL_S, metadata=self.metadata)
+                if running is not None and self._cancelled(session, running):
+                    log(f"slot {slot}: lease {running.lease_id} was cancelled by the server; its command is killed")
+                    assert running.executor is not None
+                    running.executor.cancel_all()
+                    running.thread.join()
+                    finished.add(running.lease_id)
+                    running = None
             except grpc.RpcError as e:
                 code = e.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -145,6 +157,12 @@ class Worker:
                         running.thread.join()
                         running = None
                     session = self._new_session(slot)
+
+    @staticmethod
+    def _cancelled(session: Any, r: Running) -> bool:
+        """The server cancels a lease by dropping it from the session it returns (BuildGrid) or
+        by marking it CANCELLED (the Remote Workers API allows both)."""
+        return not any(lease.id == r.lease_id and lease.state != bots_pb2.CANCELLED for lease in session.leases)
 
     def _report(self, session: Any, r: Running) -> None:
         for lease in session.leases:
@@ -160,19 +178,25 @@ class Worker:
                 lease.result.Pack(r.result)
 
     def _start(self, lease: Any) -> Running:
-        r = Running(lease.id, threading.Thread(target=lambda: None))
+        ex = SubprocessExecutor()
+        r = Running(lease.id, threading.Thread(target=lambda: None), executor=ex)
         payload = any_pb2.Any()
         payload.CopyFrom(lease.payload)
 
         def work() -> None:
+            with self._live_lock:
+                self._live.add(ex)
             try:
-                r.result = self.run_lease(payload, lease.id)
+                r.result = self.run_lease(payload, lease.id, ex)
             except ActionError as e:
                 log(f"lease {lease.id}: {e}")
                 r.result = e
             except Exception as e:  # a bug must not kill the slot; the server retries
                 log(f"lease {lease.id}: internal error: {e!r}")
                 r.result = ActionError(CODE_INTERNAL, f"buildtool worker internal error: {e!r}")
+            finally:
+                with self._live_lock:
+                    self._live.discard(ex)
             r.done = True
 
         r.thread = threading.Thread(target=work, name=f"lease-{lease.id}", daemon=True)
@@ -192,15 +216,15 @@ class Worker:
         os.unlink(path)
         return data
 
-    def run_lease(self, payload: Any, lease_id: str) -> Any:
+    def run_lease(self, payload: Any, lease_id: str, executor: SubprocessExecutor) -> Any:
         os.makedirs(self.work_dir, exist_ok=True)
         base = tempfile.mkdtemp(prefix="action-", dir=self.work_dir)
         try:
-            return self._run_in(base, payload, lease_id)
+            return self._run_in(base, payload, lease_id, executor)
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
-    def _run_in(self, base: str, payload: Any, lease_id: str) -> Any:
+    def _run_in(self, base: str, payload: Any, lease_id: str, executor: SubprocessExecutor) -> Any:
         blobs = os.path.join(base, "blobs")
         root = os.path.join(base, "root")
         os.makedirs(blobs)
@@ -238,13 +262,15 @@ class Worker:
         argv = list(cmd.arguments)
         md.execution_start_timestamp.GetCurrentTime()
         try:
-            res = self.executor.run(argv, cwd, env, timeout=timeout or None, capture=os.path.join(base, "capture"))
+            res = executor.run(argv, cwd, env, timeout=timeout or None, capture=os.path.join(base, "capture"))
             exit_code, stdout, stderr = res.exit_code, res.stdout, res.stderr
             if res.timed_out:
                 stderr += f"{TIMEOUT_MARK} {timeout:g}s\n".encode()
         except OSError as e:
             exit_code, stdout, stderr = 127, b"", f"buildtool worker: cannot run {argv[:1]}: {e.strerror}\n".encode()
         md.execution_completed_timestamp.GetCurrentTime()
+        if executor.cancelled:  # the server cancelled the lease: nothing to upload or report
+            raise ActionError(CODE_CANCELLED, "cancelled by the server")
         if exit_code != 0 and any(h in stderr.decode(errors="replace") for h in MISSING_HINTS):
             stderr += HINT.encode()
         md.output_upload_start_timestamp.GetCurrentTime()
@@ -378,7 +404,10 @@ class Worker:
                 self.stop.wait(0.5)
         finally:
             self.stop.set()
-            self.executor.cancel_all()
+            with self._live_lock:
+                live = list(self._live)
+            for ex in live:
+                ex.cancel_all()
             for t in threads:
                 t.join(POLL_S + 1)
             self.chan.close()
