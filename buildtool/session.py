@@ -279,7 +279,7 @@ class Session:
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None, len(graph.targets) - len(wanted))
             if remote is not None:
-                remote.finish(out or sys.stdout)
+                remote.finish(out or sys.stdout, events)
             if tests is not None:
                 tests.finish(outcomes, out or sys.stdout, lambda lab: (record.get(lab) or {}).get("d"))
         finally:

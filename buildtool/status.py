@@ -22,7 +22,8 @@ EVENTS_SCHEMA = 1
 
 
 class EventsWriter:
-    """``--events FILE``: a header line, then one JSON object per target."""
+    """``--events FILE``: a header line, one JSON object per target, then (with a remote cache or
+    executor) one ``remote`` line per remote.  Lines with a ``type`` are not targets."""
 
     def __init__(self, path: str, graph: Graph) -> None:
         self.graph = graph
@@ -56,6 +57,10 @@ class EventsWriter:
         if tr is not None:
             ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
         self.f.write(json.dumps(ev) + "\n")
+
+    def remote(self, totals: dict[str, Any]) -> None:
+        """One ``{"type": "remote", ...}`` line per remote cache/executor, after the targets."""
+        self.f.write(json.dumps({"type": "remote", **totals}) + "\n")
 
     def close(self) -> None:
         self.f.close()

@@ -65,9 +65,15 @@ def read_events(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     assert lines, f"events file {path} is empty"
     objs = [json.loads(ln) for ln in lines if ln.strip()]
-    header, events = objs[0], objs[1:]
+    header, events = objs[0], [o for o in objs[1:] if "type" not in o]  # "remote" lines: remote_totals()
     assert "schema" in header and "build_id" in header, header
     return header, events
+
+
+def remote_totals(path: Path | str) -> list[dict[str, Any]]:
+    """The ``{"type": "remote", ...}`` lines of an ``--events`` file."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [o for o in map(json.loads, lines[1:]) if o.get("type") == "remote"]
 
 
 def by_label(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -86,6 +92,7 @@ class BuildRun:
     stdout: str
     stderr: str
     events: list[dict[str, Any]] = field(default_factory=list)
+    remote: list[dict[str, Any]] = field(default_factory=list)  # the "remote" lines of --events
 
     @property
     def output(self) -> str:
@@ -163,9 +170,11 @@ class Workspace:
             ev.unlink()
         rc, out, err = self.run(command, *args, "--events", str(ev), cwd=cwd, cache=cache, env_extra=env_extra)
         events: list[dict[str, Any]] = []
+        remote: list[dict[str, Any]] = []
         if ev.exists() and ev.stat().st_size:
             _, events = read_events(ev)
-        return BuildRun(rc, out, err, events)
+            remote = remote_totals(ev)
+        return BuildRun(rc, out, err, events, remote)
 
     def copy_to(self, dest: Path, *, with_state: bool = False, cache: Path | None = None) -> Workspace:
         """Copy the workspace's files (not its state, unless asked) to ``dest``."""

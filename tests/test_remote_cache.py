@@ -87,6 +87,9 @@ def test_second_machine_builds_with_zero_local_commands(
     assert first.rc == 0, first.output
     assert first.ran == {"//gen:header", "//data:pack", "//:app"}
     assert "3 uploaded" in first.stdout, first.stdout
+    [up] = first.remote
+    assert (up["role"], up["endpoint"], up["hits"], up["misses"], up["uploads"]) == ("cache", server.url, 0, 3, 3), up
+    assert up["bytes_up"] > 3 * 1024 * 1024 and up["bytes_down"] == 0 and up["disabled"] is None, up
 
     second = b.build("--remote-cache", server.url)
     assert second.rc == 0, second.output
@@ -97,11 +100,15 @@ def test_second_machine_builds_with_zero_local_commands(
         assert a.path(p).read_bytes() == b.path(p).read_bytes(), p
     assert os.access(b.path("data/tool.sh"), os.X_OK)
     assert "3 hits, 0 misses" in second.stdout, second.stdout
+    [down] = second.remote
+    assert (down["hits"], down["misses"], down["uploads"], down["bytes_up"]) == (3, 0, 0, 0), down
+    assert down["bytes_down"] > 3 * 1024 * 1024, down
     # The restore went into machine B's local cache: the next restore needs no server.
     for p in OUTPUTS:
         b.path(p).unlink()
     third = b.build("--remote-cache", "grpc://127.0.0.1:1", "--remote-timeout", "2")
     assert third.rc == 0, third.output
+    assert [t["hits"] for t in third.remote] == [0], third.remote
     assert {e["cache"] for e in third.events} == {"local"}, third.events
 
 

@@ -116,6 +116,10 @@ def test_remote_build_matches_local_build(stack: Stack, make_workspace: Callable
     m = re.search(r"remote executor grpc://\S+: (\d+) executed remotely \(\d+ from its cache, 0 failed\), "
                   r"0 fell back to local", r.stdout)
     assert m and int(m.group(1)) == len(REMOTE), r.output
+    [ex] = r.remote
+    assert (ex["role"], ex["executed"], ex["failed"], ex["fallbacks"], ex["left_remote"]) == \
+        ("executor", len(REMOTE), 0, 0, 0), ex
+    assert ex["bytes_up"] > BIG and ex["bytes_down"] > BIG, ex
     assert "warning" not in r.stderr.lower(), r.stderr
     # -j 1 but --remote-jobs 6: the four independent leaves were in flight on several lanes at once.
     lanes = {ev[f"//gen:leaf{i}"]["lane"] for i in range(4)}
@@ -154,6 +158,7 @@ def test_outputs_stay_remote_until_needed(stack: Stack, make_workspace: Callable
     assert ws.exists("gen/names.h") and ws.exists("lib/here.txt")
     assert [rel for rel in LEFT_REMOTE if ws.exists(rel)] == []
     assert re.search(r"; 9 outputs left remote, 1 fetched when needed", r.stdout), r.stdout
+    assert (r.remote[0]["left_remote"], r.remote[0]["fetched"]) == (9, 1), r.remote
     assert "outputs left in the remote CAS" in r.by_label["//:app"]["reason"]
 
     again = ws.build("--remote-executor", url, "--remote-download", "minimal", "//:app")

@@ -277,6 +277,13 @@ class RemoteCache:
             return None
         return self.stats.line(str(self.ep))
 
+    def totals(self) -> dict[str, object]:
+        """This build's counts, for the ``remote`` line of ``--events``."""
+        s = self.stats
+        return {"role": "cache", "endpoint": str(self.ep), "hits": s.hits, "misses": s.misses,
+                "uploads": s.uploads, "bytes_down": s.bytes_down, "bytes_up": s.bytes_up, "errors": s.errors,
+                "disabled": self._broken}
+
     def close(self) -> None:
         with self._lock:
             store, self._store = self._store, None

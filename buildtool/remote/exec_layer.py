@@ -388,6 +388,13 @@ class RemoteExecutor:
             return None
         return self.stats.line(str(self.ep))
 
+    def totals(self) -> dict[str, object]:
+        """This build's counts, for the ``remote`` line of ``--events``."""
+        s = self.stats
+        return {"role": "executor", "endpoint": str(self.ep), "executed": s.executed, "cached": s.cached,
+                "failed": s.failed, "fallbacks": s.fallbacks, "bytes_down": s.bytes_down, "bytes_up": s.bytes_up,
+                "left_remote": s.left_remote, "fetched": s.fetched, "disabled": self._broken}
+
     def close(self) -> None:
         with self._lock:
             st, self._store = self._store, None

@@ -15,8 +15,10 @@ class RemoteSession:
     def __init__(self, layers: list[Any]) -> None:
         self.layers = layers
 
-    def finish(self, out: IO[str]) -> None:
+    def finish(self, out: IO[str], events: Any = None) -> None:
         for layer in self.layers:
+            if events is not None:
+                events.remote(layer.totals())
             line = layer.summary()
             if line:
                 print(line, file=out, flush=True)
