@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -232,3 +233,58 @@ def start_nginx(workdir: Path) -> Server:
             time.sleep(0.1)
         else:
             return server
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 in front of a real server, whose open connections a test can
+    cut (``cut``) while it keeps accepting new ones: a network blip between client and server."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"grpc://127.0.0.1:{self.port}"
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.cut_count = 0  # connections cut so far
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target)
+            except OSError:
+                return
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        with self._lock:
+            socks, self._open = self._open, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self.cut_count += len(socks) // 2
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()

@@ -343,6 +343,45 @@ def test_ctrl_c_stops_waiting_for_remote_actions(stack: Stack, make_workspace: C
     assert not late.exists(), "the cancelled remote command ran to its end"
 
 
+def test_broken_operation_stream_is_resumed_with_wait_execution(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The connection to the server drops while an action runs: the client follows the same
+    operation with WaitExecution instead of running the action again or locally."""
+    ws = make_workspace("wait")
+    ws.home.mkdir(parents=True, exist_ok=True)
+    marker = ws.home / "wait-started"
+    ws.build_file("", f"""
+        genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep 3; echo finished > $@")
+    """)
+    proxy = remote_servers.TcpProxy(int(stack.url.rsplit(":", 1)[1]))
+    events = ws.home / "wait-events.jsonl"
+    p = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-executor", proxy.url, "--events", str(events)],
+                         cwd=ws.root, env=conftest_env(ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "the remote action never started"
+            time.sleep(0.05)
+        proxy.cut()
+        out, err = p.communicate(timeout=60)
+    finally:
+        proxy.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert proxy.cut_count >= 1
+    assert p.returncode == 0, out + err
+    assert "running it locally" not in err and "unavailable" not in err, err
+    _, evs = conftest.read_events(events)
+    [ev] = evs
+    assert ev["status"] == "ran" and ev.get("executed") == "remote", ev
+    assert ws.read("s.txt") == "finished\n"
+    [totals] = conftest.remote_totals(events)
+    assert (totals["executed"], totals["fallbacks"]) == (1, 0), totals
+
+
 def test_local_attribute_is_checked(make_workspace: Callable[..., Workspace]) -> None:
     ws = make_workspace("attr")
     ws.build_file("", """
