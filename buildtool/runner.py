@@ -589,8 +589,8 @@ class TargetRunner:
                 stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code,
                 extra={**base, "timed_out": res.timed_out, "why": why},
             )
-        outputs: list[list[Any]] = []
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
+        outputs: list[list[Any]] = list(left_remote or ())
         for o in t.outs if left_remote is None else ():
             full = os.path.join(self.root, o)
             try:
@@ -607,8 +607,6 @@ class TargetRunner:
             mode = 0o755 if st.st_mode & 0o100 else 0o644
             digest = self.stats.digest(o, st)
             outputs.append([o, digest, mode])
-        if left_remote is not None:
-            outputs = left_remote
         late = None
         if t.depfile is not None:
             found = self._discover(t, desc, started_ns)
