@@ -25,7 +25,7 @@ from buildtool.digest import hash_bytes, hash_file, is_remote
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, RemoteAction, TargetView
 from buildtool.remote.options import Endpoint, RemoteOptions
-from buildtool.remote.store import RemoteError, Source, Store, Unavailable, open_store
+from buildtool.remote.store import RemoteError, Source, Store, Unavailable, marker_digest, open_store
 
 
 class RemoteStats:
@@ -106,11 +106,7 @@ class RemoteCache:
         if d is not None:
             return d
         if is_remote(local):  # left in the remote executor's CAS (--remote-download): no local file
-            fn, d = Digest.of_marker(local)
-            if fn != store.digest_fn:
-                msg = f"input {rel} is kept remote as a {fn} digest; {self.ep} uses {store.digest_fn}"
-                raise RemoteError(msg)
-            return d
+            return marker_digest(local, store.digest_fn, rel)
         full = os.path.join(self.root, rel)
         size = os.path.getsize(full)
         d = Digest(local, size) if store.digest_fn == "blake3" else Digest(ra.file_hash(full, store.digest_fn), size)

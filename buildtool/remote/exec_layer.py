@@ -37,7 +37,7 @@ from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execu
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
 from buildtool.remote.protos.google.longrunning import operations_pb2_grpc as ops_grpc
-from buildtool.remote.store import RemoteError, Source, Unavailable
+from buildtool.remote.store import RemoteError, Source, Unavailable, marker_digest
 
 CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
 WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
@@ -158,11 +158,7 @@ class RemoteExecutor:
 
     def _file_digest(self, st: GrpcStore, rel: str, local: str) -> Digest:
         if local.startswith(REMOTE_MARK):  # an output left in the server's CAS: no local file
-            fn, d = Digest.of_marker(local)
-            if fn != st.digest_fn:
-                msg = f"input {rel} is kept remote as a {fn} digest but the server now uses {st.digest_fn}"
-                raise RemoteError(msg)
-            return d
+            return marker_digest(local, st.digest_fn, rel)
         with self._lock:
             d = self._digests.get(local)
         if d is None:
@@ -365,19 +361,14 @@ class RemoteExecutor:
         if st is None:
             return f"the remote executor {self.ep} is unavailable ({self._broken})"
         try:
-            todo = []
-            for p, marker, mode in files:
-                fn, d = Digest.of_marker(marker)
-                if fn != st.digest_fn:
-                    return f"{p} was kept remote as a {fn} digest but {self.ep} now uses {st.digest_fn}"
-                todo.append((p, d, mode))
+            todo = [(p, marker_digest(marker, st.digest_fn, p), mode) for p, marker, mode in files]
             os.makedirs(self.tmp_dir, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix="fetch-", dir=self.tmp_dir)
             try:
                 self._place(st, todo, tmp)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        except (RemoteError, OSError, ValueError) as e:
+        except (RemoteError, OSError) as e:
             return f"downloading {', '.join(p for p, _, _ in files)} from {self.ep} failed: {e}"
         with self._lock:
             self.stats.fetched += len(files)

@@ -33,6 +33,18 @@ class Unavailable(RemoteError):
     """The server is unreachable, too slow or failing: stop using it for this build."""
 
 
+def marker_digest(marker: str, digest_fn: str, path: str) -> Digest:
+    """The Digest of ``path``, an output left in a remote CAS (digest.REMOTE_MARK), on a
+    server that hashes with ``digest_fn``; RemoteError if the marker cannot name it there."""
+    try:
+        fn, d = Digest.of_marker(marker)
+    except ValueError as e:
+        raise RemoteError(f"{path}: {e}") from None
+    if fn != digest_fn:
+        raise RemoteError(f"{path} was kept remote as a {fn} digest but the server uses {digest_fn}")
+    return d
+
+
 def _hash_obj(digest_fn: str) -> Any:
     if digest_fn == "blake3":
         import blake3
