@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from buildtool.simplecmd import SimpleCommand
+
 MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is 128 KiB)
 KILL_GRACE_S = 2.0
 
@@ -76,6 +78,9 @@ class SubprocessExecutor:
         self.cancelled = False
         # Called with the pgid of each command started in its own session (orphans.py).
         self.on_spawn: Callable[[int], None] | None = None
+        # (program, PATH) -> its path, for commands started without a shell: found once,
+        # not by a failed exec per PATH entry before it on every start (as sh's hash).
+        self._programs: dict[tuple[str, str], str | None] = {}
 
     def run(
         self,
@@ -84,10 +89,13 @@ class SubprocessExecutor:
         env: dict[str, str],
         timeout: float | None = None,
         capture: str | None = None,
+        direct: SimpleCommand | None = None,
     ) -> ProcessResult:
         """Run to completion.  ``capture`` is a path prefix for the stdout/stderr files
         (reused per worker lane: no pipes and no poll loop); None lets the child use the
-        terminal (the ``console`` pool)."""
+        terminal (the ``console`` pool).  ``direct``: the same command as ``argv``'s shell
+        line, started without the shell (simplecmd.py); if it cannot be started, ``argv``
+        runs instead, so the shell reports the problem."""
         start = time.monotonic()
         if self.cancelled:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
@@ -97,16 +105,22 @@ class SubprocessExecutor:
             out_fd = os.open(capture + ".out", flags, 0o600)
             err_fd = os.open(capture + ".err", flags, 0o600)
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out_fd,
-                stderr=err_fd,
-                start_new_session=capture is not None,
-                close_fds=True,
-            )
+            proc = None
+            if direct is not None:
+                program = self._find_program(direct.argv[0], env.get("PATH", os.defpath))
+                if program is not None:
+                    proc = _start_direct(direct, program, cwd, env, out_fd, err_fd, capture is not None)
+            if proc is None:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_fd,
+                    stderr=err_fd,
+                    start_new_session=capture is not None,
+                    close_fds=True,
+                )
             with self._lock:
                 self._procs[proc.pid] = proc
             if self.on_spawn is not None and capture is not None:
@@ -131,6 +145,25 @@ class SubprocessExecutor:
                 if fd is not None:
                     os.close(fd)
         return ProcessResult(proc.returncode, out, err, timed_out, time.monotonic() - start)
+
+    def _find_program(self, name: str, path: str) -> str | None:
+        """The file ``name`` runs, looked up in ``path`` as the shell does; None if there is
+        none, or if a relative ``path`` entry comes first."""
+        if "/" in name:
+            return name
+        key = (name, path)
+        found = self._programs.get(key, "")
+        if found == "":
+            found = None
+            for d in path.split(os.pathsep):
+                if not d.startswith("/"):
+                    break  # relative to the command's directory: the shell looks it up
+                candidate = os.path.join(d, name)
+                if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                    found = candidate
+                    break
+            self._programs[key] = found
+        return found
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> None:
         try:
@@ -163,6 +196,49 @@ class SubprocessExecutor:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _start_direct(
+    cmd: SimpleCommand,
+    program: str,
+    cwd: str,
+    env: dict[str, str],
+    out_fd: int | None,
+    err_fd: int | None,
+    session: bool,
+) -> subprocess.Popen[bytes] | None:
+    """Start a simple command without a shell; None when it cannot be started that way.
+
+    The child sees what the shell would have given it: ``PWD`` set to its directory (sh
+    exports it), stdout to the ``>`` file opened as sh opens it (created 0666 less the
+    umask, truncated), relative to ``cwd``."""
+    if "PWD" in env:
+        return None  # sh keeps or resets a given PWD by rules not worth copying
+    redirect = None
+    if cmd.stdout_path is not None:
+        try:
+            redirect = os.open(
+                os.path.join(cwd, cmd.stdout_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666
+            )
+        except OSError:
+            return None
+    try:
+        return subprocess.Popen(
+            cmd.argv,
+            executable=program,
+            cwd=cwd,
+            env={**env, "PWD": os.path.normpath(cwd)},
+            stdin=subprocess.DEVNULL,
+            stdout=redirect if redirect is not None else out_fd,
+            stderr=err_fd,
+            start_new_session=session,
+            close_fds=True,
+        )
+    except OSError:
+        return None  # not found, not executable, no #! line...: the shell says so, or runs it
+    finally:
+        if redirect is not None:
+            os.close(redirect)
 
 
 def _read_all(fd: int) -> bytes:

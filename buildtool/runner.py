@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool import discovered, keys, rebuild
+from buildtool import discovered, keys, rebuild, simplecmd
 from buildtool.cache import ActionEntry, Cache, CachedOutput
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
@@ -540,7 +540,8 @@ class TargetRunner:
         self._delete_outputs(t)
         try:
             for o in t.outs:
-                os.makedirs(os.path.dirname(os.path.join(self.root, o)), exist_ok=True)
+                _make_dir(os.path.dirname(os.path.join(self.root, o)))
+            direct = None
             if t.kind == "pyrule":
                 env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
@@ -555,6 +556,8 @@ class TargetRunner:
                 argv = shell_argv(desc["shell"], script, True)
             else:
                 argv = shell_argv(desc["shell"], t.cmd, False)
+                if desc["shell"] == "sh":
+                    direct = simplecmd.parse(t.cmd)
             capture = None if t.pool == "console" else f"{tmp}.capture"
             started_ns = time.time_ns()
             res: Any = None
@@ -565,7 +568,7 @@ class TargetRunner:
                 if lost is not None:
                     self._reset_tmp(tmp)
                     return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key, extra={"forget": lost[1]})
-                res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture)
+                res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct)
         except OSError as e:
             self._delete_outputs(t)
             self._reset_tmp(tmp)
@@ -682,6 +685,16 @@ class TargetRunner:
         if hit is not None:
             why += "; would restore from the cache"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
+
+
+def _make_dir(d: str) -> None:
+    """``os.makedirs(d, exist_ok=True)`` in one system call when ``d`` exists (the usual case)."""
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(d, exist_ok=True)
 
 
 def _has_remote_digest(full: str, marker: str) -> bool:
