@@ -3,7 +3,8 @@
 Layout under the cache dir (shared by every workspace of the user)::
 
     v1/cas/<d[:2]>/<digest>     blob = file content, named by its BLAKE3 digest
-    v1/ac/<k[:2]>/<key>         action entry (JSON) for an action key
+    v1/ac/<k[:2]>/<key>         action entry (JSON) for an action key; outputs and streams
+                                of up to INLINE_MAX bytes are kept inside it, not as blobs
     v1/tmp/                     temp files, renamed into place
 
 Writes go to a temp file then ``os.replace``; a blob whose content does not match its
@@ -14,6 +15,7 @@ and turns caching off or degrades to a miss.  Spec: docs/formats.md#cache
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import errno
 import fcntl
@@ -24,16 +26,21 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from buildtool.cache_gc import StoreGuard
+from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 
 FORMAT_VERSION = 1
 FICLONE = 0x40049409
 SMALL_BLOB = 1 << 20  # restored from one in-memory read (verified from the bytes); larger ones stream
 COPY_CHUNK = 8 * 1024 * 1024
+# Contents of at most this many bytes are kept inside the action entry (base64), as REAPI's
+# inlined outputs: a small action costs one file in the cache instead of one per output
+# plus the entry, and file creation is the dearest part of storing it.
+INLINE_MAX = 4096
+INLINE_TOTAL_MAX = 64 * 1024  # per entry; what does not fit is stored as blobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,7 @@ class ActionEntry:
     duration: float
     stdout: str | None  # blob digest of captured stdout
     stderr: str | None
+    inline: dict[str, bytes] = field(default_factory=dict)  # digest -> content kept in the entry
 
 
 def safe_rel_path(p: Any) -> bool:
@@ -83,8 +91,11 @@ class Cache:
         self._restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
         self._guard = StoreGuard(self.dir)
         try:
+            new = not os.path.isdir(self.dir)
             for sub in ("cas", "ac", "tmp"):
                 os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+            if new:
+                start_counter(self.dir)
         except OSError as e:
             self._disable(f"cache dir {directory} is not usable ({e.strerror})")
 
@@ -145,8 +156,13 @@ class Cache:
                 if not isinstance(d, str) or len(d) != 64 or m not in (0o644, 0o755):
                     raise ValueError("output")
                 outs.append(CachedOutput(p, d, m))
-            entry = ActionEntry(tuple(outs), float(obj["duration"]), obj.get("stdout"), obj.get("stderr"))
-        except (ValueError, KeyError, TypeError):
+            inline = {}
+            for d, text in (obj.get("inline") or {}).items():
+                if not isinstance(d, str) or len(d) != 64 or not isinstance(text, str):
+                    raise ValueError("inline")
+                inline[d] = binascii.a2b_base64(text)  # binascii.Error is a ValueError
+            entry = ActionEntry(tuple(outs), float(obj["duration"]), obj.get("stdout"), obj.get("stderr"), inline)
+        except (ValueError, KeyError, TypeError, AttributeError):
             self._warn(f"cache entry {key[:12]} is corrupt or of another version; treating it as a miss")
             self._remove(path)
             return None
@@ -162,6 +178,8 @@ class Cache:
             "stdout": entry.stdout,
             "stderr": entry.stderr,
         }
+        if entry.inline:
+            obj["inline"] = {d: binascii.b2a_base64(b, newline=False).decode() for d, b in entry.inline.items()}
         self._write_atomic(self._ac_path(key), json.dumps(obj, separators=(",", ":")).encode())
 
     # -- blobs -----------------------------------------------------------------------
@@ -172,6 +190,8 @@ class Cache:
         """True if every output blob of ``entry`` is present and under ``limit`` bytes
         (cheap enough to restore on the scheduler's thread)."""
         for o in entry.outputs:
+            if o.digest in entry.inline:
+                continue
             try:
                 if os.stat(self._blob_path(o.digest)).st_size >= limit:
                     return False
@@ -203,6 +223,31 @@ class Cache:
             self._remove(tmp)
             self._write_failed(e)
 
+    @staticmethod
+    def read_small(path: str) -> bytes | None:
+        """The content of a file of at most INLINE_MAX bytes (to keep inside an action
+        entry); None if it is larger or unreadable."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, INLINE_MAX + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return data if len(data) <= INLINE_MAX else None
+
+    def stream(self, entry: ActionEntry, digest: str | None) -> bytes:
+        """A captured stdout/stderr of ``entry`` (inline or a blob); b"" when absent or bad."""
+        if not digest:
+            return b""
+        data = entry.inline.get(digest)
+        if data is not None:
+            return data if hash_bytes(data) == digest else b""
+        return self.read_blob(digest) or b""
+
     def read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)
         try:
@@ -215,9 +260,15 @@ class Cache:
             return None
         return data
 
-    def restore(self, digest: str, dest: str, mode: int) -> os.stat_result | None:
+    def restore(self, digest: str, dest: str, mode: int, inline: bytes | None = None) -> os.stat_result | None:
         """Copy (or reflink / hardlink) a verified blob to ``dest``: the restored file's stat
-        (taken after the rename, for the stat cache), or None on a miss."""
+        (taken after the rename, for the stat cache), or None on a miss.  ``inline``: the
+        content kept in the action entry, written instead of a blob's."""
+        if inline is not None:
+            if hash_bytes(inline) != digest:
+                self._warn(f"cache entry content {digest[:12]} does not match its digest; rerunning")
+                return None
+            return self._place(dest, mode, None, lambda out: _write_all(out, inline))
         blob = self._blob_path(digest)
         try:
             src = os.open(blob, os.O_RDONLY | os.O_CLOEXEC)
@@ -248,12 +299,18 @@ class Cache:
             else:
                 self._clone_or_copy(src, out)
 
-        link = self.restore_mode == "hardlink" and mode == 0o644
+        return self._place(dest, mode, blob if self.restore_mode == "hardlink" and mode == 0o644 else None, fill)
+
+    def _place(
+        self, dest: str, mode: int, link: str | None, fill: Callable[[int], None]
+    ) -> os.stat_result | None:
+        """Put verified content at ``dest`` by temp file + rename: a hard link to ``link``
+        where one can be made, else a new file that ``fill`` writes."""
         for retry in (False, True):
             tmp = None
             try:
                 tmp = self._restore_tmp(dest)
-                if link and _link(blob, tmp):
+                if link is not None and _link(link, tmp):
                     os.replace(tmp, dest)
                     return os.stat(dest)
                 return self._write_new(tmp, dest, mode, fill)

@@ -135,6 +135,12 @@ def read_counter(v1_dir: str) -> int | None:
         return None
 
 
+def start_counter(v1_dir: str) -> None:
+    """A cache dir just made is empty: its size counter starts at 0, so the end of the
+    first build adds what it stored instead of scanning everything it stored."""
+    _write_counter(v1_dir, 0)
+
+
 def _write_counter(v1_dir: str, n: int) -> None:
     path = os.path.join(v1_dir, "size")
     tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
@@ -168,7 +174,8 @@ def _refs_of(raw: bytes) -> tuple[str, ...] | None:
         refs += [d for d in (obj.get("stdout"), obj.get("stderr")) if d]
         if not all(isinstance(d, str) for d in refs):
             return None
-        return tuple(refs)
+        kept = obj.get("inline") or {}  # contents inside the entry: no blob to keep alive
+        return tuple(d for d in refs if d not in kept)
     except (ValueError, KeyError, TypeError, IndexError):
         return None
 

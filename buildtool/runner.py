@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildtool import discovered, keys, rebuild, simplecmd
-from buildtool.cache import ActionEntry, Cache, CachedOutput
+from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
 from buildtool.graph import Graph, Target
@@ -438,7 +438,7 @@ class TargetRunner:
             status, Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
             f"{why}; {msg}", key=key, cache=where,
             extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
-            stdout=self._blob_text(hit.stdout), stderr=self._blob_text(hit.stderr),
+            stdout=self.cache.stream(hit, hit.stdout), stderr=self.cache.stream(hit, hit.stderr),
         )
 
     def _never_fresh(self, t: Target) -> bool:
@@ -463,11 +463,6 @@ class TargetRunner:
             self.remote_exec.cancel_all()
 
     # -- cache layer -------------------------------------------------------------------
-    def _blob_text(self, digest: str | None) -> bytes:
-        if not digest:
-            return b""
-        return self.cache.read_blob(digest) or b""
-
     def _restore(self, t: Target, hit: ActionEntry) -> tuple[Status, str] | None:
         if sorted(o.path for o in hit.outputs) != sorted(t.outs):
             self.warn(f"cache entry for {t.label} lists other outputs than the target; ignoring it")
@@ -478,7 +473,7 @@ class TargetRunner:
                 self._fix_mode(o)
             return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
         for o in stale:
-            st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode)
+            st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
             if st is None:
                 return None
             self.stats.remember(o.path, st, o.digest, time.time_ns())
@@ -662,18 +657,33 @@ class TargetRunner:
         cache = self.cache
         if not cache.writable:
             return
+        # Small contents go inside the entry (cache.INLINE_MAX), up to INLINE_TOTAL_MAX in all.
+        inline: dict[str, bytes] = {}
+        room = INLINE_TOTAL_MAX
         for path, digest, _ in outputs:
-            cache.put_file(os.path.join(self.root, path), digest)
-        so = se = None
-        if res.stdout:
-            so = hash_bytes(res.stdout)
-            cache.put_bytes(res.stdout, so)
-        if res.stderr:
-            se = hash_bytes(res.stderr)
-            cache.put_bytes(res.stderr, se)
+            if digest in inline:
+                continue
+            full = os.path.join(self.root, path)
+            data = cache.read_small(full)
+            if data is not None and hash_bytes(data) != digest:
+                return  # changed since it was hashed: it must not be stored under that digest
+            if data is not None and len(data) <= room:
+                inline[digest] = data
+                room -= len(data)
+            else:
+                cache.put_file(full, digest)
+        streams: list[str | None] = []
+        for data in (res.stdout, res.stderr):
+            d = hash_bytes(data) if data else None
+            if d is not None and len(data) <= min(INLINE_MAX, room):
+                inline[d] = data
+                room -= len(data)
+            elif d is not None:
+                cache.put_bytes(data, d)
+            streams.append(d)
         if cache.writable:
-            entry = ActionEntry(tuple(CachedOutput(p, d, m) for p, d, m in outputs), res.duration, so, se)
-            cache.put_action(key, entry)
+            outs = tuple(CachedOutput(p, d, m) for p, d, m in outputs)
+            cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
         if entry is not None and entry.get("k") == key:

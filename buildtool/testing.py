@@ -259,8 +259,8 @@ class TestRunner:
                 )
                 self.logs.write(t, b"", note.encode(), None)
                 return
-            out = self.inner._blob_text(hit.stdout)
-            err = self.inner._blob_text(hit.stderr)
+            out = cache.stream(hit, hit.stdout)
+            err = cache.stream(hit, hit.stderr)
         self.logs.write(t, out, err, o.key)
 
 

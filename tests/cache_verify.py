@@ -1,10 +1,12 @@
 """Test helper: walk a cache dir's v1/ac and v1/cas and check every invariant that must
 survive crashes, concurrency and GC: each action entry parses, names only safe relative
-paths, and points at blobs that exist and whose content hashes to their name; no temp
-file is left half-written in a blob's place."""
+paths, and has every content it names either inside itself (hashing to its digest) or as
+a blob that exists and whose content hashes to its name; no temp file is left
+half-written in a blob's place."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -42,7 +44,10 @@ def verify_cache(cache_dir: Path | str) -> dict[str, int]:
                 for p, _, mode in obj["outputs"]:
                     assert not p.startswith("/") and ".." not in p.split("/"), (e, p)
                     assert mode in (0o644, 0o755), (e, mode)
+                inline = obj.get("inline", {})
+                for d, text in inline.items():
+                    assert blake3.blake3(base64.b64decode(text)).hexdigest() == d, f"entry {e.name[:12]}: {d[:12]}"
                 for d in refs:
-                    assert d in blobs, f"entry {e.name[:12]} points at missing blob {d[:12]}"
+                    assert d in inline or d in blobs, f"entry {e.name[:12]} points at missing blob {d[:12]}"
                 entries += 1
     return {"entries": entries, "blobs": len(blobs)}

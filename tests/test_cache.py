@@ -3,6 +3,7 @@ a wrong output."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Callable
@@ -21,8 +22,12 @@ genrule(name="use", srcs=[":gen"], outs=["use.out"], cmd="tr a-z A-Z < $< > $@")
 """
 
 
-def setup_built(ws: Workspace) -> BuildRun:
-    ws.write("in.txt", "hello\n")
+# Inputs whose outputs are kept inside the action entry (small) or stored as blobs (large).
+SIZES = {"inline": "hello\n", "blob": "hello\n" * 1000}
+
+
+def setup_built(ws: Workspace, text: str = SIZES["inline"]) -> BuildRun:
+    ws.write("in.txt", text)
     ws.build_file("", BUILD)
     r = ws.build()
     assert r.rc == 0, r.output
@@ -43,43 +48,70 @@ def overwrite(p: Path, data: bytes) -> None:
     p.write_bytes(data)
 
 
-def test_outputs_are_stored_in_the_cache(workspace: Workspace) -> None:
-    r = setup_built(workspace)
-    entry = json.loads(ac_path(workspace, r.by_label["//:gen"]["key"]).read_bytes())
+def stored(ws: Workspace, entry_path: Path, digest: str) -> bytes:
+    """The content the cache keeps for ``digest``: inside the entry, or as a blob."""
+    inline = json.loads(entry_path.read_bytes()).get("inline", {})
+    if digest in inline:
+        return base64.b64decode(inline[digest])
+    return blob_path(ws, digest).read_bytes()
+
+
+def tamper(ws: Workspace, entry_path: Path, digest: str, data: bytes) -> None:
+    """Replace the stored content of ``digest`` (inside the entry or its blob) with ``data``."""
+    obj = json.loads(entry_path.read_bytes())
+    if digest in obj.get("inline", {}):
+        obj["inline"][digest] = base64.b64encode(data).decode()
+        overwrite(entry_path, json.dumps(obj).encode())
+    else:
+        overwrite(blob_path(ws, digest), data)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_outputs_are_stored_in_the_cache(workspace: Workspace, size: str) -> None:
+    r = setup_built(workspace, SIZES[size])
+    p = ac_path(workspace, r.by_label["//:gen"]["key"])
+    entry = json.loads(p.read_bytes())
     [[path, digest, mode]] = entry["outputs"]
+    want = (SIZES[size] + "built\n").encode()
     assert path == "gen.out" and mode == 0o644
-    assert blob_path(workspace, digest).read_bytes() == b"hello\nbuilt\n"
-    assert digest == hash_bytes(b"hello\nbuilt\n")
+    assert digest == hash_bytes(want)
+    assert stored(workspace, p, digest) == want
+    # Small contents live in the entry alone; large ones as a blob alone.
+    assert (digest in entry.get("inline", {})) == (size == "inline")
+    assert blob_path(workspace, digest).exists() == (size == "blob")
 
 
-def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace) -> None:
-    r = setup_built(workspace)
-    entry = json.loads(ac_path(workspace, r.by_label["//:gen"]["key"]).read_bytes())
-    blob = blob_path(workspace, entry["outputs"][0][1])
-    overwrite(blob, b"HELLO\nBUILT\n")  # same size, wrong content
+@pytest.mark.parametrize("size", SIZES)
+def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace, size: str) -> None:
+    r = setup_built(workspace, SIZES[size])
+    p = ac_path(workspace, r.by_label["//:gen"]["key"])
+    digest = json.loads(p.read_bytes())["outputs"][0][1]
+    want = (SIZES[size] + "built\n").encode()
+    tamper(workspace, p, digest, want.upper())  # same size, wrong content
     (workspace.root / "gen.out").unlink()
     r2 = workspace.build()
     assert r2.rc == 0, r2.output
     assert r2.status("//:gen") == "ran"
     assert r2.by_label["//:gen"]["reason_code"] == "cache_corrupt"
-    assert workspace.read("gen.out") == "hello\nbuilt\n"
+    assert workspace.path("gen.out").read_bytes() == want
     assert r2.status("//:use") == "up_to_date"  # early cutoff: same bytes again
     assert "corrupt" in r2.stderr or "does not match" in r2.stderr
     # The rerun repaired the cache: a later restore works and is correct.
     (workspace.root / "gen.out").unlink()
     r3 = workspace.build()
     assert r3.status("//:gen") == "restored"
-    assert workspace.read("gen.out") == "hello\nbuilt\n"
+    assert workspace.path("gen.out").read_bytes() == want
 
 
-def test_truncated_blob_is_never_restored(workspace: Workspace) -> None:
-    r = setup_built(workspace)
-    entry = json.loads(ac_path(workspace, r.by_label["//:use"]["key"]).read_bytes())
-    overwrite(blob_path(workspace, entry["outputs"][0][1]), b"")
+@pytest.mark.parametrize("size", SIZES)
+def test_truncated_blob_is_never_restored(workspace: Workspace, size: str) -> None:
+    r = setup_built(workspace, SIZES[size])
+    p = ac_path(workspace, r.by_label["//:use"]["key"])
+    tamper(workspace, p, json.loads(p.read_bytes())["outputs"][0][1], b"")
     (workspace.root / "use.out").unlink()
     r2 = workspace.build()
     assert r2.status("//:use") == "ran"
-    assert workspace.read("use.out") == "HELLO\nBUILT\n"
+    assert workspace.read("use.out") == (SIZES[size] + "built\n").upper()
 
 
 @pytest.mark.parametrize(
@@ -203,6 +235,39 @@ def test_action_entry_roundtrip(tmp_path: Path) -> None:
     c.put_action("k" * 64, e)
     assert c.get_action("k" * 64) == e
     assert c.get_action("z" * 64) is None
+
+
+def test_inline_contents_roundtrip_restore_and_verify(tmp_path: Path) -> None:
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    out, err = b"\x00binary\xff output\n", b"a warning\n"
+    d_out, d_err = hash_bytes(out), hash_bytes(err)
+    e = ActionEntry((CachedOutput("p/o", d_out, 0o755),), 0.5, None, d_err, {d_out: out, d_err: err})
+    c.put_action("k" * 64, e)
+    assert list((tmp_path / "c" / "v1" / "cas").rglob("*")) == []  # nothing stored as a blob
+    got = c.get_action("k" * 64)
+    assert got == e
+    assert c.stream(got, d_err) == err
+    dest = tmp_path / "ws" / "p" / "o"
+    assert c.restore(d_out, str(dest), 0o755, got.inline[d_out])
+    assert dest.read_bytes() == out and dest.stat().st_mode & 0o777 == 0o755
+    # Content that does not hash to its digest is never written; the stream reads as empty.
+    bad = ActionEntry(e.outputs, 0.5, None, d_err, {d_out: out.upper(), d_err: b"forged\n"})
+    dest.unlink()
+    assert c.restore(d_out, str(dest), 0o755, bad.inline[d_out]) is None
+    assert not dest.exists() and any("does not match" in w for w in warned)
+    assert c.stream(bad, d_err) == b""
+
+
+@pytest.mark.parametrize("inline", [{"x": "AAAA"}, {"a" * 64: 3}, {"a" * 64: "not base64!"}, ["a" * 64]])
+def test_malformed_inline_contents_make_the_entry_a_miss(tmp_path: Path, inline: object) -> None:
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    c.put_action("k" * 64, ActionEntry((CachedOutput("o", "a" * 64, 0o644),), 1.0, None, None))
+    p = tmp_path / "c" / "v1" / "ac" / "kk" / ("k" * 64)
+    overwrite(p, json.dumps({**json.loads(p.read_bytes()), "inline": inline}).encode())
+    assert c.get_action("k" * 64) is None
+    assert any("corrupt" in w for w in warned)
 
 
 def _restore_cache(tmp_path: Path, data: bytes, **kw: str) -> tuple[Cache, str, list[str]]:

@@ -85,6 +85,20 @@ def test_gc_removes_unreferenced_blobs_and_old_temp_files(workspace: Workspace) 
     assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
 
 
+def test_gc_keeps_entries_whose_contents_are_inline(workspace: Workspace) -> None:
+    sized_targets(workspace, {"small": 100, "big": 10 * KIB})  # inside its entry / a blob
+    assert workspace.build().rc == 0
+    assert verify_cache(workspace.cache) == {"entries": 2, "blobs": 1}
+    assert sorted(len(refs) for *_, refs in scan(str(workspace.cache / "v1")).entries) == [0, 1]
+    rc, _, _ = workspace.run("cache", "gc")
+    assert rc == 0
+    assert verify_cache(workspace.cache) == {"entries": 2, "blobs": 1}
+    for n in ("small", "big"):
+        (workspace.root / f"{n}.bin").unlink()
+    r = workspace.build()
+    assert r.status("//:small") == r.status("//:big") == "restored"
+
+
 def test_max_size_is_refused_in_a_workspace_config(workspace: Workspace) -> None:
     sized_targets(workspace, {"a": 10})
     (workspace.root / "buildtool.toml").write_text('max_size = "1G"\n')

@@ -265,9 +265,10 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(b"")
 
 
-def state_workspace(ws: Workspace) -> None:
-    ws.write("a.txt", "a\n")
-    ws.write("b.txt", "b\n")
+def state_workspace(ws: Workspace, big: bool = False) -> None:
+    """Two targets; ``big``: outputs over cache.INLINE_MAX, so the cache keeps them as blobs."""
+    ws.write("a.txt", "a\n" * (3000 if big else 1))
+    ws.write("b.txt", "b\n" * (3000 if big else 1))
     ws.build_file("", """
         genrule(name="x", srcs=["a.txt"], outs=["x.out"], cmd="cat $< > $@; echo x >> $@")
         genrule(name="y", srcs=["b.txt", ":x"], outs=["y.out"], cmd="cat $(SRCS) > $@")
@@ -309,10 +310,12 @@ def _blobs(cache: Path) -> list[Path]:
     if (w, h) != ("blob", "other-version")  # a blob is raw content: it has no version to be wrong
 ])
 def test_damaged_cache_file_is_a_miss_never_a_wrong_output(workspace: Workspace, what: str, how: str) -> None:
-    state_workspace(workspace)
+    state_workspace(workspace, big=what == "blob")
     assert workspace.build().rc == 0
     want = tree(workspace.root)
-    for p in _entries(workspace.cache) if what == "entry" else _blobs(workspace.cache):
+    damaged = _entries(workspace.cache) if what == "entry" else _blobs(workspace.cache)
+    assert damaged, f"the build stored no {what} to damage"
+    for p in damaged:
         if how == "other-version" and what == "entry":
             obj = json.loads(p.read_bytes())
             obj["v"] = 99
