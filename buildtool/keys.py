@@ -52,7 +52,12 @@ def canonical(desc: Mapping[str, object]) -> str:
 
 
 def key_of(desc: Mapping[str, object]) -> str:
-    return blake3.blake3(canonical(desc).encode("utf-8", "surrogateescape")).hexdigest()
+    return key_of_text(canonical(desc))
+
+
+def key_of_text(text: str) -> str:
+    """The key of a description given as its canonical text."""
+    return blake3.blake3(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def python_identity() -> str:

@@ -148,10 +148,17 @@ class BuildRecord:
 
     @staticmethod
     def prepare(
-        label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]
+        label: str,
+        key: str,
+        outputs: list[list[Any]],
+        duration: float,
+        desc: dict[str, Any],
+        desc_text: str | None = None,
     ) -> tuple[dict[str, Any], str]:
-        """An entry and its serialised line (done by workers, off the scheduler thread)."""
-        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": keys.canonical(desc)}
+        """An entry and its serialised line (done by workers, off the scheduler thread).
+        ``desc_text``: ``keys.canonical(desc)`` when the caller has it already."""
+        text = desc_text if desc_text is not None else keys.canonical(desc)
+        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": text}
         return entry, json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
 
     def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:

@@ -63,6 +63,7 @@ class TargetRunner:
         self.executor = SubprocessExecutor()
         self.out_digests: dict[str, str] = {}  # per run: output path -> digest
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
@@ -156,7 +157,9 @@ class TargetRunner:
         desc = keys.action_description(
             t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
         )
-        return keys.key_of(desc), desc
+        text = keys.canonical(desc)
+        self._texts[t.id] = (desc, text)  # the build record stores the same text
+        return keys.key_of_text(text), desc
 
     def _disk_digest(self, p: str) -> str | None:
         try:
@@ -250,6 +253,7 @@ class TargetRunner:
         ok, _, _ = rebuild.up_to_date(entry, key, self._outputs_digest(t, entry))
         if ok:
             assert entry is not None
+            self._texts.pop(tid, None)  # not recorded again
             return Outcome(
                 Status.UP_TO_DATE,
                 Reason.UP_TO_DATE,
@@ -283,15 +287,17 @@ class TargetRunner:
     def _prepare_record(self, tid: int, outcome: Outcome) -> None:
         """The build-record line of a successful outcome, serialised before commit()."""
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
+        described = self._texts.pop(tid, None)
         if outcome.ok and outcome.extra.get("record", not fresh_by_record):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
+            text = described[1] if described is not None and described[0] is desc else None
             prev = self.record.get(label)
             duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
             # always=True: recorded (outputs, duration) under an empty key that never matches.
             key = "" if self.graph.targets[tid].always else outcome.key
             outcome.extra["record_entry"] = self.record.prepare(
-                label, key, outcome.extra.get("outputs"), duration, desc  # type: ignore[arg-type]
+                label, key, outcome.extra.get("outputs"), duration, desc, text  # type: ignore[arg-type]
             )
 
     def _run(self, tid: int, lane: int) -> Outcome:
