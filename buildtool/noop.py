@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 4
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
-GRAPH_HEADER = b"# buildtool graph v2\n"
+GRAPH_HEADER = b"# buildtool graph v3\n"  # v3: Graph is a plain slotted class, no longer a dataclass
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
