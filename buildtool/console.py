@@ -20,11 +20,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from typing import IO
 
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import IO
 
 COLOR_MODES = ("auto", "always", "never")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
