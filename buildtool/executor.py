@@ -10,7 +10,6 @@ then SIGKILL after a grace period).  The cache layer in front of it lives in run
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -49,8 +48,18 @@ def _sh_has_pipefail() -> bool:
     return real in ("bash", "zsh", "ksh", "ksh93", "mksh", "yash", "busybox")
 
 
+def _find_bash() -> str:
+    """``shutil.which("bash") or ""`` without importing shutil (~4 ms of every build)."""
+    path = os.environ.get("PATH", os.defpath)
+    for d in path.split(os.pathsep) if path else ():
+        p = os.path.join(d, "bash")
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return p
+    return ""
+
+
 SH_PIPEFAIL = _sh_has_pipefail()
-BASH = shutil.which("bash") or ""
+BASH = _find_bash()
 
 
 def shell_for(cmd: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import shutil
 import stat
 import sys
 import time
@@ -112,6 +111,8 @@ class TargetRunner:
     def _tools(self, t: Target, env: dict[str, str]) -> dict[str, str]:
         out = {}
         for name in t.tools:
+            import shutil  # (only for declared tools: ~4 ms of import)
+
             path = shutil.which(name, path=env.get("PATH"))
             if path is None:
                 out[name] = "missing"
@@ -504,7 +505,10 @@ class TargetRunner:
         """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
         d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{lane}")
         if lane not in self._lane_dirs:
-            shutil.rmtree(d, ignore_errors=True)
+            if os.path.lexists(d):  # left by a killed build (shutil: ~4 ms of import, so only then)
+                import shutil
+
+                shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
             self._lane_dirs.add(lane)
         return d
@@ -517,6 +521,8 @@ class TargetRunner:
         except OSError:
             dirty = True
         if dirty:
+            import shutil
+
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
 
@@ -528,6 +534,8 @@ class TargetRunner:
             except FileNotFoundError:
                 pass
             except IsADirectoryError:
+                import shutil
+
                 shutil.rmtree(full, ignore_errors=True)
             except OSError:
                 pass

@@ -503,12 +503,16 @@ def _median(values: list[float]) -> float:
 
 
 def _remove_tmp(path: str) -> None:
-    """Remove the state dir's tmp/: by the end of a build it normally holds only the lanes'
-    emptied TMPDIRs, removed with rmdir; shutil.rmtree (~5 ms to import) only for the rest."""
+    """Remove the state dir's tmp/: by the end of a build it normally holds the lanes'
+    output capture files and their emptied TMPDIRs, so one level is removed here and
+    shutil.rmtree (~4 ms to import) is only needed for what is left below that."""
     try:
         with os.scandir(path) as it:
             for e in it:
-                os.rmdir(e.path)
+                if e.is_dir(follow_symlinks=False):
+                    os.rmdir(e.path)
+                else:
+                    os.unlink(e.path)
         os.rmdir(path)
     except FileNotFoundError:
         pass
