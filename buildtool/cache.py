@@ -27,7 +27,7 @@ import time
 from buildtool.cache_gc import StoreGuard
 from buildtool.digest import hash_bytes, hash_file
 
-TYPE_CHECKING = False  # not typing's (~5 ms of import on the build path)
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

@@ -30,7 +30,7 @@ from buildtool.scheduler import Scheduler
 from buildtool.status import Console, EventsWriter, Fanout
 from buildtool.workspace import Workspace, find_workspace
 
-TYPE_CHECKING = False  # not typing's: this module is on every build's path (docs/benchmarks.md, start-up)
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
