@@ -223,9 +223,10 @@ def _run(args: Args, prior: Any) -> int:
 
         return run_command(args)
     flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
-    from buildtool.remote.options import flags_of as remote_flags_of
+    if any(v is not None for k, v in vars(args).items() if k.startswith("remote_")):
+        from buildtool.remote.options import flags_of as remote_flags_of
 
-    flags.update(remote_flags_of(args))
+        flags.update(remote_flags_of(args))
     if args.jobs is not None and args.jobs < 1:
         from buildtool.errors import UserError
 

@@ -19,7 +19,6 @@ from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.loader import Loader
-from buildtool.loadlimit import LoadLimit
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
@@ -278,7 +277,11 @@ class Session:
             if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
                 jobs = max(jobs, cfg.remote_jobs)
             console.estimate(weights, jobs)
-            load_limit = LoadLimit(req.load) if req.load is not None else None
+            load_limit = None
+            if req.load is not None:
+                from buildtool.loadlimit import LoadLimit
+
+                load_limit = LoadLimit(req.load)
             tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
             shown = tests.console(console) if tests else console
             runner_reporter = Fanout(_Committer(runner), shown, events, self.observer, load_limit)
