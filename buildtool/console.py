@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from typing import IO
 
 COLOR_MODES = ("auto", "always", "never")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # compiled (and cached by re) when a line is first printed
 TICK_S = 0.25
 MAX_RUNNING_LINES = 8
 
@@ -181,7 +181,7 @@ class Console:
         print(s, end="" if s.endswith("\n") else "\n", file=self.out, flush=True)
 
     def _line(self, s: str) -> None:
-        if not self.tty and not self.color and _CONTROL.search(s):
+        if not self.tty and not self.color and re.search(_CONTROL, s):
             s = strip_controls(s)
         print(s, file=self.out, flush=True)
 
