@@ -12,10 +12,7 @@ from buildtool import __version__
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing alone costs ~15 ms of start-up
 if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --version stays fast
     import argparse
-    from types import SimpleNamespace
     from typing import Any
-
-    Args = argparse.Namespace | SimpleNamespace  # from the parser, or from _plain_build
 
 
 def _add_build_flags(p: argparse.ArgumentParser) -> None:
@@ -97,7 +94,7 @@ _PLAIN_BUILD_DEFAULTS: dict[str, object] = {
 }
 
 
-def _plain_build(argv: list[str]) -> SimpleNamespace | None:
+def _plain_build(argv: list[str]) -> argparse.Namespace | None:
     """The parsed arguments (a ``SimpleNamespace`` equal to what argparse gives) if ``argv``
     is ``[-C DIR] build [PATTERN...]`` with at most ``-j N`` and ``--cache-dir DIR`` besides
     (neither changes what the no-op snapshot proves), else None.  Such a build is checked
@@ -139,8 +136,8 @@ def _plain_build(argv: list[str]) -> SimpleNamespace | None:
         return None
     from types import SimpleNamespace
 
-    return SimpleNamespace(directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[],
-                           **_PLAIN_BUILD_DEFAULTS)
+    return SimpleNamespace(  # type: ignore[return-value]  # (argparse's Namespace is no more than this)
+        directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"buildtool {__version__}")
         return 0
     checked: Any = False  # False: not checked yet; None or a verdict: the snapshot's answer
-    args: Args | None = _plain_build(argv)
+    args = _plain_build(argv)
     if args is not None:
         from buildtool import noop
 
@@ -176,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _dispatch(args: Args, checked: Any = False) -> int:
+def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 
@@ -207,7 +204,7 @@ def _dispatch(args: Args, checked: Any = False) -> int:
             prior.lock.release()  # normally released by the build itself; this covers errors before it
 
 
-def _run(args: Args, prior: Any) -> int:
+def _run(args: argparse.Namespace, prior: Any) -> int:
     from buildtool.session import BuildRequest, Session
 
     if args.command == "clean":

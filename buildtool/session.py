@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from buildtool.loadlimit import LoadLimit
+
 UNKNOWN_DURATION = 1.0
 FRESH_WEIGHT = 0.001
 
@@ -277,7 +279,7 @@ class Session:
             if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
                 jobs = max(jobs, cfg.remote_jobs)
             console.estimate(weights, jobs)
-            load_limit = None
+            load_limit: LoadLimit | None = None
             if req.load is not None:
                 from buildtool.loadlimit import LoadLimit
 
