@@ -25,12 +25,14 @@ import posixpath
 import stat
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 FORMAT_VERSION = 1
 FICLONE = 0x40049409
@@ -43,22 +45,54 @@ INLINE_MAX = 4096
 INLINE_TOTAL_MAX = 64 * 1024  # per entry; what does not fit is stored as blobs
 
 
-@dataclass(frozen=True, slots=True)
 class CachedOutput:
-    path: str  # workspace-relative
-    digest: str
-    mode: int  # 0o644 or 0o755
+    """One output of a cached action; never changed once made, equal to one with the same fields."""
+
+    __slots__ = ("digest", "mode", "path")
+
+    def __init__(self, path: str, digest: str, mode: int) -> None:
+        self.path = path  # workspace-relative
+        self.digest = digest
+        self.mode = mode  # 0o644 or 0o755
+
+    def _fields(self) -> tuple[str, str, int]:
+        return self.path, self.digest, self.mode
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if type(other) is CachedOutput else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
 
-@dataclass(frozen=True, slots=True)
 class ActionEntry:
-    """A cached successful action: its outputs and captured output streams."""
+    """A cached successful action: its outputs and captured output streams; never changed
+    once made, equal to one with the same fields."""
 
-    outputs: tuple[CachedOutput, ...]
-    duration: float
-    stdout: str | None  # blob digest of captured stdout
-    stderr: str | None
-    inline: dict[str, bytes] = field(default_factory=dict)  # digest -> content kept in the entry
+    __slots__ = ("duration", "inline", "outputs", "stderr", "stdout")
+
+    def __init__(
+        self,
+        outputs: tuple[CachedOutput, ...],
+        duration: float,
+        stdout: str | None,
+        stderr: str | None,
+        inline: dict[str, bytes] | None = None,
+    ) -> None:
+        self.outputs = outputs
+        self.duration = duration
+        self.stdout = stdout  # blob digest of captured stdout
+        self.stderr = stderr
+        self.inline = inline or {}  # digest -> content kept inside the entry (INLINE_MAX)
+
+    def _fields(self) -> tuple[object, ...]:
+        return self.outputs, self.duration, self.stdout, self.stderr, frozenset(self.inline.items())
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if type(other) is ActionEntry else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
 
 def safe_rel_path(p: Any) -> bool:

@@ -83,37 +83,61 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _plain_build(argv: list[str]) -> tuple[str, list[str]] | None:
-    """(directory, patterns) if ``argv`` is ``[-C DIR] build [PATTERN...]`` with at most
-    ``-j N`` and ``--cache-dir DIR`` besides (neither changes what the no-op snapshot
-    proves), else None.  Such a build is checked against the snapshot before argparse is
-    imported and the parser built (~20 ms, a fifth of a 10,000-target no-op); anything
-    else, including every mistake, goes to the real parser, which also parses this same
-    argv again when the check does not settle the build."""
-    directory, patterns, seen_build, i = ".", [], False, 0
+# What ``parser().parse_args(argv)`` gives a plain build besides its directory, patterns,
+# -j, --cache-dir and --action-env (tests/test_cli.py keeps the two in step).
+_PLAIN_BUILD_DEFAULTS: dict[str, object] = {
+    "command": "build", "keep_going": None, "dry_run": False, "explain": False, "events": None,
+    "profile": None, "load": None, "color": "auto", "replay_output": False, "no_wait": False,
+    "remote_cache": None, "remote_executor": None, "remote_instance": None, "remote_header": None,
+    "remote_timeout": None, "remote_jobs": None, "remote_download": None, "remote_upload": None,
+    "watch": False, "poll": False, "debounce_ms": None,
+}
+
+
+def _plain_build(argv: list[str]) -> argparse.Namespace | None:
+    """The parsed arguments (a ``SimpleNamespace`` equal to what argparse gives) if ``argv``
+    is ``[-C DIR] build [PATTERN...]`` with at most ``-j N`` and ``--cache-dir DIR`` besides
+    (neither changes what the no-op snapshot proves), else None.  Such a build is checked
+    against the snapshot, and run, without importing argparse and building the parser
+    (~20 ms: a fifth of a 10,000-target no-op, a tenth of a one-file change); anything
+    else, including every mistake, goes to the real parser."""
+    directory, jobs, cache_dir = ".", None, None
+    patterns: list[str] = []
+    seen_build, after_patterns, i = False, False, 0
     while i < len(argv):
         a = argv[i]
         name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
-        if not seen_build and a == "-C" and i + 1 < len(argv):
+        if not seen_build and a == "-C" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
             directory, i = argv[i + 1], i + 2
             continue
         if not seen_build and a == "build":
             seen_build = True
         elif seen_build and name in ("-j", "--jobs", "--cache-dir"):
             if not eq:
-                if i + 1 >= len(argv):
-                    return None
+                if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                    return None  # argparse takes the next word for an option
                 i, value = i + 1, argv[i + 1]
-            if name != "--cache-dir" and not (value.isdigit() and int(value) >= 1):
+            if name == "--cache-dir":
+                cache_dir = value
+            elif value.isdecimal() and int(value) >= 1:
+                jobs = int(value)
+            else:
                 return None
-        elif seen_build and a.startswith("-j") and a[2:].isdigit() and int(a[2:]) >= 1:
-            pass
-        elif not seen_build or a.startswith("-") or not a:
-            return None
+            after_patterns = bool(patterns)
+        elif seen_build and a.startswith("-j") and a[2:].isdecimal() and int(a[2:]) >= 1:
+            jobs = int(a[2:])
+            after_patterns = bool(patterns)
+        elif not seen_build or after_patterns or a.startswith("-") or not a:
+            return None  # (patterns on both sides of an option: argparse refuses the second run)
         else:
             patterns.append(a)
         i += 1
-    return (directory, patterns) if seen_build else None
+    if not seen_build:
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(  # type: ignore[return-value]  # (argparse's Namespace is no more than this)
+        directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,20 +146,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"buildtool {__version__}")
         return 0
     checked: Any = False  # False: not checked yet; None or a verdict: the snapshot's answer
-    plain = _plain_build(argv)
-    if plain is not None:
+    args = _plain_build(argv)
+    if args is not None:
         from buildtool import noop
 
-        hit = noop.try_noop(plain[0], "build", plain[1], [])
-        if hit is not None and not hit[0].changed:
-            n = hit[0].targets
-            print(f"OK: {n} targets: {n} up_to_date in {hit[1]:.2f}s (nothing changed)")
+        checked = noop.try_noop(args.directory, "build", args.patterns, [])
+        if checked is not None and not checked[0].changed:
+            n = checked[0].targets
+            print(f"OK: {n} targets: {n} up_to_date in {checked[1]:.2f}s (nothing changed)")
             return 0
-        checked = hit
-    args = parser().parse_args(argv)
-    if not args.command:
-        parser().print_help()
-        return 2
+    else:
+        args = parser().parse_args(argv)
+        if not args.command:
+            parser().print_help()
+            return 2
     from buildtool.errors import BuildtoolError
 
     try:
@@ -196,9 +220,10 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
 
         return run_command(args)
     flags = {"jobs": args.jobs, "keep_going": args.keep_going, "cache_dir": args.cache_dir}
-    from buildtool.remote.options import flags_of as remote_flags_of
+    if any(v is not None for k, v in vars(args).items() if k.startswith("remote_")):
+        from buildtool.remote.options import flags_of as remote_flags_of
 
-    flags.update(remote_flags_of(args))
+        flags.update(remote_flags_of(args))
     if args.jobs is not None and args.jobs < 1:
         from buildtool.errors import UserError
 

@@ -5,10 +5,12 @@ user's config file, in that order of precedence.  Unknown keys are an error (exi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool.errors import UserError
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from typing import Any
 
 KEYS: dict[str, type] = {
     "jobs": int,
@@ -31,23 +33,46 @@ KEYS: dict[str, type] = {
 RESTORE_MODES = ("copy", "hardlink")
 
 
-@dataclass(slots=True)
 class Config:
-    jobs: int | None = None
-    keep_going: bool = False
-    cache_dir: str = ""
-    action_env: list[str] = field(default_factory=list)
-    restore_mode: str = "copy"
-    pools: dict[str, int] = field(default_factory=dict)
-    max_size: int | None = None  # bytes; cache_gc.py keeps the shared cache under it
-    remote_cache: str = ""  # grpc(s)://HOST:PORT or http(s)://HOST[:PORT][/prefix]
-    remote_executor: str = ""  # grpc(s)://HOST:PORT
-    remote_instance: str = ""
-    remote_headers: dict[str, str] = field(default_factory=dict)
-    remote_timeout: float = 30.0
-    remote_upload: bool = True
-    remote_jobs: int | None = None  # with remote_executor: run up to this many actions at once
-    remote_download: str = "all"  # with remote_executor: all | toplevel | minimal (docs/remote.md)
+    """The merged settings; one keyword per key of ``KEYS`` (None for a list or dict: empty)."""
+
+    __slots__ = ("action_env", "cache_dir", "jobs", "keep_going", "max_size", "pools", "remote_cache",
+                 "remote_download", "remote_executor", "remote_headers", "remote_instance", "remote_jobs",
+                 "remote_timeout", "remote_upload", "restore_mode")
+
+    def __init__(
+        self,
+        jobs: int | None = None,
+        keep_going: bool = False,
+        cache_dir: str = "",
+        action_env: list[str] | None = None,
+        restore_mode: str = "copy",
+        pools: dict[str, int] | None = None,
+        max_size: int | None = None,  # bytes; cache_gc.py keeps the shared cache under it
+        remote_cache: str = "",  # grpc(s)://HOST:PORT or http(s)://HOST[:PORT][/prefix]
+        remote_executor: str = "",  # grpc(s)://HOST:PORT
+        remote_instance: str = "",
+        remote_headers: dict[str, str] | None = None,
+        remote_timeout: float = 30.0,
+        remote_upload: bool = True,
+        remote_jobs: int | None = None,  # with remote_executor: run up to this many actions at once
+        remote_download: str = "all",  # with remote_executor: all | toplevel | minimal (docs/remote.md)
+    ) -> None:
+        self.jobs = jobs
+        self.keep_going = keep_going
+        self.cache_dir = cache_dir
+        self.action_env = [] if action_env is None else action_env
+        self.restore_mode = restore_mode
+        self.pools = {} if pools is None else pools
+        self.max_size = max_size
+        self.remote_cache = remote_cache
+        self.remote_executor = remote_executor
+        self.remote_instance = remote_instance
+        self.remote_headers = {} if remote_headers is None else remote_headers
+        self.remote_timeout = remote_timeout
+        self.remote_upload = remote_upload
+        self.remote_jobs = remote_jobs
+        self.remote_download = remote_download
 
 
 def user_config_path() -> str:

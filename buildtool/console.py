@@ -20,14 +20,17 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from typing import IO
 
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
 
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import IO
+
 COLOR_MODES = ("auto", "always", "never")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # compiled (and cached by re) when a line is first printed
 TICK_S = 0.25
 MAX_RUNNING_LINES = 8
 
@@ -178,7 +181,7 @@ class Console:
         print(s, end="" if s.endswith("\n") else "\n", file=self.out, flush=True)
 
     def _line(self, s: str) -> None:
-        if not self.tty and not self.color and _CONTROL.search(s):
+        if not self.tty and not self.color and re.search(_CONTROL, s):
             s = strip_controls(s)
         print(s, file=self.out, flush=True)
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool.errors import BuildfileError
+from buildtool.labels import LabelError, check_name
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 __all__ = ["genrule", "getenv", "glob", "group", "pyrule", "test"]
 
@@ -34,27 +37,33 @@ REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(slots=True)
 class Declaration:
     """One rule call as written in a BUILD.py (or a macro it called)."""
 
-    kind: str
-    attrs: dict[str, Any]
-    path: str  # workspace-relative file of the call site
-    line: int
+    __slots__ = ("attrs", "kind", "line", "path")
+
+    def __init__(self, kind: str, attrs: dict[str, Any], path: str, line: int) -> None:
+        self.kind = kind
+        self.attrs = attrs
+        self.path = path  # workspace-relative file of the call site
+        self.line = line
 
 
-@dataclass(slots=True)
 class PackageContext:
     """What the DSL functions need while one BUILD.py is evaluated."""
 
-    root: str
-    pkg: str
-    buildfile: str  # absolute path of the BUILD.py
-    glob_fn: Callable[[str, list[str], list[str]], list[str]]
-    declarations: dict[str, Declaration] = field(default_factory=dict)
-    globbed: set[str] = field(default_factory=set)  # workspace-relative paths
-    env_reads: dict[str, str | None] = field(default_factory=dict)
+    __slots__ = ("buildfile", "declarations", "env_reads", "glob_fn", "globbed", "pkg", "root")
+
+    def __init__(
+        self, root: str, pkg: str, buildfile: str, glob_fn: Callable[[str, list[str], list[str]], list[str]]
+    ) -> None:
+        self.root = root
+        self.pkg = pkg
+        self.buildfile = buildfile  # absolute path of the BUILD.py
+        self.glob_fn = glob_fn
+        self.declarations: dict[str, Declaration] = {}
+        self.globbed: set[str] = set()  # workspace-relative paths
+        self.env_reads: dict[str, str | None] = {}
 
 
 _current: ContextVar[PackageContext | None] = ContextVar("buildtool_package", default=None)
@@ -112,8 +121,6 @@ def _declare(kind: str, attrs: dict[str, Any]) -> None:
     if not isinstance(name, str):
         msg = f"{kind}() attribute 'name' must be a string (got {name!r})"
         raise BuildfileError(msg, path, line)
-    from buildtool.labels import LabelError, check_name
-
     try:
         check_name(name)
     except LabelError as e:

@@ -8,7 +8,6 @@ such names joined by ``/`` (no empty, ``.`` or ``..`` component).  The root pack
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 NAME_CHARS = "A-Za-z0-9_\\-.+=,@~"
 _NAME_RE = re.compile(f"^[{NAME_CHARS}]+$")
@@ -76,14 +75,16 @@ def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
     return pkg, name
 
 
-@dataclass(frozen=True, slots=True)
 class Pattern:
     """A target pattern: one target, every target of a package, or a package subtree."""
 
-    kind: str  # "target" | "package" | "recursive"
-    pkg: str
-    name: str = ""
-    text: str = ""
+    __slots__ = ("kind", "name", "pkg", "text")
+
+    def __init__(self, kind: str, pkg: str, name: str = "", text: str = "") -> None:
+        self.kind = kind  # "target" | "package" | "recursive"
+        self.pkg = pkg
+        self.name = name
+        self.text = text
 
     def matches_package(self, pkg: str) -> bool:
         if self.kind == "recursive":

@@ -13,13 +13,15 @@ import builtins
 import os
 import re
 import sys
-import traceback
-from collections.abc import Iterable
-from typing import Any
 
 from buildtool import dsl
 from buildtool.errors import BuildfileError, UserError
 from buildtool.workspace import ALWAYS_SKIPPED, Workspace
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 BUILDFILE = "BUILD.py"
 
@@ -170,6 +172,8 @@ class Loader:
         }
 
     def _locate(self, exc: BaseException, buildfile: str) -> tuple[str, int | None]:
+        import traceback  # (an error path: ~2 ms of import with linecache and tokenize)
+
         root = self.ws.root + os.sep
         best: tuple[str, int | None] = (os.path.relpath(buildfile, self.ws.root), None)
         for fs in traceback.extract_tb(exc.__traceback__):

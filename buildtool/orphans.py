@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import time
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 HEADER_PREFIX = "# buildtool children v1 pid="
 WAIT_S = 5.0
@@ -107,6 +109,8 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
     except OSError as e:
         warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
         if os.path.isdir(path):
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.unlink(path)

@@ -6,7 +6,6 @@ Statuses and reason codes are part of the ``--events`` contract (docs/user-guide
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 
 
 class Status(enum.Enum):
@@ -46,23 +45,41 @@ class Reason(enum.Enum):
     DRY_RUN = "dry_run"
 
 
-@dataclass(slots=True)
 class Outcome:
     """What happened to one target."""
 
-    status: Status
-    reason: Reason
-    message: str  # a sentence: why it ran or why not
-    key: str = ""
-    cache: str = "none"  # none | local
-    duration: float = 0.0
-    start: float = 0.0
-    end: float = 0.0
-    lane: int = -1
-    stdout: bytes = b""
-    stderr: bytes = b""
-    exit_code: int | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    __slots__ = ("cache", "duration", "end", "exit_code", "extra", "key", "lane", "message", "reason", "start",
+                 "status", "stderr", "stdout")
+
+    def __init__(
+        self,
+        status: Status,
+        reason: Reason,
+        message: str,  # a sentence: why it ran or why not
+        key: str = "",
+        cache: str = "none",  # none | local
+        duration: float = 0.0,
+        start: float = 0.0,
+        end: float = 0.0,
+        lane: int = -1,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+        exit_code: int | None = None,
+        extra: dict[str, object] | None = None,  # None: {}
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.key = key
+        self.cache = cache
+        self.duration = duration
+        self.start = start
+        self.end = end
+        self.lane = lane
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code = exit_code
+        self.extra = {} if extra is None else extra
 
     @property
     def ok(self) -> bool:

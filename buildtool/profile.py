@@ -13,25 +13,29 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from buildtool.atomic import write_atomic
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Status
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 PROFILE_VERSION = 1
 PHASE_TID = 0  # worker lane n is thread n + 1
 WORK = (Status.RAN, Status.RESTORED)
 
 
-@dataclass(slots=True)
 class Phases:
     """Build phase spans in monotonic seconds since ``t0`` (the start of the build)."""
 
-    t0: float
-    spans: list[tuple[str, float, float]] = field(default_factory=list)
-    _open: dict[str, float] = field(default_factory=dict)
+    __slots__ = ("_open", "spans", "t0")
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.spans: list[tuple[str, float, float]] = []
+        self._open: dict[str, float] = {}
 
     def begin(self, name: str) -> None:
         self._open[name] = time.monotonic()

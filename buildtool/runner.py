@@ -11,13 +11,9 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from buildtool import discovered, keys, rebuild, simplecmd
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
@@ -27,15 +23,25 @@ from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
 
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
 
 
-@dataclass(slots=True)
 class RunOptions:
-    base_path: str
-    action_env: dict[str, str | None] = field(default_factory=dict)  # name -> fixed value or None (inherit)
-    dry_run: bool = False
-    cache_tests: bool = True
+    """How the runner runs actions: the base PATH, the --action-env variables, -n, test caching."""
+
+    __slots__ = ("action_env", "base_path", "cache_tests", "dry_run")
+
+    def __init__(self, base_path: str, action_env: dict[str, str | None] | None = None, dry_run: bool = False,
+                 cache_tests: bool = True) -> None:
+        self.base_path = base_path
+        self.action_env = {} if action_env is None else action_env  # name -> fixed value or None (inherit)
+        self.dry_run = dry_run
+        self.cache_tests = cache_tests
 
 
 class TargetRunner:
@@ -106,6 +112,8 @@ class TargetRunner:
     def _tools(self, t: Target, env: dict[str, str]) -> dict[str, str]:
         out = {}
         for name in t.tools:
+            import shutil  # (only for declared tools: ~4 ms of import)
+
             path = shutil.which(name, path=env.get("PATH"))
             if path is None:
                 out[name] = "missing"
@@ -498,7 +506,10 @@ class TargetRunner:
         """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
         d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{lane}")
         if lane not in self._lane_dirs:
-            shutil.rmtree(d, ignore_errors=True)
+            if os.path.lexists(d):  # left by a killed build (shutil: ~4 ms of import, so only then)
+                import shutil
+
+                shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
             self._lane_dirs.add(lane)
         return d
@@ -511,6 +522,8 @@ class TargetRunner:
         except OSError:
             dirty = True
         if dirty:
+            import shutil
+
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
 
@@ -522,6 +535,8 @@ class TargetRunner:
             except FileNotFoundError:
                 pass
             except IsADirectoryError:
+                import shutil
+
                 shutil.rmtree(full, ignore_errors=True)
             except OSError:
                 pass

@@ -8,13 +8,14 @@ only, so they need no locks.
 from __future__ import annotations
 
 import json
-import uuid
-from typing import IO, Any
 
 from buildtool.console import Console
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome
-from buildtool.testing import test_result
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 __all__ = ["Console", "EventsWriter", "Fanout"]  # Console lives in console.py; re-exported
 
@@ -26,7 +27,12 @@ class EventsWriter:
     executor) one ``remote`` line per remote.  Lines with a ``type`` are not targets."""
 
     def __init__(self, path: str, graph: Graph) -> None:
+        import uuid  # with platform, ~5 ms: only when --events is given
+
+        from buildtool.testing import test_result
+
         self.graph = graph
+        self._test_result = test_result
         self.build_id = uuid.uuid4().hex
         self.f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.f.write(json.dumps({"schema": EVENTS_SCHEMA, "build_id": self.build_id, "type": "header"}) + "\n")
@@ -53,7 +59,7 @@ class EventsWriter:
             ev["exit_code"] = o.exit_code
         if o.extra.get("executed"):
             ev["executed"] = o.extra["executed"]  # "remote": ran on a remote executor (docs/remote.md)
-        tr = test_result(self.graph.targets[t], o)
+        tr = self._test_result(self.graph.targets[t], o)
         if tr is not None:
             ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
         self.f.write(json.dumps(ev) + "\n")

@@ -225,12 +225,16 @@ def test_snapshot_columns_round_trip_missing_racy_and_changed_files(tmp_path: Pa
         (["build", "--", "x"], None),
         (["--color", "never", "build"], None),
         (["test", "//..."], None),
+        (["build", "a", "-j", "2", "b"], None),  # argparse refuses patterns on both sides of an option
+        (["build", "--cache-dir", "-x"], None),  # argparse takes -x for an option
+        (["build", "-j\u00b2"], None),  # a digit that int() refuses
     ],
 )
 def test_only_plain_builds_are_checked_before_the_parser_is_built(argv: list[str], expected: object) -> None:
     from buildtool.cli import _plain_build
 
-    assert _plain_build(argv) == expected
+    args = _plain_build(argv)
+    assert (args if args is None else (args.directory, args.patterns)) == expected
 
 
 def test_the_early_check_hands_an_incremental_verdict_to_the_build(ws: Path, tmp_path: Path) -> None:

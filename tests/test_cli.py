@@ -1,0 +1,60 @@
+"""The CLI's plain-build shortcut: the arguments it builds without argparse are exactly
+the parser's, and whatever the parser would treat differently is left to the parser."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from buildtool.cli import _plain_build, parser
+
+HEADS = [[], ["build"], ["-C", "ws", "build"], ["-C", "-x", "build"], ["-C"], ["test"], ["--color", "never", "build"]]
+WORDS = ["build", "-C", "ws", "-j", "-j2", "-j0", "2", "0", "--jobs", "--jobs=3", "--cache-dir", "--cache-dir=/c",
+         "/d", "//...", "//a:b", ":c", "-x", "-k", "--", "", "-", "--explain", "\u0663", "\u00b2"]
+
+
+def _parsed(argv: list[str]) -> dict[str, object] | None:
+    """vars() of the real parser's result, None where it exits (an error or --help)."""
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return vars(parser().parse_args(argv))
+        except SystemExit:
+            return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(HEADS), st.lists(st.sampled_from(WORDS), max_size=6))
+@example(["build"], [])
+@example(["-C", "ws", "build"], ["//...", "-j", "2", "--cache-dir", "/d"])
+@example(["build"], ["//a:b", ":c", "-j2", "--cache-dir=/c", "--jobs=3"])
+@example(["build"], ["-j", "2", "//a:b", ":c"])
+@example(["build"], ["//a:b", "-j", "2", ":c"])
+def test_a_plain_build_parses_as_the_parser_does(head: list[str], tail: list[str]) -> None:
+    argv = head + tail
+    args = _plain_build(argv)
+    if args is not None:
+        assert vars(args) == _parsed(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build"],
+        ["-C", "ws", "build", "//...", "-j", "2", "--cache-dir", "/c"],
+        ["build", "a", "b", "-j3"],
+        ["build", "--jobs=\u0663", "a"],  # int() and so argparse read any decimal digit
+    ],
+)
+def test_common_plain_builds_take_the_shortcut(argv: list[str]) -> None:
+    args = _plain_build(argv)
+    assert args is not None and vars(args) == _parsed(argv)
+
+
+def test_each_shortcut_gets_its_own_lists() -> None:
+    a, b = _plain_build(["build"]), _plain_build(["build"])
+    assert a is not None and b is not None
+    assert a.action_env is not b.action_env and a.patterns is not b.patterns

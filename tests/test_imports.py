@@ -1,0 +1,115 @@
+"""Start-up cost: what a build imports.
+
+A one-source-changed build spends about half its time importing modules, so the build
+path stays clear of heavy stdlib modules (docs/benchmarks.md): each test runs a real
+command in a fresh interpreter and fails if one of them comes back, e.g. through an
+import at the top of a module.  Also: the small stand-ins for what those modules did
+behave as the originals.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from buildtool import executor
+from buildtool.session import _median, _remove_tmp
+
+# Each costs milliseconds of every build (inspect, pulled in by dataclasses, alone ~11 ms).
+HEAVY = {"dataclasses", "inspect", "typing", "statistics", "shutil", "argparse", "uuid", "platform", "hashlib",
+         "random", "tempfile", "ast", "difflib", "traceback", "tomllib", "pickletools", "copy"}
+# What only the full path (BUILD.py evaluation) or a build that runs commands may add.
+BUILD_ONLY = {"buildtool.session", "buildtool.runner", "subprocess"}
+
+_REPORT = """
+import sys
+from buildtool.cli import main
+code = main(sys.argv[1:])
+print("MODULES", " ".join(sorted(sys.modules)))
+"""
+
+
+def _modules_of_build(ws: Path, cache: Path, *args: str) -> set[str]:
+    """The modules loaded by ``buildtool -C WS build ARGS`` (run in a fresh interpreter)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDTOOL_")}
+    env.update(BUILDTOOL_CACHE_DIR=str(cache), XDG_CONFIG_HOME=str(ws.parent / "config"), CI="1")
+    p = subprocess.run([sys.executable, "-c", _REPORT, "-C", str(ws), "build", *args], capture_output=True, text=True,
+                       env=env, timeout=120, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    last = p.stdout.splitlines()[-1]
+    assert last.startswith("MODULES ")
+    return set(last.split()[1:])
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    w = tmp_path / "ws"
+    w.mkdir()
+    (w / "buildtool.toml").write_text("")
+    for i in range(3):
+        (w / f"{i}.txt").write_text(f"{i}\n")
+    (w / "BUILD.py").write_text(
+        'for i in range(3):\n'
+        '    genrule(name=f"t{i}", srcs=[f"{i}.txt"], outs=[f"out/{i}.txt"], cmd="cp $< $@")\n'
+        'genrule(name="all", srcs=[":t0", ":t1", ":t2"], outs=["all.txt"], cmd="cat $(SRCS) > $@")\n'
+    )
+    return w
+
+
+def test_builds_import_no_heavy_module(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    full = _modules_of_build(ws, cache, "-j", "2")
+    assert full >= BUILD_ONLY  # (it was a real build)
+    assert not HEAVY & full, HEAVY & full
+    (ws / "1.txt").write_text("changed\n")
+    incremental = _modules_of_build(ws, cache, "--cache-dir", str(cache))
+    assert "pickle" in incremental and "buildtool.loader" in incremental  # the snapshot's graph, reused
+    assert not HEAVY & incremental, HEAVY & incremental
+    noop = set()
+    for _ in range(3):  # racily clean files count as changed until the snapshot can vouch for them
+        noop = _modules_of_build(ws, cache)
+        if "buildtool.session" not in noop:
+            break
+    assert not (HEAVY | BUILD_ONLY) & noop, (HEAVY | BUILD_ONLY) & noop
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=9))
+def test_median_is_statistics_median(values: list[float]) -> None:
+    assert _median(values) == statistics.median(values)
+
+
+def test_find_bash_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    not_exec, is_dir, real = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d in (not_exec, is_dir, real):
+        d.mkdir()
+    (not_exec / "bash").write_text("")
+    (is_dir / "bash").mkdir()
+    (real / "bash").write_text("#!/bin/sh\n")
+    (real / "bash").chmod(0o755)
+    for path in (os.pathsep.join(map(str, (not_exec, is_dir, real))), str(not_exec), "", os.environ.get("PATH", "")):
+        monkeypatch.setenv("PATH", path)
+        assert executor._find_bash() == (shutil.which("bash") or ""), path
+
+
+def test_remove_tmp_removes_what_a_build_leaves(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    (tmp / "1-0").mkdir(parents=True)
+    (tmp / "1-1").mkdir()
+    (tmp / "1-0.capture.out").write_text("x")
+    (tmp / "1-1.capture.err").symlink_to(tmp_path)
+    _remove_tmp(str(tmp))  # the usual case: emptied lane dirs and capture files
+    assert not tmp.exists() and tmp_path.exists()
+    (tmp / "1-0" / "deep").mkdir(parents=True)
+    (tmp / "1-0" / "deep" / "f").write_text("x")
+    (tmp / "staged").write_text("x")
+    _remove_tmp(str(tmp))  # what a command or a restore left
+    assert not tmp.exists()
+    _remove_tmp(str(tmp))  # nothing there
