@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every bui
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from buildtool.simplecmd import SimpleCommand
+    from buildtool.simplecmd import SimpleCommand
 
 MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is 128 KiB)
 KILL_GRACE_S = 2.0
