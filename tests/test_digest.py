@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +31,259 @@ def test_large_files_hash_the_same_via_mmap(tmp_path: Path) -> None:
     p = tmp_path / "big"
     p.write_bytes(data)
     assert hash_file(str(p)) == blake3.blake3(data).hexdigest()
+
+
+# --- large files: mmap windows under a read lease -----------------------------------------
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="read leases (F_SETLEASE) are Linux's")
+MiB = 1 << 20
+
+
+def _leased(path: Path) -> tuple[int, os.stat_result | None, str]:
+    """What _hash_leased makes of a file: (bytes fed, stat under the lease, digest fed)."""
+    h = blake3.blake3()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        done, st = digest_mod._hash_leased(fd, h)
+    finally:
+        os.close(fd)
+    return done, st, h.hexdigest()
+
+
+def _holds_lease(path: Path) -> bool:
+    ino = f":{os.stat(path).st_ino} "
+    with open("/proc/locks") as f:
+        return any("LEASE" in line and ino in line for line in f)
+
+
+@linux_only
+@pytest.mark.parametrize("extra", [-1, 0, 1, MiB - 1, MiB, MiB + 4097])
+def test_large_file_digest_around_window_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
+    monkeypatch.setattr(digest_mod, "WINDOW", MiB)  # 4-6 windows, not one
+    data = os.urandom(digest_mod.LARGE_FILE + extra)
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    want = blake3.blake3(data).hexdigest()
+    assert hash_file(str(p)) == want
+    if len(data) >= digest_mod.LARGE_FILE:
+        done, st, got = _leased(p)
+        assert (done, got) == (len(data), want)  # every byte through the mapping
+        assert st is not None and st.st_size == len(data)
+    assert not _holds_lease(p)
+
+
+@linux_only
+def test_large_file_one_byte_past_the_real_window(tmp_path: Path) -> None:
+    data = os.urandom(digest_mod.WINDOW + 1)  # random throughout: a window hashed twice would show
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    want = blake3.blake3(data).hexdigest()
+    assert hash_file(str(p)) == want
+    assert _leased(p)[::2] == (len(data), want)
+
+
+@linux_only
+def test_file_open_for_writing_elsewhere_is_read_not_mapped(tmp_path: Path) -> None:
+    data = os.urandom(digest_mod.LARGE_FILE + 123)
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", f"import os, sys; fd = os.open({str(p)!r}, os.O_WRONLY); print(1, flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "1\n"
+        assert _leased(p) == (0, None, blake3.blake3().hexdigest())  # lease refused (EAGAIN)
+        assert hash_file(str(p)) == blake3.blake3(data).hexdigest()
+    finally:
+        writer.communicate("", timeout=30)
+    assert _leased(p)[0] == len(data)  # the writer gone: mapped again
+
+
+@linux_only
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to chown and drop CAP_LEASE")
+def test_file_we_neither_own_nor_may_lease_is_read(tmp_path: Path) -> None:
+    data = os.urandom(digest_mod.LARGE_FILE + 5)
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    os.chown(p, 65534, 65534)
+    os.chmod(p, 0o644)
+    tmp_path.chmod(0o755)
+    script = (
+        "import os, sys, blake3\n"
+        "from buildtool import digest\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "print(digest._hash_leased(fd, blake3.blake3())[0], digest.hash_file(sys.argv[1]))\n"
+    )
+    p_run = subprocess.run(
+        ["setpriv", "--bounding-set", "-lease", "--inh-caps", "-lease", sys.executable, "-c", script, str(p)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert p_run.returncode == 0, p_run.stderr
+    assert p_run.stdout.split() == ["0", blake3.blake3(data).hexdigest()]  # EACCES: read instead
+
+
+def test_a_kernel_that_revokes_leases_quickly_gets_no_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(digest_mod.LARGE_FILE)
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    monkeypatch.setattr(digest_mod, "_lease_break_ok", False)
+    assert _leased(p) == (0, None, blake3.blake3().hexdigest())
+    assert hash_file(str(p)) == blake3.blake3(data).hexdigest()
+    monkeypatch.setattr(digest_mod, "_lease_break_ok", None)  # read again from /proc
+    try:
+        with open("/proc/sys/fs/lease-break-time") as f:
+            expected = int(f.read()) >= digest_mod.MIN_LEASE_BREAK_S
+    except OSError:
+        expected = False
+    assert digest_mod._lease_break_time_ok() is expected
+
+
+@linux_only
+def test_lease_is_released_after_hashing(tmp_path: Path) -> None:
+    p = tmp_path / "big"
+    p.write_bytes(os.urandom(digest_mod.LARGE_FILE))
+    hash_file(str(p))
+    assert not _holds_lease(p)
+    # O_NONBLOCK: a leased file would fail with EWOULDBLOCK instead of making us wait.
+    code = f"import os; os.close(os.open({str(p)!r}, os.O_WRONLY | os.O_NONBLOCK)); print('opened')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
+    assert (r.returncode, r.stdout) == (0, "opened\n"), r.stderr
+
+
+# A hasher process whose n-th hash update (one mmap window) first waits until a writer is
+# blocked on our lease (/proc/locks shows it BREAKING), then HOLD_S longer, and whose m-th
+# update first sleeps LINGER_S; it reports the digest, what the stat cache remembered, and
+# the kind of buffer each update got.
+HOLD_S = 0.5
+LINGER_S = 3.0
+_HASHER = """
+import os, sys, time
+import blake3
+from buildtool import digest
+
+root, name, window, pause_at, linger_at = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+digest.WINDOW = window
+ino = ":%d " % os.stat(os.path.join(root, name)).st_ino
+real = blake3.blake3
+kinds = []
+seen = []
+
+def breaking():
+    with open("/proc/locks") as f:
+        return any("LEASE" in line and "BREAKING" in line and ino in line for line in f)
+
+class Pausing:
+    AUTO = real.AUTO
+    def __init__(self, *args, **kwargs):
+        self._h = real(*args, **kwargs)
+    def update(self, data):
+        kinds.append(type(data).__name__)
+        if len(kinds) == pause_at:
+            print("hashing", flush=True)
+            deadline = time.monotonic() + 20
+            while not breaking() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.append(breaking())
+            time.sleep(HOLD_S)
+        if len(kinds) == linger_at:
+            time.sleep(LINGER_S)
+        self._h.update(data)
+        return self
+    def hexdigest(self):
+        return self._h.hexdigest()
+
+digest.blake3 = type(sys)("pausing_blake3")
+digest.blake3.blake3 = Pausing
+sc = digest.StatCache(root, None, print)
+d = sc.digest(name)
+e = sc.entries.get(name)
+print(d, e[5] if e else None, e[0] if e else None, seen == [True], ",".join(kinds), flush=True)
+""".replace("HOLD_S", repr(HOLD_S)).replace("LINGER_S", repr(LINGER_S))
+
+WRITERS = {
+    "open O_TRUNC": "fd = os.open(path, os.O_WRONLY | os.O_TRUNC); os.write(fd, b'new'); os.close(fd)",
+    "truncate(2)": "os.truncate(path, 3)",
+    "open O_WRONLY": "os.close(os.open(path, os.O_WRONLY))",  # breaks the lease, changes nothing
+}
+
+
+def _writer_arrives_while_hashing(
+    tmp_path: Path, data: bytes, window: int, pause_at: int, writer: str, linger_at: int = 0
+) -> tuple[dict[str, object], float]:
+    """Run _HASHER on ``data`` and, during its ``pause_at``-th window, the writer in another
+    process; return the hasher's report and how long the writer's call was blocked."""
+    p = tmp_path / "big"
+    p.write_bytes(data)
+    hasher = subprocess.Popen(
+        [sys.executable, "-c", _HASHER, str(tmp_path), "big", str(window), str(pause_at), str(linger_at)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert hasher.stdout is not None and hasher.stdout.readline() == "hashing\n"
+        code = (
+            f"import os, time; path = {str(p)!r}; t = time.monotonic(); {WRITERS[writer]}; print(time.monotonic() - t)"
+        )
+        w = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+        out, err = hasher.communicate(timeout=60)
+    finally:
+        if hasher.poll() is None:
+            hasher.kill()
+            hasher.wait()
+    # A lease break signalled with SIGIO, or a mapped page truncated away (SIGBUS), kills it.
+    assert hasher.returncode == 0, f"hasher died: {hasher.returncode} {err}"
+    assert w.returncode == 0, w.stderr
+    d, remembered, size, saw_break, kinds = out.split()
+    report = {"digest": d, "remembered": remembered, "size": size, "saw_break": saw_break, "kinds": kinds}
+    return report, float(w.stdout)
+
+
+@linux_only
+@pytest.mark.parametrize("writer", ["open O_TRUNC", "truncate(2)"])
+def test_writer_during_the_last_window_waits_and_cannot_kill_us(tmp_path: Path, writer: str) -> None:
+    data = os.urandom(3 * 2 * MiB)
+    r, waited = _writer_arrives_while_hashing(tmp_path, data, 2 * MiB, 3, writer)
+    want = blake3.blake3(data).hexdigest()
+    assert r["saw_break"] == "True"  # the writer was blocked by our lease...
+    assert HOLD_S * 0.8 <= waited < 20  # ...until we released it, not lease-break-time (45 s)
+    assert r["kinds"] == "mmap,mmap,mmap"
+    # The digest is of what we mapped, and the stat it is remembered with is that file's.
+    assert r["digest"] == r["remembered"] == want and r["size"] == str(len(data))
+    assert (tmp_path / "big").read_bytes()[:3] in (b"new", data[:3])
+    assert (tmp_path / "big").stat().st_size == 3
+
+
+@linux_only
+def test_writer_mid_file_gets_in_after_one_window_and_the_rest_is_read(tmp_path: Path) -> None:
+    data = os.urandom(3 * 2 * MiB)
+    r, waited = _writer_arrives_while_hashing(tmp_path, data, 2 * MiB, 1, "open O_WRONLY", linger_at=2)
+    assert r["saw_break"] == "True"
+    # Let in once window 1 is hashed, not after the slow rest (LINGER_S) nor at close.
+    assert HOLD_S * 0.8 <= waited < HOLD_S + LINGER_S / 2
+    assert r["kinds"] == "mmap,memoryview"  # lease given up after window 1, the rest read
+    want = blake3.blake3(data).hexdigest()
+    assert r["digest"] == r["remembered"] == want
+
+
+@linux_only
+def test_truncation_mid_file_never_kills_us_nor_leaves_a_wrong_digest(tmp_path: Path) -> None:
+    data = os.urandom(3 * 2 * MiB)
+    r, waited = _writer_arrives_while_hashing(tmp_path, data, 2 * MiB, 1, "truncate(2)")
+    assert r["saw_break"] == "True" and HOLD_S * 0.8 <= waited < 20
+    assert r["kinds"].split(",")[0] == "mmap" and "mmap" not in r["kinds"].split(",")[1:]
+    # Remembered only if the whole file was read before the truncation, and then rightly.
+    if r["remembered"] != "None":
+        assert r["remembered"] == r["digest"] == blake3.blake3(data).hexdigest()
+        assert r["size"] == str(len(data))
 
 
 def _age(p: Path, seconds: float) -> None:
