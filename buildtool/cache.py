@@ -2,13 +2,14 @@
 
 Layout under the cache dir (shared by every workspace of the user)::
 
-    v1/cas/<d[:2]>/<digest>     blob = file content, named by its BLAKE3 digest
-    v1/ac/<k[:2]>/<key>         action entry (JSON) for an action key; outputs and streams
-                                of up to INLINE_MAX bytes are kept inside it, not as blobs
-    v1/tmp/                     temp files, renamed into place
+    v2/cas/<d[:2]>/<digest>     blob = file content, named by its BLAKE3 digest
+    v2/actions.db               action entries (JSON) by action key, in SQLite (actiondb.py);
+                                outputs and streams of up to INLINE_MAX bytes are kept
+                                inside the entry, not as blobs
+    v2/tmp/                     temp files, renamed into place
 
-Writes go to a temp file then ``os.replace``; a blob whose content does not match its
-name is a miss (and is removed); an entry that is corrupt, of another version, or
+Blob writes go to a temp file then ``os.replace``; a blob whose content does not match
+its name is a miss (and is removed); an entry that is corrupt, of another version, or
 names a path outside the workspace is a miss.  Trouble never fails a build: it warns
 and turns caching off or degrades to a miss.  Spec: docs/formats.md#cache
 """
@@ -26,6 +27,7 @@ import stat
 import threading
 import time
 
+from buildtool.actiondb import ActionDB
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 
@@ -34,7 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-FORMAT_VERSION = 1
+LAYOUT = "v2"  # the directory of this layout inside the cache dir; other layouts live beside it
+FORMAT_VERSION = 1  # of an action entry
 FICLONE = 0x40049409
 SMALL_BLOB = 1 << 20  # restored from one in-memory read (verified from the bytes); larger ones stream
 COPY_CHUNK = 8 * 1024 * 1024
@@ -113,7 +116,7 @@ class Cache:
     """Blob store + action cache in one directory; thread-safe for parallel workers."""
 
     def __init__(self, directory: str, warn: Callable[[str], None], restore_mode: str = "copy") -> None:
-        self.dir = os.path.join(directory, f"v{FORMAT_VERSION}")
+        self.dir = os.path.join(directory, LAYOUT)
         self._warn = warn
         self.restore_mode = restore_mode
         self.writable = True
@@ -124,9 +127,10 @@ class Cache:
         self._count_mu = threading.Lock()
         self._restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
         self._guard = StoreGuard(self.dir)
+        self.actions = ActionDB(self.dir, warn, self._disable)
         try:
             new = not os.path.isdir(self.dir)
-            for sub in ("cas", "ac", "tmp"):
+            for sub in ("cas", "tmp"):
                 os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
             if new:
                 start_counter(self.dir)
@@ -140,9 +144,6 @@ class Cache:
 
     def _blob_path(self, digest: str) -> str:
         return os.path.join(self.dir, "cas", digest[:2], digest)
-
-    def _ac_path(self, key: str) -> str:
-        return os.path.join(self.dir, "ac", key[:2], key)
 
     def _mkdir(self, d: str) -> None:
         if d not in self._made:
@@ -170,13 +171,8 @@ class Cache:
 
     # -- action entries --------------------------------------------------------------
     def get_action(self, key: str) -> ActionEntry | None:
-        path = self._ac_path(key)
-        try:
-            raw = _read_file(path, touch=True)  # touched: recency for LRU eviction
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            self._warn(f"cache entry {key[:12]} unreadable ({e.strerror}); treating it as a miss")
+        raw = self.actions.get(key)  # a hit is remembered as recent use (LRU eviction)
+        if raw is None:
             return None
         try:
             obj = json.loads(raw)
@@ -198,7 +194,7 @@ class Cache:
             entry = ActionEntry(tuple(outs), float(obj["duration"]), obj.get("stdout"), obj.get("stderr"), inline)
         except (ValueError, KeyError, TypeError, AttributeError):
             self._warn(f"cache entry {key[:12]} is corrupt or of another version; treating it as a miss")
-            self._remove(path)
+            self.actions.remove([key])
             return None
         return entry
 
@@ -214,7 +210,13 @@ class Cache:
         }
         if entry.inline:
             obj["inline"] = {d: binascii.b2a_base64(b, newline=False).decode() for d, b in entry.inline.items()}
-        self._write_atomic(self._ac_path(key), json.dumps(obj, separators=(",", ":")).encode())
+        raw = json.dumps(obj, separators=(",", ":")).encode()
+        if self.actions.put(key, raw):
+            self._added(len(raw))
+
+    def flush(self) -> None:
+        """End of a build: record which entries were hit (recency for GC)."""
+        self.actions.flush()
 
     # -- blobs -----------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
@@ -315,11 +317,14 @@ class Cache:
 
     def _restore_from(self, src: int, blob: str, digest: str, dest: str, mode: int) -> os.stat_result | None:
         try:
-            size = os.fstat(src).st_size
-            # A small blob is read once: verified from these bytes and written from them.
-            # A large one is hashed, then reflinked or copied, in bounded memory.
-            data = _read_fd(src, size) if size < SMALL_BLOB else None
-            actual = hash_bytes(data) if data is not None else hash_file(blob)
+            st = os.fstat(src)
+            if not stat.S_ISREG(st.st_mode):
+                actual = "not a file"
+            else:
+                # A small blob is read once: verified from these bytes and written from them.
+                # A large one is hashed, then reflinked or copied, in bounded memory.
+                data = _read_fd(src, st.st_size) if st.st_size < SMALL_BLOB else None
+                actual = hash_bytes(data) if data is not None else hash_file(blob)
         except OSError:
             return None
         if actual != digest:
@@ -436,6 +441,10 @@ class Cache:
     def _remove(path: str) -> None:
         try:
             os.unlink(path)
+        except IsADirectoryError:  # damage: whatever it holds is no blob
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
         except OSError:
             pass
 
@@ -459,16 +468,10 @@ def _read_fd(fd: int, size: int) -> bytes:
     return data
 
 
-def _read_file(path: str, touch: bool = False) -> bytes:
+def _read_file(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        data = _read_fd(fd, os.fstat(fd).st_size)
-        if touch:
-            try:
-                os.utime(fd)
-            except OSError:
-                pass
-        return data
+        return _read_fd(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 

@@ -1,6 +1,6 @@
 """Cache GC: keeps the shared cache under a size cap by LRU eviction, and reports its stats.
 
-Files it owns under ``<cache>/v1/`` (spec: docs/formats.md#cache-gc):
+Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc):
 
     gc.lock   flock: *shared* while a build stores one action (its blobs, then its entry),
               *exclusive* while GC deletes, so GC never removes a blob that an entry being
@@ -9,8 +9,10 @@ Files it owns under ``<cache>/v1/`` (spec: docs/formats.md#cache-gc):
               the update), so the end-of-build check is one small read, not a scan
     stats     JSON lines, one per build: ran / restored / up_to_date counts, bytes added
 
-Eviction: action entries are sorted by mtime (touched on every hit), the least recently
-used are deleted first, and a blob is deleted once no surviving entry references it.
+Eviction: action entries are sorted by their ``used`` time (stored, or hit by a build:
+actiondb.py), the least recently used are deleted first, and a blob is deleted once no
+surviving entry references it.  An action database that cannot be read stops GC: it
+must never take every blob for unreferenced.
 Blobs referenced by no entry at all (left by a killed build) and temp files older than an
 hour are garbage.  A build whose restore loses a race with GC sees a missing blob, which
 is a miss: it reruns the command.
@@ -31,6 +33,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every bui
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
     from typing import Any
+
+    from buildtool.actiondb import ActionDB
 
 SIZE_HEADER = "# buildtool cache-size v1\n"
 STATS_VERSION = 1
@@ -71,8 +75,8 @@ class StoreGuard:
     """The shared side of ``gc.lock``, counted across the worker threads of one build
     (flock locks belong to an open file, so one fd is shared and locked 0->1, unlocked 1->0)."""
 
-    def __init__(self, v1_dir: str) -> None:
-        self.path = os.path.join(v1_dir, "gc.lock")
+    def __init__(self, v_dir: str) -> None:
+        self.path = os.path.join(v_dir, "gc.lock")
         self._mu = threading.Lock()
         self._count = 0
         self._fd: int | None = None
@@ -126,9 +130,9 @@ def _exclusive(path: str, timeout_s: float) -> Iterator[bool]:
 
 
 # -- the running size counter -------------------------------------------------------------
-def read_counter(v1_dir: str) -> int | None:
+def read_counter(v_dir: str) -> int | None:
     try:
-        with open(os.path.join(v1_dir, "size"), encoding="utf-8") as f:
+        with open(os.path.join(v_dir, "size"), encoding="utf-8") as f:
             if f.readline() != SIZE_HEADER:
                 return None
             n = json.loads(f.read())["bytes"]
@@ -137,14 +141,14 @@ def read_counter(v1_dir: str) -> int | None:
         return None
 
 
-def start_counter(v1_dir: str) -> None:
+def start_counter(v_dir: str) -> None:
     """A cache dir just made is empty: its size counter starts at 0, so the end of the
     first build adds what it stored instead of scanning everything it stored."""
-    _write_counter(v1_dir, 0)
+    _write_counter(v_dir, 0)
 
 
-def _write_counter(v1_dir: str, n: int) -> None:
-    path = os.path.join(v1_dir, "size")
+def _write_counter(v_dir: str, n: int) -> None:
+    path = os.path.join(v_dir, "size")
     tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -162,11 +166,11 @@ class Scan:
     __slots__ = ("blob_bytes", "blobs", "corrupt", "entries", "entry_bytes")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[float, str, int, tuple[str, ...]]] = []  # mtime, path, size, refs
+        self.entries: list[tuple[int, str, int, tuple[str, ...]]] = []  # used, key, size, refs
         self.blobs: dict[str, int] = {}  # digest -> size
         self.entry_bytes = 0
         self.blob_bytes = 0
-        self.corrupt: list[str] = []
+        self.corrupt: list[str] = []  # keys of entries that do not parse
 
     @property
     def total(self) -> int:
@@ -182,44 +186,51 @@ def _refs_of(raw: bytes) -> tuple[str, ...] | None:
             return None
         kept = obj.get("inline") or {}  # contents inside the entry: no blob to keep alive
         return tuple(d for d in refs if d not in kept)
-    except (ValueError, KeyError, TypeError, IndexError):
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
 
 
-def scan(v1_dir: str) -> Scan:
+def _actions(v_dir: str) -> ActionDB:
+    from buildtool.actiondb import ActionDB
+
+    return ActionDB(v_dir, lambda _msg: None, lambda _msg: None)
+
+
+def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
+    """Entries (from the action database) and blobs; ActionDBError (an OSError) if the
+    database cannot be read, so that no blob is ever taken for unreferenced by mistake."""
     s = Scan()
-    for sub in ("ac", "cas"):
-        base = os.path.join(v1_dir, sub)
+    db = actions or _actions(v_dir)
+    try:
+        rows = db.rows()
+    finally:
+        if actions is None:
+            db.close()
+    for key, used, raw in rows:
+        refs = _refs_of(raw)
+        if refs is None:
+            s.corrupt.append(key)
+            continue
+        s.entries.append((used, key, len(raw), refs))
+        s.entry_bytes += len(raw)
+    base = os.path.join(v_dir, "cas")
+    try:
+        shards = os.listdir(base)
+    except OSError:
+        shards = []
+    for shard in shards:
+        d = os.path.join(base, shard)
         try:
-            shards = os.listdir(base)
+            names = os.listdir(d)
         except OSError:
             continue
-        for shard in shards:
-            d = os.path.join(base, shard)
+        for name in names:
             try:
-                names = os.listdir(d)
+                size = os.lstat(os.path.join(d, name)).st_size
             except OSError:
                 continue
-            for name in names:
-                p = os.path.join(d, name)
-                try:
-                    st = os.lstat(p)
-                except OSError:
-                    continue
-                if sub == "cas":
-                    s.blobs[name] = st.st_size
-                    s.blob_bytes += st.st_size
-                    continue
-                try:
-                    with open(p, "rb") as f:
-                        refs = _refs_of(f.read())
-                except OSError:
-                    refs = None
-                if refs is None:
-                    s.corrupt.append(p)
-                    continue
-                s.entries.append((st.st_mtime, p, st.st_size, refs))
-                s.entry_bytes += st.st_size
+            s.blobs[name] = size
+            s.blob_bytes += size
     return s
 
 
@@ -252,64 +263,87 @@ def _unlink(p: str) -> bool:
         return False
 
 
-def collect(v1_dir: str, target: int | None) -> GcResult:
+def collect(v_dir: str, target: int | None) -> GcResult:
     """Evict LRU entries until the cache holds at most ``target`` bytes (None: only garbage).
     The caller holds ``gc.lock`` exclusively."""
-    s = scan(v1_dir)
+    db = _actions(v_dir)
+    try:
+        return _collect(v_dir, target, db)
+    finally:
+        db.close()
+
+
+def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
+    s = scan(v_dir, db)
     res = GcResult(before=s.total, after=s.total)
     now = time.time()
-    tmp_dir = os.path.join(v1_dir, "tmp")
+    tmp_dir = os.path.join(v_dir, "tmp")
     with contextlib.suppress(OSError):
         for name in os.listdir(tmp_dir):
             p = os.path.join(tmp_dir, name)
             with contextlib.suppress(OSError):
                 if now - os.lstat(p).st_mtime > TMP_MAX_AGE_S and _unlink(p):
                     res.tmp_deleted += 1
-    for p in s.corrupt:
-        _unlink(p)
+    db.remove(s.corrupt)
     refcount: dict[str, int] = {}
     for _, _, _, refs in s.entries:
         for d in set(refs):
             refcount[d] = refcount.get(d, 0) + 1
     total = s.total
 
-    def drop_blob(d: str) -> None:
-        nonlocal total
+    def drop_blob(d: str) -> int:
+        """Delete blob ``d``; the bytes that freed."""
         size = s.blobs.pop(d, None)
-        if size is not None and _unlink(os.path.join(v1_dir, "cas", d[:2], d)):
-            total -= size
+        if size is not None and _unlink(os.path.join(v_dir, "cas", d[:2], d)):
             res.blobs_deleted += 1
+            return size
+        return 0
 
     # Blobs no entry references: a build killed between its blobs and its entry.
     for d in [d for d in s.blobs if d not in refcount]:
-        drop_blob(d)
+        total -= drop_blob(d)
         res.garbage_blobs += 1
     if target is not None and total > target:
-        for _, p, size, refs in sorted(s.entries):
+        after_garbage = total
+        evicted: list[str] = []
+        unreferenced: list[str] = []
+        for _, key, size, refs in sorted(s.entries):
             if total <= target:
                 break
-            if not _unlink(p):
-                continue
+            evicted.append(key)
             total -= size
-            res.entries_evicted += 1
             for d in set(refs):
                 refcount[d] -= 1
                 if refcount[d] == 0:
-                    drop_blob(d)
+                    unreferenced.append(d)
+                    total -= s.blobs.get(d, 0)
+        # Entries first: a blob is only deleted once nothing points at it.
+        if db.remove(evicted):
+            res.entries_evicted = len(evicted)
+            for d in unreferenced:
+                drop_blob(d)
+        else:
+            total = after_garbage  # the database refused: nothing was evicted
     res.after = total
-    _write_counter(v1_dir, total)
+    _write_counter(v_dir, total)
     return res
+
+
+def _layout_dir(cache_dir: str) -> str:
+    from buildtool.cache import LAYOUT
+
+    return os.path.join(cache_dir, LAYOUT)
 
 
 def gc(cache_dir: str, max_size: int | None, timeout_s: float = 60.0) -> GcResult | None:
     """``buildtool cache gc``: None if the cache stayed busy for ``timeout_s``."""
-    v1 = os.path.join(cache_dir, "v1")
-    if not os.path.isdir(v1):
+    v_dir = _layout_dir(cache_dir)
+    if not os.path.isdir(v_dir):
         return GcResult(0, 0)
-    with _exclusive(os.path.join(v1, "gc.lock"), timeout_s) as got:
+    with _exclusive(os.path.join(v_dir, "gc.lock"), timeout_s) as got:
         if not got:
             return None
-        return collect(v1, max_size)
+        return collect(v_dir, max_size)
 
 
 # -- end-of-build hook --------------------------------------------------------------------
@@ -320,6 +354,7 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
     from buildtool.outcome import Reason, Status
 
     added, cache.bytes_added = cache.bytes_added, 0  # watch mode reuses the Cache
+    cache.flush()
     if not cache.writable:
         return
     counts = {"ran": 0, "restored": 0, "adopted": 0, "up_to_date": 0, "failed": 0}
@@ -334,41 +369,41 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
             counts["up_to_date"] += 1
         elif o.status is Status.FAILED:
             counts["failed"] += 1
-    v1 = cache.dir
+    v_dir = cache.dir
     try:
-        _append_stats(v1, {"v": STATS_VERSION, "t": round(time.time(), 3), "bytes_added": added, **counts})
-        with _exclusive(os.path.join(v1, "size.lock"), 5.0) as got:
+        _append_stats(v_dir, {"v": STATS_VERSION, "t": round(time.time(), 3), "bytes_added": added, **counts})
+        with _exclusive(os.path.join(v_dir, "size.lock"), 5.0) as got:
             if not got:
                 return
-            n = read_counter(v1)
+            n = read_counter(v_dir)
             if n is None:  # first build with this cache, or a damaged counter: one scan
-                n = scan(v1).total
+                n = scan(v_dir).total
             else:
                 n += added
-            _write_counter(v1, n)
-            _trim_stats(v1)
+            _write_counter(v_dir, n)
+            _trim_stats(v_dir)
         if max_size is not None and n > max_size:
-            with _exclusive(os.path.join(v1, "gc.lock"), 2.0) as got:
+            with _exclusive(os.path.join(v_dir, "gc.lock"), 2.0) as got:
                 if not got:
                     warn("the cache is over its max_size but busy; eviction postponed to a later build")
                     return
-                collect(v1, int(max_size * LOW_WATER))
+                collect(v_dir, int(max_size * LOW_WATER))
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
             warn(f"cache maintenance failed ({e.strerror}); continuing")
 
 
-def _append_stats(v1_dir: str, obj: dict[str, Any]) -> None:
+def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
     line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-    fd = os.open(os.path.join(v1_dir, "stats"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(os.path.join(v_dir, "stats"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, line)  # one write of a short line: O_APPEND keeps concurrent builds' lines whole
     finally:
         os.close(fd)
 
 
-def _trim_stats(v1_dir: str) -> None:
-    path = os.path.join(v1_dir, "stats")
+def _trim_stats(v_dir: str) -> None:
+    path = os.path.join(v_dir, "stats")
     try:
         if os.path.getsize(path) <= STATS_MAX_BYTES:
             return
@@ -382,10 +417,10 @@ def _trim_stats(v1_dir: str) -> None:
         pass
 
 
-def recent_builds(v1_dir: str, n: int = RECENT_BUILDS) -> list[dict[str, Any]]:
+def recent_builds(v_dir: str, n: int = RECENT_BUILDS) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
-        with open(os.path.join(v1_dir, "stats"), "rb") as f:
+        with open(os.path.join(v_dir, "stats"), "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return out
@@ -400,9 +435,9 @@ def recent_builds(v1_dir: str, n: int = RECENT_BUILDS) -> list[dict[str, Any]]:
 
 
 def stats_report(cache_dir: str, max_size: int | None) -> str:
-    v1 = os.path.join(cache_dir, "v1")
-    s = scan(v1)
-    builds = recent_builds(v1)
+    v_dir = _layout_dir(cache_dir)
+    s = scan(v_dir)
+    builds = recent_builds(v_dir)
     ran = sum(int(b.get("ran", 0)) for b in builds)
     hits = sum(int(b.get("restored", 0)) + int(b.get("adopted", 0)) for b in builds)
     lines = [

@@ -81,7 +81,7 @@ def final_key(desc: Mapping[str, Any], paths: list[str], digest_of: DigestOf) ->
 
 
 class Manifests:
-    """Manifests under ``<cache>/v1/mf/<P[:2]>/<P>``: the discovered path sets seen for P."""
+    """Manifests under ``<cache>/v2/mf/<P[:2]>/<P>``: the discovered path sets seen for P."""
 
     def __init__(self, cache: Cache, warn: Callable[[str], None]) -> None:
         self.cache = cache

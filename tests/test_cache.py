@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import cache_verify as cv
 import pytest
 from conftest import BuildRun, Workspace
 
@@ -35,12 +36,8 @@ def setup_built(ws: Workspace, text: str = SIZES["inline"]) -> BuildRun:
     return r
 
 
-def ac_path(ws: Workspace, key: str) -> Path:
-    return ws.cache / "v1" / "ac" / key[:2] / key
-
-
 def blob_path(ws: Workspace, digest: str) -> Path:
-    return ws.cache / "v1" / "cas" / digest[:2] / digest
+    return cv.blob_path(ws.cache, digest)
 
 
 def overwrite(p: Path, data: bytes) -> None:
@@ -48,20 +45,12 @@ def overwrite(p: Path, data: bytes) -> None:
     p.write_bytes(data)
 
 
-def stored(ws: Workspace, entry_path: Path, digest: str) -> bytes:
-    """The content the cache keeps for ``digest``: inside the entry, or as a blob."""
-    inline = json.loads(entry_path.read_bytes()).get("inline", {})
-    if digest in inline:
-        return base64.b64decode(inline[digest])
-    return blob_path(ws, digest).read_bytes()
-
-
-def tamper(ws: Workspace, entry_path: Path, digest: str, data: bytes) -> None:
-    """Replace the stored content of ``digest`` (inside the entry or its blob) with ``data``."""
-    obj = json.loads(entry_path.read_bytes())
+def tamper(ws: Workspace, key: str, digest: str, data: bytes) -> None:
+    """Replace the stored content of ``digest`` (inside ``key``'s entry or its blob) with ``data``."""
+    obj = cv.entry(ws.cache, key)
     if digest in obj.get("inline", {}):
         obj["inline"][digest] = base64.b64encode(data).decode()
-        overwrite(entry_path, json.dumps(obj).encode())
+        cv.write_entry(ws.cache, key, json.dumps(obj).encode())
     else:
         overwrite(blob_path(ws, digest), data)
 
@@ -69,13 +58,13 @@ def tamper(ws: Workspace, entry_path: Path, digest: str, data: bytes) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_outputs_are_stored_in_the_cache(workspace: Workspace, size: str) -> None:
     r = setup_built(workspace, SIZES[size])
-    p = ac_path(workspace, r.by_label["//:gen"]["key"])
-    entry = json.loads(p.read_bytes())
+    key = r.by_label["//:gen"]["key"]
+    entry = cv.entry(workspace.cache, key)
     [[path, digest, mode]] = entry["outputs"]
     want = (SIZES[size] + "built\n").encode()
     assert path == "gen.out" and mode == 0o644
     assert digest == hash_bytes(want)
-    assert stored(workspace, p, digest) == want
+    assert cv.stored(workspace.cache, key, digest) == want
     # Small contents live in the entry alone; large ones as a blob alone.
     assert (digest in entry.get("inline", {})) == (size == "inline")
     assert blob_path(workspace, digest).exists() == (size == "blob")
@@ -84,10 +73,10 @@ def test_outputs_are_stored_in_the_cache(workspace: Workspace, size: str) -> Non
 @pytest.mark.parametrize("size", SIZES)
 def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace, size: str) -> None:
     r = setup_built(workspace, SIZES[size])
-    p = ac_path(workspace, r.by_label["//:gen"]["key"])
-    digest = json.loads(p.read_bytes())["outputs"][0][1]
+    key = r.by_label["//:gen"]["key"]
+    digest = cv.entry(workspace.cache, key)["outputs"][0][1]
     want = (SIZES[size] + "built\n").encode()
-    tamper(workspace, p, digest, want.upper())  # same size, wrong content
+    tamper(workspace, key, digest, want.upper())  # same size, wrong content
     (workspace.root / "gen.out").unlink()
     r2 = workspace.build()
     assert r2.rc == 0, r2.output
@@ -106,8 +95,8 @@ def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace, 
 @pytest.mark.parametrize("size", SIZES)
 def test_truncated_blob_is_never_restored(workspace: Workspace, size: str) -> None:
     r = setup_built(workspace, SIZES[size])
-    p = ac_path(workspace, r.by_label["//:use"]["key"])
-    tamper(workspace, p, json.loads(p.read_bytes())["outputs"][0][1], b"")
+    key = r.by_label["//:use"]["key"]
+    tamper(workspace, key, cv.entry(workspace.cache, key)["outputs"][0][1], b"")
     (workspace.root / "use.out").unlink()
     r2 = workspace.build()
     assert r2.status("//:use") == "ran"
@@ -128,8 +117,8 @@ def test_corrupt_or_foreign_action_entry_is_a_miss_with_a_warning(
     workspace: Workspace, mutate: Callable[[dict], bytes]
 ) -> None:
     r = setup_built(workspace)
-    p = ac_path(workspace, r.by_label["//:gen"]["key"])
-    overwrite(p, mutate(json.loads(p.read_bytes())))
+    key = r.by_label["//:gen"]["key"]
+    cv.write_entry(workspace.cache, key, mutate(cv.entry(workspace.cache, key)))
     (workspace.root / "gen.out").unlink()
     r2 = workspace.build()
     assert r2.rc == 0, r2.output
@@ -145,10 +134,10 @@ def test_action_entry_naming_a_path_outside_the_workspace_is_refused(
     if evil == "ABS":
         evil = str(tmp_path / "abs.out")
     r = setup_built(workspace)
-    p = ac_path(workspace, r.by_label["//:gen"]["key"])
-    obj = json.loads(p.read_bytes())
+    key = r.by_label["//:gen"]["key"]
+    obj = cv.entry(workspace.cache, key)
     obj["outputs"] = [[evil, obj["outputs"][0][1], 0o644], *obj["outputs"]]
-    overwrite(p, json.dumps(obj).encode())
+    cv.write_entry(workspace.cache, key, json.dumps(obj).encode())
     (workspace.root / "gen.out").unlink()
     r2 = workspace.build()
     assert r2.rc == 0, r2.output
@@ -161,10 +150,10 @@ def test_action_entry_naming_a_path_outside_the_workspace_is_refused(
 
 def test_cache_entry_listing_other_outputs_is_ignored(workspace: Workspace) -> None:
     r = setup_built(workspace)
-    p = ac_path(workspace, r.by_label["//:gen"]["key"])
-    obj = json.loads(p.read_bytes())
+    key = r.by_label["//:gen"]["key"]
+    obj = cv.entry(workspace.cache, key)
     obj["outputs"][0][0] = "other.out"
-    overwrite(p, json.dumps(obj).encode())
+    cv.write_entry(workspace.cache, key, json.dumps(obj).encode())
     (workspace.root / "gen.out").unlink()
     r2 = workspace.build()
     assert r2.status("//:gen") == "ran"
@@ -176,7 +165,7 @@ def test_failed_actions_are_not_cached(workspace: Workspace) -> None:
     r = workspace.build()
     assert r.rc == 1
     assert not workspace.exists("o")  # partial output deleted
-    assert [q for q in (workspace.cache / "v1" / "ac").rglob("*") if q.is_file()] == []
+    assert cv.entries(workspace.cache) == {}
     r2 = workspace.build()
     assert r2.status("//:t") == "failed"  # reran, not restored
 
@@ -244,7 +233,7 @@ def test_inline_contents_roundtrip_restore_and_verify(tmp_path: Path) -> None:
     d_out, d_err = hash_bytes(out), hash_bytes(err)
     e = ActionEntry((CachedOutput("p/o", d_out, 0o755),), 0.5, None, d_err, {d_out: out, d_err: err})
     c.put_action("k" * 64, e)
-    assert list((tmp_path / "c" / "v1" / "cas").rglob("*")) == []  # nothing stored as a blob
+    assert list((cv.layout_dir(tmp_path / "c") / "cas").rglob("*")) == []  # nothing stored as a blob
     got = c.get_action("k" * 64)
     assert got == e
     assert c.stream(got, d_err) == err
@@ -264,8 +253,8 @@ def test_malformed_inline_contents_make_the_entry_a_miss(tmp_path: Path, inline:
     warned: list[str] = []
     c = Cache(str(tmp_path / "c"), warned.append)
     c.put_action("k" * 64, ActionEntry((CachedOutput("o", "a" * 64, 0o644),), 1.0, None, None))
-    p = tmp_path / "c" / "v1" / "ac" / "kk" / ("k" * 64)
-    overwrite(p, json.dumps({**json.loads(p.read_bytes()), "inline": inline}).encode())
+    obj = {**cv.entry(tmp_path / "c", "k" * 64), "inline": inline}
+    cv.write_entry(tmp_path / "c", "k" * 64, json.dumps(obj).encode())
     assert c.get_action("k" * 64) is None
     assert any("corrupt" in w for w in warned)
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cache_verify import verify_cache
+from cache_verify import layout_dir, verify_cache
 from conftest import BUILDTOOL, Workspace, _clean_env
 
 from buildtool.cache_gc import parse_size, read_counter, scan
@@ -27,7 +27,7 @@ def sized_targets(ws: Workspace, sizes: dict[str, int]) -> None:
 
 
 def cache_bytes(cache: Path) -> int:
-    return scan(str(cache / "v1")).total
+    return scan(str(layout_dir(cache))).total
 
 
 def test_parse_size() -> None:
@@ -64,20 +64,20 @@ def test_gc_evicts_least_recently_used_and_keeps_referenced_blobs(workspace: Wor
     assert r.status("//:a") == "restored"
     assert r.status("//:b") == r.status("//:c") == "ran"
     # The counter was reset by the scan.
-    assert read_counter(str(workspace.cache / "v1")) is not None
+    assert read_counter(str(layout_dir(workspace.cache))) is not None
 
 
 def test_gc_removes_unreferenced_blobs_and_old_temp_files(workspace: Workspace) -> None:
     sized_targets(workspace, {"a": 10 * KIB})
     assert workspace.build().rc == 0
-    v1 = workspace.cache / "v1"
-    orphan = v1 / "cas" / "ab" / ("ab" + "0" * 62)  # as a build killed between blob and entry leaves
+    v_dir = layout_dir(workspace.cache)
+    orphan = v_dir / "cas" / "ab" / ("ab" + "0" * 62)  # as a build killed between blob and entry leaves
     orphan.parent.mkdir(exist_ok=True)
     orphan.write_bytes(b"x")
-    stale = v1 / "tmp" / "123.456.789"
+    stale = v_dir / "tmp" / "123.456.789"
     stale.write_bytes(b"half a blob")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
-    fresh = v1 / "tmp" / "123.456.790"
+    fresh = v_dir / "tmp" / "123.456.790"
     fresh.write_bytes(b"being written right now")
     rc, _, _ = workspace.run("cache", "gc")
     assert rc == 0
@@ -89,7 +89,7 @@ def test_gc_keeps_entries_whose_contents_are_inline(workspace: Workspace) -> Non
     sized_targets(workspace, {"small": 100, "big": 10 * KIB})  # inside its entry / a blob
     assert workspace.build().rc == 0
     assert verify_cache(workspace.cache) == {"entries": 2, "blobs": 1}
-    assert sorted(len(refs) for *_, refs in scan(str(workspace.cache / "v1")).entries) == [0, 1]
+    assert sorted(len(refs) for *_, refs in scan(str(layout_dir(workspace.cache))).entries) == [0, 1]
     rc, _, _ = workspace.run("cache", "gc")
     assert rc == 0
     assert verify_cache(workspace.cache) == {"entries": 2, "blobs": 1}
@@ -126,7 +126,7 @@ def test_max_size_from_user_config_keeps_the_cache_under_the_cap(workspace: Work
     assert cache_bytes(workspace.cache) <= 700 * KIB
     verify_cache(workspace.cache)
     # The running counter matches what is on disk after the eviction scan.
-    assert read_counter(str(workspace.cache / "v1")) == cache_bytes(workspace.cache)
+    assert read_counter(str(layout_dir(workspace.cache))) == cache_bytes(workspace.cache)
     # The env var overrides the user config.
     for n in names:
         (workspace.root / f"{n}.bin").unlink()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cache_verify as cv
 import pytest
 from conftest import BUILDTOOL, Workspace, _clean_env
 
@@ -143,19 +144,14 @@ def test_cache_entry_naming_paths_outside_the_workspace_is_refused(workspace: Wo
     workspace.build_file("", 'genrule(name="t", outs=["o.txt"], cmd="echo real > $@")')
     r = workspace.build()
     assert r.rc == 0
-    key = r.by_label["//:t"].get("key")
-    entries = list((workspace.cache / "v1" / "ac").glob("*/*"))
-    assert len(entries) == 1
-    entry = entries[0]
-    if key is not None:
-        assert entry.name == key
-    obj = json.loads(entry.read_text())
+    key = r.by_label["//:t"]["key"]
+    assert list(cv.entries(workspace.cache)) == [key]
+    obj = cv.entry(workspace.cache, key)
     digest = obj["outputs"][0][1]
     victim = tmp_path / "victim.txt"
     for bad in ["../victim.txt", str(victim), ".buildtool/record", "a/../../victim.txt"]:
         obj["outputs"] = [[bad, digest, 420]]
-        os.chmod(entry, 0o644)
-        entry.write_text(json.dumps(obj))
+        cv.write_entry(workspace.cache, key, json.dumps(obj).encode())
         (workspace.root / "o.txt").unlink(missing_ok=True)
         r = workspace.build()
         assert r.rc == 0, r.output
@@ -189,7 +185,7 @@ def test_output_of_several_gib_is_hashed_and_cached_in_bounded_memory(workspace:
     # cp is a child too; both must stay far below the 3 GiB they handled.
     assert peak_kib < 512 * 1024, f"peak RSS {peak_kib} KiB"
     assert (workspace.root / "copy.dat").stat().st_size == size
-    blobs = list((workspace.cache / "v1" / "cas").glob("*/*"))
+    blobs = list((cv.layout_dir(workspace.cache) / "cas").glob("*/*"))
     assert any(b.stat().st_size == size for b in blobs)
     (workspace.root / "copy.dat").unlink()
     r = workspace.build()

@@ -4,15 +4,18 @@ cache at once, damaged state files and cache entries, a full or read-only cache 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
+import cache_verify as cv
 import pytest
 from cache_verify import verify_cache
 from conftest import BUILDTOOL, Workspace, _clean_env
@@ -115,9 +118,8 @@ def test_kill_9_at_random_moments_never_corrupts_outputs_or_the_cache(make_works
     assert tree(ws.root) == tree(clean.root)
     counts = verify_cache(ws.cache)
     assert counts["entries"] > 0
-    assert not list((ws.cache / "v1" / "tmp").iterdir()) or all(
-        not (ws.cache / "v1" / "cas" / f.name[:2] / f.name).exists() for f in (ws.cache / "v1" / "tmp").iterdir()
-    )
+    tmp = cv.layout_dir(ws.cache) / "tmp"
+    assert not list(tmp.iterdir()) or all(not cv.blob_path(ws.cache, f.name).exists() for f in tmp.iterdir())
     # And the build after that is a no-op.
     r = ws.build("-j", "2")
     assert r.rc == 0 and not r.ran, r.ran
@@ -297,30 +299,53 @@ def test_damaged_state_file_is_discarded_not_fatal(workspace: Workspace, name: s
     assert r.rc == 0 and not r.ran and "warning" not in r.stderr, r.output
 
 
-def _entries(cache: Path) -> list[Path]:
-    return sorted((cache / "v1" / "ac").glob("*/*"))
-
-
 def _blobs(cache: Path) -> list[Path]:
-    return sorted((cache / "v1" / "cas").glob("*/*"))
+    return sorted((cv.layout_dir(cache) / "cas").glob("*/*"))
+
+
+def _damage_entry(raw: bytes, how: str) -> bytes:
+    if how == "truncated":
+        return raw[: len(raw) // 2]
+    if how == "garbage":
+        return b"\x00\xff garbage \xfe\n{not json\n"
+    if how == "other-version":
+        return json.dumps({**json.loads(raw), "v": 99}).encode()
+    return b""
+
+
+def _damage_database(cache: Path, how: str) -> None:
+    db = cv.db_path(cache)
+    if how == "other-version":
+        with contextlib.closing(sqlite3.connect(db)) as c:
+            c.execute("PRAGMA user_version = 99")
+    else:
+        for suffix in ("-wal", "-shm"):  # what the damage left of them is gone too
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        _damage(db, how)
+
+
+DAMAGE = ("truncated", "garbage", "other-version", "directory", "empty")
 
 
 @pytest.mark.parametrize(("what", "how"), [
-    (w, h) for w in ("entry", "blob") for h in ("truncated", "garbage", "other-version", "directory", "empty")
-    if (w, h) != ("blob", "other-version")  # a blob is raw content: it has no version to be wrong
+    (w, h) for w in ("entry", "database", "blob") for h in DAMAGE
+    if (w, h) not in (("blob", "other-version"), ("entry", "directory"))  # a blob has no version, a row is no dir
 ])
 def test_damaged_cache_file_is_a_miss_never_a_wrong_output(workspace: Workspace, what: str, how: str) -> None:
     state_workspace(workspace, big=what == "blob")
     assert workspace.build().rc == 0
     want = tree(workspace.root)
-    damaged = _entries(workspace.cache) if what == "entry" else _blobs(workspace.cache)
-    assert damaged, f"the build stored no {what} to damage"
-    for p in damaged:
-        if how == "other-version" and what == "entry":
-            obj = json.loads(p.read_bytes())
-            obj["v"] = 99
-            p.write_text(json.dumps(obj))
-        else:
+    if what == "entry":
+        rows = cv.entries(workspace.cache)
+        assert rows, "the build stored no entry to damage"
+        for key, raw in rows.items():
+            cv.write_entry(workspace.cache, key, _damage_entry(raw, how))
+    elif what == "database":
+        _damage_database(workspace.cache, how)
+    else:
+        blobs = _blobs(workspace.cache)
+        assert blobs, "the build stored no blob to damage"
+        for p in blobs:
             os.chmod(p, 0o644)
             _damage(p, how)
     for o in ("x.out", "y.out"):
@@ -330,8 +355,14 @@ def test_damaged_cache_file_is_a_miss_never_a_wrong_output(workspace: Workspace,
     assert "Traceback" not in r.output
     assert tree(workspace.root) == want
     assert r.status("//:x") in ("ran", "restored")
-    if how != "empty" or what == "entry":
+    if how != "empty" or what != "blob":
         assert r.status("//:x") == "ran"
+    # The damage was repaired by that build: the next one restores, quietly.
+    for o in ("x.out", "y.out"):
+        workspace.path(o).unlink()
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:x") == "restored" and "warning" not in r.stderr, r.output
+    assert tree(workspace.root) == want
 
 
 # -- a full or read-only cache dir -------------------------------------------------------------
@@ -362,7 +393,7 @@ def test_full_cache_disk_still_builds_and_leaves_no_half_blob(workspace: Workspa
     for i in range(6):
         assert workspace.path(f"t{i}.out").stat().st_size == 100000 + len(f"{i}\n")
     verify_cache(small_tmpfs)  # every blob whole, every entry complete
-    assert not list((small_tmpfs / "v1" / "tmp").iterdir())
+    assert not list((cv.layout_dir(small_tmpfs) / "tmp").iterdir())
 
 
 def test_read_only_cache_dir_still_builds(workspace: Workspace, tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""actiondb: the action cache's SQLite file under concurrency and damage (real files, real processes)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool import actiondb
+from buildtool.actiondb import ActionDB, ActionDBError
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.warned: list[str] = []
+        self.unusable: list[str] = []
+
+    def db(self, d: Path) -> ActionDB:
+        return ActionDB(str(d), self.warned.append, self.unusable.append)
+
+
+def used_of(d: Path, key: str) -> int:
+    with contextlib.closing(sqlite3.connect(d / actiondb.FILENAME)) as c:
+        return c.execute("SELECT used FROM actions WHERE key = ?", (key,)).fetchone()[0]
+
+
+def test_roundtrip_and_hits_refresh_recency_at_flush(tmp_path: Path) -> None:
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.get("k") is None
+    assert db.put("k", b'{"v":1}') and db.put("other", b"x")
+    assert db.get("k") == b'{"v":1}'
+    stored = used_of(tmp_path, "k")
+    assert used_of(tmp_path, "k") == stored  # a hit alone writes nothing...
+    db.flush()
+    assert used_of(tmp_path, "k") > stored  # ...until the flush at the end of the build
+    assert db.remove(["k"]) and db.get("k") is None
+    assert [r[0] for r in db.rows()] == ["other"]
+    db.close()
+    assert calls.warned == calls.unusable == []
+
+
+WRITER = """
+import sys
+from buildtool.actiondb import ActionDB
+db = ActionDB(sys.argv[1], print, print)
+for i in range(300):
+    assert db.put(f"{sys.argv[2]}-{i}", b"entry" * 50), "store refused"
+db.close()
+"""
+
+
+def test_concurrent_writers_in_separate_processes_lose_nothing(tmp_path: Path) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name], stdout=subprocess.PIPE, text=True)
+             for name in ("a", "b", "c")]
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and out == "", out
+    keys = {k for k, _, _ in Calls().db(tmp_path).rows()}
+    assert keys == {f"{n}-{i}" for n in "abc" for i in range(300)}
+
+
+def test_a_database_held_busy_is_a_miss_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = Calls()
+    assert calls.db(tmp_path).put("k", b"old")
+    monkeypatch.setattr(actiondb, "BUSY_TIMEOUT_S", 0.2)
+    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another build in the middle of a long write
+    try:
+        db = calls.db(tmp_path)
+        assert db.put("k2", b"new") is False
+        assert db.put("k3", b"new") is False
+        assert len(calls.warned) == 1 and "busy" in calls.warned[0]
+        assert calls.unusable == []
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert db.put("k2", b"new")  # once free, it works again
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory", "other-version"])
+def test_a_damaged_database_is_started_afresh(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / actiondb.FILENAME
+    if damage == "garbage":
+        path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4096)
+    elif damage == "directory":
+        path.mkdir()
+        (path / "x").write_text("x")
+    else:
+        with contextlib.closing(sqlite3.connect(path)) as c:
+            c.execute("PRAGMA user_version = 7")
+    with pytest.raises(ActionDBError):
+        Calls().db(tmp_path).rows()  # GC must stop, not see an empty cache
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.get("k") is None
+    assert len(calls.warned) == 1 and "starting it afresh" in calls.warned[0]
+    assert db.put("k", b"v") and db.get("k") == b"v"
+    assert calls.unusable == []
+
+
+def test_an_unopenable_database_turns_caching_off(tmp_path: Path) -> None:
+    calls = Calls()
+    db = calls.db(tmp_path / "no" / "such" / "dir")
+    assert db.get("k") is None
+    assert db.put("k", b"v") is False
+    assert len(calls.unusable) == 1 and "unusable" in calls.unusable[0]
