@@ -52,7 +52,7 @@ class Declaration:
 class PackageContext:
     """What the DSL functions need while one BUILD.py is evaluated."""
 
-    __slots__ = ("buildfile", "declarations", "env_reads", "glob_fn", "globbed", "pkg", "root")
+    __slots__ = ("_rel", "buildfile", "declarations", "env_reads", "glob_fn", "globbed", "pkg", "root")
 
     def __init__(
         self, root: str, pkg: str, buildfile: str, glob_fn: Callable[[str, list[str], list[str]], list[str]]
@@ -64,6 +64,14 @@ class PackageContext:
         self.declarations: dict[str, Declaration] = {}
         self.globbed: set[str] = set()  # workspace-relative paths
         self.env_reads: dict[str, str | None] = {}
+        self._rel: dict[str, str] = {}  # file -> workspace-relative (a BUILD.py declares thousands of targets)
+
+    def rel(self, path: str) -> str:
+        """``path`` relative to the workspace root, memoised."""
+        r = self._rel.get(path)
+        if r is None:
+            r = self._rel[path] = os.path.relpath(path, self.root)
+        return r
 
 
 _current: ContextVar[PackageContext | None] = ContextVar("buildtool_package", default=None)
@@ -93,13 +101,13 @@ def _call_site(ctx: PackageContext) -> tuple[str, int]:
     while frame is not None:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
-            return os.path.relpath(fn, ctx.root), frame.f_lineno
+            return ctx.rel(fn), frame.f_lineno
         if fallback is None and fn.startswith(root):
-            fallback = (os.path.relpath(fn, ctx.root), frame.f_lineno)
+            fallback = (ctx.rel(fn), frame.f_lineno)
         frame = frame.f_back  # type: ignore[assignment]
     if fallback is not None:
         return fallback
-    return os.path.relpath(ctx.buildfile, ctx.root), 0
+    return ctx.rel(ctx.buildfile), 0
 
 
 def _declare(kind: str, attrs: dict[str, Any]) -> None:
