@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, MutableMapping
 
 from buildtool import keys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 FORMAT_VERSION = 2
@@ -40,13 +41,116 @@ def desc_of(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return d if isinstance(d, dict) else None
 
 
+_LABEL_START = b'{"l":"'
+_DROP_TAIL = b',"x":1}'
+
+
+class Entries(MutableMapping):  # type: ignore[type-arg]
+    """label -> entry, each parsed from its record line on first use.
+
+    An incremental build of a large workspace asks for the entries of a few targets; parsing
+    all of them was most of its start-up (0.1 s at 10,000 targets).  Loading only splits
+    the lines and reads each one's label, which leads every line as this module writes it."""
+
+    __slots__ = ("_lines", "_parsed", "_warn")
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._lines: dict[str, bytes] = {}  # not parsed yet
+        self._parsed: dict[str, dict[str, Any]] = {}
+        self._warn = warn
+
+    def add_line(self, line: bytes) -> None:
+        """Take one record line in file order: the last line of a label wins."""
+        end = line.find(b'"', len(_LABEL_START)) if line.startswith(_LABEL_START) else -1
+        label_raw = line[len(_LABEL_START) : end] if end > 0 else b"\\"
+        if b"\\" in label_raw:  # not the usual shape, or an escaped label: parse it now
+            e = self._parse(line)
+            if e is None:
+                return
+            label = e["l"]
+            self._forget(label)
+            if not e.get("x"):
+                self._parsed[label] = e
+            return
+        label = label_raw.decode("utf-8", "surrogatepass")
+        self._forget(label)
+        if line[end + 1 :] != _DROP_TAIL:
+            self._lines[label] = line
+
+    def _forget(self, label: str) -> None:
+        self._lines.pop(label, None)
+        self._parsed.pop(label, None)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            e = None
+        if not isinstance(e, dict) or not isinstance(e.get("l"), str):
+            self._warn("build record has a corrupt line; ignoring it")
+            return None
+        return e
+
+    def get(self, label: str, default: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        e = self._parsed.get(label)
+        if e is None:
+            line = self._lines.pop(label, None)
+            if line is None:
+                return default
+            e = self._parse(line)
+            if e is None or e["l"] != label:
+                return default
+            self._parsed[label] = e
+        return e
+
+    def __getitem__(self, label: str) -> dict[str, Any]:
+        e = self.get(label)
+        if e is None:
+            raise KeyError(label)
+        return e
+
+    def __setitem__(self, label: str, entry: dict[str, Any]) -> None:
+        self._lines.pop(label, None)
+        self._parsed[label] = entry
+
+    def __delitem__(self, label: str) -> None:
+        if self.pop(label) is None:
+            raise KeyError(label)
+
+    def pop(self, label: str, default: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        line = self._lines.pop(label, None)
+        e = self._parsed.pop(label, None)
+        if e is None and line is not None:
+            e = self._parse(line)
+        return e if e is not None else default
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._parsed or label in self._lines
+
+    def __len__(self) -> int:
+        return len(self._parsed) + len(self._lines)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._parsed, *self._lines])
+
+    def values(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """Every entry (all parsed); a corrupt line is left out, as everywhere."""
+        return [e for label in self if (e := self.get(label)) is not None]
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:  # type: ignore[override]
+        return [(label, e) for label in self if (e := self.get(label)) is not None]
+
+    def __eq__(self, other: object) -> bool:
+        return dict(self.items()) == dict(other.items()) if isinstance(other, Mapping) else NotImplemented
+
+
 class BuildRecord:
     """label -> last entry: {"k": key, "o": [[path, digest, mode], ...], "d": seconds,
     "desc": the key's description as canonical JSON text (``desc_of``)}."""
 
     def __init__(self, path: str, warn: Callable[[str], None]) -> None:
         self.path = path
-        self.entries: dict[str, dict[str, Any]] = {}
+        self.entries = Entries(warn)
         self.lines = 0
         self._warn = warn
         self._fh: Any = None
@@ -77,23 +181,9 @@ class BuildRecord:
             lines.pop()  # torn tail: the last write did not finish
         else:
             lines = lines[:-1] if lines else lines
-        entries = self.entries
-        try:
-            parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
-        except ValueError:
-            parsed = []
-            for ln in lines:
-                try:
-                    parsed.append(json.loads(ln))
-                except ValueError:
-                    self._warn("build record has a corrupt line; ignoring it")
-        for e in parsed:
-            if not isinstance(e, dict) or not isinstance(e.get("l"), str):
-                continue
-            if e.get("x"):
-                entries.pop(e["l"], None)
-            else:
-                entries[e["l"]] = e
+        add = self.entries.add_line
+        for ln in lines:
+            add(ln)
         self.lines = len(lines)
 
     def _heal_torn_tail(self) -> None:

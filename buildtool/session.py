@@ -413,14 +413,26 @@ class Session:
         self._record_memo = ((st.st_size, st.st_mtime_ns, st.st_ino), record)
 
     def _weights(self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int]) -> list[float]:
-        durations = record.durations()
-        known = [d for d in durations.values() if d > 0]
-        default = _median(known) if known else UNKNOWN_DURATION
+        """Per target id: its recorded duration (the median of all recorded ones if it has
+        none), ~0 if predicted fresh.  Only wanted targets get one: the plan reads no other."""
         fresh = predict_fresh(graph, record, stats, wanted)
-        return [
-            FRESH_WEIGHT if fresh[t.id] else max(durations.get(t.label, default), FRESH_WEIGHT)
-            for t in graph.targets
-        ]
+        weights = [0.0] * len(graph.targets)
+        unknown = []
+        for i in wanted:
+            if fresh[i]:
+                weights[i] = FRESH_WEIGHT
+                continue
+            e = record.get(graph.targets[i].label)
+            if e is None or "d" not in e:
+                unknown.append(i)
+            else:
+                weights[i] = max(e["d"], FRESH_WEIGHT)
+        if unknown:  # the whole record's median: parsing every entry is worth it only here
+            known = [d for d in record.durations().values() if d > 0]
+            default = _median(known) if known else UNKNOWN_DURATION
+            for i in unknown:
+                weights[i] = max(default, FRESH_WEIGHT)
+        return weights
 
     def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> None:
         """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``)."""

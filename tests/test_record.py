@@ -59,3 +59,32 @@ def test_another_version_is_discarded_with_a_warning(tmp_path: Path) -> None:
     rec = BuildRecord(str(path), warned.append)
     assert rec.entries == {} and warned and "version" in warned[0]
     assert not path.exists()
+
+
+def test_the_last_line_of_a_label_wins_and_a_drop_line_forgets_it(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    rec.put("//:a", "k1", [], 0.1, DESC)
+    rec.put("//:b", "k1", [], 0.1, DESC)
+    rec.put("//:a", "k2", [], 0.2, DESC)
+    rec.drop("//:b")
+    rec.put("//p:ü", "k3", [], 0.3, DESC)  # a non-ASCII label is read as it was written
+    rec._fh.close()
+    again = BuildRecord(str(path), print)
+    assert set(again.entries) == {"//:a", "//p:ü"} and len(again.entries) == 2
+    assert again.get("//:a")["k"] == "k2" and again.get("//p:ü")["k"] == "k3"
+    assert "//:b" not in again.entries and again.get("//:b") is None
+    assert again.durations() == {"//:a": 0.2, "//p:ü": 0.3}
+
+
+def test_lines_are_parsed_only_when_their_entry_is_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    good = {"l": "//:good", "k": "k", "o": [], "d": 1.0, "desc": "{}"}
+    path.write_text(HEADER + json.dumps(good) + "\n" + '{"l":"//:bad","k":"k","o":[[oops\n')
+    warned: list[str] = []
+    rec = BuildRecord(str(path), warned.append)
+    assert set(rec.entries) == {"//:good", "//:bad"} and warned == []  # nothing parsed yet
+    assert rec.get("//:good") == good and warned == []
+    assert rec.get("//:bad") is None  # a corrupt line: the target counts as never built
+    assert len(warned) == 1 and "corrupt" in warned[0]
+    assert rec.entries == {"//:good": good}
