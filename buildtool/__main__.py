@@ -1,5 +1,5 @@
 """``python -m buildtool``: the same as the ``buildtool`` command."""
 
-from buildtool.cli import main
+from buildtool.cli import run
 
-raise SystemExit(main())
+run()

@@ -5,6 +5,7 @@ Heavy modules are imported only after parsing so ``buildtool --version`` stays f
 
 from __future__ import annotations
 
+import os
 import sys
 
 from buildtool import __version__
@@ -138,6 +139,20 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
 
     return SimpleNamespace(  # type: ignore[return-value]  # (argparse's Namespace is no more than this)
         directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
+
+
+def run() -> None:
+    """The ``buildtool`` command: ``main()``, then an exit that skips tearing the interpreter
+    down.  Freeing the objects of a large graph one by one at exit took 20-40 ms, more than
+    some whole builds (mypy exits the same way, for the same reason).  Every file is closed
+    by then; only the standard streams are still to flush."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: nothing more can be said anyway
+        pass
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

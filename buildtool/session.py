@@ -183,7 +183,7 @@ class Session:
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self._open_record(state)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
-        loader = Loader(self.ws, record.all_outputs())
+        loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
         try:
@@ -192,11 +192,11 @@ class Session:
             elif self.graph_source is not None:
                 loader, graph = self.graph_source(record, req)
             else:
+                loader = Loader(self.ws, record.all_outputs())
                 graph = self._graph(loader, req.patterns, req.mode)
             # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
-            struct_seen = {} if isinstance(prior_graph, Graph) else noop.struct_sigs(
-                self.ws.root, self._struct_of(loader)[0])
-            listed = None if isinstance(prior_graph, Graph) or self.focus is not None or req.mode != "build" \
+            struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, self._struct_of(loader)[0])
+            listed = None if loader is None or self.focus is not None or req.mode != "build" \
                 else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         except NoTestsError:
             raise
@@ -209,7 +209,7 @@ class Session:
         if isinstance(prior_graph, Graph) and verdict is not None:
             changed = set(verdict.changed)
             focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
-        if focus is None and not req.dry_run:  # a dry run changes nothing
+        if focus is None and not req.dry_run and loader is not None:  # a dry run changes nothing
             phases.begin("clean dead outputs")
             self._clean_dead(graph, loader, record, stats)
             phases.end("clean dead outputs")
@@ -237,11 +237,20 @@ class Session:
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
-            for t in graph.targets:  # what the rest produced last time, for the keys of the cone
-                if t.id not in wanted and t.outs:
-                    entry = record.get(t.label)
-                    for o in entry["o"] if entry else ():
-                        runner.out_digests[o[0]] = o[1]
+            # What the rest produced last time, for the keys of the cone: the outputs of the
+            # cone's dependencies outside it (other record entries are not even parsed).
+            outside: set[int] = set()
+            todo = [d for i in wanted for d in graph.targets[i].deps if d not in wanted]
+            while todo:  # a group stands for its members' outputs
+                d = todo.pop()
+                if d not in outside:
+                    outside.add(d)
+                    if graph.targets[d].kind == "group":
+                        todo.extend(graph.targets[d].deps)
+            for d in outside:
+                entry = record.get(graph.targets[d].label)
+                for o in entry["o"] if entry else ():
+                    runner.out_digests[o[0]] = o[1]
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output)
         events = EventsWriter(req.events, graph) if req.events else None
@@ -339,6 +348,7 @@ class Session:
                 self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,
                                      set(verdict.env_names), seen, verdict, wanted)
             else:
+                assert loader is not None
                 self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, listed=listed)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
