@@ -3,8 +3,9 @@
 An append-only JSON-lines log in ``.buildtool/record``: a header line, then one entry per
 finished action; the last entry for a label wins; a torn last line is ignored.  It decides
 ``up_to_date`` (the shared cache only serves restores) and feeds ``explain`` and the
-critical-path durations.  Recompacted when it holds more than 1000 lines and more than
-three times as many lines as labels.  Spec: docs/formats.md#build-record
+critical-path durations.  Recompacted (unparsed lines copied as they are) when it holds
+more than 1000 lines and more than 1.5 times as many lines as labels.  Spec:
+docs/formats.md#build-record
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ FORMAT_VERSION = 2
 HEADER = f"# buildtool build-record v{FORMAT_VERSION}\n"
 HEADER_V1 = "# buildtool build-record v1\n"  # read (its descs are objects), rewritten as v2 on close
 COMPACT_MIN_LINES = 1000
-COMPACT_RATIO = 3
+COMPACT_RATIO = 1.5  # lines per live label: each incremental build appends its cone's lines,
+# and every build reads them all; rewriting at 1.5x keeps reads small for a rare rewrite
 
 
 def desc_of(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -49,33 +51,47 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
     """label -> entry, each parsed from its record line on first use.
 
     An incremental build of a large workspace asks for the entries of a few targets; parsing
-    all of them was most of its start-up (0.1 s at 10,000 targets).  Loading only splits
-    the lines and reads each one's label, which leads every line as this module writes it."""
+    all of them was most of its start-up (0.1 s at 10,000 targets).  Loading only finds the
+    lines in the file's bytes and reads each one's label, which leads every line as this
+    module writes it; a line is copied out and parsed when its entry is asked for."""
 
-    __slots__ = ("_lines", "_parsed", "_warn")
+    __slots__ = ("_data", "_lines", "_parsed", "_warn")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
-        self._lines: dict[str, bytes] = {}  # not parsed yet
+        self._data = b""  # the record file as read
+        self._lines: dict[str, tuple[int, int]] = {}  # label -> its line in _data, not parsed yet
         self._parsed: dict[str, dict[str, Any]] = {}
         self._warn = warn
 
-    def add_line(self, line: bytes) -> None:
-        """Take one record line in file order: the last line of a label wins."""
-        end = line.find(b'"', len(_LABEL_START)) if line.startswith(_LABEL_START) else -1
-        label_raw = line[len(_LABEL_START) : end] if end > 0 else b"\\"
-        if b"\\" in label_raw:  # not the usual shape, or an escaped label: parse it now
-            e = self._parse(line)
-            if e is None:
-                return
-            label = e["l"]
-            self._forget(label)
-            if not e.get("x"):
-                self._parsed[label] = e
-            return
-        label = label_raw.decode("utf-8", "surrogatepass")
-        self._forget(label)
-        if line[end + 1 :] != _DROP_TAIL:
-            self._lines[label] = line
+    def load(self, data: bytes, start: int) -> int:
+        """Take the complete lines of ``data`` from ``start`` on, in file order (the last line
+        of a label wins); a last line without its newline (a torn write) is left out.
+        Returns how many lines there were."""
+        self._data = data
+        lines, parsed = self._lines, self._parsed
+        find, startswith = data.find, data.startswith
+        skip, tail = len(_LABEL_START), len(_DROP_TAIL)
+        n = 0
+        pos = start
+        while (nl := find(b"\n", pos)) >= 0:
+            n += 1
+            end = find(b'"', pos + skip, nl) if startswith(_LABEL_START, pos) else -1
+            if end < 0 or find(b"\\", pos + skip, end) >= 0:  # another shape, or an escaped label
+                e = self._parse(data[pos:nl])
+                if e is not None:
+                    self._forget(e["l"])
+                    if not e.get("x"):
+                        parsed[e["l"]] = e
+            else:
+                label = data[pos + skip : end].decode("utf-8", "surrogatepass")
+                if parsed:
+                    parsed.pop(label, None)
+                if nl - end - 1 == tail and startswith(_DROP_TAIL, end + 1):
+                    lines.pop(label, None)
+                else:
+                    lines[label] = (pos, nl)
+            pos = nl + 1
+        return n
 
     def _forget(self, label: str) -> None:
         self._lines.pop(label, None)
@@ -94,14 +110,19 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
     def get(self, label: str, default: dict[str, Any] | None = None) -> dict[str, Any] | None:
         e = self._parsed.get(label)
         if e is None:
-            line = self._lines.pop(label, None)
-            if line is None:
+            span = self._lines.pop(label, None)
+            if span is None:
                 return default
-            e = self._parse(line)
+            e = self._parse(self._data[span[0] : span[1]])
             if e is None or e["l"] != label:
                 return default
             self._parsed[label] = e
         return e
+
+    def raw_line(self, label: str) -> bytes | None:
+        """The record line of a not yet parsed entry, as read (to copy it on compaction)."""
+        span = self._lines.get(label)
+        return None if span is None else self._data[span[0] : span[1]]
 
     def __getitem__(self, label: str) -> dict[str, Any]:
         e = self.get(label)
@@ -118,10 +139,8 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
             raise KeyError(label)
 
     def pop(self, label: str, default: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        line = self._lines.pop(label, None)
-        e = self._parsed.pop(label, None)
-        if e is None and line is not None:
-            e = self._parse(line)
+        e = self.get(label)
+        self._forget(label)
         return e if e is not None else default
 
     def __contains__(self, label: object) -> bool:
@@ -170,21 +189,14 @@ class BuildRecord:
 
                 shutil.rmtree(self.path, ignore_errors=True)
             return
-        head, _, body = data.partition(b"\n")
+        nl = data.find(b"\n")
+        head = data[:nl] if nl >= 0 else data
         self._upgrade = head + b"\n" == HEADER_V1.encode()
         if head + b"\n" != HEADER.encode() and not self._upgrade:
             self._warn("build record has an unknown format version; discarding it")
             self._discard()
             return
-        lines = body.split(b"\n")
-        if lines and lines[-1] != b"":
-            lines.pop()  # torn tail: the last write did not finish
-        else:
-            lines = lines[:-1] if lines else lines
-        add = self.entries.add_line
-        for ln in lines:
-            add(ln)
-        self.lines = len(lines)
+        self.lines = self.entries.load(data, len(head) + 1)  # a torn last line is left out
 
     def _heal_torn_tail(self) -> None:
         """Cut a last line that a killed build left without its newline, so the next
@@ -285,7 +297,14 @@ class BuildRecord:
         try:
             with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:  # non-UTF-8 file names
                 f.write(HEADER)
-                for e in self.entries.values():
+                for label in list(self.entries):
+                    raw = None if self._upgrade else self.entries.raw_line(label)
+                    if raw is not None:  # never parsed: copied as it was read
+                        f.write(raw.decode("utf-8", "surrogatepass") + "\n")
+                        continue
+                    e = self.entries.get(label)
+                    if e is None:
+                        continue
                     if isinstance(e.get("desc"), dict):  # read from a v1 file
                         e = {**e, "desc": keys.canonical(e["desc"])}
                     f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")

@@ -88,3 +88,23 @@ def test_lines_are_parsed_only_when_their_entry_is_asked_for(tmp_path: Path) -> 
     assert rec.get("//:bad") is None  # a corrupt line: the target counts as never built
     assert len(warned) == 1 and "corrupt" in warned[0]
     assert rec.entries == {"//:good": good}
+
+
+def test_compaction_keeps_every_live_entry_parsed_or_not(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    for round_ in range(4):  # 4 lines per label, over 1000 lines: compacted on close
+        for i in range(300):
+            rec.put(f"//:t{i}", f"k{round_}", [[f"o{i}", "e" * 64, 420]], 0.1 * round_, DESC)
+    rec.drop("//:t7")
+    rec.close()
+    again = BuildRecord(str(path), print)
+    assert again.lines == 299  # compacted: one line per live label
+    assert again.get("//:t3")["k"] == "k3"  # parse one; the others are copied unparsed
+    again.put("//:new", "kn", [], 1.0, DESC)
+    again.compact()
+    third = BuildRecord(str(path), print)
+    assert len(third.entries) == 300 and "//:t7" not in third.entries
+    assert {lab: e["k"] for lab, e in third.entries.items()} == {
+        **{f"//:t{i}": "k3" for i in range(300) if i != 7}, "//:new": "kn"}
+    assert desc_of(third.get("//:t9")) == DESC
