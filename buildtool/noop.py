@@ -314,28 +314,34 @@ def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
     """The paths (of ``files``) whose stat data differs."""
     paths = list(sigs)
     cols = _columns(list(sigs.values()))
-    return _differs_cols(root, paths, cols, 0, len(paths))
+    return [paths[k] for k in _differs_cols(root, paths, cols, 0, len(paths))]
 
 
-def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo: int, hi: int) -> list[str]:
-    """The paths whose stat data differs from columns ``lo:hi``.  Relative paths are stat'ed
-    against an open descriptor of the root (no string joins: this loop is the whole no-op build)."""
-    stat = os.stat
-    out = []
-    sizes, mtimes, inos, ctimes = (c[lo:hi] for c in cols)
+def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo: int, hi: int) -> list[int]:
+    """The positions in ``paths`` (increasing) whose stat data differs from columns ``lo:hi``.
+    Relative paths are stat'ed against an open descriptor of the root (no string joins:
+    this loop is the whole no-op build)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for rel, size, mt, ino, ct in zip(paths, sizes, mtimes, inos, ctimes, strict=True):
-            try:
-                st = stat(rel, dir_fd=fd)
-            except OSError:
-                if size != MISSING:
-                    out.append(rel)
-                continue
-            if size != st.st_size or mt != st.st_mtime_ns or ino != st.st_ino or ct != st.st_ctime_ns:
-                out.append(rel)
+        return _compare(fd, paths, cols, lo, 0, hi - lo)
     finally:
         os.close(fd)
+
+
+def _compare(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, a: int, b: int) -> list[int]:
+    """The positions ``a <= k < b`` whose file's stat differs from row ``lo + k`` of the columns."""
+    stat = os.stat
+    out = []
+    sizes, mtimes, inos, ctimes = (c[lo + a : lo + b] for c in cols)
+    for k, rel, size, mt, ino, ct in zip(range(a, b), paths[a:b], sizes, mtimes, inos, ctimes, strict=True):
+        try:
+            st = stat(rel, dir_fd=fd)
+        except OSError:
+            if size != MISSING:
+                out.append(k)
+            continue
+        if size != st.st_size or mt != st.st_mtime_ns or ino != st.st_ino or ct != st.st_ctime_ns:
+            out.append(k)
     return out
 
 
@@ -376,10 +382,11 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
         if _dirs_differ(root, body["dirs"], outs):
             return None  # a file or package appeared or went away
-        changed_srcs = _differs_cols(root, srcs, cols, 0, len(srcs))
-        if any(not os.path.exists(os.path.join(root, p)) for p in changed_srcs):
+        paths = srcs + outs  # one pass over both
+        found = _differs_cols(root, paths, cols, 0, len(paths))
+        if any(not os.path.exists(os.path.join(root, paths[k])) for k in found if k < len(srcs)):
             return None  # a missing source is a graph error: the full path reports it
-        changed = changed_srcs + _differs_cols(root, outs, cols, len(srcs), len(srcs) + len(outs))
+        changed = [paths[k] for k in found]
         return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names, body)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
