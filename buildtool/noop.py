@@ -37,7 +37,7 @@ from buildtool.atomic import write_atomic
 
 TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 FORMAT_VERSION = 5  # v5: directory listings fingerprinted with BLAKE3, not BLAKE2b (hashlib: ~5 ms of import)
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
@@ -414,7 +414,7 @@ def _split(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, n:
 
 def _child(
     fd: int, r: int, w: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, mid: int, n: int, parent: int,
-) -> None:
+) -> NoReturn:
     """The forked child: stat positions ``mid:n``, write their differing positions and
     ``_DONE`` to ``w``, exit.  It leaves through ``os._exit`` only (no atexit handlers, no
     flush of inherited stdio buffers, nothing of the caller's, such as the workspace lock),
