@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -283,3 +284,236 @@ def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: 
     r = bt(w, cache, "build", "-j1")
     assert r.returncode == 0, r.stderr
     assert (w / "g.txt").read_text() == "a\nlate\n", r.stdout + r.stderr
+
+
+# --- the split check: a forked child stats half of the paths -------------------------------
+
+_SPLIT_PROBE = r'''
+"""Run noop._differs_cols on real files in a fresh interpreter (one thread, so it may fork):
+once as one loop, once split with the threshold forced low; print both answers and the
+ranges this process (not the child) compared itself."""
+import json, os, sys, threading, time
+from array import array
+from buildtool import noop
+
+root, mode, spec = sys.argv[1], sys.argv[2], json.loads(open(sys.argv[3]).read())
+paths, cols = spec["paths"], noop._columns(spec["rows"])
+me = os.getpid()
+ranges = []
+compare = noop._compare
+
+
+def recording(fd, paths, cols, lo, a, b):
+    if os.getpid() == me:
+        ranges.append([a, b])
+    return compare(fd, paths, cols, lo, a, b)
+
+
+noop._compare = recording
+if mode == "child-fails":
+    noop._report = lambda w, found: os._exit(3)
+elif mode == "child-killed":
+    noop._report = lambda w, found: os.kill(os.getpid(), 9)
+elif mode == "unfinished-report":  # "nothing differs, 0 positions", then no end mark; exit 0
+    noop._report = lambda w, found: os.write(w, array("q", [0, 0]).tobytes())
+elif mode == "reported-then-failed":  # a complete "nothing differs", then a failing exit
+    def report_and_fail(w, found):
+        os.write(w, array("q", [0, noop._DONE]).tobytes())
+        os._exit(3)
+    noop._report = report_and_fail
+elif mode == "fork-fails":
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    os.fork = no_fork
+elif mode == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+elif mode == "parent-dies":  # the child stats one path per chunk, 0.2 s each; the parent is killed
+    pid_file = sys.argv[4]
+
+    def slow_child_dead_parent(fd, paths, cols, lo, a, b):
+        if os.getpid() != me:
+            with open(pid_file + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(pid_file + ".tmp", pid_file)
+            time.sleep(0.2)
+            return compare(fd, paths, cols, lo, a, b)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(pid_file) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(me, 9)
+
+    noop._compare, noop.CHUNK, noop.SPLIT_MIN = slow_child_dead_parent, 1, 2
+    noop._differs_cols(root, paths, cols, 0, len(paths))
+    sys.exit("not killed")
+
+noop.SPLIT_MIN = 10**9
+single = noop._differs_cols(root, paths, cols, 0, len(paths))
+single_ranges, ranges = ranges, []
+noop.SPLIT_MIN = 2
+split = noop._differs_cols(root, paths, cols, 0, len(paths))
+print(json.dumps({"single": single, "split": split, "single_ranges": single_ranges, "ranges": ranges}))
+'''
+
+N_SPLIT = 40  # paths in the split tests; the parent compares 0:20, the child 20:40
+MID = N_SPLIT // 2
+
+
+def split_files(tmp_path: Path, missing: tuple[int, ...] = ()) -> tuple[Path, Path]:
+    """Real files (two directories, like sources and outputs) and a spec with their stat
+    rows as a snapshot records them; files in ``missing`` are recorded as absent."""
+    from buildtool import noop
+
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "out").mkdir()
+    paths = [f"src/{i}.txt" if i < N_SPLIT // 2 + 3 else f"out/{i}.txt" for i in range(N_SPLIT)]
+    for i, p in enumerate(paths):
+        if i not in missing:
+            (root / p).write_text(f"file {i}\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"paths": paths, "rows": [noop._sig(str(root), p) for p in paths]}))
+    return root, spec
+
+
+def probe(tmp_path: Path, root: Path, spec: Path, mode: str = "ok", *extra: str) -> dict[str, list]:
+    script = tmp_path / "probe.py"
+    script.write_text(_SPLIT_PROBE)
+    p = subprocess.run([sys.executable, str(script), str(root), mode, str(spec), *extra], capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("at", [0, MID - 1, MID, N_SPLIT - 1], ids=["first", "before-split", "at-split", "last"])
+@pytest.mark.parametrize("edit", ["content", "mtime", "deleted", "appeared"])
+def test_the_split_check_finds_a_change_in_either_half(tmp_path: Path, at: int, edit: str) -> None:
+    """A changed, touched, deleted or newly created file at the first path, on either side
+    of the split point or at the last path is found by the child or the parent, and the
+    answer is the single loop's."""
+    root, spec = split_files(tmp_path, missing=(at,) if edit == "appeared" else ())
+    path = root / json.loads(spec.read_text())["paths"][at]
+    if edit == "content":
+        path.write_text("changed, and longer\n")
+    elif edit == "mtime":
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    elif edit == "deleted":
+        path.unlink()
+    else:
+        path.write_text("here now\n")
+    got = probe(tmp_path, root, spec)
+    assert got["single"] == [at]
+    assert got["split"] == [at]
+    assert got["single_ranges"] == [[0, N_SPLIT]]
+    assert got["ranges"] == [[0, MID]]  # the child's half came from the child
+
+
+def test_the_split_check_agrees_with_the_single_loop_on_many_changes(tmp_path: Path) -> None:
+    root, spec = split_files(tmp_path, missing=(3, 29))
+    paths = json.loads(spec.read_text())["paths"]
+    for i in (0, 5, MID - 1, MID, 31, N_SPLIT - 1):
+        (root / paths[i]).write_text("x" * (i + 20))
+    (root / paths[3]).write_text("appeared")
+    (root / paths[12]).unlink()
+    got = probe(tmp_path, root, spec)
+    assert got["split"] == got["single"] == [0, 3, 5, 12, MID - 1, MID, 31, N_SPLIT - 1]
+    assert got["ranges"] == [[0, MID]]
+    nothing, _ = split_files(tmp_path / "same")
+    got = probe(tmp_path / "same", nothing, tmp_path / "same" / "spec.json")
+    assert got["split"] == got["single"] == []
+    assert got["ranges"] == [[0, MID]]
+
+
+@pytest.mark.parametrize(
+    "mode", ["child-fails", "child-killed", "unfinished-report", "reported-then-failed", "fork-fails", "thread"])
+def test_a_child_that_cannot_report_falls_back_to_the_parent(tmp_path: Path, mode: str) -> None:
+    """Whatever becomes of the child (exits early, killed, a report without its end mark,
+    a failing exit after a report), or when no child may be forked (fork fails, another
+    thread exists), this process stats the child's half itself: the change there is found."""
+    root, spec = split_files(tmp_path)
+    paths = json.loads(spec.read_text())["paths"]
+    (root / paths[MID + 3]).write_text("changed in the child's half\n")
+    (root / paths[1]).unlink()
+    got = probe(tmp_path, root, spec, mode)
+    assert got["split"] == got["single"] == [1, MID + 3]
+    if mode in ("fork-fails", "thread"):
+        assert got["ranges"] == [[0, N_SPLIT]]
+    else:
+        assert got["ranges"] == [[0, MID], [MID, N_SPLIT]]
+
+
+def test_the_child_does_not_outlive_a_killed_parent(tmp_path: Path) -> None:
+    """The parent is killed (SIGKILL: no cleanup of its own) while its child stats slowly:
+    the child notices between chunks and exits instead of finishing its 20 chunks (4 s)."""
+    root, spec = split_files(tmp_path)
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "probe.py"
+    script.write_text(_SPLIT_PROBE)
+    with open(tmp_path / "stderr", "w") as err:  # (a pipe would be held open by the child too)
+        p = subprocess.Popen([sys.executable, str(script), str(root), "parent-dies", str(spec), str(pid_file)],
+                             stdout=subprocess.DEVNULL, stderr=err)
+        assert p.wait(timeout=60) == -9, (tmp_path / "stderr").read_text()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break  # gone (and reaped)
+        if state in ("Z", "X"):
+            break  # exited; the process it was handed to reaps it
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"the child {child} still runs 2 s after its parent was killed")
+
+
+def test_a_split_check_gives_the_verdict_of_the_single_loop(tmp_path: Path) -> None:
+    """write() -> check() with the threshold forced low, in a fresh interpreter: sources
+    and outputs are checked in one split pass and sorted back into the verdict."""
+    from buildtool import noop
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    (root / "src").mkdir(parents=True)
+    (root / "out").mkdir()
+    state.mkdir()
+    srcs = [f"src/{i}" for i in range(25)]
+    outs = [f"out/{i}" for i in range(15)]
+    for p in [*srcs, *outs]:
+        (root / p).write_text(p)
+    time.sleep(0.06)  # past the racy window
+    assert noop.write(str(state), str(root), {"mode": "build"}, [], [], [], srcs, outs, None)
+    (root / srcs[0]).write_text("edited source")
+    (root / srcs[20]).write_text("edited source, the child's half")
+    (root / outs[-1]).unlink()
+    (root / outs[0]).write_text("tampered output")
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "from buildtool import noop\n"
+        "me, compare, ranges, out = os.getpid(), noop._compare, [], []\n"
+        "def recording(fd, paths, cols, lo, a, b):\n"
+        "    if os.getpid() == me and b > a:  # (the struct files: none here)\n"
+        "        ranges.append([a, b])\n"
+        "    return compare(fd, paths, cols, lo, a, b)\n"
+        "noop._compare = recording\n"
+        "for split_min in (10**9, 2):\n"
+        "    noop.SPLIT_MIN = split_min\n"
+        "    v = noop.check(sys.argv[1], sys.argv[2], {'mode': 'build'})\n"
+        "    out.append(None if v is None else v.changed)\n"
+        "print(json.dumps([*out, ranges]))\n")
+
+    def both() -> tuple[list[str] | None, list[str] | None, list[list[int]]]:
+        p = subprocess.run([sys.executable, str(script), str(state), str(root)], capture_output=True, text=True,
+                           timeout=60, check=False)
+        assert p.returncode == 0, p.stderr
+        single, split, ranges = json.loads(p.stdout)
+        return single, split, ranges
+
+    single, split, ranges = both()
+    assert split == single == [srcs[0], srcs[20], outs[0], outs[-1]]
+    assert ranges == [[0, 40], [0, 20]]  # the one loop, then the parent's half of the split
+    (root / srcs[22]).unlink()  # a missing source (in the child's half): the full path reports it
+    single, split, ranges = both()
+    assert single is None and split is None
+    assert ranges == [[0, 40], [0, 20]]
