@@ -99,6 +99,11 @@ class Plan:
                     released.append(c)
         return released
 
+    def would_release(self, t: int) -> bool:
+        """Would finishing ``t`` now make a dependent ready (``t`` its last pending dependency)?"""
+        pending = self.pending
+        return any(pending.get(c) == 1 and c not in self.blocked for c in self.dependents[t])
+
     def block_dependents(self, t: int) -> list[int]:
         """After ``t`` failed: every wanted target depending on it, transitively."""
         out = []

@@ -74,6 +74,7 @@ class TargetRunner:
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
         self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
+        self._lane_hook: Callable[[int], None] | None = None  # scheduler.Runner's set_lane_hook
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
         self.remote_exec: Any = None  # remote/exec_layer.RemoteExecutor under --remote-executor
 
@@ -89,6 +90,10 @@ class TargetRunner:
         return list(self._tool_digests)
 
     # -- helpers used by the scheduler ------------------------------------------------
+    def set_lane_hook(self, hook: Callable[[int], None]) -> None:
+        """``hook(t)`` once ``t``'s command has ended and its lane's TMPDIR is emptied."""
+        self._lane_hook = hook
+
     def label_of(self, t: int) -> str:
         return self.graph.targets[t].label
 
@@ -590,6 +595,8 @@ class TargetRunner:
             self._reset_tmp(tmp)
             return Outcome(Status.FAILED, Reason.FAILED, f"could not start the command: {e.strerror}", key=key)
         self._reset_tmp(tmp)
+        if self._lane_hook is not None and res.exit_code == 0 and not res.timed_out:
+            self._lane_hook(t.id)  # the lane may take the next command while this one is recorded
         base: dict[str, Any] = {"desc": desc}
         note = getattr(res, "note", "")  # remote execution: where it ran
         if note:

@@ -23,7 +23,16 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
     from typing import Any, Protocol
 
     class Runner(Protocol):
-        """What the scheduler needs to turn a target id into an Outcome."""
+        """What the scheduler needs to turn a target id into an Outcome.
+
+        A runner may also have ``set_lane_hook(hook)``: it then calls ``hook(t)`` from
+        ``run`` once ``t``'s command has ended and its lane's resources (TMPDIR, capture
+        files) are free, and the lane takes the next target while ``t``'s outputs are
+        still hashed and recorded on that worker thread: ``-j`` bounds commands, as in
+        Make and Ninja, not the bookkeeping after them.  A runner that may use a lane
+        again after the hook (a flaky test's rerun) must not offer it.  A lane whose
+        target's outcome would make a dependent ready waits for that outcome, so the next
+        target it takes is the one the heap would give without the hook."""
 
         def try_inline(self, t: int) -> Outcome | None: ...
         def run(self, t: int, lane: int) -> Outcome: ...
@@ -34,8 +43,11 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         def target_finished(self, t: int, outcome: Outcome) -> None: ...
 
 
+_LANE_FREE = object()  # a worker's message: the target's lane is free, its outcome comes later
+
+
 class Scheduler:
-    """Runs a Plan to completion with at most ``jobs`` targets in flight."""
+    """Runs a Plan to completion with at most ``jobs`` targets on lanes at once."""
 
     def __init__(
         self,
@@ -78,7 +90,13 @@ class Scheduler:
         self._after: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._after_thread: threading.Thread | None = None
         self._free_lanes = list(range(self.jobs - 1, -1, -1))
+        self._lane_of: dict[int, int] = {}  # target -> the lane it holds (until its lane is released)
+        self._freed_at: dict[int, float] = {}  # target -> when its command's lane was released early
+        self._running = 0  # lanes in use
         self.t0 = 0.0
+        hook = getattr(runner, "set_lane_hook", None)
+        if hook is not None:
+            hook(self._lane_done)
 
     # -- public ----------------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -90,12 +108,14 @@ class Scheduler:
 
     def run(self) -> dict[int, Outcome]:
         self.t0 = self.clock()
-        running = 0
+        in_flight = 0  # targets handed to workers whose outcome has not come back
         plan = self.plan
         try:
             while True:
-                while not self.stopping and running < self.jobs:
-                    t = self._next_startable(running)
+                # A worker is busy with each target in flight; those past their command
+                # (lane released) finish their bookkeeping while the lanes run new ones.
+                while not self.stopping and self._running < self.jobs and in_flight < 2 * self.jobs:
+                    t = self._next_startable(self._running)
                     if t is None:
                         break
                     start = self.clock() - self.t0
@@ -107,22 +127,28 @@ class Scheduler:
                     if self.exclusive is not None and self.exclusive[t]:
                         self._alone = t
                     lane = self._free_lanes.pop()
+                    self._lane_of[t] = lane
+                    self._running += 1
                     self._acquire_pool(t)
                     self.reporter.target_started(t, lane)
-                    self._ensure_workers()
+                    in_flight += 1
+                    self._ensure_workers(in_flight)
                     self._work.put((t, lane))
-                    running += 1
-                if running == 0:
+                if in_flight == 0:
                     break
                 item = self._results.get()
                 if item is None:
                     continue
                 t, outcome = item
-                running -= 1
-                if t == self._alone:
-                    self._alone = None
-                self._free_lanes.append(outcome.lane)
-                self._release_pool(t)
+                if outcome is _LANE_FREE:
+                    # The lane takes the next ready target now, unless t's outcome would add
+                    # one: then it waits for it, so the choice stays the one Ninja would make.
+                    if not plan.would_release(t):
+                        self._release_lane(t)
+                    continue
+                if t in self._lane_of:
+                    self._release_lane(t)
+                in_flight -= 1
                 self._finish(t, outcome)
             self._mark_unfinished()
         finally:
@@ -184,8 +210,21 @@ class Scheduler:
             nxt = heapq.heappop(waiting)[2]
             self.plan.push(nxt)  # type: ignore[arg-type]
 
-    def _ensure_workers(self) -> None:
-        if len(self._threads) >= self.jobs:
+    def _lane_done(self, t: int) -> None:
+        """Runner hook, on ``t``'s worker thread: its command ended, its lane is free."""
+        self._freed_at[t] = self.clock() - self.t0
+        self._results.put((t, _LANE_FREE))  # type: ignore[arg-type]
+
+    def _release_lane(self, t: int) -> None:
+        self._free_lanes.append(self._lane_of.pop(t))
+        self._running -= 1
+        if t == self._alone:
+            self._alone = None
+        self._release_pool(t)
+
+    def _ensure_workers(self, busy: int) -> None:
+        """At least ``busy`` worker threads (one per target in flight)."""
+        if len(self._threads) >= busy:
             return
         if self._after_thread is None:
             self._after_thread = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
@@ -206,7 +245,8 @@ class Scheduler:
             except BaseException as e:  # a bug in a runner must not hang the build
                 outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
             outcome.start = start
-            outcome.end = self.clock() - self.t0
+            freed = self._freed_at.pop(t, None)  # the span on its lane ends with its command
+            outcome.end = freed if freed is not None else self.clock() - self.t0
             outcome.lane = lane
             after = outcome.extra.pop("after", None)
             if after is not None:  # e.g. the cache store: off the critical path and off this lane

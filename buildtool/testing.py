@@ -205,6 +205,9 @@ class TestRunner:
     def cancel_all(self) -> None:
         self.inner.cancel_all()
 
+    # No set_lane_hook: a flaky test runs again on the lane it holds, so its lane is only
+    # free when its outcome is (scheduler.Runner).
+
     def try_inline(self, tid: int) -> Outcome | None:
         o = self.inner.try_inline(tid)
         t = self.graph.targets[tid]

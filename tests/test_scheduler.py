@@ -291,3 +291,72 @@ def test_start_and_end_are_measured_from_the_build_start() -> None:
     outcomes = sched.run()
     assert 0 <= outcomes[0].start <= outcomes[0].end <= outcomes[1].start <= outcomes[1].end
     assert outcomes[0].end - outcomes[0].start >= 0.04
+
+
+class LaneHookRunner(FakeRunner):
+    """A runner with ``set_lane_hook``: each run's "command" (``sleep``) ends with the hook,
+    then ``bookkeeping`` seconds pass before its outcome, as output hashing takes."""
+
+    def __init__(self, deps: Sequence[Sequence[int]], *, bookkeeping: float, **kw: object) -> None:
+        super().__init__(deps, **kw)  # type: ignore[arg-type]
+        self.bookkeeping = bookkeeping
+        self.hook: Callable[[int], None] | None = None
+        self.commands = 0
+        self.max_commands = 0
+        self.events: list[tuple[str, int]] = []
+
+    def set_lane_hook(self, hook: Callable[[int], None]) -> None:
+        self.hook = hook
+
+    def run(self, t: int, lane: int) -> Outcome:
+        with self.lock:
+            self.commands += 1
+            self.max_commands = max(self.max_commands, self.commands)
+            self.events.append(("start", t))
+        time.sleep(self.sleep)
+        with self.lock:
+            self.commands -= 1
+            self.events.append(("command done", t))
+        assert self.hook is not None
+        self.hook(t)
+        time.sleep(self.bookkeeping)
+        with self.lock:
+            self.events.append(("outcome", t))
+        return Outcome(Status.RAN, Reason.NEW, "fake: ran")
+
+
+def make_hooked(deps: Sequence[Sequence[int]], priority: Sequence[int] | None, jobs: int,
+                **kw: object) -> tuple[Scheduler, LaneHookRunner, Recorder]:
+    n = len(deps)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for t, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(t)
+    plan = Plan(deps, dependents, range(n), priority or [0] * n, [1.0] * n)
+    runner = LaneHookRunner(deps, **kw)  # type: ignore[arg-type]
+    rec = Recorder()
+    return Scheduler(plan, runner, rec, jobs=jobs), runner, rec
+
+
+def test_a_lane_takes_the_next_command_while_the_last_one_is_recorded() -> None:
+    sched, runner, _ = make_hooked([[] for _ in range(6)], None, jobs=2, sleep=0.03, bookkeeping=0.2)
+    t0 = time.monotonic()
+    outcomes = sched.run()
+    took = time.monotonic() - t0
+    assert statuses(outcomes) == {t: "ran" for t in range(6)}
+    assert runner.max_commands == 2  # -j bounds commands...
+    # ...and the bookkeeping overlaps the next commands: 3 rounds of 0.03 s + one 0.2 s tail,
+    # not 3 rounds of 0.23 s.
+    assert took < 0.6, took
+    first_outcome = runner.events.index(("outcome", 0))
+    assert ("start", 2) in runner.events[:first_outcome]
+
+
+def test_a_lane_whose_target_releases_a_dependent_waits_for_its_outcome() -> None:
+    # The seed example on one lane: when C's command ends, its outcome would make E ready
+    # (priority 1, before D's 3), so the lane waits for C's outcome instead of taking D.
+    sched, runner, rec = make_hooked(SEED_DEPS, SEED_PRIO, jobs=1, sleep=0.01, bookkeeping=0.05)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {t: "ran" for t in range(5)}
+    assert [t for t, _ in rec.started] == [B, A, C, E, D]
+    assert runner.max_commands == 1
