@@ -86,7 +86,7 @@ def test_median_is_statistics_median(values: list[float]) -> None:
     assert _median(values) == statistics.median(values)
 
 
-def test_find_bash_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_which_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     not_exec, is_dir, real = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for d in (not_exec, is_dir, real):
         d.mkdir()
@@ -95,8 +95,11 @@ def test_find_bash_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (real / "bash").write_text("#!/bin/sh\n")
     (real / "bash").chmod(0o755)
     for path in (os.pathsep.join(map(str, (not_exec, is_dir, real))), str(not_exec), "", os.environ.get("PATH", "")):
-        monkeypatch.setenv("PATH", path)
-        assert executor._find_bash() == (shutil.which("bash") or ""), path
+        assert executor.which("bash", path) == shutil.which("bash", path=path), path
+    # Relative entries are the command's: looked up from its directory, not buildtool's.
+    monkeypatch.chdir(tmp_path)
+    assert executor.which("bash", f"a{os.pathsep}c", str(tmp_path)) == str(real / "bash")
+    assert executor.which("bash", "c", "/nonexistent") is None
 
 
 def test_remove_tmp_removes_what_a_build_leaves(tmp_path: Path) -> None:
