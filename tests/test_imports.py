@@ -29,16 +29,19 @@ HEAVY = {"dataclasses", "inspect", "typing", "statistics", "shutil", "argparse",
 # What only the full path (BUILD.py evaluation) or a build that runs commands may add.
 BUILD_ONLY = {"buildtool.session", "buildtool.runner", "subprocess"}
 
+# Only what buildtool adds counts: the interpreter's start-up may already hold some of HEAVY
+# (a site-packages .pth hook can import certifi -> importlib.resources -> tempfile, typing).
 _REPORT = """
 import sys
+before = set(sys.modules)
 from buildtool.cli import main
 code = main(sys.argv[1:])
-print("MODULES", " ".join(sorted(sys.modules)))
+print("MODULES", " ".join(sorted(set(sys.modules) - before)))
 """
 
 
 def _modules_of_build(ws: Path, cache: Path, *args: str) -> set[str]:
-    """The modules loaded by ``buildtool -C WS build ARGS`` (run in a fresh interpreter)."""
+    """The modules ``buildtool -C WS build ARGS`` loads (in a fresh interpreter, beyond its start-up)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDTOOL_")}
     env.update(BUILDTOOL_CACHE_DIR=str(cache), XDG_CONFIG_HOME=str(ws.parent / "config"), CI="1")
     p = subprocess.run([sys.executable, "-c", _REPORT, "-C", str(ws), "build", *args], capture_output=True, text=True,
