@@ -82,7 +82,10 @@ def profile(tool: Buildtool, ws: Workspace, scenario: str, top: int, base: Path)
     prof = base / "build.prof"
     prepare(scenario, tool, ws)
     t0 = time.perf_counter()
-    run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "buildtool", *build_args(tool, ws)], ws.root)
+    # Not ``-m buildtool``: the command ends in os._exit (cli.run), before cProfile writes.
+    script = base / "profiled_build.py"
+    script.write_text("import sys\nfrom buildtool.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    run([sys.executable, "-m", "cProfile", "-o", str(prof), str(script), *build_args(tool, ws)], ws.root)
     print(f"== cProfile of one {scenario} build: {time.perf_counter() - t0:.3f} s wall (with profiler overhead)")
     stats = pstats.Stats(str(prof))
     stats.sort_stats("cumulative").print_stats(top)
