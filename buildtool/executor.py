@@ -3,8 +3,10 @@
 The child gets exactly the environment it is given (plus a fresh per-action TMPDIR and
 HOME), ``/bin/sh -e -c`` (``bash -e -o pipefail`` when the command has a pipe and
 ``/bin/sh`` cannot do pipefail), stdin from /dev/null and captured stdout/stderr (not for
-the ``console`` pool).  ``cancel_all`` terminates every running process group (SIGTERM,
-then SIGKILL after a grace period).  The cache layer in front of it lives in runner.py.
+the ``console`` pool).  ``run`` blocks until the command ends (a worker thread); ``start``
+returns a ``Running`` whose pidfd an event loop can watch (the scheduler's own thread).
+``cancel_all`` terminates every running process group (SIGTERM, then SIGKILL after a grace
+period).  The cache layer in front of it lives in runner.py.
 """
 
 from __future__ import annotations
@@ -45,6 +47,83 @@ class ProcessResult:
         self.duration = duration
 
 
+class Running:
+    """A started command: wait for it here (``wait``), or let an event loop watch its
+    ``pidfd`` and call ``expire`` at its ``deadline`` and ``finish`` once it exited."""
+
+    __slots__ = ("_err_fd", "_executor", "_out_fd", "deadline", "proc", "start", "timed_out")
+
+    def __init__(
+        self,
+        executor: SubprocessExecutor,
+        proc: subprocess.Popen[bytes] | None,
+        out_fd: int | None,
+        err_fd: int | None,
+        start: float,
+        deadline: float | None,
+    ) -> None:
+        self._executor = executor
+        self.proc = proc  # None: cancelled before it started
+        self._out_fd = out_fd
+        self._err_fd = err_fd
+        self.start = start
+        self.deadline = deadline  # time.monotonic() value, or None
+        self.timed_out = False
+
+    def pidfd(self) -> int | None:
+        """A new file descriptor that polls readable once the process has exited (Linux
+        pidfd_open); None when it already ended or the system has no pidfds."""
+        if self.proc is None:
+            return None
+        try:
+            return os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            return None
+
+    def expire(self) -> None:
+        """The deadline passed: kill the command (it ends as timed out)."""
+        if self.proc is not None and not self.timed_out:
+            self.timed_out = True
+            self.deadline = None
+            self._executor._kill(self.proc)
+
+    def wait(self) -> ProcessResult:
+        """Block until the command ends (killing it at its deadline), then ``finish``."""
+        if self.proc is not None:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.expire()
+                self.proc.wait()
+            except BaseException:
+                self._release()
+                raise
+        return self.finish()
+
+    def finish(self) -> ProcessResult:
+        """Reap the ended process, read what it printed, free its files."""
+        proc = self.proc
+        if proc is None:
+            return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
+        try:
+            proc.wait()  # reaps it; returns at once when it has exited
+            out = _read_all(self._out_fd) if self._out_fd is not None else b""
+            err = _read_all(self._err_fd) if self._err_fd is not None else b""
+        finally:
+            self._release()
+        return ProcessResult(proc.returncode, out, err, self.timed_out, time.monotonic() - self.start)
+
+    def _release(self) -> None:
+        if self.proc is not None:
+            with self._executor._lock:
+                self._executor._procs.pop(self.proc.pid, None)
+        for fd in (self._out_fd, self._err_fd):
+            if fd is not None:
+                os.close(fd)
+        self._out_fd = self._err_fd = None
+
+
 def _sh_has_pipefail() -> bool:
     real = os.path.basename(os.path.realpath("/bin/sh"))
     return real in ("bash", "zsh", "ksh", "ksh93", "mksh", "yash", "busybox")
@@ -62,6 +141,20 @@ def which(name: str, path: str, base: str = "") -> str | None:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+_PIDFDS: list[bool] = []
+
+
+def pidfds_work() -> bool:
+    """Can this process wait for its children through pidfds (Linux >= 5.3)?  Asked once."""
+    if not _PIDFDS:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _PIDFDS.append(True)
+        except (AttributeError, OSError):
+            _PIDFDS.append(False)
+    return _PIDFDS[0]
 
 
 SH_PIPEFAIL = _sh_has_pipefail()
@@ -110,14 +203,27 @@ class SubprocessExecutor:
         capture: str | None = None,
         direct: SimpleCommand | None = None,
     ) -> ProcessResult:
-        """Run to completion.  ``capture`` is a path prefix for the stdout/stderr files
-        (reused per worker lane: no pipes and no poll loop); None lets the child use the
-        terminal (the ``console`` pool).  ``direct``: the same command as ``argv``'s shell
-        line, started without the shell (simplecmd.py); if it cannot be started, ``argv``
-        runs instead, so the shell reports the problem."""
+        """Run to completion (``start`` then ``Running.wait``)."""
+        return self.start(argv, cwd, env, timeout, capture, direct).wait()
+
+    def start(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None = None,
+        capture: str | None = None,
+        direct: SimpleCommand | None = None,
+    ) -> Running:
+        """Start the command and return at once.  ``capture`` is a path prefix for the
+        stdout/stderr files (reused per worker lane: no pipes and no poll loop); None lets
+        the child use the terminal (the ``console`` pool).  ``direct``: the same command as
+        ``argv``'s shell line, started without the shell (simplecmd.py); if it cannot be
+        started, ``argv`` runs instead, so the shell reports the problem.  OSError: the
+        command could not be started at all."""
         start = time.monotonic()
         if self.cancelled:
-            return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
+            return Running(self, None, None, None, start, None)
         out_fd = err_fd = None
         if capture is not None:
             flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -140,30 +246,18 @@ class SubprocessExecutor:
                     start_new_session=capture is not None,
                     close_fds=True,
                 )
-            with self._lock:
-                self._procs[proc.pid] = proc
-            if self.on_spawn is not None and capture is not None:
-                self.on_spawn(proc.pid)
-            if self.cancelled:
-                self._kill(proc)
-            timed_out = False
-            try:
-                try:
-                    proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    self._kill(proc)
-                    proc.wait()
-            finally:
-                with self._lock:
-                    self._procs.pop(proc.pid, None)
-            out = _read_all(out_fd) if out_fd is not None else b""
-            err = _read_all(err_fd) if err_fd is not None else b""
-        finally:
+        except BaseException:
             for fd in (out_fd, err_fd):
                 if fd is not None:
                     os.close(fd)
-        return ProcessResult(proc.returncode, out, err, timed_out, time.monotonic() - start)
+            raise
+        with self._lock:
+            self._procs[proc.pid] = proc
+        if self.on_spawn is not None and capture is not None:
+            self.on_spawn(proc.pid)
+        if self.cancelled:
+            self._kill(proc)
+        return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout)
 
     def _find_program(self, name: str, path: str, cwd: str) -> str | None:
         """``which`` for a command in ``cwd``, memoised for the build."""

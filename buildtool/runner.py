@@ -18,7 +18,7 @@ import time
 from buildtool import discovered, keys, rebuild, simplecmd
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
-from buildtool.executor import MAX_ARG, PYRULE_MAIN, SubprocessExecutor, shell_argv, shell_for
+from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
@@ -42,6 +42,47 @@ class RunOptions:
         self.action_env = {} if action_env is None else action_env  # name -> fixed value or None (inherit)
         self.dry_run = dry_run
         self.cache_tests = cache_tests
+
+
+class Pending:
+    """A target whose command has started (``running``), or has run remotely (``result``):
+    what ``TargetRunner._landed`` needs to turn the ended command into its Outcome."""
+
+    __slots__ = ("desc", "key", "reason", "result", "running", "started_ns", "t", "tmp", "why")
+
+    def __init__(
+        self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, tmp: str, started_ns: int,
+        running: Running | None, result: Any,
+    ) -> None:
+        self.t = t
+        self.key = key
+        self.desc = desc
+        self.reason = reason
+        self.why = why
+        self.tmp = tmp
+        self.started_ns = started_ns
+        self.running = running
+        self.result = result  # remote execution's result, when running is None
+
+    # What the scheduler's event loop asks of a started target (scheduler.Runner.start).
+    def pidfd(self) -> int | None:
+        return None if self.running is None else self.running.pidfd()
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.running is None else self.running.deadline
+
+    def expire(self) -> None:
+        if self.running is not None:
+            self.running.expire()
+
+    def wait(self) -> Any:
+        """The command's result, waiting for it to end (executor.Running.wait)."""
+        return self.result if self.running is None else self.running.wait()
+
+    def finish(self) -> Any:
+        """The result of a command that has ended (executor.Running.finish)."""
+        return self.result if self.running is None else self.running.finish()
 
 
 class TargetRunner:
@@ -290,7 +331,38 @@ class TargetRunner:
 
     def run(self, tid: int, lane: int) -> Outcome:
         """Worker thread: decide, restore or execute; pre-serialise the record entry."""
-        outcome = self._run(tid, lane)
+        step = self._run(tid, lane)
+        if isinstance(step, Pending):
+            step = self._landed(step, step.wait(), True)
+        return self._settled(tid, step)
+
+    def start(self, tid: int, lane: int) -> Outcome | Pending | None:
+        """Scheduler thread (scheduler.Runner's optional ``start``): ``run`` up to the start
+        of the command, when that is cheap: no remote cache or executor, inputs to hash
+        within INLINE_HASH_LIMIT bytes, pidfds available.  A Pending comes back through
+        ``complete`` once its process has exited; None: a worker thread runs the target."""
+        if self.remote is not None or self.remote_exec is not None or not pidfds_work():
+            return None
+        if tid not in self._desc:
+            t = self.graph.targets[tid]
+            try:
+                t0 = time.monotonic()
+                inputs = self._input_digests(t, INLINE_HASH_LIMIT)
+            except OSError:
+                return None  # a worker reports it
+            if inputs is None:
+                return None
+            self._hash_s[tid] = time.monotonic() - t0
+            self._desc[tid] = self.describe(t, inputs)
+        step = self._run(tid, lane)
+        return step if isinstance(step, Pending) else self._settled(tid, step)
+
+    def complete(self, step: Pending, wait: bool = False) -> Outcome:
+        """Scheduler thread: the outcome of a command from ``start`` whose process exited
+        (``wait``: has not exited yet, or may not have: block until it does)."""
+        return self._settled(step.t.id, self._landed(step, step.wait() if wait else step.finish(), False))
+
+    def _settled(self, tid: int, outcome: Outcome) -> Outcome:
         hashed = self._hash_s.pop(tid, None)
         if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
             outcome.extra["hash_s"] = hashed
@@ -313,7 +385,7 @@ class TargetRunner:
                 label, key, outcome.extra.get("outputs"), duration, desc, text  # type: ignore[arg-type]
             )
 
-    def _run(self, tid: int, lane: int) -> Outcome:
+    def _run(self, tid: int, lane: int) -> Outcome | Pending:
         t = self.graph.targets[tid]
         pre = self._desc.get(tid)
         if pre is None:
@@ -552,7 +624,11 @@ class TargetRunner:
             except OSError:
                 pass
 
-    def _execute(self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int) -> Outcome:
+    def _execute(
+        self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int
+    ) -> Outcome | Pending:
+        """Start ``t``'s command (or run it remotely): a Pending for ``_landed``, or the
+        Outcome when it could not start."""
         cwd = os.path.join(self.root, t.pkg)
         tmp = self._tmpdir(lane)
         env = dict(desc["env"])
@@ -582,6 +658,7 @@ class TargetRunner:
             capture = None if t.pool == "console" else f"{tmp}.capture"
             started_ns = time.time_ns()
             res: Any = None
+            running = None
             if self.remote_exec is not None and self.remote_exec.wants(t):  # None: infrastructure trouble
                 res = self.remote_exec.run(t, self.graph.inputs[t.id], desc, t.label)
             if res is None:
@@ -589,13 +666,20 @@ class TargetRunner:
                 if lost is not None:
                     self._reset_tmp(tmp)
                     return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key, extra={"forget": lost[1]})
-                res = self.executor.run(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct)
+                running = self.executor.start(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct)
         except OSError as e:
             self._delete_outputs(t)
             self._reset_tmp(tmp)
             return Outcome(Status.FAILED, Reason.FAILED, f"could not start the command: {e.strerror}", key=key)
-        self._reset_tmp(tmp)
-        if self._lane_hook is not None and res.exit_code == 0 and not res.timed_out:
+        return Pending(t, key, desc, reason, why, tmp, started_ns, running, res)
+
+    def _landed(self, p: Pending, res: Any, release_early: bool) -> Outcome:
+        """The outcome of ``p``'s ended command: outputs checked and hashed, the cache store
+        prepared as the outcome's "after" work.  ``release_early``: tell the scheduler (lane
+        hook) that the lane is free before the outputs are hashed (worker threads)."""
+        t, key, desc, reason, why, started_ns = p.t, p.key, p.desc, p.reason, p.why, p.started_ns
+        self._reset_tmp(p.tmp)
+        if release_early and self._lane_hook is not None and res.exit_code == 0 and not res.timed_out:
             self._lane_hook(t.id)  # the lane may take the next command while this one is recorded
         base: dict[str, Any] = {"desc": desc}
         note = getattr(res, "note", "")  # remote execution: where it ran
@@ -617,6 +701,7 @@ class TargetRunner:
             )
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
         outputs: list[list[Any]] = list(left_remote or ())
+        size = len(res.stdout) + len(res.stderr)
         for o in t.outs if left_remote is None else ():
             full = os.path.join(self.root, o)
             try:
@@ -633,6 +718,7 @@ class TargetRunner:
             mode = 0o755 if st.st_mode & 0o100 else 0o644
             digest = self.stats.digest(o, st)
             outputs.append([o, digest, mode])
+            size += st.st_size
         late = None
         if t.depfile is not None:
             found = self._discover(t, desc, started_ns)
@@ -658,9 +744,11 @@ class TargetRunner:
                     self.remote.upload(TargetView.of(t, self.graph.inputs[t.id]), key, desc, outputs,
                                        res.stdout, res.stderr, res.duration, t.label)
 
-            # Run by the worker right after it reported the outcome: dependents start while
-            # the outputs are copied into the cache (scheduler.Runner "after" hook).
+            # Run after the outcome is reported, so dependents start while the outputs are
+            # copied into the cache (scheduler.Runner's "after" work; "after_heavy": not
+            # on the scheduler's own thread).
             extra["after"] = store
+            extra["after_heavy"] = size > INLINE_HASH_LIMIT
         elif not record:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
         return Outcome(

@@ -2,17 +2,23 @@
 
 It owns order and concurrency only: it pops the best ready target from the Plan, asks
 the runner for a cheap inline decision (an up-to-date target never leaves this thread),
-otherwise hands it to a worker thread, honours pools, stops on the first failure (or
-keeps going with ``-k``) and cancels running commands on SIGINT/SIGTERM.  Whether a
-target is fresh and how it runs belong to the runner (rebuild + executor modules).
+then lets the runner start the command on this thread and waits for any started command
+to end through pidfds, as Ninja does (no thread hand-off per command); a target the
+runner will not start here (large inputs to hash, remote work, test reruns) goes to a
+worker thread.  It honours pools, stops on the first failure (or keeps going with
+``-k``) and cancels running commands on SIGINT/SIGTERM.  Whether a target is fresh and
+how it runs belong to the runner (rebuild + executor modules).
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 import queue
+import select
 import threading
 import time
+from collections import deque
 
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
@@ -37,6 +43,18 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         def try_inline(self, t: int) -> Outcome | None: ...
         def run(self, t: int, lane: int) -> Outcome: ...
         def cancel_all(self) -> None: ...
+
+    class Started(Protocol):
+        """A command a runner's optional ``start(t, lane)`` began on the scheduler's thread
+        (None from ``start``: a worker thread runs ``t``; an Outcome: ``t`` is settled).
+        The scheduler polls its ``pidfd`` (None: it cannot, so it waits for it at once),
+        calls ``expire()`` once ``deadline`` (time.monotonic) has passed, and gives it
+        back to the runner's ``complete(started, wait=False)`` when it has exited."""
+
+        deadline: float | None
+
+        def pidfd(self) -> int | None: ...
+        def expire(self) -> None: ...
 
     class Reporter(Protocol):
         def target_started(self, t: int, lane: int) -> None: ...
@@ -94,6 +112,12 @@ class Scheduler:
         self._freed_at: dict[int, float] = {}  # target -> when its command's lane was released early
         self._running = 0  # lanes in use
         self.t0 = 0.0
+        # Commands started on this thread (runner.start): pidfd -> (target, lane, start, handle),
+        # polled with the read end of a pipe that workers write to after each result.
+        self._watched: dict[int, tuple[int, int, float, Started]] = {}
+        self._poller: Any = None
+        self._wake: tuple[int, int] | None = None
+        self._idle: deque[Callable[[], None]] = deque()  # their cache stores, run when nothing is ready
         hook = getattr(runner, "set_lane_hook", None)
         if hook is not None:
             hook(self._lane_done)
@@ -105,11 +129,15 @@ class Scheduler:
         self.stopping = True
         self.runner.cancel_all()
         self._results.put(None)  # wake the coordinator
+        self._wake_up()
 
     def run(self) -> dict[int, Outcome]:
         self.t0 = self.clock()
         in_flight = 0  # targets handed to workers whose outcome has not come back
         plan = self.plan
+        starter = getattr(self.runner, "start", None)
+        if starter is not None:
+            self._open_poller()
         try:
             while True:
                 # A worker is busy with each target in flight; those past their command
@@ -131,25 +159,21 @@ class Scheduler:
                     self._running += 1
                     self._acquire_pool(t)
                     self.reporter.target_started(t, lane)
-                    in_flight += 1
-                    self._ensure_workers(in_flight)
-                    self._work.put((t, lane))
-                if in_flight == 0:
+                    step = self._start_here(starter, t, lane) if starter is not None else None
+                    if step is None:
+                        in_flight += 1
+                        self._ensure_workers(in_flight)
+                        self._work.put((t, lane))
+                    elif isinstance(step, Outcome):
+                        self._ended_here(t, lane, start, step)
+                    else:
+                        self._watch(t, lane, start, step)
+                if in_flight == 0 and not self._watched:
                     break
-                item = self._results.get()
-                if item is None:
-                    continue
-                t, outcome = item
-                if outcome is _LANE_FREE:
-                    # The lane takes the next ready target now, unless t's outcome would add
-                    # one: then it waits for it, so the choice stays the one Ninja would make.
-                    if not plan.would_release(t):
-                        self._release_lane(t)
-                    continue
-                if t in self._lane_of:
-                    self._release_lane(t)
-                in_flight -= 1
-                self._finish(t, outcome)
+                if self._poller is None:
+                    in_flight -= self._take(self._results.get())
+                else:
+                    in_flight -= self._poll_once()
             self._mark_unfinished()
         finally:
             for _ in self._threads:
@@ -159,8 +183,120 @@ class Scheduler:
             if self._after_thread is not None:  # let deferred cache stores finish before the caller closes up
                 self._after.put(None)
                 self._after_thread.join(timeout=120)
+            while self._idle:
+                self._run_after(self._idle.popleft())
+            self._close_poller()
         del plan
         return self.outcomes
+
+    def _take(self, item: tuple[int, Outcome] | None) -> int:
+        """Handle one worker message; 1 when it was a target's outcome."""
+        if item is None:
+            return 0
+        t, outcome = item
+        if outcome is _LANE_FREE:
+            # The lane takes the next ready target now, unless t's outcome would add one:
+            # then it waits for it, so the choice stays the one Ninja would make.
+            if not self.plan.would_release(t):
+                self._release_lane(t)
+            return 0
+        if t in self._lane_of:
+            self._release_lane(t)
+        self._finish(t, outcome)
+        return 1
+
+    # -- commands started on this thread (runner.start) -----------------------------------
+    # Ninja's shape: one thread starts the commands and waits for any of them to end, so a
+    # trivial command costs no thread hand-offs (each is a GIL hand-over in Python).
+    def _start_here(self, starter: Callable[[int, int], Any], t: int, lane: int) -> Any:
+        try:
+            return starter(t, lane)
+        except Exception as e:  # a bug in a runner must not hang the build
+            return Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+
+    def _ended_here(self, t: int, lane: int, start: float, outcome: Outcome) -> None:
+        outcome.start = start
+        outcome.end = self.clock() - self.t0
+        outcome.lane = lane
+        after = outcome.extra.pop("after", None)
+        if after is None:
+            pass
+        elif outcome.extra.pop("after_heavy", False):  # e.g. copying large outputs: the store thread's
+            self._ensure_store()
+            self._after.put(after)
+        else:  # a small cache store: when this thread has nothing else to do
+            self._idle.append(after)
+        self._release_lane(t)
+        self._finish(t, outcome)
+
+    def _watch(self, t: int, lane: int, start: float, step: Started) -> None:
+        fd = step.pidfd()
+        if fd is None:  # no pidfd for it: wait for it now
+            self._ended_here(t, lane, start, self._complete(step, True))
+            return
+        self._watched[fd] = (t, lane, start, step)
+        self._poller.register(fd, select.POLLIN)
+
+    def _complete(self, step: Started, wait: bool) -> Outcome:
+        try:
+            return self.runner.complete(step, wait)  # type: ignore[attr-defined]
+        except Exception as e:
+            return Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+
+    def _poll_once(self) -> int:
+        """Wait until a watched command ends, a worker reports or a deadline passes, and
+        handle what happened; the number of worker outcomes taken.  Spare moments go to
+        the deferred cache stores, one at a time, so a command that ends is seen at once."""
+        assert self._wake is not None
+        deadlines = [s.deadline for _, _, _, s in self._watched.values() if s.deadline is not None]
+        timeout = None
+        if deadlines:
+            timeout = max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
+        while self._idle and self._results.empty() and not self._poller.poll(0):
+            self._run_after(self._idle.popleft())
+        events = self._poller.poll(timeout) if self._results.empty() else self._poller.poll(0)
+        for fd, _ in events:
+            if fd == self._wake[0]:
+                os.read(fd, 4096)
+                continue
+            t, lane, start, step = self._watched.pop(fd)
+            self._poller.unregister(fd)
+            os.close(fd)
+            self._ended_here(t, lane, start, self._complete(step, False))
+        if deadlines:
+            now = time.monotonic()
+            for _, _, _, s in self._watched.values():
+                if s.deadline is not None and s.deadline <= now:
+                    s.expire()
+        taken = 0
+        while not self._results.empty():
+            taken += self._take(self._results.get())
+        return taken
+
+    def _open_poller(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._wake = (r, w)
+        self._poller = select.poll()
+        self._poller.register(r, select.POLLIN)
+
+    def _close_poller(self) -> None:
+        for fd in self._watched:
+            os.close(fd)
+        self._watched.clear()
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+        self._wake = None
+        self._poller = None
+
+    def _wake_up(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            try:
+                os.write(wake[1], b"!")
+            except OSError:  # full (the coordinator is awake anyway) or closed
+                pass
 
     # -- internals -------------------------------------------------------------------
     def _next_startable(self, running: int = 0) -> int | None:
@@ -214,6 +350,7 @@ class Scheduler:
         """Runner hook, on ``t``'s worker thread: its command ended, its lane is free."""
         self._freed_at[t] = self.clock() - self.t0
         self._results.put((t, _LANE_FREE))  # type: ignore[arg-type]
+        self._wake_up()
 
     def _release_lane(self, t: int) -> None:
         self._free_lanes.append(self._lane_of.pop(t))
@@ -226,12 +363,15 @@ class Scheduler:
         """At least ``busy`` worker threads (one per target in flight)."""
         if len(self._threads) >= busy:
             return
-        if self._after_thread is None:
-            self._after_thread = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
-            self._after_thread.start()
+        self._ensure_store()
         th = threading.Thread(target=self._worker, name=f"buildtool-worker-{len(self._threads)}", daemon=True)
         th.start()
         self._threads.append(th)
+
+    def _ensure_store(self) -> None:
+        if self._after_thread is None:
+            self._after_thread = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
+            self._after_thread.start()
 
     def _worker(self) -> None:
         while True:
@@ -249,18 +389,23 @@ class Scheduler:
             outcome.end = freed if freed is not None else self.clock() - self.t0
             outcome.lane = lane
             after = outcome.extra.pop("after", None)
+            outcome.extra.pop("after_heavy", None)
             if after is not None:  # e.g. the cache store: off the critical path and off this lane
                 self._after.put(after)
             self._results.put((t, outcome))
+            self._wake_up()
 
     def _afterwork(self) -> None:
         while (after := self._after.get()) is not None:
-            try:
-                after()
-            except Exception as e:  # the store degrades to a warning, never fails the build
-                warn = getattr(self.runner, "warn", None)
-                if warn is not None:
-                    warn(f"storing a result in the cache failed: {type(e).__name__}: {e}")
+            self._run_after(after)
+
+    def _run_after(self, after: Callable[[], None]) -> None:
+        try:
+            after()
+        except Exception as e:  # the store degrades to a warning, never fails the build
+            warn = getattr(self.runner, "warn", None)
+            if warn is not None:
+                warn(f"storing a result in the cache failed: {type(e).__name__}: {e}")
 
     def _finish(self, t: int, outcome: Outcome) -> None:
         if self.interrupt is not None and not outcome.ok:

@@ -125,3 +125,29 @@ def test_pyrule_runs_in_a_process_and_tracks_its_module(tmp_path: Path) -> None:
     assert events(ev)["//:p"]["status"] == "ran"
     assert (ws / "o.txt").read_text() == "x\nx\nx\n"
     assert not (ws / "tools" / "__pycache__").exists()
+
+
+# -- commands started on the scheduler's thread, and the worker threads beside them ----------
+def test_large_inputs_go_to_a_worker_and_large_outputs_are_stored(tmp_path: Path) -> None:
+    # big.bin (2 MiB) is more than the scheduler's thread hashes itself: that target runs on a
+    # worker thread while the small ones are started in place; the 2 MiB output is stored by
+    # the store thread.  All of it is restored byte for byte after the outputs are deleted.
+    build = 'genrule(name="big", srcs=["big.bin"], outs=["big.out"], cmd="cp $< $@")\n'
+    build += "".join(f'genrule(name="s{i}", srcs=["s.txt"], outs=["s{i}.out"], cmd="cat $< > $@; echo {i} >> $@")\n'
+                     for i in range(8))
+    ws = make_ws(tmp_path, build, {"s.txt": "small\n"})
+    big = os.urandom(2 << 20)
+    (ws / "big.bin").write_bytes(big)
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "-j2", "--events", str(ev))
+    assert r.returncode == 0, r.stderr
+    assert {e["status"] for e in events(ev).values()} == {"ran"}
+    assert (ws / "big.out").read_bytes() == big
+    for p in ws.glob("*.out"):
+        p.unlink()
+    (ws / ".buildtool").rename(tmp_path / "old-state")  # only the cache can bring them back
+    r = bt(ws, "build", "-j2", "--events", str(ev))
+    assert r.returncode == 0, r.stderr
+    assert {e["status"] for e in events(ev).values()} == {"restored"}
+    assert (ws / "big.out").read_bytes() == big
+    assert (ws / "s3.out").read_text() == "small\n3\n"

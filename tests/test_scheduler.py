@@ -1,11 +1,13 @@
 """Scheduler: order, concurrency, pools, failures and interruption, driven by fakes.
 
 The FakeRunner implements the scheduler.Runner protocol (try_inline / run / cancel_all,
-no commit); the scheduler itself is real, with real worker threads.
+no commit); the scheduler itself is real, with real worker threads.  StartingRunner adds
+``start``/``complete``: its "commands" end with a byte on a pipe the scheduler polls.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -360,3 +362,211 @@ def test_a_lane_whose_target_releases_a_dependent_waits_for_its_outcome() -> Non
     assert statuses(outcomes) == {t: "ran" for t in range(5)}
     assert [t for t, _ in rec.started] == [B, A, C, E, D]
     assert runner.max_commands == 1
+
+
+# -- commands started on the scheduler's thread (Runner.start) ------------------------------
+class FakeStarted:
+    """A "command" whose end is a byte written to a pipe ``sleep`` seconds after its start
+    (or at once when it is killed): the scheduler polls the read end as a pidfd."""
+
+    def __init__(self, t: int, sleep: float, deadline: float | None, with_fd: bool = True) -> None:
+        self.t = t
+        self.deadline = deadline
+        self.expired = False
+        self.killed = False
+        self.with_fd = with_fd
+        self._r, self._w = os.pipe()
+        self._timer = threading.Timer(sleep, self.end)
+        self._timer.start()
+
+    def end(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass
+
+    def pidfd(self) -> int | None:
+        return os.dup(self._r) if self.with_fd else None
+
+    def expire(self) -> None:
+        self.expired = True
+        self.kill()
+
+    def kill(self) -> None:
+        self.killed = True
+        self._timer.cancel()
+        self.end()
+
+    def close(self) -> None:
+        self._timer.cancel()
+        for fd in (self._r, self._w):
+            os.close(fd)
+
+
+class StartingRunner(FakeRunner):
+    """A FakeRunner that starts its commands on the scheduler's thread (``start``), except
+    the ids in ``to_workers`` (run by worker threads) and ``settled`` (an Outcome at once)."""
+
+    def __init__(
+        self,
+        deps: Sequence[Sequence[int]],
+        *,
+        to_workers: set[int] | None = None,
+        settled: set[int] | None = None,
+        timeout: dict[int, float] | None = None,
+        no_fd: set[int] | None = None,
+        stores: list[str] | None = None,
+        **kw: object,
+    ) -> None:
+        super().__init__(deps, **kw)  # type: ignore[arg-type]
+        self.to_workers = to_workers or set()
+        self.settled = settled or set()
+        self.timeout = timeout or {}
+        self.no_fd = no_fd or set()
+        self.stores = stores
+        self.handles: dict[int, FakeStarted] = {}
+        self.completed: list[tuple[int, bool]] = []
+        self.start_thread: set[str] = set()
+
+    def start(self, t: int, lane: int) -> Outcome | FakeStarted | None:
+        self.start_thread.add(threading.current_thread().name)
+        if t in self.to_workers:
+            return None
+        with self.lock:
+            self.started.append(t)
+            self.total_running += 1
+            self.max_total = max(self.max_total, self.total_running)
+        if t in self.settled:
+            with self.lock:
+                self.total_running -= 1
+            return Outcome(Status.RESTORED, Reason.RESTORED, "fake: restored")
+        if self.on_run:
+            self.on_run(t)
+        limit = self.timeout.get(t)
+        h = FakeStarted(t, self.sleep, None if limit is None else time.monotonic() + limit, t not in self.no_fd)
+        self.handles[t] = h
+        return h
+
+    def complete(self, h: FakeStarted, wait: bool = False) -> Outcome:
+        if wait:
+            os.read(h._r, 1)  # blocks until the "command" ends
+        self.completed.append((h.t, wait))
+        h.close()
+        with self.lock:
+            self.total_running -= 1
+        if h.expired:
+            return Outcome(Status.FAILED, Reason.FAILED, "fake: TIMEOUT", exit_code=-15)
+        if h.t in self.fail or h.killed:
+            return Outcome(Status.FAILED, Reason.FAILED, "fake: exited with status 1", exit_code=1)
+        extra: dict[str, object] = {}
+        if self.stores is not None:
+            extra["after"] = lambda: self.stores.append(threading.current_thread().name)  # type: ignore[union-attr]
+            extra["after_heavy"] = h.t % 2 == 1
+        return Outcome(Status.RAN, Reason.NEW, "fake: ran", extra=extra)
+
+    def cancel_all(self) -> None:
+        super().cancel_all()
+        for h in list(self.handles.values()):
+            h.kill()
+
+
+def make_starting(deps: Sequence[Sequence[int]], *, priority: Sequence[int] | None = None, jobs: int = 1,
+                  keep_going: bool = False, **kw: object) -> tuple[Scheduler, StartingRunner, Recorder]:
+    n = len(deps)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for t, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(t)
+    plan = Plan(deps, dependents, range(n), priority or [0] * n, [1.0] * n)
+    runner = StartingRunner(deps, **kw)  # type: ignore[arg-type]
+    rec = Recorder()
+    return Scheduler(plan, runner, rec, jobs=jobs, keep_going=keep_going), runner, rec
+
+
+def test_started_commands_keep_the_seed_order_without_worker_threads() -> None:
+    sched, runner, rec = make_starting(SEED_DEPS, priority=SEED_PRIO, sleep=0.01)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {t: "ran" for t in range(5)}
+    assert runner.started == [B, A, C, E, D]
+    assert [t for t, _ in rec.started] == [B, A, C, E, D]
+    assert sched._threads == []  # nothing was handed to a worker
+    assert runner.start_thread == {threading.current_thread().name}
+    assert sorted(t for t, _ in runner.completed) == list(range(5))
+
+
+def test_started_and_worker_commands_share_the_jobs_limit() -> None:
+    deps: list[list[int]] = [[] for _ in range(8)]
+    sched, runner, rec = make_starting(deps, jobs=2, sleep=0.03, to_workers={1, 4, 6})
+    outcomes = sched.run()
+    assert statuses(outcomes) == {t: "ran" for t in range(8)}
+    assert sorted(runner.started) == list(range(8))
+    assert runner.max_total <= 2
+    assert {lane for _, lane in rec.started} == {0, 1}
+    assert len(sched._threads) >= 1  # the three worker targets ran on worker threads
+
+
+def test_a_started_command_past_its_deadline_is_expired() -> None:
+    sched, runner, _ = make_starting([[], []], jobs=2, sleep=30.0, timeout={0: 0.1, 1: 0.2})
+    t0 = time.monotonic()
+    outcomes = sched.run()
+    assert time.monotonic() - t0 < 5
+    assert runner.handles[0].expired and runner.handles[1].expired
+    assert outcomes[0].status is Status.FAILED and "TIMEOUT" in outcomes[0].message
+
+
+def test_interrupt_kills_started_commands_and_cancels_the_rest() -> None:
+    deps = [[], [0], []]
+    holder: dict[str, Scheduler] = {}
+
+    def on_run(t: int) -> None:
+        if t == 0:
+            threading.Timer(0.05, holder["s"].request_stop, (2,)).start()
+
+    sched, runner, _ = make_starting(deps, on_run=on_run, sleep=30.0)
+    holder["s"] = sched
+    t0 = time.monotonic()
+    outcomes = sched.run()
+    assert time.monotonic() - t0 < 5
+    assert runner.cancelled == 1 and runner.handles[0].killed
+    assert outcomes[0].status is Status.CANCELLED and outcomes[0].reason is Reason.INTERRUPTED
+    assert outcomes[1].status is Status.CANCELLED
+    assert outcomes[2].status is Status.CANCELLED
+
+
+def test_a_started_failure_stops_new_work_and_skips_dependents() -> None:
+    sched, runner, _ = make_starting([[], [0], []], fail={0}, sleep=0.01)
+    outcomes = sched.run()
+    assert outcomes[0].status is Status.FAILED
+    assert outcomes[1].status is Status.SKIPPED
+    assert outcomes[2].status is Status.CANCELLED
+    assert runner.started == [0]
+
+
+def test_settled_at_start_and_no_pidfd_outcomes_are_finished_in_place() -> None:
+    sched, runner, _ = make_starting([[], [0], [1]], settled={0}, no_fd={1}, sleep=0.01)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "restored", 1: "ran", 2: "ran"}
+    assert (1, True) in runner.completed  # no pidfd: waited for on the spot
+    assert (2, False) in runner.completed
+
+
+def test_start_exception_is_a_failure_not_a_hang() -> None:
+    class Exploding(StartingRunner):
+        def start(self, t: int, lane: int) -> Outcome | FakeStarted | None:
+            raise RuntimeError("boom")
+
+    deps = [[], [0]]
+    plan = Plan(deps, [[1], []], range(2), [0, 0], [1.0, 1.0])
+    outcomes = Scheduler(plan, Exploding(deps), Recorder(), jobs=2).run()
+    assert outcomes[0].status is Status.FAILED and "boom" in outcomes[0].message
+    assert outcomes[1].status is Status.SKIPPED
+
+
+def test_small_stores_run_on_the_scheduler_thread_and_heavy_ones_on_the_store_thread() -> None:
+    stores: list[str] = []
+    sched, _, _ = make_starting([[] for _ in range(6)], jobs=2, sleep=0.01, stores=stores)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {t: "ran" for t in range(6)}
+    assert len(stores) == 6  # all done before run() returned
+    assert stores.count(threading.current_thread().name) == 3  # the even ids
+    assert stores.count("buildtool-store") == 3  # the odd ("heavy") ones
