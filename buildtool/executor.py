@@ -17,6 +17,8 @@ import subprocess
 import threading
 import time
 
+from buildtool.orphans import boot_clock
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -188,8 +190,9 @@ class SubprocessExecutor:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self.cancelled = False
-        # Called with the pgid of each command started in its own session (orphans.py).
-        self.on_spawn: Callable[[int], None] | None = None
+        # Called with the pgid of each command started in its own session and the boot
+        # clock read before it was started (orphans.py).
+        self.on_spawn: Callable[[int, float | None], None] | None = None
         # (program, PATH) -> its path, for commands started without a shell: found once,
         # not by a failed exec per PATH entry before it on every start (as sh's hash).
         self._programs: dict[tuple[str, str, str], str | None] = {}
@@ -224,6 +227,7 @@ class SubprocessExecutor:
         start = time.monotonic()
         if self.cancelled:
             return Running(self, None, None, None, start, None)
+        booted = boot_clock() if self.on_spawn is not None else None
         out_fd = err_fd = None
         if capture is not None:
             flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -254,7 +258,7 @@ class SubprocessExecutor:
         with self._lock:
             self._procs[proc.pid] = proc
         if self.on_spawn is not None and capture is not None:
-            self.on_spawn(proc.pid)
+            self.on_spawn(proc.pid, booted)
         if self.cancelled:
             self._kill(proc)
         return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout)

@@ -3,9 +3,12 @@
 Every command runs in its own session (its own process group), so a buildtool killed by
 ``kill -9`` cannot take its children with it; they keep running and may still be writing
 outputs.  The build holding the workspace lock therefore records each command's process
-group id and start time in ``.buildtool/children`` (one line per spawn, appended).  The
-next build, once it holds the lock, SIGKILLs every recorded group that is still alive —
-checking the start time, so a recycled pid is never hit — and waits (bounded) until none
+group id and the window of boot-clock ticks in which it was started (read from the clock
+around the spawn: reading /proc/PID/stat of a child that is still in its exec blocks for
+~0.5 ms, on the path of every command) in ``.buildtool/children`` (one line per spawn,
+appended).  The next build, once it holds the lock, SIGKILLs every recorded group that is
+still alive — checking that its leader's start time (/proc) lies in the recorded window, so
+a recycled pid is never hit — and waits (bounded) until none
 of their processes can run any more, before it touches a single output.  A cleanly ending
 build (success, failure, Ctrl-C) has already killed its children and removes the file.
 Spec: docs/formats.md#children, docs/reliability.md
@@ -22,8 +25,10 @@ TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every bui
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-HEADER_PREFIX = "# buildtool children v1 pid="
+HEADER_PREFIX = "# buildtool children v2 pid="
+V1_PREFIX = "# buildtool children v1 pid="  # "<pgid> <start>": still read (a killed older build)
 WAIT_S = 5.0
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _path(state_dir: str) -> str:
@@ -46,8 +51,16 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def boot_clock() -> float | None:
+    """Seconds since boot on the clock of /proc/PID/stat's start times (CLOCK_BOOTTIME)."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return None
+
+
 class Tracker:
-    """Appends ``<pgid> <start time>`` for every command this build starts."""
+    """Appends ``<pgid> <first tick> <last tick>`` for every command this build starts."""
 
     def __init__(self, state_dir: str) -> None:
         self.path = _path(state_dir)
@@ -59,11 +72,19 @@ class Tracker:
         except OSError:
             pass  # no tracking: the next build cannot reap, but nothing else changes
 
-    def add(self, pgid: int) -> None:
+    def add(self, pgid: int, started_after: float | None = None) -> None:
+        """``pgid`` was started after ``started_after`` (``boot_clock()`` read before the
+        spawn) and before now; without it, its start time is read from /proc."""
         if self._fd is None:
             return
+        now = boot_clock() if started_after is not None else None
+        if started_after is not None and now is not None:
+            # The kernel truncates to ticks; one tick of slack on each side.
+            lo, hi = int(started_after * _TICKS) - 1, int(now * _TICKS) + 1
+        else:
+            lo = hi = start_time(pgid) or 0
         with contextlib.suppress(OSError):
-            os.write(self._fd, f"{pgid} {start_time(pgid) or 0}\n".encode())
+            os.write(self._fd, f"{pgid} {lo} {hi}\n".encode())
 
     def close(self) -> None:
         """Every child is dead or killed: forget them."""
@@ -115,24 +136,29 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         with contextlib.suppress(OSError):
             os.unlink(path)
         return 0
-    if not lines or not lines[0].decode("utf-8", "replace").startswith(HEADER_PREFIX):
+    header = lines[0].decode("utf-8", "replace") if lines else ""
+    prefix = next((p for p in (HEADER_PREFIX, V1_PREFIX) if header.startswith(p)), None)
+    if prefix is None:
         if lines:
             warn(f"{path} has an unknown format; discarding it")
         with contextlib.suppress(OSError):
             os.unlink(path)
         return 0
-    holder = lines[0].decode("utf-8", "replace")[len(HEADER_PREFIX) :]
+    holder = header[len(prefix) :]
+    fields = 3 if prefix == HEADER_PREFIX else 2
     targets: set[int] = set()
     for ln in lines[1:]:
         try:
-            pgid_s, started_s = ln.split()
-            pgid, started = int(pgid_s), int(started_s)
+            parts = [int(x) for x in ln.split()]
         except ValueError:
             continue  # a torn last line
+        if len(parts) != fields:
+            continue
+        pgid, lo, hi = parts[0], parts[1], parts[-1]
         if pgid <= 1:
             continue
         now = start_time(pgid)
-        if now is not None and started and now != started:
+        if now is not None and lo and not lo <= now <= hi:
             continue  # the leader's pid was recycled: its group is long gone
         targets.add(pgid)
     killed = 0
