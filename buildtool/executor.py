@@ -103,8 +103,9 @@ class Running:
                 raise
         return self.finish()
 
-    def finish(self) -> ProcessResult:
-        """Reap the ended process, read what it printed, free its files."""
+    def finish(self, ended: float | None = None) -> ProcessResult:
+        """Reap the ended process, read what it printed, free its files.  ``ended``: when
+        it was seen to have exited (time.monotonic), if that was before this call."""
         proc = self.proc
         if proc is None:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
@@ -114,7 +115,8 @@ class Running:
             err = _read_all(self._err_fd) if self._err_fd is not None else b""
         finally:
             self._release()
-        return ProcessResult(proc.returncode, out, err, self.timed_out, time.monotonic() - self.start)
+        end = ended if ended is not None else time.monotonic()
+        return ProcessResult(proc.returncode, out, err, self.timed_out, end - self.start)
 
     def _release(self) -> None:
         if self.proc is not None:
@@ -188,7 +190,9 @@ class SubprocessExecutor:
 
     def __init__(self) -> None:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
+        # may be holding it (start, finish) when the signal arrives.
+        self._lock = threading.RLock()
         self.cancelled = False
         # Called with the pgid of each command started in its own session and the boot
         # clock read before it was started (orphans.py).

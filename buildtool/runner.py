@@ -78,11 +78,16 @@ class Pending:
 
     def wait(self) -> Any:
         """The command's result, waiting for it to end (executor.Running.wait)."""
-        return self.result if self.running is None else self.running.wait()
+        if self.running is not None:
+            self.result, self.running = self.running.wait(), None
+        return self.result
 
-    def finish(self) -> Any:
-        """The result of a command that has ended (executor.Running.finish)."""
-        return self.result if self.running is None else self.running.finish()
+    def finish(self, ended: float | None = None) -> Any:
+        """The result of a command that has ended (executor.Running.finish); kept, so that
+        a worker thread can take the rest from here."""
+        if self.running is not None:
+            self.result, self.running = self.running.finish(ended), None
+        return self.result
 
 
 class TargetRunner:
@@ -332,6 +337,7 @@ class TargetRunner:
     def run(self, tid: int, lane: int) -> Outcome:
         """Worker thread: decide, restore or execute; pre-serialise the record entry."""
         step = self._run(tid, lane)
+        assert step is not None  # only the scheduler thread's calls hand work on
         if isinstance(step, Pending):
             step = self._landed(step, step.wait(), True)
         return self._settled(tid, step)
@@ -354,13 +360,31 @@ class TargetRunner:
                 return None
             self._hash_s[tid] = time.monotonic() - t0
             self._desc[tid] = self.describe(t, inputs)
-        step = self._run(tid, lane)
+        step = self._run(tid, lane, here=True)
+        if step is None:
+            return None  # a restore of large blobs: a worker's
         return step if isinstance(step, Pending) else self._settled(tid, step)
 
-    def complete(self, step: Pending, wait: bool = False) -> Outcome:
-        """Scheduler thread: the outcome of a command from ``start`` whose process exited
-        (``wait``: has not exited yet, or may not have: block until it does)."""
-        return self._settled(step.t.id, self._landed(step, step.wait() if wait else step.finish(), False))
+    def complete(
+        self, step: Pending, wait: bool = False, ended: float | None = None, here: bool = True
+    ) -> Outcome | None:
+        """The outcome of a command from ``start`` whose process exited (at ``ended``,
+        time.monotonic; ``wait``: it may not have: block until it does).  ``here``: on the
+        scheduler's thread, which does not hash outputs of more than INLINE_HASH_LIMIT
+        bytes: None then, and a worker calls this again with ``here=False``."""
+        res = step.wait() if wait else step.finish(ended)
+        if here and res.exit_code == 0 and not res.timed_out and self._outputs_size(step.t) > INLINE_HASH_LIMIT:
+            return None
+        return self._settled(step.t.id, self._landed(step, res, not here))
+
+    def _outputs_size(self, t: Target) -> int:
+        size = 0
+        for o in t.outs:
+            try:
+                size += os.lstat(os.path.join(self.root, o)).st_size
+            except OSError:
+                pass
+        return size
 
     def _settled(self, tid: int, outcome: Outcome) -> Outcome:
         hashed = self._hash_s.pop(tid, None)
@@ -385,7 +409,10 @@ class TargetRunner:
                 label, key, outcome.extra.get("outputs"), duration, desc, text  # type: ignore[arg-type]
             )
 
-    def _run(self, tid: int, lane: int) -> Outcome | Pending:
+    def _run(self, tid: int, lane: int, here: bool = False) -> Outcome | Pending | None:
+        """The target's pipeline up to the start of its command.  ``here``: on the
+        scheduler's thread, which leaves restores of blobs over INLINE_HASH_LIMIT bytes to a
+        worker (None)."""
         t = self.graph.targets[tid]
         pre = self._desc.get(tid)
         if pre is None:
@@ -430,6 +457,8 @@ class TargetRunner:
             else:
                 hit = self.cache.get_action(key)
             if hit is not None:
+                if here and not self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
+                    return None
                 done = self._restored(t, hit, key, desc, why, "local")
                 if done is not None:
                     return done

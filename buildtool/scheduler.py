@@ -49,7 +49,10 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         (None from ``start``: a worker thread runs ``t``; an Outcome: ``t`` is settled).
         The scheduler polls its ``pidfd`` (None: it cannot, so it waits for it at once),
         calls ``expire()`` once ``deadline`` (time.monotonic) has passed, and gives it
-        back to the runner's ``complete(started, wait=False)`` when it has exited."""
+        back to the runner's ``complete(started, wait, ended, here)`` when it has exited
+        (``ended``: when poll saw it, time.monotonic).  ``complete`` returns the Outcome,
+        or None when the rest is too heavy for this thread (large outputs to hash): a
+        worker then calls ``complete(started, False, None, False)``."""
 
         deadline: float | None
 
@@ -101,7 +104,7 @@ class Scheduler:
         self.stopping = False
         self.interrupt: int | None = None
         self._results: queue.SimpleQueue[tuple[int, Outcome] | None] = queue.SimpleQueue()
-        self._work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         # Deferred work of finished targets (the cache store): one thread of its own, so a
         # lane's thread is free for the next command at once.
@@ -118,6 +121,9 @@ class Scheduler:
         self._poller: Any = None
         self._wake: tuple[int, int] | None = None
         self._idle: deque[Callable[[], None]] = deque()  # their cache stores, run when nothing is ready
+        self._wake_lock = threading.RLock()
+        self._mono0 = 0.0
+        self._in_flight = 0  # targets handed to workers whose outcome has not come back
         hook = getattr(runner, "set_lane_hook", None)
         if hook is not None:
             hook(self._lane_done)
@@ -133,7 +139,6 @@ class Scheduler:
 
     def run(self) -> dict[int, Outcome]:
         self.t0 = self.clock()
-        in_flight = 0  # targets handed to workers whose outcome has not come back
         plan = self.plan
         starter = getattr(self.runner, "start", None)
         if starter is not None:
@@ -142,7 +147,7 @@ class Scheduler:
             while True:
                 # A worker is busy with each target in flight; those past their command
                 # (lane released) finish their bookkeeping while the lanes run new ones.
-                while not self.stopping and self._running < self.jobs and in_flight < 2 * self.jobs:
+                while not self.stopping and self._running < self.jobs and self._in_flight < 2 * self.jobs:
                     t = self._next_startable(self._running)
                     if t is None:
                         break
@@ -161,21 +166,20 @@ class Scheduler:
                     self.reporter.target_started(t, lane)
                     step = self._start_here(starter, t, lane) if starter is not None else None
                     if step is None:
-                        in_flight += 1
-                        self._ensure_workers(in_flight)
-                        self._work.put((t, lane))
+                        self._to_worker((t, lane))
                     elif isinstance(step, Outcome):
-                        self._ended_here(t, lane, start, step)
+                        self._ended_here(t, lane, start, step, self.clock() - self.t0)
                     else:
                         self._watch(t, lane, start, step)
-                if in_flight == 0 and not self._watched:
+                if self._in_flight == 0 and not self._watched:
                     break
                 if self._poller is None:
-                    in_flight -= self._take(self._results.get())
+                    self._take(self._results.get())
                 else:
-                    in_flight -= self._poll_once()
+                    self._poll_once()
             self._mark_unfinished()
         finally:
+            self._close_poller()
             for _ in self._threads:
                 self._work.put(None)
             for th in self._threads:
@@ -185,25 +189,31 @@ class Scheduler:
                 self._after_thread.join(timeout=120)
             while self._idle:
                 self._run_after(self._idle.popleft())
-            self._close_poller()
         del plan
         return self.outcomes
 
-    def _take(self, item: tuple[int, Outcome] | None) -> int:
-        """Handle one worker message; 1 when it was a target's outcome."""
+    def _to_worker(self, item: tuple[Any, ...]) -> None:
+        """(t, lane): run t on a worker; (t, lane, started, start): finish a command this
+        thread started (its outputs are large to hash)."""
+        self._in_flight += 1
+        self._ensure_workers(self._in_flight)
+        self._work.put(item)
+
+    def _take(self, item: tuple[int, Outcome] | None) -> None:
+        """Handle one worker message."""
         if item is None:
-            return 0
+            return
         t, outcome = item
         if outcome is _LANE_FREE:
             # The lane takes the next ready target now, unless t's outcome would add one:
             # then it waits for it, so the choice stays the one Ninja would make.
             if not self.plan.would_release(t):
                 self._release_lane(t)
-            return 0
+            return
+        self._in_flight -= 1
         if t in self._lane_of:
             self._release_lane(t)
         self._finish(t, outcome)
-        return 1
 
     # -- commands started on this thread (runner.start) -----------------------------------
     # Ninja's shape: one thread starts the commands and waits for any of them to end, so a
@@ -214,9 +224,9 @@ class Scheduler:
         except Exception as e:  # a bug in a runner must not hang the build
             return Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
 
-    def _ended_here(self, t: int, lane: int, start: float, outcome: Outcome) -> None:
+    def _ended_here(self, t: int, lane: int, start: float, outcome: Outcome, end: float) -> None:
         outcome.start = start
-        outcome.end = self.clock() - self.t0
+        outcome.end = end
         outcome.lane = lane
         after = outcome.extra.pop("after", None)
         if after is None:
@@ -232,29 +242,37 @@ class Scheduler:
     def _watch(self, t: int, lane: int, start: float, step: Started) -> None:
         fd = step.pidfd()
         if fd is None:  # no pidfd for it: wait for it now
-            self._ended_here(t, lane, start, self._complete(step, True))
+            self._exited(t, lane, start, step, True, None)
             return
         self._watched[fd] = (t, lane, start, step)
         self._poller.register(fd, select.POLLIN)
 
-    def _complete(self, step: Started, wait: bool) -> Outcome:
+    def _exited(self, t: int, lane: int, start: float, step: Started, wait: bool, seen: float | None) -> None:
+        """``step``'s process has exited (``seen``: when poll said so, time.monotonic):
+        its outcome, or its outputs' hashing handed to a worker."""
         try:
-            return self.runner.complete(step, wait)  # type: ignore[attr-defined]
+            outcome = self.runner.complete(step, wait, seen)  # type: ignore[attr-defined]
         except Exception as e:
-            return Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+            outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+        if outcome is None:
+            self._to_worker((t, lane, step, start))
+            return
+        end = self.clock() - self.t0 if seen is None else seen - self._mono0
+        self._ended_here(t, lane, start, outcome, end)
 
-    def _poll_once(self) -> int:
+    def _poll_once(self) -> None:
         """Wait until a watched command ends, a worker reports or a deadline passes, and
-        handle what happened; the number of worker outcomes taken.  Spare moments go to
-        the deferred cache stores, one at a time, so a command that ends is seen at once."""
+        handle what happened.  Spare moments go to the deferred cache stores, one at a
+        time, so a command that ends is seen at once."""
         assert self._wake is not None
-        deadlines = [s.deadline for _, _, _, s in self._watched.values() if s.deadline is not None]
-        timeout = None
-        if deadlines:
-            timeout = max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
         while self._idle and self._results.empty() and not self._poller.poll(0):
             self._run_after(self._idle.popleft())
+        deadlines = [s.deadline for _, _, _, s in self._watched.values() if s.deadline is not None]
+        timeout = None
+        if deadlines:  # in ms, at most an hour: poll again then
+            timeout = max(0, min(3_600_000, int((min(deadlines) - time.monotonic()) * 1000) + 1))
         events = self._poller.poll(timeout) if self._results.empty() else self._poller.poll(0)
+        seen = time.monotonic()
         for fd, _ in events:
             if fd == self._wake[0]:
                 os.read(fd, 4096)
@@ -262,16 +280,14 @@ class Scheduler:
             t, lane, start, step = self._watched.pop(fd)
             self._poller.unregister(fd)
             os.close(fd)
-            self._ended_here(t, lane, start, self._complete(step, False))
+            self._exited(t, lane, start, step, False, seen)
         if deadlines:
             now = time.monotonic()
             for _, _, _, s in self._watched.values():
                 if s.deadline is not None and s.deadline <= now:
                     s.expire()
-        taken = 0
         while not self._results.empty():
-            taken += self._take(self._results.get())
-        return taken
+            self._take(self._results.get())
 
     def _open_poller(self) -> None:
         r, w = os.pipe()
@@ -279,24 +295,35 @@ class Scheduler:
         self._wake = (r, w)
         self._poller = select.poll()
         self._poller.register(r, select.POLLIN)
+        # The scheduler's clock and time.monotonic (pidfd events) side by side.
+        self._mono0 = time.monotonic() - (self.clock() - self.t0)
 
     def _close_poller(self) -> None:
-        for fd in self._watched:
+        """After the loop.  Commands still watched (an exception left the loop) are killed
+        and reaped, so no process or descriptor outlives the build."""
+        for fd, (_, _, _, step) in list(self._watched.items()):
             os.close(fd)
+            try:
+                step.expire()
+                self.runner.complete(step, True, None, False)  # type: ignore[attr-defined]
+            except Exception:
+                pass
         self._watched.clear()
-        if self._wake is not None:
-            for fd in self._wake:
-                os.close(fd)
-        self._wake = None
+        with self._wake_lock:
+            wake, self._wake = self._wake, None
+            if wake is not None:
+                for fd in wake:
+                    os.close(fd)
         self._poller = None
 
     def _wake_up(self) -> None:
-        wake = self._wake
-        if wake is not None:
-            try:
-                os.write(wake[1], b"!")
-            except OSError:  # full (the coordinator is awake anyway) or closed
-                pass
+        """Wake the loop's poll (from workers, signal handlers, other threads)."""
+        with self._wake_lock:  # re-entrant: a signal handler may interrupt _close_poller
+            if self._wake is not None:
+                try:
+                    os.write(self._wake[1], b"!")
+                except OSError:  # full: the loop is awake anyway
+                    pass
 
     # -- internals -------------------------------------------------------------------
     def _next_startable(self, running: int = 0) -> int | None:
@@ -378,10 +405,13 @@ class Scheduler:
             item = self._work.get()
             if item is None:
                 return
-            t, lane = item
-            start = self.clock() - self.t0
+            t, lane = item[0], item[1]
+            start = self.clock() - self.t0 if len(item) == 2 else item[3]
             try:
-                outcome = self.runner.run(t, lane)
+                if len(item) == 2:
+                    outcome = self.runner.run(t, lane)
+                else:  # a command the scheduler's thread started: hash its (large) outputs here
+                    outcome = self.runner.complete(item[2], False, None, False)  # type: ignore[attr-defined]
             except BaseException as e:  # a bug in a runner must not hang the build
                 outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
             outcome.start = start

@@ -7,6 +7,8 @@ errors and exit statuses.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import Workspace
@@ -99,3 +101,23 @@ def test_failing_direct_command_reports_its_status_and_output(workspace: Workspa
     assert r.rc == 1
     assert "exited with status 2" in r.output
     assert "does-not-exist" in r.output
+
+
+def test_cancel_all_from_a_signal_handler_on_a_thread_holding_the_lock(tmp_path: Path) -> None:
+    # The scheduler's thread holds the executor's lock while it starts and reaps commands;
+    # SIGINT's handler runs on that same thread and calls cancel_all, which must not wait
+    # for the lock its own thread holds (that hung the build until kill -9).  In a child
+    # interpreter, so that a regression fails on the timeout instead of hanging the suite.
+    script = f"""
+import signal
+from buildtool.executor import SubprocessExecutor
+ex = SubprocessExecutor()
+running = ex.start(["sleep", "30"], "/", {{"PATH": "/usr/bin:/bin"}}, capture={str(tmp_path / "cap")!r})
+signal.signal(signal.SIGUSR1, lambda *_: ex.cancel_all())
+with ex._lock:  # as Running.finish and start hold it
+    signal.raise_signal(signal.SIGUSR1)
+assert running.wait().exit_code == -signal.SIGTERM
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr

@@ -9,6 +9,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 def bt(ws: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     e = dict(os.environ, BUILDTOOL_CACHE_DIR=str(ws.parent / "cache"))
@@ -151,3 +153,36 @@ def test_large_inputs_go_to_a_worker_and_large_outputs_are_stored(tmp_path: Path
     assert {e["status"] for e in events(ev).values()} == {"restored"}
     assert (ws / "big.out").read_bytes() == big
     assert (ws / "s3.out").read_text() == "small\n3\n"
+
+
+def test_large_outputs_and_large_restores_are_left_to_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In process, to see which work the scheduler's thread hands to a worker: hashing the
+    # 3 MB output of a command it started (a 4-tuple work item), then, with the outputs and
+    # state gone, restoring that output from the cache (a 2-tuple: the whole target).
+    from buildtool import cli
+    from buildtool.scheduler import Scheduler
+
+    ws = make_ws(tmp_path, 'genrule(name="big", outs=["big.out"], cmd="head -c 3000000 /dev/zero > $@")\n'
+                 'genrule(name="small", outs=["small.out"], cmd="echo s > $@")\n')
+    handed: list[tuple[object, ...]] = []
+    orig = Scheduler._to_worker
+
+    def spy(self: Scheduler, item: tuple[object, ...]) -> None:
+        handed.append(item)
+        orig(self, item)
+
+    monkeypatch.setattr(Scheduler, "_to_worker", spy)
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    ev = tmp_path / "ev.jsonl"
+    argv = ["-C", str(ws), "build", "-j2", "--events", str(ev)]
+    assert cli.main(argv) == 0
+    assert [len(i) for i in handed] == [4]  # big's outputs, hashed on a worker
+    assert (ws / "big.out").stat().st_size == 3_000_000
+    for p in ws.glob("*.out"):
+        p.unlink()
+    (ws / ".buildtool").rename(tmp_path / "old-state")
+    handed.clear()
+    assert cli.main(argv) == 0
+    assert [len(i) for i in handed] == [2]  # big restored by a worker, small on this thread
+    assert {e["status"] for e in events(ev).values()} == {"restored"}
+    assert (ws / "big.out").read_bytes() == b"\0" * 3_000_000 and (ws / "small.out").read_text() == "s\n"

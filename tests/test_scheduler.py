@@ -449,7 +449,7 @@ class StartingRunner(FakeRunner):
         self.handles[t] = h
         return h
 
-    def complete(self, h: FakeStarted, wait: bool = False) -> Outcome:
+    def complete(self, h: FakeStarted, wait: bool = False, ended: float | None = None, here: bool = True) -> Outcome:
         if wait:
             os.read(h._r, 1)  # blocks until the "command" ends
         self.completed.append((h.t, wait))
