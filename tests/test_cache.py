@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -308,7 +309,64 @@ def test_restore_content_mode_and_stat(tmp_path: Path, monkeypatch: pytest.Monke
         os.umask(old)
     assert Path(c._blob_path(d)).read_bytes() == data
     assert not warned
-    assert os.listdir(tmp_path / "ws" / ".buildtool" / "tmp") == []
+    (stage,) = os.listdir(tmp_path / "ws" / ".buildtool" / "tmp")  # this process's staging dir
+    assert os.listdir(tmp_path / "ws" / ".buildtool" / "tmp" / stage) == []  # every temp file renamed
+
+
+def _fs_flags(path: Path) -> int | None:
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, cache_mod.FS_IOC_GETFLAGS, buf)
+        return int.from_bytes(buf[:4], sys.byteorder)
+    except OSError:
+        return None  # a filesystem without inode flags (tmpfs, ...)
+    finally:
+        os.close(fd)
+
+
+def test_restores_stage_in_a_new_subdirectory_spread_by_the_allocator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restored files are made in a per-process directory under the state dir's tmp/, which
+    carries the "top of unrelated directories" flag where the filesystem has one (ext4), so
+    their inodes are not allocated among those of outputs deleted just before."""
+    c, d, warned = _restore_cache(tmp_path, b"staged\n")
+    tmp = tmp_path / "ws" / ".buildtool" / "tmp"
+    seen = []
+    real_replace = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        seen.append(src)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    for i in range(3):
+        assert c.restore(d, str(tmp_path / "ws" / "out" / f"{i}.txt"), 0o644)
+    monkeypatch.undo()
+    (stage,) = os.listdir(tmp)
+    assert stage.startswith(f"restore.{os.getpid()}.")
+    assert [os.path.dirname(s) for s in seen] == [str(tmp / stage)] * 3
+    flags = _fs_flags(tmp_path)
+    if flags is not None:  # this filesystem keeps inode flags: the staging parent has TOPDIR
+        assert _fs_flags(tmp) & cache_mod.FS_TOPDIR_FL
+    assert not warned
+
+
+def test_restore_works_where_the_directory_flag_cannot_be_set(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as where:
+        c, d, warned = _restore_cache(Path(where), b"on tmpfs\n")
+        dest = Path(where) / "ws" / "out" / "f.txt"
+        assert c.restore(d, str(dest), 0o644)
+        assert dest.read_bytes() == b"on tmpfs\n"
+        assert not warned
 
 
 def test_editing_a_restored_copy_leaves_the_blob_intact(tmp_path: Path) -> None:
