@@ -8,7 +8,8 @@ scenario needs with untimed runs, then runs ``buildtool build`` once under ``cPr
 once under ``-X importtime`` and prints the top functions and the slowest imports.
 Scenarios: ``noop`` (nothing changed), ``noop-cold`` (``.buildtool/noop`` snapshot
 deleted, so the graph is loaded and every target checked), ``change`` (one source
-edited), ``clean`` (empty cache and state).
+edited), ``clean`` (empty cache and state), ``restore`` (every output deleted, cache kept:
+W6).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", choices=("W1", "W2"), default="W1")
     p.add_argument("--n", type=int, default=10_000, help="W1 targets")
-    p.add_argument("--scenario", choices=("noop", "noop-cold", "change", "clean"), default="noop")
+    p.add_argument("--scenario", choices=("noop", "noop-cold", "change", "clean", "restore"), default="noop")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--work", type=Path, default=None)
     return p.parse_args(argv)
@@ -61,10 +62,11 @@ def prepare(scenario: str, tool: Buildtool, ws: Workspace) -> None:
     elif scenario == "change":
         source = wl.pick_changed_source(ws.workload)
         (ws.root / source).write_text(f"changed {time.time()}\n")
-    elif scenario == "clean":
+    elif scenario in ("clean", "restore"):
         shutil.rmtree(ws.root / wl.OUT_DIR)
         (ws.root / wl.OUT_DIR).mkdir()
-        tool.reset_state(ws)
+        if scenario == "clean":
+            tool.reset_state(ws)
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

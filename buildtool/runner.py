@@ -309,7 +309,7 @@ class TargetRunner:
         self._desc[tid] = (key, desc)
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
-        ok, _, _ = rebuild.up_to_date(entry, key, self._outputs_digest(t, entry))
+        ok, _, why = rebuild.up_to_date(entry, key, self._outputs_digest(t, entry))
         if ok:
             assert entry is not None
             self._texts.pop(tid, None)  # not recorded again
@@ -327,7 +327,6 @@ class TargetRunner:
             # cache of small blobs costs less than the hop to a worker thread (W6).
             hit = self.cache.get_action(key)
             if hit is not None and self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
-                _, _, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
                 done = self._restored(t, hit, key, desc, why, "local")
                 if done is not None:
                     self._prepare_record(tid, done)

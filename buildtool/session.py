@@ -605,6 +605,8 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
         e = record.get(t.label)
         if e is None or not all(fresh[d] for d in t.deps):
             continue
+        if not all(os.path.exists(os.path.join(root, o)) for o in t.outs):
+            continue  # a missing output may have to be rebuilt: keep its real weight
         inputs = (desc_of(e) or {}).get("inputs", {})
         ok = True
         for p in t.srcs:
@@ -616,8 +618,6 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
             if stats.lookup(p, st) != inputs.get(p):
                 ok = False
                 break
-        if ok and not all(os.path.exists(os.path.join(root, o)) for o in t.outs):
-            ok = False  # a missing output may have to be rebuilt: keep its real weight
         fresh[i] = ok
     return fresh
 
