@@ -6,11 +6,12 @@
 
 Generates the workload (bench/workloads.py) once, then for each round runs Ninja and each
 interpreter's ``buildtool build`` (the console script beside the interpreter, else
-``python -m buildtool``) in the same order, after a ``sync``: from an empty cache and
-state, or with ``:change`` after editing the source of the "one source changed" scenario
-(every tool built once beforehand, untimed).  Prints each variant's median wall and CPU
-time (user+sys, its commands included) and the ratio to Ninja's median wall time.  For a before/after check of one change with less noise than a whole
-``run.py`` scenario: more rounds, nothing else in between.
+``python -m buildtool``), in an order rotated each round, after a ``sync``: from an empty
+cache and state, or with ``:change`` after editing the source of the "one source changed"
+scenario (every tool built once beforehand, untimed).  Prints each variant's median wall
+and CPU time (user+sys, its commands included) and the ratio to Ninja's median wall time.
+For a before/after check of one change with less noise than a whole ``run.py`` scenario:
+more rounds, nothing else in between.
 """
 
 from __future__ import annotations
