@@ -349,9 +349,11 @@ def test_restores_stage_in_a_new_subdirectory_spread_by_the_allocator(
     (stage,) = os.listdir(tmp)
     assert stage.startswith(f"restore.{os.getpid()}.")
     assert [os.path.dirname(s) for s in seen] == [str(tmp / stage)] * 3
-    flags = _fs_flags(tmp_path)
-    if flags is not None:  # this filesystem keeps inode flags: the staging parent has TOPDIR
-        assert _fs_flags(tmp) & cache_mod.FS_TOPDIR_FL
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    cache_mod._mark_topdir(str(probe))
+    if (_fs_flags(probe) or 0) & cache_mod.FS_TOPDIR_FL:  # this filesystem takes the flag (ext2/3/4)
+        assert (_fs_flags(tmp) or 0) & cache_mod.FS_TOPDIR_FL  # and the staging dirs' parent has it
     assert not warned
 
 
