@@ -3,31 +3,10 @@ dependency counting and critical paths.  Pure unit tests, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
+from plans import make_plan
 
 from buildtool.plan import Plan, critical_paths
-
-
-def make_plan(
-    deps: Sequence[Sequence[int]],
-    priority: Sequence[int] | None = None,
-    weight: Sequence[float] | None = None,
-    wanted: Sequence[int] | None = None,
-) -> Plan:
-    n = len(deps)
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for t, ds in enumerate(deps):
-        for d in ds:
-            dependents[d].append(t)
-    return Plan(
-        deps,
-        dependents,
-        range(n) if wanted is None else wanted,
-        priority if priority is not None else [0] * n,
-        weight if weight is not None else [1.0] * n,
-    )
 
 
 def pop_all(plan: Plan) -> list[int]:

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from plans import make_plan
+
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
 from buildtool.scheduler import Scheduler
@@ -94,18 +96,6 @@ class Recorder:
         self.finished.append((t, o.status))
 
 
-def plan_of(
-    deps: Sequence[Sequence[int]], priority: Sequence[int] | None = None, weight: Sequence[float] | None = None
-) -> Plan:
-    """A Plan wanting every target of ``deps`` (target -> its dependencies)."""
-    n = len(deps)
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for t, ds in enumerate(deps):
-        for d in ds:
-            dependents[d].append(t)
-    return Plan(deps, dependents, range(n), priority or [0] * n, weight or [1.0] * n)
-
-
 def make(
     deps: Sequence[Sequence[int]],
     *,
@@ -117,7 +107,7 @@ def make(
     pool_depth: dict[str, int] | None = None,
     **runner_kw: object,
 ) -> tuple[Scheduler, FakeRunner, Recorder]:
-    plan = plan_of(deps, priority, weight)
+    plan = make_plan(deps, priority, weight)
     runner = FakeRunner(deps, pool_of=pool_of, **runner_kw)  # type: ignore[arg-type]
     rec = Recorder()
     sched = Scheduler(plan, runner, rec, jobs=jobs, keep_going=keep_going, pool_of=pool_of, pool_depth=pool_depth)
@@ -336,7 +326,7 @@ class LaneHookRunner(FakeRunner):
 
 def make_hooked(deps: Sequence[Sequence[int]], priority: Sequence[int] | None, jobs: int,
                 **kw: object) -> tuple[Scheduler, LaneHookRunner, Recorder]:
-    plan = plan_of(deps, priority)
+    plan = make_plan(deps, priority)
     runner = LaneHookRunner(deps, **kw)  # type: ignore[arg-type]
     rec = Recorder()
     return Scheduler(plan, runner, rec, jobs=jobs), runner, rec
@@ -474,7 +464,7 @@ class StartingRunner(FakeRunner):
 
 def make_starting(deps: Sequence[Sequence[int]], *, priority: Sequence[int] | None = None, jobs: int = 1,
                   keep_going: bool = False, **kw: object) -> tuple[Scheduler, StartingRunner, Recorder]:
-    plan = plan_of(deps, priority)
+    plan = make_plan(deps, priority)
     runner = StartingRunner(deps, **kw)  # type: ignore[arg-type]
     rec = Recorder()
     return Scheduler(plan, runner, rec, jobs=jobs, keep_going=keep_going), runner, rec
