@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     checked: Any = False  # False: not checked yet; None or a verdict: the snapshot's answer
     args = _plain_build(argv)
     if args is not None:
+        import gc
+
+        gc.disable()  # a one-shot build: see Session.build for when it collects cycles
         from buildtool import noop
 
         checked = noop.try_noop(args.directory, "build", args.patterns, [])

@@ -7,6 +7,7 @@ scheduler and reporters).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -165,9 +166,18 @@ class Session:
         if lock is None:
             lock = WorkspaceLock(state)
             lock.acquire(req.wait, _say)
+        # Loading (graph, record, stat cache) and writing the snapshot allocate objects that
+        # live until the build ends and form no cycles; the cycle collector would only scan
+        # them again and again (~30 ms of a one-changed build at 10,000 targets).  It runs
+        # during the scheduling only, with what was loaded frozen out of its way.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return self._build_locked(req, cfg, state, t_begin, out)
         finally:
+            gc.unfreeze()
+            if collecting:
+                gc.enable()
             lock.release()
 
     def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
@@ -309,9 +319,12 @@ class Session:
             runner.executor.on_spawn = children.add
             restore = _install_signals(sched.request_stop)
             t_sched = time.monotonic()
+            gc.freeze()
+            gc.enable()
             try:
                 outcomes = sched.run()
             finally:
+                gc.disable()
                 restore()
                 runner.executor.kill_remaining()
                 children.close()

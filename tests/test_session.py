@@ -1,0 +1,65 @@
+"""Session: when a build lets the cycle collector run (in-process, a real workspace)."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import UserError
+from buildtool.session import BuildRequest, Session
+
+
+class GcProbe:
+    """An observer noting whether the cycle collector is on at each point it is called."""
+
+    def __init__(self) -> None:
+        self.at_start: bool | None = None
+        self.during: list[bool] = []
+
+    def started(self, graph: object, sched: object) -> None:
+        self.at_start = gc.isenabled()
+
+    def target_started(self, t: int, lane: int) -> None:
+        self.during.append(gc.isenabled())
+
+    def target_finished(self, t: int, o: object) -> None:
+        self.during.append(gc.isenabled())
+
+
+def _workspace(root: Path, build_py: str) -> Path:
+    root.mkdir()
+    (root / "buildtool.toml").write_text("")
+    (root / "a.txt").write_text("a\n")
+    (root / "BUILD.py").write_text(build_py)
+    return root
+
+
+def test_collector_off_while_loading_on_while_scheduling(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    ws = _workspace(tmp_path / "ws", 'genrule(name="b", srcs=["a.txt"], outs=["b.txt"], cmd="cp $< $@")\n')
+    session = Session(str(ws))
+    probe = GcProbe()
+    session.observer = probe
+    assert gc.isenabled()
+    session.build(BuildRequest(patterns=["//:b"]))
+    assert probe.at_start is False  # graph, record and stat cache loaded without collections
+    assert probe.during and all(probe.during)
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # as it was, nothing left frozen
+    assert (ws / "b.txt").read_text() == "a\n"
+
+
+def test_collector_restored_after_a_load_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    ws = _workspace(tmp_path / "ws", 'genrule(name="b", srcs=["missing.txt"], outs=["b.txt"], cmd="cp $< $@"\n')
+    with pytest.raises(UserError):
+        Session(str(ws)).build(BuildRequest(patterns=["//:b"]))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:  # a caller that keeps it off (the one-shot command line) gets it back off
+        with pytest.raises(UserError):
+            Session(str(ws)).build(BuildRequest(patterns=["//:b"]))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
