@@ -21,16 +21,19 @@ import json
 import mmap
 import os
 import signal
+import sys
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator, MutableMapping
 
 import blake3
 
 from buildtool.atomic import write_atomic
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
-HEADER_V1 = "# buildtool stat-cache v1\n"  # the same map without journal lines: read, rewritten as v2
+HEADER_V2 = "# buildtool stat-cache v2\n"  # the map as one JSON line, then journal lines: read, rewritten as v3
+HEADER_V1 = "# buildtool stat-cache v1\n"  # the JSON map alone: read, rewritten as v3
 LARGE_FILE = 4 * 1024 * 1024  # several threads (and a lease + mmap, or chunks) from this size
 CHUNK = 4 * 1024 * 1024  # the read buffer of large files hashed without a lease (8 MiB: ~8% slower)
 WINDOW = 128 * 1024 * 1024  # the largest part of a leased file mapped at once: bounds our RSS
@@ -143,19 +146,185 @@ def _lease_break_time_ok() -> bool:
     return _lease_break_ok
 
 
+COLUMNS = "qqQqq"  # array type codes of size, mtime_ns, ino, ctime_ns, hashed_at_ns (8 bytes each)
+DIGEST_BYTES = 32
+
+
+class StatEntries(MutableMapping):  # type: ignore[type-arg]
+    """path -> Entry, read from the stat cache's columns on first use.
+
+    A one-changed build of a 10,000-target workspace asks for a handful of entries; turning
+    all 20,000 into lists was ~40 ms of its start-up (JSON in format v2).  Loading now only
+    maps each path to its row; an entry is built from the columns when it is asked for and
+    kept (so it can be updated in place, as a dict's list would be)."""
+
+    __slots__ = ("_cols", "_digests", "_index", "_over")
+
+    def __init__(
+        self, index: dict[str, int] | None = None, cols: list[array] | None = None, digests: bytes = b""  # type: ignore[type-arg]
+    ) -> None:
+        self._index = index if index is not None else {}  # path -> row in the columns
+        self._cols = cols if cols is not None else []
+        self._digests = digests
+        self._over: dict[str, Entry | None] = {}  # entries built, set or removed (None) since loading
+
+    def get(self, rel: str, default: Entry | None = None) -> Entry | None:  # type: ignore[override]
+        over = self._over
+        if rel in over:
+            e = over[rel]
+            return default if e is None else e
+        i = self._index.get(rel)
+        if i is None:
+            return default
+        size, mtime, ino, ctime, hashed = self._cols
+        at = i * DIGEST_BYTES
+        e = over[rel] = [size[i], mtime[i], ino[i], ctime[i], hashed[i], self._digests[at : at + DIGEST_BYTES].hex()]
+        return e
+
+    def __getitem__(self, rel: str) -> Entry:
+        e = self.get(rel)
+        if e is None:
+            raise KeyError(rel)
+        return e
+
+    def __contains__(self, rel: object) -> bool:
+        over = self._over
+        if rel in over:
+            return over[rel] is not None  # type: ignore[index]
+        return rel in self._index
+
+    def __setitem__(self, rel: str, e: Entry) -> None:
+        self._over[rel] = e
+
+    def __delitem__(self, rel: str) -> None:
+        if rel not in self:
+            raise KeyError(rel)
+        self._over[rel] = None
+
+    def pop(self, rel: str, default: Entry | None = None) -> Entry | None:  # type: ignore[override]
+        e = self.get(rel)
+        if e is None:
+            return default
+        self._over[rel] = None
+        return e
+
+    def __iter__(self) -> Iterator[str]:
+        over = self._over
+        for rel in self._index:
+            if rel not in over:
+                yield rel
+        for rel, e in over.items():
+            if e is not None:
+                yield rel
+
+    def __len__(self) -> int:
+        n = len(self._index)
+        for rel, e in self._over.items():
+            if rel in self._index:
+                n -= e is None
+            else:
+                n += e is not None
+        return n
+
+    def rows(self) -> Iterator[tuple[str, Entry]]:
+        """Every entry, without keeping those built from the columns (for a rewrite)."""
+        over, cols, digests = self._over, self._cols, self._digests
+        for rel, i in self._index.items():
+            if rel not in over:
+                at = i * DIGEST_BYTES
+                yield rel, [c[i] for c in cols] + [digests[at : at + DIGEST_BYTES].hex()]
+        for rel, e in over.items():
+            if e is not None:
+                yield rel, e
+
+
+def _encode_map(entries: StatEntries) -> bytes:
+    """The map section of format v3 and, for entries the columns cannot hold (a digest that
+    is not BLAKE3 hex, a value out of range: none in practice), one JSON journal line."""
+    names: list[str] = []
+    rows: list[Entry] = []
+    odd: dict[str, Entry] = {}
+    for rel, e in entries.rows():
+        if type(e) is list and len(e) == 6 and type(e[5]) is str and len(e[5]) == 2 * DIGEST_BYTES:
+            names.append(rel)
+            rows.append(e)
+        else:
+            odd[rel] = e
+    try:
+        cols = [array(code, [e[k] for e in rows]) for k, code in enumerate(COLUMNS)]
+        digests = bytes.fromhex("".join([e[5] for e in rows]))
+        if len(digests) != DIGEST_BYTES * len(rows):
+            raise ValueError
+    except (OverflowError, TypeError, ValueError):  # one bad row: sort them out one by one
+        packable = [_packable(e) for e in rows]
+        odd.update((rel, e) for rel, e, ok in zip(names, rows, packable, strict=True) if not ok)
+        names = [rel for rel, ok in zip(names, packable, strict=True) if ok]
+        rows = [e for e, ok in zip(rows, packable, strict=True) if ok]
+        cols = [array(code, [e[k] for e in rows]) for k, code in enumerate(COLUMNS)]
+        digests = bytes.fromhex("".join([e[5] for e in rows]))
+    paths = "".join([rel + "\0" for rel in names]).encode("utf-8", "surrogatepass")
+    meta = json.dumps({"n": len(names), "paths": len(paths), "order": sys.byteorder}, separators=(",", ":"))
+    parts = [HEADER.encode(), meta.encode(), b"\n", paths, *(c.tobytes() for c in cols), digests, b"\n"]
+    if odd:
+        parts.append(json.dumps(odd, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n")
+    return b"".join(parts)
+
+
+def _packable(e: Entry) -> bool:
+    try:
+        for k, code in enumerate(COLUMNS):
+            array(code, [e[k]])
+        return len(bytes.fromhex(e[5])) == DIGEST_BYTES
+    except (OverflowError, TypeError, ValueError):
+        return False
+
+
+def _decode_map(data: bytes, start: int) -> tuple[StatEntries, int]:
+    """The entries of a v3 map section at ``start``, and where its journal lines begin.
+    ValueError: the section is damaged."""
+    nl = data.index(b"\n", start)
+    meta = json.loads(data[start:nl])
+    n, plen, order = meta["n"], meta["paths"], meta["order"]
+    if type(n) is not int or type(plen) is not int or n < 0 or plen < 0 or order not in ("little", "big"):
+        raise ValueError
+    pos = nl + 1
+    names = data[pos : pos + plen].decode("utf-8", "surrogatepass").split("\0")
+    if len(names) != n + 1 or names[-1] != "":
+        raise ValueError
+    pos += plen
+    cols = []
+    for code in COLUMNS:
+        col = array(code)
+        col.frombytes(data[pos : pos + col.itemsize * n])
+        if len(col) != n:
+            raise ValueError
+        if order != sys.byteorder:
+            col.byteswap()
+        cols.append(col)
+        pos += col.itemsize * n
+    digests = data[pos : pos + DIGEST_BYTES * n]
+    pos += DIGEST_BYTES * n
+    if len(digests) != DIGEST_BYTES * n or data[pos : pos + 1] != b"\n":
+        raise ValueError
+    del names[-1]
+    return StatEntries(dict(zip(names, range(n), strict=True)), cols, digests), pos + 1
+
+
 class StatCache:
     """path -> digest memo keyed on stat data; safe against racily clean files.
 
-    On disk: a header, the whole map as one JSON line, then journal lines that each hold
-    the entries changed by one later build (``null``: forgotten).  A build that changed a
-    few entries appends one line instead of rewriting the map; the file is rewritten
-    (temp file + rename) when the journal grows past a quarter of the map.
+    On disk (format v3): a header, the whole map as columns (paths, then one array per stat
+    field, then the raw digests; read with a few slices, entries built on demand), then
+    journal lines that each hold the entries changed by one later build as JSON (``null``:
+    forgotten).  A build that changed a few entries appends one line instead of rewriting
+    the map; the file is rewritten (temp file + rename) when the journal grows past a
+    quarter of the map.
     """
 
     def __init__(self, root: str, path: str | None, warn: Callable[[str], None]) -> None:
         self.root = root
         self.path = path
-        self.entries: dict[str, Entry] = {}
+        self.entries = StatEntries()
         self.dirty = False
         self._changed: set[str] = set()  # paths remembered or forgotten since the last save
         self._journal = -1  # journal entries on disk after the map; -1: nothing appendable on disk
@@ -176,20 +345,25 @@ class StatCache:
 
                 shutil.rmtree(path, ignore_errors=True)
             return
-        head, _, body = data.partition(b"\n")
-        v1 = head + b"\n" == HEADER_V1.encode()
-        if head + b"\n" != HEADER.encode() and not v1:
+        nl = data.find(b"\n")
+        head = data[: nl + 1]
+        old = head in (HEADER_V1.encode(), HEADER_V2.encode())  # JSON map: read, rewritten whole on save
+        if head != HEADER.encode() and not old:
             self._warn(f"stat cache {path} has an unknown format; discarding it")
             return
-        if v1:
-            base, journal = body, []
-        else:
-            base, *journal = body.split(b"\n")
         try:
-            entries = json.loads(base)
-            if not isinstance(entries, dict):
-                raise ValueError
-        except ValueError:
+            if old:
+                body = data[nl + 1 :]
+                base, *journal = [body] if head == HEADER_V1.encode() else body.split(b"\n")
+                mapped = json.loads(base)
+                if not isinstance(mapped, dict):
+                    raise ValueError
+                entries = StatEntries()
+                entries._over.update(mapped)
+            else:
+                entries, at = _decode_map(data, nl + 1)
+                journal = data[at:].split(b"\n")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             self._warn(f"stat cache {path} is corrupt; discarding it")
             return
         n = 0
@@ -212,7 +386,7 @@ class StatCache:
                     entries[rel] = e
             n += len(changes)
         else:
-            if not v1:
+            if not old:
                 self._journal = n
         self.entries = entries
 
@@ -234,8 +408,7 @@ class StatCache:
                     os.close(fd)
                 self._journal += len(changed)
             else:
-                text = HEADER + json.dumps(self.entries, separators=(",", ":")) + "\n"
-                write_atomic(self.path, text, errors="surrogatepass")
+                write_atomic(self.path, _encode_map(self.entries))
                 self._journal = 0
             self.dirty = False
             changed.clear()

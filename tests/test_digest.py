@@ -398,7 +398,7 @@ def test_stat_cache_appends_small_changes_and_survives_a_torn_or_missing_file(tm
     sc.forget("a")
     sc.digest("c")
     sc.save()
-    assert db.read_bytes().startswith(whole) and db.read_bytes().count(b"\n") == 3  # one journal line
+    assert db.read_bytes().startswith(whole) and _journal_lines(db) == 1
     sc = StatCache(str(tmp_path), str(db), warned.append)
     assert sorted(sc.entries) == ["b", "c"]
     assert sc.entries["c"][5] == hash_bytes(b"c")
@@ -409,7 +409,7 @@ def test_stat_cache_appends_small_changes_and_survives_a_torn_or_missing_file(tm
     assert sorted(sc.entries) == ["b", "c"] and not warned
     sc.digest("a")
     sc.save()
-    assert db.read_bytes().count(b"\n") == 2  # header + the whole map again
+    assert _journal_lines(db) == 0  # the whole map again
     assert sorted(StatCache(str(tmp_path), str(db), warned.append).entries) == ["a", "b", "c"]
     # The file removed under a live stat cache (buildtool clean in watch mode): written whole.
     db.unlink()
@@ -447,18 +447,102 @@ def test_same_size_same_mtime_edit_between_builds_reruns(workspace: Workspace) -
     assert r.status("//:t") == "up_to_date"
 
 
-def test_a_v1_stat_cache_is_read_quietly_and_rewritten_as_v2(tmp_path: Path) -> None:
+def _journal_lines(db: Path) -> int:
+    """How many journal lines follow the map section of a v3 stat cache file."""
+    data = db.read_bytes()
+    assert data.startswith(digest_mod.HEADER.encode())
+    _, at = digest_mod._decode_map(data, len(digest_mod.HEADER))
+    return data[at:].count(b"\n")
+
+
+@pytest.mark.parametrize("old", ["v1", "v2"])
+def test_an_older_stat_cache_is_read_quietly_and_rewritten_as_v3(tmp_path: Path, old: str) -> None:
     (tmp_path / "f").write_text("x")
+    (tmp_path / "h").write_text("z")
     db = tmp_path / "stat-cache"
     warned: list[str] = []
     sc = StatCache(str(tmp_path), str(db), warned.append)
     sc.digest("f")
+    sc.digest("h")
     entries = dict(sc.entries)
-    db.write_text(digest_mod.HEADER_V1 + json.dumps(entries))
+    if old == "v1":
+        db.write_text(digest_mod.HEADER_V1 + json.dumps(entries))
+    else:  # the map, then a journal line that forgets h
+        db.write_text(digest_mod.HEADER_V2 + json.dumps(entries) + "\n" + json.dumps({"h": None}) + "\n")
+        del entries["h"]
     sc = StatCache(str(tmp_path), str(db), warned.append)
     assert sc.entries == entries and not warned
     (tmp_path / "g").write_text("y")
     sc.digest("g")
     sc.save()
-    assert db.read_text().startswith(digest_mod.HEADER)  # rewritten whole, not appended to v1
-    assert set(StatCache(str(tmp_path), str(db), warned.append).entries) == {"f", "g"} and not warned
+    assert _journal_lines(db) == 0  # rewritten whole as v3, not appended to the JSON map
+    assert set(StatCache(str(tmp_path), str(db), warned.append).entries) == {*entries, "g"} and not warned
+
+
+def test_stat_cache_columns_round_trip_every_entry(tmp_path: Path) -> None:
+    """What the columns cannot hold (a remote digest, an inode past 2**64, a non-list) goes
+    to a JSON line; odd names and pre-1970 mtimes round-trip; entries are built on demand."""
+    db = tmp_path / "stat-cache"
+    blake = hash_bytes(b"x")
+    want = {
+        "plain.txt": [3, 1_700_000_000_123_456_789, 42, 1_700_000_000_223_456_789, 1_700_000_001_000_000_000, blake],
+        "old\nname \udcff.c": [0, -5 * SECOND, 2**64 - 1, 7, 8, blake],  # newline, non-UTF-8 byte
+        "remote.o": [1, 2, 3, 4, 5, "remote:sha256:" + "ab" * 32 + ":1"],
+        "huge-ino": [1, 2, 2**64, 4, 5, blake],
+        "short": [1, 2, 3],
+    }
+    sc = StatCache(str(tmp_path), str(db), lambda m: None)
+    for rel, e in want.items():
+        sc.entries[rel] = list(e)
+    sc.dirty = True
+    sc.save()
+    warned: list[str] = []
+    back = StatCache(str(tmp_path), str(db), warned.append)
+    assert not warned
+    assert back.entries._over == {"remote.o": want["remote.o"], "huge-ino": want["huge-ino"], "short": want["short"]}
+    assert len(back.entries) == 5 and set(back.entries) == set(want)
+    assert back.entries["plain.txt"] == want["plain.txt"]
+    assert "old\nname \udcff.c" in back.entries and dict(back.entries) == want
+    assert "missing" not in back.entries and back.entries.get("missing") is None
+    back.entries.pop("plain.txt")
+    assert "plain.txt" not in back.entries and len(back.entries) == 4
+
+
+def test_stat_cache_written_in_the_other_byte_order_is_read(tmp_path: Path) -> None:
+    """A cache copied from a machine of the other byte order: its columns are swapped."""
+    from array import array
+
+    f = tmp_path / "f"
+    f.write_text("f")
+    db = tmp_path / "stat-cache"
+    sc = StatCache(str(tmp_path), str(db), lambda m: None)
+    sc.digest("f")
+    sc.save()
+    entries, _ = digest_mod._decode_map(db.read_bytes(), len(digest_mod.HEADER))
+    other = "big" if sys.byteorder == "little" else "little"
+    meta = json.dumps({"n": 1, "paths": 2, "order": other}, separators=(",", ":")).encode()
+    cols = []
+    for code, v in zip(digest_mod.COLUMNS, entries["f"][:5], strict=True):
+        col = array(code, [v])
+        col.byteswap()
+        cols.append(col.tobytes())
+    db.write_bytes(digest_mod.HEADER.encode() + meta + b"\n" + b"f\0" + b"".join(cols)
+                   + bytes.fromhex(entries["f"][5]) + b"\n")
+    warned: list[str] = []
+    assert dict(StatCache(str(tmp_path), str(db), warned.append).entries) == {"f": entries["f"]} and not warned
+
+
+def test_truncated_stat_cache_map_is_discarded_with_a_warning(tmp_path: Path) -> None:
+    for name in "ab":
+        (tmp_path / name).write_text(name)
+    db = tmp_path / "stat-cache"
+    sc = StatCache(str(tmp_path), str(db), lambda m: None)
+    sc.digest("a")
+    sc.digest("b")
+    sc.save()
+    whole = db.read_bytes()
+    for cut in (len(whole) - 1, len(whole) - 40, len(digest_mod.HEADER) + 10):
+        db.write_bytes(whole[:cut])
+        warned: list[str] = []
+        assert len(StatCache(str(tmp_path), str(db), warned.append).entries) == 0
+        assert warned and "corrupt" in warned[0]
