@@ -8,8 +8,9 @@ Generates the workload (bench/workloads.py) once, then for each round runs Ninja
 interpreter's ``buildtool build`` (the console script beside the interpreter, else
 ``python -m buildtool``), in an order rotated each round, after a ``sync``: from an empty
 cache and state, or with ``:change`` after editing the source of the "one source changed"
-scenario (every tool built once beforehand, untimed).  Prints each variant's median wall
-and CPU time (user+sys, its commands included) and the ratio to Ninja's median wall time.
+scenario (every tool built once beforehand, untimed); each variant has its own workspace
+and cache.  Prints each variant's median wall and CPU time (user+sys, its commands
+included) and the ratio to Ninja's median wall time.
 For a before/after check of one change with less noise than a whole ``run.py`` scenario:
 more rounds, nothing else in between.
 """
@@ -42,15 +43,17 @@ def main(argv: list[str]) -> int:
     ninja, bt = ALL_TOOLS["ninja"](), ALL_TOOLS["buildtool"]()
     base = Path(tempfile.mkdtemp(prefix="buildtool-ab-"))
     try:
-        spaces = sc.make_workspaces(workload, [ninja, bt], base)
         variants = [("ninja", ninja, None)] + [(f"buildtool[{i}]", bt, py) for i, py in enumerate(pythons)]
+        # A workspace (and cache) per variant: installs of different versions must not read
+        # each other's state files (a format change would cost one of them a rehash).
+        spaces = {name: sc.make_workspaces(workload, [tool], base / name)[tool.name] for name, tool, _ in variants}
         walls: dict[str, list[float]] = {name: [] for name, _, _ in variants}
         cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}  # user+sys, with the commands
         edits = iter(range(1_000_000))
         for r in range(-1 if source else 0, rounds):  # round -1: the untimed first builds
             k = max(r, 0) % len(variants)  # rotated each round: no variant always follows the same one
             for name, tool, py in variants[k:] + variants[:k]:
-                ws = spaces[tool.name]
+                ws = spaces[name]
                 if source is None:
                     sc.clear_outputs(ws)
                     tool.reset_state(ws)
