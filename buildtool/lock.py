@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
 
 from buildtool.errors import BuildtoolError
+
+TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class LockBusy(BuildtoolError):

@@ -27,20 +27,23 @@ trouble with the child and the parent stats that half itself).
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import sys
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
 
 from buildtool.atomic import write_atomic
 
 TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotations are strings here
+    from collections.abc import Container, Iterable, Mapping, Sequence
     from typing import Any, NoReturn
 
-FORMAT_VERSION = 5  # v5: directory listings fingerprinted with BLAKE3, not BLAKE2b (hashlib: ~5 ms of import)
+    Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
+
+FORMAT_VERSION = 6  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op)
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
+MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 GRAPH_HEADER = b"# buildtool graph v3\n"  # v3: Graph is a plain slotted class, no longer a dataclass
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
@@ -103,7 +106,6 @@ def invalidate(state_dir: str) -> None:
 
 
 RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
-Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
 
 def _sigs(
@@ -216,10 +218,10 @@ def write(
 
         if keep is None:
             write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
-        text = HEADER + json.dumps(body, separators=(",", ":"), ensure_ascii=False) + "\n"
+        raw = marshal.dumps(body, MARSHAL_VERSION)
         packed = b"".join(c.tobytes() for c in cols)
-        write_atomic(_path(state_dir), text.encode("utf-8", "surrogateescape") + packed)
-    except (OSError, pickle.PicklingError):
+        write_atomic(_path(state_dir), HEADER.encode() + b"%d\n" % len(raw) + raw + packed)
+    except (OSError, ValueError, pickle.PicklingError):
         return False
     return True
 
@@ -236,7 +238,7 @@ def _row(s: list[int] | None) -> list[int]:
 
 def _columns(sigs: list[list[int] | None]) -> list[Any]:
     """The stat columns of ``srcs`` + ``outs``: all sizes, then all mtimes, inodes, ctimes
-    (``array('q')``, written in native byte order): loaded with one ``frombytes``."""
+    (``array('q')``, written in native byte order): read back as one ``memoryview`` cast."""
     from array import array
 
     cols = [array("q"), array("q"), array("q"), array("q")]
@@ -317,7 +319,8 @@ def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outs: list[str]) -
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
     """The paths (of ``files``) whose stat data differs."""
     paths = list(sigs)
-    cols = _columns(list(sigs.values()))
+    rows = [_row(s) for s in sigs.values()]  # as lists, not _columns' arrays: array imports collections.abc
+    cols = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
     return [paths[k] for k in _differs_cols(root, paths, cols, 0, len(paths))]
 
 
@@ -436,9 +439,7 @@ def _child(
 
 def _report(w: int, found: list[int]) -> None:
     """Write the child's answer: the positions, their count and ``_DONE``, as int64."""
-    from array import array
-
-    data = memoryview(array("q", [*found, len(found), _DONE]).tobytes())
+    data = memoryview(b"".join(v.to_bytes(8, sys.byteorder, signed=True) for v in [*found, len(found), _DONE]))
     while data:
         data = data[os.write(w, data) :]
 
@@ -463,10 +464,7 @@ def _decode(data: bytes, mid: int, n: int) -> list[int] | None:
     """The positions in a complete report of the child, or None."""
     if len(data) % 8 or len(data) < 16:
         return None
-    from array import array
-
-    got = array("q")
-    got.frombytes(data)
+    got = memoryview(data).cast("q")
     found = got[:-2].tolist()
     if got[-1] != _DONE or got[-2] != len(found) or found != sorted(set(found)):
         return None
@@ -495,23 +493,26 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
                 return None  # another buildtool version's snapshot: just take the full path
             raise ValueError("header")
         nl = data.index(b"\n", len(HEADER))
-        body = json.loads(data[len(HEADER) : nl].decode("utf-8", "surrogateescape"))
-        from array import array
-
-        packed = array("q")
-        packed.frombytes(data[nl + 1 :])
+        end = nl + 1 + int(data[len(HEADER) : nl])
+        body = marshal.loads(data[nl + 1 : end])
+        if not isinstance(body, dict):
+            raise ValueError("body")
+        tail = memoryview(data)[end:]  # not array: importing it imports collections.abc (~2 ms)
+        if len(tail) % 8:
+            raise ValueError("length")
+        packed = tail.cast("q")
         m = len(body["srcs"]) + len(body["outs"])
         if len(packed) != 4 * m:
             raise ValueError("length")
         body["_cols"] = [packed[i * m : (i + 1) * m] for i in range(4)]
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
         why = e.strerror if isinstance(e, OSError) else "damaged or of another version"
         print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
         return None
     try:
-        if body["request"] != json.loads(json.dumps(request)):
+        if body["request"] != request:  # marshal keeps lists lists, as request_of makes them
             return None
         env = body["env"]
         names = [k for k in env if not k.startswith(ENV_PREFIXES)]

@@ -6,7 +6,6 @@ Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
 
 from __future__ import annotations
 
-import fnmatch
 import os
 
 from buildtool.errors import UserError
@@ -38,7 +37,11 @@ class Workspace:
     def is_ignored(self, rel: str) -> bool:
         """True if the workspace-relative path is listed in .buildtoolignore."""
         for pat in self.ignore_patterns:
-            if rel == pat or rel.startswith(pat + "/") or fnmatch.fnmatchcase(rel, pat):
+            if rel == pat or rel.startswith(pat + "/"):
+                return True
+            import fnmatch  # here: fnmatch imports re, ~4 ms of the no-op path, which never asks
+
+            if fnmatch.fnmatchcase(rel, pat):
                 return True
         return False
 
