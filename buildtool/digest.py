@@ -176,10 +176,12 @@ class StatEntries(MutableMapping):  # type: ignore[type-arg]
         i = self._index.get(rel)
         if i is None:
             return default
-        size, mtime, ino, ctime, hashed = self._cols
-        at = i * DIGEST_BYTES
-        e = over[rel] = [size[i], mtime[i], ino[i], ctime[i], hashed[i], self._digests[at : at + DIGEST_BYTES].hex()]
+        e = over[rel] = self._row(i)
         return e
+
+    def _row(self, i: int) -> Entry:
+        at = i * DIGEST_BYTES
+        return [c[i] for c in self._cols] + [self._digests[at : at + DIGEST_BYTES].hex()]
 
     def __getitem__(self, rel: str) -> Entry:
         e = self.get(rel)
@@ -228,11 +230,10 @@ class StatEntries(MutableMapping):  # type: ignore[type-arg]
 
     def rows(self) -> Iterator[tuple[str, Entry]]:
         """Every entry, without keeping those built from the columns (for a rewrite)."""
-        over, cols, digests = self._over, self._cols, self._digests
+        over = self._over
         for rel, i in self._index.items():
             if rel not in over:
-                at = i * DIGEST_BYTES
-                yield rel, [c[i] for c in cols] + [digests[at : at + DIGEST_BYTES].hex()]
+                yield rel, self._row(i)
         for rel, e in over.items():
             if e is not None:
                 yield rel, e
@@ -251,17 +252,12 @@ def _encode_map(entries: StatEntries) -> bytes:
         else:
             odd[rel] = e
     try:
-        cols = [array(code, [e[k] for e in rows]) for k, code in enumerate(COLUMNS)]
-        digests = bytes.fromhex("".join([e[5] for e in rows]))
-        if len(digests) != DIGEST_BYTES * len(rows):
-            raise ValueError
+        cols, digests = _pack(rows)
     except (OverflowError, TypeError, ValueError):  # one bad row: sort them out one by one
         packable = [_packable(e) for e in rows]
         odd.update((rel, e) for rel, e, ok in zip(names, rows, packable, strict=True) if not ok)
         names = [rel for rel, ok in zip(names, packable, strict=True) if ok]
-        rows = [e for e, ok in zip(rows, packable, strict=True) if ok]
-        cols = [array(code, [e[k] for e in rows]) for k, code in enumerate(COLUMNS)]
-        digests = bytes.fromhex("".join([e[5] for e in rows]))
+        cols, digests = _pack([e for e, ok in zip(rows, packable, strict=True) if ok])
     paths = "".join([rel + "\0" for rel in names]).encode("utf-8", "surrogatepass")
     meta = json.dumps({"n": len(names), "paths": len(paths), "order": sys.byteorder}, separators=(",", ":"))
     parts = [HEADER.encode(), meta.encode(), b"\n", paths, *(c.tobytes() for c in cols), digests, b"\n"]
@@ -270,11 +266,20 @@ def _encode_map(entries: StatEntries) -> bytes:
     return b"".join(parts)
 
 
+def _pack(rows: list[Entry]) -> tuple[list[array], bytes]:  # type: ignore[type-arg]
+    """The columns and the digest bytes of ``rows``; OverflowError, TypeError or ValueError
+    if one of them does not fit."""
+    cols = [array(code, [e[k] for e in rows]) for k, code in enumerate(COLUMNS)]
+    digests = bytes.fromhex("".join([e[5] for e in rows]))
+    if len(digests) != DIGEST_BYTES * len(rows):
+        raise ValueError("a digest of another length")
+    return cols, digests
+
+
 def _packable(e: Entry) -> bool:
     try:
-        for k, code in enumerate(COLUMNS):
-            array(code, [e[k]])
-        return len(bytes.fromhex(e[5])) == DIGEST_BYTES
+        _pack([e])
+        return True
     except (OverflowError, TypeError, ValueError):
         return False
 
@@ -359,7 +364,7 @@ class StatCache:
                 if not isinstance(mapped, dict):
                     raise ValueError
                 entries = StatEntries()
-                entries._over.update(mapped)
+                entries.update(mapped)
             else:
                 entries, at = _decode_map(data, nl + 1)
                 journal = data[at:].split(b"\n")
