@@ -219,7 +219,9 @@ def write(
         if keep is None:
             write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
         raw = marshal.dumps(body, MARSHAL_VERSION)
-        packed = b"".join(c.tobytes() for c in cols)
+        from array import array
+
+        packed = b"".join(array("q", c).tobytes() for c in cols)
         write_atomic(_path(state_dir), HEADER.encode() + b"%d\n" % len(raw) + raw + packed)
     except (OSError, ValueError, pickle.PicklingError):
         return False
@@ -236,12 +238,11 @@ def _row(s: list[int] | None) -> list[int]:
     return s if len(s) == 4 else [-1, 0, 0, 0]
 
 
-def _columns(sigs: list[list[int] | None]) -> list[Any]:
-    """The stat columns of ``srcs`` + ``outs``: all sizes, then all mtimes, inodes, ctimes
-    (``array('q')``, written in native byte order): read back as one ``memoryview`` cast."""
-    from array import array
-
-    cols = [array("q"), array("q"), array("q"), array("q")]
+def _columns(sigs: list[list[int] | None]) -> list[list[int]]:
+    """The stat columns of ``sigs``: all sizes, then all mtimes, inodes, ctimes.  Plain
+    lists (``array`` imports collections.abc, which the no-op path does without); written
+    as int64 in native byte order and read back as one ``memoryview`` cast."""
+    cols: list[list[int]] = [[], [], [], []]
     for s in sigs:
         for c, v in zip(cols, _row(s), strict=True):
             c.append(v)
@@ -319,8 +320,7 @@ def _dirs_differ(root: str, dirs: Mapping[str, list[object]], outs: list[str]) -
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
     """The paths (of ``files``) whose stat data differs."""
     paths = list(sigs)
-    rows = [_row(s) for s in sigs.values()]  # as lists, not _columns' arrays: array imports collections.abc
-    cols = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
+    cols = _columns(list(sigs.values()))
     return [paths[k] for k in _differs_cols(root, paths, cols, 0, len(paths))]
 
 
