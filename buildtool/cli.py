@@ -75,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     from buildtool.cachecmd import add_parser as add_cache_parser
 
     add_cache_parser(sub)
+    from buildtool.monitorcmd import add_parser as add_monitor_parser
+
+    add_monitor_parser(sub)
     from buildtool.runcmd import add_parser as add_run_parser
 
     add_run_parser(sub)
@@ -196,6 +199,10 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         from buildtool.cachecmd import run_command as run_cache_command
 
         return run_cache_command(args)
+    if args.command == "monitor":
+        from buildtool.monitorcmd import run_command as run_monitor_command
+
+        return run_monitor_command(args)
     if args.command == "worker":
         from buildtool.remote.workercmd import run_command as run_worker_command
 

@@ -22,7 +22,11 @@ directory that came from elsewhere is never unpickled.  Spec: docs/formats.md#no
 
 Statting is the whole cost of a large no-op, so from ``SPLIT_MIN`` paths on a forked child
 stats half of them on the other core (only while the process has a single thread; any
-trouble with the child and the parent stats that half itself).
+trouble with the child and the parent stats that half itself).  When the workspace's file
+monitor runs (monitor.py), a full check that found nothing changed leaves
+``.buildtool/noop-clock``: the monitor's position before that check, the request, the
+environment and the few paths the monitor cannot see.  While the monitor then answers
+"nothing changed since", a no-op stats only those (``_by_monitor``): constant time.
 """
 
 from __future__ import annotations
@@ -95,14 +99,15 @@ def env_view(names: Iterable[str]) -> dict[str, str | None]:
 
 
 def invalidate(state_dir: str) -> None:
-    try:
-        os.unlink(_path(state_dir))
-    except IsADirectoryError:  # damaged state: remove it, or no snapshot could ever be written
-        import shutil
+    for path in (_path(state_dir), _clock_path(state_dir)):
+        try:
+            os.unlink(path)
+        except IsADirectoryError:  # damaged state: remove it, or no snapshot could ever be written
+            import shutil
 
-        shutil.rmtree(_path(state_dir), ignore_errors=True)
-    except OSError:
-        pass
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
@@ -533,6 +538,79 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         return None
 
 
+CLOCK_HEADER = b"# buildtool noop-clock v1\n"
+
+
+def _clock_path(state_dir: str) -> str:
+    return os.path.join(state_dir, "noop-clock")
+
+
+def _snapshot_id(state_dir: str) -> list[int] | None:
+    """Which snapshot file a clock vouches for (it is only ever replaced by a rename)."""
+    try:
+        st = os.stat(_path(state_dir))
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _unwatched(rel: str) -> bool:
+    """Whether the file monitor cannot see ``rel``: absolute, out of the root, or state."""
+    return rel.startswith(("/", "../", ".buildtool/")) or rel == ".."
+
+
+def _write_clock(state_dir: str, answer: Any, verdict: Verdict) -> None:
+    """Record that the snapshot held, with nothing changed, at the monitor's (token,
+    generation) ``answer`` taken before the stat pass; with the request, the environment
+    and the stat data of the paths the monitor cannot see, which are still checked."""
+    body = verdict.body
+    files = {p: s for p, s in body["files"].items() if _unwatched(p)}
+    cols = body["_cols"]
+    for k, p in enumerate(body["srcs"] + body["outs"]):
+        if _unwatched(p):
+            row = [c[k] for c in cols]
+            files[p] = None if row[0] == MISSING else row
+    clock = {"token": answer.token, "gen": answer.gen, "snapshot": _snapshot_id(state_dir),
+             "request": body["request"], "env": body["env"], "targets": body["targets"], "files": files,
+             "dirs": {d: s for d, s in body["dirs"].items() if _unwatched(d)},
+             "outs": [p for p in body["outs"] if _unwatched(p)]}
+    try:
+        write_atomic(_clock_path(state_dir), CLOCK_HEADER + marshal.dumps(clock, MARSHAL_VERSION))
+    except (OSError, ValueError):
+        pass  # only the next no-op's speed depends on it
+
+
+def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tuple[Verdict | None, Any]:
+    """(a no-op verdict, the monitor's answer) when the workspace's file monitor says that
+    nothing changed since the clock the last full no-op check left; (None, answer) when a
+    full check is needed (answer None: no monitor runs).  Spec: docs/monitor.md"""
+    from buildtool import monitor
+
+    clock: Any = None
+    try:
+        with open(_clock_path(state_dir), "rb") as f:
+            data = f.read()
+        if data.startswith(CLOCK_HEADER):
+            clock = marshal.loads(data[len(CLOCK_HEADER) :])
+    except (OSError, EOFError, ValueError, TypeError):
+        clock = None
+    ok = isinstance(clock, dict)
+    answer = monitor.since(state_dir, root, clock.get("token", "-") if ok else "-",
+                           clock.get("gen", -1) if ok and isinstance(clock.get("gen"), int) else -1)
+    if answer is None or answer.changed or not ok:
+        return None, answer
+    try:
+        if clock["snapshot"] != _snapshot_id(state_dir) or clock["request"] != request:
+            return None, answer
+        env = clock["env"]
+        names = [k for k in env if not k.startswith(ENV_PREFIXES)]
+        if env_view(names) != env or _differs(root, clock["files"]) or _dirs_differ(root, clock["dirs"], clock["outs"]):
+            return None, answer
+        return Verdict(int(clock["targets"]), [], [], [], names, {}), answer
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None, answer
+
+
 def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[str]) -> dict[str, object]:
     from buildtool import __version__
 
@@ -561,7 +639,12 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
     except Exception:
         return None  # busy: the full path waits with a message
     try:
-        n = check(ws.state_dir, ws.root, request_of(mode, patterns, ws.cwd_pkg_dir, action_env))
+        request = request_of(mode, patterns, ws.cwd_pkg_dir, action_env)
+        n, answer = _by_monitor(ws.state_dir, ws.root, request)
+        if n is None:
+            n = check(ws.state_dir, ws.root, request)
+            if answer is not None and n is not None and not n.changed:
+                _write_clock(ws.state_dir, answer, n)
     except BaseException:
         lock.release()
         raise

@@ -1,0 +1,435 @@
+"""File monitor: an optional per-workspace daemon that tells a no-op check whether anything
+under the workspace changed since a given point, so that check need not stat every file.
+
+``buildtool monitor start`` runs it in the background (``stop``, ``status``).  It watches
+every directory of the workspace with inotify (``.buildtool/`` excepted) and counts the
+events: the count is the *generation*.  A client asks ``since TOKEN GEN``; the monitor
+first *syncs* (creates a cookie file in ``.buildtool/`` and reads events until the
+cookie's own event arrives: inotify queues events in order, so every change made before
+the question was asked has been counted), then answers its token, the current generation
+and whether anything changed since ``GEN`` (a token from another monitor run always
+counts as changed).  The no-op check (noop.py) stores the token and generation it took
+*before* a full stat pass that found nothing changed; while later answers say "unchanged",
+a no-op costs one round trip instead of one stat per file.
+
+What the monitor cannot see makes it answer "changed" (the caller then stats as without
+it): a symbolic link in the workspace that leads outside it (or nowhere), and events it
+lost (a queue overflow: every directory is watched again, and the generation moves).
+Changes it cannot see at all: files written through a shared ``mmap`` (no inotify event)
+and changes made by another machine on a network filesystem.  docs/monitor.md has the
+whole contract; the wire format is in docs/formats.md#file-monitor.
+
+Linux only (inotify, through ctypes: watchdog hides queue overflows and holds some events
+back, and the sync needs every event in kernel order on one thread).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SOCKET = "monitor.sock"
+LOG = "monitor.log"
+COOKIE = "monitor-cookie."
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
+IDLE_EXIT_S = 3 * 3600.0  # a monitor nobody asked for this long exits (like Bazel's server)
+SYNC_TIMEOUT_S = 5.0
+PROTOCOL = 1
+
+
+def socket_path(state_dir: str) -> str:
+    return os.path.join(state_dir, SOCKET)
+
+
+def _ask(state_dir: str, line: str, timeout: float = SYNC_TIMEOUT_S + 1) -> str | None:
+    """Send one request line, return the answer line; None if no monitor answers.
+    ``_socket``, not ``socket``: the no-op path does without ``enum``."""
+    import _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(socket_path(state_dir))
+        s.sendall(line.encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        return data.decode("utf-8", "surrogateescape").rstrip("\n")
+    except (OSError, UnicodeError):
+        return None
+    finally:
+        s.close()
+
+
+class Answer:
+    """The monitor's answer to ``since``: its token, the generation after the sync, and
+    whether anything changed since the generation asked about."""
+
+    __slots__ = ("changed", "gen", "token")
+
+    def __init__(self, token: str, gen: int, changed: bool) -> None:
+        self.token = token
+        self.gen = gen
+        self.changed = changed
+
+
+def since(state_dir: str, root: str, token: str, gen: int) -> Answer | None:
+    """Ask the workspace's monitor what changed since (token, gen); None without one."""
+    got = _ask(state_dir, f"since {token} {gen}")
+    if got is None:
+        return None
+    parts = got.split(" ", 4)
+    if len(parts) != 5 or parts[0] != "ok" or parts[3] not in ("0", "1") or parts[4] != root:
+        return None  # a monitor of another root (a copied .buildtool) or another protocol
+    try:
+        return Answer(parts[1], int(parts[2]), parts[3] == "1")
+    except ValueError:
+        return None
+
+
+def status(state_dir: str) -> dict[str, object] | None:
+    got = _ask(state_dir, "status", 2.0)
+    if got is None:
+        return None
+    import json
+
+    try:
+        info = json.loads(got)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def stop(state_dir: str) -> bool:
+    """Ask the monitor to exit; True if one was running."""
+    return _ask(state_dir, "stop", 2.0) == "stopping"
+
+
+def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[str, object]:
+    """Start the monitor for ``root`` in the background and wait until it answers; its
+    status.  Raises UserError when it cannot run here, with the reason."""
+    import subprocess
+    import time
+
+    from buildtool.errors import UserError
+
+    info = status(state_dir)
+    if info is not None:
+        info["already"] = True
+        return info
+    if not sys.platform.startswith("linux"):
+        raise UserError(f"the file monitor needs Linux inotify; this is {sys.platform}")
+    if len(socket_path(state_dir).encode()) > MAX_SOCKET_PATH:
+        raise UserError(f"the monitor's socket path {socket_path(state_dir)} is longer than the "
+                        f"{MAX_SOCKET_PATH} bytes a Unix socket allows; move the workspace to a shorter path")
+    os.makedirs(state_dir, exist_ok=True)
+    log = os.path.join(state_dir, LOG)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "buildtool.monitor", root, str(idle_exit_s)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            cwd="/",  # holds no directory busy, and ``-m`` puts no user directory on sys.path
+        )
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise UserError(f"the file monitor exited at start ({_tail(log)}); log: {log}")
+        info = status(state_dir)
+        if info is not None:
+            return info
+        time.sleep(0.02)
+    proc.kill()
+    raise UserError(f"the file monitor did not answer within 60 s; log: {log}")
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no message"
+
+
+# ---------------------------------------------------------------- the daemon
+
+IN_MODIFY = 0x2
+IN_ATTRIB = 0x4
+IN_CLOSE_WRITE = 0x8
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_UNMOUNT = 0x2000
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x1000000
+IN_DONT_FOLLOW = 0x2000000
+IN_ISDIR = 0x40000000
+WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+              | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
+GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
+
+
+class Exit(Exception):
+    """The monitor must stop (asked to, idle, or its workspace went away)."""
+
+
+class Monitor:
+    """The daemon's state: the inotify descriptor, the watched directories and the count."""
+
+    def __init__(self, root: str, state_dir: str) -> None:
+        import ctypes
+        import secrets
+
+        self.root = root
+        self.state_dir = state_dir
+        self.token = secrets.token_hex(8)
+        self.gen = 0
+        self.unsure = ""  # why "unchanged" cannot be vouched for ("" when it can)
+        self.overflows = 0
+        self.cookies = 0
+        self.vouched = 0  # "unchanged" answers given
+        self.seen_cookie = ""
+        self.dirs: dict[int, str] = {}  # watch descriptor -> directory (absolute)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._ctypes = ctypes
+        fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1: " + os.strerror(ctypes.get_errno()))
+        self.fd = fd
+        self.state_wd = self._watch(state_dir)
+        self.root_wd = -1
+        self.add_tree(root)
+        self.root_wd = next(wd for wd, d in self.dirs.items() if d == root)
+
+    def _watch(self, path: str) -> int:
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
+        if wd < 0:
+            err = self._ctypes.get_errno()
+            raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}")
+        self.dirs[wd] = path
+        return wd
+
+    def add_tree(self, top: str) -> None:
+        """Watch ``top`` and every directory below it (the watch first, then the listing:
+        a directory created in between is reported by the watch or found by the listing)."""
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            if d == self.state_dir:
+                continue
+            try:
+                self._watch(d)
+            except OSError as e:
+                if d == top == self.root or e.errno in (28, 24, 12):  # ENOSPC, EMFILE, ENOMEM: the limits
+                    raise
+                continue  # gone already (its deletion is an event) or unreadable
+            try:
+                with os.scandir(d) as it:
+                    for e in it:
+                        if e.is_symlink():
+                            self._check_link(e.path)
+                        elif e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+            except OSError:
+                continue
+
+    def _check_link(self, path: str) -> None:
+        real = os.path.realpath(path)
+        if not (real == self.root or real.startswith(self.root + os.sep)) or not os.path.exists(real):
+            self.unsure = f"{os.path.relpath(path, self.root)} is a symbolic link out of the workspace (or dangling)"
+
+    def read_events(self) -> None:
+        """Read and count every queued event."""
+        while True:
+            try:
+                buf = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            i = 0
+            while i + 16 <= len(buf):
+                wd = int.from_bytes(buf[i : i + 4], sys.byteorder, signed=True)
+                mask = int.from_bytes(buf[i + 4 : i + 8], sys.byteorder)
+                n = int.from_bytes(buf[i + 12 : i + 16], sys.byteorder)
+                name = os.fsdecode(buf[i + 16 : i + 16 + n].rstrip(b"\0"))
+                i += 16 + n
+                self._event(wd, mask, name)
+
+    def _event(self, wd: int, mask: int, name: str) -> None:
+        if mask & IN_Q_OVERFLOW:  # events were lost: count that, and watch every directory again
+            self.gen += 1
+            self.overflows += 1
+            self.add_tree(self.root)
+            return
+        if wd == self.state_wd:
+            if mask & GONE:
+                raise Exit("the state directory went away")
+            if name.startswith(COOKIE):
+                self.seen_cookie = name
+            return
+        d = self.dirs.get(wd)
+        if d is None:
+            return
+        if mask & IN_IGNORED:
+            del self.dirs[wd]
+        if wd == self.root_wd and mask & GONE:
+            raise Exit("the workspace root went away")
+        if wd == self.root_wd and name == ".buildtool":
+            if mask & (IN_DELETE | IN_MOVED_FROM):
+                raise Exit("the state directory went away")
+            return
+        self.gen += 1
+        if name and mask & (IN_CREATE | IN_MOVED_TO):
+            path = os.path.join(d, name)
+            if mask & IN_ISDIR:
+                self.add_tree(path)
+            elif os.path.islink(path):
+                self._check_link(path)
+
+    def sync(self, select_mod: object) -> bool:
+        """Make sure every change made before now has been counted (see the module doc)."""
+        import time
+
+        self.cookies += 1
+        name = f"{COOKIE}{os.getpid()}.{self.cookies}"
+        path = os.path.join(self.state_dir, name)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        except OSError:
+            return False
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        try:
+            poller = select_mod.poll()  # type: ignore[attr-defined]
+            poller.register(self.fd, 1)
+            while self.seen_cookie != name:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if poller.poll(left * 1000):
+                    self.read_events()
+            return True
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def status(self) -> dict[str, object]:
+        return {"pid": os.getpid(), "root": self.root, "token": self.token, "generation": self.gen,
+                "directories": len(self.dirs), "overflows": self.overflows, "unsure": self.unsure,
+                "vouched": self.vouched, "protocol": PROTOCOL}
+
+    def answer(self, line: str, select_mod: object) -> str:
+        parts = line.split(" ")
+        if parts == ["status"]:
+            import json
+
+            return json.dumps(self.status())
+        if parts == ["stop"]:
+            raise Exit("stopping")
+        if len(parts) == 3 and parts[0] == "since":
+            synced = self.sync(select_mod)
+            try:
+                same = parts[1] == self.token and int(parts[2]) == self.gen
+            except ValueError:
+                same = False
+            unchanged = synced and same and not self.unsure
+            self.vouched += unchanged
+            return f"ok {self.token} {self.gen} {0 if unchanged else 1} {self.root}"
+        return "error unknown request"
+
+
+def serve(root: str, idle_exit_s: float) -> int:
+    """The daemon's main loop (``python -m buildtool.monitor ROOT [IDLE_S]``)."""
+    import select
+    import signal
+    import socket
+    import time
+
+    state_dir = os.path.join(root, ".buildtool")
+
+    def _term(_sig: int, _frame: object) -> None:
+        raise Exit("terminated")
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    path = socket_path(state_dir)
+    try:
+        mon = Monitor(root, state_dir)
+    except OSError as e:
+        hint = " (raise /proc/sys/fs/inotify/max_user_watches)" if e.errno == 28 else ""
+        print(f"buildtool monitor: cannot watch {root}: {e.strerror or e}{hint}", file=sys.stderr, flush=True)
+        return 2
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path)  # a stale socket of a monitor that died (start checked none answers)
+    except OSError:
+        pass
+    old = os.umask(0o177)
+    try:
+        srv.bind(path)
+    finally:
+        os.umask(old)
+    srv.listen(16)
+    print(f"buildtool monitor: pid {os.getpid()} watching {len(mon.dirs)} directories of {root}",
+          file=sys.stderr, flush=True)
+    poller = select.poll()
+    poller.register(mon.fd, select.POLLIN)
+    poller.register(srv.fileno(), select.POLLIN)
+    last = time.monotonic()
+    why = "?"
+    try:
+        while True:
+            left = idle_exit_s - (time.monotonic() - last)
+            if left <= 0:
+                raise Exit(f"idle for {idle_exit_s:.0f} s")
+            for fd, _ev in poller.poll(min(left, 3600.0) * 1000):
+                if fd == mon.fd:
+                    mon.read_events()
+                    continue
+                conn, _ = srv.accept()
+                last = time.monotonic()
+                with conn:
+                    conn.settimeout(2.0)
+                    try:
+                        line = _read_line(conn)
+                        if line is None:
+                            continue
+                        try:
+                            reply = mon.answer(line, select)
+                        except Exit:
+                            conn.sendall(b"stopping\n")
+                            raise
+                        conn.sendall(reply.encode("utf-8", "surrogateescape") + b"\n")
+                    except OSError:
+                        continue
+    except Exit as e:
+        why = str(e)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        srv.close()
+    print(f"buildtool monitor: exiting: {why}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _read_line(conn: object) -> str | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(4096)  # type: ignore[attr-defined]
+        if not chunk or len(data) > 65536:
+            return None
+        data += chunk
+    return data.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(serve(os.path.realpath(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_EXIT_S))

@@ -1,0 +1,46 @@
+"""Monitor command: ``buildtool monitor start|stop|status`` (parsing and printing only;
+the daemon and its protocol are in monitor.py, the contract in docs/monitor.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from buildtool.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    m = sub.add_parser("monitor", help="a background file monitor that makes no-op builds constant-time "
+                       "(docs/monitor.md)")
+    msub = m.add_subparsers(dest="monitor_command", metavar="ACTION", required=True)
+    s = msub.add_parser("start", help="start this workspace's file monitor (no-op if one runs)")
+    s.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                   help="exit after this long without a request (default 10800: 3 hours)")
+    msub.add_parser("stop", help="stop this workspace's file monitor")
+    msub.add_parser("status", help="whether a file monitor runs here, and what it watches")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from buildtool import monitor
+    from buildtool.workspace import find_workspace
+
+    ws = find_workspace(args.directory)
+    if args.monitor_command == "start":
+        idle = monitor.IDLE_EXIT_S if args.idle_exit is None else args.idle_exit
+        if idle <= 0:
+            raise UserError(f"--idle-exit must be a positive number of seconds (got {args.idle_exit})")
+        info = monitor.start(ws.root, ws.state_dir, idle)
+        verb = "already running" if info.get("already") else "started"
+        print(f"monitor {verb}: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
+        return 0
+    if args.monitor_command == "stop":
+        print("monitor stopped" if monitor.stop(ws.state_dir) else "no monitor was running")
+        return 0
+    info = monitor.status(ws.state_dir)
+    if info is None:
+        print(f"no monitor runs for {ws.root}")
+        return 3
+    print(f"monitor: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
+    print(f"  generation {info['generation']} (events counted), {info['overflows']} queue overflows")
+    if info.get("unsure"):
+        print(f"  every no-op is checked by stat: {info['unsure']}")
+    return 0

@@ -1,0 +1,207 @@
+"""The file monitor: a no-op it vouches for skips the stats, and every kind of change it
+can see still makes the next build a real one.  Real daemons, real inotify, real files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from buildtool import monitor
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the monitor needs inotify")
+
+
+def bt(ws: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(cache))
+    return subprocess.run(["buildtool", "-C", str(ws), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Path]:
+    w = tmp_path / "ws"
+    (w / "src").mkdir(parents=True)
+    (w / "buildtool.toml").write_text("")
+    (w / "src" / "a.txt").write_text("a\n")
+    (w / "src" / "b.in").write_text("b\n")
+    (w / "BUILD.py").write_text(
+        'genrule(name="up", srcs=["src/a.txt"], outs=["up.txt"], cmd="tr a-z A-Z < $< > $@")\n'
+        'genrule(name="g", srcs=glob(["src/**/*.in"]), outs=["g.txt"], cmd="cat $(SRCS) /dev/null > $@")\n'
+    )
+    yield w
+    monitor.stop(str(w / ".buildtool"))
+
+
+def vouched(ws: Path) -> int:
+    info = monitor.status(str(ws / ".buildtool"))
+    assert info is not None, "the monitor is not running"
+    return int(info["vouched"])  # type: ignore[call-overload]
+
+
+def armed(ws: Path, cache: Path) -> None:
+    """Build, start the monitor, and build until a no-op is vouched for by it."""
+    assert bt(ws, cache, "build").returncode == 0
+    time.sleep(0.1)  # past the racy window of the outputs: the next build leaves a snapshot
+    assert bt(ws, cache, "build").returncode == 0
+    r = bt(ws, cache, "monitor", "start", "--idle-exit", "120")
+    assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
+    before = vouched(ws)
+    for _ in range(3):
+        r = bt(ws, cache, "build")
+        assert "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    assert vouched(ws) > before, "the no-op never went through the monitor"
+
+
+def rebuilt(ws: Path, cache: Path) -> str:
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(nothing changed)" not in r.stdout, "a change under the monitor went unnoticed"
+    return r.stdout
+
+
+def test_start_status_stop(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    r = bt(ws, cache, "monitor", "status")
+    assert r.returncode == 3 and "no monitor runs" in r.stdout
+    r = bt(ws, cache, "monitor", "start", "--idle-exit", "120")
+    assert r.returncode == 0 and "monitor started" in r.stdout, r.stderr
+    assert "already running" in bt(ws, cache, "monitor", "start").stdout
+    r = bt(ws, cache, "monitor", "status")
+    assert r.returncode == 0 and str(ws) in r.stdout
+    assert bt(ws, cache, "monitor", "stop").stdout.strip() == "monitor stopped"
+    assert bt(ws, cache, "monitor", "status").returncode == 3
+    assert bt(ws, cache, "monitor", "stop").stdout.strip() == "no monitor was running"
+    assert not (ws / ".buildtool" / monitor.SOCKET).exists()
+
+
+def test_bad_idle_exit_is_a_usage_error(ws: Path, tmp_path: Path) -> None:
+    r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", "0")
+    assert r.returncode == 2 and "--idle-exit must be a positive number" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["edit", "touch", "chmod", "delete_output", "edit_output", "rename_over", "new_glob_match", "new_dir_then_file"],
+)
+def test_changes_under_the_monitor_rebuild(ws: Path, tmp_path: Path, change: str) -> None:
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    a = ws / "src" / "a.txt"
+    if change == "edit":
+        a.write_text("edited\n")
+    elif change == "touch":
+        os.utime(a, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))
+    elif change == "chmod":
+        a.chmod(0o600)
+    elif change == "delete_output":
+        (ws / "up.txt").unlink()
+    elif change == "edit_output":
+        (ws / "up.txt").write_text("hand-edited\n")
+    elif change == "rename_over":
+        (ws / "new.tmp").write_text("renamed\n")
+        os.replace(ws / "new.tmp", a)
+    elif change == "new_glob_match":
+        (ws / "src" / "c.in").write_text("c\n")
+    elif change == "new_dir_then_file":
+        (ws / "src" / "deep").mkdir()
+        (ws / "src" / "deep" / "d.in").write_text("d\n")  # a file in a directory created just now
+    rebuilt(ws, cache)
+    assert (ws / "up.txt").read_text() == a.read_text().upper()
+    want = "".join(p.read_text() for p in sorted((ws / "src").rglob("*.in")))
+    assert sorted(x.read_text() for x in [ws / "g.txt"]) == [want] or (ws / "g.txt").read_text() == want
+
+
+def test_nested_directory_made_before_its_watch(ws: Path, tmp_path: Path) -> None:
+    """mkdir -p makes a/b/c faster than the monitor adds watches: files in the deepest
+    one, written afterwards, must still be seen."""
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    (ws / "src" / "x" / "y" / "z").mkdir(parents=True)
+    rebuilt(ws, cache)  # new directories: a real build (re-arms the clock)
+    for _ in range(2):
+        bt(ws, cache, "build")
+    n = vouched(ws)
+    (ws / "src" / "x" / "y" / "z" / "late.in").write_text("late\n")
+    rebuilt(ws, cache)
+    assert "late" in (ws / "g.txt").read_text()
+    assert vouched(ws) == n
+
+
+def test_symlink_out_of_the_workspace_turns_it_to_stat(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("o\n")
+    armed(ws, cache)
+    (ws / "link.txt").symlink_to(outside)
+    r = bt(ws, cache, "monitor", "status")
+    assert "symbolic link out of the workspace" in r.stdout and "link.txt" in r.stdout
+    n = vouched(ws)
+    for _ in range(2):
+        bt(ws, cache, "build")
+    assert vouched(ws) == n  # never vouches again: changes behind the link would be invisible
+
+
+def test_restarted_monitor_or_none_falls_back_to_stat(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+    os.kill(pid, signal.SIGKILL)  # dies without removing its socket
+    time.sleep(0.1)
+    (ws / "src" / "a.txt").write_text("while no monitor ran\n")
+    rebuilt(ws, cache)
+    assert (ws / "up.txt").read_text() == "WHILE NO MONITOR RAN\n"
+    # A new monitor has a new token: the old clock counts as "changed" once.
+    assert bt(ws, cache, "monitor", "start", "--idle-exit", "120").returncode == 0
+    (ws / "src" / "a.txt").write_text("before the clock\n")
+    rebuilt(ws, cache)
+    assert (ws / "up.txt").read_text() == "BEFORE THE CLOCK\n"
+
+
+def test_clean_ends_the_monitor(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+    assert bt(ws, cache, "clean").returncode == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the monitor outlived its state directory")
+    assert "2 ran" in bt(ws, cache, "build").stdout.replace("2 restored", "2 ran")
+
+
+def test_many_events_overflow_is_a_change(ws: Path, tmp_path: Path) -> None:
+    """More events than the kernel queues (fs.inotify.max_queued_events) while the monitor
+    is busy: lost events must still count as a change."""
+    cache = tmp_path / "cache"
+    spam = ws / "spam"
+    spam.mkdir()  # watched from the start: each file made in it below is two events
+    armed(ws, cache)
+    pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    except OSError:
+        pytest.skip("no inotify limits to read")
+    if limit > 100_000:
+        pytest.skip(f"max_queued_events is {limit}: too many files to overflow it here")
+    os.kill(pid, signal.SIGSTOP)  # the monitor reads nothing while stopped
+    try:
+        for i in range(limit // 2 + 10):
+            (spam / f"{i}").write_bytes(b"")
+        (ws / "src" / "a.txt").write_text("after the overflow\n")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    rebuilt(ws, cache)
+    assert (ws / "up.txt").read_text() == "AFTER THE OVERFLOW\n"
+    info = monitor.status(str(ws / ".buildtool"))
+    assert info is not None and int(info["overflows"]) >= 1  # type: ignore[call-overload]
