@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from measure import Sample
-from scenarios import Result
+from scenarios import MONITORED, Result
 
 PEERS = ("make", "ninja", "doit", "scons")
 DASH, TIMES = "\u2013", "\u00d7"  # en dash and multiplication sign, for the tables
@@ -83,18 +83,19 @@ def tool_table(results: list[Result], tools: list[str], what: str, title: str) -
     return [*lines, ""]
 
 
-def ratio_table(results: list[Result], peers: list[str]) -> list[str]:
-    head = ["scenario", *(f"buildtool / {p}" for p in peers)]
+def ratio_table(results: list[Result], peers: list[str], subject: str = "buildtool") -> list[str]:
+    head = ["scenario", *(f"{subject} / {p}" for p in peers)]
     lines = [
-        f"### buildtool / peer, wall-time ratio within a round (median, min{DASH}max)",
+        f"### {subject} / peer, wall-time ratio within a round (median, min{DASH}max)",
         "",
-        "Below 1 means buildtool was faster.",
+        "Below 1 means buildtool was faster."
+        + (" With its file monitor running (docs/monitor.md); no-op builds only." if subject == MONITORED else ""),
         "",
         _row(head),
         _row(["---"] * len(head)),
     ]
     for r in results:
-        cells = [fmt_spread(spread(ratios(r, "buildtool", p)), fmt_ratio) for p in peers]
+        cells = [fmt_spread(spread(ratios(r, subject, p)), fmt_ratio) for p in peers]
         lines.append(_row([r.id, *cells]))
     return [*lines, ""]
 
@@ -201,6 +202,9 @@ def _row(cells: list[str]) -> str:
 def markdown(meta: dict[str, Any], results: list[Result]) -> str:
     tools = [t for t in meta["tools"] if t in {*PEERS, "buildtool"}]
     peers = [t for t in tools if t in PEERS]
+    monitored = [r for r in results if r.samples.get(MONITORED) and not r.error]
+    if monitored:
+        tools.append(MONITORED)
     main = [
         r for r in results if r.scenario in {"clean", "no-op", "one source changed", "outputs deleted"} and not r.error
     ]
@@ -219,6 +223,8 @@ def markdown(meta: dict[str, Any], results: list[Result]) -> str:
     lines += tool_table(main, tools, "wall", f"Wall time, seconds (median, min{DASH}max)")
     if "buildtool" in tools and peers:
         lines += ratio_table(main, peers)
+        if monitored:
+            lines += ratio_table(monitored, peers, MONITORED)
     lines += tool_table(main, tools, "cpu", f"CPU time user+sys, seconds (median, min{DASH}max)")
     lines += tool_table(main, tools, "rss", "Peak RSS (median)")
     for r in results:

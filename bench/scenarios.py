@@ -194,18 +194,75 @@ def clean_build(bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace
     return result
 
 
+MONITORED = "buildtool+monitor"  # buildtool's no-op with its file monitor running (docs/monitor.md)
+
+
 def noop_build(
     bench: Bench, workload: wl.Workload, spaces: dict[str, Workspace], rounds: int, skip: set[str]
 ) -> Result:
-    """No-op rebuild after warm-up runs, with the stat-only floor measured each round."""
+    """No-op rebuild after warm-up runs, with the stat-only floor measured each round; on
+    Linux also buildtool with its file monitor, in a copy of buildtool's workspace."""
     result = Result(f"{workload.name} no-op", workload.name, "no-op", bench.jobs, [t.name for t in bench.tools])
     result.capped.update({name: "clean build capped" for name in skip})
     variants = tool_variants(bench, spaces, skip, lambda tool, ws: None)
+    monitored = monitored_variant(bench, spaces, skip)
+    if monitored is not None:
+        variants.append(monitored[0])
+        result.labels.append(MONITORED)
     for v in variants:
         v.rss = False  # timed to the millisecond: RSS comes from the warm-up run
-    warm(bench, variants, result)
-    any_ws = next(iter(spaces.values()))
-    return run_rounds(result, variants, rounds, bench.timer, stat_floor(any_ws))
+    try:
+        warm(bench, variants, result)
+        any_ws = next(iter(spaces.values()))
+        run_rounds(result, variants, rounds, bench.timer, stat_floor(any_ws))
+    finally:
+        if monitored is not None:
+            result.notes["monitor_vouched"] = monitored[1]()
+    if monitored is not None and result.notes["monitor_vouched"] < len(result.samples.get(MONITORED, [])):
+        result.error = (f"the monitor vouched for {result.notes['monitor_vouched']} of "
+                        f"{len(result.samples[MONITORED])} timed no-ops: they were not all what {MONITORED} means")
+    return result
+
+
+def monitored_variant(
+    bench: Bench, spaces: dict[str, Workspace], skip: set[str]
+) -> tuple[Variant, Callable[[], int]] | None:
+    """(the variant, a function that stops the monitor and says how many no-ops it
+    vouched for), or None where there is no buildtool or no inotify.  The copy of
+    buildtool's workspace gets two untimed builds (the copy's inodes invalidate the
+    snapshot), then the monitor, then one no-op that arms the monitor's clock."""
+    tool = next((t for t in bench.tools if isinstance(t, Buildtool)), None)
+    if tool is None or tool.name in skip or not sys.platform.startswith("linux"):
+        return None
+    src = spaces[tool.name]
+    root = src.root.parent / MONITORED
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(src.root, root, symlinks=True, ignore=shutil.ignore_patterns("monitor.*", "noop-clock", "lock"))
+    ws = Workspace(root, src.workload, dict(src.sources), src.cache_dir)
+    argv = tool.argv(ws, bench.jobs)
+    control = [*tool.base_argv(), "-C", str(root), "monitor"]
+
+    def run(cmd: list[str]) -> None:
+        p = subprocess.run(cmd, cwd=root, env=child_env(), capture_output=True, text=True, timeout=bench.timer.limit)
+        if p.returncode != 0:
+            raise RunFailed(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")
+
+    run(argv)
+    time.sleep(0.1)  # past the racy window of what that build wrote: the next one leaves a snapshot
+    run(argv)
+    run([*control, "start", "--idle-exit", "3600"])
+    run(argv)
+
+    def stop() -> int:
+        p = subprocess.run([*control, "status"], cwd=root, env=child_env(), capture_output=True, text=True)
+        import re
+
+        found = re.search(r"vouched for (\d+) no-op", p.stdout)
+        vouched = int(found.group(1)) if found else -1
+        subprocess.run([*control, "stop"], cwd=root, env=child_env(), capture_output=True)
+        return vouched
+
+    return Variant(MONITORED, argv, root, None, lambda: verify(ws)), stop
 
 
 def warm(bench: Bench, variants: list[Variant], result: Result) -> None:

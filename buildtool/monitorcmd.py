@@ -40,7 +40,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"no monitor runs for {ws.root}")
         return 3
     print(f"monitor: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
-    print(f"  generation {info['generation']} (events counted), {info['overflows']} queue overflows")
+    print(f"  generation {info['generation']} (events counted), {info['overflows']} queue overflows, "
+          f"vouched for {info['vouched']} no-op builds")
     if info.get("unsure"):
         print(f"  every no-op is checked by stat: {info['unsure']}")
     return 0

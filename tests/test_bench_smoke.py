@@ -44,4 +44,13 @@ def test_smoke_run_agrees_and_lists_every_installed_tool(tmp_path: Path) -> None
         assert set(result["samples"]) == set(tools)
         assert all(result["samples"][t] for t in tools), result["id"]
         assert len(set(result["notes"]["output_digests"].values())) == 1
-    assert (tmp_path / "results.md").read_text().startswith("# Benchmark results")
+    noops = [r for r in data["results"] if r["scenario"] == "no-op"]
+    assert noops, "no no-op scenario ran"
+    if sys.platform.startswith("linux"):  # buildtool with its file monitor, vouched for every timed run
+        for result in noops:
+            runs = result["samples"].get("buildtool+monitor", [])
+            assert runs and result["notes"]["monitor_vouched"] >= len(runs), result["id"]
+            assert not result["error"], result["error"]
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# Benchmark results")
+    assert "buildtool+monitor / " in md or not sys.platform.startswith("linux")
