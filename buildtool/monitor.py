@@ -2,7 +2,7 @@
 under the workspace changed since a given point, so that check need not stat every file.
 
 ``buildtool monitor start`` runs it in the background (``stop``, ``status``).  It watches
-every directory of the workspace with inotify (``.buildtool/`` excepted) and counts the
+every directory of the workspace with inotify (``.buildtool/`` and ``.git/`` excepted) and counts the
 events: the count is the *generation*.  A client asks ``since TOKEN GEN``; the monitor
 first *syncs* (creates a cookie file in ``.buildtool/`` and reads events until the
 cookie's own event arrives: inotify queues events in order, so every change made before
@@ -203,6 +203,9 @@ class Monitor:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1: " + os.strerror(ctypes.get_errno()))
         self.fd = fd
+        # Not watched: the tool's own state, and git's (every `git status` rewrites .git/index;
+        # noop.py stats the few .git files a BUILD.py may have read itself).
+        self.skip = {state_dir, os.path.join(root, ".git")}
         self.state_wd = self._watch(state_dir)
         self.root_wd = -1
         self.add_tree(root)
@@ -222,7 +225,7 @@ class Monitor:
         stack = [top]
         while stack:
             d = stack.pop()
-            if d == self.state_dir:
+            if d in self.skip:
                 continue
             try:
                 self._watch(d)
@@ -239,6 +242,14 @@ class Monitor:
                             stack.append(e.path)
             except OSError:
                 continue
+
+    def _add_tree_or_give_up(self, top: str) -> None:
+        """``add_tree`` for a directory that appeared; at the OS's watch limit the monitor
+        stops vouching (a directory it cannot watch could change unseen)."""
+        try:
+            self.add_tree(top)
+        except OSError as e:
+            self.unsure = f"cannot watch {os.path.relpath(top, self.root)}: {e.strerror or e}"
 
     def _check_link(self, path: str) -> None:
         real = os.path.realpath(path)
@@ -265,7 +276,7 @@ class Monitor:
         if mask & IN_Q_OVERFLOW:  # events were lost: count that, and watch every directory again
             self.gen += 1
             self.overflows += 1
-            self.add_tree(self.root)
+            self._add_tree_or_give_up(self.root)
             return
         if wd == self.state_wd:
             if mask & GONE:
@@ -280,15 +291,17 @@ class Monitor:
             del self.dirs[wd]
         if wd == self.root_wd and mask & GONE:
             raise Exit("the workspace root went away")
-        if wd == self.root_wd and name == ".buildtool":
-            if mask & (IN_DELETE | IN_MOVED_FROM):
+        if wd == self.root_wd and name in (".buildtool", ".git"):
+            if name == ".buildtool" and mask & (IN_DELETE | IN_MOVED_FROM):
                 raise Exit("the state directory went away")
+            if name == ".git" and mask & (IN_CREATE | IN_MOVED_TO):
+                self.gen += 1  # a new repository: the no-op stats what a BUILD.py read in it
             return
         self.gen += 1
         if name and mask & (IN_CREATE | IN_MOVED_TO):
             path = os.path.join(d, name)
             if mask & IN_ISDIR:
-                self.add_tree(path)
+                self._add_tree_or_give_up(path)
             elif os.path.islink(path):
                 self._check_link(path)
 

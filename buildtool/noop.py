@@ -555,8 +555,9 @@ def _snapshot_id(state_dir: str) -> list[int] | None:
 
 
 def _unwatched(rel: str) -> bool:
-    """Whether the file monitor cannot see ``rel``: absolute, out of the root, or state."""
-    return rel.startswith(("/", "../", ".buildtool/")) or rel == ".."
+    """Whether the file monitor cannot see ``rel``: absolute, out of the root, or in the
+    tool's or git's state (which it does not watch)."""
+    return rel.startswith(("/", "../", ".buildtool/", ".git/")) or rel in ("..", ".git")
 
 
 def _write_clock(state_dir: str, answer: Any, verdict: Verdict) -> None:

@@ -205,3 +205,24 @@ def test_many_events_overflow_is_a_change(ws: Path, tmp_path: Path) -> None:
     assert (ws / "up.txt").read_text() == "AFTER THE OVERFLOW\n"
     info = monitor.status(str(ws / ".buildtool"))
     assert info is not None and int(info["overflows"]) >= 1  # type: ignore[call-overload]
+
+
+def test_git_state_is_not_watched_but_what_a_build_file_reads_there_is_checked(ws: Path, tmp_path: Path) -> None:
+    """`git status` rewrites .git/index all the time: that must not cost the monitor's
+    vouching; but a .git file that a BUILD.py read is still stat-ed by the no-op."""
+    cache = tmp_path / "cache"
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "BUILD.py").write_text(
+        (ws / "BUILD.py").read_text()
+        + f'head = open({str(ws / ".git" / "HEAD")!r}).read().strip()\n'
+        + 'genrule(name="rev", outs=["rev.txt"], cmd="echo ' + "'%s'" + ' > $@" % head)\n'
+    )
+    armed(ws, cache)
+    n = vouched(ws)
+    (ws / ".git" / "index").write_bytes(b"rewritten by git status\n")
+    assert "(nothing changed)" in bt(ws, cache, "build").stdout
+    assert vouched(ws) == n + 1
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/other\n")
+    rebuilt(ws, cache)
+    assert (ws / "rev.txt").read_text() == "ref: refs/heads/other\n"
