@@ -28,12 +28,18 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SOCKET = "monitor.sock"
 LOG = "monitor.log"
 COOKIE = "monitor-cookie."
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 IDLE_EXIT_S = 3 * 3600.0  # a monitor nobody asked for this long exits (like Bazel's server)
-SYNC_TIMEOUT_S = 5.0
+SYNC_TIMEOUT_S = 1.5  # the monitor's limit on a sync (a backlog of events after a big build)
+ASK_TIMEOUT_S = 2.0  # the client's limit on a whole request: a stopped monitor costs a build this much
+PIDFILE = "monitor.pid"
 PROTOCOL = 1
 
 
@@ -41,11 +47,13 @@ def socket_path(state_dir: str) -> str:
     return os.path.join(state_dir, SOCKET)
 
 
-def _ask(state_dir: str, line: str, timeout: float = SYNC_TIMEOUT_S + 1) -> str | None:
-    """Send one request line, return the answer line; None if no monitor answers.
-    ``_socket``, not ``socket``: the no-op path does without ``enum``."""
+def _ask(state_dir: str, line: str, timeout: float = ASK_TIMEOUT_S) -> str | None:
+    """Send one request line, return the answer line; None if no monitor answers within
+    ``timeout`` in all.  ``_socket``, not ``socket``: the no-op path does without ``enum``."""
     import _socket
+    import time
 
+    deadline = time.monotonic() + timeout
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.settimeout(timeout)
@@ -53,6 +61,10 @@ def _ask(state_dir: str, line: str, timeout: float = SYNC_TIMEOUT_S + 1) -> str 
         s.sendall(line.encode() + b"\n")
         data = b""
         while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            s.settimeout(left)
             chunk = s.recv(65536)
             if not chunk:
                 return None
@@ -171,9 +183,12 @@ IN_IGNORED = 0x8000
 IN_ONLYDIR = 0x1000000
 IN_DONT_FOLLOW = 0x2000000
 IN_ISDIR = 0x40000000
-WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-              | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
+FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW
+WATCH_MASK = FILE_MASK | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ONLYDIR
+ANCESTOR_MASK = IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR  # only the directory itself moving or going
 GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
+ENOENT, ENOTDIR = 2, 20
+LIMITS = (28, 24, 12)  # ENOSPC, EMFILE, ENOMEM: the OS's watch limits
 
 
 class Exit(Exception):
@@ -196,7 +211,8 @@ class Monitor:
         self.cookies = 0
         self.vouched = 0  # "unchanged" answers given
         self.seen_cookie = ""
-        self.dirs: dict[int, str] = {}  # watch descriptor -> directory (absolute)
+        self.dirs: dict[int, str] = {}  # watch descriptor -> directory, or hard-linked file (absolute)
+        self.file_wds: set[int] = set()  # the hard-linked files among them
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._ctypes = ctypes
         fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -207,16 +223,27 @@ class Monitor:
         # noop.py stats the few .git files a BUILD.py may have read itself).
         self.skip = {state_dir, os.path.join(root, ".git")}
         self.state_wd = self._watch(state_dir)
+        # The root's ancestors, for their own moves only: paths here are absolute, and a
+        # renamed parent would make every one of them wrong without an event in the tree.
+        self.ancestors: set[int] = set()
+        up = root
+        while os.path.dirname(up) != up:
+            up = os.path.dirname(up)
+            try:
+                self.ancestors.add(self._watch(up, ANCESTOR_MASK, record=False))
+            except OSError as e:
+                self.unsure = f"cannot watch the parent directory {up}: {e.strerror}"
         self.root_wd = -1
         self.add_tree(root)
         self.root_wd = next(wd for wd, d in self.dirs.items() if d == root)
 
-    def _watch(self, path: str) -> int:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK)
+    def _watch(self, path: str, mask: int = WATCH_MASK, record: bool = True) -> int:
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
         if wd < 0:
             err = self._ctypes.get_errno()
             raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}")
-        self.dirs[wd] = path
+        if record:
+            self.dirs[wd] = path
         return wd
 
     def add_tree(self, top: str) -> None:
@@ -230,9 +257,11 @@ class Monitor:
             try:
                 self._watch(d)
             except OSError as e:
-                if d == top == self.root or e.errno in (28, 24, 12):  # ENOSPC, EMFILE, ENOMEM: the limits
+                if d == top == self.root or e.errno in LIMITS:
                     raise
-                continue  # gone already (its deletion is an event) or unreadable
+                if e.errno not in (ENOENT, ENOTDIR):  # (gone already: its deletion or move is an event)
+                    self.unsure = f"cannot watch {os.path.relpath(d, self.root)}: {e.strerror}"
+                continue
             try:
                 with os.scandir(d) as it:
                     for e in it:
@@ -240,8 +269,14 @@ class Monitor:
                             self._check_link(e.path)
                         elif e.is_dir(follow_symlinks=False):
                             stack.append(e.path)
-            except OSError:
-                continue
+                        else:
+                            self._check_file(e.path, e.stat(follow_symlinks=False).st_nlink)
+            except FileNotFoundError:
+                continue  # it went away while listed: an event
+            except OSError as e:
+                if e.errno in LIMITS:
+                    raise
+                self.unsure = f"cannot list {os.path.relpath(d, self.root)}: {e.strerror}"
 
     def _add_tree_or_give_up(self, top: str) -> None:
         """``add_tree`` for a directory that appeared; at the OS's watch limit the monitor
@@ -252,9 +287,23 @@ class Monitor:
             self.unsure = f"cannot watch {os.path.relpath(top, self.root)}: {e.strerror or e}"
 
     def _check_link(self, path: str) -> None:
+        """A symbolic link whose target is not watched (out of the workspace, in .git or
+        .buildtool, or nowhere yet) could hide a change: no more vouching."""
         real = os.path.realpath(path)
-        if not (real == self.root or real.startswith(self.root + os.sep)) or not os.path.exists(real):
-            self.unsure = f"{os.path.relpath(path, self.root)} is a symbolic link out of the workspace (or dangling)"
+        inside = real == self.root or real.startswith(self.root + os.sep)
+        if not inside or not os.path.exists(real) or any(real == d or real.startswith(d + os.sep) for d in self.skip):
+            self.unsure = f"{os.path.relpath(path, self.root)} is a symbolic link to where the monitor does not watch"
+
+    def _check_file(self, path: str, nlink: int) -> None:
+        """A file with more than one hard link can be written through another name, in a
+        directory not watched: watch the file itself."""
+        if nlink > 1:
+            try:
+                self.file_wds.add(self._watch(path, FILE_MASK))
+            except FileNotFoundError:
+                pass  # gone again: an event
+            except OSError as e:
+                self.unsure = f"cannot watch {os.path.relpath(path, self.root)}: {e.strerror}"
 
     def read_events(self) -> None:
         """Read and count every queued event."""
@@ -278,6 +327,10 @@ class Monitor:
             self.overflows += 1
             self._add_tree_or_give_up(self.root)
             return
+        if wd in self.ancestors:
+            if mask & GONE:
+                raise Exit("a parent directory of the workspace moved or went away")
+            return
         if wd == self.state_wd:
             if mask & GONE:
                 raise Exit("the state directory went away")
@@ -289,6 +342,9 @@ class Monitor:
             return
         if mask & IN_IGNORED:
             del self.dirs[wd]
+            self.file_wds.discard(wd)
+        if mask & IN_UNMOUNT:
+            self.unsure = f"a filesystem was unmounted from {os.path.relpath(d, self.root)}"
         if wd == self.root_wd and mask & GONE:
             raise Exit("the workspace root went away")
         if wd == self.root_wd and name in (".buildtool", ".git"):
@@ -298,12 +354,19 @@ class Monitor:
                 self.gen += 1  # a new repository: the no-op stats what a BUILD.py read in it
             return
         self.gen += 1
-        if name and mask & (IN_CREATE | IN_MOVED_TO):
+        if name and mask & (IN_CREATE | IN_MOVED_TO | IN_ATTRIB) and not (mask & IN_ATTRIB and mask & IN_ISDIR):
             path = os.path.join(d, name)
             if mask & IN_ISDIR:
                 self._add_tree_or_give_up(path)
-            elif os.path.islink(path):
+                return
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return  # gone again: an event
+            if st.st_mode & 0o170000 == 0o120000:  # S_IFLNK
                 self._check_link(path)
+            else:
+                self._check_file(path, st.st_nlink)
 
     def sync(self, select_mod: object) -> bool:
         """Make sure every change made before now has been counted (see the module doc)."""
@@ -335,7 +398,9 @@ class Monitor:
 
     def status(self) -> dict[str, object]:
         return {"pid": os.getpid(), "root": self.root, "token": self.token, "generation": self.gen,
-                "directories": len(self.dirs), "overflows": self.overflows, "unsure": self.unsure,
+                "directories": len(self.dirs) - len(self.file_wds), "files": len(self.file_wds),
+                "overflows": self.overflows,
+                "unsure": self.unsure,
                 "vouched": self.vouched, "protocol": PROTOCOL}
 
     def answer(self, line: str, select_mod: object) -> str:
@@ -360,6 +425,7 @@ class Monitor:
 
 def serve(root: str, idle_exit_s: float) -> int:
     """The daemon's main loop (``python -m buildtool.monitor ROOT [IDLE_S]``)."""
+    import fcntl
     import select
     import signal
     import socket
@@ -372,6 +438,17 @@ def serve(root: str, idle_exit_s: float) -> int:
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
+    # One monitor per workspace: it holds this lock for its whole life (a second one, say
+    # from a `start` while the first was stopped, would otherwise take over its socket).
+    pid_fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(pid_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        other = os.pread(pid_fd, 32, 0).decode(errors="replace").strip() or "?"
+        print(f"buildtool monitor: another monitor (pid {other}) runs for {root}", file=sys.stderr, flush=True)
+        return 2
+    os.ftruncate(pid_fd, 0)
+    os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
     path = socket_path(state_dir)
     try:
         mon = Monitor(root, state_dir)
@@ -381,7 +458,7 @@ def serve(root: str, idle_exit_s: float) -> int:
         return 2
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        os.unlink(path)  # a stale socket of a monitor that died (start checked none answers)
+        os.unlink(path)  # a stale socket of a monitor that died (the lock says none runs)
     except OSError:
         pass
     old = os.umask(0o177)
@@ -405,33 +482,54 @@ def serve(root: str, idle_exit_s: float) -> int:
             for fd, _ev in poller.poll(min(left, 3600.0) * 1000):
                 if fd == mon.fd:
                     mon.read_events()
-                    continue
-                conn, _ = srv.accept()
-                last = time.monotonic()
-                with conn:
-                    conn.settimeout(2.0)
-                    try:
-                        line = _read_line(conn)
-                        if line is None:
-                            continue
-                        try:
-                            reply = mon.answer(line, select)
-                        except Exit:
-                            conn.sendall(b"stopping\n")
-                            raise
-                        conn.sendall(reply.encode("utf-8", "surrogateescape") + b"\n")
-                    except OSError:
-                        continue
+                else:
+                    last = time.monotonic()
+                    _serve_one(mon, srv, select)
     except Exit as e:
         why = str(e)
+    except Exception as e:  # a bug: say so in the log; builds fall back to stat meanwhile
+        import traceback
+
+        traceback.print_exc()
+        why = f"internal error: {e!r}"
     finally:
         try:
-            os.unlink(path)
+            os.unlink(path)  # ours: the lock kept every other monitor from binding it
         except OSError:
             pass
         srv.close()
     print(f"buildtool monitor: exiting: {why}", file=sys.stderr, flush=True)
     return 0
+
+
+def _serve_one(mon: Monitor, srv: Any, select_mod: object) -> None:
+    """Accept one connection and answer its request; a client that went away or never
+    spoke costs at most a second.  ``Exit`` (stop, or the workspace went away during a
+    sync) propagates whether or not the client could be told."""
+    try:
+        conn, _ = srv.accept()
+    except OSError:
+        return  # out of descriptors, or the client gave up already
+    with conn:
+        conn.settimeout(1.0)
+        try:
+            line = _read_line(conn)
+        except OSError:
+            return
+        if line is None:
+            return
+        try:
+            reply = mon.answer(line, select_mod)
+        except Exit:
+            try:
+                conn.sendall(b"stopping\n")
+            except OSError:
+                pass
+            raise
+        try:
+            conn.sendall(reply.encode("utf-8", "surrogateescape") + b"\n")
+        except OSError:
+            pass
 
 
 def _read_line(conn: object) -> str | None:

@@ -39,7 +39,8 @@ def run_command(args: argparse.Namespace) -> int:
     if info is None:
         print(f"no monitor runs for {ws.root}")
         return 3
-    print(f"monitor: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
+    files = f" and {info['files']} hard-linked files" if info.get("files") else ""
+    print(f"monitor: pid {info['pid']}, watching {info['directories']} directories{files} of {info['root']}")
     print(f"  generation {info['generation']} (events counted), {info['overflows']} queue overflows, "
           f"vouched for {info['vouched']} no-op builds")
     if info.get("unsure"):

@@ -140,7 +140,7 @@ def test_symlink_out_of_the_workspace_turns_it_to_stat(ws: Path, tmp_path: Path)
     armed(ws, cache)
     (ws / "link.txt").symlink_to(outside)
     r = bt(ws, cache, "monitor", "status")
-    assert "symbolic link out of the workspace" in r.stdout and "link.txt" in r.stdout
+    assert "symbolic link to where the monitor does not watch" in r.stdout and "link.txt" in r.stdout
     n = vouched(ws)
     for _ in range(2):
         bt(ws, cache, "build")
@@ -226,3 +226,102 @@ def test_git_state_is_not_watched_but_what_a_build_file_reads_there_is_checked(w
     (ws / ".git" / "HEAD").write_text("ref: refs/heads/other\n")
     rebuilt(ws, cache)
     assert (ws / "rev.txt").read_text() == "ref: refs/heads/other\n"
+
+
+def test_symlink_into_git_state_turns_it_to_stat(ws: Path, tmp_path: Path) -> None:
+    """.git is not watched, so a link into it is as blind as a link out of the workspace."""
+    cache = tmp_path / "cache"
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref1\n")
+    armed(ws, cache)
+    (ws / "src" / "head").symlink_to("../.git/HEAD")
+    r = bt(ws, cache, "monitor", "status")
+    assert "symbolic link to where the monitor does not watch" in r.stdout and "src/head" in r.stdout
+
+
+def test_hard_link_written_from_outside(ws: Path, tmp_path: Path) -> None:
+    """A file with a second name outside the workspace can be written through that name:
+    no event in any watched directory, so the monitor watches such files themselves."""
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("before\n")
+    os.link(outside, ws / "src" / "h.txt")
+    (ws / "BUILD.py").write_text(
+        (ws / "BUILD.py").read_text() + 'genrule(name="hh", srcs=["src/h.txt"], outs=["hh.txt"], cmd="cp $< $@")\n'
+    )
+    armed(ws, cache)
+    assert "1 hard-linked files" in bt(ws, cache, "monitor", "status").stdout
+    with open(outside, "r+") as f:  # in place, through the other name
+        f.write("AFTER!!")
+    rebuilt(ws, cache)
+    assert (ws / "hh.txt").read_text() == outside.read_text()
+
+
+def test_hard_link_made_while_watching(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    outside = tmp_path / "outside.txt"
+    os.link(ws / "src" / "a.txt", outside)  # a second name for a source, made from outside
+    os.utime(ws / "src" / "a.txt")  # (what makes the workspace see it: an event in src/)
+    rebuilt(ws, cache)
+    for _ in range(2):
+        bt(ws, cache, "build")
+    n = vouched(ws)
+    outside.write_text("written through the other name\n")
+    rebuilt(ws, cache)
+    assert (ws / "up.txt").read_text() == "WRITTEN THROUGH THE OTHER NAME\n"
+    assert vouched(ws) == n
+
+
+def test_renamed_parent_directory_ends_the_monitor(tmp_path: Path) -> None:
+    """Paths in the monitor are absolute: a parent renamed (and maybe renamed back) would
+    make a new directory's path wrong without any event in the tree."""
+    cache = tmp_path / "cache"
+    w = tmp_path / "p1" / "ws"
+    (w / "src").mkdir(parents=True)
+    (w / "buildtool.toml").write_text("")
+    (w / "src" / "a.txt").write_text("a\n")
+    (w / "BUILD.py").write_text('genrule(name="up", srcs=["src/a.txt"], outs=["up.txt"], cmd="tr a-z A-Z < $< > $@")\n')
+    try:
+        armed(w, cache)
+        pid = int(monitor.status(str(w / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+        os.rename(tmp_path / "p1", tmp_path / "p2")
+        os.rename(tmp_path / "p2", tmp_path / "p1")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        assert not _alive(pid), "the monitor survived its parent's rename"
+        assert "a parent directory of the workspace moved" in (w / ".buildtool" / monitor.LOG).read_text()
+    finally:
+        monitor.stop(str(w / ".buildtool"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (its parent, `monitor start`, is gone; init reaps it) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_second_monitor_refused_and_stop_survives_a_stopped_monitor(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert bt(ws, cache, "monitor", "start", "--idle-exit", "120").returncode == 0
+    pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = bt(ws, cache, "monitor", "start", "--idle-exit", "120")  # status times out: it tries a second one
+        assert r.returncode == 2 and f"another monitor (pid {pid})" in r.stderr, r.stdout + r.stderr
+        t0 = time.monotonic()
+        r = bt(ws, cache, "build")
+        assert r.returncode == 0 and time.monotonic() - t0 < 10
+        assert bt(ws, cache, "monitor", "stop").returncode == 0  # no answer in time: the request is queued
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid), "a stop whose client had gone away was lost"
