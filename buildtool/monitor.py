@@ -213,6 +213,8 @@ class Monitor:
         self.seen_cookie = ""
         self.dirs: dict[int, str] = {}  # watch descriptor -> directory, or hard-linked file (absolute)
         self.file_wds: set[int] = set()  # the hard-linked files among them
+        self.file_names: dict[str, int] = {}  # their names in the workspace -> their watch
+        self.names_of: dict[int, set[str]] = {}  # a file's watch -> its names in the workspace
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._ctypes = ctypes
         fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -264,19 +266,26 @@ class Monitor:
                 continue
             try:
                 with os.scandir(d) as it:
-                    for e in it:
-                        if e.is_symlink():
-                            self._check_link(e.path)
-                        elif e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        else:
-                            self._check_file(e.path, e.stat(follow_symlinks=False).st_nlink)
+                    entries = list(it)
             except FileNotFoundError:
-                continue  # it went away while listed: an event
+                continue  # it went away before it was listed: an event
             except OSError as e:
                 if e.errno in LIMITS:
                     raise
                 self.unsure = f"cannot list {os.path.relpath(d, self.root)}: {e.strerror}"
+                continue
+            for e in entries:  # each on its own: one entry gone meanwhile must not end the listing
+                try:
+                    if e.is_symlink():
+                        self._check_link(e.path)
+                    elif e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        self._check_file(e.path, e.stat(follow_symlinks=False).st_nlink)
+                except FileNotFoundError:
+                    continue  # gone meanwhile: its deletion is an event
+                except OSError as err:
+                    self.unsure = f"cannot inspect {os.path.relpath(e.path, self.root)}: {err.strerror}"
 
     def _add_tree_or_give_up(self, top: str) -> None:
         """``add_tree`` for a directory that appeared; at the OS's watch limit the monitor
@@ -287,19 +296,60 @@ class Monitor:
             self.unsure = f"cannot watch {os.path.relpath(top, self.root)}: {e.strerror or e}"
 
     def _check_link(self, path: str) -> None:
-        """A symbolic link whose target is not watched (out of the workspace, in .git or
-        .buildtool, or nowhere yet) could hide a change: no more vouching."""
-        real = os.path.realpath(path)
-        inside = real == self.root or real.startswith(self.root + os.sep)
-        if not inside or not os.path.exists(real) or any(real == d or real.startswith(d + os.sep) for d in self.skip):
+        """A symbolic link whose resolution passes through anything the monitor does not
+        watch (out of the workspace, .git, .buildtool, another link out there) could hide
+        a change: no more vouching."""
+        try:
+            ok = self._resolves_inside(path)
+        except OSError:
+            ok = False  # it changed while resolved: be safe
+        if not ok:
             self.unsure = f"{os.path.relpath(path, self.root)} is a symbolic link to where the monitor does not watch"
+
+    def _watched(self, path: str) -> bool:
+        inside = path == self.root or path.startswith(self.root + os.sep)
+        return inside and not any(path == d or path.startswith(d + os.sep) for d in self.skip)
+
+    def _resolves_inside(self, link: str) -> bool:
+        """Whether resolving ``link`` component by component, as the kernel does, visits
+        only watched paths, or the root's own ancestors on the way down to it (real
+        directories, watched for their moves).  A missing component ends the resolution
+        there: creating it later is an event in a watched directory."""
+        todo = os.readlink(link).split("/")
+        cur = "/" if todo[0] == "" else os.path.dirname(link)
+        hops, missing = 0, False
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            cur = os.path.dirname(cur) if part == ".." else os.path.join(cur, part)
+            if not (self._watched(cur) or cur == "/" or self.root.startswith(cur + os.sep)):
+                return False
+            if missing:
+                continue  # the rest is resolved by name: each step must still be watched
+            try:
+                st = os.lstat(cur)
+            except FileNotFoundError:
+                missing = True
+                continue
+            if st.st_mode & 0o170000 == 0o120000:  # S_IFLNK: continue with its target
+                hops += 1
+                if hops > 40:
+                    return False
+                target = os.readlink(cur).split("/")
+                todo = target + todo
+                cur = "/" if target[0] == "" else os.path.dirname(cur)
+        return self._watched(cur)  # (an ancestor of the root is fine on the way, not as the end)
 
     def _check_file(self, path: str, nlink: int) -> None:
         """A file with more than one hard link can be written through another name, in a
         directory not watched: watch the file itself."""
-        if nlink > 1:
+        if nlink > 1 and path not in self.file_names:
             try:
-                self.file_wds.add(self._watch(path, FILE_MASK))
+                wd = self._watch(path, FILE_MASK)
+                self.file_wds.add(wd)
+                self.file_names[path] = wd
+                self.names_of.setdefault(wd, set()).add(path)
             except FileNotFoundError:
                 pass  # gone again: an event
             except OSError as e:
@@ -342,7 +392,10 @@ class Monitor:
             return
         if mask & IN_IGNORED:
             del self.dirs[wd]
-            self.file_wds.discard(wd)
+            if wd in self.file_wds:
+                self.file_wds.discard(wd)
+                for p in self.names_of.pop(wd, ()):
+                    self.file_names.pop(p, None)
         if mask & IN_UNMOUNT:
             self.unsure = f"a filesystem was unmounted from {os.path.relpath(d, self.root)}"
         if wd == self.root_wd and mask & GONE:
@@ -354,6 +407,8 @@ class Monitor:
                 self.gen += 1  # a new repository: the no-op stats what a BUILD.py read in it
             return
         self.gen += 1
+        if name and mask & (IN_DELETE | IN_MOVED_FROM) and self.file_names:
+            self._forget_name(os.path.join(d, name))
         if name and mask & (IN_CREATE | IN_MOVED_TO | IN_ATTRIB) and not (mask & IN_ATTRIB and mask & IN_ISDIR):
             path = os.path.join(d, name)
             if mask & IN_ISDIR:
@@ -365,8 +420,20 @@ class Monitor:
                 return  # gone again: an event
             if st.st_mode & 0o170000 == 0o120000:  # S_IFLNK
                 self._check_link(path)
-            else:
+            elif st.st_mode & 0o170000 == 0o100000:  # S_IFREG
                 self._check_file(path, st.st_nlink)
+
+    def _forget_name(self, path: str) -> None:
+        """A hard-linked file lost a name in the workspace; with its last one, its own
+        watch goes (its other names are elsewhere: writes there no longer matter here)."""
+        wd = self.file_names.pop(path, None)
+        if wd is None:
+            return
+        names = self.names_of.get(wd, set())
+        names.discard(path)
+        if not names:
+            self.names_of.pop(wd, None)
+            self._libc.inotify_rm_watch(self.fd, wd)  # its IN_IGNORED removes it from dirs
 
     def sync(self, select_mod: object) -> bool:
         """Make sure every change made before now has been counted (see the module doc)."""
@@ -466,6 +533,7 @@ def serve(root: str, idle_exit_s: float) -> int:
         srv.bind(path)
     finally:
         os.umask(old)
+    bound = os.stat(path).st_ino
     srv.listen(16)
     print(f"buildtool monitor: pid {os.getpid()} watching {len(mon.dirs)} directories of {root}",
           file=sys.stderr, flush=True)
@@ -494,7 +562,8 @@ def serve(root: str, idle_exit_s: float) -> int:
         why = f"internal error: {e!r}"
     finally:
         try:
-            os.unlink(path)  # ours: the lock kept every other monitor from binding it
+            if os.stat(path).st_ino == bound:  # (after a clean, a new monitor may own the path)
+                os.unlink(path)
         except OSError:
             pass
         srv.close()
@@ -506,14 +575,16 @@ def _serve_one(mon: Monitor, srv: Any, select_mod: object) -> None:
     """Accept one connection and answer its request; a client that went away or never
     spoke costs at most a second.  ``Exit`` (stop, or the workspace went away during a
     sync) propagates whether or not the client could be told."""
+    import time
+
     try:
         conn, _ = srv.accept()
-    except OSError:
-        return  # out of descriptors, or the client gave up already
+    except OSError:  # out of descriptors (the connection stays queued: no busy loop), or gone
+        time.sleep(0.05)
+        return
     with conn:
-        conn.settimeout(1.0)
         try:
-            line = _read_line(conn)
+            line = _read_line(conn, time.monotonic() + 1.0)
         except OSError:
             return
         if line is None:
@@ -532,10 +603,17 @@ def _serve_one(mon: Monitor, srv: Any, select_mod: object) -> None:
             pass
 
 
-def _read_line(conn: object) -> str | None:
+def _read_line(conn: Any, deadline: float) -> str | None:
+    """One request line, read before ``deadline`` (a slow client cannot hold the monitor)."""
+    import time
+
     data = b""
     while not data.endswith(b"\n"):
-        chunk = conn.recv(4096)  # type: ignore[attr-defined]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        conn.settimeout(left)
+        chunk = conn.recv(4096)
         if not chunk or len(data) > 65536:
             return None
         data += chunk

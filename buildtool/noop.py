@@ -534,8 +534,8 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             return None  # a missing source is a graph error: the full path reports it
         changed = [paths[k] for k in found]
         return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names, body)
-    except (KeyError, TypeError, ValueError, IndexError):
-        return None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError):
+        return None  # a body of the right shape but wrong contents: damaged, do the full build
 
 
 CLOCK_HEADER = b"# buildtool noop-clock v1\n"
@@ -564,21 +564,21 @@ def _write_clock(state_dir: str, answer: Any, verdict: Verdict) -> None:
     """Record that the snapshot held, with nothing changed, at the monitor's (token,
     generation) ``answer`` taken before the stat pass; with the request, the environment
     and the stat data of the paths the monitor cannot see, which are still checked."""
-    body = verdict.body
-    files = {p: s for p, s in body["files"].items() if _unwatched(p)}
-    cols = body["_cols"]
-    for k, p in enumerate(body["srcs"] + body["outs"]):
-        if _unwatched(p):
-            row = [c[k] for c in cols]
-            files[p] = None if row[0] == MISSING else row
-    clock = {"token": answer.token, "gen": answer.gen, "snapshot": _snapshot_id(state_dir),
-             "request": body["request"], "env": body["env"], "targets": body["targets"], "files": files,
-             "dirs": {d: s for d, s in body["dirs"].items() if _unwatched(d)},
-             "outs": [p for p in body["outs"] if _unwatched(p)]}
     try:
+        body = verdict.body
+        files = {p: s for p, s in body["files"].items() if _unwatched(p)}
+        cols = body["_cols"]
+        for k, p in enumerate(body["srcs"] + body["outs"]):
+            if _unwatched(p):
+                row = [c[k] for c in cols]
+                files[p] = None if row[0] == MISSING else row
+        clock = {"token": answer.token, "gen": answer.gen, "snapshot": _snapshot_id(state_dir),
+                 "request": body["request"], "env": body["env"], "targets": body["targets"], "files": files,
+                 "dirs": {d: s for d, s in body["dirs"].items() if _unwatched(d)},
+                 "outs": [p for p in body["outs"] if _unwatched(p)]}
         write_atomic(_clock_path(state_dir), CLOCK_HEADER + marshal.dumps(clock, MARSHAL_VERSION))
-    except (OSError, ValueError):
-        pass  # only the next no-op's speed depends on it
+    except Exception:  # a damaged snapshot body or a full disk: only the next no-op's speed suffers
+        pass
 
 
 def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tuple[Verdict | None, Any]:
@@ -608,7 +608,7 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
         if env_view(names) != env or _differs(root, clock["files"]) or _dirs_differ(root, clock["dirs"], clock["outs"]):
             return None, answer
         return Verdict(int(clock["targets"]), [], [], [], names, {}), answer
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except Exception:  # the clock is read from disk: any damage means the full check
         return None, answer
 
 

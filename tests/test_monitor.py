@@ -325,3 +325,71 @@ def test_second_monitor_refused_and_stop_survives_a_stopped_monitor(ws: Path, tm
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
     assert not _alive(pid), "a stop whose client had gone away was lost"
+
+
+def test_symlink_resolution_must_stay_in_the_watched_tree(tmp_path: Path) -> None:
+    """Unit test of the link check, on real links: every step of the resolution (not only
+    where it ends) must be watched, or be one of the root's ancestors on the way down."""
+    t = Path(os.path.realpath(tmp_path))
+    ws = t / "ws"
+    for d in (".buildtool", "data", ".git"):
+        (ws / d).mkdir(parents=True)
+    (ws / "data" / "a.txt").write_text("a\n")
+    (t / "x").mkdir()
+    (t / "x" / "lnk").symlink_to(ws / "data" / "a.txt")  # a link outside that leads back in
+    mon = monitor.Monitor(str(ws), str(ws / ".buildtool"))
+    try:
+        cases = [
+            ("data/a.txt", True), (str(ws / "data" / "a.txt"), True), ("../ws/data/a.txt", True),
+            (".#lock-user@host.123", True),  # dangling, inside (an editor's lock file)
+            ("l1", True), (".", True), ("missing/../data/a.txt", True),
+            (str(t / "x" / "lnk"), False), (".git/HEAD", False), ("/", False), ("..", False),
+            ("data/../..", False), ("missing/../../x/lnk", False), (".buildtool/noop", False),
+        ]
+        for i, (target, inside) in enumerate(cases):
+            name = "l1" if i == 0 else f"link{i}"
+            (ws / name).symlink_to(target)
+            assert mon._resolves_inside(str(ws / name)) is inside, (target, inside)
+    finally:
+        os.close(mon.fd)
+
+
+@pytest.mark.parametrize("clock", [
+    {"token": "x", "gen": 0, "targets": float("inf")},
+    {"token": ["x"], "gen": True},
+    {"token": "x", "gen": 0, "snapshot": None, "request": None, "env": {b"PATH": 1}, "files": {b"/x": 1}},
+    "not a dict",
+])
+def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, clock: object) -> None:
+    import marshal
+
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    info = monitor.status(str(ws / ".buildtool"))
+    assert info is not None
+    if isinstance(clock, dict):  # the running monitor's token and generation: only the rest is damaged
+        clock = {**clock, "token": clock["token"] if clock["token"] != "x" else info["token"],
+                 "gen": info["generation"] if clock["gen"] == 0 else clock["gen"]}
+    (ws / ".buildtool" / "noop-clock").write_bytes(b"# buildtool noop-clock v1\n" + marshal.dumps(clock))
+    (ws / "src" / "a.txt").write_text("changed under a damaged clock\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert (ws / "up.txt").read_text() == "CHANGED UNDER A DAMAGED CLOCK\n"
+
+
+def test_hard_link_watch_goes_with_its_last_name_in_the_workspace(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("o\n")
+    os.link(outside, ws / "h.txt")
+    armed(ws, cache)
+    assert "1 hard-linked files" in bt(ws, cache, "monitor", "status").stdout
+    (ws / "h.txt").unlink()
+    rebuilt(ws, cache)  # (the deletion was a change: the root listing)
+    for _ in range(2):
+        bt(ws, cache, "build")
+    n = vouched(ws)
+    outside.write_text("written after the workspace let go of it\n")  # none of this workspace's business
+    assert "(nothing changed)" in bt(ws, cache, "build").stdout
+    assert vouched(ws) == n + 1
+    assert "hard-linked" not in bt(ws, cache, "monitor", "status").stdout
