@@ -28,11 +28,12 @@ from __future__ import annotations
 import os
 import sys
 
+from buildtool.noop import MONITOR_SOCKET as SOCKET  # (noop.py checks it exists before importing this)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SOCKET = "monitor.sock"
 LOG = "monitor.log"
 COOKIE = "monitor-cookie."
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL

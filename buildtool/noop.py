@@ -539,6 +539,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
 
 
 CLOCK_HEADER = b"# buildtool noop-clock v1\n"
+MONITOR_SOCKET = "monitor.sock"  # where a workspace's file monitor listens (monitor.py)
 
 
 def _clock_path(state_dir: str) -> str:
@@ -585,6 +586,8 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
     """(a no-op verdict, the monitor's answer) when the workspace's file monitor says that
     nothing changed since the clock the last full no-op check left; (None, answer) when a
     full check is needed (answer None: no monitor runs).  Spec: docs/monitor.md"""
+    if not os.path.exists(os.path.join(state_dir, MONITOR_SOCKET)):
+        return None, None  # no monitor: not even its client is imported
     from buildtool import monitor
 
     clock: Any = None
