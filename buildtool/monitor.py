@@ -60,21 +60,29 @@ def _ask(state_dir: str, line: str, timeout: float = ASK_TIMEOUT_S) -> str | Non
         s.settimeout(timeout)
         s.connect(socket_path(state_dir))
         s.sendall(line.encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            s.settimeout(left)
-            chunk = s.recv(65536)
-            if not chunk:
-                return None
-            data += chunk
-        return data.decode("utf-8", "surrogateescape").rstrip("\n")
+        return _read_line(s, deadline)
     except (OSError, UnicodeError):
         return None
     finally:
         s.close()
+
+
+def _read_line(conn: Any, deadline: float, limit: int = 1 << 20) -> str | None:
+    """One line from a socket, read before ``deadline`` (None: not in time, the peer
+    closed first, or more than ``limit`` bytes): neither side can hold the other."""
+    import time
+
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or len(data) > limit:
+            return None
+        conn.settimeout(left)
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
 class Answer:
@@ -585,7 +593,7 @@ def _serve_one(mon: Monitor, srv: Any, select_mod: object) -> None:
         return
     with conn:
         try:
-            line = _read_line(conn, time.monotonic() + 1.0)
+            line = _read_line(conn, time.monotonic() + 1.0, 65536)
         except OSError:
             return
         if line is None:
@@ -602,23 +610,6 @@ def _serve_one(mon: Monitor, srv: Any, select_mod: object) -> None:
             conn.sendall(reply.encode("utf-8", "surrogateescape") + b"\n")
         except OSError:
             pass
-
-
-def _read_line(conn: Any, deadline: float) -> str | None:
-    """One request line, read before ``deadline`` (a slow client cannot hold the monitor)."""
-    import time
-
-    data = b""
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        conn.settimeout(left)
-        chunk = conn.recv(4096)
-        if not chunk or len(data) > 65536:
-            return None
-        data += chunk
-    return data.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
 if __name__ == "__main__":
