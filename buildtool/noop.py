@@ -98,6 +98,13 @@ def env_view(names: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+def _same_env(recorded: Mapping[str, str | None]) -> list[str] | None:
+    """The names a snapshot's env view was taken over (beyond the BUILDTOOL_* ones), if
+    the environment still gives the same view; None if it changed."""
+    names = [k for k in recorded if not k.startswith(ENV_PREFIXES)]
+    return names if env_view(names) == recorded else None
+
+
 def invalidate(state_dir: str) -> None:
     for path in (_path(state_dir), _clock_path(state_dir)):
         try:
@@ -519,9 +526,8 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
     try:
         if body["request"] != request:  # marshal keeps lists lists, as request_of makes them
             return None
-        env = body["env"]
-        names = [k for k in env if not k.startswith(ENV_PREFIXES)]
-        if env_view(names) != env:
+        names = _same_env(body["env"])
+        if names is None:
             return None
         if _differs(root, body["files"]):
             return None  # the graph itself may have changed
@@ -606,9 +612,8 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
     try:
         if clock["snapshot"] != _snapshot_id(state_dir) or clock["request"] != request:
             return None, answer
-        env = clock["env"]
-        names = [k for k in env if not k.startswith(ENV_PREFIXES)]
-        if env_view(names) != env or _differs(root, clock["files"]) or _dirs_differ(root, clock["dirs"], clock["outs"]):
+        names = _same_env(clock["env"])
+        if names is None or _differs(root, clock["files"]) or _dirs_differ(root, clock["dirs"], clock["outs"]):
             return None, answer
         return Verdict(int(clock["targets"]), [], [], [], names, {}), answer
     except Exception:  # the clock is read from disk: any damage means the full check
