@@ -193,3 +193,19 @@ def test_output_of_several_gib_is_hashed_and_cached_in_bounded_memory(workspace:
     with open(workspace.root / "copy.dat", "rb") as f:
         f.seek(size // 2)
         assert f.read(6) == b"middle"
+
+
+def test_error_lines_in_a_generated_buildfile_of_thousands_of_calls(workspace: Workspace) -> None:
+    # Call sites are found from the line table once per code object, not by f_lineno per
+    # call (quadratic in the calls of one file); the lines must stay those f_lineno gives.
+    lines = [f'genrule(name="t{i}", outs=["o{i}"], cmd="echo > $@")' for i in range(3000)]
+    lines[16] = 'genrule(\n    name="dup",\n    outs=["first"],\n    cmd="echo > $@",\n)'  # lines 17-21
+    lines.append('genrule(name="ok", outs=["ok"], cmd="echo > $@")')
+    lines.append('genrule(\n    name="dup",\n    outs=["second"],\n    cmd="echo > $@",\n)')
+    text = "\n".join(lines) + "\n"
+    second = text.count("\n", 0, text.rindex('genrule(\n    name="dup"')) + 1
+    workspace.write("BUILD.py", text)
+    rc, out, err = workspace.run("build")
+    assert rc == 2, out + err
+    assert f"BUILD.py:{second}" in err, err
+    assert "first at BUILD.py:17)" in err, err
