@@ -7,13 +7,17 @@ the ``console`` pool).  ``run`` blocks until the command ends (a worker thread);
 returns a ``Running`` whose pidfd an event loop can watch (the scheduler's own thread).
 ``cancel_all`` terminates every running process group (SIGTERM, then SIGKILL after a grace
 period).  The cache layer in front of it lives in runner.py.
+
+A simple command (simplecmd.py) that runs in this process's working directory starts
+through ``os.posix_spawn`` (glibc's vfork-like clone), the others through
+``subprocess.Popen``; both give the child the same descriptors, signal dispositions,
+session and environment (docs/architecture.md#spawning).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -21,6 +25,7 @@ from buildtool.orphans import boot_clock
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable
 
     from buildtool.simplecmd import SimpleCommand
@@ -58,7 +63,7 @@ class Running:
     def __init__(
         self,
         executor: SubprocessExecutor,
-        proc: subprocess.Popen[bytes] | None,
+        proc: Child | None,
         out_fd: int | None,
         err_fd: int | None,
         start: float,
@@ -92,11 +97,9 @@ class Running:
     def wait(self) -> ProcessResult:
         """Block until the command ends (killing it at its deadline), then ``finish``."""
         if self.proc is not None:
-            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
             try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.expire()
+                if self.deadline is not None and not self.proc.ended_by(self.deadline):
+                    self.expire()
                 self.proc.wait()
             except BaseException:
                 self._release()
@@ -185,11 +188,109 @@ def shell_argv(shell: str, cmd_or_script: str, is_script: bool) -> list[str]:
     return [*argv, "-c", cmd_or_script]
 
 
+class Spawned:
+    """A child started by ``os.posix_spawn``: the part of a Popen that Running uses."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        """Reap it (blocking); its exit status, or minus the signal that killed it."""
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): as Popen, status 0
+                self.returncode = 0
+        return self.returncode
+
+    def ended_by(self, deadline: float) -> bool:
+        """Wait, without reaping it, until it exits (True) or ``deadline`` (time.monotonic)
+        passes (False).  Only used where pidfds work (``start`` chooses posix_spawn then)."""
+        import select
+
+        fd = os.pidfd_open(self.pid)
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while True:
+                left = deadline - time.monotonic()
+                if poller.poll(max(0, int(left * 1000) + 1) if left > 0 else 0):
+                    return True
+                if left <= 0:
+                    return False
+        finally:
+            os.close(fd)
+
+
+class Popened:
+    """A child started by ``subprocess.Popen``, with Spawned's interface."""
+
+    __slots__ = ("_popen", "pid")
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def wait(self) -> int:
+        return self._popen.wait()
+
+    def ended_by(self, deadline: float) -> bool:
+        import subprocess
+
+        try:
+            self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+
+if TYPE_CHECKING:
+    Child = Spawned | Popened
+# Reset to their defaults in every child, as Popen's restore_signals does: Python ignores them.
+_DEFAULT_IN_CHILD = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, n))
+_DEVNULL: list[int] = []
+
+
+def _devnull() -> int:
+    """A read-only descriptor of /dev/null, opened once per process (the children's stdin)."""
+    if not _DEVNULL:
+        _DEVNULL.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    return _DEVNULL[0]
+
+
+def _inherited_fds() -> tuple[int, ...]:
+    """Descriptors above 2 that a child would inherit (from whoever started buildtool: a
+    make jobserver, a CI runner's leak): posix_spawn closes them in the child, as Popen's
+    close_fds=True does.  buildtool's own descriptors are all close-on-exec."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return ()
+    fds = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    fds.append(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return tuple(sorted(fds))
+
+
 class SubprocessExecutor:
     """Starts commands in new sessions and can kill them all."""
 
     def __init__(self) -> None:
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._procs: dict[int, Child] = {}
         # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
@@ -200,6 +301,11 @@ class SubprocessExecutor:
         # (program, PATH) -> its path, for commands started without a shell: found once,
         # not by a failed exec per PATH entry before it on every start (as sh's hash).
         self._programs: dict[tuple[str, str, str], str | None] = {}
+        # For posix_spawn, which cannot change the child's directory: whether a command
+        # directory is this process's working directory (memoised per path string), and the
+        # descriptors the child must not inherit.  None: posix_spawn is not used.
+        self._spawn: tuple[dict[str, bool], tuple[int, ...], tuple[int, int]] | None = None
+        self._spawn_checked = False
 
     def run(
         self,
@@ -242,17 +348,22 @@ class SubprocessExecutor:
             if direct is not None:
                 program = self._find_program(direct.argv[0], env.get("PATH", os.defpath), cwd)
                 if program is not None:
-                    proc = _start_direct(direct, program, cwd, env, out_fd, err_fd, capture is not None)
+                    spawn = self._spawn_closing(cwd)
+                    proc = _start_direct(direct, program, cwd, env, out_fd, err_fd, capture is not None, spawn)
             if proc is None:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_fd,
-                    stderr=err_fd,
-                    start_new_session=capture is not None,
-                    close_fds=True,
+                import subprocess
+
+                proc = Popened(
+                    subprocess.Popen(
+                        argv,
+                        cwd=cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out_fd,
+                        stderr=err_fd,
+                        start_new_session=capture is not None,
+                        close_fds=True,
+                    )
                 )
         except BaseException:
             for fd in (out_fd, err_fd):
@@ -267,6 +378,30 @@ class SubprocessExecutor:
             self._kill(proc)
         return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout)
 
+    def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:
+        """The descriptors to close in a child started by posix_spawn in ``cwd``; None when
+        the child must start through Popen (``cwd`` is not this process's working
+        directory, or this system lacks pidfds or posix_spawn's setsid)."""
+        if not self._spawn_checked:
+            self._spawn_checked = True
+            if hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2") and pidfds_work():
+                try:
+                    here = os.stat(".")
+                    self._spawn = ({}, _inherited_fds(), (here.st_dev, here.st_ino))
+                except OSError:
+                    pass
+        if self._spawn is None:
+            return None
+        same, closing, here_id = self._spawn
+        ok = same.get(cwd)
+        if ok is None:
+            try:
+                st = os.stat(cwd)
+                ok = same[cwd] = (st.st_dev, st.st_ino) == here_id
+            except OSError:
+                ok = False
+        return closing if ok else None
+
     def _find_program(self, name: str, path: str, cwd: str) -> str | None:
         """``which`` for a command in ``cwd``, memoised for the build."""
         key = (name, path, cwd if any(not d.startswith("/") for d in path.split(os.pathsep)) else "")
@@ -275,7 +410,7 @@ class SubprocessExecutor:
             found = self._programs[key] = which(name, path, cwd)
         return found
 
-    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+    def _kill(self, proc: Child) -> None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
@@ -316,12 +451,14 @@ def _start_direct(
     out_fd: int | None,
     err_fd: int | None,
     session: bool,
-) -> subprocess.Popen[bytes] | None:
+    spawn_closing: tuple[int, ...] | None,
+) -> Child | None:
     """Start a simple command without a shell; None when it cannot be started that way.
 
     The child sees what the shell would have given it: ``PWD`` set to its directory (sh
     exports it), stdout to the ``>`` file opened as sh opens it (created 0666 less the
-    umask, truncated), relative to ``cwd``."""
+    umask, truncated), relative to ``cwd``.  ``spawn_closing``: not None when ``cwd`` is
+    this process's directory: posix_spawn starts it, closing those inherited descriptors."""
     if "PWD" in env:
         return None  # sh keeps or resets a given PWD by rules not worth copying
     redirect = None
@@ -332,23 +469,62 @@ def _start_direct(
             )
         except OSError:
             return None
+    stdout = redirect if redirect is not None else out_fd
+    child_env = {**env, "PWD": os.path.normpath(cwd)}
     try:
-        return subprocess.Popen(
-            cmd.argv,
-            executable=program,
-            cwd=cwd,
-            env={**env, "PWD": os.path.normpath(cwd)},
-            stdin=subprocess.DEVNULL,
-            stdout=redirect if redirect is not None else out_fd,
-            stderr=err_fd,
-            start_new_session=session,
-            close_fds=True,
+        if spawn_closing is not None:
+            spawned = _spawn(program, cmd.argv, child_env, stdout, err_fd, session, spawn_closing)
+            if spawned is not None:
+                return spawned
+        import subprocess
+
+        return Popened(
+            subprocess.Popen(
+                cmd.argv,
+                executable=program,
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=err_fd,
+                start_new_session=session,
+                close_fds=True,
+            )
         )
     except OSError:
         return None  # not found, not executable, no #! line...: the shell says so, or runs it
     finally:
         if redirect is not None:
             os.close(redirect)
+
+
+def _spawn(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    stdout: int | None,
+    stderr: int | None,
+    session: bool,
+    closing: tuple[int, ...],
+) -> Spawned | None:
+    """``os.posix_spawn`` in this process's directory, with Popen's set-up: stdin from
+    /dev/null, stdout and stderr given (None: inherited), inherited descriptors closed,
+    Python's ignored signals back to their defaults, a new session if asked.  None when
+    it cannot (a descriptor among 0-2 to move, which dup2 would not move)."""
+    stdin = _devnull()
+    if min(stdin, stdout if stdout is not None else 3, stderr if stderr is not None else 3) <= 2:
+        return None  # buildtool started with 0, 1 or 2 closed: Popen handles that case
+    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, stdin, 0)]
+    if stdout is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, stdout, 1))
+    if stderr is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, stderr, 2))
+    actions.extend((os.POSIX_SPAWN_CLOSE, fd) for fd in closing)
+    try:
+        pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=session, setsigdef=_DEFAULT_IN_CHILD)
+    except NotImplementedError:  # no POSIX_SPAWN_SETSID in this libc
+        return None
+    return Spawned(pid)
 
 
 def _read_all(fd: int) -> bytes:

@@ -7,11 +7,17 @@ errors and exit statuses.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import Workspace
+
+from buildtool import executor, simplecmd
 
 # Writes the name of its parent process to $1: buildtool when started directly, the
 # shell when started by `sh -c`.
@@ -121,3 +127,94 @@ print("ok")
 """
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+
+
+# -- the two ways a simple command starts: posix_spawn in this process's directory, Popen
+# elsewhere (posix_spawn cannot change the child's directory); the child must not tell them apart.
+PROBE = f"""#!{sys.executable}
+import json, os, sys
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+stat = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+print("to stderr", file=sys.stderr)
+json.dump({{
+    "stdin": sys.stdin.read(),
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    "ignored": status["SigIgn"].strip(),
+    "blocked": status["SigBlk"].strip(),
+    "own_session": int(stat[3]) == os.getpid(),
+    "pwd": os.environ["PWD"],
+    "cwd": os.getcwd(),
+    "env": sorted(k for k in os.environ if k not in ("PWD", "LC_CTYPE")),
+}}, sys.stdout)
+"""
+
+
+def _start_in(where: str, tmp_path: Path, monkeypatch) -> tuple[str, object, dict]:
+    """Run PROBE as a simple command in the process's directory ("here") or another one."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for d in (here, elsewhere):
+        d.mkdir(exist_ok=True)
+        (d / "probe").write_text(PROBE)
+        (d / "probe").chmod(0o755)
+    monkeypatch.chdir(here)
+    cwd = str(here if where == "here" else elsewhere)
+    ex = executor.SubprocessExecutor()
+    line = "./probe > out.json"
+    running = ex.start(executor.shell_argv("sh", line, False), cwd, {"PATH": "/usr/bin:/bin", "K": "v"},
+                       capture=str(tmp_path / f"cap-{where}"), direct=simplecmd.parse(line))
+    kind = type(running.proc).__name__
+    res = running.wait()
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr == b"to stderr\n"
+    return kind, res, json.loads(Path(cwd, "out.json").read_text())
+
+
+def test_both_ways_of_starting_give_the_child_the_same_process(tmp_path: Path, monkeypatch) -> None:
+    r, w = os.pipe()  # as a make jobserver's pipe: inheritable descriptors buildtool was given
+    os.set_inheritable(r, True)
+    os.set_inheritable(w, True)
+    try:
+        seen = {where: _start_in(where, tmp_path, monkeypatch) for where in ("here", "elsewhere")}
+    finally:
+        os.close(r)
+        os.close(w)
+    assert seen["elsewhere"][0] == "Popened"
+    assert seen["here"][0] == ("Spawned" if executor.pidfds_work() else "Popened")
+    here, elsewhere = seen["here"][2], seen["elsewhere"][2]
+    assert here["stdin"] == elsewhere["stdin"] == ""  # /dev/null
+    assert here["fds"] == elsewhere["fds"] == [0, 1, 2, 3]  # 3: the listing's own; the pipe closed
+    # 1-31 alike: the probe's own (a Python ignores SIGPIPE and SIGXFSZ); 32 and 33: see below
+    assert int(here["ignored"], 16) & 0x7FFFFFFF == int(elsewhere["ignored"], 16) & 0x7FFFFFFF
+    assert here["blocked"] == elsewhere["blocked"]
+    assert here["own_session"] and elsewhere["own_session"]
+    assert here["pwd"] == here["cwd"] == str(tmp_path / "here")
+    assert elsewhere["pwd"] == elsewhere["cwd"] == str(tmp_path / "elsewhere")
+    assert here["env"] == elsewhere["env"] == ["K", "PATH"]
+
+
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+def test_exit_status_signal_and_deadline_either_way(where: str, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    cwd = str(tmp_path / where)
+    ex = executor.SubprocessExecutor()
+    env = {"PATH": "/usr/bin:/bin"}
+
+    def start(line: str, timeout: float | None = None) -> executor.Running:
+        return ex.start(executor.shell_argv("sh", line, False), cwd, env, timeout=timeout,
+                        capture=str(tmp_path / "cap"), direct=simplecmd.parse(line))
+
+    assert start("ls no-such-file").wait().exit_code == 2
+    # Python ignores SIGPIPE and SIGXFSZ; the child gets them back at their defaults.  (glibc's
+    # posix_spawn leaves its internal signals 32 and 33 ignored, as in any child CPython's
+    # own subprocess starts with posix_spawn: docs/architecture.md#spawning.)
+    assert start("cat /proc/self/status > status.txt").wait().exit_code == 0
+    ignored = next(x for x in (tmp_path / where / "status.txt").read_text().splitlines() if x.startswith("SigIgn:"))
+    assert int(ignored.split()[1], 16) & 0x7FFFFFFF == 0, ignored
+    running = start("sleep 30", timeout=0.3)
+    res = running.wait()
+    assert res.timed_out and res.exit_code == -signal.SIGTERM
+    running = start("sleep 30")
+    ex.cancel_all()
+    assert running.wait().exit_code == -signal.SIGTERM

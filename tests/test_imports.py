@@ -43,12 +43,13 @@ print("MODULES", " ".join(sorted(set(sys.modules) - before)))
 """
 
 
-def _modules_of_build(ws: Path, cache: Path, *args: str) -> set[str]:
-    """The modules ``buildtool -C WS build ARGS`` loads (in a fresh interpreter, beyond its start-up)."""
+def _modules_of_build(ws: Path, cache: Path, *args: str, cwd: Path | None = None) -> set[str]:
+    """The modules ``buildtool -C WS build ARGS`` loads (in a fresh interpreter, beyond its
+    start-up), run in ``cwd`` (default: this process's directory, not the workspace)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDTOOL_")}
     env.update(BUILDTOOL_CACHE_DIR=str(cache), XDG_CONFIG_HOME=str(ws.parent / "config"), CI="1")
     p = subprocess.run([sys.executable, "-c", _REPORT, "-C", str(ws), "build", *args], capture_output=True, text=True,
-                       env=env, timeout=120, check=False)
+                       env=env, timeout=120, check=False, cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
     last = p.stdout.splitlines()[-1]
     assert last.startswith("MODULES ")
@@ -79,6 +80,12 @@ def test_builds_import_no_heavy_module(ws: Path, tmp_path: Path) -> None:
     incremental = _modules_of_build(ws, cache, "--cache-dir", str(cache))
     assert "pickle" in incremental and "buildtool.loader" in incremental  # the snapshot's graph, reused
     assert not HEAVY & incremental, HEAVY & incremental
+    assert "subprocess" in incremental  # commands outside buildtool's directory start through Popen
+    (ws / "1.txt").write_text("changed again\n")
+    at_root = _modules_of_build(ws, cache, "--cache-dir", str(cache), cwd=ws)
+    assert "buildtool.runner" in at_root  # (commands ran)
+    if executor.pidfds_work():  # ... and in it through posix_spawn (docs/architecture.md#spawning)
+        assert "subprocess" not in at_root
     noop = set()
     for _ in range(3):  # racily clean files count as changed until the snapshot can vouch for them
         noop = _modules_of_build(ws, cache)
