@@ -209,10 +209,14 @@ class Spawned:
 
     def ended_by(self, deadline: float) -> bool:
         """Wait, without reaping it, until it exits (True) or ``deadline`` (time.monotonic)
-        passes (False).  Only used where pidfds work (``start`` chooses posix_spawn then)."""
+        passes (False): on a pidfd (``start`` only chooses posix_spawn where they work),
+        else by polling."""
         import select
 
-        fd = os.pidfd_open(self.pid)
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:  # out of descriptors, say
+            return self._polled_until(deadline)
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
@@ -224,6 +228,20 @@ class Spawned:
                     return False
         finally:
             os.close(fd)
+
+    def _polled_until(self, deadline: float) -> bool:
+        delay = 0.001
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(delay, left))
+            delay = min(2 * delay, 0.05)
 
 
 class Popened:
@@ -257,6 +275,7 @@ if TYPE_CHECKING:
 # Reset to their defaults in every child, as Popen's restore_signals does: Python ignores them.
 _DEFAULT_IN_CHILD = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, n))
 _DEVNULL: list[int] = []
+_NO_SETSID: list[bool] = []  # this libc's posix_spawn cannot start a new session
 
 
 def _devnull() -> int:
@@ -381,7 +400,7 @@ class SubprocessExecutor:
     def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:
         """The descriptors to close in a child started by posix_spawn in ``cwd``; None when
         the child must start through Popen (``cwd`` is not this process's working
-        directory, or this system lacks pidfds or posix_spawn's setsid)."""
+        directory, or this system lacks pidfds or posix_spawn)."""
         if not self._spawn_checked:
             self._spawn_checked = True
             if hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2") and pidfds_work():
@@ -511,6 +530,8 @@ def _spawn(
     /dev/null, stdout and stderr given (None: inherited), inherited descriptors closed,
     Python's ignored signals back to their defaults, a new session if asked.  None when
     it cannot (a descriptor among 0-2 to move, which dup2 would not move)."""
+    if _NO_SETSID and session:
+        return None
     stdin = _devnull()
     if min(stdin, stdout if stdout is not None else 3, stderr if stderr is not None else 3) <= 2:
         return None  # buildtool started with 0, 1 or 2 closed: Popen handles that case
@@ -522,7 +543,8 @@ def _spawn(
     actions.extend((os.POSIX_SPAWN_CLOSE, fd) for fd in closing)
     try:
         pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=session, setsigdef=_DEFAULT_IN_CHILD)
-    except NotImplementedError:  # no POSIX_SPAWN_SETSID in this libc
+    except NotImplementedError:  # no POSIX_SPAWN_SETSID in this libc: Popen from now on
+        _NO_SETSID.append(True)
         return None
     return Spawned(pid)
 

@@ -218,3 +218,16 @@ def test_exit_status_signal_and_deadline_either_way(where: str, tmp_path: Path, 
     running = start("sleep 30")
     ex.cancel_all()
     assert running.wait().exit_code == -signal.SIGTERM
+
+
+def test_a_spawned_child_is_waited_for_by_polling_when_no_pidfd_can_be_opened(tmp_path: Path) -> None:
+    # Spawned.ended_by falls back to waitid(WNOWAIT) polling (out of descriptors, say): it
+    # must neither reap the child nor miss its end.
+    import time
+
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "0.3"], {"PATH": "/usr/bin:/bin"})
+    child = executor.Spawned(pid)
+    assert child._polled_until(time.monotonic() + 0.05) is False
+    assert child._polled_until(time.monotonic() + 10) is True
+    assert child.returncode is None  # not reaped by the polling
+    assert child.wait() == 0
