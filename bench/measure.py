@@ -160,6 +160,9 @@ class Timer:
         for attempt in range(self.retries + 1):
             if prepare:
                 prepare()
+            # Earlier runs' dirty pages (and this preparation's deletions) are written back
+            # now, not during the timed run of whichever tool comes next.
+            os.sync()
             if self.quiet_wait:
                 wait_quiet(self.quiet_wait)
             sample, stderr = run_once(argv, cwd, self.limit, rss)
