@@ -16,9 +16,9 @@ import posixpath
 from buildtool import labels
 from buildtool.dsl import Declaration
 from buildtool.errors import BuildfileError, UserError
-from buildtool.loader import Loader
+from buildtool.loader import BUILDFILE, Loader
 from buildtool.subst import SubstError, substitute
-from buildtool.workspace import STATE_DIR
+from buildtool.workspace import ALWAYS_SKIPPED, IGNORE_FILE, MARKER, STATE_DIR
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -170,6 +170,20 @@ def _str_list(decl: Declaration, attr: str) -> list[Any]:
     if isinstance(v, str) or not isinstance(v, (list, tuple)):
         raise _err(decl, f"attribute {attr!r} must be a list of strings (got {v!r})")
     return list(v)
+
+
+def _build_definition_file(path: str, read: set[str]) -> str | None:
+    """What makes ``path`` part of the build's own definition (so never an output), or None."""
+    first = path.split("/", 1)[0]
+    if first in ALWAYS_SKIPPED:
+        return f"inside {first}/, which buildtool never writes into"
+    if path.rsplit("/", 1)[-1] == BUILDFILE:
+        return f"a {BUILDFILE} file"
+    if path in (MARKER, IGNORE_FILE):
+        return f"the workspace's {path}"
+    if path in read:
+        return f"a file that evaluating the {BUILDFILE} files reads (imported or opened)"
+    return None
 
 
 class GraphBuilder:
@@ -471,7 +485,14 @@ class GraphBuilder:
     def _check_output_paths(self, out_owner: dict[str, str]) -> None:
         root = self.loader.ws.root
         checked: dict[str, bool] = {}
+        definition = self.loader.read_files | self.loader.imported_workspace_modules()
         for o, lab in out_owner.items():
+            own = _build_definition_file(o, definition)
+            if own is not None:
+                # Declared outputs are deleted before their command runs: never one of these.
+                pkg, name = labels.split_label(lab)
+                d = self.loader.load(pkg)[name]
+                raise _err(d, f"output {o!r} of {lab} is {own}; an output is deleted before its command runs")
             parent = posixpath.dirname(o)
             ok = checked.get(parent)
             if ok is None:

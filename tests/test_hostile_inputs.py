@@ -53,6 +53,17 @@ CATALOGUE = [
      "defined twice", None),
     ("state-dir-output", 'genrule(name="t", outs=[".buildtool/record"], cmd="echo x > $@")', "state directory",
      None),
+    # Outputs are deleted before their command runs: the build's own definition never is one.
+    ("output-is-its-buildfile", 'genrule(name="t", outs=["BUILD.py"], cmd="true")', "a BUILD.py file", "keep"),
+    ("output-is-a-new-buildfile", 'genrule(name="t", outs=["sub/BUILD.py"], cmd="true")', "a BUILD.py file", None),
+    ("output-is-the-marker", 'genrule(name="t", outs=["buildtool.toml"], cmd="true")', "buildtool.toml", "keep"),
+    ("output-is-the-ignore-file", 'genrule(name="t", outs=[".buildtoolignore"], cmd="true")', ".buildtoolignore",
+     "keep"),
+    ("output-is-a-read-file", 'open("a.txt").read()\ngenrule(name="t", outs=["a.txt"], cmd="true")',
+     "evaluating the BUILD.py files reads", "keep"),
+    ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
+     "evaluating the BUILD.py files reads", "keep"),
+    ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
 ]
 
 
@@ -74,6 +85,12 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
         ws.write("tools/loop.py", "import tools.loop2\n")
         ws.write("tools/loop2.py", "import tools.loop\nVALUE = tools.loop.VALUE\n")  # a real import cycle
     ws.write("BUILD.py", build.replace("{outside}", str(outside)) + "\n")
+    if extra == "keep":
+        ws.write(".buildtoolignore", "ignored/\n")
+        ws.write("tools/__init__.py", "")
+        ws.write("tools/defs.py", "VALUE = 1\n")
+        ws.write(".git/config", "[core]\n")
+    kept = {p: p.read_bytes() for p in ws.root.rglob("*") if p.is_file() and ".buildtool/" not in str(p)}
     before = outside_snapshot(tmp_path, ws)
     rc, out, err = ws.run("build")
     assert rc == 2, (case, rc, out, err)
@@ -83,6 +100,7 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
     assert outside_snapshot(tmp_path, ws) == before
     if extra == "flink":
         assert (outside / "victim.txt").read_text() == "precious\n"
+    assert {p: p.read_bytes() for p in kept} == kept  # nothing of the workspace deleted or changed
 
 
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
