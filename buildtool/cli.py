@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
+        return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:

@@ -45,6 +45,34 @@ _STATUS_COLOR = {
 }
 
 
+class _Closable:
+    """The console's stream, which its reader may close (``buildtool build | head``): from
+    then on output is dropped and the build goes on to its own end and exit status, where
+    Python would raise BrokenPipeError out of the middle of the scheduler."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, s: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(s)
+            except BrokenPipeError:
+                self.gone = True
+        return len(s)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self.gone = True
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
 def is_live_terminal(out: IO[str]) -> bool:
     """A terminal that may receive cursor movement: a TTY, not CI, not ``TERM=dumb``."""
     try:
@@ -91,9 +119,10 @@ class Console:
     ) -> None:
         self.graph = graph
         self.total = total
-        self.out = out or sys.stdout
-        self.tty = is_live_terminal(self.out) if tty is None else tty
-        self.color = use_color(color, self.out)
+        stream = out or sys.stdout
+        self.tty = is_live_terminal(stream) if tty is None else tty
+        self.color = use_color(color, stream)
+        self.out = _Closable(stream)
         self.explain = explain
         self.replay_output = replay_output
         self.done = 0

@@ -131,3 +131,36 @@ def test_version_is_fast_to_import(tmp_path: Path) -> None:
              "buildtool.simulate", "buildtool.profile"}
     imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if "|" in ln}
     assert not (heavy & imported), heavy & imported
+
+
+def _with_closed_stdout(ws: Workspace, *args: str) -> tuple[int, str]:
+    """Run buildtool with a stdout pipe nobody reads from (``buildtool ... | head -0``)."""
+    r, w = os.pipe()
+    os.close(r)  # every write to w fails with EPIPE
+    try:
+        p = subprocess.run([BUILDTOOL, *args], cwd=ws.root, env=_clean_env(ws.cache, ws.home), stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(w)
+    return p.returncode, p.stderr
+
+
+def test_a_closed_stdout_drops_the_output_not_the_build(workspace: Workspace) -> None:
+    workspace.build_file("", "\n".join(
+        f'genrule(name="t{i}", outs=["o{i}"], cmd="echo {i} > $@")' for i in range(20)))
+    rc, err = _with_closed_stdout(workspace, "build", "-j2")
+    assert rc == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert [workspace.read(f"o{i}") for i in range(20)] == [f"{i}\n" for i in range(20)]
+    workspace.build_file("", 'genrule(name="bad", outs=["x"], cmd="exit 3")')
+    rc, err = _with_closed_stdout(workspace, "build")
+    assert rc == 1, err  # the build's own status, as with a terminal
+    assert "Traceback" not in err, err
+
+
+def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="echo > $@")')
+    for args in (("graph",), ("query", "deps(//...)")):
+        rc, err = _with_closed_stdout(workspace, *args)
+        assert rc == 141, (args, rc, err)  # 128 + SIGPIPE
+        assert err == "", (args, err)
