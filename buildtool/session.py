@@ -128,6 +128,7 @@ class Session:
         # these and their dependents are planned; the rest keep last cycle's results.
         self.focus: set[int] | None = None
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
+        self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
@@ -146,7 +147,12 @@ class Session:
                 d = loader.load(pkg)[name]
                 if d.kind == "test":
                     tmp = builder.build([lab])
-                    expanded.extend(tmp.targets[i].label for i in tmp.targets[tmp.by_label[lab]].deps)
+                    needs = [tmp.targets[i].label for i in tmp.targets[tmp.by_label[lab]].deps]
+                    expanded.extend(needs)
+                    if lab not in self._noted_tests:
+                        self._noted_tests.add(lab)
+                        print(f"buildtool: note: {lab} is a test; `build` builds only its dependencies, "
+                              f"`buildtool test {lab}` runs it", file=sys.stderr, flush=True)
                 else:
                     expanded.append(lab)
             roots = list(dict.fromkeys(expanded))

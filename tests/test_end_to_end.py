@@ -561,6 +561,11 @@ def test_test_runs_tests_and_build_never_does(workspace: Workspace) -> None:
     r = workspace.build("//:fails", command="test")
     assert r.rc == 1
     assert "boom" in r.output
+    r = workspace.build("//:fails")  # named in `build`: what it needs is built, and that is said
+    assert r.rc == 0, r.output
+    assert "boom" not in r.output
+    assert "note: //:fails is a test; `build` builds only its dependencies, `buildtool test //:fails` runs it" \
+        in r.stderr
 
 
 def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
