@@ -131,7 +131,8 @@ def test_config_file_and_env_select_the_remote(nginx: remote_servers.Server,
 def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:
-    a, b = _checkouts(make_workspace, f"corrupt-{time.time_ns()}")
+    tag = f"corrupt-{time.time_ns()}"
+    a, b = _checkouts(make_workspace, tag)
     url = f"{nginx.url}/corrupt"  # a prefix of its own on the shared server
     assert a.build("--remote-cache", url).rc == 0
     good = a.path("gen/names.h").read_bytes()
@@ -144,6 +145,15 @@ def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     assert "does not verify" in r.stderr, r.stderr
     assert b.path("gen/names.h").read_bytes() == good
     assert r.by_label["//data:pack"]["cache"] == "remote"
+    # B's rerun sent the good content again (the server's copy said "present" but was not):
+    # the next machine restores everything.
+    assert blob.read_bytes() == good
+    c = make_workspace("machine-c")
+    _project(c, tag)
+    r = c.build("--remote-cache", url)
+    assert r.rc == 0, r.output
+    assert r.ran == set(), r.output
+    assert c.path("gen/names.h").read_bytes() == good
 
 
 def test_cache_entry_naming_undeclared_paths_is_refused(

@@ -5,8 +5,9 @@ downloads every blob it names, verifies each against its digest, checks that the
 exactly the target's declared outputs (paths from a cache entry are never trusted), and puts
 the blobs and the entry into the local cache, from where the runner restores them.
 ``upload`` (after a successful local run) sends the missing blobs (FindMissingBlobs first),
-then the ActionResult.  A circuit breaker turns the first connection failure or timeout into
-one warning and a build that carries on with the local cache only.
+then the ActionResult (a blob whose download did not verify counts as missing: its good
+content replaces the damaged one).  A circuit breaker turns the first connection failure or
+timeout into one warning and a build that carries on with the local cache only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from buildtool.digest import hash_bytes, hash_file, is_remote
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, RemoteAction, TargetView
 from buildtool.remote.options import Endpoint, RemoteOptions
-from buildtool.remote.store import RemoteError, Source, Store, Unavailable, marker_digest, open_store
+from buildtool.remote.store import BadBlob, RemoteError, Source, Store, Unavailable, marker_digest, open_store
 
 
 class RemoteStats:
@@ -69,6 +70,7 @@ class RemoteCache:
         self._broken: str | None = None
         self._opened = False
         self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
+        self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
 
     # -- connection and breaker ------------------------------------------------------------
@@ -144,6 +146,8 @@ class RemoteCache:
             with self._lock:
                 self.stats.misses += 1
                 self.stats.errors += 1
+                if isinstance(e, BadBlob):
+                    self._damaged.add(e.digest)  # sent again by this build's upload
             return None
         if entry is None:
             self._count_miss()
@@ -224,6 +228,8 @@ class RemoteCache:
             act = self.remote_action(store, t, key, desc)
             result, blobs = self.action_result(store, t, act, outputs, stdout, stderr, duration)
             missing = store.find_missing(blobs)
+            with self._lock:  # present there but damaged (a download did not verify): replace it
+                missing |= self._damaged.intersection(blobs)
             sent = store.upload({d: blobs[d] for d in missing}) if missing else 0
             store.update_action_result(act.digest, result)
         except Unavailable as e:

@@ -29,6 +29,14 @@ class RemoteError(Exception):
     """The server answered, but not usefully (treated as a miss)."""
 
 
+class BadBlob(RemoteError):
+    """A downloaded blob is not what its digest names: the server holds damaged content."""
+
+    def __init__(self, msg: str, digest: Digest) -> None:
+        super().__init__(msg)
+        self.digest = digest
+
+
 class Unavailable(RemoteError):
     """The server is unreachable, too slow or failing: stop using it for this build."""
 
@@ -73,7 +81,7 @@ class _VerifyingWriter:
         if got != want.hash or self.n != want.size:
             os.unlink(self.dest)
             msg = f"blob {want.hash[:12]}/{want.size} does not verify: received {got[:12]}/{self.n}"
-            raise RemoteError(msg)
+            raise BadBlob(msg, want)
 
     def abort(self) -> None:
         self.f.close()
