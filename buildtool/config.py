@@ -10,6 +10,7 @@ from buildtool.errors import UserError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 KEYS: dict[str, type] = {
@@ -210,16 +211,75 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
 
 
 def cpu_count() -> int:
-    """CPUs this process may use: affinity mask and cgroup v2 quota."""
+    """CPUs this process may use: its affinity mask, and its cgroup's CPU quota rounded up
+    (1.5 CPUs allow 2 jobs)."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()
-        if quota != "max":
-            n = max(1, min(n, int(int(quota) // int(period)) or 1))
-    except (OSError, ValueError):
-        pass
+    quota = cgroup_cpus()
+    if quota is not None:
+        n = max(1, min(n, -int(-quota // 1)))  # rounded up
     return n
+
+
+def cgroup_cpus(fs: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
+    """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs: cgroup v2
+    ``cpu.max``, or v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; None if none is set
+    (or there are no cgroups).  A cgroup path that is not visible (a container sees its own
+    cgroup as the root) falls back to the hierarchy's root."""
+    try:
+        with open(own) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = ["0::/"]
+    found: list[float] = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and not controllers:  # v2 (also the "unified" mount of a hybrid setup)
+            for mount in (fs, os.path.join(fs, "unified")):
+                found += _quotas(mount, path, _v2_quota)
+        elif "cpu" in controllers.split(","):  # v1
+            for mount in {os.path.join(fs, c) for c in ("cpu", "cpu,cpuacct", "cpuacct,cpu")}:
+                found += _quotas(mount, path, _v1_quota)
+    return min(found) if found else None
+
+
+def _quotas(mount: str, path: str, read: Callable[[str], float | None]) -> list[float]:
+    """The quotas set along ``path`` up to the hierarchy's root at ``mount``."""
+    if not os.path.isdir(mount):
+        return []
+    d = os.path.join(mount, path.strip("/"))
+    if not os.path.isdir(d):
+        d = mount
+    top = os.path.normpath(mount)
+    d = os.path.normpath(d)
+    out = []
+    while True:
+        q = read(d)
+        if q is not None:
+            out.append(q)
+        if len(d) <= len(top):
+            return out
+        d = os.path.dirname(d)
+
+
+def _v2_quota(d: str) -> float | None:
+    try:
+        with open(os.path.join(d, "cpu.max")) as f:
+            quota, period = f.read().split()
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(d: str) -> float | None:
+    try:
+        with open(os.path.join(d, "cpu.cfs_quota_us")) as f:
+            quota = int(f.read())
+        with open(os.path.join(d, "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None

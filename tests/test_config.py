@@ -1,0 +1,58 @@
+"""config.py's CPU count: the cgroup quota read from v2 and v1 hierarchies (real files in a
+temp tree standing for /sys/fs/cgroup and /proc/self/cgroup)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buildtool import config
+
+
+def _write(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def test_v2_quota_of_the_own_cgroup_and_the_tightest_ancestor(tmp_path: Path) -> None:
+    fs, own = tmp_path / "fs", tmp_path / "cgroup"
+    _write(own, "0::/ci.slice/job-7\n")
+    _write(fs / "cpu.max", "max 100000\n")
+    _write(fs / "ci.slice" / "cpu.max", "300000 100000\n")
+    _write(fs / "ci.slice" / "job-7" / "cpu.max", "150000 100000\n")
+    assert config.cgroup_cpus(str(fs), str(own)) == 1.5
+    _write(fs / "ci.slice" / "job-7" / "cpu.max", "max 100000\n")
+    assert config.cgroup_cpus(str(fs), str(own)) == 3.0  # the parent's limit still holds
+
+
+def test_v1_cfs_quota_and_no_limit(tmp_path: Path) -> None:
+    fs, own = tmp_path / "fs", tmp_path / "cgroup"
+    _write(own, "4:memory:/x\n2:cpu,cpuacct:/docker/abc\n1:name=systemd:/\n")
+    _write(fs / "cpu,cpuacct" / "cpu.cfs_quota_us", "-1\n")
+    _write(fs / "cpu,cpuacct" / "cpu.cfs_period_us", "100000\n")
+    assert config.cgroup_cpus(str(fs), str(own)) is None  # -1: unlimited
+    _write(fs / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_quota_us", "250000\n")
+    _write(fs / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_period_us", "100000\n")
+    assert config.cgroup_cpus(str(fs), str(own)) == 2.5
+
+
+def test_an_invisible_own_cgroup_falls_back_to_the_root(tmp_path: Path) -> None:
+    """In a container, /proc/self/cgroup names a host path; the container sees its own
+    cgroup as the root of the mount."""
+    fs, own = tmp_path / "fs", tmp_path / "cgroup"
+    _write(own, "0::/host/path/not/mounted\n")
+    _write(fs / "cpu.max", "200000 100000\n")
+    assert config.cgroup_cpus(str(fs), str(own)) == 2.0
+    assert config.cgroup_cpus(str(tmp_path / "none"), str(tmp_path / "nothing")) is None
+
+
+@pytest.mark.parametrize(("quota", "jobs"), [(0.5, 1), (1.5, 2), (64.0, None)])
+def test_cpu_count_rounds_the_quota_up_within_the_affinity_mask(
+    monkeypatch: pytest.MonkeyPatch, quota: float, jobs: int | None
+) -> None:
+    import os
+
+    mask = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(config, "cgroup_cpus", lambda: quota)
+    assert config.cpu_count() == (min(jobs, mask) if jobs is not None else mask)
