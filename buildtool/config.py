@@ -55,7 +55,7 @@ class Config:
         remote_instance: str = "",
         remote_headers: dict[str, str] | None = None,
         remote_timeout: float = 30.0,
-        remote_upload: bool = True,
+        remote_upload: bool | None = None,  # None: on in CI (the CI variable), off elsewhere
         remote_jobs: int | None = None,  # with remote_executor: run up to this many actions at once
         remote_download: str = "all",  # with remote_executor: all | toplevel | minimal (docs/remote.md)
     ) -> None:
@@ -208,6 +208,11 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
         cfg.cache_dir = default_cache_dir()
     cfg.cache_dir = os.path.abspath(os.path.expanduser(cfg.cache_dir))
     return cfg
+
+
+def in_ci() -> bool:
+    """Whether this runs in CI, as CI services say through the ``CI`` variable."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def cpu_count() -> int:

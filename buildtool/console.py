@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 
+from buildtool.config import in_ci
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
 
@@ -79,7 +80,7 @@ def is_live_terminal(out: IO[str]) -> bool:
         tty = out.isatty()
     except (AttributeError, ValueError):
         return False
-    return tty and os.environ.get("CI", "").lower() not in ("1", "true", "yes") and os.environ.get("TERM") != "dumb"
+    return tty and not in_ci() and os.environ.get("TERM") != "dumb"
 
 
 def use_color(mode: str, out: IO[str]) -> bool:

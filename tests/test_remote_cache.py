@@ -226,3 +226,23 @@ def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
     rc, _, err = workspace.run("build", env_extra={"BUILDTOOL_REMOTE_CACHE": "grpc://h"})
     assert rc == 0, err  # port defaults; an unreachable server only warns
     assert "remote cache unavailable" in err
+
+
+def test_uploads_default_to_on_in_ci_only(nginx: remote_servers.Server,
+                                          make_workspace: Callable[..., Workspace]) -> None:
+    tag = f"ci-only-{time.time_ns()}"
+    url = f"{nginx.url}/ci-only"
+    dev = make_workspace("developer")
+    _project(dev, tag)
+    r = dev.build("--remote-cache", url, env_extra={"CI": ""})  # a developer's machine
+    assert r.rc == 0 and len(r.ran) == 3, r.output
+    assert "0 uploaded" in r.stdout, r.stdout
+    ci = make_workspace("ci")
+    _project(ci, tag)
+    r = ci.build("--remote-cache", url, env_extra={"CI": "true"})
+    assert r.rc == 0 and len(r.ran) == 3, r.output  # nothing was uploaded before
+    assert "3 uploaded" in r.stdout, r.stdout
+    dev2 = make_workspace("developer-2")
+    _project(dev2, f"{tag}-other")
+    r = dev2.build("--remote-cache", url, "--remote-upload", env_extra={"CI": ""})  # asked for
+    assert "3 uploaded" in r.stdout, r.stdout

@@ -210,7 +210,7 @@ def add_flags(p: Any) -> None:
                         "toplevel (the requested targets' and what local actions need) or minimal (only what "
                         "local actions need); the rest stays in the server's CAS")
     g.add_argument("--remote-upload", action="store_true", default=None, dest="remote_upload",
-                   help="upload results to the remote cache (default)")
+                   help="upload results to the remote cache (default in CI, i.e. when CI=true)")
     g.add_argument("--no-remote-upload", action="store_false", dest="remote_upload",
                    help="only read from the remote cache")
 
@@ -241,14 +241,17 @@ def flags_of(args: Any) -> dict[str, Any]:
 
 
 def from_config(cfg: Any) -> RemoteOptions:
-    """RemoteOptions of a merged config.Config."""
+    """RemoteOptions of a merged config.Config.  Uploads default to on in CI only: CI
+    fills the shared cache, developers' machines read from it."""
+    from buildtool.config import in_ci
+
     return RemoteOptions(
         cache=parse_endpoint(cfg.remote_cache, "remote_cache") if cfg.remote_cache else None,
         executor=parse_endpoint(cfg.remote_executor, "remote_executor") if cfg.remote_executor else None,
         instance=cfg.remote_instance,
         headers=dict(cfg.remote_headers),
         timeout=cfg.remote_timeout,
-        upload=cfg.remote_upload,
+        upload=cfg.remote_upload if cfg.remote_upload is not None else in_ci(),
         jobs=getattr(cfg, "remote_jobs", None),
         download=getattr(cfg, "remote_download", "all"),
     )
