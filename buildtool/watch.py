@@ -273,6 +273,7 @@ class Watcher:
         cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
         rel_cache = os.path.relpath(cache_dir, self.root)
         self.cache_rel = None if rel_cache.startswith("..") else rel_cache
+        self.own_streams = _own_streams(self.root)
 
     # -- events (observer thread) --------------------------------------------------------
     def on_event(self, path: str, event_type: str, is_dir: bool) -> None:
@@ -286,6 +287,8 @@ class Watcher:
         if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files:
             return
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
+            return
+        if rel in self.own_streams:  # `buildtool watch > log` in the workspace: our own writes
             return
         ch = classify(ws, rel, event_type, is_dir)
         if ch is None:
@@ -652,6 +655,20 @@ class _Forward:
     def target_finished(self, t: int, o: Outcome) -> None:
         if self.w.collector is not None:
             self.w.collector.target_finished(t, o)
+
+
+def _own_streams(root: str) -> frozenset[str]:
+    """Workspace-relative paths of the files this process's stdout and stderr write to, if
+    they are in the workspace (Linux: /proc/self/fd): changes to them are its own output."""
+    out = set()
+    for fd in (1, 2):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if path.startswith(root + os.sep):
+            out.add(path[len(root) + 1:].replace(os.sep, "/"))
+    return frozenset(out)
 
 
 def _stat_cache(session: Any) -> Any:

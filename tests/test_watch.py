@@ -287,6 +287,30 @@ def test_broken_buildfile_reported_and_fix_resumes(watch, ws: Path) -> None:
     assert w.stop() == 0
 
 
+def test_its_own_log_in_the_workspace_does_not_retrigger_a_broken_watch(ws: Path, cache: Path) -> None:
+    """While a BUILD.py is broken any change retries; the file watch's own output goes to
+    must not be one of them (it would loop, writing an ERROR cycle per cycle)."""
+    log = ws / "watch.log"
+    env = run_env(cache, PYTHONUNBUFFERED="1")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "buildtool", "watch"], cwd=ws, env=env, stdout=f, stderr=f)
+    try:
+        def cycles() -> list[Cycle]:
+            return [Cycle(m) for line in log.read_text().splitlines() if (m := CYCLE_RE.match(line))]
+
+        wait_for(lambda: cycles(), what="the first cycle")
+        write(ws / "sub" / "BUILD.py", "genrule(name='broken',\n")
+        wait_for(lambda: cycles()[-1].status == "ERROR", what="an ERROR cycle")
+        time.sleep(1.5)  # several debounce periods: a self-triggered loop would add cycles
+        errors = [c for c in cycles() if c.status == "ERROR"]
+        assert len(errors) == 1, log.read_text()
+        write(ws / "sub" / "BUILD.py", 'genrule(name="c", srcs=["c.txt"], outs=["c.out"], cmd="cat c.txt > c.out")\n')
+        wait_for(lambda: cycles()[-1].status == "OK", what="the fixed build")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT) == 0
+
+
 def test_burst_of_edits_coalesces_and_matches_clean_build(watch, ws: Path, tmp_path: Path, cache: Path) -> None:
     # //:a is slow enough that edits land while it runs (cancel + restart path).
     bf = read(ws / "BUILD.py").replace('cmd="cat a.txt', 'cmd="sleep 0.2; cat a.txt')
