@@ -122,6 +122,8 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
                     return None  # argparse takes the next word for an option
                 i, value = i + 1, argv[i + 1]
             if name == "--cache-dir":
+                if not value:
+                    return None  # an error, said by _run
                 cache_dir = value
             elif value.isdecimal() and int(value) >= 1:
                 jobs = int(value)
@@ -231,6 +233,41 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
             prior.lock.release()  # normally released by the build itself; this covers errors before it
 
 
+def _check_build_flags(args: argparse.Namespace) -> None:
+    """Refuse (exit 2), before anything is built, flag values a build would trip over later."""
+    from buildtool.config import check_action_env
+    from buildtool.errors import UserError
+
+    if args.jobs is not None and args.jobs < 1:
+        msg = f"-j must be at least 1 (got {args.jobs})"
+        raise UserError(msg)
+    if args.cache_dir is not None and not args.cache_dir:
+        msg = "--cache-dir must name a directory (got an empty string)"
+        raise UserError(msg)
+    check_action_env(args.action_env, "--action-env")
+    for flag, path in (("--events", args.events), ("--profile", args.profile),
+                       ("--junit", getattr(args, "junit", None))):
+        if path is not None:
+            problem = _unwritable(path)
+            if problem:
+                msg = f"{flag} {path}: {problem}"
+                raise UserError(msg)
+
+
+def _unwritable(path: str) -> str | None:
+    """Why a report file cannot be written at ``path``, or None."""
+    if not path:
+        return "the file name is empty"
+    if os.path.isdir(path):
+        return "is a directory; name a file"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
+    if not os.access(path if os.path.exists(path) else parent, os.W_OK):
+        return "not writable"
+    return None
+
+
 def _run(args: argparse.Namespace, prior: Any) -> int:
     from buildtool.session import BuildRequest, Session
 
@@ -251,11 +288,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         from buildtool.remote.options import flags_of as remote_flags_of
 
         flags.update(remote_flags_of(args))
-    if args.jobs is not None and args.jobs < 1:
-        from buildtool.errors import UserError
-
-        msg = f"-j must be at least 1 (got {args.jobs})"
-        raise UserError(msg)
+    _check_build_flags(args)
     session = Session(args.directory, flags)
     req = BuildRequest(
         patterns=args.patterns,

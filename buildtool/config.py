@@ -136,9 +136,11 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(v, want):
             msg = f"{path}: {k} must be a {want.__name__} (got {v!r})"
             raise UserError(msg)
-        if k == "action_env" and not all(isinstance(x, str) for x in v):
-            msg = f"{path}: action_env must be a list of variable names (got {v!r})"
-            raise UserError(msg)
+        if k == "action_env":
+            if not all(isinstance(x, str) for x in v):
+                msg = f"{path}: action_env must be a list of variable names (got {v!r})"
+                raise UserError(msg)
+            check_action_env(v, f"{path}: action_env")
         if k == "pools":
             for name, depth in v.items():
                 if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
@@ -154,6 +156,28 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def env_bool(var: str, v: str) -> bool:
+    """A yes/no environment variable; anything else is an error (exit 2), not a silent no."""
+    low = v.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    msg = f"{var} must be 1/true/yes/on or 0/false/no/off (got {v!r})"
+    raise UserError(msg)
+
+
+def check_action_env(items: list[str], where: str) -> None:
+    """Each ``NAME`` or ``NAME=VALUE`` of --action-env / action_env names a valid variable."""
+    for item in items:
+        name = item.partition("=")[0]
+        if not (name and (name[0].isalpha() or name[0] == "_") and name.isascii()
+                and all(c.isalnum() or c == "_" for c in name)):
+            msg = (f"{where}: {item!r} is not NAME or NAME=VALUE with a variable name of letters, "
+                   f"digits and _ (not starting with a digit)")
+            raise UserError(msg)
+
+
 def _env_layer() -> dict[str, Any]:
     out: dict[str, Any] = {}
     env = os.environ
@@ -164,7 +188,7 @@ def _env_layer() -> dict[str, Any]:
             msg = f"BUILDTOOL_JOBS must be an integer (got {env['BUILDTOOL_JOBS']!r})"
             raise UserError(msg) from None
     if env.get("BUILDTOOL_KEEP_GOING"):
-        out["keep_going"] = env["BUILDTOOL_KEEP_GOING"].lower() in ("1", "true", "yes", "on")
+        out["keep_going"] = env_bool("BUILDTOOL_KEEP_GOING", env["BUILDTOOL_KEEP_GOING"])
     if env.get("BUILDTOOL_CACHE_DIR"):
         out["cache_dir"] = env["BUILDTOOL_CACHE_DIR"]
     if env.get("BUILDTOOL_ACTION_ENV"):

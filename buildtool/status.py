@@ -8,6 +8,7 @@ only, so they need no locks.
 from __future__ import annotations
 
 import json
+import sys
 
 from buildtool.console import Console
 from buildtool.graph import Graph
@@ -34,8 +35,35 @@ class EventsWriter:
         self.graph = graph
         self._test_result = test_result
         self.build_id = uuid.uuid4().hex
-        self.f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self.f.write(json.dumps({"schema": EVENTS_SCHEMA, "build_id": self.build_id, "type": "header"}) + "\n")
+        self.path = path
+        try:
+            self.f: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        except OSError as e:
+            from buildtool.errors import UserError
+
+            msg = f"--events {path}: cannot write it ({e.strerror})"
+            raise UserError(msg) from None
+        self._write({"schema": EVENTS_SCHEMA, "build_id": self.build_id, "type": "header"})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        """One line; a write that fails (a full disk) is one warning, and the rest is dropped:
+        the build's own result does not depend on its report."""
+        if self.f is None:
+            return
+        try:
+            self.f.write(json.dumps(obj) + "\n")
+        except OSError as e:
+            self._failed(e)
+
+    def _failed(self, e: OSError) -> None:
+        print(f"buildtool: warning: could not write the events file {self.path} ({e.strerror}); "
+              "it is incomplete", file=sys.stderr, flush=True)
+        f, self.f = self.f, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def target_started(self, t: int, lane: int) -> None:
         return
@@ -62,14 +90,19 @@ class EventsWriter:
         tr = self._test_result(self.graph.targets[t], o)
         if tr is not None:
             ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
-        self.f.write(json.dumps(ev) + "\n")
+        self._write(ev)
 
     def remote(self, totals: dict[str, Any]) -> None:
         """One ``{"type": "remote", ...}`` line per remote cache/executor, after the targets."""
-        self.f.write(json.dumps({"type": "remote", **totals}) + "\n")
+        self._write({"type": "remote", **totals})
 
     def close(self) -> None:
-        self.f.close()
+        if self.f is not None:
+            try:
+                self.f.close()
+                self.f = None
+            except OSError as e:
+                self._failed(e)
 
 
 class Fanout:

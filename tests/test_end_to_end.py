@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import BuildRun, Workspace
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -574,3 +575,32 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     rc, _, err = workspace.run("build")
     assert rc == 2
     assert "no_such_key" in err
+
+
+@pytest.mark.parametrize(("args", "env", "needle"), [
+    (["--events", "{tmp}/no-such-dir/e.jsonl"], {}, "--events"),
+    (["--events", "{tmp}"], {}, "is a directory"),
+    (["--profile", "{tmp}"], {}, "--profile"),
+    (["--cache-dir="], {}, "--cache-dir"),
+    (["--action-env", "=x"], {}, "--action-env"),
+    (["--action-env", "1A=2"], {}, "--action-env"),
+    ([], {"BUILDTOOL_KEEP_GOING": "maybe"}, "BUILDTOOL_KEEP_GOING"),
+    ([], {"BUILDTOOL_ACTION_ENV": "A B"}, "action_env"),
+    ([], {"BUILDTOOL_REMOTE_UPLOAD": "sometimes"}, "BUILDTOOL_REMOTE_UPLOAD"),
+])
+def test_bad_flag_values_are_exit_2_before_anything_runs(
+    workspace: Workspace, tmp_path: Path, args: list[str], env: dict[str, str], needle: str
+) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", *[a.replace("{tmp}", str(tmp_path)) for a in args], env_extra=env)
+    assert rc == 2, (rc, out, err)
+    assert needle in err and "Traceback" not in err, err
+    assert not workspace.exists("g")
+
+
+def test_an_events_file_on_a_full_disk_is_a_warning(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", "--events", "/dev/full")
+    assert rc == 0, out + err
+    assert "could not write the events file /dev/full" in err and "Traceback" not in err, err
+    assert workspace.exists("g")

@@ -128,7 +128,9 @@ def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
         if key == "remote_headers":
             out[key] = [x for x in v.split(",") if x]
         elif key == "remote_upload":
-            out[key] = v.lower() in ("1", "true", "yes", "on")
+            from buildtool.config import env_bool
+
+            out[key] = env_bool(var, v)
         elif key == "remote_jobs":
             try:
                 out[key] = int(v)
