@@ -107,11 +107,18 @@ class Loader:
         if self.ws.root not in sys.path:
             sys.path.insert(0, self.ws.root)
         token = dsl.set_context(ctx)
+        # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
+        # `query` answers and the build's own lines.
+        stdout, sys.stdout = sys.stdout, sys.stderr
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
         except BuildfileError:
             raise
+        except SystemExit as e:  # sys.exit() in a BUILD.py (or a macro): not a way to end buildtool
+            path, line = self._locate(e, buildfile)
+            msg = f"evaluating {rel_bf} called sys.exit({e.code!r}); a BUILD.py may only declare targets"
+            raise BuildfileError(msg, path, line) from None
         except SyntaxError as e:
             path = os.path.relpath(e.filename or buildfile, self.ws.root)
             msg = f"syntax error: {e.msg}"
@@ -124,6 +131,7 @@ class Loader:
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
             raise BuildfileError(msg, path, line) from None
         finally:
+            sys.stdout = stdout
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx

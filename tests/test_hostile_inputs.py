@@ -63,6 +63,8 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
      "evaluating the BUILD.py files reads", "keep"),
+    ("sys-exit", 'import sys\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nsys.exit(3)', "BUILD.py:3", None),
+    ("sys-exit-0", 'import sys\nsys.exit(0)', "sys.exit(0)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
 ]
 
@@ -227,3 +229,12 @@ def test_error_lines_in_a_generated_buildfile_of_thousands_of_calls(workspace: W
     assert rc == 2, out + err
     assert f"BUILD.py:{second}" in err, err
     assert "first at BUILD.py:17)" in err, err
+
+
+def test_what_a_buildfile_prints_goes_to_stderr(workspace: Workspace) -> None:
+    """stdout carries machine-readable answers (graph --format json, query)."""
+    workspace.build_file("", 'print("hello from BUILD")\ngenrule(name="t", outs=["o"], cmd="echo > $@")')
+    rc, out, err = workspace.run("graph", "--format", "json")
+    assert rc == 0, err
+    assert [t["label"] for t in json.loads(out)["targets"]] == ["//:t"]
+    assert "hello from BUILD" in err and "hello" not in out
