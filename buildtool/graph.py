@@ -230,6 +230,10 @@ class GraphBuilder:
                     pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
                 for pkg in pkgs:
                     for name, d in self.loader.load(pkg).items():
+                        for attr in ("manual", "always"):  # checked here too: they decide who matches
+                            v = d.attrs.get(attr, False)
+                            if not isinstance(v, bool):
+                                raise _err(d, f"attribute {attr!r} must be True or False (got {v!r})")
                         if d.attrs.get("manual", False) or d.attrs.get("always", False):
                             continue
                         if (d.kind == "test") != want_tests:

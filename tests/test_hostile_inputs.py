@@ -63,6 +63,8 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
      "evaluating the BUILD.py files reads", "keep"),
+    ("manual-as-a-string", 'genrule(name="t", outs=["o"], cmd="echo > $@", manual="no")', "'manual' must be True",
+     None),
     ("sys-exit", 'import sys\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nsys.exit(3)', "BUILD.py:3", None),
     ("sys-exit-0", 'import sys\nsys.exit(0)', "sys.exit(0)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
