@@ -504,6 +504,11 @@ class GraphBuilder:
                 probe = os.path.join(root, parent)
                 while not os.path.lexists(probe) and probe != root:
                     probe = os.path.dirname(probe)
+                if probe != root and not os.path.isdir(probe):
+                    pkg, name = labels.split_label(lab)
+                    d = self.loader.load(pkg)[name]
+                    where = os.path.relpath(probe, root)
+                    raise _err(d, f"output {o!r} of {lab} needs the directory {where!r}, which is an existing file")
                 real = os.path.realpath(probe)
                 ok = real == root or real.startswith(root + os.sep)
                 checked[parent] = ok

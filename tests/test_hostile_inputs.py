@@ -65,6 +65,8 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     ("manual-as-a-string", 'genrule(name="t", outs=["o"], cmd="echo > $@", manual="no")', "'manual' must be True",
      None),
+    ("output-under-a-file", 'genrule(name="t", outs=["a.txt/o"], cmd="echo > $@")', "which is an existing file",
+     None),
     ("sys-exit", 'import sys\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nsys.exit(3)', "BUILD.py:3", None),
     ("sys-exit-0", 'import sys\nsys.exit(0)', "sys.exit(0)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
