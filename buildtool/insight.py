@@ -95,7 +95,7 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
     else:
-        jobs = args.jobs or session.config.jobs or cpu_count()
+        jobs = args.jobs if args.jobs is not None else (session.config.jobs or cpu_count())
         if jobs < 1:
             msg = f"-j must be at least 1 (got {jobs})"
             raise UserError(msg)

@@ -65,6 +65,8 @@ def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
                 raise LabelError(msg)
     else:
         msg = f"a label must start with '//' or ':' (got {text!r})"
+        if text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text:
+            msg += f"; did you mean '//{text}'?"
         raise LabelError(msg)
     try:
         check_package(pkg)

@@ -117,6 +117,7 @@ class TargetRunner:
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
+        self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
         self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
@@ -168,6 +169,9 @@ class TargetRunner:
             path = shutil.which(name, path=env.get("PATH"))
             if path is None:
                 out[name] = "missing"
+                if (t.label, name) not in self._missing_tools:
+                    self._missing_tools.add((t.label, name))
+                    self.warn(f"{t.label}: declared tool {name!r} is not on the command's PATH")
                 continue
             d = self._tool_digests.get(path)
             if d is None:

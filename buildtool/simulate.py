@@ -185,8 +185,11 @@ def lower_bound(graph: Graph, c: Costs, jobs: int) -> tuple[float, float, float]
 def parse_jobs_range(text: str) -> list[int]:
     """``A-B`` (or a single ``N``) -> [A..B]; raises ValueError on bad input."""
     a, sep, b = text.partition("-")
-    lo = int(a)
-    hi = int(b) if sep else lo
+    try:
+        lo = int(a)
+        hi = int(b) if sep else lo
+    except ValueError:
+        lo = hi = 0
     if lo < 1 or hi < lo:
         msg = f"--jobs-range must be A-B with 1 <= A <= B (got {text!r})"
         raise ValueError(msg)

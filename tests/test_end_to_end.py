@@ -604,3 +604,10 @@ def test_an_events_file_on_a_full_disk_is_a_warning(workspace: Workspace) -> Non
     assert rc == 0, out + err
     assert "could not write the events file /dev/full" in err and "Traceback" not in err, err
     assert workspace.exists("g")
+
+
+def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@", tools=["no-such-tool-xyz"])\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert "//:g: declared tool 'no-such-tool-xyz' is not on the command's PATH" in r.stderr

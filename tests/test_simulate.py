@@ -59,10 +59,11 @@ def test_unknown_durations_count_as_the_median_and_free_targets_cost_nothing() -
 def test_jobs_range_parsing() -> None:
     assert parse_jobs_range("1-4") == [1, 2, 3, 4]
     assert parse_jobs_range("3") == [3]
-    for bad in ("0-2", "4-2", "x"):
+    for bad in ("0-2", "4-2", "x", "abc", "1-y"):
         try:
             parse_jobs_range(bad)
-        except ValueError:
+        except ValueError as e:
+            assert "--jobs-range must be A-B" in str(e), e  # the flag is named, not int()'s message
             continue
         raise AssertionError(bad)
 
