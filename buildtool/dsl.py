@@ -131,9 +131,13 @@ def _call_site(ctx: PackageContext) -> tuple[str, int]:
     return ctx.rel(ctx.buildfile), 0
 
 
-def _declare(kind: str, attrs: dict[str, Any]) -> None:
+def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> None:
     ctx = current_context()
     path, line = _call_site(ctx)
+    if args:
+        msg = (f"{kind}() takes keyword attributes only (got {len(args)} positional: {args[0]!r}...); "
+               f"write {kind}(name=..., ...)")
+        raise BuildfileError(msg, path, line)
     allowed = RULE_ATTRS[kind]
     for key in attrs:
         if key not in allowed:
@@ -164,34 +168,39 @@ def _declare(kind: str, attrs: dict[str, Any]) -> None:
     ctx.declarations[name] = Declaration(kind, attrs, path, line)
 
 
-def genrule(**attrs: Any) -> None:
+def genrule(*args: Any, **attrs: Any) -> None:
     """Declare a shell command that turns ``srcs`` into ``outs`` (see docs/user-guide.md)."""
-    _declare("genrule", attrs)
+    _declare("genrule", attrs, args)
 
 
-def test(**attrs: Any) -> None:
+def test(*args: Any, **attrs: Any) -> None:
     """Declare a test: a command whose success is the result; run by ``buildtool test``."""
-    _declare("test", attrs)
+    _declare("test", attrs, args)
 
 
 test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-def group(**attrs: Any) -> None:
+def group(*args: Any, **attrs: Any) -> None:
     """Declare a named set of targets (like a phony Make target)."""
-    _declare("group", attrs)
+    _declare("group", attrs, args)
 
 
-def pyrule(**attrs: Any) -> None:
+def pyrule(*args: Any, **attrs: Any) -> None:
     """Declare a Python function (``"module:function"``) run in its own process as an action."""
-    _declare("pyrule", attrs)
+    _declare("pyrule", attrs, args)
 
 
 def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str]:
     """Source files of this package matching ``include`` minus ``exclude``, sorted."""
     ctx = current_context()
+    for what, v in (("include", include), ("exclude", exclude or [])):
+        if not isinstance(v, (str, list, tuple)):
+            path, line = _call_site(ctx)
+            msg = f"glob() {what} must be a pattern or a list of patterns (got {v!r})"
+            raise BuildfileError(msg, path, line)
     inc = [include] if isinstance(include, str) else list(include)
-    exc = list(exclude or [])
+    exc = [exclude] if isinstance(exclude, str) else list(exclude or [])
     result = ctx.glob_fn(ctx.pkg, inc, exc)
     prefix = f"{ctx.pkg}/" if ctx.pkg else ""
     ctx.globbed.update(prefix + p for p in result)

@@ -676,10 +676,10 @@ class GraphBuilder:
             f = f"{p}/{n}" if p else n
             if ("file", f) in refs or f in outs:
                 return [f]
-            msg = f"$(location {x}): {x} is not listed in srcs, deps or outs"
+            msg = f"$(location[s] {x}): {x} is not listed in srcs, deps or outs"
             raise SubstError(msg)
         full = _norm_rel(decl, pkg, x, "$(location)")
         if ("file", full) in refs or full in outs:
             return [full]
-        msg = f"$(location {x}): {x} is not listed in srcs or outs"
+        msg = f"$(location[s] {x}): {x} is not listed in srcs or outs"
         raise SubstError(msg)

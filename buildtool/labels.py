@@ -20,7 +20,7 @@ class LabelError(ValueError):
 
 def check_name(name: str) -> None:
     if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
-        msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT} (got {name!r})"
+        msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT}, and not be '.' or '..' (got {name!r})"
         raise LabelError(msg)
 
 

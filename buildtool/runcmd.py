@@ -74,8 +74,8 @@ def run_command(ns: argparse.Namespace) -> int:
     graph = builder.build(builder.expand_patterns([ns.target], want_tests=False))
     t = graph.targets[graph.requested[0]]
     if t.kind == "group" or len(t.outs) > 1:
-        what = "a group" if t.kind == "group" else f"{len(t.outs)} outputs"
-        msg = (f"cannot run {t.label}: it has {what}; `buildtool run` runs a target's single output, "
+        what = "is a group" if t.kind == "group" else f"has {len(t.outs)} outputs"
+        msg = (f"cannot run {t.label}: it {what}; `buildtool run` runs a target's single output, "
                "or the command of a target without outputs")
         raise UserError(msg)
     to_build = [t.label] if t.outs else [graph.targets[d].label for d in t.deps]

@@ -60,12 +60,17 @@ def find_workspace(start: str) -> Workspace:
     """Find the workspace containing ``start`` (exit code 2 when there is none)."""
     start_abs = os.path.realpath(start)
     if not os.path.isdir(start_abs):
-        msg = f"directory {start!r} does not exist"
+        what = "is not a directory" if os.path.exists(start_abs) else "does not exist"
+        msg = f"directory {start!r} {what}"
         raise UserError(msg)
     d = start_abs
     while True:
-        if os.path.isfile(os.path.join(d, MARKER)):
+        marker = os.path.join(d, MARKER)
+        if os.path.isfile(marker):
             break
+        if os.path.isdir(marker):
+            msg = f"{marker} is a directory; the workspace marker must be a file (an empty one will do)"
+            raise UserError(msg)
         parent = os.path.dirname(d)
         if parent == d:
             msg = (

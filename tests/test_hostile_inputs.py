@@ -67,6 +67,8 @@ CATALOGUE = [
      None),
     ("output-under-a-file", 'genrule(name="t", outs=["a.txt/o"], cmd="echo > $@")', "which is an existing file",
      None),
+    ("positional-attributes", 'genrule("t", "echo > $@", outs=["o"])', "keyword attributes only", None),
+    ("glob-of-a-number", 'genrule(name="t", srcs=glob(3), outs=["o"], cmd="echo > $@")', "glob() include", None),
     ("sys-exit", 'import sys\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nsys.exit(3)', "BUILD.py:3", None),
     ("sys-exit-0", 'import sys\nsys.exit(0)', "sys.exit(0)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
@@ -242,3 +244,15 @@ def test_what_a_buildfile_prints_goes_to_stderr(workspace: Workspace) -> None:
     assert rc == 0, err
     assert [t["label"] for t in json.loads(out)["targets"]] == ["//:t"]
     assert "hello from BUILD" in err and "hello" not in out
+
+
+def test_a_directory_named_like_the_marker_or_a_file_for_c(tmp_path: Path) -> None:
+    (tmp_path / "ws" / "buildtool.toml").mkdir(parents=True)
+    (tmp_path / "f").write_text("")
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    for argv, needle in ((["build"], "is a directory; the workspace marker must be a file"),
+                         (["-C", str(tmp_path / "f"), "build"], "is not a directory")):
+        p = subprocess.run([BUILDTOOL, *argv], cwd=tmp_path / "ws", env=env, capture_output=True, text=True,
+                           check=False)
+        assert p.returncode == 2, p.stderr
+        assert needle in p.stderr, p.stderr
