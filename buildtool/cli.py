@@ -260,9 +260,14 @@ def _unwritable(path: str) -> str | None:
         return "the file name is empty"
     if os.path.isdir(path):
         return "is a directory; name a file"
+    # Missing parent directories are created when the file is written (CI jobs name
+    # ``reports/junit.xml`` in a fresh checkout); what must hold is that the nearest existing
+    # ancestor is a writable directory.
     parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        return f"directory {parent} does not exist"
+        return f"{parent} is not a directory"
     if not os.access(path if os.path.exists(path) else parent, os.W_OK):
         return "not writable"
     return None

@@ -95,6 +95,7 @@ def write_profile(
         "displayTimeUnit": "ms",
         "otherData": {"buildtool_profile_version": PROFILE_VERSION, "wall_s": round(wall, 6)},
     }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n")
 
 

@@ -8,6 +8,7 @@ only, so they need no locks.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from buildtool.console import Console
@@ -37,6 +38,7 @@ class EventsWriter:
         self.build_id = uuid.uuid4().hex
         self.path = path
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.f: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as e:
             from buildtool.errors import UserError

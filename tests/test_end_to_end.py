@@ -5,6 +5,7 @@ failures, dry run and exit codes."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -578,7 +579,7 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
 
 
 @pytest.mark.parametrize(("args", "env", "needle"), [
-    (["--events", "{tmp}/no-such-dir/e.jsonl"], {}, "--events"),
+    (["--events", "/dev/null/e.jsonl"], {}, "/dev/null is not a directory"),
     (["--events", "{tmp}"], {}, "is a directory"),
     (["--profile", "{tmp}"], {}, "--profile"),
     (["--cache-dir="], {}, "--cache-dir"),
@@ -596,6 +597,15 @@ def test_bad_flag_values_are_exit_2_before_anything_runs(
     assert rc == 2, (rc, out, err)
     assert needle in err and "Traceback" not in err, err
     assert not workspace.exists("g")
+
+
+def test_report_files_create_missing_directories(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", "--events", str(tmp_path / "r" / "e" / "ev.jsonl"),
+                                 "--profile", str(tmp_path / "r" / "p" / "prof.json"))
+    assert rc == 0, out + err
+    assert (tmp_path / "r" / "e" / "ev.jsonl").read_text().startswith('{"schema"')
+    assert json.loads((tmp_path / "r" / "p" / "prof.json").read_text())["traceEvents"]
 
 
 def test_an_events_file_on_a_full_disk_is_a_warning(workspace: Workspace) -> None:
