@@ -26,7 +26,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r: argparse.ArgumentParser = sub.add_parser(
         "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS"
     )
-    r.add_argument("target", metavar="TARGET", help="one target label")
+    # Optional to argparse only so that a missing TARGET gets our message, not
+    # "required: TARGET, ARGS" (ARGS is a REMAINDER and may be empty).
+    r.add_argument("target", metavar="TARGET", nargs="?", help="one target label")
     r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the program (after --)")
     r.add_argument("-j", "--jobs", type=int, help="parallel jobs for the build (default: usable CPUs)")
     r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
@@ -52,6 +54,9 @@ def run_command(ns: argparse.Namespace) -> int:
     from buildtool.record import BuildRecord
     from buildtool.session import BuildRequest, Session
 
+    if ns.target is None:
+        msg = "run needs one TARGET: buildtool run //pkg:target [-- ARGS...]"
+        raise UserError(msg)
     if ns.jobs is not None and ns.jobs < 1:
         msg = f"-j must be at least 1 (got {ns.jobs})"
         raise UserError(msg)

@@ -252,3 +252,5 @@ def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> Non
     assert rc == 1 and "FAILED" in out + err
     rc, out, err = workspace.run("run", "//tools/...")
     assert rc == 2 and "one target" in err
+    rc, out, err = workspace.run("run")
+    assert rc == 2 and "run needs one TARGET: buildtool run //pkg:target" in err, err
