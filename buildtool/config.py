@@ -234,9 +234,22 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     return cfg
 
 
+# CI services that do not set ``CI``, by a variable each always sets: Jenkins, Azure
+# Pipelines, TeamCity, AWS CodeBuild, Bamboo.  (GitHub Actions, GitLab, CircleCI, Travis,
+# Buildkite, Bitbucket, Drone and Woodpecker set ``CI``.)
+CI_MARKERS = ("JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ID", "bamboo_buildKey")
+
+
 def in_ci() -> bool:
-    """Whether this runs in CI, as CI services say through the ``CI`` variable."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    """Whether this runs in CI: ``CI`` says so (``1``/``true``/``yes``; ``0``/``false``/``no``
+    says not, whatever else is set), else a CI service without ``CI`` is recognised by its
+    own variable (CI_MARKERS)."""
+    ci = os.environ.get("CI", "").lower()
+    if ci in ("1", "true", "yes"):
+        return True
+    if ci in ("0", "false", "no"):
+        return False
+    return any(os.environ.get(k) for k in CI_MARKERS)
 
 
 def cpu_count() -> int:

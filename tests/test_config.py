@@ -47,12 +47,28 @@ def test_an_invisible_own_cgroup_falls_back_to_the_root(tmp_path: Path) -> None:
     assert config.cgroup_cpus(str(tmp_path / "none"), str(tmp_path / "nothing")) is None
 
 
-@pytest.mark.parametrize(("quota", "jobs"), [(0.5, 1), (1.5, 2), (64.0, None)])
+@pytest.mark.parametrize(("quota", "jobs"), [(0.5, 1), (1.5, 2), (None, None)])
 def test_cpu_count_rounds_the_quota_up_within_the_affinity_mask(
-    monkeypatch: pytest.MonkeyPatch, quota: float, jobs: int | None
+    monkeypatch: pytest.MonkeyPatch, quota: float | None, jobs: int | None
 ) -> None:
     import os
 
     mask = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(config, "cgroup_cpus", lambda: quota)
+    # None: a quota above the mask (on any host), so the mask decides
+    monkeypatch.setattr(config, "cgroup_cpus", lambda: quota if quota is not None else mask + 0.5)
     assert config.cpu_count() == (min(jobs, mask) if jobs is not None else mask)
+
+
+@pytest.mark.parametrize(("env", "ci"), [
+    ({"CI": "true"}, True), ({"CI": "1"}, True), ({}, False), ({"CI": ""}, False),
+    ({"JENKINS_URL": "http://jenkins:8080/"}, True), ({"TF_BUILD": "True"}, True),
+    ({"CI": "false", "JENKINS_URL": "http://jenkins:8080/"}, False),
+])
+def test_in_ci_recognises_services_that_do_not_set_CI(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], ci: bool
+) -> None:
+    for k in ("CI", *config.CI_MARKERS):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert config.in_ci() is ci
