@@ -175,9 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
         checked = noop.try_noop(args.directory, "build", args.patterns, [])
         if checked is not None and not checked[0].changed:
-            n = checked[0].targets
-            print(f"OK: {n} targets: {n} up_to_date in {checked[1]:.2f}s (nothing changed)")
-            return 0
+            return _nothing_changed(checked[0].targets, checked[1])
     else:
         args = parser().parse_args(argv)
         if not args.command:
@@ -198,6 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
 
 
+def _nothing_changed(n: int, secs: float) -> int:
+    """The no-op answer; a closed stdout loses the line, not the build's status."""
+    try:
+        print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)", flush=True)
+    except BrokenPipeError:
+        pass
+    return 0
+
+
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
@@ -211,6 +218,8 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         from buildtool.remote.workercmd import run_command as run_worker_command
 
         return run_worker_command(args)
+    if args.command in ("build", "test", "watch"):
+        _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
         args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)
@@ -222,9 +231,7 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         if hit is not None:
             verdict, secs = hit
             if not verdict.changed:
-                n = verdict.targets
-                print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)")
-                return 0
+                return _nothing_changed(verdict.targets, secs)
             prior = verdict
     try:
         return _run(args, prior)
@@ -283,7 +290,9 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
     if args.command in ("explain", "plan", "query", "graph"):
         from buildtool.insight import dispatch
 
-        return dispatch(args)
+        rc = dispatch(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone is 141 however stdout is buffered
+        return rc
     if args.command == "run":
         from buildtool.runcmd import run_command
 
@@ -293,7 +302,6 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         from buildtool.remote.options import flags_of as remote_flags_of
 
         flags.update(remote_flags_of(args))
-    _check_build_flags(args)
     session = Session(args.directory, flags)
     req = BuildRequest(
         patterns=args.patterns,

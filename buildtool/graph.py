@@ -500,14 +500,25 @@ class GraphBuilder:
             parent = posixpath.dirname(o)
             ok = checked.get(parent)
             if ok is None:
+                anc = parent
+                while anc:
+                    other = out_owner.get(anc)
+                    if other is not None:
+                        pkg, name = labels.split_label(lab)
+                        d = self.loader.load(pkg)[name]
+                        raise _err(d, f"output {o!r} of {lab} is inside {anc!r}, an output of {other}; "
+                                      "a path cannot be both an output file and an output's directory")
+                    anc = posixpath.dirname(anc)
                 # A symlinked directory on the way must not lead outside the workspace.
                 probe = os.path.join(root, parent)
                 while not os.path.lexists(probe) and probe != root:
                     probe = os.path.dirname(probe)
-                if probe != root and not os.path.isdir(probe):
+                where = os.path.relpath(probe, root)
+                # An output of an earlier build that no target declares any more is removed
+                # before anything runs (Session._clean_dead); any other file is in the way.
+                if probe != root and not os.path.isdir(probe) and where not in self.loader.recorded_outputs:
                     pkg, name = labels.split_label(lab)
                     d = self.loader.load(pkg)[name]
-                    where = os.path.relpath(probe, root)
                     raise _err(d, f"output {o!r} of {lab} needs the directory {where!r}, which is an existing file")
                 real = os.path.realpath(probe)
                 ok = real == root or real.startswith(root + os.sep)
@@ -614,6 +625,11 @@ class GraphBuilder:
             fn = a["fn"]
             if not isinstance(fn, str) or ":" not in fn:
                 raise _err(decl, f"attribute 'fn' must be 'module.path:function' (got {fn!r})")
+            from buildtool.keys import pyrule_fn_problem  # pyrules only
+
+            problem = pyrule_fn_problem(self.loader.ws.root, fn)
+            if problem:
+                raise _err(decl, f"{lab}: {problem}")
             kw = a.get("kwargs", {})
             if not isinstance(kw, dict):
                 raise _err(decl, f"attribute 'kwargs' must be a dict (got {kw!r})")

@@ -102,6 +102,56 @@ def pyrule_module_files(root: str, fn: str) -> list[str]:
     return sorted(set(files))
 
 
+def pyrule_fn_problem(root: str, fn: str) -> str | None:
+    """Why ``fn`` ("module.path:function") cannot name a function, or None: its module is
+    neither in the workspace nor importable here, or the workspace module binds no such
+    name at top level.  Conservative: a module that parses badly, defines ``__getattr__``
+    or star-imports is left for the run to judge."""
+    import ast
+    import importlib.machinery
+
+    module, _, func = fn.partition(":")
+    if not module or not func.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+        return f"'fn' must be 'module.path:function' of Python identifiers (got {fn!r})"
+    path = _module_file(root, module)
+    if path is None:
+        top = module.split(".")[0]
+        in_workspace = _module_file(root, top) is not None  # then the workspace's package is the one imported
+        if not in_workspace and (
+            top in sys.builtin_module_names or importlib.machinery.PathFinder.find_spec(top) is not None
+        ):
+            return None
+        return (f"module {module!r} of fn={fn!r} is not in the workspace "
+                f"(no {module.replace('.', '/')}.py or {module.replace('.', '/')}/__init__.py) nor importable")
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        tree = ast.parse(source, path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if b"globals()" in source or b"setattr(" in source or any(isinstance(n, ast.Match) for n in ast.walk(tree)):
+        return None  # names bound in ways not followed here
+    bound: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name == "*":
+                    return None
+                bound.add(a.asname or a.name.split(".")[0])
+        else:
+            bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                todo.extend(x for x in getattr(node, field, ()) if isinstance(x, ast.stmt))
+            todo.extend(s for h in getattr(node, "handlers", ()) for s in h.body)
+    if "__getattr__" in bound or func in bound:
+        return None
+    return f"{os.path.relpath(path, root)} defines no {func!r} at top level (fn={fn!r})"
+
+
 def _module_file(root: str, mod: str) -> str | None:
     base = os.path.join(root, *mod.split("."))
     for cand in (base + ".py", os.path.join(base, "__init__.py")):

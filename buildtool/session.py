@@ -276,17 +276,17 @@ class Session:
                 if req.explain:
                     from buildtool import explain
 
-                    explain.report(graph, outcomes, out or sys.stdout)
+                    explain.report(graph, outcomes, console.out)
                 for t, o in outcomes.items():
                     if events:
                         events.target_finished(t, o)
                     if req.explain:
                         continue
                     if o.reason is not Reason.UP_TO_DATE and o.reason is not Reason.GROUP:
-                        print(f"{graph.targets[t].label}: {o.message}", file=out or sys.stdout)
+                        print(f"{graph.targets[t].label}: {o.message}", file=console.out)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
                 if not req.explain:
-                    print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=out or sys.stdout)
+                    print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=console.out)
                 by_label = {graph.targets[t].label: o for t, o in outcomes.items()}
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
@@ -343,9 +343,9 @@ class Session:
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             console.summary(wall, sched.failed, sched.interrupt is not None, len(graph.targets) - len(wanted))
             if remote is not None:
-                remote.finish(out or sys.stdout, events)
+                remote.finish(console.out, events)
             if tests is not None:
-                tests.finish(outcomes, out or sys.stdout, lambda lab: (record.get(lab) or {}).get("d"))
+                tests.finish(outcomes, console.out, lambda lab: (record.get(lab) or {}).get("d"))
         finally:
             record.close()
             stats.save()

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import BUILDTOOL, Workspace, _clean_env
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n
@@ -133,34 +134,48 @@ def test_version_is_fast_to_import(tmp_path: Path) -> None:
     assert not (heavy & imported), heavy & imported
 
 
-def _with_closed_stdout(ws: Workspace, *args: str) -> tuple[int, str]:
-    """Run buildtool with a stdout pipe nobody reads from (``buildtool ... | head -0``)."""
+def _with_closed_stdout(ws: Workspace, *args: str, unbuffered: bool) -> tuple[int, str]:
+    """Run buildtool with a stdout pipe nobody reads from (``buildtool ... | head -0``),
+    its stdout buffered (Python's default for a pipe) or not (``PYTHONUNBUFFERED``)."""
+    env = _clean_env(ws.cache, ws.home)
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     r, w = os.pipe()
     os.close(r)  # every write to w fails with EPIPE
     try:
-        p = subprocess.run([BUILDTOOL, *args], cwd=ws.root, env=_clean_env(ws.cache, ws.home), stdout=w,
+        p = subprocess.run([BUILDTOOL, *args], cwd=ws.root, env=env, stdout=w,
                            stderr=subprocess.PIPE, text=True, timeout=60, check=False)
     finally:
         os.close(w)
     return p.returncode, p.stderr
 
 
-def test_a_closed_stdout_drops_the_output_not_the_build(workspace: Workspace) -> None:
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_closed_stdout_drops_the_output_not_the_build(workspace: Workspace, unbuffered: bool) -> None:
     workspace.build_file("", "\n".join(
         f'genrule(name="t{i}", outs=["o{i}"], cmd="echo {i} > $@")' for i in range(20)))
-    rc, err = _with_closed_stdout(workspace, "build", "-j2")
+    rc, err = _with_closed_stdout(workspace, "build", "-j2", unbuffered=unbuffered)
     assert rc == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert [workspace.read(f"o{i}") for i in range(20)] == [f"{i}\n" for i in range(20)]
-    workspace.build_file("", 'genrule(name="bad", outs=["x"], cmd="exit 3")')
-    rc, err = _with_closed_stdout(workspace, "build")
+    rc, err = _with_closed_stdout(workspace, "build", unbuffered=unbuffered)  # the no-op answer
+    assert (rc, err) == (0, "")
+    workspace.build_file("", 'genrule(name="bad", outs=["x"], cmd="exit 3")\n'
+                             'test(name="ok", cmd="true")\ntest(name="no", cmd="exit 1")')
+    rc, err = _with_closed_stdout(workspace, "build", unbuffered=unbuffered)
     assert rc == 1, err  # the build's own status, as with a terminal
     assert "Traceback" not in err, err
+    junit = workspace.root / "r" / "junit.xml"
+    rc, err = _with_closed_stdout(workspace, "test", "//:ok", "//:no", "--junit", str(junit), unbuffered=unbuffered)
+    assert rc == 1 and "Traceback" not in err, (rc, err)  # a test failed: its own status
+    assert 'name="//:no"' in junit.read_text()
 
 
-def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace) -> None:
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace, unbuffered: bool) -> None:
     workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="echo > $@")')
     for args in (("graph",), ("query", "deps(//...)")):
-        rc, err = _with_closed_stdout(workspace, *args)
+        rc, err = _with_closed_stdout(workspace, *args, unbuffered=unbuffered)
         assert rc == 141, (args, rc, err)  # 128 + SIGPIPE
         assert err == "", (args, err)

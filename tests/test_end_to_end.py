@@ -599,6 +599,24 @@ def test_bad_flag_values_are_exit_2_before_anything_runs(
     assert not workspace.exists("g")
 
 
+@pytest.mark.parametrize("args", [["--cache-dir="], ["-j", "0"], ["--events", ""], ["--action-env", "=x"]])
+def test_bad_flag_values_are_exit_2_when_nothing_changed_too(workspace: Workspace, args: list[str]) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    assert workspace.build().rc == 0
+    rc, out, err = workspace.run("build", *args)
+    assert rc == 2, (rc, out, err)
+    assert "nothing changed" not in out and "Traceback" not in err, out + err
+
+
+def test_an_old_output_file_may_become_a_directory_of_outputs(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["gen"], cmd="echo one > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.build_file("", 'genrule(name="g", outs=["gen/a.txt"], cmd="echo two > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("gen/a.txt") == "two\n"
+
+
 def test_report_files_create_missing_directories(workspace: Workspace, tmp_path: Path) -> None:
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
     rc, out, err = workspace.run("build", "--events", str(tmp_path / "r" / "e" / "ev.jsonl"),

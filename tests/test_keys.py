@@ -99,3 +99,24 @@ def test_caller_environment_does_not_leak_into_keys(workspace: Workspace) -> Non
     assert second_ws_run.rc == 0
     assert {e["status"] for e in second_ws_run.events} == {"up_to_date"}
     assert {e["key"] for e in first.events} == {e["key"] for e in second_ws_run.events}
+
+
+def test_pyrule_fn_problem_finds_what_the_run_would_miss(tmp_path: Path) -> None:
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "__init__.py").write_text("")
+    (tmp_path / "gen" / "rules.py").write_text(
+        "import os\nfrom json import dumps as make_json\n"
+        "try:\n    import tomllib\nexcept ImportError:\n    def fallback(**kw): pass\n"
+        "if os.name == 'posix':\n    def write(srcs, outs): pass\n"
+        "copy = write\n"
+    )
+    (tmp_path / "lazy.py").write_text("def __getattr__(name):\n    return print\n")
+    (tmp_path / "star.py").write_text("from os.path import *\n")
+    for ok in ("gen.rules:write", "gen.rules:copy", "gen.rules:make_json", "gen.rules:fallback",
+               "gen.rules:tomllib", "lazy:anything", "star:join", "json:dump", "sys:exit"):
+        assert keys.pyrule_fn_problem(str(tmp_path), ok) is None, ok
+    assert keys.pyrule_fn_problem(str(tmp_path), "gen.rules:nope") == \
+        "gen/rules.py defines no 'nope' at top level (fn='gen.rules:nope')"
+    missing = keys.pyrule_fn_problem(str(tmp_path), "gen.other:write")
+    assert missing is not None and "module 'gen.other'" in missing and "gen/other.py" in missing
+    assert "Python identifiers" in (keys.pyrule_fn_problem(str(tmp_path), "gen.rules:a-b") or "")
