@@ -104,9 +104,10 @@ def pyrule_module_files(root: str, fn: str) -> list[str]:
 
 def pyrule_fn_problem(root: str, fn: str) -> str | None:
     """Why ``fn`` ("module.path:function") cannot name a function, or None: its module is
-    neither in the workspace nor importable here, or the workspace module binds no such
-    name at top level.  Conservative: a module that parses badly, defines ``__getattr__``
-    or star-imports is left for the run to judge."""
+    neither in the workspace nor importable here, or the workspace module never binds the
+    name (no ``def``, ``class``, assignment or import of it anywhere in the file).
+    Conservative: a module that does not parse, defines ``__getattr__``, star-imports or
+    binds names through ``globals()``/``setattr``/``match`` is left for the run to judge."""
     import ast
     import importlib.machinery
 
@@ -129,27 +130,23 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
         tree = ast.parse(source, path)
     except (OSError, SyntaxError, ValueError):
         return None
-    if b"globals()" in source or b"setattr(" in source or any(isinstance(n, ast.Match) for n in ast.walk(tree)):
-        return None  # names bound in ways not followed here
+    if b"globals()" in source or b"setattr(" in source:
+        return None
     bound: set[str] = set()
-    todo: list[ast.stmt] = list(tree.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for a in node.names:
-                if a.name == "*":
-                    return None
-                bound.add(a.asname or a.name.split(".")[0])
-        else:
-            bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                todo.extend(x for x in getattr(node, field, ()) if isinstance(x, ast.stmt))
-            todo.extend(s for h in getattr(node, "handlers", ()) for s in h.body)
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in n.names):
+                return None
+            bound.update(a.asname or a.name.split(".")[0] for a in n.names)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            bound.add(n.id)
+        elif isinstance(n, ast.Match):
+            return None
     if "__getattr__" in bound or func in bound:
         return None
-    return f"{os.path.relpath(path, root)} defines no {func!r} at top level (fn={fn!r})"
+    return f"{os.path.relpath(path, root)} never binds {func!r} (no def, class, assignment or import of it; fn={fn!r})"
 
 
 def _module_file(root: str, mod: str) -> str | None:

@@ -57,7 +57,7 @@ CATALOGUE = [
     ("pyrule-missing-module", 'pyrule(name="t", fn="nosuchmod_xyz:make", outs=["o"])',
      "module 'nosuchmod_xyz' of fn='nosuchmod_xyz:make' is not in the workspace", None),
     ("pyrule-missing-function", 'pyrule(name="t", fn="tools.defs:make", outs=["o"])',
-     "tools/defs.py defines no 'make' at top level", "keep"),
+     "tools/defs.py never binds 'make'", "keep"),
     ("pyrule-dotted-function", 'pyrule(name="t", fn="tools.defs:a.b", outs=["o"])', "Python identifiers", None),
     ("output-is-its-buildfile", 'genrule(name="t", outs=["BUILD.py"], cmd="true")', "a BUILD.py file", "keep"),
     ("output-is-a-new-buildfile", 'genrule(name="t", outs=["sub/BUILD.py"], cmd="true")', "a BUILD.py file", None),

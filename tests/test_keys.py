@@ -116,7 +116,7 @@ def test_pyrule_fn_problem_finds_what_the_run_would_miss(tmp_path: Path) -> None
                "gen.rules:tomllib", "lazy:anything", "star:join", "json:dump", "sys:exit"):
         assert keys.pyrule_fn_problem(str(tmp_path), ok) is None, ok
     assert keys.pyrule_fn_problem(str(tmp_path), "gen.rules:nope") == \
-        "gen/rules.py defines no 'nope' at top level (fn='gen.rules:nope')"
+        "gen/rules.py never binds 'nope' (no def, class, assignment or import of it; fn='gen.rules:nope')"
     missing = keys.pyrule_fn_problem(str(tmp_path), "gen.other:write")
     assert missing is not None and "module 'gen.other'" in missing and "gen/other.py" in missing
     assert "Python identifiers" in (keys.pyrule_fn_problem(str(tmp_path), "gen.rules:a-b") or "")
