@@ -12,9 +12,10 @@ by ``flush`` at the end of a build, so a restore-heavy build does not write per 
 
 Trouble never fails a build.  A busy database is a miss (or a skipped store) with a
 warning; a full, read-only or unopenable one turns caching off for the build
-(``on_unusable``); a damaged database file, or one of another schema version, is deleted
-and started afresh (a cache only loses entries).  GC, which must never mistake an
-unreadable database for an empty one, gets ``ActionDBError`` instead (``rows``).
+(``on_unusable``); a damaged database file, or one of another schema version (but 1,
+which is upgraded in place), is deleted and started afresh (a cache only loses entries).
+GC, which must never mistake an unreadable database for an empty one, gets
+``ActionDBError`` instead (``rows``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 FILENAME = "actions.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 kept the rows in the primary key's b-tree (WITHOUT ROWID): with entries of
+# ~0.5-4 KiB, interior pages hold a handful of keys, so a lookup read 5-6 pages and
+# overflow chains.  Version 2 is a rowid table: the key index is dense (a miss reads 2-3
+# small pages), the entry one more (docs/formats.md has the measurements).
+_CREATE = "CREATE TABLE {name} (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)"
 BUSY_TIMEOUT_S = 10.0
 _TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_SCHEMA", "SQLITE_MISMATCH")
@@ -135,16 +141,12 @@ class ActionDB:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, SCHEMA_VERSION):
+                if version not in (0, 1, SCHEMA_VERSION):
                     raise _OtherVersion(version)
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
-                if version == 0:
-                    conn.execute(
-                        "CREATE TABLE IF NOT EXISTS actions "
-                        "(key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID"
-                    )
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                if version != SCHEMA_VERSION:
+                    _create_or_upgrade(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -200,6 +202,29 @@ class ActionDB:
                     shutil.rmtree(self.path + suffix, ignore_errors=True)
                 except OSError:
                     pass
+
+
+def _create_or_upgrade(conn: sqlite3.Connection) -> None:
+    """Create the table in a new database, or copy a version 1 table into the version 2
+    layout (same columns, so the cache keeps its entries), in one transaction.  Another
+    build may get there first: the version is read again under the write lock."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute(_CREATE.format(name="IF NOT EXISTS actions"))
+        elif version == 1:
+            conn.execute(_CREATE.format(name="actions_v2"))
+            conn.execute("INSERT INTO actions_v2 (key, entry, used) SELECT key, entry, used FROM actions")
+            conn.execute("DROP TABLE actions")
+            conn.execute("ALTER TABLE actions_v2 RENAME TO actions")
+        elif version != SCHEMA_VERSION:
+            raise _OtherVersion(version)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _describe(e: BaseException) -> str:

@@ -82,6 +82,29 @@ def test_a_database_held_busy_is_a_miss_with_one_warning(tmp_path: Path, monkeyp
     assert db.put("k2", b"new")  # once free, it works again
 
 
+def test_a_version_1_database_is_upgraded_in_place_keeping_its_entries(tmp_path: Path) -> None:
+    """Version 1 kept rows in the key's b-tree (WITHOUT ROWID); version 2 is a rowid table
+    with the same columns: the upgrade copies the rows, so the cache keeps its entries."""
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("CREATE TABLE actions (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL) "
+                  "WITHOUT ROWID")
+        c.executemany("INSERT INTO actions VALUES (?, ?, ?)", [("k1", b"e1", 11), ("k2", b"e2" * 900, 22)])
+        c.execute("PRAGMA user_version = 1")
+        c.commit()
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.get("k1") == b"e1" and db.get("k2") == b"e2" * 900
+    assert db.put("k3", b"e3") and db.get("k3") == b"e3"
+    assert sorted((k, u) for k, u, _ in db.rows() if k != "k3") == [("k1", 11), ("k2", 22)]
+    db.close()
+    assert calls.warned == [] and calls.unusable == []
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == actiondb.SCHEMA_VERSION == 2
+        (sql,) = c.execute("SELECT sql FROM sqlite_master WHERE name = 'actions'").fetchone()
+        assert "WITHOUT ROWID" not in sql.upper()
+        assert [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["actions"]
+
+
 @pytest.mark.parametrize("damage", ["garbage", "directory", "other-version"])
 def test_a_damaged_database_is_started_afresh(tmp_path: Path, damage: str) -> None:
     path = tmp_path / actiondb.FILENAME
