@@ -24,7 +24,6 @@ import json
 import os
 import posixpath
 import stat
-import sys
 import threading
 import time
 
@@ -37,12 +36,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from buildtool.staging import Stage
+
 LAYOUT = "v2"  # the directory of this layout inside the cache dir; other layouts live beside it
 FORMAT_VERSION = 1  # of an action entry
 FICLONE = 0x40049409
-FS_IOC_GETFLAGS = 0x80086601  # _IOR('f', 1, long) on 64-bit Linux
-FS_IOC_SETFLAGS = 0x40086602  # _IOW('f', 2, long)
-FS_TOPDIR_FL = 0x00020000
 SMALL_BLOB = 1 << 20  # restored from one in-memory read (verified from the bytes); larger ones stream
 COPY_CHUNK = 8 * 1024 * 1024
 # Contents of at most this many bytes are kept inside the action entry (base64), as REAPI's
@@ -126,11 +124,10 @@ class Cache:
         self.writable = True
         self._reflink = True
         self._made: set[str] = set()  # directories known to exist (cleared when one vanishes)
-        self._staging: dict[str, str] = {}  # restore's destination dir -> temp dir there ("": beside dest)
-        self._stage: str | None = None  # this process's restore staging dir (see _stage_dir)
         self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
         self._count_mu = threading.Lock()
-        self._restore_tmp_dir: str | None = None  # set by the session: restores stage in the state dir
+        # Set by the session: restores create their temp files in the state dir (staging.py).
+        self.stage: Stage | None = None
         self._guard = StoreGuard(self.dir)
         self.actions = ActionDB(self.dir, warn, self._disable)
         try:
@@ -161,8 +158,8 @@ class Cache:
     def _forget_dirs(self) -> None:
         """A memoised directory was removed (the state dir's tmp/ goes after each build)."""
         self._made.clear()
-        self._staging.clear()
-        self._stage = None
+        if self.stage is not None:
+            self.stage.forget()
 
     def storing(self) -> contextlib.AbstractContextManager[None]:
         """Hold while one action's blobs and then its entry are written: GC waits for it."""
@@ -368,55 +365,17 @@ class Cache:
                 self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
         return None
 
-    @property
-    def restore_tmp_dir(self) -> str | None:
-        return self._restore_tmp_dir
-
-    @restore_tmp_dir.setter
-    def restore_tmp_dir(self, d: str | None) -> None:
-        self._restore_tmp_dir = d
-        self._staging.clear()
-        self._stage = None
-
     def _restore_tmp(self, dest: str) -> str:
         """A temp path on ``dest``'s filesystem, after making ``dest``'s directory: in this
-        process's staging dir under the state dir when that is on the same filesystem, so a
-        build killed mid-restore leaves no stray file among the sources; else beside
-        ``dest``.  Memoised per directory."""
+        process's staging dir when that is on the same filesystem (new files are made
+        faster there, and a build killed mid-restore leaves no stray file among the
+        sources), else beside ``dest``."""
         ddir = os.path.dirname(dest)
         self._mkdir(ddir)
-        staging = self._staging.get(ddir)
-        if staging is None:
-            staging = ""
-            d = self._restore_tmp_dir
-            if d is not None:
-                try:
-                    stage = self._stage_dir(d)
-                    if os.stat(stage).st_dev == os.stat(ddir).st_dev:
-                        staging = stage
-                except OSError:
-                    pass
-            self._staging[ddir] = staging
-        if staging:
-            return os.path.join(staging, f"{threading.get_ident()}.{time.monotonic_ns()}")
+        stage = self.stage.dir_for(ddir) if self.stage is not None else None
+        if stage is not None:
+            return self.stage.new_name(stage)  # type: ignore[union-attr]
         return f"{dest}.buildtool-tmp"
-
-    def _stage_dir(self, tmp_dir: str) -> str:
-        """This process's staging directory: a new subdirectory of ``tmp_dir``, which is
-        marked as a top of unrelated directories (``chattr +T``) so that ext2/3/4 place the
-        subdirectory, and the inodes of the files created in it, in a block group of their
-        own.  Without it a restore right after the outputs were deleted (``rm -rf out``,
-        W6 in docs/benchmarks.md) creates each file in the group of the deleted ones, where
-        ext4 steps over every recently freed inode first: 0.6-0.9 ms per file instead of
-        ~0.04 ms on this machine.  The rename into place does not move the inode."""
-        stage = self._stage
-        if stage is None:
-            self._mkdir(tmp_dir)
-            _mark_topdir(tmp_dir)
-            stage = os.path.join(tmp_dir, f"restore.{os.getpid()}.{time.monotonic_ns()}")
-            os.mkdir(stage)  # a new name each time: ext4 starts its search from the name's hash
-            self._stage = stage
-        return stage
 
     # -- helpers ---------------------------------------------------------------------
     def _clone_or_copy(self, src: int, dest: int) -> None:
@@ -520,28 +479,6 @@ def _copy_fd(src: int, dest: int) -> None:
     while chunk := os.pread(src, COPY_CHUNK, offset):  # no sendfile between these files
         _write_all(dest, chunk)
         offset += len(chunk)
-
-
-def _mark_topdir(path: str) -> None:
-    """Set ``FS_TOPDIR_FL`` on the directory ``path`` (what ``chattr +T`` does): ext2/3/4's
-    Orlov allocator then spreads its new subdirectories over block groups.  Best effort:
-    on other filesystems the ioctl fails and nothing changes."""
-    if not sys.platform.startswith("linux"):
-        return  # the ioctl numbers above are Linux's
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        buf = bytearray(8)  # the kernel reads and writes an int; room for a long
-        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
-        flags = int.from_bytes(buf[:4], sys.byteorder)
-        if not flags & FS_TOPDIR_FL:
-            fcntl.ioctl(fd, FS_IOC_SETFLAGS, (flags | FS_TOPDIR_FL).to_bytes(4, sys.byteorder) + bytes(4))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _link(blob: str, tmp: str) -> bool:

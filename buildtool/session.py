@@ -230,7 +230,10 @@ class Session:
             self._clean_dead(graph, loader, record, stats)
             phases.end("clean dead outputs")
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
-        cache.restore_tmp_dir = os.path.join(state, "tmp")  # a killed restore leaves nothing among sources
+        from buildtool.staging import Stage
+
+        stage = Stage(os.path.join(state, "tmp"))  # new files are born here (staging.py)
+        cache.stage = stage
         action_env: dict[str, str | None] = {}
         for item in [*cfg.action_env, *req.action_env]:
             name, eq, value = item.partition("=")
@@ -241,6 +244,7 @@ class Session:
                        dry_run=req.dry_run, cache_tests=req.cache_tests),
             _warn,
         )
+        runner.executor.stage = stage
         remote = None
         if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
             from buildtool.remote.setup import attach

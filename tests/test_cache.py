@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from conftest import BuildRun, Workspace
 from buildtool import cache as cache_mod
 from buildtool.cache import ActionEntry, Cache, CachedOutput, safe_rel_path
 from buildtool.digest import hash_bytes
+from buildtool.staging import Stage
 
 BUILD = """
 genrule(name="gen", srcs=["in.txt"], outs=["gen.out"], cmd="cat $< > $@ && echo built >> $@")
@@ -263,7 +263,7 @@ def test_malformed_inline_contents_make_the_entry_a_miss(tmp_path: Path, inline:
 def _restore_cache(tmp_path: Path, data: bytes, **kw: str) -> tuple[Cache, str, list[str]]:
     warned: list[str] = []
     c = Cache(str(tmp_path / "c"), warned.append, **kw)
-    c.restore_tmp_dir = str(tmp_path / "ws" / ".buildtool" / "tmp")
+    c.stage = Stage(str(tmp_path / "ws" / ".buildtool" / "tmp"))
     d = hash_bytes(data)
     c.put_bytes(data, d)
     return c, d, warned
@@ -313,26 +313,12 @@ def test_restore_content_mode_and_stat(tmp_path: Path, monkeypatch: pytest.Monke
     assert os.listdir(tmp_path / "ws" / ".buildtool" / "tmp" / stage) == []  # every temp file renamed
 
 
-def _fs_flags(path: Path) -> int | None:
-    import fcntl
-
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        buf = bytearray(8)
-        fcntl.ioctl(fd, cache_mod.FS_IOC_GETFLAGS, buf)
-        return int.from_bytes(buf[:4], sys.byteorder)
-    except OSError:
-        return None  # a filesystem without inode flags (tmpfs, ...)
-    finally:
-        os.close(fd)
-
-
 def test_restores_stage_in_a_new_subdirectory_spread_by_the_allocator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Restored files are made in a per-process directory under the state dir's tmp/, which
-    carries the "top of unrelated directories" flag where the filesystem has one (ext4), so
-    their inodes are not allocated among those of outputs deleted just before."""
+    """Restored files are made in a per-process directory under the state dir's tmp/ (its
+    parent's "top of unrelated directories" flag: test_staging.py), so their inodes are not
+    allocated among those of outputs deleted just before."""
     c, d, warned = _restore_cache(tmp_path, b"staged\n")
     tmp = tmp_path / "ws" / ".buildtool" / "tmp"
     seen = []
@@ -347,13 +333,8 @@ def test_restores_stage_in_a_new_subdirectory_spread_by_the_allocator(
         assert c.restore(d, str(tmp_path / "ws" / "out" / f"{i}.txt"), 0o644)
     monkeypatch.undo()
     (stage,) = os.listdir(tmp)
-    assert stage.startswith(f"restore.{os.getpid()}.")
+    assert stage.startswith(f"stage.{os.getpid()}.")
     assert [os.path.dirname(s) for s in seen] == [str(tmp / stage)] * 3
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    cache_mod._mark_topdir(str(probe))
-    if (_fs_flags(probe) or 0) & cache_mod.FS_TOPDIR_FL:  # this filesystem takes the flag (ext2/3/4)
-        assert (_fs_flags(tmp) or 0) & cache_mod.FS_TOPDIR_FL  # and the staging dirs' parent has it
     assert not warned
 
 
@@ -397,7 +378,7 @@ def test_restore_survives_directories_removed_since_the_last_restore(tmp_path: P
 
 def test_restore_beside_dest_replaces_a_stale_temp_file(tmp_path: Path) -> None:
     c, d, warned = _restore_cache(tmp_path, b"fresh\n")
-    c.restore_tmp_dir = None  # as when the state dir is on another filesystem
+    c.stage = None  # as when the state dir is on another filesystem
     dest = tmp_path / "ws" / "f.txt"
     dest.parent.mkdir(parents=True)
     Path(f"{dest}.buildtool-tmp").write_bytes(b"left by a killed build")
