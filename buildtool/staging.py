@@ -3,7 +3,7 @@
 Why not create them in place: on ext4 without a journal (the machines we benchmark on),
 the inode allocator steps over every inode freed in the last minutes before it hands one
 out, so creating a file in the block group of files just deleted (``rm -rf out``, a clean
-build, W2 and W6 in docs/benchmarks.md) costs 0.2-0.9 ms instead of ~0.02 ms.  This
+build, W2 and W6 in docs/benchmarks.md) costs 0.1-0.9 ms instead of ~0.02 ms.  This
 process's staging directory is a new subdirectory of the state dir's ``tmp/``, which is
 marked as a top of unrelated directories (``chattr +T``): ext2/3/4's Orlov allocator
 places such a subdirectory, and the inodes of the files created in it, in a block group
@@ -55,7 +55,7 @@ class Stage:
         with self._mu:
             self._count += 1
             n = self._count
-        return os.path.join(stage, f"{threading.get_ident()}.{n}")
+        return os.path.join(stage, str(n))
 
     def forget(self) -> None:
         """A directory memoised here was removed (the state dir's tmp/ goes after each build)."""
