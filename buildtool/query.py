@@ -27,14 +27,23 @@ class Query:
     args: list[str]
 
 
+_FORMS = "deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN) or a pattern"
+
+
 def parse(text: str) -> Query:
+    opened, closed = text.count("("), text.count(")")
+    if opened != closed:
+        msg = f"query {text!r}: unbalanced parentheses ({opened} '(' and {closed} ')'); expected {_FORMS}"
+        raise UserError(msg)
     m = _EXPR.match(text)
     if m is None:
-        if "(" in text or ")" in text:
-            msg = f"query {text!r}: expected deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN) or a pattern"
-            raise UserError(msg)
+        if opened:
+            raise UserError(f"query {text!r}: expected {_FORMS}")
         return Query("pattern", text.split())
     fn, inner = m.group(1), m.group(2)
+    if "(" in inner:
+        msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
+        raise UserError(msg)
     args = [a.strip() for a in inner.split(",") if a.strip()]
     want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)
     if want is None:

@@ -41,7 +41,9 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
 def test_bad_queries_exit_2(workspace: Workspace) -> None:
     _ws(workspace)
     for expr, word in (("deps(//app:nope)", "//app:nope"), ("frob(//...)", "frob"), ("rdeps(//...)", "rdeps"),
-                       ("deps(", "expected")):
+                       ("deps(", "unbalanced parentheses (1 '(' and 0 ')')"),
+                       ("deps(//app:greet))", "unbalanced"), ("deps(deps(//app:greet))", "do not nest"),
+                       ("x deps(//...)", "expected deps(PATTERN)")):
         rc, _, err = workspace.run("query", expr)
         assert rc == 2, (expr, err)
         assert word in err, (expr, err)
