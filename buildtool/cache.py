@@ -372,9 +372,9 @@ class Cache:
         sources), else beside ``dest``."""
         ddir = os.path.dirname(dest)
         self._mkdir(ddir)
-        stage = self.stage.dir_for(ddir) if self.stage is not None else None
-        if stage is not None:
-            return self.stage.new_name(stage)  # type: ignore[union-attr]
+        stage = self.stage
+        if stage is not None and (where := stage.dir_for(ddir)) is not None:
+            return stage.new_name(where)
         return f"{dest}.buildtool-tmp"
 
     # -- helpers ---------------------------------------------------------------------

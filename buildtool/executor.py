@@ -436,28 +436,33 @@ class SubprocessExecutor:
         a file that does not exist yet is made in the staging dir and hard-linked into
         place, where the filesystem allocates its inode faster (staging.py)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        fd = self._staged(path, flags)
+        return fd if fd is not None else os.open(path, flags, 0o666)
+
+    def _staged(self, path: str, flags: int) -> int | None:
+        """``path`` made in the staging dir and linked into place, open; None when it is to
+        be opened in place (no usable staging dir, an inheriting directory, or something
+        already at ``path``: a file, a dangling link...)."""
+        parent = os.path.dirname(path)
         stage = self.stage
-        if stage is not None:
-            parent = os.path.dirname(path)
-            where = stage.dir_for(parent) if not self._dir_inherits(parent) else None
-            if where is not None:
-                tmp = stage.new_name(where)
-                try:
-                    fd = os.open(tmp, flags | os.O_EXCL, 0o666)
-                except OSError:
-                    return os.open(path, flags, 0o666)
-                try:
-                    os.link(tmp, path)  # EEXIST (a file, a dangling link...): open it as sh would
-                except OSError:
-                    os.close(fd)
-                    fd = os.open(path, flags, 0o666)
-                finally:
-                    try:
-                        os.unlink(tmp)
-                    except OSError:
-                        pass
-                return fd
-        return os.open(path, flags, 0o666)
+        if stage is None or self._dir_inherits(parent) or (where := stage.dir_for(parent)) is None:
+            return None
+        tmp = stage.new_name(where)
+        try:
+            fd = os.open(tmp, flags | os.O_EXCL, 0o666)
+        except OSError:
+            return None
+        try:
+            os.link(tmp, path)
+        except OSError:
+            os.close(fd)
+            return None
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return fd
 
     def _dir_inherits(self, d: str) -> bool:
         """Does a file created in ``d`` take anything from it (the setgid bit's group, a
