@@ -225,11 +225,10 @@ def write(
         return False
     body = {"request": request, "env": env_view(env_names), "targets": n,
             "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths}
+    pickle = _pickle()
     try:
-        import pickle
-
         if keep is None:
-            write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
+            write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=-1))  # -1: the highest
         raw = marshal.dumps(body, MARSHAL_VERSION)
         from array import array
 
@@ -261,10 +260,22 @@ def _columns(sigs: list[list[int] | None]) -> list[list[int]]:
     return cols
 
 
+def _pickle() -> Any:
+    """pickle's C implementation, without the pure-Python ``pickle`` module around it (which
+    costs ~1.5 ms to import, on every incremental build); the same bytes either way."""
+    try:
+        import _pickle
+
+        return _pickle
+    except ImportError:  # an interpreter without the accelerator
+        import pickle
+
+        return pickle
+
+
 def load_graph(state_dir: str) -> object | None:
     """The graph pickled with the snapshot (only after ``check`` vouched for it)."""
-    import pickle
-
+    pickle = _pickle()
     try:
         with open(_graph_path(state_dir), "rb") as f:
             data = f.read()

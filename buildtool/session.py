@@ -19,7 +19,6 @@ from buildtool.config import Config, cpu_count, load_config
 from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
-from buildtool.loader import Loader
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from buildtool.loader import Loader
     from buildtool.loadlimit import LoadLimit
 
 UNKNOWN_DURATION = 1.0
@@ -162,6 +162,8 @@ class Session:
         """The validated graph of a request, without taking the lock or touching state
         (for query, graph and plan)."""
         record = BuildRecord(os.path.join(self.ws.state_dir, "record"), _warn)
+        from buildtool.loader import Loader
+
         return self._graph(Loader(self.ws, record.all_outputs()), patterns, mode)
 
     def build(self, req: BuildRequest, out: Any = None) -> BuildResult:
@@ -208,6 +210,8 @@ class Session:
             elif self.graph_source is not None:
                 loader, graph = self.graph_source(record, req)
             else:
+                from buildtool.loader import Loader
+
                 loader = Loader(self.ws, record.all_outputs())
                 graph = self._graph(loader, req.patterns, req.mode)
             # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
