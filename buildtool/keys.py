@@ -17,9 +17,29 @@ import blake3
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 KEY_VERSION = 1
+
+
+def compact_json(sort_keys: bool) -> Callable[[object], str]:
+    """``json.dumps(o, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)``,
+    the same text, without building a JSONEncoder on each call: json's C encoder made
+    once (its circular check off: these are plain trees).  ~2.5 us less per call, and a
+    build makes two per target (its key, its build-record line)."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    if c_make_encoder is None:  # no C accelerator: json's own path
+        return json.JSONEncoder(sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode
+
+    def unknown(o: object) -> object:
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    encode = c_make_encoder(None, unknown, encode_basestring, None, ":", ",", sort_keys, False, True)
+    return lambda o: "".join(encode(o, 0))
+
+
+_canonical = compact_json(sort_keys=True)
 
 
 def action_description(
@@ -50,7 +70,7 @@ def action_description(
 
 def canonical(desc: Mapping[str, object]) -> str:
     """The description as the JSON text its key hashes (also how the build record stores it)."""
-    return json.dumps(desc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _canonical(desc)
 
 
 def key_of(desc: Mapping[str, object]) -> str:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 HEADER = f"# buildtool build-record v{FORMAT_VERSION}\n"
 HEADER_V1 = "# buildtool build-record v1\n"  # read (its descs are objects), rewritten as v2 on close
+_line_of = keys.compact_json(sort_keys=False)
 COMPACT_MIN_LINES = 1000
 COMPACT_RATIO = 1.5  # lines per live label: each incremental build appends its cone's lines,
 # and every build reads them all; rewriting at 1.5x keeps reads small for a rare rewrite
@@ -265,7 +266,7 @@ class BuildRecord:
         ``desc_text``: ``keys.canonical(desc)`` when the caller has it already."""
         text = desc_text if desc_text is not None else keys.canonical(desc)
         entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": text}
-        return entry, json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
+        return entry, _line_of(entry) + "\n"
 
     def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:
         entry, line = prepared

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from conftest import Workspace
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from buildtool import keys
 
@@ -120,3 +124,23 @@ def test_pyrule_fn_problem_finds_what_the_run_would_miss(tmp_path: Path) -> None
     missing = keys.pyrule_fn_problem(str(tmp_path), "gen.other:write")
     assert missing is not None and "module 'gen.other'" in missing and "gen/other.py" in missing
     assert "Python identifiers" in (keys.pyrule_fn_problem(str(tmp_path), "gen.rules:a-b") or "")
+
+
+_LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text())
+_TREE = st.recursive(_LEAF, lambda kids: st.one_of(st.lists(kids), st.dictionaries(st.text(), kids)), max_leaves=25)
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(st.text(), _TREE))
+def test_canonical_text_is_exactly_json_dumps(d: dict[str, object]) -> None:
+    # Every key ever stored depends on this text: the encoder made once must write what
+    # json.dumps writes, character for character.
+    assert keys.canonical(d) == json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert keys.compact_json(False)(d) == json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_canonical_refuses_what_json_refuses() -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        keys.canonical({"a": object()})
+    with pytest.raises(TypeError):
+        keys.canonical({"a": {1: "x", "b": "y"}})  # keys that do not sort
