@@ -29,13 +29,13 @@ def compact_json(sort_keys: bool) -> Callable[[object], str]:
     build makes two per target (its key, its build-record line)."""
     from json.encoder import c_make_encoder, encode_basestring
 
-    if c_make_encoder is None:  # no C accelerator: json's own path
-        return json.JSONEncoder(sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode
-
     def unknown(o: object) -> object:
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
-    encode = c_make_encoder(None, unknown, encode_basestring, None, ":", ",", sort_keys, False, True)
+    try:  # (markers, default, encoder, indent, key sep, item sep, sort_keys, skipkeys, allow_nan)
+        encode = c_make_encoder(None, unknown, encode_basestring, None, ":", ",", sort_keys, False, True)
+    except TypeError:  # no C accelerator (None), or one that takes other arguments: json's own path
+        return json.JSONEncoder(sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode
     return lambda o: "".join(encode(o, 0))
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 HEADER = f"# buildtool build-record v{FORMAT_VERSION}\n"
 HEADER_V1 = "# buildtool build-record v1\n"  # read (its descs are objects), rewritten as v2 on close
-_line_of = keys.compact_json(sort_keys=False)
+_line_of = keys.compact_json(sort_keys=False)  # an entry's line: json.dumps's compact text
 COMPACT_MIN_LINES = 1000
 COMPACT_RATIO = 1.5  # lines per live label: each incremental build appends its cone's lines,
 # and every build reads them all; rewriting at 1.5x keeps reads small for a rare rewrite
