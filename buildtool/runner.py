@@ -313,7 +313,15 @@ class TargetRunner:
         self._desc[tid] = (key, desc)
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
-        ok, _, why = rebuild.up_to_date(entry, key, self._outputs_digest(t, entry))
+        on_disk: dict[str, str | None] = {}  # what the check found, for the restore below
+        base = self._outputs_digest(t, entry)
+
+        def noted(p: str) -> str | None:
+            d = on_disk[p] = base(p)
+            return d
+
+        # (An entry with outputs left remote checks them otherwise: its findings are not kept.)
+        ok, _, why = rebuild.up_to_date(entry, key, noted if base == self._disk_digest else base)
         if ok:
             assert entry is not None
             self._texts.pop(tid, None)  # not recorded again
@@ -331,7 +339,7 @@ class TargetRunner:
             # cache of small blobs costs less than the hop to a worker thread (W6).
             hit = self.cache.get_action(key)
             if hit is not None and self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
-                done = self._restored(t, hit, key, desc, why, "local")
+                done = self._restored(t, hit, key, desc, why, "local", on_disk)
                 if done is not None:
                     self._prepare_record(tid, done)
                     return done
@@ -548,10 +556,12 @@ class TargetRunner:
         return None if hit is None else self._restored(t, hit, key, desc, why, "remote")
 
     def _restored(
-        self, t: Target, hit: ActionEntry, key: str, desc: dict[str, Any], why: str, where: str
+        self, t: Target, hit: ActionEntry, key: str, desc: dict[str, Any], why: str, where: str,
+        on_disk: dict[str, str | None] | None = None,
     ) -> Outcome | None:
-        """The outcome of putting a cache entry's outputs in place (None: the entry was unusable)."""
-        got = self._restore(t, hit)
+        """The outcome of putting a cache entry's outputs in place (None: the entry was unusable).
+        ``on_disk``: output -> digest on disk (None: absent), as this thread just found them."""
+        got = self._restore(t, hit, on_disk)
         if got is None:
             return None
         status, msg = got
@@ -586,11 +596,15 @@ class TargetRunner:
             self.remote_exec.cancel_all()
 
     # -- cache layer -------------------------------------------------------------------
-    def _restore(self, t: Target, hit: ActionEntry) -> tuple[Status, str] | None:
+    def _restore(
+        self, t: Target, hit: ActionEntry, on_disk: dict[str, str | None] | None = None
+    ) -> tuple[Status, str] | None:
         if sorted(o.path for o in hit.outputs) != sorted(t.outs):
             self.warn(f"cache entry for {t.label} lists other outputs than the target; ignoring it")
             return None
-        stale = [o for o in hit.outputs if self._disk_digest(o.path) != o.digest]
+        found = on_disk or {}  # (a 10,000-target restore stats each missing output once, not twice)
+        stale = [o for o in hit.outputs
+                 if (found[o.path] if o.path in found else self._disk_digest(o.path)) != o.digest]
         if not stale:
             for o in hit.outputs:
                 self._fix_mode(o)
