@@ -15,7 +15,7 @@ import posixpath
 
 from buildtool import labels
 from buildtool.errors import BuildfileError, UserError
-from buildtool.workspace import ALWAYS_SKIPPED, IGNORE_FILE, MARKER, STATE_DIR
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
     from buildtool.dsl import Declaration
     from buildtool.loader import Loader
-# GraphBuilder imports the loader, the DSL and substitution where it uses them: an
-# incremental build from the no-op snapshot unpickles its Graph without them (~2 ms).
+# The loader, the DSL and substitution are GraphBuilder's alone (it is given a Loader and
+# imports subst once): an incremental build from the no-op snapshot unpickles its Graph
+# without them (~2 ms).
 
 _ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 # Target's fields in the order of its __init__ parameters: a Target pickles as Target(*values).
@@ -176,8 +177,6 @@ def _str_list(decl: Declaration, attr: str) -> list[Any]:
 
 def _build_definition_file(path: str, read: set[str]) -> str | None:
     """What makes ``path`` part of the build's own definition (so never an output), or None."""
-    from buildtool.loader import BUILDFILE
-
     first = path.split("/", 1)[0]
     if first in ALWAYS_SKIPPED:
         return f"inside {first}/, which buildtool never writes into"
@@ -194,6 +193,9 @@ class GraphBuilder:
     """Turns patterns into a validated Graph, loading only the packages needed."""
 
     def __init__(self, loader: Loader, cwd_pkg: str) -> None:
+        from buildtool import subst
+
+        self._subst = subst  # (once here, not per target: a function-level import costs ~1 us)
         self.loader = loader
         self.cwd_pkg = cwd_pkg
         self._outs_memo: dict[str, set[str]] = {}
@@ -621,11 +623,9 @@ class GraphBuilder:
             def locations(x: str) -> list[str]:
                 return [rel(p) for p in self._location(decl, pkg, x, refs, index, outs_of, outs)]
 
-            from buildtool.subst import SubstError, substitute
-
             try:
-                cmd = substitute(raw, [rel(p) for p in src_paths], [rel(o) for o in outs], locations)
-            except SubstError as e:
+                cmd = self._subst.substitute(raw, [rel(p) for p in src_paths], [rel(o) for o in outs], locations)
+            except self._subst.SubstError as e:
                 raise _err(decl, f"{lab}: {e}") from None
         elif kind == "pyrule":
             fn = a["fn"]
@@ -687,8 +687,7 @@ class GraphBuilder:
         outs_of: list[tuple[str, ...]],
         outs: tuple[str, ...],
     ) -> list[str]:
-        from buildtool.subst import SubstError
-
+        SubstError = self._subst.SubstError
         if x.startswith("//") or x.startswith(":"):
             try:
                 p, n = labels.parse_label(x, pkg)

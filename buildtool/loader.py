@@ -16,14 +16,13 @@ import sys
 
 from buildtool import dsl
 from buildtool.errors import BuildfileError, UserError
-from buildtool.workspace import ALWAYS_SKIPPED, Workspace
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, Workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-BUILDFILE = "BUILD.py"
 
 
 class Loader:

@@ -11,6 +11,7 @@ import os
 from buildtool.errors import UserError
 
 MARKER = "buildtool.toml"
+BUILDFILE = "BUILD.py"  # a package's build file
 STATE_DIR = ".buildtool"
 IGNORE_FILE = ".buildtoolignore"
 ALWAYS_SKIPPED = frozenset({".git", STATE_DIR, ".hg", ".svn"})
