@@ -268,6 +268,17 @@ class BuildRecord:
         entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": text}
         return entry, _line_of(entry) + "\n"
 
+    @staticmethod
+    def holds(entry: Mapping[str, Any], key: str, outputs: Any, duration: float, desc_text: str) -> bool:
+        """Whether ``entry`` is the one ``prepare`` would make of these: appending it again
+        would change nothing but the file's length (and bring the next compaction closer)."""
+        return (
+            entry.get("k") == key
+            and entry.get("o") == outputs
+            and entry.get("d") == round(duration, 4)
+            and entry.get("desc") == desc_text
+        )
+
     def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:
         entry, line = prepared
         self.entries[entry["l"]] = entry

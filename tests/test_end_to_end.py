@@ -343,11 +343,14 @@ def test_deleted_outputs_are_restored_without_running_anything(workspace: Worksp
     shutil.rmtree(workspace.path("pkg/gen"))
     workspace.path("pkg/use.txt").unlink()
     log_before = workspace.read("ran.log")
+    record_before = workspace.path(".buildtool/record").read_bytes()
     r = workspace.build()
     assert r.rc == 0, r.output
     assert {e["status"] for e in r.events} == {"restored"}
     assert {e["cache"] for e in r.events} == {"local"}
     assert workspace.read("ran.log") == log_before  # no command ran
+    # The record said all of this already: a restore appends no line to it.
+    assert workspace.path(".buildtool/record").read_bytes() == record_before
     for f, data in outs.items():
         assert workspace.path(f).read_bytes() == data
     assert os.access(workspace.path("pkg/gen/tool.sh"), os.X_OK)
