@@ -18,6 +18,7 @@ import blake3
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import Any
 
 KEY_VERSION = 1
 
@@ -37,6 +38,28 @@ def compact_json(sort_keys: bool) -> Callable[[object], str]:
     except TypeError:  # no C accelerator (None), or one that takes other arguments: json's own path
         return json.JSONEncoder(sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False).encode
     return lambda o: "".join(encode(o, 0))
+
+
+def compact_loads() -> Callable[[bytes], Any]:
+    """``json.loads`` of UTF-8 bytes, the same result, through json's C scanner made once:
+    ~3 us less per call than ``json.loads``'s encoding detection and Python-level decode.
+    What it does not take whole (surrounding whitespace, a BOM, UTF-16, an error) goes
+    to ``json.loads``, which says what it says of it."""
+    from json.scanner import c_make_scanner
+
+    if c_make_scanner is None:  # no C accelerator
+        return json.loads
+    scan = c_make_scanner(json.JSONDecoder())
+
+    def loads(data: bytes) -> Any:
+        try:
+            text = data.decode("utf-8", "surrogatepass")
+            obj, end = scan(text, 0)
+        except (UnicodeDecodeError, StopIteration):  # UTF-16 or -32, or no value at 0
+            return json.loads(data)
+        return obj if end == len(text) else json.loads(data)
+
+    return loads
 
 
 _canonical = compact_json(sort_keys=True)

@@ -144,3 +144,34 @@ def test_canonical_refuses_what_json_refuses() -> None:
         keys.canonical({"a": object()})
     with pytest.raises(TypeError):
         keys.canonical({"a": {1: "x", "b": "y"}})  # keys that do not sort
+
+
+def _loaded(fn: object, data: bytes) -> str:
+    """What a JSON reader makes of ``data``, as comparable text (NaN is not equal to itself)."""
+    try:
+        return "ok:" + json.dumps(fn(data))  # type: ignore[operator]
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return "error:" + type(e).__name__
+
+
+_loads = keys.compact_loads()
+
+
+@settings(max_examples=400)
+@given(_TREE, st.sampled_from(["", " ", "\n", "\ufeff"]), st.sampled_from(["", " ", "\n", "x", "}"]))
+def test_compact_loads_reads_what_json_loads_reads(tree: object, head: str, tail: str) -> None:
+    # The build record and the action entries are read through it: whatever json.loads
+    # returns or refuses, it must too, with text around the value or not.
+    data = (head + json.dumps(tree, separators=(",", ":"), ensure_ascii=False) + tail).encode("utf-8", "surrogatepass")
+    assert _loaded(_loads, data) == _loaded(json.loads, data)
+
+
+@given(st.binary(max_size=40))
+def test_compact_loads_refuses_what_json_loads_refuses(data: bytes) -> None:
+    assert _loaded(_loads, data) == _loaded(json.loads, data)
+
+
+def test_compact_loads_reads_the_encodings_json_loads_detects() -> None:
+    for enc in ("utf-16", "utf-16-le", "utf-32", "utf-8-sig"):
+        data = '{"a":["é",1]}'.encode(enc)
+        assert _loads(data) == json.loads(data) == {"a": ["é", 1]}, enc
