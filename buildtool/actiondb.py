@@ -1,19 +1,22 @@
 """Action database: the shared cache's action entries, kept in one SQLite file.
 
 One row per action key: the entry (the JSON object of docs/formats.md#cache-dir) and when
-it was last stored or hit (``used``, unix time in ns: recency for GC's LRU eviction).  One
+it was stored (``used``, unix time in ns); a second, narrow table holds when it was last
+hit.  Recency for GC's LRU eviction is the later of the two.  One
 database instead of one file per entry, because creating a file is the dearest part of
 storing a small action: on the ext4 of the machines we measure, 150-700 us of kernel time
 per new file, against a write-ahead-log append for a row.  Blobs stay files in ``cas/``.
 
 WAL mode, so readers never wait for a writer; writers of concurrent builds queue behind a
-busy timeout.  Hits are remembered in memory and their ``used`` written in one transaction
-by ``flush`` at the end of a build, so a restore-heavy build does not write per hit.
+busy timeout.  Hits are remembered in memory and written in one transaction by ``flush``
+at the end of a build, so a restore-heavy build does not write per hit; into a table of
+their own, because updating a column of the entries' rows rewrote every page that holds
+one (10,000 hits: ~75 ms, against ~20 ms for the narrow table).
 
 Trouble never fails a build.  A busy database is a miss (or a skipped store) with a
 warning; a full, read-only or unopenable one turns caching off for the build
-(``on_unusable``); a damaged database file, or one of another schema version (but 1,
-which is upgraded in place), is deleted and started afresh (a cache only loses entries).
+(``on_unusable``); a damaged database file, or one of another schema version (but 1 and
+2, which are upgraded in place), is deleted and started afresh (a cache only loses entries).
 GC, which must never mistake an unreadable database for an empty one, gets
 ``ActionDBError`` instead (``rows``).
 """
@@ -31,12 +34,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "actions.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1 kept the rows in the primary key's b-tree (WITHOUT ROWID): with entries of
 # ~0.5-4 KiB, interior pages hold a handful of keys, so a lookup read 5-6 pages and
 # overflow chains.  Version 2 is a rowid table: the key index is dense (a miss reads 2-3
-# small pages), the entry one more (docs/formats.md has the measurements).
+# small pages), the entry one more (docs/formats.md has the measurements).  Version 3
+# adds the hits table; versions 1 and 2 are upgraded in place, keeping their entries.
 _CREATE = "CREATE TABLE {name} (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)"
+_CREATE_HITS = "CREATE TABLE IF NOT EXISTS hits (key TEXT PRIMARY KEY, used INTEGER NOT NULL) WITHOUT ROWID"
 BUSY_TIMEOUT_S = 10.0
 _TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_SCHEMA", "SQLITE_MISMATCH")
@@ -92,28 +97,30 @@ class ActionDB:
         doomed = [(k,) for k in keys]
         if not doomed:
             return True
-        sql = "DELETE FROM actions WHERE key = ?"
-        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, sql, doomed) or True, False))
+        steps = [("DELETE FROM actions WHERE key = ?", doomed), ("DELETE FROM hits WHERE key = ?", doomed)]
+        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
 
     def flush(self) -> None:
-        """Write the ``used`` time of the entries hit since the last flush (one transaction)."""
+        """Write when the entries hit since the last flush were hit (one transaction)."""
         with self._mu:
             touched, self._touched = self._touched, set()
         if touched:
             now = time.time_ns()
-            rows = [(now, k) for k in touched]
-            sql = "UPDATE actions SET used = ? WHERE key = ?"
-            self._guarded("update", lambda c: self._in_transaction(c, sql, rows), None)
+            steps = [("INSERT OR REPLACE INTO hits VALUES (?, ?)", [(k, now) for k in touched])]
+            self._guarded("update", lambda c: self._in_transaction(c, steps), None)
 
     def rows(self) -> list[tuple[str, int, bytes]]:
-        """Every (key, used, entry), for GC and ``cache stats``; ActionDBError if unreadable
-        (an unreadable database must never look empty to GC)."""
+        """Every (key, used, entry), ``used`` the later of its store and its last hit, for GC
+        and ``cache stats``; ActionDBError if unreadable (an unreadable database must never
+        look empty to GC)."""
         if not os.path.exists(self.path):
             return []
+        sql = ("SELECT a.key, max(a.used, coalesce(h.used, 0)), a.entry FROM actions a "
+               "LEFT JOIN hits h ON h.key = a.key")
         try:
             with self._mu:
                 c = self._connection()
-                return [(k, u, bytes(e)) for k, u, e in c.execute("SELECT key, used, entry FROM actions")]
+                return [(k, u, bytes(e)) for k, u, e in c.execute(sql)]
         except Exception as e:  # sqlite3.Error, OSError, _OtherVersion
             raise ActionDBError(f"the cache database {self.path} is unreadable ({_describe(e)})") from None
 
@@ -126,10 +133,11 @@ class ActionDB:
 
     # -- the connection ----------------------------------------------------------------------
     @staticmethod
-    def _in_transaction(c: sqlite3.Connection, sql: str, rows: list[tuple[object, ...]]) -> None:
+    def _in_transaction(c: sqlite3.Connection, steps: list[tuple[str, list[tuple[object, ...]]]]) -> None:
         c.execute("BEGIN IMMEDIATE")
         try:
-            c.executemany(sql, rows)
+            for sql, rows in steps:
+                c.executemany(sql, rows)
         except BaseException:
             c.execute("ROLLBACK")
             raise
@@ -140,7 +148,7 @@ class ActionDB:
             conn = _sqlite().connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, SCHEMA_VERSION):
+                if version not in (0, 1, 2, SCHEMA_VERSION):
                     raise _OtherVersion(version)
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
@@ -217,9 +225,10 @@ def _sqlite() -> Any:
 
 
 def _create_or_upgrade(conn: sqlite3.Connection) -> None:
-    """Create the table in a new database, or copy a version 1 table into the version 2
-    layout (same columns, so the cache keeps its entries), in one transaction.  Another
-    build may get there first: the version is read again under the write lock."""
+    """Create the tables in a new database, or bring a version 1 or 2 database to version 3
+    in one transaction, keeping its entries: version 1's table is copied into a rowid table
+    with the same columns, and the hits table is added.  Another build may get there
+    first: the version is read again under the write lock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -230,8 +239,9 @@ def _create_or_upgrade(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO actions_v2 (key, entry, used) SELECT key, entry, used FROM actions")
             conn.execute("DROP TABLE actions")
             conn.execute("ALTER TABLE actions_v2 RENAME TO actions")
-        elif version != SCHEMA_VERSION:
+        elif version not in (2, SCHEMA_VERSION):
             raise _OtherVersion(version)
+        conn.execute(_CREATE_HITS)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -24,8 +24,11 @@ class Calls:
 
 
 def used_of(d: Path, key: str) -> int:
+    """When the entry was last stored or hit, as the database says (not as ``rows`` does)."""
     with contextlib.closing(sqlite3.connect(d / actiondb.FILENAME)) as c:
-        return c.execute("SELECT used FROM actions WHERE key = ?", (key,)).fetchone()[0]
+        stored = c.execute("SELECT used FROM actions WHERE key = ?", (key,)).fetchone()[0]
+        hit = c.execute("SELECT used FROM hits WHERE key = ?", (key,)).fetchone()
+        return max(stored, hit[0] if hit else 0)
 
 
 def test_roundtrip_and_hits_refresh_recency_at_flush(tmp_path: Path) -> None:
@@ -38,10 +41,15 @@ def test_roundtrip_and_hits_refresh_recency_at_flush(tmp_path: Path) -> None:
     assert used_of(tmp_path, "k") == stored  # a hit alone writes nothing...
     db.flush()
     assert used_of(tmp_path, "k") > stored  # ...until the flush at the end of the build
+    assert dict((k, u) for k, u, _ in db.rows())["k"] == used_of(tmp_path, "k")
+    assert db.put("k", b'{"v":2}')  # stored again: its hit stays, the later time counts
+    assert dict((k, u) for k, u, _ in db.rows())["k"] == used_of(tmp_path, "k")
     assert db.remove(["k"]) and db.get("k") is None
     assert [r[0] for r in db.rows()] == ["other"]
     db.close()
     assert calls.warned == calls.unusable == []
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        assert c.execute("SELECT count(*) FROM hits").fetchone()[0] == 0  # removed with its entry
 
 
 WRITER = """
@@ -99,10 +107,29 @@ def test_a_version_1_database_is_upgraded_in_place_keeping_its_entries(tmp_path:
     db.close()
     assert calls.warned == [] and calls.unusable == []
     with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == actiondb.SCHEMA_VERSION == 2
+        assert c.execute("PRAGMA user_version").fetchone()[0] == actiondb.SCHEMA_VERSION == 3
         (sql,) = c.execute("SELECT sql FROM sqlite_master WHERE name = 'actions'").fetchone()
         assert "WITHOUT ROWID" not in sql.upper()
-        assert [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["actions"]
+        assert sorted(r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")) == \
+            ["actions", "hits"]
+
+
+def test_a_version_2_database_gains_the_hits_table_keeping_its_entries(tmp_path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("CREATE TABLE actions (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)")
+        c.executemany("INSERT INTO actions VALUES (?, ?, ?)", [("k1", b"e1", 11), ("k2", b"e2", 22)])
+        c.execute("PRAGMA user_version = 2")
+        c.commit()
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.get("k1") == b"e1"
+    db.flush()
+    used = {k: u for k, u, _ in db.rows()}
+    assert used["k2"] == 22 and used["k1"] > 10**18  # the hit, in ns since the epoch
+    db.close()
+    assert calls.warned == [] and calls.unusable == []
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 @pytest.mark.parametrize("damage", ["garbage", "directory", "other-version"])
