@@ -97,8 +97,16 @@ class ActionDB:
         doomed = [(k,) for k in keys]
         if not doomed:
             return True
+        with self._mu:  # a hit on an entry deleted since is not written at the flush
+            self._touched.difference_update(k for (k,) in doomed)
         steps = [("DELETE FROM actions WHERE key = ?", doomed), ("DELETE FROM hits WHERE key = ?", doomed)]
         return bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
+
+    def drop_stray_hits(self) -> bool:
+        """Delete the hits of entries that are gone (GC's sweep): a build that hit an entry
+        which another process's GC evicted before the build's flush wrote a hit for it."""
+        sql = "DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)"
+        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, [(sql, [()])]) or True, False))
 
     def flush(self) -> None:
         """Write when the entries hit since the last flush were hit (one transaction)."""

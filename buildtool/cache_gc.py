@@ -285,6 +285,7 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
                 if now - os.lstat(p).st_mtime > TMP_MAX_AGE_S and _unlink(p):
                     res.tmp_deleted += 1
     db.remove(s.corrupt)
+    db.drop_stray_hits()
     refcount: dict[str, int] = {}
     for _, _, _, refs in s.entries:
         for d in set(refs):

@@ -114,6 +114,28 @@ def test_a_version_1_database_is_upgraded_in_place_keeping_its_entries(tmp_path:
             ["actions", "hits"]
 
 
+def test_hits_of_entries_deleted_meanwhile_are_not_kept(tmp_path: Path) -> None:
+    calls = Calls()
+    build, gc = calls.db(tmp_path), calls.db(tmp_path)
+    assert build.put("damaged", b"x") and build.put("evicted", b"y") and build.put("kept", b"z")
+    assert build.get("damaged") and build.get("evicted") and build.get("kept")
+    assert build.remove(["damaged"])  # found corrupt by this build: its hit is dropped too
+    assert gc.remove(["evicted"])  # evicted by another process's GC before this build's flush
+    build.flush()
+
+    def hits() -> list[str]:
+        with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+            return sorted(k for (k,) in c.execute("SELECT key FROM hits"))
+
+    assert hits() == ["evicted", "kept"]
+    assert gc.drop_stray_hits()
+    assert hits() == ["kept"]
+    assert [k for k, _, _ in gc.rows()] == ["kept"]
+    build.close()
+    gc.close()
+    assert calls.warned == calls.unusable == []
+
+
 def test_a_version_2_database_gains_the_hits_table_keeping_its_entries(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
         c.execute("CREATE TABLE actions (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)")
