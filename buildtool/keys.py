@@ -55,7 +55,7 @@ def compact_loads() -> Callable[[bytes], Any]:
         try:
             text = data.decode("utf-8", "surrogatepass")
             obj, end = scan(text, 0)
-        except (UnicodeDecodeError, StopIteration):  # UTF-16 or -32, or no value at 0
+        except (ValueError, StopIteration):  # not UTF-8 (ASCII UTF-16 decodes), no value at 0
             return json.loads(data)
         return obj if end == len(text) else json.loads(data)
 

@@ -172,6 +172,7 @@ def test_compact_loads_refuses_what_json_loads_refuses(data: bytes) -> None:
 
 
 def test_compact_loads_reads_the_encodings_json_loads_detects() -> None:
-    for enc in ("utf-16", "utf-16-le", "utf-32", "utf-8-sig"):
-        data = '{"a":["é",1]}'.encode(enc)
-        assert _loads(data) == json.loads(data) == {"a": ["é", 1]}, enc
+    for enc in ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be", "utf-8-sig"):
+        for text, value in (('{"a":["é",1]}', {"a": ["é", 1]}), ('{"a":1}', {"a": 1}), ('"a"', "a")):
+            data = text.encode(enc)  # (ASCII in UTF-16/32 without a BOM is valid UTF-8 too)
+            assert _loads(data) == json.loads(data) == value, (enc, text)
