@@ -226,7 +226,9 @@ class Session:
             raise
         phases.end("load buildfiles and graph")
         focus = self.focus
-        if isinstance(prior_graph, Graph) and verdict is not None:
+        from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
+        if from_snapshot:
+            assert verdict is not None
             changed = set(verdict.changed)
             focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
         if focus is None and not req.dry_run and loader is not None:  # a dry run changes nothing
@@ -299,7 +301,7 @@ class Session:
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
             phases.begin("critical-path weights")
-            weights = self._weights(graph, record, stats, wanted, predict=focus is None)
+            weights = self._weights(graph, record, stats, wanted, predict=not from_snapshot)
             plan = Plan(
                 [t.deps for t in graph.targets],
                 graph.dependents,
@@ -362,7 +364,6 @@ class Session:
             _remove_tmp(os.path.join(state, "tmp"))
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
-        from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
                 and sched.interrupt is None \
                 and not any(t.always for t in graph.targets) \
@@ -454,10 +455,10 @@ class Session:
     ) -> list[float]:
         """Per target id: its recorded duration (the median of all recorded ones if it has
         none), ~0 if predicted fresh.  Only wanted targets get one: the plan reads no other.
-        ``predict``: False when ``wanted`` is the cone of files known to have changed (the
-        no-op check's or watch mode's): each of its targets reads or writes one, or depends
-        on one that does, so none is predicted fresh (W6: 10,000 missing outputs not
-        statted again here)."""
+        ``predict``: False when ``wanted`` is the cone of the files the no-op check found
+        changed: each of its targets reads or writes one, or depends on one that does, so
+        none is predicted fresh (W6: 10,000 missing outputs not statted again here).  (Watch
+        mode's focus also holds the targets that did not end clean last cycle: predicted.)"""
         fresh = predict_fresh(graph, record, stats, wanted) if predict else [False] * len(graph.targets)
         weights = [0.0] * len(graph.targets)
         unknown = []
