@@ -241,7 +241,7 @@ class BuildRecord:
         return {o[0] for e in self.entries.values() for o in e.get("o", ())}
 
     def _append(self, obj: dict[str, Any]) -> None:
-        self._write_line(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._write_line(_line_of(obj) + "\n")
 
     def _write_line(self, line: str) -> None:
         if self._fh is None:
@@ -320,7 +320,7 @@ class BuildRecord:
                         continue
                     if isinstance(e.get("desc"), dict):  # read from a v1 file
                         e = {**e, "desc": keys.canonical(e["desc"])}
-                    f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
+                    f.write(_line_of(e) + "\n")
             os.replace(tmp, self.path)
             self.lines = len(self.entries)
             self._upgrade = False
