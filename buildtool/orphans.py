@@ -9,8 +9,16 @@ around the spawn: reading /proc/PID/stat of a child that is still in its exec bl
 appended).  The next build, once it holds the lock, SIGKILLs every recorded group that is
 still alive — checking that its leader's start time (/proc) lies in the recorded window, so
 a recycled pid is never hit — and waits (bounded) until none
-of their processes can run any more, before it touches a single output.  A cleanly ending
-build (success, failure, Ctrl-C) has already killed its children and removes the file.
+of their processes can run any more, before it touches a single output.
+
+A pid is known only once the child exists, and recording it may first wait milliseconds for
+the GIL: a kill in between leaves a command nobody recorded.  Such a command is still found:
+its ``TMPDIR`` is its build's lane directory, ``<state>/tmp/<buildtool pid>-<lane>``
+(``lane_dir``), which no other process carries, so the next build also kills every group
+led by a process whose environment holds ``TMPDIR=`` one of the dead holder's lanes.
+
+A cleanly ending build (success, failure, Ctrl-C) has already killed its children and
+removes the file.
 Spec: docs/formats.md#children, docs/reliability.md
 """
 
@@ -33,6 +41,15 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _path(state_dir: str) -> str:
     return os.path.join(state_dir, "children")
+
+
+def _lanes_of(state_dir: str, pid: int) -> str:
+    return os.path.join(state_dir, "tmp", f"{pid}-")
+
+
+def lane_dir(state_dir: str, pid: int, lane: int) -> str:
+    """TMPDIR and HOME of the commands buildtool ``pid`` runs on worker lane ``lane``."""
+    return f"{_lanes_of(state_dir, pid)}{lane}"
 
 
 def start_time(pid: int) -> int | None:
@@ -96,6 +113,17 @@ class Tracker:
             os.unlink(self.path)
 
 
+def _live_group(pid: str) -> int | None:
+    """The process group of a live (not zombie) process; None when gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _group_members(pgids: set[int]) -> list[int]:
     """Pids of live (not zombie) processes in any of these process groups."""
     out = []
@@ -104,17 +132,37 @@ def _group_members(pgids: set[int]) -> list[int]:
     except OSError:
         return out
     for name in names:
+        if name.isdigit():
+            pgrp = _live_group(name)
+            if pgrp in pgids:
+                out.append(int(name))
+    return out
+
+
+def _unrecorded_leaders(state_dir: str, holder: int) -> set[int]:
+    """Pids of live processes that lead their process group and whose environment has
+    ``TMPDIR`` in one of ``holder``'s lane directories: the commands it started, recorded
+    or not.  Only this user's processes can be read, and that is all a build starts."""
+    needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
+    out: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-            fields = data[data.rindex(b")") + 2 :].split()
-            state, pgrp = fields[0], int(fields[2])
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
             continue
-        if pgrp in pgids and state not in (b"Z", b"X"):
-            out.append(int(name))
+        at = env.find(needle)
+        if at < 0:
+            continue
+        end = env.find(b"\0", at + 1)
+        if env[at + len(needle) : end if end >= 0 else None].isdigit() and _live_group(name) == int(name):
+            out.add(int(name))  # the lane is a number, and the process leads its group
     return out
 
 
@@ -161,6 +209,8 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         if now is not None and lo and not lo <= now <= hi:
             continue  # the leader's pid was recycled: its group is long gone
         targets.add(pgid)
+    if holder.isdigit():
+        targets |= _unrecorded_leaders(state_dir, int(holder))
     killed = 0
     for pgid in targets:
         try:

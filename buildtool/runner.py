@@ -15,7 +15,7 @@ import stat
 import sys
 import time
 
-from buildtool import discovered, keys, rebuild, simplecmd
+from buildtool import discovered, keys, orphans, rebuild, simplecmd
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
@@ -630,7 +630,7 @@ class TargetRunner:
     # -- subprocess layer --------------------------------------------------------------
     def _tmpdir(self, lane: int) -> str:
         """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
-        d = os.path.join(self.state_dir, "tmp", f"{os.getpid()}-{lane}")
+        d = orphans.lane_dir(self.state_dir, os.getpid(), lane)  # the next build's reap looks for it
         if lane not in self._lane_dirs:
             if os.path.lexists(d):  # left by a killed build (shutil: ~4 ms of import, so only then)
                 import shutil

@@ -5,6 +5,7 @@ Real processes: a ``sleep`` in its own session stands for a command a killed bui
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -55,3 +56,40 @@ def test_a_leader_started_outside_the_window_is_a_recycled_pid_and_survives(tmp_
     finally:
         proc.kill()
         proc.wait()
+
+
+def _sleeper_with_tmpdir(tmpdir: str) -> subprocess.Popen[bytes]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
+    return subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+
+
+def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_path: Path) -> None:
+    """A build killed between starting a command and recording its pid: the children file
+    has only its header, yet the command (TMPDIR in the dead build's lane) is reaped; other
+    builds' and other workspaces' commands are left alone."""
+    holder = 4242
+    state = tmp_path / "ws" / ".buildtool"
+    state.mkdir(parents=True)
+    other_state = tmp_path / "other" / ".buildtool"
+    unrecorded = _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder, 3))
+    spared = [
+        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder + 1, 3)),  # another build (pid 4243)
+        _sleeper_with_tmpdir(orphans.lane_dir(str(state), 42420, 3)),  # 4242 is a prefix of its pid
+        _sleeper_with_tmpdir(orphans.lane_dir(str(other_state), holder, 3)),  # another workspace
+        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder, 3) + "/sub"),  # not a lane itself
+    ]
+    try:
+        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder}\n")
+        warned: list[str] = []
+        assert orphans.reap(str(state), warned.append, wait_s=5) == 1
+        assert unrecorded.wait(timeout=5) == -9
+        assert "pid 4242" in warned[0]
+        assert all(p.poll() is None for p in spared)
+        assert not (state / "children").exists()
+        # Without a children file (the previous build ended cleanly) nothing is looked for.
+        assert orphans.reap(str(tmp_path / "other" / ".buildtool"), warned.append) == 0
+        assert all(p.poll() is None for p in spared)
+    finally:
+        for p in [unrecorded, *spared]:
+            p.kill()
+            p.wait()

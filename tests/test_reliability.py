@@ -139,7 +139,13 @@ def _children_of_session(marker: str) -> list[int]:
     return out
 
 
-def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(workspace: Workspace) -> None:
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "killed-before-recording"])
+def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
+    workspace: Workspace, recorded: bool
+) -> None:
+    """``recorded=False``: the build was killed after starting the command but before it
+    wrote the pid to .buildtool/children (a window that can last milliseconds while the
+    scheduler's thread waits for the GIL); the command's TMPDIR still gives it away."""
     marker = f"orphanmark{os.getpid()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
@@ -156,6 +162,11 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(works
     p.send_signal(signal.SIGKILL)
     p.communicate(timeout=10)
     assert _children_of_session(marker), "the orphan should have outlived its buildtool"
+    children = workspace.path(".buildtool/children")
+    lines = children.read_text().splitlines()
+    assert len(lines) == 2, lines  # the header and the one command
+    if not recorded:
+        children.write_text(lines[0] + "\n")
     workspace.build_file("", """
         genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
     """)
