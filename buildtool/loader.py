@@ -24,6 +24,47 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
+# would end a build that built nothing with success): while one is evaluated, these raise
+# _ProcessEnd instead.  (os.exec* other than these two all go through them.)
+_PROCESS_ENDS = ("_exit", "execv", "execve")
+
+
+class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a BUILD.py keeps out
+    def __init__(self, call: str) -> None:
+        super().__init__(call)
+        self.call = call
+
+
+def _guard_process_ends() -> list[tuple[Any, str, Any]]:
+    """Replace ``os``'s process-ending functions with ones that raise ``_ProcessEnd`` in
+    this process's thread; the originals, for ``_unguard``.  A forked child or another
+    thread (none of them run BUILD.py files) still gets the real function."""
+    import threading
+
+    pid, thread = os.getpid(), threading.get_ident()
+    modules = [os, sys.modules.get(os.name)]  # os's functions are posix's, reachable both ways
+    saved = [(m, name, getattr(m, name)) for m in modules if m is not None
+             for name in _PROCESS_ENDS if hasattr(m, name)]
+
+    def guarded(name: str, real: Any) -> Any:
+        def end(*args: Any) -> Any:
+            if os.getpid() != pid or threading.get_ident() != thread:
+                return real(*args)
+            shown = ", ".join(repr(a) for a in args) if name == "_exit" else repr(args[0]) + ", ..."
+            raise _ProcessEnd(f"os.{name}({shown})")
+
+        return end
+
+    for m, name, real in saved:
+        setattr(m, name, guarded(name, real))
+    return saved
+
+
+def _unguard(saved: list[tuple[Any, str, Any]]) -> None:
+    for m, name, real in saved:
+        setattr(m, name, real)
+
 
 class Loader:
     """Evaluates BUILD.py files on demand and remembers what each evaluation read."""
@@ -109,6 +150,7 @@ class Loader:
         # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
         # `query` answers and the build's own lines.
         stdout, sys.stdout = sys.stdout, sys.stderr
+        guarded = _guard_process_ends()
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
@@ -117,6 +159,10 @@ class Loader:
         except SystemExit as e:  # sys.exit() in a BUILD.py (or a macro): not a way to end buildtool
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} called sys.exit({e.code!r}); a BUILD.py may only declare targets"
+            raise BuildfileError(msg, path, line) from None
+        except _ProcessEnd as e:  # os._exit(0) would end the build "successfully", having built nothing
+            path, line = self._locate(e, buildfile)
+            msg = f"evaluating {rel_bf} called {e.call}; a BUILD.py may only declare targets"
             raise BuildfileError(msg, path, line) from None
         except SyntaxError as e:
             path = os.path.relpath(e.filename or buildfile, self.ws.root)
@@ -130,6 +176,7 @@ class Loader:
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
             raise BuildfileError(msg, path, line) from None
         finally:
+            _unguard(guarded)
             sys.stdout = stdout
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations

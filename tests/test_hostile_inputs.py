@@ -79,6 +79,11 @@ CATALOGUE = [
     ("glob-of-a-number", 'genrule(name="t", srcs=glob(3), outs=["o"], cmd="echo > $@")', "glob() include", None),
     ("sys-exit", 'import sys\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nsys.exit(3)', "BUILD.py:3", None),
     ("sys-exit-0", 'import sys\nsys.exit(0)', "sys.exit(0)", None),
+    # A process-level exit would end the build with its status, having built nothing.
+    ("os-exit-0", 'import os\ngenrule(name="t", outs=["o"], cmd="echo > $@")\nos._exit(0)', "BUILD.py:3: evaluating "
+     "BUILD.py called os._exit(0)", None),
+    ("posix-exit-caught", 'import posix\ntry:\n    posix._exit(0)\nexcept Exception:\n    pass', "os._exit(0)", None),
+    ("os-exec", 'import os\nos.execl("/bin/true", "true")', "called os.execv('/bin/true', ...)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
 ]
 
