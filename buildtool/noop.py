@@ -8,9 +8,10 @@ modules, files read while evaluating, config files, sources, outputs, tools) and
 directory whose listing mattered (package discovery, globs).  The next identical request
 stats those paths; if all match, the build is a no-op without evaluating a single
 BUILD.py.  Any difference — or a snapshot of another version — falls back to the full
-build, which is always correct.  A snapshot is not written while any file is racily
-clean (changed within the timestamp granularity of the snapshot), so a change in the
-same clock tick can never hide.
+build, which is always correct.  A snapshot is not written while any file that shapes
+the graph is racily clean (changed within the timestamp granularity of the snapshot), so
+a change in the same clock tick can never hide; a racily clean source or output counts as
+changed, unless the build recorded its digest and its content still has it.
 
 When everything that shapes the graph (BUILD.py files, modules, listed directories,
 config, env, tools, discovered headers) is unchanged and only some sources or outputs
@@ -124,29 +125,39 @@ RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next 
 
 
 def _sigs(
-    root: str, files: Iterable[str], now: int, racy_ok: bool, seen: Seen = ()
+    root: str, files: Iterable[str], now: int, racy_ok: bool, seen: Seen = (),
+    digests: dict[str, str] | None = None,
 ) -> dict[str, list[int] | None] | None:
     """Stat data of ``files``.  A file that is racily clean, or whose stat differs from
     the one the build relied on (``seen``: it changed during the build), is stored as RACY
-    when ``racy_ok`` (it will count as changed), else the whole snapshot is refused (None)."""
+    when ``racy_ok`` (it will count as changed), else the whole snapshot is refused (None).
+    ``digests``: filled with the content digest the build recorded (``seen``'s stat cache
+    entries) for each file stored as RACY only for being recent, so that the next check can
+    compare its content instead of counting it as changed (``_verify_racy``)."""
     sigs: dict[str, list[int] | None] = {}
     for rel in files:
         if rel in sigs:
             continue
         s = _sig(root, rel)
         moved = False
+        e = _UNSEEN
         for m in seen:
             e = m.get(rel, _UNSEEN)  # (one call: the stat cache's mapping is Python code)
             if e is not _UNSEEN:
                 moved = e is not None if s is None else (e is None or e[:4] != s)
                 break
+        recent = False
         if s is not None:
             newest = max(s[1], s[3])
             coarse = s[1] % 1_000_000_000 == 0 and s[3] % 1_000_000_000 == 0
-            moved = moved or newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now
-        if moved:
+            recent = newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now
+        if moved or recent:
             if not racy_ok:
                 return None
+            if not moved and digests is not None and s is not None and s[0] <= VERIFY_MAX:
+                d = e[5] if isinstance(e, list) and len(e) > 5 else None  # a stat cache entry
+                if isinstance(d, str) and not d.startswith("remote:"):
+                    digests[rel] = d
             s = RACY
         sigs[rel] = s
     return sigs
@@ -199,13 +210,16 @@ def write(
         # same (W6: 10,000 sources not signed again).
         changed = set(keep.changed)
         srcs = [f for f in srcs if f in changed]
-    parts = [_sigs(root, struct, now, False, seen), _sigs(root, srcs, now, True, seen),
-             _sigs(root, outs, now, True, seen)]
+    racy: dict[str, str] = {}
+    parts = [_sigs(root, struct, now, False, seen), _sigs(root, srcs, now, True, seen, racy),
+             _sigs(root, outs, now, True, seen, racy)]
     if any(p is None for p in parts):
         invalidate(state_dir)
         return False
     struct_sigs, src_sigs, out_sigs = parts
     assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
+    if keep is not None:  # the kept rows keep their digests; the re-signed ones have new ones
+        racy = {p: d for p, d in keep.body.get("racy", {}).items() if p not in src_sigs and p not in out_sigs} | racy
     if keep is None:
         src_paths, out_paths = list(src_sigs), list(out_sigs)
         cols = _columns([*src_sigs.values(), *out_sigs.values()])
@@ -232,7 +246,7 @@ def write(
         invalidate(state_dir)  # an entry appeared or went away during the build
         return False
     body = {"request": request, "env": env_view(env_names), "targets": n,
-            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths}
+            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths, "racy": racy}
     pickle = _pickle()
     try:
         if keep is None:
@@ -514,6 +528,39 @@ def _reap(pid: int) -> None:
         pass
 
 
+# A file stored as RACY with its digest is compared by content, up to these sizes; a
+# larger one counts as changed (the incremental path then checks it, as before).
+VERIFY_MAX = 16 << 20
+VERIFY_BUDGET = 64 << 20  # bytes hashed by one check at most
+
+
+def _verify_racy(root: str, paths: list[str], found: list[int], racy: Mapping[str, str]) -> list[int]:
+    """``found`` without the files that were stored as RACY only for having been written
+    just before the snapshot (the clock might not have moved on from a later write, as in
+    git's racy-clean rule) and whose content is still the one the build recorded: after a
+    build, the last outputs it wrote are always that recent, and without this the next
+    no-op would take the incremental path.  Content, not stat, decides, so a rewrite in
+    the same clock tick is still seen."""
+    out = []
+    budget = VERIFY_BUDGET
+    for k in found:
+        want = racy.get(paths[k])
+        if want is not None and budget > 0:
+            full = os.path.join(root, paths[k])
+            try:
+                st = os.stat(full)
+                if st.st_size <= VERIFY_MAX and (st.st_mode & 0o170000) == 0o100000:  # a regular file
+                    budget -= st.st_size
+                    from buildtool.digest import hash_file  # (blake3: only when a file is racy)
+
+                    if hash_file(full) == want:
+                        continue
+            except OSError:
+                pass
+        out.append(k)
+    return out
+
+
 def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
     """What the snapshot proves for this request, or None: do the full build."""
     try:
@@ -555,6 +602,9 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             return None  # a file or package appeared or went away
         paths = srcs + outs  # one pass over both (a split check forks once)
         found = _differs_cols(root, paths, cols, 0, len(paths))
+        racy = body.get("racy")
+        if found and racy:
+            found = _verify_racy(root, paths, found, racy)
         if any(not os.path.exists(os.path.join(root, paths[k])) for k in found if k < len(srcs)):
             return None  # a missing source is a graph error: the full path reports it
         changed = [paths[k] for k in found]
