@@ -95,7 +95,7 @@ def test_builds_import_no_heavy_module(ws: Path, tmp_path: Path) -> None:
     if executor.pidfds_work():  # ... and in it through posix_spawn (docs/architecture.md#spawning)
         assert "subprocess" not in at_root
     noop = set()
-    for _ in range(3):  # racily clean files count as changed until the snapshot can vouch for them
+    for _ in range(3):  # a racily clean file without a recorded digest counts as changed once
         noop = _modules_of_build(ws, cache)
         if "buildtool.session" not in noop:
             break
