@@ -330,6 +330,11 @@ class StatCache:
         self.root = root
         self.path = path
         self.entries = StatEntries()
+        # path -> the entry the current build relied on: for an input, the first one it was
+        # handed (a later edit and rehash during the build must not hide that the build used
+        # the earlier content); for a file the build wrote (``produced``), the last.  The
+        # no-op snapshot signs files against these (noop.write's ``seen``).
+        self.used: dict[str, Entry] = {}
         self.dirty = False
         self._changed: set[str] = set()  # paths remembered or forgotten since the last save
         self._journal = -1  # journal entries on disk after the map; -1: nothing appendable on disk
@@ -420,8 +425,13 @@ class StatCache:
         except OSError as e:
             self._warn(f"could not save the stat cache ({e.strerror})")
 
-    def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        """The cached digest if ``st`` matches a trustworthy entry, else None."""
+    def begin_build(self) -> None:
+        """A build starts (watch mode keeps one StatCache for many): nothing used yet."""
+        self.used = {}
+
+    def lookup(self, rel: str, st: os.stat_result, produced: bool = False) -> str | None:
+        """The cached digest if ``st`` matches a trustworthy entry, else None.  A digest
+        handed out counts as used by the build (``produced``: of a file it wrote)."""
         e = self.entries.get(rel)
         if e is None:
             return None
@@ -429,24 +439,37 @@ class StatCache:
             return None
         if _racy(e[1], e[3], e[4]):
             return None
+        if produced:
+            self.used[rel] = e
+        else:
+            self.used.setdefault(rel, e)
         return e[5]
 
-    def remember(self, rel: str, st: os.stat_result, digest: str, hashed_at: int) -> None:
-        self.entries[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, hashed_at, digest]
+    def remember(self, rel: str, st: os.stat_result, digest: str, hashed_at: int, produced: bool = False) -> None:
+        """Record ``digest`` for ``rel`` at stat ``st``; the build uses it (``produced``: it
+        wrote the file, so this entry replaces any it used before)."""
+        e = self.entries[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, hashed_at, digest]
+        if produced:
+            self.used[rel] = e
+        else:
+            self.used.setdefault(rel, e)
         self._changed.add(rel)
         self.dirty = True
 
     def forget(self, rel: str) -> None:
+        """``rel`` is deleted (an output about to be written again): no entry, none used."""
+        self.used.pop(rel, None)
         if self.entries.pop(rel, None) is not None:
             self._changed.add(rel)
             self.dirty = True
 
-    def digest(self, rel: str, st: os.stat_result | None = None) -> str:
-        """Digest of a workspace file, hashing only when the stat cache cannot vouch."""
+    def digest(self, rel: str, st: os.stat_result | None = None, produced: bool = False) -> str:
+        """Digest of a workspace file, hashing only when the stat cache cannot vouch
+        (``produced``: a file the build just wrote, see ``remember``)."""
         full = os.path.join(self.root, rel)
         if st is None:
             st = os.stat(full)
-        d = self.lookup(rel, st)
+        d = self.lookup(rel, st, produced)
         if d is not None:
             return d
         hashed_at = time.time_ns()
@@ -457,7 +480,7 @@ class StatCache:
             st.st_ino,
             st.st_ctime_ns,
         ):
-            self.remember(rel, st, d, hashed_at)
+            self.remember(rel, st, d, hashed_at, produced)
         return d
 
 

@@ -616,7 +616,7 @@ class TargetRunner:
             st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
             if st is None:
                 return None
-            self.stats.remember(o.path, st, o.digest, time.time_ns())
+            self.stats.remember(o.path, st, o.digest, time.time_ns(), produced=True)
         return Status.RESTORED, "restored from the local cache"
 
     def _fix_mode(self, o: CachedOutput) -> None:
@@ -765,7 +765,7 @@ class TargetRunner:
                     duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
                 )
             mode = 0o755 if st.st_mode & 0o100 else 0o644
-            digest = self.stats.digest(o, st)
+            digest = self.stats.digest(o, st, produced=True)
             outputs.append([o, digest, mode])
             size += st.st_size
         late = None

@@ -201,6 +201,7 @@ class Session:
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self._open_record(state)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+        stats.begin_build()
         loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
@@ -367,10 +368,16 @@ class Session:
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
                 and sched.interrupt is None \
                 and not any(t.always for t in graph.targets) \
-                and not (runner.remote_exec is not None and runner.remote_exec.download != "all"):
+                and not (runner.remote_exec is not None and runner.remote_exec.download != "all") \
+                and all(o.extra.get("record", True) is not False for o in outcomes.values()):
             # always=True targets run on every build; outputs left remote are absent on disk, so
             # the snapshot (stat only) cannot vouch for them: the rebuilder checks each build.
-            seen = (stats.entries, struct_seen)
+            # A result not recorded (an input changed while its command ran): the next build
+            # must look at that target again, whatever the files' stats say by then.
+            # Files are signed against the stat data the build relied on: an input's first
+            # (a file edited between two of its readers differs from it next time), an
+            # output's last; the stat cache's own entries for files this build did not use.
+            seen = (stats.used, stats.entries, struct_seen)
             if from_snapshot:
                 assert verdict is not None
                 self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,

@@ -211,6 +211,46 @@ def test_snapshot_columns_round_trip_missing_racy_and_changed_files(tmp_path: Pa
     assert noop.check(str(state), str(root), req) is None
 
 
+@pytest.mark.parametrize("pause", ["0", "0.3"], ids=["within-the-racy-window", "long-before-the-snapshot"])
+def test_a_source_edited_between_two_of_its_readers_is_not_vouched_for(tmp_path: Path, pause: str) -> None:
+    """//:a reads in.txt, then (//:c, standing for an editor saving during the build) the
+    file changes, then //:b reads the new text.  The stat cache ends up with the new
+    content, but //:a was built from the old: the next build must rebuild //:a, not call
+    the workspace unchanged."""
+    ws = new_workspace(tmp_path, (
+        'genrule(name="a", srcs=["in.txt"], outs=["a.txt"], cmd="cp $< $@")\n'
+        'genrule(name="c", srcs=[":a"], outs=["c.txt"],\n'
+        f'        cmd="if [ -e ../flag ]; then rm ../flag; echo Y > in.txt; fi; sleep {pause}; echo c > $@")\n'
+        'genrule(name="b", srcs=["in.txt", ":c"], outs=["b.txt"], cmd="cat $(SRCS) > $@")\n'
+    ), {"in.txt": "X\n"})
+    cache = tmp_path / "cache"
+    (tmp_path / "flag").write_text("")  # outside the workspace: one edit, in the first build
+    r = bt(ws, cache, "build", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "a.txt").read_text() == "X\n" and (ws / "in.txt").read_text() == "Y\n"
+    time.sleep(0.1)
+    r = bt(ws, cache, "build", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    assert "(nothing changed)" not in r.stdout
+    assert (ws / "a.txt").read_text() == "Y\n", r.stdout
+
+
+@pytest.mark.parametrize("pause", ["0", "0.3"], ids=["within-the-racy-window", "long-before-the-snapshot"])
+def test_a_target_whose_input_changed_while_it_ran_is_looked_at_again(tmp_path: Path, pause: str) -> None:
+    """A command that appends to its own input: its result is not recorded, and the next
+    build, whatever the stats say by then, is not a no-op but runs it again."""
+    ws = new_workspace(tmp_path, (
+        f'genrule(name="a", srcs=["in.txt"], outs=["a.txt"], cmd="cp $< $@ && echo more >> $< && sleep {pause}")\n'
+    ), {"in.txt": "X\n"})
+    cache = tmp_path / "cache"
+    for n in range(1, 4):
+        r = bt(ws, cache, "build")
+        assert r.returncode == 0 and "1 ran" in r.stdout, r.stdout + r.stderr
+        assert "result not recorded" in r.stderr
+        assert (ws / "a.txt").read_text() == "X\n" + "more\n" * (n - 1)
+        time.sleep(0.1)
+
+
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
     """Same size, a moment after the build (its stat racily clean in the snapshot, or a
     later tick): the next build is not a no-op, and the output comes back."""
