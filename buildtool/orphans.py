@@ -84,7 +84,9 @@ class Tracker:
         self._fd: int | None = None
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            os.write(fd, f"{HEADER_PREFIX}{os.getpid()}\n".encode())
+            booted = boot_clock()
+            since = f" since={int(booted * _TICKS) - 1}" if booted is not None else ""  # before any spawn
+            os.write(fd, f"{HEADER_PREFIX}{os.getpid()}{since}\n".encode())
             self._fd = fd
         except OSError:
             pass  # no tracking: the next build cannot reap, but nothing else changes
@@ -113,13 +115,14 @@ class Tracker:
             os.unlink(self.path)
 
 
-def _live_group(pid: str) -> int | None:
-    """The process group of a live (not zombie) process; None when gone or a zombie."""
+def _stat_of(pid: str) -> tuple[int, int, int] | None:
+    """(process group, session, start time in ticks) of a live (not zombie) process; None
+    when it is gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
         fields = data[data.rindex(b")") + 2 :].split()
-        return None if fields[0] in (b"Z", b"X") else int(fields[2])
+        return None if fields[0] in (b"Z", b"X") else (int(fields[2]), int(fields[3]), int(fields[19]))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -133,16 +136,21 @@ def _group_members(pgids: set[int]) -> list[int]:
         return out
     for name in names:
         if name.isdigit():
-            pgrp = _live_group(name)
-            if pgrp in pgids:
+            got = _stat_of(name)
+            if got is not None and got[0] in pgids:
                 out.append(int(name))
     return out
 
 
-def _unrecorded_leaders(state_dir: str, holder: int) -> set[int]:
-    """Pids of live processes that lead their process group and whose environment has
-    ``TMPDIR`` in one of ``holder``'s lane directories: the commands it started, recorded
-    or not.  Only this user's processes can be read, and that is all a build starts."""
+def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
+    """Pids of live processes that lead their own session (as every command a build starts
+    outside the console pool does), were started at or after tick ``since``, and whose
+    environment has ``TMPDIR`` in one of ``holder``'s lane directories: the commands that
+    build started, recorded or not.  The start time excludes a process that an earlier
+    build with the same pid left running; the session rule, a console-pool command, which
+    runs in the group of whoever started buildtool.  (A command whose pid went unrecorded
+    and whose own process has exited, leaving children, is not found.)  Only this user's
+    processes can be read, and that is all a build starts."""
     needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
     out: set[int] = set()
     try:
@@ -161,8 +169,11 @@ def _unrecorded_leaders(state_dir: str, holder: int) -> set[int]:
         if at < 0:
             continue
         end = env.find(b"\0", at + 1)
-        if env[at + len(needle) : end if end >= 0 else None].isdigit() and _live_group(name) == int(name):
-            out.add(int(name))  # the lane is a number, and the process leads its group
+        if not env[at + len(needle) : end if end >= 0 else None].isdigit():  # the lane: a number
+            continue
+        got = _stat_of(name)
+        if got is not None and got[0] == got[1] == int(name) and got[2] >= since:
+            out.add(got[0])
     return out
 
 
@@ -192,7 +203,7 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         with contextlib.suppress(OSError):
             os.unlink(path)
         return 0
-    holder = header[len(prefix) :]
+    holder, _, since = header[len(prefix) :].partition(" since=")
     fields = 3 if prefix == HEADER_PREFIX else 2
     targets: set[int] = set()
     for ln in lines[1:]:
@@ -209,8 +220,8 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         if now is not None and lo and not lo <= now <= hi:
             continue  # the leader's pid was recycled: its group is long gone
         targets.add(pgid)
-    if holder.isdigit():
-        targets |= _unrecorded_leaders(state_dir, int(holder))
+    if holder.isdigit() and since.isdigit():  # (a header without it: an older buildtool's)
+        targets |= _lane_leaders(state_dir, int(holder), int(since))
     killed = 0
     for pgid in targets:
         try:

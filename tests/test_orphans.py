@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from buildtool import orphans
@@ -58,34 +59,55 @@ def test_a_leader_started_outside_the_window_is_a_recycled_pid_and_survives(tmp_
         proc.wait()
 
 
-def _sleeper_with_tmpdir(tmpdir: str) -> subprocess.Popen[bytes]:
+def _sleeper_with_tmpdir(tmpdir: str, session: bool = True) -> subprocess.Popen[bytes]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
-    return subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+    return subprocess.Popen(["sleep", "30"], start_new_session=session, env=env)
+
+
+def _tick_now() -> int:
+    booted = orphans.boot_clock()
+    assert booted is not None
+    return int(booted * os.sysconf("SC_CLK_TCK"))
 
 
 def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_path: Path) -> None:
     """A build killed between starting a command and recording its pid: the children file
-    has only its header, yet the command (TMPDIR in the dead build's lane) is reaped; other
-    builds' and other workspaces' commands are left alone."""
+    has only its header, yet the command (TMPDIR in the dead build's lane, its own session,
+    started after the build began) is reaped.  Spared: other builds' and workspaces'
+    commands, other paths, a process the same pid's earlier build left running, and a
+    process outside a session of its own (a console-pool command runs in the group of
+    whoever started buildtool: that group must never be killed)."""
     holder = 4242
     state = tmp_path / "ws" / ".buildtool"
     state.mkdir(parents=True)
     other_state = tmp_path / "other" / ".buildtool"
-    unrecorded = _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder, 3))
+    lane = orphans.lane_dir(str(state), holder, 3)
+    earlier = _sleeper_with_tmpdir(lane)  # an earlier build with the same pid left it running
+    time.sleep(0.05)  # a few clock ticks
+    since = _tick_now() - 1
+    time.sleep(0.05)
+    unrecorded = _sleeper_with_tmpdir(lane)
     spared = [
+        earlier,
+        _sleeper_with_tmpdir(lane, session=False),  # in this process's group, as a console-pool command
         _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder + 1, 3)),  # another build (pid 4243)
         _sleeper_with_tmpdir(orphans.lane_dir(str(state), 42420, 3)),  # 4242 is a prefix of its pid
         _sleeper_with_tmpdir(orphans.lane_dir(str(other_state), holder, 3)),  # another workspace
-        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder, 3) + "/sub"),  # not a lane itself
+        _sleeper_with_tmpdir(lane + "/sub"),  # not a lane itself
     ]
     try:
-        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder}\n")
+        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder} since={since}\n")
         warned: list[str] = []
         assert orphans.reap(str(state), warned.append, wait_s=5) == 1
         assert unrecorded.wait(timeout=5) == -9
         assert "pid 4242" in warned[0]
         assert all(p.poll() is None for p in spared)
         assert not (state / "children").exists()
+        # A header without the start (an older buildtool's): only recorded groups are killed.
+        again = _sleeper_with_tmpdir(lane)
+        spared.append(again)
+        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder}\n")
+        assert orphans.reap(str(state), warned.append, wait_s=5) == 0
         # Without a children file (the previous build ended cleanly) nothing is looked for.
         assert orphans.reap(str(tmp_path / "other" / ".buildtool"), warned.append) == 0
         assert all(p.poll() is None for p in spared)
@@ -93,3 +115,11 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
         for p in [unrecorded, *spared]:
             p.kill()
             p.wait()
+
+
+def test_the_tracker_header_holds_the_pid_and_the_tick_before_any_command(tmp_path: Path) -> None:
+    before = _tick_now()
+    orphans.Tracker(str(tmp_path))
+    header = (tmp_path / "children").read_text().splitlines()[0]
+    pid, _, since = header.removeprefix(orphans.HEADER_PREFIX).partition(" since=")
+    assert int(pid) == os.getpid() and before - 1 <= int(since) <= _tick_now()
