@@ -36,10 +36,12 @@ class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a
         self.call = call
 
 
-def _guard_process_ends() -> list[tuple[Any, str, Any]]:
-    """Replace ``os``'s process-ending functions with ones that raise ``_ProcessEnd`` in
-    this process's thread; the originals, for ``_unguard``.  A forked child or another
-    thread (none of them run BUILD.py files) still gets the real function."""
+def _guard_process_ends(calls: list[str]) -> list[tuple[Any, str, Any]]:
+    """Replace ``os``'s process-ending functions with ones that append the call to
+    ``calls`` and end only the calling thread: ``_ProcessEnd`` in the one evaluating the
+    BUILD.py, SystemExit (which ends a thread quietly) in a thread the BUILD.py started.
+    The originals, for ``_unguard``.  A forked child gets the real function (buildtool's
+    own forked no-op child exits through it; no buildtool thread ends the process)."""
     import threading
 
     pid, thread = os.getpid(), threading.get_ident()
@@ -49,10 +51,14 @@ def _guard_process_ends() -> list[tuple[Any, str, Any]]:
 
     def guarded(name: str, real: Any) -> Any:
         def end(*args: Any) -> Any:
-            if os.getpid() != pid or threading.get_ident() != thread:
+            if os.getpid() != pid:
                 return real(*args)
             shown = ", ".join(repr(a) for a in args) if name == "_exit" else repr(args[0]) + ", ..."
-            raise _ProcessEnd(f"os.{name}({shown})")
+            call = f"os.{name}({shown})"
+            calls.append(call)
+            if threading.get_ident() != thread:
+                raise SystemExit(call)
+            raise _ProcessEnd(call)
 
         return end
 
@@ -150,10 +156,14 @@ class Loader:
         # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
         # `query` answers and the build's own lines.
         stdout, sys.stdout = sys.stdout, sys.stderr
-        guarded = _guard_process_ends()
+        ended: list[str] = []
+        guarded = _guard_process_ends(ended)
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
+            if ended:  # called in a thread the BUILD.py started (the main thread raises)
+                msg = f"evaluating {rel_bf} called {ended[0]} (in another thread); a BUILD.py may only declare targets"
+                raise BuildfileError(msg, rel_bf, None)
         except BuildfileError:
             raise
         except SystemExit as e:  # sys.exit() in a BUILD.py (or a macro): not a way to end buildtool

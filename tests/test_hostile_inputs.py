@@ -84,6 +84,8 @@ CATALOGUE = [
      "BUILD.py called os._exit(0)", None),
     ("posix-exit-caught", 'import posix\ntry:\n    posix._exit(0)\nexcept Exception:\n    pass', "os._exit(0)", None),
     ("os-exec", 'import os\nos.execl("/bin/true", "true")', "called os.execv('/bin/true', ...)", None),
+    ("os-exit-in-a-thread", 'import os, threading\nt = threading.Thread(target=os._exit, args=(0,))\nt.start()\n'
+     't.join()\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "called os._exit(0) (in another thread)", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
 ]
 
