@@ -126,26 +126,34 @@ RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next 
 
 def _sigs(
     root: str, files: Iterable[str], now: int, racy_ok: bool, seen: Seen = (),
-    digests: dict[str, str] | None = None,
+    digests: dict[str, str] | None = None, every: Seen = (),
 ) -> dict[str, list[int] | None] | None:
     """Stat data of ``files``.  A file that is racily clean, or whose stat differs from
-    the one the build relied on (``seen``: it changed during the build), is stored as RACY
-    when ``racy_ok`` (it will count as changed), else the whole snapshot is refused (None).
-    ``digests``: filled with the content digest the build recorded (``seen``'s stat cache
-    entries) for each file stored as RACY only for being recent, so that the next check can
-    compare its content instead of counting it as changed (``_verify_racy``)."""
+    the one the build relied on (it changed during the build), is stored as RACY when
+    ``racy_ok`` (it will count as changed), else the whole snapshot is refused (None).
+    What the build relied on: every map of ``every`` that holds the file must agree with
+    its stat; for a file none of them holds, the first map of ``seen`` that holds it.
+    ``digests``: filled with the content digest of that entry (a stat cache entry) for each
+    file stored as RACY only for being recent, so that the next check can compare its
+    content instead of counting it as changed (``_verify_racy``)."""
     sigs: dict[str, list[int] | None] = {}
     for rel in files:
         if rel in sigs:
             continue
         s = _sig(root, rel)
         moved = False
-        e = _UNSEEN
-        for m in seen:
-            e = m.get(rel, _UNSEEN)  # (one call: the stat cache's mapping is Python code)
-            if e is not _UNSEEN:
-                moved = e is not None if s is None else (e is None or e[:4] != s)
-                break
+        e: Any = _UNSEEN
+        for m in every:
+            got = m.get(rel, _UNSEEN)
+            if got is not _UNSEEN:
+                e = got
+                moved = moved or _differs_from(got, s)
+        if e is _UNSEEN:
+            for m in seen:
+                e = m.get(rel, _UNSEEN)  # (one call: the stat cache's mapping is Python code)
+                if e is not _UNSEEN:
+                    moved = _differs_from(e, s)
+                    break
         recent = False
         if s is not None:
             newest = max(s[1], s[3])
@@ -155,12 +163,32 @@ def _sigs(
             if not racy_ok:
                 return None
             if not moved and digests is not None and s is not None and s[0] <= VERIFY_MAX:
-                d = e[5] if isinstance(e, list) and len(e) > 5 else None  # a stat cache entry
-                if isinstance(d, str) and not d.startswith("remote:"):
+                d = _digest_of(e)
+                if d is not None:
                     digests[rel] = d
             s = RACY
         sigs[rel] = s
     return sigs
+
+
+def _differs_from(e: list | None, s: list[int] | None) -> bool:
+    """Whether the stat ``s`` (None: no file) is not the one entry ``e`` was made at."""
+    return e is not None if s is None else (e is None or e[:4] != s)
+
+
+def _digest_of(e: Any) -> str | None:
+    """The local content digest of a stat cache entry, or None (not an entry, or an output
+    left in a remote CAS)."""
+    d = e[5] if isinstance(e, list) and len(e) > 5 else None
+    return d if isinstance(d, str) and not d.startswith("remote:") else None
+
+
+def _first(seen: Seen, rel: str) -> Any:
+    for m in seen:
+        e = m.get(rel, _UNSEEN)
+        if e is not _UNSEEN:
+            return e
+    return _UNSEEN
 
 
 def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
@@ -188,17 +216,21 @@ def write(
     seen: Seen = (),
     keep: Verdict | None = None,
     listed: Mapping[str, str | None] | None = None,
+    struct_seen: Seen = (),
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
     since the build relied on it.
 
-    ``seen``: the stat data the build relied on (the stat cache's entries, the struct
-    files' stats right after evaluation); a file whose stat moved since is stored as
-    changed.  ``keep``: the verdict of the incremental build that ends here (its graph came
-    from the snapshot): ``srcs``/``outs`` are then only the files of the planned cone, the
-    rest keep the signatures that the check, under the same lock, found unchanged, and
-    the pickled graph is left as it is.  ``listed``: the directory fingerprints taken
+    ``seen``: the stat data the build relied on for sources and outputs (the entries it
+    used, then the stat cache's); a file whose stat moved since is stored as changed.
+    ``struct_seen``: for the files that shape the graph, what the build relied on (their
+    stats right after evaluation, the entries its actions used): all must still hold,
+    else the snapshot is refused; a file in none of them is checked against ``seen``.
+    ``keep``: the verdict of the incremental build that ends here (its graph came from the
+    snapshot): ``srcs``/``outs`` are then only the files of the planned cone, the rest keep
+    the signatures that the check, under the same lock, found unchanged, and the pickled
+    graph is left as it is.  ``listed``: the directory fingerprints taken
     right after evaluation (``dir_listings``; after an incremental build, the ones the
     check verified): a directory whose listing differs now refuses the snapshot."""
     now = time.time_ns()
@@ -211,15 +243,18 @@ def write(
         changed = set(keep.changed)
         srcs = [f for f in srcs if f in changed]
     racy: dict[str, str] = {}
-    parts = [_sigs(root, struct, now, False, seen), _sigs(root, srcs, now, True, seen, racy),
+    parts = [_sigs(root, struct, now, False, seen, every=struct_seen), _sigs(root, srcs, now, True, seen, racy),
              _sigs(root, outs, now, True, seen, racy)]
     if any(p is None for p in parts):
         invalidate(state_dir)
         return False
     struct_sigs, src_sigs, out_sigs = parts
     assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
-    if keep is not None:  # the kept rows keep their digests; the re-signed ones have new ones
-        racy = {p: d for p, d in keep.body.get("racy", {}).items() if p not in src_sigs and p not in out_sigs} | racy
+    if keep is not None:  # the re-signed rows have new digests; a kept row keeps its own
+        # unless the build relied on other content (a command rewrote the file, another
+        # read it, something put the old content back): it then counts as changed.
+        kept = {p: d for p, d in keep.body.get("racy", {}).items() if p not in src_sigs and p not in out_sigs}
+        racy = {p: d for p, d in kept.items() if (e := _first(seen, p)) is _UNSEEN or _digest_of(e) == d} | racy
     if keep is None:
         src_paths, out_paths = list(src_sigs), list(out_sigs)
         cols = _columns([*src_sigs.values(), *out_sigs.values()])

@@ -377,14 +377,16 @@ class Session:
             # Files are signed against the stat data the build relied on: an input's first
             # (a file edited between two of its readers differs from it next time), an
             # output's last; the stat cache's own entries for files this build did not use.
-            seen = (stats.used, stats.entries, struct_seen)
+            seen = (stats.used, stats.entries)
+            relied = (stats.used, struct_seen)  # a BUILD.py or module may be an action's input too
             if from_snapshot:
                 assert verdict is not None
                 self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,
-                                     set(verdict.env_names), seen, verdict, wanted)
+                                     set(verdict.env_names), seen, relied, verdict, wanted)
             else:
                 assert loader is not None
-                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, listed=listed)
+                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
+                                     listed=listed)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
@@ -410,6 +412,7 @@ class Session:
         dirs: list[str],
         env_names: set[str],
         seen: noop.Seen,
+        relied: noop.Seen,
         keep: noop.Verdict | None = None,
         cone: range | set[int] | None = None,
         listed: dict[str, str | None] | None = None,
@@ -434,7 +437,7 @@ class Session:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
-                   listed)
+                   listed, relied)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else

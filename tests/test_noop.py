@@ -251,6 +251,52 @@ def test_a_target_whose_input_changed_while_it_ran_is_looked_at_again(tmp_path: 
         time.sleep(0.1)
 
 
+def test_a_kept_racy_digest_does_not_outlive_other_content_the_build_used(tmp_path: Path) -> None:
+    """An incremental build in which a source the check found unchanged (racy, verified by
+    its content) was rewritten, read by //:t, and put back: //:t was built from the other
+    content, so the next build must rebuild it rather than vouch by the old digest."""
+    ws = new_workspace(tmp_path, (
+        'genrule(name="u", srcs=["s2.txt"], outs=["u.out"], cmd="if [ -e ../flag1 ]; then rm ../flag1; '
+        'printf orig > s.txt; fi; if [ -e ../flagX ]; then rm ../flagX; printf XXXX > s.txt; fi; cp s2.txt u.out")\n'
+        'genrule(name="t", srcs=["s.txt", ":u"], outs=["t.out"], cmd="cat s.txt > t.out")\n'
+        'genrule(name="v", srcs=[":t"], outs=["v.out"], cmd="if [ -e ../flagR ]; then rm ../flagR; '
+        'printf orig > s.txt; fi; cp t.out v.out")\n'
+    ), {"s.txt": "orig", "s2.txt": "one"})
+    cache = tmp_path / "cache"
+    time.sleep(0.1)
+    (tmp_path / "flag1").write_text("")  # s.txt rewritten with its own content: racy in the snapshot
+    assert bt(ws, cache, "build", "-j", "1").returncode == 0
+    time.sleep(0.1)
+    (ws / "s2.txt").write_text("two")  # an incremental build, in which s.txt changes and comes back
+    (tmp_path / "flagX").write_text("")
+    (tmp_path / "flagR").write_text("")
+    r = bt(ws, cache, "build", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "t.out").read_text() == "XXXX" and (ws / "s.txt").read_text() == "orig"
+    time.sleep(0.1)
+    r = bt(ws, cache, "build", "-j", "1")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout
+    assert (ws / "t.out").read_text() == "orig"
+
+
+def test_a_buildfile_that_an_action_reads_after_it_changed_is_evaluated_next_time(tmp_path: Path) -> None:
+    """//:a appends a target to BUILD.py after the evaluation; //:b reads BUILD.py as a
+    source (its stat cache entry then holds the new stat).  The next build evaluates the
+    BUILD.py again and builds the new target."""
+    (tmp_path / "extra.txt").write_text('genrule(name="new", outs=["new.out"], cmd="echo new > $@")\n')
+    ws = new_workspace(tmp_path, (
+        'genrule(name="a", outs=["a.out"], cmd="if [ -e ../flag ]; then rm ../flag; cat ../extra.txt >> BUILD.py; fi; '
+        'echo a > a.out")\n'
+        'genrule(name="b", srcs=["BUILD.py", ":a"], outs=["b.out"], cmd="cat BUILD.py > b.out; sleep 0.3")\n'
+    ))
+    cache = tmp_path / "cache"
+    (tmp_path / "flag").write_text("")
+    assert bt(ws, cache, "build").returncode == 0
+    time.sleep(0.1)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "new.out").read_text() == "new\n", r.stdout
+
+
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
     """Same size, a moment after the build (its stat racily clean in the snapshot, or a
     later tick): the next build is not a no-op, and the output comes back."""
