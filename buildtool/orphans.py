@@ -52,6 +52,23 @@ def lane_dir(state_dir: str, pid: int, lane: int) -> str:
     return f"{_lanes_of(state_dir, pid)}{lane}"
 
 
+def capture_of(lane: str) -> str:
+    """The prefix of the files that capture the output of the commands run in lane
+    directory ``lane`` (the executor appends ``.out`` and ``.err``)."""
+    return f"{lane}.capture"
+
+
+def _stderr_in_lane(pid: str, lanes: str) -> bool:
+    """Whether the process's stderr is the capture file of one of the lanes ``lanes``
+    starts the paths of: what a command gets, and a daemon it started gives up."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/2").removesuffix(" (deleted)")
+    except OSError:
+        return False
+    lane, dot, rest = target.removeprefix(lanes).partition(".")
+    return target.startswith(lanes) and lane.isdigit() and dot + rest == capture_of("") + ".err"
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:  # a raw descriptor: this runs once per command started
@@ -145,13 +162,16 @@ def _group_members(pgids: set[int]) -> list[int]:
 def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
-    environment has ``TMPDIR`` in one of ``holder``'s lane directories: the commands that
-    build started, recorded or not.  The start time excludes a process that an earlier
-    build with the same pid left running; the session rule, a console-pool command, which
-    runs in the group of whoever started buildtool.  (A command whose pid went unrecorded
-    and whose own process has exited, leaving children, is not found.)  Only this user's
-    processes can be read, and that is all a build starts."""
-    needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
+    environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stderr is
+    that lane's capture file: the commands that build started, recorded or not.  The start
+    time excludes a process that an earlier build with the same pid left running; the
+    session rule, a console-pool command, which runs in the group of whoever started
+    buildtool; the stderr rule, a daemon a command started (it inherits TMPDIR, leads a
+    session of its own and would have outlived a build that ended cleanly).  (A command
+    whose pid went unrecorded and whose own process has exited, leaving children, is not
+    found.)  Only this user's processes can be read, and that is all a build starts."""
+    lanes = _lanes_of(state_dir, holder)
+    needle = f"\0TMPDIR={lanes}".encode()
     out: set[int] = set()
     try:
         names = os.listdir("/proc")
@@ -172,7 +192,7 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
         if not env[at + len(needle) : end if end >= 0 else None].isdigit():  # the lane: a number
             continue
         got = _stat_of(name)
-        if got is not None and got[0] == got[1] == int(name) and got[2] >= since:
+        if got is not None and got[0] == got[1] == int(name) and got[2] >= since and _stderr_in_lane(name, lanes):
             out.add(got[0])
     return out
 

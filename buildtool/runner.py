@@ -704,7 +704,7 @@ class TargetRunner:
                 argv = shell_argv(desc["shell"], t.cmd, False)
                 if desc["shell"] == "sh":
                     direct = simplecmd.parse(t.cmd)
-            capture = None if t.pool == "console" else f"{tmp}.capture"
+            capture = None if t.pool == "console" else orphans.capture_of(tmp)
             started_ns = time.time_ns()
             res: Any = None
             running = None

@@ -59,9 +59,14 @@ def test_a_leader_started_outside_the_window_is_a_recycled_pid_and_survives(tmp_
         proc.wait()
 
 
-def _sleeper_with_tmpdir(tmpdir: str, session: bool = True) -> subprocess.Popen[bytes]:
+def _sleeper_with_tmpdir(tmpdir: str, session: bool = True, stderr: str | None = "capture") -> subprocess.Popen[bytes]:
+    """``sleep`` as buildtool starts a command in lane directory ``tmpdir``: that TMPDIR,
+    its own session, stderr to the lane's capture file (or to ``stderr``, a path)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
-    return subprocess.Popen(["sleep", "30"], start_new_session=session, env=env)
+    path = orphans.capture_of(tmpdir) + ".err" if stderr == "capture" else stderr or os.devnull
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "ab") as err:
+        return subprocess.Popen(["sleep", "30"], start_new_session=session, env=env, stderr=err)
 
 
 def _tick_now() -> int:
@@ -73,10 +78,11 @@ def _tick_now() -> int:
 def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_path: Path) -> None:
     """A build killed between starting a command and recording its pid: the children file
     has only its header, yet the command (TMPDIR in the dead build's lane, its own session,
-    started after the build began) is reaped.  Spared: other builds' and workspaces'
-    commands, other paths, a process the same pid's earlier build left running, and a
-    process outside a session of its own (a console-pool command runs in the group of
-    whoever started buildtool: that group must never be killed)."""
+    stderr to the lane's capture file, started after the build began) is reaped.  Spared:
+    other builds' and workspaces' commands, other paths, a process the same pid's earlier
+    build left running, a process outside a session of its own (a console-pool command
+    runs in the group of whoever started buildtool: that group must never be killed), and
+    a daemon a command started (its own session and log: a clean build leaves it alone)."""
     holder = 4242
     state = tmp_path / "ws" / ".buildtool"
     state.mkdir(parents=True)
@@ -94,6 +100,7 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
         _sleeper_with_tmpdir(orphans.lane_dir(str(state), 42420, 3)),  # 4242 is a prefix of its pid
         _sleeper_with_tmpdir(orphans.lane_dir(str(other_state), holder, 3)),  # another workspace
         _sleeper_with_tmpdir(lane + "/sub"),  # not a lane itself
+        _sleeper_with_tmpdir(lane, stderr=str(tmp_path / "daemon.log")),  # a daemon a command started
     ]
     try:
         (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder} since={since}\n")
