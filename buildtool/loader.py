@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
-# would end a build that built nothing with success): while one is evaluated, these raise
-# _ProcessEnd instead.  (os.exec* other than these two all go through them.)
+# would end a build that built nothing with success).  (os.exec* other than these two all
+# go through them.)
 _PROCESS_ENDS = ("_exit", "execv", "execve")
 
 
@@ -36,40 +36,74 @@ class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a
         self.call = call
 
 
-def _guard_process_ends(calls: list[str]) -> list[tuple[Any, str, Any]]:
-    """Replace ``os``'s process-ending functions with ones that append the call to
-    ``calls`` and end only the calling thread: ``_ProcessEnd`` in the one evaluating the
-    BUILD.py, SystemExit (which ends a thread quietly) in a thread the BUILD.py started.
-    The originals, for ``_unguard``.  A forked child gets the real function (buildtool's
-    own forked no-op child exits through it; no buildtool thread ends the process)."""
-    import threading
+class _ExitGuard:
+    """Stands in for ``os``'s process-ending functions from the first BUILD.py evaluation
+    to the end of the process (a thread a BUILD.py started may outlive its evaluation).
 
-    pid, thread = os.getpid(), threading.get_ident()
-    modules = [os, sys.modules.get(os.name)]  # os's functions are posix's, reachable both ways
-    saved = [(m, name, getattr(m, name)) for m in modules if m is not None
-             for name in _PROCESS_ENDS if hasattr(m, name)]
+    A call ends only the calling thread, recorded in ``calls``: ``_ProcessEnd`` in the
+    thread evaluating a BUILD.py, SystemExit (which ends a thread quietly) in a thread a
+    BUILD.py started, with a warning when no evaluation is running any more.  Every other
+    thread — buildtool's own, none of which calls these while loading, and the main thread
+    ending the process — and a forked child (buildtool's no-op child exits this way) get
+    the real function."""
 
-    def guarded(name: str, real: Any) -> Any:
+    def __init__(self) -> None:
+        import threading
+
+        self._threading = threading
+        self.pid = os.getpid()
+        self.evaluating: int | None = None  # the thread running a BUILD.py, while it runs
+        self.before: set[int] = set()  # the threads there were when that evaluation began
+        self.started: set[int] = set()  # threads a BUILD.py started that outlived its evaluation
+        self.calls: list[str] = []
+        for m in (os, sys.modules.get(os.name)):  # os's functions are posix's, reachable both ways
+            for name in _PROCESS_ENDS:
+                if m is not None and hasattr(m, name):
+                    setattr(m, name, self._guarded(name, getattr(m, name)))
+
+    def _guarded(self, name: str, real: Any) -> Any:
         def end(*args: Any) -> Any:
-            if os.getpid() != pid:
+            me = self._threading.get_ident()
+            foreign = me in self.started or (self.evaluating is not None and me != self.evaluating
+                                             and me not in self.before)
+            if os.getpid() != self.pid or (me != self.evaluating and not foreign):
                 return real(*args)
             shown = ", ".join(repr(a) for a in args) if name == "_exit" else repr(args[0]) + ", ..."
             call = f"os.{name}({shown})"
-            calls.append(call)
-            if threading.get_ident() != thread:
-                raise SystemExit(call)
-            raise _ProcessEnd(call)
+            self.calls.append(call)
+            if me == self.evaluating:
+                raise _ProcessEnd(call)
+            if self.evaluating is None:
+                print(f"buildtool: warning: a thread started by a BUILD.py called {call}; "
+                      "that thread was ended instead", file=sys.stderr)
+            raise SystemExit(call)
 
         return end
 
-    for m, name, real in saved:
-        setattr(m, name, guarded(name, real))
-    return saved
+    def begin(self) -> int | None:
+        """An evaluation starts in this thread; what ``end`` needs to restore."""
+        outer = self.evaluating
+        self.evaluating, self.before, self.calls = self._threading.get_ident(), self._threads(), []
+        return outer
+
+    def end(self, outer: int | None) -> set[int]:
+        """The evaluation ended: the threads it started that still run (remembered)."""
+        left = self._threads() - self.before
+        self.started |= left
+        self.evaluating = outer
+        return left
+
+    def _threads(self) -> set[int]:
+        return {t.ident for t in self._threading.enumerate() if t.ident is not None}
 
 
-def _unguard(saved: list[tuple[Any, str, Any]]) -> None:
-    for m, name, real in saved:
-        setattr(m, name, real)
+_GUARD: list[_ExitGuard] = []
+
+
+def _exit_guard() -> _ExitGuard:
+    if not _GUARD or _GUARD[0].pid != os.getpid():
+        _GUARD[:] = [_ExitGuard()]
+    return _GUARD[0]
 
 
 class Loader:
@@ -156,13 +190,20 @@ class Loader:
         # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
         # `query` answers and the build's own lines.
         stdout, sys.stdout = sys.stdout, sys.stderr
-        ended: list[str] = []
-        guarded = _guard_process_ends(ended)
+        guard = _exit_guard()
+        outer = guard.begin()
+        ended = False
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
-            if ended:  # called in a thread the BUILD.py started (the main thread raises)
-                msg = f"evaluating {rel_bf} called {ended[0]} (in another thread); a BUILD.py may only declare targets"
+            left, ended = guard.end(outer), True
+            if guard.calls:  # called in a thread the BUILD.py started (this thread raises)
+                msg = (f"evaluating {rel_bf} called {guard.calls[0]} (in another thread); "
+                       "a BUILD.py may only declare targets")
+                raise BuildfileError(msg, rel_bf, None)
+            if left:
+                msg = (f"evaluating {rel_bf} left {len(left)} thread(s) running; a BUILD.py may only declare "
+                       "targets (join the threads it starts)")
                 raise BuildfileError(msg, rel_bf, None)
         except BuildfileError:
             raise
@@ -186,7 +227,8 @@ class Loader:
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
             raise BuildfileError(msg, path, line) from None
         finally:
-            _unguard(guarded)
+            if not ended:
+                guard.end(outer)
             sys.stdout = stdout
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations

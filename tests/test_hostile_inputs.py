@@ -86,6 +86,10 @@ CATALOGUE = [
     ("os-exec", 'import os\nos.execl("/bin/true", "true")', "called os.execv('/bin/true', ...)", None),
     ("os-exit-in-a-thread", 'import os, threading\nt = threading.Thread(target=os._exit, args=(0,))\nt.start()\n'
      't.join()\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "called os._exit(0) (in another thread)", None),
+    # A thread still running after the evaluation could end the process later.
+    ("thread-left-running", 'import os, threading, time\n'
+     'threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()\n'
+     'genrule(name="t", outs=["o"], cmd="sleep 1; echo > $@")', "left 1 thread(s) running", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
 ]
 
