@@ -183,12 +183,16 @@ def _digest_of(e: Any) -> str | None:
     return d if isinstance(d, str) and not d.startswith("remote:") else None
 
 
-def _first(seen: Seen, rel: str) -> Any:
+def _still(root: str, rel: str, digest: str, seen: Seen) -> bool:
+    """Whether a row the incremental build does not sign again may keep its racy digest:
+    the build did not rely on the file, or relied on that content and the file has not
+    been touched since (an A-B-A rewrite during the build, with a reader of B, changes the
+    stat though the content is back)."""
     for m in seen:
         e = m.get(rel, _UNSEEN)
         if e is not _UNSEEN:
-            return e
-    return _UNSEEN
+            return _digest_of(e) == digest and not _differs_from(e, _sig(root, rel))
+    return True
 
 
 def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
@@ -254,7 +258,7 @@ def write(
         # unless the build relied on other content (a command rewrote the file, another
         # read it, something put the old content back): it then counts as changed.
         kept = {p: d for p, d in keep.body.get("racy", {}).items() if p not in src_sigs and p not in out_sigs}
-        racy = {p: d for p, d in kept.items() if (e := _first(seen, p)) is _UNSEEN or _digest_of(e) == d} | racy
+        racy = {p: d for p, d in kept.items() if _still(root, p, d, seen)} | racy
     if keep is None:
         src_paths, out_paths = list(src_sigs), list(out_sigs)
         cols = _columns([*src_sigs.values(), *out_sigs.values()])

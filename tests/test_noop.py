@@ -251,13 +251,27 @@ def test_a_target_whose_input_changed_while_it_ran_is_looked_at_again(tmp_path: 
         time.sleep(0.1)
 
 
-def test_a_kept_racy_digest_does_not_outlive_other_content_the_build_used(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first_reader", [False, True], ids=["t-reads-first", "another-reads-first"])
+def test_a_kept_racy_digest_does_not_outlive_other_content_the_build_used(tmp_path: Path, first_reader: bool) -> None:
     """An incremental build in which a source the check found unchanged (racy, verified by
     its content) was rewritten, read by //:t, and put back: //:t was built from the other
-    content, so the next build must rebuild it rather than vouch by the old digest."""
-    ws = new_workspace(tmp_path, (
-        'genrule(name="u", srcs=["s2.txt"], outs=["u.out"], cmd="if [ -e ../flag1 ]; then rm ../flag1; '
-        'printf orig > s.txt; fi; if [ -e ../flagX ]; then rm ../flagX; printf XXXX > s.txt; fi; cp s2.txt u.out")\n'
+    content, so the next build must rebuild it rather than vouch by the old digest — also
+    when another target read the original content first (A-B-A, the first reader's entry
+    agreeing with the digest)."""
+    rewrite = ('printf orig > s.txt; fi; if [ -e ../flagX ]; then rm ../flagX; printf XXXX > s.txt; fi; '
+               'cp s2.txt u.out")\n')
+    if first_reader:  # //:z rewrites s.txt (racy, then read), //:w reads it before //:u changes it
+        rules = (
+            'genrule(name="z", outs=["z.out"], cmd="if [ -e ../flag1 ]; then rm ../flag1; printf orig > s.txt; fi; '
+            'echo z > z.out")\n'
+            'genrule(name="w", srcs=["s.txt", "s2.txt", ":z"], outs=["w.out"], cmd="cat s.txt s2.txt > w.out")\n'
+            'genrule(name="u", srcs=["s2.txt", ":w"], outs=["u.out"], cmd="if [ -e ../flagX ]; then rm ../flagX; '
+            'printf XXXX > s.txt; fi; cp s2.txt u.out")\n'
+        )
+    else:
+        rules = ('genrule(name="u", srcs=["s2.txt"], outs=["u.out"], cmd="if [ -e ../flag1 ]; then rm ../flag1; '
+                 + rewrite)
+    ws = new_workspace(tmp_path, rules + (
         'genrule(name="t", srcs=["s.txt", ":u"], outs=["t.out"], cmd="cat s.txt > t.out")\n'
         'genrule(name="v", srcs=[":t"], outs=["v.out"], cmd="if [ -e ../flagR ]; then rm ../flagR; '
         'printf orig > s.txt; fi; cp t.out v.out")\n'
@@ -342,10 +356,22 @@ def test_a_racy_file_with_a_recorded_digest_is_compared_by_content(tmp_path: Pat
     (root / "src").unlink()
     assert noop.check(str(state), str(root), req) is None  # a source gone: the full path says so
     (root / "src").write_text("src v1\n")
-    # An incremental build's snapshot (keep) re-signs its cone and keeps the other digests.
+    # An incremental build's snapshot (keep) re-signs its cone and keeps the other digests,
+    # for the files whose stat is still the one the build relied on.
     v = noop.check(str(state), str(root), req)
     assert v is not None and v.changed == ["moved", "plain"]
     time.sleep(0.06)
+    rewritten = dict(seen)  # "out" and "src" were written again above: the entries they had
+    assert noop.write(str(state), str(root), req, [], [], [], ["moved", "plain"], [], None, (rewritten,), keep=v)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["src", "out", "moved"]  # touched since the build read them
+    assert v.body["racy"] == {}
+    seen.update(src=entry("src"), out=entry("out"))  # as a build that read them now relies on them
+    time.sleep(0.06)
+    assert noop.write(str(state), str(root), req, [], [], [], ["moved", "plain"], [], None, (seen,), keep=v)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["src", "out", "moved"]  # digests dropped stay dropped
+    v.body["racy"] = {"src": seen["src"][5], "out": seen["out"][5]}  # as a snapshot that kept them
     assert noop.write(str(state), str(root), req, [], [], [], ["moved", "plain"], [], None, (seen,), keep=v)
     v = noop.check(str(state), str(root), req)
     assert v is not None and v.changed == ["moved"]  # its stat still differs from what the build saw
