@@ -58,15 +58,40 @@ def capture_of(lane: str) -> str:
     return f"{lane}.capture"
 
 
-def _stderr_in_lane(pid: str, lanes: str) -> bool:
-    """Whether the process's stderr is the capture file of one of the lanes ``lanes``
-    starts the paths of: what a command gets, and a daemon it started gives up."""
+def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
+    """(device, inode) of the capture files of ``holder``'s lanes (``<lane>.capture.out``
+    and ``.err``)."""
+    lanes = _lanes_of(state_dir, holder)
+    tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
+    suffixes = (capture_of("") + ".out", capture_of("") + ".err")
+    out: set[tuple[int, int]] = set()
     try:
-        target = os.readlink(f"/proc/{pid}/fd/2").removesuffix(" (deleted)")
+        names = os.listdir(tmp)
     except OSError:
-        return False
-    lane, dot, rest = target.removeprefix(lanes).partition(".")
-    return target.startswith(lanes) and lane.isdigit() and dot + rest == capture_of("") + ".err"
+        return out
+    for name in names:
+        lane, dot, rest = name.removeprefix(head).partition(".")
+        if name.startswith(head) and lane.isdigit() and dot + rest in suffixes:
+            try:
+                st = os.stat(os.path.join(tmp, name))
+            except OSError:
+                continue
+            out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def _writes_to(pid: str, files: set[tuple[int, int]]) -> bool:
+    """Whether the process's stdout or stderr is one of ``files``: what a command gets (a
+    shell that redirects one of them for itself keeps the other), and what a daemon it
+    started gives up for its own log."""
+    for fd in (1, 2):
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in files:
+            return True
+    return False
 
 
 def start_time(pid: int) -> int | None:
@@ -162,19 +187,19 @@ def _group_members(pgids: set[int]) -> list[int]:
 def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
-    environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stderr is
-    that lane's capture file: the commands that build started, recorded or not.  The start
-    time excludes a process that an earlier build with the same pid left running; the
-    session rule, a console-pool command, which runs in the group of whoever started
-    buildtool; the stderr rule, a daemon a command started (it inherits TMPDIR, leads a
-    session of its own and would have outlived a build that ended cleanly).  (A command
+    environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stdout or
+    stderr is one of those lanes' capture files: the commands that build started, recorded
+    or not.  The start time excludes a process that an earlier build with the same pid left
+    running; the session rule, a console-pool command, which runs in the group of whoever
+    started buildtool; the capture rule, a daemon a command started (it inherits TMPDIR,
+    leads a session of its own and would have outlived a build that ended cleanly).  (A command
     whose pid went unrecorded and whose own process has exited, leaving children, is not
     found.)  Only this user's processes can be read, and that is all a build starts."""
-    lanes = _lanes_of(state_dir, holder)
-    needle = f"\0TMPDIR={lanes}".encode()
+    needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
     out: set[int] = set()
+    captures = _capture_files(state_dir, holder)
     try:
-        names = os.listdir("/proc")
+        names = os.listdir("/proc") if captures else []
     except OSError:
         return out
     for name in names:
@@ -192,7 +217,7 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
         if not env[at + len(needle) : end if end >= 0 else None].isdigit():  # the lane: a number
             continue
         got = _stat_of(name)
-        if got is not None and got[0] == got[1] == int(name) and got[2] >= since and _stderr_in_lane(name, lanes):
+        if got is not None and got[0] == got[1] == int(name) and got[2] >= since and _writes_to(name, captures):
             out.add(got[0])
     return out
 

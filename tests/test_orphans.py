@@ -61,10 +61,16 @@ def test_a_leader_started_outside_the_window_is_a_recycled_pid_and_survives(tmp_
 
 def _sleeper_with_tmpdir(tmpdir: str, session: bool = True, stderr: str | None = "capture") -> subprocess.Popen[bytes]:
     """``sleep`` as buildtool starts a command in lane directory ``tmpdir``: that TMPDIR,
-    its own session, stderr to the lane's capture file (or to ``stderr``, a path)."""
+    its own session, stderr to the lane's capture file (``stderr="stdout"``: stdout to its
+    capture file and stderr to /dev/null, as a shell that redirected its own stderr; else
+    a path for stderr)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
+    os.makedirs(os.path.dirname(tmpdir), exist_ok=True)
+    if stderr == "stdout":
+        with open(orphans.capture_of(tmpdir) + ".out", "ab") as out:
+            return subprocess.Popen(["sleep", "30"], start_new_session=session, env=env, stdout=out,
+                                    stderr=subprocess.DEVNULL)
     path = orphans.capture_of(tmpdir) + ".err" if stderr == "capture" else stderr or os.devnull
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "ab") as err:
         return subprocess.Popen(["sleep", "30"], start_new_session=session, env=env, stderr=err)
 
@@ -92,7 +98,8 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
     time.sleep(0.05)  # a few clock ticks
     since = _tick_now() - 1
     time.sleep(0.05)
-    unrecorded = _sleeper_with_tmpdir(lane)
+    redirected = _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder, 0), stderr="stdout")  # `2>/dev/null`
+    unrecorded = [_sleeper_with_tmpdir(lane), redirected]
     spared = [
         earlier,
         _sleeper_with_tmpdir(lane, session=False),  # in this process's group, as a console-pool command
@@ -105,8 +112,8 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
     try:
         (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder} since={since}\n")
         warned: list[str] = []
-        assert orphans.reap(str(state), warned.append, wait_s=5) == 1
-        assert unrecorded.wait(timeout=5) == -9
+        assert orphans.reap(str(state), warned.append, wait_s=5) == 2
+        assert [p.wait(timeout=5) for p in unrecorded] == [-9, -9]
         assert "pid 4242" in warned[0]
         assert all(p.poll() is None for p in spared)
         assert not (state / "children").exists()
@@ -119,7 +126,7 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
         assert orphans.reap(str(tmp_path / "other" / ".buildtool"), warned.append) == 0
         assert all(p.poll() is None for p in spared)
     finally:
-        for p in [unrecorded, *spared]:
+        for p in [*unrecorded, *spared]:
             p.kill()
             p.wait()
 
