@@ -52,7 +52,7 @@ class _ExitGuard:
 
         self._threading = threading
         self.pid = os.getpid()
-        self.evaluating: int | None = None  # the thread running a BUILD.py, while it runs
+        self.evaluating: int | None = None  # the thread running a BUILD.py, while it runs (kernel ids)
         self.before: set[int] = set()  # the threads there were when that evaluation began
         self.started: set[int] = set()  # threads a BUILD.py started that outlived its evaluation
         self.calls: list[str] = []
@@ -63,7 +63,7 @@ class _ExitGuard:
 
     def _guarded(self, name: str, real: Any) -> Any:
         def end(*args: Any) -> Any:
-            me = self._threading.get_ident()
+            me = self._threading.get_native_id()
             foreign = me in self.started or (self.evaluating is not None and me != self.evaluating
                                              and me not in self.before)
             if os.getpid() != self.pid or (me != self.evaluating and not foreign):
@@ -83,18 +83,26 @@ class _ExitGuard:
     def begin(self) -> int | None:
         """An evaluation starts in this thread; what ``end`` needs to restore."""
         outer = self.evaluating
-        self.evaluating, self.before, self.calls = self._threading.get_ident(), self._threads(), []
+        self.evaluating, self.before, self.calls = self._threading.get_native_id(), self._threads(), []
         return outer
 
     def end(self, outer: int | None) -> set[int]:
-        """The evaluation ended: the threads it started that still run (remembered)."""
-        left = self._threads() - self.before
-        self.started |= left
+        """The evaluation ended: the ``threading`` threads it started that still run.  Every
+        thread that appeared during it is remembered as the BUILD.py's, also one started
+        with ``_thread`` or by a library's native code (say, a BLAS pool at import), which
+        is not an error: it only cannot end the process."""
+        appeared = self._threads() - self.before
+        self.started |= appeared
         self.evaluating = outer
-        return left
+        return {t.native_id for t in self._threading.enumerate() if t.native_id in appeared}
 
     def _threads(self) -> set[int]:
-        return {t.ident for t in self._threading.enumerate() if t.ident is not None}
+        """The kernel's ids of this process's threads: /proc lists them all, also those
+        started with ``_thread`` directly, which ``threading.enumerate`` does not know."""
+        try:
+            return {int(tid) for tid in os.listdir("/proc/self/task")}
+        except OSError:
+            return {t.native_id for t in self._threading.enumerate() if t.native_id is not None}
 
 
 _GUARD: list[_ExitGuard] = []

@@ -130,6 +130,21 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
     assert {p: p.read_bytes() for p in kept} == kept  # nothing of the workspace deleted or changed
 
 
+def test_a_raw_thread_of_a_buildfile_cannot_end_the_build(workspace: Workspace) -> None:
+    """A thread started with ``_thread`` (which ``threading`` does not list) that calls
+    os._exit(0) once the evaluation is over: that thread ends, the build goes on to the
+    end and says what happened."""
+    workspace.build_file("", """
+        import os, _thread, time
+        _thread.start_new_thread(lambda: (time.sleep(0.3), os._exit(0)), ())
+        genrule(name="t", outs=["o"], cmd="sleep 1; echo done > $@")
+    """)
+    rc, out, err = workspace.run("build")
+    assert rc == 0, out + err
+    assert workspace.read("o") == "done\n"
+    assert "a thread started by a BUILD.py called os._exit(0); that thread was ended instead" in err
+
+
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
     workspace.write("src/a.txt", "a\n")
     os.symlink("loop", workspace.root / "src" / "loop")  # a link to itself
