@@ -105,6 +105,11 @@ class _ExitGuard:
             return {t.native_id for t in self._threading.enumerate() if t.native_id is not None}
 
 
+def _stat_row(st: os.stat_result) -> list[int]:
+    """A file's stat as the no-op snapshot compares it (noop._sig)."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
 _GUARD: list[_ExitGuard] = []
 
 
@@ -124,6 +129,9 @@ class Loader:
         self._contexts: dict[str, dsl.PackageContext] = {}
         self._all: list[str] | None = None
         self.read_files: set[str] = set()  # workspace-relative files read while loading
+        # Their stats when they were read (BUILD.py files, files opened): one edited later,
+        # even during the evaluation of another BUILD.py, then refuses the no-op snapshot.
+        self.read_stats: dict[str, list[int]] = {}
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
         self.env_reads: dict[str, str | None] = {}
 
@@ -183,11 +191,13 @@ class Loader:
         rel_bf = f"{pkg}/{BUILDFILE}" if pkg else BUILDFILE
         try:
             with open(buildfile, "rb") as f:
+                st = os.fstat(f.fileno())
                 source = f.read()
         except OSError as e:
             msg = f"cannot read {rel_bf}: {e.strerror}"
             raise UserError(msg) from None
         self.read_files.add(rel_bf)
+        self.read_stats.setdefault(rel_bf, _stat_row(st))
         ctx = dsl.PackageContext(
             root=self.ws.root, pkg=pkg, buildfile=buildfile, glob_fn=self._glob
         )
@@ -269,7 +279,14 @@ class Loader:
                 p = os.fsdecode(file)
                 absp = os.path.normpath(os.path.join(os.path.dirname(buildfile), p))
                 if absp.startswith(root + os.sep):
-                    self.read_files.add(os.path.relpath(absp, root))
+                    rel = os.path.relpath(absp, root)
+                    self.read_files.add(rel)
+                    f = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the BUILD.py closes it
+                    try:
+                        self.read_stats.setdefault(rel, _stat_row(os.fstat(f.fileno())))
+                    except (OSError, AttributeError, ValueError):
+                        pass
+                    return f
             return builtins.open(file, mode, *args, **kwargs)
 
         return {

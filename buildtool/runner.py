@@ -117,6 +117,7 @@ class TargetRunner:
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
+        self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
         self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
         self._lane_dirs: set[int] = set()
@@ -176,7 +177,9 @@ class TargetRunner:
             d = self._tool_digests.get(path)
             if d is None:
                 try:
+                    st = os.stat(path)  # (the no-op snapshot signs the tool against it)
                     d = hash_file(os.path.realpath(path))
+                    self.tool_stats[path] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
                 except OSError:
                     d = "unreadable"
                 self._tool_digests[path] = d

@@ -378,7 +378,10 @@ class Session:
             # (a file edited between two of its readers differs from it next time), an
             # output's last; the stat cache's own entries for files this build did not use.
             seen = (stats.used, stats.entries)
-            relied = (stats.used, struct_seen)  # a BUILD.py or module may be an action's input too
+            # What shapes the graph, as the build relied on it: the evaluation's reads (when
+            # each was read, and all of them after it), an action's hash (a BUILD.py or
+            # module may be a source too), the tools' stats when they were hashed.
+            relied = (stats.used, struct_seen, {} if loader is None else loader.read_stats, runner.tool_stats)
             if from_snapshot:
                 assert verdict is not None
                 self._write_snapshot(req, state, graph, runner, verdict.struct, verdict.dirs,

@@ -311,6 +311,62 @@ def test_a_buildfile_that_an_action_reads_after_it_changed_is_evaluated_next_tim
     assert r.returncode == 0 and (ws / "new.out").read_text() == "new\n", r.stdout
 
 
+def test_a_tool_rewritten_during_the_build_is_looked_at_again(tmp_path: Path) -> None:
+    """//:t1 runs a declared tool; a later command of the same build rewrites the tool.
+    The next build must not vouch for //:t1, built with the old tool."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "mytool"
+    tool.write_text("#!/bin/sh\necho v1\n")
+    tool.chmod(0o755)
+    ws = new_workspace(tmp_path, (
+        'genrule(name="t1", srcs=["s.txt"], outs=["t1.out"], tools=["mytool"], cmd="mytool > t1.out")\n'
+        'genrule(name="t2", srcs=[":t1"], outs=["t2.out"], cmd="if [ -e ../flag ]; then rm ../flag; '
+        "printf '#!/bin/sh\\necho v2\\n' > ../bin/mytool; fi; sleep 0.3; cp t1.out t2.out\")\n"
+    ), {"s.txt": "s\n"})
+    cache = tmp_path / "cache"
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    (tmp_path / "flag").write_text("")
+    assert bt(ws, cache, "build", env=env).returncode == 0
+    assert (ws / "t1.out").read_text() == "v1\n" and "v2" in tool.read_text()
+    time.sleep(0.1)
+    r = bt(ws, cache, "build", env=env)
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout
+    assert (ws / "t1.out").read_text() == "v2\n"
+
+
+def test_a_buildfile_edited_while_another_is_evaluated_is_evaluated_again(tmp_path: Path) -> None:
+    """a/BUILD.py was read; then, while b/BUILD.py was being evaluated, a/BUILD.py changed
+    (here b/BUILD.py writes it, standing for an editor). The stats taken once the whole
+    evaluation is over show the new file: only the stat taken when it was read shows that
+    the graph came from the old one."""
+    ws = new_workspace(tmp_path, "")
+    (ws / "a").mkdir()
+    (ws / "b").mkdir()
+    (ws / "a" / "BUILD.py").write_text('genrule(name="a", outs=["a.out"], cmd="echo old > a.out")\n')
+    flag = tmp_path / "flag"
+    (ws / "b" / "BUILD.py").write_text(
+        "import os\n"
+        f"if os.path.exists({str(flag)!r}):\n"
+        f"    os.remove({str(flag)!r})\n"
+        f"    with open({str(ws / 'a' / 'BUILD.py')!r}, 'w') as f:\n"
+        "        f.write('genrule(name=\"a\", outs=[\"a.out\"], cmd=\"echo new > a.out\")\\n')\n"
+        "    import time\n"
+        "    time.sleep(0.2)  # the edit is then older than the racy window when the snapshot is taken\n"
+        'genrule(name="b", outs=["b.out"], cmd="echo b > b.out")\n'
+    )
+    (ws / "BUILD.py").unlink()
+    cache = tmp_path / "cache"
+    flag.write_text("")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "a" / "a.out").read_text() == "old\n" and "new" in (ws / "a" / "BUILD.py").read_text()
+    time.sleep(0.1)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout
+    assert (ws / "a" / "a.out").read_text() == "new\n"
+
+
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
     """Same size, a moment after the build (its stat racily clean in the snapshot, or a
     later tick): the next build is not a no-op, and the output comes back."""
