@@ -277,7 +277,7 @@ class Loader:
         def tracking_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
             if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
                 p = os.fsdecode(file)
-                absp = os.path.normpath(os.path.join(os.path.dirname(buildfile), p))
+                absp = os.path.abspath(p)  # what open() opens: a relative path is from the working directory
                 if absp.startswith(root + os.sep):
                     rel = os.path.relpath(absp, root)
                     self.read_files.add(rel)

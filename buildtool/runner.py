@@ -168,6 +168,8 @@ class TargetRunner:
             import shutil  # (only for declared tools: ~4 ms of import)
 
             path = shutil.which(name, path=env.get("PATH"))
+            if path is not None:
+                path = os.path.abspath(path)  # (a relative PATH entry: from this directory, as hashed)
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:

@@ -367,6 +367,43 @@ def test_a_buildfile_edited_while_another_is_evaluated_is_evaluated_again(tmp_pa
     assert (ws / "a" / "a.out").read_text() == "new\n"
 
 
+def _bt_in(cwd: Path, cache: Path, *args: str, path_prefix: str = "") -> subprocess.CompletedProcess[str]:
+    """``buildtool ARGS`` started in ``cwd`` (no -C), PATH optionally prefixed."""
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(cache))
+    if path_prefix:
+        env["PATH"] = path_prefix + os.pathsep + env["PATH"]
+    return subprocess.run(["buildtool", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: Path) -> None:
+    """A tool found through a relative PATH entry, and a file a BUILD.py opens by a path
+    relative to the working directory (as open() does): the no-op comes back after a
+    build, and an edit of the opened file is seen."""
+    ws = new_workspace(tmp_path, "")
+    (ws / "BUILD.py").unlink()
+    sub = ws / "sub"
+    (sub / "config").mkdir(parents=True)
+    (sub / "config" / "names.txt").write_text("x\n")
+    (sub / "gen.sh").write_text("#!/bin/sh\necho gen\n")
+    (sub / "gen.sh").chmod(0o755)
+    (sub / "BUILD.py").write_text(
+        'genrule(name="b", outs=["b.out"], cmd="gen.sh > b.out", tools=["gen.sh"])\n'
+        'for n in open("config/names.txt").read().split():\n'
+        '    genrule(name=n, outs=[n + ".out"], cmd="echo " + n + " > $@")\n'
+    )
+    cache = tmp_path / "cache"
+    for _ in range(2):  # started in sub/ with "." on PATH: the command, run in sub/, finds it too
+        r = _bt_in(sub, cache, "build", "//...", path_prefix=".")
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(0.1)
+    r = _bt_in(sub, cache, "build", "//...", path_prefix=".")
+    assert "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (sub / "config" / "names.txt").write_text("x\ny\n")
+    time.sleep(0.1)
+    r = _bt_in(sub, cache, "build", "//...", path_prefix=".")
+    assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
+
+
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
     """Same size, a moment after the build (its stat racily clean in the snapshot, or a
     later tick): the next build is not a no-op, and the output comes back."""
