@@ -132,6 +132,9 @@ class Loader:
         # Their stats when they were read (BUILD.py files, files opened): one edited later,
         # even during the evaluation of another BUILD.py, then refuses the no-op snapshot.
         self.read_stats: dict[str, list[int]] = {}
+        # A BUILD.py opened a workspace file by a relative path: from the working directory,
+        # as Python's open() does, so the graph holds for that directory only.
+        self.cwd_relative = False
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
         self.env_reads: dict[str, str | None] = {}
 
@@ -281,6 +284,7 @@ class Loader:
                 if absp.startswith(root + os.sep):
                     rel = os.path.relpath(absp, root)
                     self.read_files.add(rel)
+                    self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
                     f = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the BUILD.py closes it
                     try:
                         self.read_stats.setdefault(rel, _stat_row(os.fstat(f.fileno())))

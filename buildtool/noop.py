@@ -221,6 +221,7 @@ def write(
     keep: Verdict | None = None,
     listed: Mapping[str, str | None] | None = None,
     struct_seen: Seen = (),
+    cwd: str | None = None,
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
@@ -234,12 +235,15 @@ def write(
     ``keep``: the verdict of the incremental build that ends here (its graph came from the
     snapshot): ``srcs``/``outs`` are then only the files of the planned cone, the rest keep
     the signatures that the check, under the same lock, found unchanged, and the pickled
-    graph is left as it is.  ``listed``: the directory fingerprints taken
+    graph is left as it is.  ``cwd``: the working directory, when the evaluation opened a
+    workspace file by a relative path (the graph then holds for that directory only).
+    ``listed``: the directory fingerprints taken
     right after evaluation (``dir_listings``; after an incremental build, the ones the
     check verified): a directory whose listing differs now refuses the snapshot."""
     now = time.time_ns()
     if keep is not None:
         old = keep.body
+        cwd = old["request"].get("dir") if isinstance(old["request"], dict) else None
         struct = [f for f in struct if f not in old["files"]]
         # A source the check found unchanged keeps its signature: a build writes no source,
         # and one edited since the check differs from that signature next time all the
@@ -284,6 +288,8 @@ def write(
     if any(d in expected and sig[0] != expected[d] for d, sig in dir_sigs.items()):
         invalidate(state_dir)  # an entry appeared or went away during the build
         return False
+    if cwd is not None:
+        request = {**request, "dir": cwd}
     body = {"request": request, "env": env_view(env_names), "targets": n,
             "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths, "racy": racy}
     pickle = _pickle()
@@ -647,7 +653,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
         return None
     try:
-        if body["request"] != request:  # marshal keeps lists lists, as request_of makes them
+        if not _same_request(body["request"], request):
             return None
         names = _same_env(body["env"])
         if names is None:
@@ -736,7 +742,7 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
     if answer is None or answer.changed or not ok:
         return None, answer
     try:
-        if clock["snapshot"] != _snapshot_id(state_dir) or clock["request"] != request:
+        if clock["snapshot"] != _snapshot_id(state_dir) or not _same_request(clock["request"], request):
             return None, answer
         names = _same_env(clock["env"])
         if names is None or _differs(root, clock["files"]) or _dirs_differ(root, clock["dirs"], clock["outs"]):
@@ -744,6 +750,16 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
         return Verdict(int(clock["targets"]), [], [], [], names, {}), answer
     except Exception:  # the clock is read from disk: any damage means the full check
         return None, answer
+
+
+def _same_request(stored: Any, request: Mapping[str, object]) -> bool:
+    """Whether a snapshot's request is this one (marshal keeps lists lists, as request_of
+    makes them); one that holds ``dir`` (an evaluation that opened files by relative paths)
+    also needs this process's working directory to be that one."""
+    if isinstance(stored, dict) and "dir" in stored:
+        rest = {k: v for k, v in stored.items() if k != "dir"}
+        return rest == request and stored["dir"] == os.getcwd()
+    return stored == request
 
 
 def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[str]) -> dict[str, object]:

@@ -167,9 +167,10 @@ class TargetRunner:
         for name in t.tools:
             import shutil  # (only for declared tools: ~4 ms of import)
 
-            path = shutil.which(name, path=env.get("PATH"))
-            if path is not None:
-                path = os.path.abspath(path)  # (a relative PATH entry: from this directory, as hashed)
+            # Found as the command finds it: a relative PATH entry from the package directory.
+            cwd = os.path.join(self.root, t.pkg)
+            search = os.pathsep.join(os.path.join(cwd, e) for e in env.get("PATH", os.defpath).split(os.pathsep))
+            path = shutil.which(name, path=search)
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:

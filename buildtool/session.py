@@ -389,7 +389,7 @@ class Session:
             else:
                 assert loader is not None
                 self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
-                                     listed=listed)
+                                     listed=listed, cwd=os.getcwd() if loader.cwd_relative else None)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
@@ -419,6 +419,7 @@ class Session:
         keep: noop.Verdict | None = None,
         cone: range | set[int] | None = None,
         listed: dict[str, str | None] | None = None,
+        cwd: str | None = None,
     ) -> None:
         """Record what this fully successful build depended on, for the no-op fast path:
         ``struct`` (what shapes the graph, tools, discovered headers) and every source and
@@ -440,7 +441,7 @@ class Session:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
-                   listed, relied)
+                   listed, relied, cwd)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else

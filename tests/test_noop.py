@@ -404,6 +404,38 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
 
 
+def test_a_graph_read_through_a_relative_open_holds_for_its_directory_only(tmp_path: Path) -> None:
+    """open("data.txt") in a BUILD.py reads from the working directory: started from
+    another directory of the same package, the snapshot's graph is not reused.  And a
+    tool found through "." on PATH is the one in the package directory, where the command
+    finds it, wherever buildtool was started."""
+    ws = new_workspace(tmp_path, (
+        'n = open("data.txt").read().strip()\n'
+        'genrule(name="t", outs=["t.out"], cmd="echo " + n + " > $@")\n'
+    ), {"data.txt": "A\n"})
+    (ws / "sub").mkdir()  # not a package: started there, the current package is still //
+    (ws / "sub" / "data.txt").write_text("B\n")
+    pkg = ws / "pkg"
+    pkg.mkdir()
+    (pkg / "gen.sh").write_text("#!/bin/sh\necho v1\n")
+    (pkg / "gen.sh").chmod(0o755)
+    (pkg / "BUILD.py").write_text('genrule(name="b", outs=["b.out"], cmd="gen.sh > b.out", tools=["gen.sh"])\n')
+    cache = tmp_path / "cache"
+    for _ in range(2):  # -C sub: as if started in sub/ (the same request), but in the root
+        assert _bt_in(ws, cache, "-C", "sub", "build", "//...", path_prefix=".").returncode == 0
+        time.sleep(0.1)
+    assert (ws / "t.out").read_text() == "A\n" and (pkg / "b.out").read_text() == "v1\n"
+    assert "(nothing changed)" in _bt_in(ws, cache, "-C", "sub", "build", "//...", path_prefix=".").stdout
+    r = _bt_in(ws / "sub", cache, "build", "//...", path_prefix=".")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (ws / "t.out").read_text() == "B\n"
+    (pkg / "gen.sh").write_text("#!/bin/sh\necho v2\n")
+    r = _bt_in(ws / "sub", cache, "build", "//...", path_prefix=".")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "not on the command's PATH" not in r.stderr
+    assert (pkg / "b.out").read_text() == "v2\n"
+
+
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
     """Same size, a moment after the build (its stat racily clean in the snapshot, or a
     later tick): the next build is not a no-op, and the output comes back."""
