@@ -16,6 +16,7 @@ import sys
 
 from buildtool import dsl
 from buildtool.errors import BuildfileError, UserError
+from buildtool.noop import stat_row
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, Workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
@@ -103,11 +104,6 @@ class _ExitGuard:
             return {int(tid) for tid in os.listdir("/proc/self/task")}
         except OSError:
             return {t.native_id for t in self._threading.enumerate() if t.native_id is not None}
-
-
-def _stat_row(st: os.stat_result) -> list[int]:
-    """A file's stat as the no-op snapshot compares it (noop._sig)."""
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
 
 
 _GUARD: list[_ExitGuard] = []
@@ -200,7 +196,7 @@ class Loader:
             msg = f"cannot read {rel_bf}: {e.strerror}"
             raise UserError(msg) from None
         self.read_files.add(rel_bf)
-        self.read_stats.setdefault(rel_bf, _stat_row(st))
+        self.read_stats.setdefault(rel_bf, stat_row(st))
         ctx = dsl.PackageContext(
             root=self.ws.root, pkg=pkg, buildfile=buildfile, glob_fn=self._glob
         )
@@ -287,7 +283,7 @@ class Loader:
                     self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
                     f = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the BUILD.py closes it
                     try:
-                        self.read_stats.setdefault(rel, _stat_row(os.fstat(f.fileno())))
+                        self.read_stats.setdefault(rel, stat_row(os.fstat(f.fileno())))
                     except (OSError, AttributeError, ValueError):
                         pass
                     return f

@@ -82,12 +82,17 @@ class Verdict:
         self.lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
 
 
+def stat_row(st: os.stat_result) -> list[int]:
+    """A file's stat data as the snapshot compares it."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
 def _sig(root: str, rel: str) -> list[int] | None:
     try:  # (not os.path.join: a snapshot signs every source and output, 20,000 at W6)
         st = os.stat(rel if rel[:1] == "/" else f"{root}/{rel}")
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+    return stat_row(st)
 
 
 _UNSEEN = object()

@@ -12,10 +12,11 @@ a recycled pid is never hit — and waits (bounded) until none
 of their processes can run any more, before it touches a single output.
 
 A pid is known only once the child exists, and recording it may first wait milliseconds for
-the GIL: a kill in between leaves a command nobody recorded.  Such a command is still found:
-its ``TMPDIR`` is its build's lane directory, ``<state>/tmp/<buildtool pid>-<lane>``
-(``lane_dir``), which no other process carries, so the next build also kills every group
-led by a process whose environment holds ``TMPDIR=`` one of the dead holder's lanes.
+the GIL: a kill in between leaves a command nobody recorded.  Such a command is still found
+(``_lane_leaders``): its ``TMPDIR`` is its build's lane directory,
+``<state>/tmp/<buildtool pid>-<lane>`` (``lane_dir``), its stdout or stderr that lane's
+capture file, it leads its own session and it started after the build did (the header's
+``since``); the next build kills those groups too.
 
 A cleanly ending build (success, failure, Ctrl-C) has already killed its children and
 removes the file.

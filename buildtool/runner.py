@@ -20,6 +20,7 @@ from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, Ca
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
 from buildtool.graph import Graph, Target
+from buildtool.noop import stat_row
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
 
@@ -164,12 +165,14 @@ class TargetRunner:
 
     def _tools(self, t: Target, env: dict[str, str]) -> dict[str, str]:
         out = {}
-        for name in t.tools:
-            import shutil  # (only for declared tools: ~4 ms of import)
+        if not t.tools:
+            return out
+        import shutil  # (only for declared tools: ~4 ms of import)
 
-            # Found as the command finds it: a relative PATH entry from the package directory.
-            cwd = os.path.join(self.root, t.pkg)
-            search = os.pathsep.join(os.path.join(cwd, e) for e in env.get("PATH", os.defpath).split(os.pathsep))
+        # Found as the command finds it: a relative PATH entry from the package directory.
+        cwd = os.path.join(self.root, t.pkg)
+        search = os.pathsep.join(os.path.join(cwd, e) for e in env.get("PATH", os.defpath).split(os.pathsep))
+        for name in t.tools:
             path = shutil.which(name, path=search)
             if path is None:
                 out[name] = "missing"
@@ -182,7 +185,7 @@ class TargetRunner:
                 try:
                     st = os.stat(path)  # (the no-op snapshot signs the tool against it)
                     d = hash_file(os.path.realpath(path))
-                    self.tool_stats[path] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+                    self.tool_stats[path] = stat_row(st)
                 except OSError:
                     d = "unreadable"
                 self._tool_digests[path] = d
