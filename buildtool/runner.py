@@ -173,7 +173,11 @@ class TargetRunner:
         cwd = os.path.join(self.root, t.pkg)
         search = os.pathsep.join(os.path.join(cwd, e) for e in env.get("PATH", os.defpath).split(os.pathsep))
         for name in t.tools:
-            path = shutil.which(name, path=search)
+            # A name with a slash is a path: from the package directory too (which() would
+            # take it from this process's directory).
+            path = shutil.which(os.path.join(cwd, name)) if "/" in name else shutil.which(name, path=search)
+            if path is not None:
+                path = os.path.abspath(path)
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:

@@ -326,10 +326,14 @@ class Watcher:
                     new._contexts[pkg] = old._contexts[pkg]
             new.read_files |= old.read_files
             new.glob_dirs |= old.glob_dirs
+            new.cwd_relative = old.cwd_relative  # (a kept package may have opened files so)
             if not self.rescan:
                 new._all = old._all
         self.partial = new
         graph = self.session._graph(new, req.patterns, req.mode)
+        if old is not None and not self.reload_all:  # the kept packages' reads, as they were read
+            for f, st in old.read_stats.items():
+                new.read_stats.setdefault(f, st)
         self.loader, self.graph, self.partial = new, graph, None
         self.dirty_pkgs.clear()
         self.reload_all = self.rescan = self.broken = False

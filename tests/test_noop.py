@@ -419,7 +419,10 @@ def test_a_graph_read_through_a_relative_open_holds_for_its_directory_only(tmp_p
     pkg.mkdir()
     (pkg / "gen.sh").write_text("#!/bin/sh\necho v1\n")
     (pkg / "gen.sh").chmod(0o755)
-    (pkg / "BUILD.py").write_text('genrule(name="b", outs=["b.out"], cmd="gen.sh > b.out", tools=["gen.sh"])\n')
+    (pkg / "BUILD.py").write_text(
+        'genrule(name="b", outs=["b.out"], cmd="gen.sh > b.out", tools=["gen.sh"])\n'
+        'genrule(name="c", outs=["c.out"], cmd="./gen.sh > c.out", tools=["./gen.sh"])\n'  # a path: the same
+    )
     cache = tmp_path / "cache"
     for _ in range(2):  # -C sub: as if started in sub/ (the same request), but in the root
         assert _bt_in(ws, cache, "-C", "sub", "build", "//...", path_prefix=".").returncode == 0
@@ -433,7 +436,10 @@ def test_a_graph_read_through_a_relative_open_holds_for_its_directory_only(tmp_p
     r = _bt_in(ws / "sub", cache, "build", "//...", path_prefix=".")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "not on the command's PATH" not in r.stderr
-    assert (pkg / "b.out").read_text() == "v2\n"
+    assert (pkg / "b.out").read_text() == (pkg / "c.out").read_text() == "v2\n"
+    time.sleep(0.1)
+    _bt_in(ws / "sub", cache, "build", "//...", path_prefix=".")
+    assert "(nothing changed)" in _bt_in(ws / "sub", cache, "build", "//...", path_prefix=".").stdout
 
 
 def test_an_output_rewritten_right_after_the_build_is_seen(ws: Path, tmp_path: Path) -> None:
