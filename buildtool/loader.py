@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
-# would end a build that built nothing with success).  (os.exec* other than these two all
-# go through them.)
-_PROCESS_ENDS = ("_exit", "execv", "execve")
+# would end a build that built nothing with success), or split it: a forked child goes on
+# as a second buildtool running the same build (multiprocessing's default start forks).
+# (os.exec* other than execv/execve all go through them.)
+_PROCESS_ENDS = ("_exit", "execv", "execve", "fork", "forkpty")
 
 
 class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a BUILD.py keeps out
@@ -38,8 +39,9 @@ class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a
 
 
 class _ExitGuard:
-    """Stands in for ``os``'s process-ending functions from the first BUILD.py evaluation
-    to the end of the process (a thread a BUILD.py started may outlive its evaluation).
+    """Stands in for ``os``'s process-ending (and forking) functions from the first BUILD.py
+    evaluation to the end of the process (a thread a BUILD.py started may outlive its
+    evaluation).
 
     A call ends only the calling thread, recorded in ``calls``: ``_ProcessEnd`` in the
     thread evaluating a BUILD.py, SystemExit (which ends a thread quietly) in a thread a
@@ -69,7 +71,7 @@ class _ExitGuard:
                                              and me not in self.before)
             if os.getpid() != self.pid or (me != self.evaluating and not foreign):
                 return real(*args)
-            shown = ", ".join(repr(a) for a in args) if name == "_exit" else repr(args[0]) + ", ..."
+            shown = ", ".join(repr(a) for a in args) if name == "_exit" or not args else repr(args[0]) + ", ..."
             call = f"os.{name}({shown})"
             self.calls.append(call)
             if me == self.evaluating:

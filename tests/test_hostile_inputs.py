@@ -84,6 +84,11 @@ CATALOGUE = [
      "BUILD.py called os._exit(0)", None),
     ("posix-exit-caught", 'import posix\ntry:\n    posix._exit(0)\nexcept Exception:\n    pass', "os._exit(0)", None),
     ("os-exec", 'import os\nos.execl("/bin/true", "true")', "called os.execv('/bin/true', ...)", None),
+    # A forked child would go on as a second buildtool building the same targets.
+    ("os-fork", 'import os\npid = os.fork()\ngenrule(name="t", outs=["o"], cmd="echo > $@")',
+     "BUILD.py:2: evaluating BUILD.py called os.fork()", None),
+    ("multiprocessing-pool", 'import multiprocessing\nwith multiprocessing.get_context("fork").Pool(2) as p:\n'
+     '    n = sum(p.map(abs, [1, -2]))\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "called os.fork()", None),
     ("os-exit-in-a-thread", 'import os, threading\nt = threading.Thread(target=os._exit, args=(0,))\nt.start()\n'
      't.join()\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "called os._exit(0) (in another thread)", None),
     # A thread still running after the evaluation could end the process later.
