@@ -134,6 +134,9 @@ class Loader:
         # as Python's open() does, so the graph holds for that directory only.
         self.cwd_relative = False
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
+        # Package -> the include patterns of its glob() calls (text, compiled): which new
+        # files in a package's directories could change what a glob() returns (watch mode).
+        self.glob_rules: dict[str, list[tuple[str, Any]]] = {}
         self.env_reads: dict[str, str | None] = {}
 
     # -- discovery -------------------------------------------------------------------
@@ -325,6 +328,7 @@ class Loader:
                 raise ValueError(msg)
         inc = [_glob_regex(p) for p in include]
         exc = [_glob_regex(p) for p in exclude]
+        self.glob_rules.setdefault(pkg, []).extend(zip(include, inc, strict=True))
         prefix = f"{pkg}/" if pkg else ""
         files: list[str] = []
         self._list_package_files(pkg, "", files)

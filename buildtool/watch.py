@@ -23,10 +23,11 @@ import errno
 import importlib
 import os
 import queue
+import re
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,7 @@ from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
 from buildtool.outcome import Outcome, Status
 from buildtool.record import BuildRecord
-from buildtool.workspace import ALWAYS_SKIPPED
+from buildtool.workspace import ALWAYS_SKIPPED, IGNORE_FILE, MARKER
 
 QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
@@ -66,6 +67,9 @@ EVENT_TYPES = [
     FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent, FileAttribEvent,
     DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
 ]
+
+
+_ATOMIC_TEMP = re.compile(r"\.tmp\.\d+\.\d+$")  # atomic.write_atomic's temp name: <name>.tmp.<pid>.<thread>
 
 
 def is_editor_temp(name: str) -> bool:
@@ -96,6 +100,9 @@ class WatchSet:
     dirs: frozenset[str] = frozenset()  # directories the observer must cover
     missing_dirs: frozenset[str] = frozenset()  # wanted directories that do not exist yet
     broken: bool = False  # the last cycle could not evaluate the graph: any event retries
+    # Package -> its glob() include patterns (text, regex): which appearing or disappearing
+    # files can change a glob's result; other files in its directories do not matter.
+    glob_rules: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -128,7 +135,9 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
             return Change(rel, "rescan")
         if parent in ws.glob_dirs or rel in ws.glob_dirs:
-            return Change(rel, "package", _owner(ws.packages, parent) or "")
+            pkg = _owner(ws.packages, parent) or ""
+            if any("/" in text or "**" in text for text, _ in ws.glob_rules.get(pkg, ())):
+                return Change(rel, "package", pkg)  # a glob may reach into it
         return Change(rel, "retry") if ws.broken else None
     if name == BUILDFILE:
         if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken:
@@ -137,10 +146,15 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     if rel in ws.loader_files:
         return Change(rel, "all")
     if structural and parent in ws.glob_dirs and not (appears and rel in ws.sources):
-        return Change(rel, "package", _owner(ws.packages, parent) or "")
+        pkg = _owner(ws.packages, parent) or ""
+        in_pkg = rel[len(pkg) + 1:] if pkg else rel
+        if any(rx.match(in_pkg) for _, rx in ws.glob_rules.get(pkg, ())):
+            return Change(rel, "package", pkg)
     if rel in ws.sources:
         return Change(rel, "content")
-    if ws.broken:
+    if ws.broken and (structural or name.endswith(".py") or name in (MARKER, IGNORE_FILE)):
+        # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
+        # created (a missing source), the configuration; not a log written next to it.
         return Change(rel, "retry")
     return None
 
@@ -273,7 +287,9 @@ class Watcher:
         cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
         rel_cache = os.path.relpath(cache_dir, self.root)
         self.cache_rel = None if rel_cache.startswith("..") else rel_cache
-        self.own_streams = _own_streams(self.root)
+        self.own_streams = _own_streams(self.root) | _own_reports(self.root, req)
+        self.own_names = {p.rsplit("/", 1)[-1] for p in self.own_streams}
+        self.own_dirs = {p.rsplit("/", i)[0] for p in self.own_streams for i in range(1, p.count("/") + 1)}
 
     # -- events (observer thread) --------------------------------------------------------
     def on_event(self, path: str, event_type: str, is_dir: bool) -> None:
@@ -288,7 +304,11 @@ class Watcher:
             return
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
             return
-        if rel in self.own_streams:  # `buildtool watch > log` in the workspace: our own writes
+        if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes
+            return
+        if _ATOMIC_TEMP.search(parts[-1]) and parts[-1].split(".tmp.", 1)[0] in self.own_names:
+            return  # the temp file of one of them, renamed over it (atomic.write_atomic)
+        if is_dir and rel in self.own_dirs:  # made to hold one of them (--profile reports/p.json)
             return
         ch = classify(ws, rel, event_type, is_dir)
         if ch is None:
@@ -326,6 +346,9 @@ class Watcher:
                     new._contexts[pkg] = old._contexts[pkg]
             new.read_files |= old.read_files
             new.glob_dirs |= old.glob_dirs
+            for pkg, rules in old.glob_rules.items():
+                if pkg not in self.dirty_pkgs:
+                    new.glob_rules.setdefault(pkg, rules)
             new.cwd_relative = old.cwd_relative  # (a kept package may have opened files so)
             if not self.rescan:
                 new._all = old._all
@@ -372,11 +395,15 @@ class Watcher:
         sources |= set(self._discovered())  # headers found through depfiles are inputs too
         loader_files: set[str] = set()
         glob_dirs: set[str] = set()
+        glob_rules: dict[str, tuple[tuple[str, Any], ...]] = {}
         packages: set[str] = set()
         for ld in {id(x): x for x in (self.loader, loader) if x is not None}.values():
             loader_files |= {f for f in ld.read_files if f.rsplit("/", 1)[-1] != BUILDFILE}
             loader_files |= ld.imported_workspace_modules()
             glob_dirs |= ld.glob_dirs
+            for pkg, rules in ld.glob_rules.items():
+                glob_rules[pkg] = tuple({rx.pattern: (text, rx) for text, rx in (*glob_rules.get(pkg, ()), *rules)}
+                                        .values())
             packages |= set(ld.loaded_packages())
             packages |= {f.rsplit("/", 1)[0] if "/" in f else "" for f in ld.read_files
                          if f.rsplit("/", 1)[-1] == BUILDFILE}
@@ -403,7 +430,7 @@ class Watcher:
         return WatchSet(
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
-            self.broken,
+            self.broken, glob_rules,
         )
 
     def _layout(self, dirs: frozenset[str]) -> set[tuple[str, bool]]:
@@ -499,7 +526,10 @@ class Watcher:
                 now = time.monotonic()
                 timeout = min(last + self.quiet, first + MAX_WAIT_S) - now
                 if timeout <= 0:
-                    return pending
+                    pending = [ch for ch in pending if not self._came_and_went(ch)]
+                    if pending:
+                        return pending
+                    continue
             else:
                 timeout = 1.0
             try:
@@ -512,6 +542,17 @@ class Watcher:
                 first = ch.at
             last = time.monotonic()
             pending.append(ch)
+
+    def _came_and_went(self, ch: Change) -> bool:
+        """A file or directory that appeared and is gone again, never part of the graph (a
+        command's scratch directory, a temp file a glob pattern matches): nothing changed."""
+        if ch.kind not in ("package", "rescan") or os.path.lexists(os.path.join(self.root, ch.path)):
+            return False
+        ws = self.ws
+        return not (ch.path in ws.sources or ch.path in ws.scan_dirs or ch.path in ws.glob_dirs
+                    or ch.path in ws.packages or ch.path in ws.missing_dirs
+                    or (ch.path.rsplit("/", 1)[-1] == BUILDFILE
+                        and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
 
     def _focus(self, changes: list[Change]) -> set[int] | None:
         """Targets that may be dirty, when only sources changed and the graph is kept:
@@ -672,6 +713,18 @@ def _own_streams(root: str) -> frozenset[str]:
             continue
         if path.startswith(root + os.sep):
             out.add(path[len(root) + 1:].replace(os.sep, "/"))
+    return frozenset(out)
+
+
+def _own_reports(root: str, req: Any) -> frozenset[str]:
+    """Workspace-relative paths of the reports each cycle writes (--junit, --profile,
+    --events): their changes are this process's own writes, not edits."""
+    out = set()
+    for path in (getattr(req, "junit", None), getattr(req, "profile", None), getattr(req, "events", None)):
+        if path:
+            full = os.path.abspath(path)
+            if full.startswith(root + os.sep):
+                out.add(full[len(root) + 1:].replace(os.sep, "/"))
     return frozenset(out)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -311,6 +312,79 @@ def test_its_own_log_in_the_workspace_does_not_retrigger_a_broken_watch(ws: Path
         assert proc.wait(timeout=TIMEOUT) == 0
 
 
+def test_reports_it_writes_in_the_workspace_start_no_cycle(watch, ws: Path) -> None:
+    """--junit and --profile files in the workspace are rewritten (temp file + rename) by
+    every cycle: they must not start the next one."""
+    write(ws / "BUILD.py", 'test(name="t", srcs=["a.txt"], cmd="true")\n'
+                           'genrule(name="g", srcs=["a.txt"], outs=["g.out"], cmd="cp $< $@")\n')
+    w = watch("--junit", "junit.xml", "--profile", "reports/trace.json", command=("test", "--watch"))
+    assert w.wait_cycle(1).status == "OK", w.log()
+    time.sleep(1.0)  # many debounce periods: a self-triggered loop would add cycles
+    assert len(w.cycles()) == 1, w.log()
+    assert (ws / "junit.xml").is_file() and (ws / "reports" / "trace.json").is_file()
+    assert w.stop() == 0
+
+
+def test_a_failing_test_s_scratch_files_start_no_cycle(watch, ws: Path) -> None:
+    """A failing test runs again every cycle; the files it creates and deletes next to
+    its sources (no glob reads them) must not start a cycle, or watch never rests."""
+    write(ws / "fixture.txt", "abc\n")
+    write(ws / "BUILD.py", 'test(name="t", srcs=["fixture.txt"], cmd="mkdir -p scratch && '
+                           'cp fixture.txt work.txt && sed -i s/a/b/ work.txt && rm -r work.txt scratch && exit 1")\n')
+    w = watch(command=("test", "--watch"))
+    assert w.wait_cycle(1).status == "FAILED", w.log()
+    time.sleep(1.0)
+    assert len(w.cycles()) == 1, w.log()
+    write(ws / "notes.md", "a file nothing reads\n")
+    time.sleep(0.5)
+    assert len(w.cycles()) == 1, w.log()
+    write(ws / "fixture.txt", "zzz\n")  # a real edit still reruns it
+    assert w.wait_cycle(2).status == "FAILED", w.log()
+    assert w.stop() == 0
+
+
+def test_a_tee_d_log_does_not_retrigger_a_broken_watch(ws: Path, cache: Path) -> None:
+    """`buildtool watch 2>&1 | tee watch.log`: the file is not one of watch's own streams,
+    but appending to it cannot mend a broken BUILD.py, so it retries nothing."""
+    log = ws / "watch.log"
+    env = run_env(cache, PYTHONUNBUFFERED="1")
+    with open(log, "w") as f:
+        proc = subprocess.Popen(f"{shlex.quote(sys.executable)} -m buildtool watch 2>&1 | cat >> watch.log",
+                                shell=True, cwd=ws, env=env, stdout=f, stderr=f, start_new_session=True)
+    try:
+        def cycles() -> list[Cycle]:
+            return [Cycle(m) for line in log.read_text().splitlines() if (m := CYCLE_RE.match(line))]
+
+        wait_for(lambda: cycles(), what="the first cycle")
+        write(ws / "sub" / "BUILD.py", "genrule(name='broken',\n")
+        wait_for(lambda: cycles() and cycles()[-1].status == "ERROR", what="an ERROR cycle")
+        time.sleep(1.5)
+        assert len([c for c in cycles() if c.status == "ERROR"]) == 1, log.read_text()
+        write(ws / "sub" / "BUILD.py", 'genrule(name="c", srcs=["c.txt"], outs=["c.out"], cmd="cat c.txt > c.out")\n')
+        wait_for(lambda: cycles()[-1].status == "OK", what="the fixed build")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=TIMEOUT)
+
+
+def test_glob_ignores_files_its_patterns_do_not_match(watch, ws: Path) -> None:
+    write(ws / "g" / "x.txt", "x\n")
+    write(ws / "g" / "BUILD.py", 'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], '
+                                 'cmd="cat $(SRCS) > all.out")\n')
+    w = watch("//g:cat")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    write(ws / "g" / "notes.md", "not matched\n")
+    write(ws / "g" / "z.txt", "matched, and gone again\n")
+    (ws / "g" / "z.txt").unlink()
+    (ws / "g" / "scratch").mkdir()
+    (ws / "g" / "scratch").rmdir()
+    time.sleep(0.6)
+    assert len(w.cycles()) == 1, w.log()
+    write(ws / "g" / "y.txt", "y\n")
+    w.wait_settled(lambda cs: read(ws / "g" / "all.out") == "x\ny\n", "glob picked up y.txt")
+    assert w.stop() == 0
+
+
 def test_burst_of_edits_coalesces_and_matches_clean_build(watch, ws: Path, tmp_path: Path, cache: Path) -> None:
     # //:a is slow enough that edits land while it runs (cancel + restart path).
     bf = read(ws / "BUILD.py").replace('cmd="cat a.txt', 'cmd="sleep 0.2; cat a.txt')
@@ -493,12 +567,19 @@ def test_classify_rules() -> None:
     from buildtool.watch import WatchSet, classify, is_editor_temp
 
     ws = WatchSet(sources=frozenset({"p/a.c"}), loader_files=frozenset({"defs.py"}),
-                  glob_dirs=frozenset({"p"}), packages=frozenset({"", "p"}), outputs=frozenset({"p/a.o"}),
-                  output_dirs=frozenset({"p/gen"}))
+                  glob_dirs=frozenset({"p", "p/sub", ""}), packages=frozenset({"", "p"}), outputs=frozenset({"p/a.o"}),
+                  output_dirs=frozenset({"p/gen"}), glob_rules={"p": (("*.c", re.compile(r"[^/]*\.c\Z")),)})
     assert classify(ws, "p/a.c", "modified", False).kind == "content"
     assert classify(ws, "p/a.c", "moved_to", False).kind == "content"  # atomic save
     assert classify(ws, "p/a.c", "deleted", False).kind == "package"
     assert classify(ws, "p/new.c", "created", False).kind == "package"
+    # Files no glob() pattern matches come and go unseen (a test's scratch file, sed -i's temp
+    # file), also in a directory listed only to discover packages (the root, no glob).
+    assert classify(ws, "p/scratch.txt", "created", False) is None
+    assert classify(ws, "p/sub/x.c", "created", False) is None  # "*.c" does not reach into p/sub
+    assert classify(ws, "p/tmpdir", "created", True) is None
+    assert classify(ws, "notes.txt", "created", False) is None
+    assert classify(ws, "notes.txt", "deleted", False) is None
     assert classify(ws, "p/other.c", "modified", False) is None
     assert classify(ws, "p/a.o", "modified", False) is None
     assert classify(ws, "p/gen", "created", True) is None
@@ -508,6 +589,12 @@ def test_classify_rules() -> None:
     for name in ("a.c.swp", "a.c~", ".#a.c", "4913", "#a.c#"):
         assert is_editor_temp(name)
     assert not is_editor_temp("a.c")
+    # While the graph is broken: what can mend it retries, a log being appended to does not.
+    broken = WatchSet(glob_dirs=frozenset({""}), packages=frozenset({""}), broken=True)
+    assert classify(broken, "watch.log", "modified", False) is None
+    assert classify(broken, "missing.txt", "created", False).kind == "retry"
+    assert classify(broken, "tools/defs.py", "modified", False).kind == "retry"
+    assert classify(broken, "buildtool.toml", "modified", False).kind == "retry"
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
