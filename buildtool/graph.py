@@ -599,7 +599,8 @@ class GraphBuilder:
             if any(k == "file" and v == depfile for k, v in refs):
                 raise _err(decl, f"depfile {depfile!r} is also a source of {lab}; it must be a file the command writes")
         timeout = a.get("timeout")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 < timeout < float("inf")):  # (NaN compares false)
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
 
         # Package-relative views for substitution.

@@ -36,6 +36,7 @@ class Reason(enum.Enum):
     CACHE_CORRUPT = "cache_corrupt"
     ALWAYS = "always"  # always=True: runs on every build
     NO_CACHE_TESTS = "no_cache_tests"  # --no-cache-tests: a test reruns even with an unchanged key
+    FAILED_BEFORE = "failed_before"  # a test that failed with this key runs again, whatever the cache holds
     DEFINITION_CHANGED = "definition_changed"
     GROUP = "group"
     FAILED = "failed"

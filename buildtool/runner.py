@@ -115,6 +115,7 @@ class TargetRunner:
         self.warn = warn
         self.executor = SubprocessExecutor()
         self.out_digests: dict[str, str] = {}  # per run: output path -> digest
+        self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
@@ -229,6 +230,8 @@ class TargetRunner:
                 extra["module:" + f] = self.stats.digest(f)
         if t.depfile is not None:
             extra["depfile"] = t.depfile
+        if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass
+            extra["timeout"] = repr(t.timeout)
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
             t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
@@ -462,10 +465,15 @@ class TargetRunner:
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
         cache_skip = self._never_fresh(t)
+        failed_before = t.kind == "test" and bool(key) and self.failed_tests.get(t.label) == key
         if t.always:
             reason, why = Reason.ALWAYS, "always=True: runs on every build, never cached"
         elif cache_skip and entry is not None and entry.get("k") == key:
             reason, why = Reason.NO_CACHE_TESTS, "--no-cache-tests: the test passed before but runs again"
+        elif failed_before:
+            cache_skip = True
+            reason = Reason.FAILED_BEFORE
+            why = "it failed last time with this action key; a failing test runs until it passes"
         elif entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._outputs_digest(t, entry))
             assert reason is not None
@@ -864,6 +872,10 @@ class TargetRunner:
             cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
+        if t.kind == "test" and key and self.failed_tests.get(t.label) == key:
+            why = "it failed last time with this action key; a failing test runs until it passes"
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key,
+                           extra={"dry_reason": Reason.FAILED_BEFORE})
         if entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
             assert reason is not None

@@ -283,6 +283,10 @@ class Session:
         events = EventsWriter(req.events, graph) if req.events else None
         try:
             if req.dry_run:
+                if any(t.kind == "test" for t in graph.targets):  # which failed last time (testing.py)
+                    from buildtool.testing import TestLogs
+
+                    runner.failed_tests = TestLogs(state, _warn).failed
                 outcomes = dry_run(graph, runner, record)
                 if req.explain:
                     from buildtool import explain

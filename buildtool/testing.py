@@ -94,6 +94,9 @@ class TestLogs:
         self.state_dir = state_dir
         self.warn = warn
         self._lock = threading.Lock()
+        # label -> the action key of its last run when that run failed: the cache's earlier
+        # pass under the same key is not served again (a red test stays red until it passes).
+        self.failed: dict[str, str] = {}
         self._index: dict[str, str] = self._load_index()
         self._dirty = False
         self._warned = False
@@ -115,6 +118,9 @@ class TestLogs:
         if not isinstance(logs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in logs.items()):
             self.warn("the test log index has an unknown format version; discarding it")
             return {}
+        failed = data.get("failed", {})
+        if isinstance(failed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in failed.items()):
+            self.failed = failed
         return logs
 
     def path(self, target: Target) -> str:
@@ -149,6 +155,15 @@ class TestLogs:
                 self._index.pop(target.label, None)
             self._dirty = True
 
+    def ran(self, target: Target, key: str, passed: bool) -> None:
+        """A test ran to a verdict with ``key``: remember a failure, forget it on a pass."""
+        with self._lock:
+            if passed:
+                self._dirty = self.failed.pop(target.label, None) is not None or self._dirty
+            elif key and self.failed.get(target.label) != key:
+                self.failed[target.label] = key
+                self._dirty = True
+
     def remove_attempts(self, target: Target) -> None:
         """Delete the logs of earlier attempts left by a previous run of a flaky test."""
         base = self.path(target)[: -len(".log")] + ".attempt-"
@@ -176,7 +191,10 @@ class TestLogs:
         with self._lock:
             if not self._dirty:
                 return
-            data = json.dumps({"v": INDEX_VERSION, "logs": self._index}, sort_keys=True, separators=(",", ":"))
+            body: dict[str, object] = {"v": INDEX_VERSION, "logs": self._index}
+            if self.failed:
+                body["failed"] = self.failed
+            data = json.dumps(body, sort_keys=True, separators=(",", ":"))
             self._dirty = False
         try:
             _write_atomic(self.index_path, data.encode())
@@ -239,6 +257,10 @@ class TestRunner:
                 o.message = f"{o.message}; flaky: passed on attempt {len(failures) + 1}"
         if o.status in (Status.RAN, Status.FAILED):
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
+        if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):
+            self.logs.ran(t, o.key, o.ok)
+            if not o.ok:  # the record's earlier pass must not make the next run a no-op
+                o.extra.setdefault("forget", []).append(t.label)
         return o
 
     def _reran_makes_sense(self, o: Outcome) -> bool:
@@ -352,6 +374,7 @@ class TestSession:
         self.logs = TestLogs(state_dir, warn)
 
     def wrap(self, runner: Any) -> TestRunner:
+        runner.failed_tests = self.logs.failed  # (TargetRunner: no cache hit for a key that failed)
         return TestRunner(runner, self.graph, self.logs)
 
     def console(self, console: Any) -> Any:

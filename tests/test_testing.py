@@ -123,6 +123,39 @@ def test_failing_test_exits_1_shows_output_and_is_never_cached(workspace: Worksp
     assert _runs(counter) == 2
 
 
+def test_a_test_that_failed_with_a_key_is_not_served_a_cached_pass_of_it(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A pass is cached; then the same test fails with the same key (a nightly
+    --no-cache-tests run, a non-hermetic test): the next plain run must run it again, not
+    report the earlier pass from the record or the cache.  It stays red until it passes."""
+    flag = tmp_path / "broken"
+    counter = _counting_test(workspace, tmp_path, cmd_tail=f"test ! -e {flag}")
+    assert workspace.build("//t:unit", command="test").rc == 0
+    flag.write_text("")
+    assert workspace.build("//t:unit", "--no-cache-tests", command="test").rc == 1
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 1, r.output
+    assert r.by_label["//t:unit"]["status"] == "failed" and "(cached)" not in r.stdout
+    assert _runs(counter) == 3
+    rc, out, _ = workspace.run("test", "-n", "//t:unit")
+    assert rc == 0 and "failed last time with this action key" in out, out
+    flag.unlink()
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 0 and r.by_label["//t:unit"]["reason_code"] == "failed_before", r.output
+    r = workspace.build("//t:unit", command="test")
+    assert r.rc == 0 and r.by_label["//t:unit"]["test"] == "cached", r.output
+    assert _runs(counter) == 4
+
+
+def test_a_tighter_timeout_reruns_a_cached_pass(workspace: Workspace) -> None:
+    workspace.build_file("", 'test(name="t", cmd="sleep 1", timeout=30)')
+    assert workspace.build("//:t", command="test").rc == 0
+    workspace.build_file("", 'test(name="t", cmd="sleep 1", timeout=0.3)')
+    r = workspace.build("//:t", command="test")
+    assert r.rc == 1 and r.by_label["//:t"]["test"] == "timeout", r.output
+
+
 def test_test_output_modes(workspace: Workspace, tmp_path: Path) -> None:
     workspace.build_file(
         "",
@@ -201,6 +234,9 @@ def test_bad_flaky_and_always_attributes_exit_2(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="g", cmd="true", flaky=1)')
     rc, _, err = workspace.run("build", "//:g")
     assert rc == 2 and "flaky" in err
+    workspace.build_file("", 'test(name="t", cmd="true", timeout=float("nan"))')
+    rc, _, err = workspace.run("test")
+    assert rc == 2 and "BUILD.py:1" in err and "timeout" in err
 
 
 def test_always_target_runs_every_build_and_its_dependent_uses_early_cutoff(
