@@ -234,6 +234,9 @@ class GraphBuilder:
                     self._load_pkg_for(pat.pkg, text)
                 else:
                     pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
+                    if not pkgs:  # a typo, not "no tests here" (exit 4): bad input for build and test alike
+                        msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
+                        raise UserError(msg)
                 for pkg in pkgs:
                     for name, d in self.loader.load(pkg).items():
                         for attr in ("manual", "always"):  # checked here too: they decide who matches

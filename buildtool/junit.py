@@ -71,4 +71,6 @@ def write_junit(path: str, cases: Sequence[TestCase]) -> None:
     """Write the report to ``path`` atomically (temp file + rename)."""
     tree = to_xml(cases)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))
+    data = ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True)
+    # A raw CR would reach readers as LF (XML end-of-line handling); the markup has none.
+    write_atomic(path, data.replace(b"\r", b"&#13;"))

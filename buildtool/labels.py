@@ -65,7 +65,9 @@ def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
                 raise LabelError(msg)
     else:
         msg = f"a label must start with '//' or ':' (got {text!r})"
-        if text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text:
+        if text.startswith("@"):
+            msg += "; external repositories (@repo//...) are not supported: every label is in this workspace"
+        elif text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text:
             msg += f"; did you mean '//{text}'?"
         raise LabelError(msg)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import Workspace
 
-from buildtool.junit import to_xml, xml_text
+from buildtool.junit import to_xml, write_junit, xml_text
 from buildtool.testing import TestCase, TestResult
 
 
@@ -70,3 +70,13 @@ def test_control_characters_in_output_still_give_valid_xml(tmp_path: Path) -> No
     assert root.find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
     assert xml_text("a\x07b") == "a\\x07b"
     assert xml_text("tab\tand\nnewline") == "tab\tand\nnewline"
+
+
+def test_a_carriage_return_in_output_survives_the_xml_reader(tmp_path: Path) -> None:
+    """A progress bar's CR must not come back as a line feed (XML end-of-line handling)."""
+    case = TestCase("//a:t", "a", TestResult.FAILED, 0.1, "exited with status 1", b"10%\r50%\r\n",
+                    ".buildtool/testlogs/a/t.log")
+    path = tmp_path / "j.xml"
+    write_junit(str(path), [case])
+    failure = ET.parse(path).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and failure.text == "10%\r50%\r\n"

@@ -224,6 +224,17 @@ def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, 
     assert _runs(counter) == 3
 
 
+def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspace) -> None:
+    """`test //typo/...` is exit 2 like `build //typo/...`; exit 4 is for packages that
+    exist and hold no test."""
+    workspace.build_file("", 'genrule(name="g", outs=["g.out"], cmd="echo > $@")')
+    for command in ("test", "build"):
+        rc, _, err = workspace.run(command, "//nothere/...")
+        assert rc == 2 and "matches no package" in err, (command, rc, err)
+    rc, _, err = workspace.run("test", "//...")
+    assert rc == 4 and "no test targets" in err, (rc, err)
+
+
 def test_bad_flaky_and_always_attributes_exit_2(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="t", cmd="true", flaky="twice")')
     rc, _, err = workspace.run("test")
