@@ -151,6 +151,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if any(rx.match(in_pkg) for _, rx in ws.glob_rules.get(pkg, ())):
             return Change(rel, "package", pkg)
     if rel in ws.sources:
+        if event_type in ("deleted", "moved_from"):  # gone: validating the graph says so (exit 2's message)
+            return Change(rel, "package", _owner(ws.packages, parent) or "")
         return Change(rel, "content")
     if ws.broken and (structural or name.endswith(".py") or name in (MARKER, IGNORE_FILE)):
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
