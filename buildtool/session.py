@@ -497,18 +497,28 @@ class Session:
         return weights
 
     def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> None:
-        """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``)."""
+        """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``), but
+        never a file that is a source now or that is no longer what the build wrote."""
         live_outputs = {o for t in graph.targets for o in t.outs}
+        sources: set[str] | None = None
         loaded = set(loader.loaded_packages())
+
+        def dead(lab: str, o: list[Any]) -> None:
+            nonlocal sources
+            if o[0] in live_outputs:
+                return
+            if sources is None:
+                sources = {s for t in graph.targets for s in t.srcs}
+            _remove_dead(self.ws.root, lab, o, o[0] in sources, stats)
+
         for lab in list(record.entries):
             pkg, name = labels.split_label(lab)
             tid = graph.by_label.get(lab)
             if tid is not None:
                 declared = set(graph.targets[tid].outs)
-                stale = [o[0] for o in record.entries[lab].get("o", []) if o[0] not in declared]
-                for p in stale:
-                    if p not in live_outputs:
-                        _remove(self.ws.root, p, stats)
+                for o in record.entries[lab].get("o", []):
+                    if o[0] not in declared:
+                        dead(lab, o)
                 continue
             if pkg in loaded:
                 if name in loader.load(pkg):
@@ -516,8 +526,7 @@ class Session:
             elif loader.package_exists(pkg):
                 continue
             for o in record.entries[lab].get("o", []):
-                if o[0] not in live_outputs:
-                    _remove(self.ws.root, o[0], stats)
+                dead(lab, o)
             record.drop(lab)
 
     # -- clean -----------------------------------------------------------------------
@@ -530,9 +539,14 @@ class Session:
         try:
             record = BuildRecord(os.path.join(state, "record"), _warn)
             n = 0
+            recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}
             for p in sorted(record.all_outputs()):
                 full = os.path.join(self.ws.root, p)
                 if os.path.isfile(full) or os.path.islink(full):
+                    o = recorded.get(p)
+                    if o is not None and not _as_written(full, o[1]):
+                        _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
+                        continue
                     os.unlink(full)
                     n += 1
                     _prune_empty_dirs(self.ws.root, os.path.dirname(p))
@@ -571,6 +585,40 @@ def _remove(root: str, rel: str, stats: StatCache) -> None:
         os.unlink(os.path.join(root, rel))
     except OSError:
         pass
+    stats.forget(rel)
+
+
+def _as_written(full: str, digest: str) -> bool:
+    """Does the file at ``full`` still hold what the build recorded writing there?  (A
+    symlink or other non-regular file, or a digest of an output left remote: not checked.)"""
+    import stat as stat_mod
+
+    from buildtool.digest import hash_file, is_remote
+
+    try:
+        st = os.lstat(full)
+        if is_remote(digest) or not stat_mod.S_ISREG(st.st_mode):
+            return True
+        return hash_file(full) == digest
+    except OSError:
+        return True
+
+
+def _remove_dead(root: str, label: str, o: list[Any], is_source: bool, stats: StatCache) -> None:
+    """Delete ``o`` (a record's [path, digest, ...]), a dead output of ``label``, unless it
+    became a source or someone changed it since: those are the user's now, kept (warned)."""
+    rel = o[0]
+    full = os.path.join(root, rel)
+    if not os.path.lexists(full):
+        stats.forget(rel)
+        return
+    if is_source:
+        _warn(f"kept {rel}: an output of {label} before, it is a source now")
+    elif not _as_written(full, o[1]):
+        _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")
+    else:
+        _remove(root, rel, stats)
+        return
     stats.forget(rel)
 
 
