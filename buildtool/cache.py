@@ -365,6 +365,7 @@ class Cache:
                     self._forget_dirs()  # a directory memoised as existing was removed: make it again
                     continue
                 self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
+                return None
         return None
 
     def _restore_tmp(self, dest: str) -> str:

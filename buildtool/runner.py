@@ -674,7 +674,11 @@ class TargetRunner:
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
 
-    def _delete_outputs(self, t: Target) -> None:
+    def _delete_outputs(self, t: Target, before_run: bool = False) -> str | None:
+        """Delete ``t``'s outputs (and depfile).  A directory where an output goes is removed
+        after the command ran (it made it); ``before_run``, it is someone's directory: kept,
+        and the reason the target cannot run is returned (the graph check says the same
+        when the graph is evaluated; a graph reused from the no-op snapshot was not)."""
         for o in t.outs:
             full = os.path.join(self.root, o)
             try:
@@ -682,6 +686,8 @@ class TargetRunner:
             except FileNotFoundError:
                 pass
             except IsADirectoryError:
+                if before_run:
+                    return f"output {o!r} of {t.label} is an existing directory; outputs are files (left as it is)"
                 import shutil
 
                 shutil.rmtree(full, ignore_errors=True)
@@ -693,6 +699,7 @@ class TargetRunner:
                 os.unlink(os.path.join(self.root, t.depfile))
             except OSError:
                 pass
+        return None
 
     def _execute(
         self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int
@@ -704,7 +711,9 @@ class TargetRunner:
         env = dict(desc["env"])
         env["TMPDIR"] = tmp
         env["HOME"] = tmp
-        self._delete_outputs(t)
+        blocked = self._delete_outputs(t, before_run=True)
+        if blocked is not None:
+            return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key)
         try:
             for o in t.outs:
                 _make_dir(os.path.dirname(os.path.join(self.root, o)))

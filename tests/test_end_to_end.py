@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -681,3 +682,23 @@ def test_an_edited_dead_output_is_kept_and_clean_keeps_an_edited_output(workspac
     workspace.write("y.txt", "also edited\n")
     rc, _, err = workspace.run("clean")
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
+
+
+def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Workspace) -> None:
+    """After a no-op (the graph is then reused from the snapshot, unchecked), someone puts
+    a directory with files where an output goes: the build must fail on it, not rmtree it."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["a.txt"], outs=["g.out"], cmd="cat $< > $@")\n'
+                             'genrule(name="h", srcs=[":g"], outs=["h.out"], cmd="cat $< > $@")')
+    assert workspace.build().rc == 0
+    time.sleep(0.1)  # past the snapshot's racy window
+    assert workspace.build().rc == 0
+    workspace.path("g.out").unlink()
+    workspace.write("g.out/important.txt", "data\n")
+    r = workspace.build()
+    assert r.rc != 0
+    assert workspace.read("g.out/important.txt") == "data\n"
+    assert "is an existing directory" in r.output, r.output
+    assert r.stderr.count("could not restore") <= 2, r.stderr
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "BUILD.py:1: output 'g.out' of //:g is an existing directory" in err, err
