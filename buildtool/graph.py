@@ -12,6 +12,7 @@ import json
 import operator
 import os
 import posixpath
+import stat
 
 from buildtool import labels
 from buildtool.errors import BuildfileError, UserError
@@ -462,11 +463,18 @@ class GraphBuilder:
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
                 raise _err(d, f"{user}: source file {src!r} does not exist")
-            if os.path.isdir(full):
+            try:
+                mode = os.stat(full).st_mode
+            except OSError:
+                mode = None
+            if mode is None or not stat.S_ISREG(mode):
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
-                raise _err(d, f"{user}: source {src!r} is a directory, not a file")
+                what = ("a symlink to nothing" if mode is None else "a directory" if stat.S_ISDIR(mode)
+                        else "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket")
+                raise _err(d, f"{user}: source {src!r} is {what}, not a file")
         self._check_output_paths(out_owner)
+        self._check_same_files(out_owner, src_users)
         final = [t for t in targets if t is not None]
         return Graph(
             targets=tuple(final),
@@ -494,6 +502,50 @@ class GraphBuilder:
                         msg = f"output {full!r} is declared by both {prev} and {lab}"
                         raise _err(d, msg)
                     seen[full] = lab
+
+    def _check_same_files(self, out_owner: dict[str, str], src_users: dict[str, str]) -> None:
+        """Two paths that are one file through a symlinked directory (``gen -> src``): an
+        output must not be a source or another target's output under a second name.  Only
+        directories are resolved, once each; with no symlinked directory this is a dict pass."""
+        root = self.loader.ws.root
+        real_root = os.path.realpath(root)
+        dirs: dict[str, str] = {}
+
+        def canonical(p: str) -> str:
+            parent, base = posixpath.split(p)
+            r = dirs.get(parent)
+            if r is None:
+                full = os.path.join(root, parent) if parent else root
+                probe, rest = full, ""
+                while not os.path.lexists(probe) and probe != root:  # an output dir not made yet
+                    probe, tail = os.path.split(probe)
+                    rest = posixpath.join(tail, rest) if rest else tail
+                real = os.path.realpath(probe)
+                rel = os.path.relpath(real, real_root) if real != real_root else ""
+                r = dirs[parent] = posixpath.join(rel, rest) if rest else rel
+            return posixpath.join(r, base) if r else base
+
+        if all(canonical(d + "/x") == d + "/x" if d else True
+               for d in {p.rpartition("/")[0] for p in (*out_owner, *src_users)}):
+            return  # no directory on the way is a symlink: the plain-path checks were exact
+        names: dict[str, tuple[str, str]] = {}  # canonical path -> (declared path, label)
+        for o, lab in out_owner.items():
+            c = canonical(o)
+            other = names.get(c)
+            if other is not None:
+                self._fail_on(lab, f"output {o!r} of {lab} is the same file as output {other[0]!r} of "
+                                   f"{other[1]} (through a symlinked directory)")
+            names[c] = (o, lab)
+        for src, user in src_users.items():
+            c = canonical(src)
+            other = names.get(c)
+            if other is not None and (c != src or other[0] != src):
+                self._fail_on(other[1], f"output {other[0]!r} of {other[1]} is the source {src!r} of {user} "
+                                        "(through a symlinked directory); an output is deleted before its command runs")
+
+    def _fail_on(self, lab: str, msg: str) -> None:
+        pkg, name = labels.split_label(lab)
+        raise _err(self.loader.load(pkg)[name], msg)
 
     def _check_output_paths(self, out_owner: dict[str, str]) -> None:
         root = self.loader.ws.root

@@ -295,3 +295,33 @@ def test_a_directory_named_like_the_marker_or_a_file_for_c(tmp_path: Path) -> No
                            check=False)
         assert p.returncode == 2, p.stderr
         assert needle in p.stderr, p.stderr
+
+
+def test_an_output_through_a_symlinked_directory_cannot_be_a_source_or_another_output(make_workspace) -> None:
+    """gen -> src: 'gen/data.txt' as an output would overwrite the source 'src/data.txt';
+    'l/o' and 'c/o' with l -> c are one file written by two targets.  Both are exit 2, and
+    the source keeps its content."""
+    ws = make_workspace("symdirs")
+    ws.write("p/src/data.txt", "precious\n")
+    os.symlink("src", ws.root / "p" / "gen")
+    ws.write("p/BUILD.py", 'genrule(name="x", outs=["gen/data.txt"], cmd="echo generated > $@")\n'
+                           'genrule(name="u", srcs=["src/data.txt"], outs=["u.out"], cmd="cat $< > $@")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "p/BUILD.py:1" in err and "is the source 'p/src/data.txt' of //p:u" in err, err
+    assert (ws.root / "p" / "src" / "data.txt").read_text() == "precious\n"
+    ws.write("p/BUILD.py", 'genrule(name="x", outs=["src/o"], cmd="echo x > $@")\n'
+                           'genrule(name="y", outs=["gen/o"], cmd="echo y > $@")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "p/BUILD.py:2" in err and "is the same file as output 'p/src/o' of //p:x" in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling"])
+def test_a_source_that_is_not_a_regular_file_is_exit_2_not_a_hang(make_workspace, kind: str) -> None:
+    ws = make_workspace("special")
+    if kind == "fifo":
+        os.mkfifo(ws.root / "f.txt")
+    else:
+        os.symlink("nowhere", ws.root / "f.txt")
+    ws.write("BUILD.py", 'genrule(name="a", srcs=["f.txt"], outs=["a"], cmd="cat $< > $@")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and "BUILD.py:1" in err and "source 'f.txt' is a" in err and "not a file" in err, err
