@@ -66,9 +66,12 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
     """(digest, fstat after reading) of a file.  Plain descriptors, not ``open()``: a
     buffered file object costs an isatty ioctl, two lseeks and an fstat more per file,
     and a clean build hashes every input and output."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # (a named pipe must not block the open)
     try:
-        size = os.fstat(fd).st_size
+        st0 = os.fstat(fd)
+        if (st0.st_mode & 0o170000) != 0o100000:  # a pipe, device or socket: no content to hash
+            raise OSError(22, "not a regular file (a named pipe, device or socket)", path)
+        size = st0.st_size
         if size < LARGE_FILE:
             h = blake3.blake3(os.read(fd, size + 1))
             while chunk := os.read(fd, 1 << 16):  # grew while being read

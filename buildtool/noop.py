@@ -610,7 +610,7 @@ def _verify_racy(root: str, paths: list[str], found: list[int], racy: Mapping[st
 def _read_regular(path: str, limit: int) -> bytes | None:
     """The content of ``path`` if it is a regular file of at most ``limit`` bytes, else None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # (a named pipe must not block)
     except OSError:
         return None
     try:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cache_verify as cv
@@ -325,3 +326,18 @@ def test_a_source_that_is_not_a_regular_file_is_exit_2_not_a_hang(make_workspace
     ws.write("BUILD.py", 'genrule(name="a", srcs=["f.txt"], outs=["a"], cmd="cat $< > $@")\n')
     rc, _, err = ws.run("build")
     assert rc == 2 and "BUILD.py:1" in err and "source 'f.txt' is a" in err and "not a file" in err, err
+
+
+def test_a_source_replaced_by_a_named_pipe_after_a_build_does_not_hang(make_workspace) -> None:
+    """The graph then comes from the no-op snapshot (no check of the source's kind):
+    hashing must not open the pipe and wait for a writer."""
+    ws = make_workspace("fifo-later")
+    ws.write("f.txt", "x\n")
+    ws.write("BUILD.py", 'genrule(name="a", srcs=["f.txt"], outs=["a"], cmd="cat $< > $@")\n')
+    assert ws.run("build")[0] == 0
+    time.sleep(0.1)
+    assert ws.run("build")[0] == 0
+    (ws.root / "f.txt").unlink()
+    os.mkfifo(ws.root / "f.txt")
+    rc, out, err = ws.run("build")
+    assert rc != 0 and "not a regular file" in out + err, out + err
