@@ -10,6 +10,7 @@ imports, files it opens, directories it globs, environment variables read throug
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import re
 import sys
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+
+_REAL_OPEN = io.open  # (builtins.open is the same function)
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
 # would end a build that built nothing with success), or split it: a forked child goes on
@@ -215,6 +218,8 @@ class Loader:
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
+        opens = (builtins.open, io.open)
+        builtins.open = io.open = self._tracking_open()
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
@@ -249,6 +254,7 @@ class Loader:
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
             raise BuildfileError(msg, path, line) from None
         finally:
+            builtins.open, io.open = opens
             if not ended:
                 guard.end(outer)
             sys.stdout = stdout
@@ -275,8 +281,12 @@ class Loader:
                 out.add(os.path.relpath(fn, self.ws.root))
         return out
 
-    def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
+    def _tracking_open(self) -> Any:
+        """``open`` that notes each workspace file opened for reading (and its stat then):
+        it stands in for ``builtins.open`` and ``io.open`` while a BUILD.py is evaluated, so
+        reads by the modules it imports and through ``pathlib`` count as well."""
         root = self.ws.root
+        real = _REAL_OPEN
 
         def tracking_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
             if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
@@ -286,19 +296,21 @@ class Loader:
                     rel = os.path.relpath(absp, root)
                     self.read_files.add(rel)
                     self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
-                    f = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the BUILD.py closes it
+                    f = real(file, mode, *args, **kwargs)  # (the caller closes it)
                     try:
                         self.read_stats.setdefault(rel, stat_row(os.fstat(f.fileno())))
                     except (OSError, AttributeError, ValueError):
                         pass
                     return f
-            return builtins.open(file, mode, *args, **kwargs)
+            return real(file, mode, *args, **kwargs)
 
+        return tracking_open
+
+    def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
         return {
             "__builtins__": builtins,
             "__name__": "BUILD",
             "__file__": buildfile,
-            "open": tracking_open,
             "genrule": dsl.genrule,
             "test": dsl.test,
             "group": dsl.group,

@@ -818,3 +818,25 @@ def test_a_split_check_gives_the_verdict_of_the_single_loop(tmp_path: Path) -> N
     single, split, ranges = both()
     assert single is None and split is None
     assert ranges == [[0, 40], [0, 20]]
+
+
+@pytest.mark.parametrize("reader", ["module-open", "pathlib", "io-open"])
+def test_a_file_read_by_a_macro_module_or_pathlib_is_tracked(tmp_path: Path, reader: str) -> None:
+    """The no-op check signs every workspace file the evaluation read, not only those the
+    BUILD.py itself opened with open(): also reads in an imported module, through pathlib
+    and io.open.  Editing one must evaluate again."""
+    build_py = {
+        "module-open": "from tools.version import V\n",
+        "pathlib": "import pathlib\nV = pathlib.Path(__file__).with_name('VERSION').read_text().strip()\n",
+        "io-open": "import io, os\nV = io.open(os.path.join(os.path.dirname(__file__), 'VERSION')).read().strip()\n",
+    }[reader] + 'genrule(name="v", outs=["v.txt"], cmd="echo " + V + " > $@")\n'
+    ws = new_workspace(tmp_path, build_py, {"VERSION": "1.0\n"})
+    (ws / "tools").mkdir()
+    (ws / "tools" / "version.py").write_text(
+        "import os\nV = open(os.path.join(os.path.dirname(__file__), '..', 'VERSION')).read().strip()\n")
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    (ws / "VERSION").write_text("2.0\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (ws / "v.txt").read_text() == "2.0\n"
