@@ -28,7 +28,14 @@ class WorkspaceLock:
         self.fd: int | None = None
 
     def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except IsADirectoryError:  # something made a directory there: the lock file is buildtool's
+            import shutil
+
+            say(f"warning: {self.path} was a directory; replaced it with the lock file")
+            shutil.rmtree(self.path, ignore_errors=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

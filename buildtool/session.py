@@ -533,6 +533,8 @@ class Session:
     def clean(self) -> int:
         state = self.ws.state_dir
         if not os.path.isdir(state):
+            if os.path.lexists(state):
+                self.ws.ensure_state_dir()  # says what is in the way (exit 2)
             return 0
         lock = WorkspaceLock(state)
         lock.acquire(True, _say)

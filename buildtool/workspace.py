@@ -47,9 +47,18 @@ class Workspace:
         return False
 
     def ensure_state_dir(self) -> str:
+        """The state dir, made if missing; a file or other non-directory in its place is
+        not buildtool's to delete: exit 2, saying so."""
         path = self.state_dir
         if not os.path.isdir(path):
+            if os.path.lexists(path):
+                msg = (f"{path} must be buildtool's state directory but is a file (or a link to one); "
+                       "move it away and build again")
+                raise UserError(msg)
             os.makedirs(path, exist_ok=True)
+        tmp = os.path.join(path, "tmp")  # per-build temp dirs: anything else there is in the way
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            os.unlink(tmp)
         gi = os.path.join(path, ".gitignore")
         if not os.path.exists(gi):
             with open(gi, "w") as f:

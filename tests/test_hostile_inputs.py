@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -341,3 +342,31 @@ def test_a_source_replaced_by_a_named_pipe_after_a_build_does_not_hang(make_work
     os.mkfifo(ws.root / "f.txt")
     rc, out, err = ws.run("build")
     assert rc != 0 and "not a regular file" in out + err, out + err
+
+
+@pytest.mark.parametrize("damage", ["state-is-a-file", "lock-is-a-directory", "tmp-is-a-file"])
+def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_workspace, damage: str) -> None:
+    ws = make_workspace("state")
+    ws.write("a", "x\n")
+    ws.write("BUILD.py", 'genrule(name="g", srcs=["a"], outs=["o"], cmd="cat $< > $@")\n')
+    state = ws.root / ".buildtool"
+    if damage == "state-is-a-file":
+        state.write_text("not a directory\n")
+        for command in ("build", "clean"):
+            rc, _, err = ws.run(command)
+            assert rc == 2 and "must be buildtool's state directory but is a file" in err, (command, err)
+            assert "Traceback" not in err
+        assert state.read_text() == "not a directory\n"  # not ours to delete
+        return
+    assert ws.run("build")[0] == 0
+    if damage == "lock-is-a-directory":
+        (state / "lock").unlink()
+        (state / "lock").mkdir()
+        (state / "lock" / "x").write_text("")
+    else:
+        shutil.rmtree(state / "tmp", ignore_errors=True)
+        (state / "tmp").write_text("in the way\n")
+    ws.write("a", "y\n")
+    rc, out, err = ws.run("build")
+    assert rc == 0 and "Traceback" not in err and "internal error" not in out + err, out + err
+    assert (ws.root / "o").read_text() == "y\n"
