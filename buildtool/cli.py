@@ -125,12 +125,12 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
                 if not value:
                     return None  # an error, said by _run
                 cache_dir = value
-            elif value.isdecimal() and int(value) >= 1:
+            elif value.isdecimal() and 1 <= int(value) <= 4096:  # (config.MAX_JOBS; else the full path says no)
                 jobs = int(value)
             else:
                 return None
             after_patterns = bool(patterns)
-        elif seen_build and a.startswith("-j") and a[2:].isdecimal() and int(a[2:]) >= 1:
+        elif seen_build and a.startswith("-j") and a[2:].isdecimal() and 1 <= int(a[2:]) <= 4096:
             jobs = int(a[2:])
             after_patterns = bool(patterns)
         elif not seen_build or after_patterns or a.startswith("-") or not a:
@@ -242,11 +242,11 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
 
 def _check_build_flags(args: argparse.Namespace) -> None:
     """Refuse (exit 2), before anything is built, flag values a build would trip over later."""
-    from buildtool.config import check_action_env
+    from buildtool.config import MAX_JOBS, check_action_env
     from buildtool.errors import UserError
 
-    if args.jobs is not None and args.jobs < 1:
-        msg = f"-j must be at least 1 (got {args.jobs})"
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        msg = f"-j must be from 1 to {MAX_JOBS} (got {args.jobs})"
         raise UserError(msg)
     if args.cache_dir is not None and not args.cache_dir:
         msg = "--cache-dir must name a directory (got an empty string)"

@@ -8,6 +8,8 @@ import os
 
 from buildtool.errors import UserError
 
+MAX_JOBS = 4096  # -j, jobs, remote_jobs: beyond this a typo, not a machine (each job has a lane)
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -149,8 +151,8 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
         if k == "restore_mode" and v not in RESTORE_MODES:
             msg = f"{path}: restore_mode must be one of {', '.join(RESTORE_MODES)} (got {v!r})"
             raise UserError(msg)
-        if k == "jobs" and v < 1:
-            msg = f"{path}: jobs must be at least 1 (got {v})"
+        if k in ("jobs", "remote_jobs") and not 1 <= v <= MAX_JOBS:
+            msg = f"{path}: {k} must be from 1 to {MAX_JOBS} (got {v})"
             raise UserError(msg)
         out[k] = v
     return out
@@ -187,6 +189,9 @@ def _env_layer() -> dict[str, Any]:
         except ValueError:
             msg = f"BUILDTOOL_JOBS must be an integer (got {env['BUILDTOOL_JOBS']!r})"
             raise UserError(msg) from None
+        if not 1 <= out["jobs"] <= MAX_JOBS:
+            msg = f"BUILDTOOL_JOBS must be from 1 to {MAX_JOBS} (got {out['jobs']})"
+            raise UserError(msg)
     if env.get("BUILDTOOL_KEEP_GOING"):
         out["keep_going"] = env_bool("BUILDTOOL_KEEP_GOING", env["BUILDTOOL_KEEP_GOING"])
     if env.get("BUILDTOOL_CACHE_DIR"):

@@ -370,3 +370,20 @@ def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_wo
     rc, out, err = ws.run("build")
     assert rc == 0 and "Traceback" not in err and "internal error" not in out + err, out + err
     assert (ws.root / "o").read_text() == "y\n"
+
+
+@pytest.mark.parametrize("where", ["flag", "flag-huge", "env", "config"])
+def test_an_absurd_job_count_is_exit_2_not_a_memory_error(make_workspace, where: str) -> None:
+    ws = make_workspace("jobs")
+    ws.write("BUILD.py", 'genrule(name="g", outs=["o"], cmd="echo > $@")\n')
+    args, env = ["build"], None
+    if where == "flag":
+        args += ["-j", "100000000000"]
+    elif where == "flag-huge":
+        args += ["-j99999999999999999999"]
+    elif where == "env":
+        env = {"BUILDTOOL_JOBS": "100000000000"}
+    else:
+        ws.write("buildtool.toml", "jobs = 100000000000\n")
+    rc, _, err = ws.run(*args, env_extra=env)
+    assert rc == 2 and "from 1 to 4096" in err and "Traceback" not in err, err
