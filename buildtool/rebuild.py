@@ -102,7 +102,15 @@ def why_changed(
             found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was removed"))
     if old.get("outs") != new.get("outs"):
         found.append((Reason.OUTPUTS_CHANGED, "the declared outputs changed"))
-    if old.get("extra") != new.get("extra"):
+    oextra, nextra = dict(old.get("extra", {})), dict(new.get("extra", {}))
+    ox = set(filter(None, oextra.pop("executable", "").split(",")))
+    nx = set(filter(None, nextra.pop("executable", "").split(",")))
+    for p in sorted(nx - ox):
+        found.append((Reason.INPUT_CHANGED, f"input {p} became executable"))
+    for p in sorted(ox - nx):
+        if p in nin:
+            found.append((Reason.INPUT_CHANGED, f"input {p} is no longer executable"))
+    if oextra != nextra:
         found.append((Reason.DEFINITION_CHANGED, "the rule's definition changed (function, arguments or Python)"))
     if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
         found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))

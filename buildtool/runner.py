@@ -115,6 +115,7 @@ class TargetRunner:
         self.warn = warn
         self.executor = SubprocessExecutor()
         self.out_digests: dict[str, str] = {}  # per run: output path -> digest
+        self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
@@ -204,10 +205,13 @@ class TargetRunner:
         stats = self.stats
         root = self.root
         spent = 0
+        executable: list[str] = []
         for p in self.graph.inputs[t.id]:
             d = outs.get(p)
             if d is None:
                 st = os.stat(os.path.join(root, p))
+                if st.st_mode & 0o100:
+                    executable.append(p)
                 d = stats.lookup(p, st)
                 if d is None:
                     if budget is not None:
@@ -216,6 +220,10 @@ class TargetRunner:
                             return None
                     d = stats.digest(p, st)
             res[p] = d
+        if executable:
+            self._executable[t.id] = executable
+        else:
+            self._executable.pop(t.id, None)
         return res
 
     def describe(self, t: Target, inputs: dict[str, str]) -> tuple[str, dict[str, Any]]:
@@ -232,6 +240,9 @@ class TargetRunner:
             extra["depfile"] = t.depfile
         if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass
             extra["timeout"] = repr(t.timeout)
+        executable = self._executable.get(t.id)
+        if executable:  # sources with the owner's x bit: `cp` carries it into the output
+            extra["executable"] = ",".join(sorted(executable))
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
             t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra

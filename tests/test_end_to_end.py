@@ -702,3 +702,19 @@ def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Works
     assert r.stderr.count("could not restore") <= 2, r.stderr
     rc, _, err = workspace.run("build")
     assert rc == 2 and "BUILD.py:1: output 'g.out' of //:g is an existing directory" in err, err
+
+
+def test_a_source_made_executable_changes_the_key_and_the_restored_mode(workspace: Workspace) -> None:
+    """`cp` carries the x bit: chmod +x on a source must rerun, and a restore from the
+    cache must give the mode of the key's run, not of an earlier one."""
+    workspace.write("s.sh", "#!/bin/sh\necho hi\n")
+    workspace.build_file("", 'genrule(name="c", srcs=["s.sh"], outs=["out.sh"], cmd="cp $< $@")')
+    assert workspace.build().rc == 0
+    workspace.path("s.sh").chmod(0o755)
+    r = workspace.build("--explain")
+    assert r.rc == 0 and "input s.sh became executable" in r.stdout, r.output
+    assert os.access(workspace.path("out.sh"), os.X_OK)
+    assert workspace.run("clean")[0] == 0
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:c") == "restored", r.output
+    assert os.access(workspace.path("out.sh"), os.X_OK)
