@@ -39,6 +39,7 @@ class Reason(enum.Enum):
     FAILED_BEFORE = "failed_before"  # a test that failed with this key runs again, whatever the cache holds
     DEFINITION_CHANGED = "definition_changed"
     GROUP = "group"
+    TEST_NOT_RUN = "test_not_run"  # `build` reached a test through a dependency: built what it needs, not run
     FAILED = "failed"
     DEP_FAILED = "dep_failed"
     CANCELLED = "cancelled"

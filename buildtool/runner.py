@@ -35,14 +35,15 @@ INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inl
 class RunOptions:
     """How the runner runs actions: the base PATH, the --action-env variables, -n, test caching."""
 
-    __slots__ = ("action_env", "base_path", "cache_tests", "dry_run")
+    __slots__ = ("action_env", "base_path", "cache_tests", "dry_run", "run_tests")
 
     def __init__(self, base_path: str, action_env: dict[str, str | None] | None = None, dry_run: bool = False,
-                 cache_tests: bool = True) -> None:
+                 cache_tests: bool = True, run_tests: bool = True) -> None:
         self.base_path = base_path
         self.action_env = {} if action_env is None else action_env  # name -> fixed value or None (inherit)
         self.dry_run = dry_run
         self.cache_tests = cache_tests
+        self.run_tests = run_tests  # False for `build`: a test some target depends on is not run
 
 
 class Pending:
@@ -326,6 +327,10 @@ class TargetRunner:
         t = self.graph.targets[tid]
         if t.kind == "group":
             return Outcome(Status.UP_TO_DATE, Reason.GROUP, "group: builds its members, runs nothing")
+        if t.kind == "test" and not self.opt.run_tests:  # reached as a dependency: `build` runs no test
+            return Outcome(Status.UP_TO_DATE, Reason.TEST_NOT_RUN,
+                           f"a test: `build` builds what it needs, `buildtool test {t.label}` runs it",
+                           extra={"record": True})
         if self._never_fresh(t):
             return None  # always=True or --no-cache-tests: a worker runs it
         if not self.opt.dry_run and t.label not in self.record.entries:

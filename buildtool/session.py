@@ -248,7 +248,7 @@ class Session:
         runner = TargetRunner(
             self.ws.root, state, graph, record, stats, cache,
             RunOptions(base_path=os.environ.get("PATH", "/usr/bin:/bin"), action_env=action_env,
-                       dry_run=req.dry_run, cache_tests=req.cache_tests),
+                       dry_run=req.dry_run, cache_tests=req.cache_tests, run_tests=req.mode != "build"),
             _warn,
         )
         runner.executor.stage = stage

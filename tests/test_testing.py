@@ -235,6 +235,20 @@ def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspa
     assert rc == 4 and "no test targets" in err, (rc, err)
 
 
+def test_build_does_not_run_a_test_reached_through_a_dependency(workspace: Workspace, tmp_path: Path) -> None:
+    """`build` never runs tests, also one a group depends on; it builds what the test needs."""
+    counter = tmp_path / "runs.txt"
+    workspace.build_file("", f'genrule(name="d", outs=["d.out"], cmd="echo d > $@")\n'
+                             f'test(name="t", deps=[":d"], env={{"COUNTER": "{counter}"}}, '
+                             f'cmd="echo run >> $$COUNTER; false")\n'
+                             f'group(name="g", deps=[":t"])')
+    r = workspace.build("//:g")
+    assert r.rc == 0, r.output
+    assert r.by_label["//:t"]["reason_code"] == "test_not_run"
+    assert workspace.read("d.out") == "d\n" and _runs(counter) == 0
+    assert workspace.build("//:t", command="test").rc == 1 and _runs(counter) == 1
+
+
 def test_bad_flaky_and_always_attributes_exit_2(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="t", cmd="true", flaky="twice")')
     rc, _, err = workspace.run("test")
