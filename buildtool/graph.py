@@ -200,6 +200,7 @@ class GraphBuilder:
         self.loader = loader
         self.cwd_pkg = cwd_pkg
         self._outs_memo: dict[str, set[str]] = {}
+        self._subpkg_memo: dict[str, bool] = {}  # directory -> holds a package (a BUILD.py)
 
     # -- patterns --------------------------------------------------------------------
     def current_package(self) -> str:
@@ -338,8 +339,28 @@ class GraphBuilder:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self.loader.globbed(pkg) and path in self._declared_outs(pkg):
                         continue  # an in-place output found by glob() is never a source
+                    sub = self._subpackage_on_the_way(pkg, path)
+                    if sub is not None:
+                        name = path[len(sub) + 1:]
+                        raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{pkg}: "
+                                         f"refer to it as '//{sub}:{name}'")
                     out.append(("file", path))
         return out
+
+    def _subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
+        """The package below ``pkg`` that owns the file ``path``, if any (a file belongs to
+        the nearest package above it, as in Bazel); memoised per directory."""
+        d = path.rpartition("/")[0]
+        found = None
+        while d != pkg and d:
+            known = self._subpkg_memo.get(d)
+            if known is None:
+                known = self._subpkg_memo[d] = self.loader.package_exists(d)
+            if known:
+                found = d  # the nearest package above the file owns it
+                break
+            d = d.rpartition("/")[0]
+        return found
 
     def _declared_outs(self, pkg: str) -> set[str]:
         got = self._outs_memo.get(pkg)
@@ -636,6 +657,10 @@ class GraphBuilder:
             for item in lst:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
+        for k in pass_env:
+            if not set(k) <= _ENV_NAME_OK or k[0].isdigit():
+                hint = " (a value goes in env={...})" if "=" in k else ""
+                raise _err(decl, f"pass_env entry {k!r} is not a variable name{hint}")
         always = a.get("always", False)
         if not isinstance(always, bool):
             raise _err(decl, f"attribute 'always' must be True or False (got {always!r})")

@@ -67,7 +67,8 @@ def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
         msg = f"a label must start with '//' or ':' (got {text!r})"
         if text.startswith("@"):
             msg += "; external repositories (@repo//...) are not supported: every label is in this workspace"
-        elif text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text:
+        elif text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text \
+                and _parses(f"//{text}"):
             msg += f"; did you mean '//{text}'?"
         raise LabelError(msg)
     try:
@@ -117,3 +118,12 @@ def parse_pattern(text: str, current_pkg: str) -> Pattern:
     if name == "all" and (text.endswith(":all")):
         return Pattern("package", pkg, text=text)
     return Pattern("target", pkg, name, text=text)
+
+
+def _parses(text: str) -> bool:
+    """Is ``text`` a valid absolute label (for a "did you mean" hint)?"""
+    try:
+        parse_label(text, "")
+    except LabelError:
+        return False
+    return True

@@ -98,6 +98,10 @@ CATALOGUE = [
      'threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()\n'
      'genrule(name="t", outs=["o"], cmd="sleep 1; echo > $@")', "left 1 thread(s) running", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
+    ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
+     "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
+    ("src-in-a-subpackage", 'genrule(name="t", srcs=["tools/defs.py"], outs=["o"], cmd="cat $< > $@")',
+     "is in package //tools, not //: refer to it as '//tools:defs.py'", "subpkg"),
 ]
 
 
@@ -119,6 +123,9 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
         ws.write("tools/loop.py", "import tools.loop2\n")
         ws.write("tools/loop2.py", "import tools.loop\nVALUE = tools.loop.VALUE\n")  # a real import cycle
     ws.write("BUILD.py", build.replace("{outside}", str(outside)) + "\n")
+    if extra == "subpkg":
+        ws.write("tools/defs.py", "VALUE = 1\n")
+        ws.write("tools/BUILD.py", "")
     if extra == "keep":
         ws.write(".buildtoolignore", "ignored/\n")
         ws.write("tools/__init__.py", "")

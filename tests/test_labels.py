@@ -52,7 +52,8 @@ def test_label_error_names_allowed_characters() -> None:
 
 
 @pytest.mark.parametrize(("text", "hint"), [("pkg:lib", "did you mean '//pkg:lib'?"), ("a/b", "did you mean '//a/b'?"),
-                                             ("BUILD.py", None), ("/abs/x:y", None), ("@repo//x:y", None)])
+                                             ("BUILD.py", None), ("/abs/x:y", None), ("@repo//x:y", None),
+                                             ("-//lib:gen", None)])
 def test_a_label_without_slashes_hints_at_the_absolute_one(text: str, hint: str | None) -> None:
     with pytest.raises(LabelError) as e:
         parse_label(text, "")
