@@ -18,7 +18,7 @@ import sys
 from buildtool import dsl
 from buildtool.errors import BuildfileError, UserError
 from buildtool.noop import stat_row
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, Workspace
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, MARKER, Workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -160,12 +160,15 @@ class Loader:
         except OSError:
             return
         subdirs = []
+        here = False
         with it:
             for entry in it:
                 name = entry.name
                 if name == BUILDFILE:
-                    found.append(rel)
+                    here = True
                     continue
+                if name == MARKER and rel:  # a workspace of its own inside this one: not ours to walk
+                    return
                 if name in ALWAYS_SKIPPED:
                     continue
                 try:
@@ -177,6 +180,8 @@ class Loader:
                 if self.ws.ignore_patterns and self.ws.is_ignored(child):
                     continue
                 subdirs.append(child)
+        if here:
+            found.append(rel)
         for child in subdirs:
             self._walk(child, found)
 

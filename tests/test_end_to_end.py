@@ -718,3 +718,14 @@ def test_a_source_made_executable_changes_the_key_and_the_restored_mode(workspac
     r = workspace.build()
     assert r.rc == 0 and r.status("//:c") == "restored", r.output
     assert os.access(workspace.path("out.sh"), os.X_OK)
+
+
+def test_a_nested_workspace_is_not_part_of_the_outer_one(workspace: Workspace) -> None:
+    """inner/ has its own buildtool.toml: `//...` of the outer workspace does not walk
+    into it (it is built from inside), as Bazel does not cross into a nested workspace."""
+    workspace.build_file("", 'genrule(name="o", outs=["o.out"], cmd="echo > $@")')
+    workspace.write("inner/buildtool.toml", "")
+    workspace.build_file("inner", 'genrule(name="i", outs=["i.out"], cmd="echo > $@")')
+    r = workspace.build()
+    assert r.rc == 0 and set(r.by_label) == {"//:o"}, r.output
+    assert not workspace.exists("inner/i.out")
