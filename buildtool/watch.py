@@ -111,6 +111,7 @@ class Change:
     kind: str  # content | package | all | rescan | retry
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
+    appeared: bool = False  # the event made the path exist (created, moved to)
 
 
 def _owner(pkgs: Iterable[str], d: str) -> str | None:
@@ -290,7 +291,6 @@ class Watcher:
         rel_cache = os.path.relpath(cache_dir, self.root)
         self.cache_rel = None if rel_cache.startswith("..") else rel_cache
         self.own_streams = _own_streams(self.root) | _own_reports(self.root, req)
-        self.own_names = {p.rsplit("/", 1)[-1] for p in self.own_streams}
         self.own_dirs = {p.rsplit("/", i)[0] for p in self.own_streams for i in range(1, p.count("/") + 1)}
 
     # -- events (observer thread) --------------------------------------------------------
@@ -308,13 +308,14 @@ class Watcher:
             return
         if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes
             return
-        if _ATOMIC_TEMP.search(parts[-1]) and parts[-1].split(".tmp.", 1)[0] in self.own_names:
+        if _ATOMIC_TEMP.search(parts[-1]) and rel.rsplit(".tmp.", 1)[0] in self.own_streams:
             return  # the temp file of one of them, renamed over it (atomic.write_atomic)
-        if is_dir and rel in self.own_dirs:  # made to hold one of them (--profile reports/p.json)
+        if is_dir and event_type == "created" and rel in self.own_dirs:  # made for one (--profile out/p.json)
             return
         ch = classify(ws, rel, event_type, is_dir)
         if ch is None:
             return
+        ch.appeared = event_type in ("created", "moved_to")
         self.q.put(ch)
         c = self.collector
         if c is not None and self.in_cycle and c.sched is not None and c.should_cancel(ch):
@@ -528,7 +529,8 @@ class Watcher:
                 now = time.monotonic()
                 timeout = min(last + self.quiet, first + MAX_WAIT_S) - now
                 if timeout <= 0:
-                    pending = [ch for ch in pending if not self._came_and_went(ch)]
+                    appeared = {ch.path for ch in pending if ch.appeared}
+                    pending = [self._settled(ch) for ch in pending if not self._came_and_went(ch, appeared)]
                     if pending:
                         return pending
                     continue
@@ -545,16 +547,25 @@ class Watcher:
             last = time.monotonic()
             pending.append(ch)
 
-    def _came_and_went(self, ch: Change) -> bool:
-        """A file or directory that appeared and is gone again, never part of the graph (a
-        command's scratch directory, a temp file a glob pattern matches): nothing changed."""
-        if ch.kind not in ("package", "rescan") or os.path.lexists(os.path.join(self.root, ch.path)):
+    def _came_and_went(self, ch: Change, appeared: set[str]) -> bool:
+        """A file or directory that appeared in this batch and is gone again, never part of
+        the graph (a command's scratch directory, a temp file a glob pattern matches):
+        nothing changed.  (One that was there before and is gone now did change.)"""
+        if ch.kind not in ("package", "rescan") or ch.path not in appeared \
+                or os.path.lexists(os.path.join(self.root, ch.path)):
             return False
         ws = self.ws
         return not (ch.path in ws.sources or ch.path in ws.scan_dirs or ch.path in ws.glob_dirs
                     or ch.path in ws.packages or ch.path in ws.missing_dirs
                     or (ch.path.rsplit("/", 1)[-1] == BUILDFILE
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
+
+    def _settled(self, ch: Change) -> Change:
+        """A source deleted or renamed away and back in place by now (an editor saving by
+        renaming the old file aside): its content changed, the package's files did not."""
+        if ch.kind == "package" and ch.path in self.ws.sources and os.path.isfile(os.path.join(self.root, ch.path)):
+            return Change(ch.path, "content", at=ch.at)
+        return ch
 
     def _focus(self, changes: list[Change]) -> set[int] | None:
         """Targets that may be dirty, when only sources changed and the graph is kept:

@@ -500,6 +500,22 @@ def test_glob_new_file_is_picked_up_and_files_no_pattern_matches_are_not(watch, 
     assert w.stop() == 0
 
 
+def test_a_globbed_file_deleted_re_evaluates_even_when_no_target_reads_it(watch, ws: Path) -> None:
+    """The glob's result names targets here, no srcs: deleting a matched file that was
+    there before is a change (unlike one that came and went within one batch)."""
+    write(ws / "g" / "a.txt", "")
+    write(ws / "g" / "b.txt", "")
+    write(ws / "g" / "BUILD.py", 'names = sorted(f[:-4] for f in glob(["*.txt"]))\n'
+                                 'genrule(name="list", outs=["list.out"],\n'
+                                 '        cmd="echo %s > list.out" % " ".join(names))\n')
+    w = watch("//g:list")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    assert read(ws / "g" / "list.out") == "a b\n"
+    (ws / "g" / "a.txt").unlink()
+    w.wait_settled(lambda cs: read(ws / "g" / "list.out") == "b\n", "a.txt's deletion seen")
+    assert w.stop() == 0
+
+
 def test_new_package_under_recursive_pattern_is_built(watch, ws: Path) -> None:
     w = watch()
     w.wait_cycle(1)
