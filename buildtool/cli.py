@@ -252,6 +252,10 @@ def _check_build_flags(args: argparse.Namespace) -> None:
         msg = "--cache-dir must name a directory (got an empty string)"
         raise UserError(msg)
     check_action_env(args.action_env, "--action-env")
+    if any(getattr(args, k, None) is not None for k in vars(args) if k.startswith("remote_")):
+        from buildtool.remote.options import flags_of
+
+        flags_of(args)  # the --remote-* values (their own module: no import for a plain build)
     for flag, path in (("--events", args.events), ("--profile", args.profile),
                        ("--junit", getattr(args, "junit", None))):
         if path is not None:

@@ -379,7 +379,7 @@ def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_wo
     assert (ws.root / "o").read_text() == "y\n"
 
 
-@pytest.mark.parametrize("where", ["flag", "flag-huge", "env", "config"])
+@pytest.mark.parametrize("where", ["flag", "flag-huge", "env", "config", "remote-flag", "remote-config"])
 def test_an_absurd_job_count_is_exit_2_not_a_memory_error(make_workspace, where: str) -> None:
     ws = make_workspace("jobs")
     ws.write("BUILD.py", 'genrule(name="g", outs=["o"], cmd="echo > $@")\n')
@@ -390,6 +390,10 @@ def test_an_absurd_job_count_is_exit_2_not_a_memory_error(make_workspace, where:
         args += ["-j99999999999999999999"]
     elif where == "env":
         env = {"BUILDTOOL_JOBS": "100000000000"}
+    elif where == "remote-flag":
+        args += ["--remote-executor", "grpc://127.0.0.1:1", "--remote-jobs", "5000"]
+    elif where == "remote-config":
+        ws.write("buildtool.toml", "remote_jobs = 5000\n")
     else:
         ws.write("buildtool.toml", "jobs = 100000000000\n")
     rc, _, err = ws.run(*args, env_extra=env)

@@ -176,8 +176,10 @@ def check_key(key: str, v: Any) -> Any:
             raise ValueError(msg)
         return float(v)
     if key == "remote_jobs":
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            msg = f"remote_jobs must be a whole number, at least 1 (got {v!r})"
+        from buildtool.config import MAX_JOBS
+
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_JOBS:
+            msg = f"remote_jobs must be a whole number from 1 to {MAX_JOBS} (got {v!r})"
             raise ValueError(msg)
         return v
     if key == "remote_download":
