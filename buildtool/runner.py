@@ -755,7 +755,8 @@ class TargetRunner:
             res: Any = None
             running = None
             if self.remote_exec is not None and self.remote_exec.wants(t):  # None: infrastructure trouble
-                res = self.remote_exec.run(t, self.graph.inputs[t.id], desc, t.label)
+                res = self.remote_exec.run(t, self.graph.inputs[t.id], desc, t.label,
+                                           skip_cache=self._never_fresh(t) or reason is Reason.FAILED_BEFORE)
             if res is None:
                 lost = self._fetch_inputs(t)
                 if lost is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -389,3 +390,24 @@ def test_local_attribute_is_checked(make_workspace: Callable[..., Workspace]) ->
     """)
     rc, _, err = ws.run("build", "//:a")
     assert rc == 2 and "attribute 'local' must be True or False" in err, err
+
+
+def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(
+    stack: Stack, make_workspace: Callable[..., Workspace], tmp_path: pathlib.Path
+) -> None:
+    """The server's action cache holds the pass of this key; --no-cache-tests, and then a
+    test that failed last time with the key, must execute (skip_cache_lookup), not get
+    that pass back."""
+    flag = tmp_path / "broken"
+    ws = make_workspace("rerun")
+    ws.build_file("", f'test(name="t", cmd="test ! -e {flag}")')
+    remote = ("--remote-executor", stack.url, "//:t")
+    assert ws.build(*remote, command="test").rc == 0
+    flag.write_text("")
+    r = ws.build(*remote, "--no-cache-tests", command="test")
+    assert r.rc == 1 and r.by_label["//:t"].get("executed") == "remote", r.output + stack.worker_logs()
+    r = ws.build(*remote, command="test")
+    assert r.rc == 1 and r.by_label["//:t"].get("executed") == "remote", r.output
+    flag.unlink()
+    r = ws.build(*remote, command="test")
+    assert r.rc == 0 and r.by_label["//:t"]["reason_code"] == "failed_before", r.output

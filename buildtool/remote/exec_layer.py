@@ -169,13 +169,18 @@ class RemoteExecutor:
         return d
 
     # -- one action --------------------------------------------------------------------------------
-    def run(self, t: Any, inputs: Any, desc: dict[str, Any], label: str) -> RemoteResult | None:
+    def run(
+        self, t: Any, inputs: Any, desc: dict[str, Any], label: str, skip_cache: bool = False
+    ) -> RemoteResult | None:
+        """Run ``t`` remotely; None on infrastructure trouble (run it here).  ``skip_cache``:
+        the server must execute, not answer from its action cache (always=True, a test
+        under --no-cache-tests or one that failed last time with this key)."""
         st = self._get()
         if st is None:
             return None
         started = time.monotonic()
         try:
-            res = self._run_retrying(st, t, inputs, desc, started)
+            res = self._run_retrying(st, t, inputs, desc, started, skip_cache or bool(t.always))
         except Unavailable as e:
             with self._lock:
                 self.stats.fallbacks += 1
@@ -194,19 +199,23 @@ class RemoteExecutor:
             self.stats.failed += res.exit_code != 0
         return res
 
-    def _run_retrying(self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float) -> RemoteResult:
+    def _run_retrying(
+        self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
+    ) -> RemoteResult:
         """A busy server (RESOURCE_EXHAUSTED, e.g. BuildGrid's concurrent-RPC limit) is retried
         with backoff before the action falls back to local execution."""
         for attempt in range(BUSY_RETRIES):
             try:
-                return self._run(st, t, inputs, desc, started)
+                return self._run(st, t, inputs, desc, started, skip_cache)
             except RemoteError as e:
                 if "RESOURCE_EXHAUSTED" not in str(e) or self.cancelled:
                     raise
             time.sleep(min(0.25 * 2**attempt, 4.0))
-        return self._run(st, t, inputs, desc, started)
+        return self._run(st, t, inputs, desc, started, skip_cache)
 
-    def _run(self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float) -> RemoteResult:
+    def _run(
+        self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
+    ) -> RemoteResult:
         view = TargetView.of(t, inputs)
         act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc))
         blobs: dict[Digest, Source] = dict(act.blobs)
@@ -217,7 +226,7 @@ class RemoteExecutor:
             sent = st.upload({d: blobs[d] for d in missing})
             with self._lock:
                 self.stats.bytes_up += sent
-        resp = self._execute(st, act.digest, t)
+        resp = self._execute(st, act.digest, t, skip_cache)
         if resp.status.code == CODE_DEADLINE_EXCEEDED and not resp.HasField("result"):
             raise RemoteError(f"the server reports a timeout without a result: {resp.status.message}")
         if resp.status.code not in (0, CODE_DEADLINE_EXCEEDED):
@@ -253,19 +262,19 @@ class RemoteExecutor:
             note += "; outputs left in the remote CAS (--remote-download)"
         return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result, left)
 
-    def _execute(self, st: GrpcStore, action: Digest, t: Any) -> Any:
+    def _execute(self, st: GrpcStore, action: Digest, t: Any, skip_cache: bool) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
         names: list[str] = []
         try:
-            return self._follow(st, action, t, names)
+            return self._follow(st, action, t, names, skip_cache)
         finally:
             with self._lock:
                 if not self.cancelled:  # cancel_all still needs the names
                     self._ops.difference_update(names)
 
-    def _follow(self, st: GrpcStore, action: Digest, t: Any, names: list[str]) -> Any:
+    def _follow(self, st: GrpcStore, action: Digest, t: Any, names: list[str], skip_cache: bool) -> Any:
         req = re_pb2.ExecuteRequest(instance_name=st.instance, action_digest=action.proto(),
-                                    skip_cache_lookup=bool(t.always), digest_function=st._fn)
+                                    skip_cache_lookup=skip_cache, digest_function=st._fn)
         deadline = (t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S
         name = ""
         stream = self._exec.Execute(req, timeout=deadline, metadata=st.metadata)
