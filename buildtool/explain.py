@@ -52,7 +52,9 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
         word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
                 FAIL: "WOULD FAIL"}[v]
         why = reason_text(o)
-        if v == FRESH:
+        if o.reason is Reason.TEST_NOT_RUN:
+            word = "not run"  # (counted as up to date)
+        elif v == FRESH:
             why = "same action key as this workspace's last build, outputs unchanged"
         elif v == GROUP:
             members = [graph.targets[d].label for d in graph.targets[t].deps]

@@ -248,7 +248,8 @@ class Session:
         runner = TargetRunner(
             self.ws.root, state, graph, record, stats, cache,
             RunOptions(base_path=os.environ.get("PATH", "/usr/bin:/bin"), action_env=action_env,
-                       dry_run=req.dry_run, cache_tests=req.cache_tests, run_tests=req.mode != "build"),
+                       dry_run=req.dry_run, cache_tests=req.cache_tests,
+                       run_tests=req.mode not in ("build", "explain")),  # (what `build` would do)
             _warn,
         )
         runner.executor.stage = stage
@@ -283,7 +284,7 @@ class Session:
         events = EventsWriter(req.events, graph) if req.events else None
         try:
             if req.dry_run:
-                if any(t.kind == "test" for t in graph.targets):  # which failed last time (testing.py)
+                if req.mode == "test":  # which tests failed last time (testing.py)
                     from buildtool.testing import TestLogs
 
                     runner.failed_tests = TestLogs(state, _warn).failed
@@ -732,8 +733,8 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
 
     for i in graph.topo_order():
         t = graph.targets[i]
-        if t.kind == "group":
-            out[i] = Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
+        if t.kind == "group" or (t.kind == "test" and not runner.opt.run_tests):
+            out[i] = runner.try_inline(i) if t.kind == "test" else Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
             if any(d in would for d in t.deps):
                 would.add(i)
             continue

@@ -246,6 +246,13 @@ def test_build_does_not_run_a_test_reached_through_a_dependency(workspace: Works
     assert r.rc == 0, r.output
     assert r.by_label["//:t"]["reason_code"] == "test_not_run"
     assert workspace.read("d.out") == "d\n" and _runs(counter) == 0
+    workspace.build_file("", f'genrule(name="d", outs=["d.out"], cmd="echo d2 > $@")\n'
+                             f'test(name="t", deps=[":d"], env={{"COUNTER": "{counter}"}}, '
+                             f'cmd="echo run >> $$COUNTER; false")\n'
+                             f'group(name="g", deps=[":t"])')
+    for args in (("build", "-n", "//:g"), ("explain", "//:g")):
+        rc, out, _ = workspace.run(*args)
+        assert rc == 0 and "//:t" in out and "`build` builds what it needs" in out, (args, out)
     assert workspace.build("//:t", command="test").rc == 1 and _runs(counter) == 1
 
 
