@@ -191,7 +191,17 @@ class Loader:
         if pkg and self.ws.is_ignored(pkg):
             return False
         path = os.path.join(self.ws.root, pkg, BUILDFILE)
-        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg)
+        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self._in_nested(pkg)
+
+    def _in_nested(self, pkg: str) -> bool:
+        """Is ``pkg`` in a nested workspace (a directory below the root, at or above it,
+        with its own buildtool.toml)?  Discovery does not walk there; nor does a label."""
+        d = pkg
+        while d:
+            if os.path.isfile(os.path.join(self.ws.root, d, MARKER)):
+                return True
+            d = d.rpartition("/")[0]
+        return False
 
     # -- evaluation ------------------------------------------------------------------
     def load(self, pkg: str) -> dict[str, dsl.Declaration]:
@@ -379,8 +389,9 @@ class Loader:
                         child = f"{wrel}/{name}" if wrel else name
                         if self.ws.is_ignored(child):
                             continue
-                        if os.path.exists(os.path.join(entry.path, BUILDFILE)):
-                            continue  # a sub-package owns its files
+                        if os.path.exists(os.path.join(entry.path, BUILDFILE)) \
+                                or os.path.exists(os.path.join(entry.path, MARKER)):
+                            continue  # a sub-package (or a nested workspace) owns its files
                         dirs.append(rel)
                     elif entry.is_file():  # follows a file symlink; dir symlinks are skipped
                         out.append(rel)

@@ -722,3 +722,5 @@ def test_a_nested_workspace_is_not_part_of_the_outer_one(workspace: Workspace) -
     r = workspace.build()
     assert r.rc == 0 and set(r.by_label) == {"//:o"}, r.output
     assert not workspace.exists("inner/i.out")
+    rc, _, err = workspace.run("build", "//inner:i")  # nor through a label
+    assert rc == 2 and "//inner" in err and not workspace.exists("inner/i.out"), err
