@@ -263,7 +263,7 @@ class GraphBuilder:
     def _load_pkg_for(self, pkg: str, text: str) -> dict[str, Declaration]:
         if not self.loader.package_exists(pkg):
             msg = f"no package //{pkg} for {text!r}: there is no {pkg + '/' if pkg else ''}BUILD.py"
-            if pkg and self.loader._in_nested(pkg):
+            if pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
             import difflib  # (error messages only)
@@ -549,8 +549,16 @@ class GraphBuilder:
                 r = dirs[parent] = posixpath.join(rel, rest) if rest else rel
             return posixpath.join(r, base) if r else base
 
-        if all(canonical(d + "/x") == d + "/x" if d else True
-               for d in {p.rpartition("/")[0] for p in (*out_owner, *src_users)}):
+        linked: dict[str, bool] = {"": False}
+
+        def via_link(d: str) -> bool:  # is some directory from the root down to d a symlink?
+            got = linked.get(d)
+            if got is None:
+                got = via_link(d.rpartition("/")[0]) or os.path.islink(os.path.join(root, d))
+                linked[d] = got
+            return got
+
+        if not any(via_link(d) for d in {p.rpartition("/")[0] for p in (*out_owner, *src_users)}):
             return  # no directory on the way is a symlink: the plain-path checks were exact
         names: dict[str, tuple[str, str]] = {}  # canonical path -> (declared path, label)
         for o, lab in out_owner.items():

@@ -191,9 +191,9 @@ class Loader:
         if pkg and self.ws.is_ignored(pkg):
             return False
         path = os.path.join(self.ws.root, pkg, BUILDFILE)
-        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self._in_nested(pkg)
+        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self.in_nested_workspace(pkg)
 
-    def _in_nested(self, pkg: str) -> bool:
+    def in_nested_workspace(self, pkg: str) -> bool:
         """Is ``pkg`` in a nested workspace (a directory below the root, at or above it,
         with its own buildtool.toml)?  Discovery does not walk there; nor does a label."""
         d = pkg

@@ -103,10 +103,10 @@ def why_changed(
     if old.get("outs") != new.get("outs"):
         found.append((Reason.OUTPUTS_CHANGED, "the declared outputs changed"))
     oextra, nextra = dict(old.get("extra", {})), dict(new.get("extra", {}))
-    ox = set(filter(None, oextra.pop("executable", "").split(",")))
-    nx = set(filter(None, nextra.pop("executable", "").split(",")))
+    ox, nx = _executable(oextra.pop("executable", "[]")), _executable(nextra.pop("executable", "[]"))
     for p in sorted(nx - ox):
-        found.append((Reason.INPUT_CHANGED, f"input {p} became executable"))
+        if p in oin:  # (a new input is reported as added)
+            found.append((Reason.INPUT_CHANGED, f"input {p} became executable"))
     for p in sorted(ox - nx):
         if p in nin:
             found.append((Reason.INPUT_CHANGED, f"input {p} is no longer executable"))
@@ -120,6 +120,17 @@ def why_changed(
     if len(found) > 4:
         msgs.append(f"and {len(found) - 4} more differences")
     return found[0][0], "; ".join(msgs)
+
+
+def _executable(text: str) -> set[str]:
+    """The paths of an ``extra.executable`` value (a JSON list; anything else: none)."""
+    import json
+
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return set()
+    return {p for p in got if isinstance(p, str)} if isinstance(got, list) else set()
 
 
 def _clip(s: Any, n: int = 80) -> str:

@@ -243,7 +243,7 @@ class TargetRunner:
             extra["timeout"] = repr(t.timeout)
         executable = self._executable.get(t.id)
         if executable:  # sources with the owner's x bit: `cp` carries it into the output
-            extra["executable"] = ",".join(sorted(executable))
+            extra["executable"] = json.dumps(sorted(executable))
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
             t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
