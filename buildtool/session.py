@@ -543,11 +543,12 @@ class Session:
             record = BuildRecord(os.path.join(state, "record"), _warn)
             n = 0
             recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}
+            stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
             for p in sorted(record.all_outputs()):
                 full = os.path.join(self.ws.root, p)
                 if os.path.isfile(full) or os.path.islink(full):
                     o = recorded.get(p)
-                    if o is not None and not _as_written(full, o[1]):
+                    if o is not None and not _as_written(self.ws.root, p, o[1], stats):
                         _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
                         continue
                     os.unlink(full)
@@ -591,18 +592,20 @@ def _remove(root: str, rel: str, stats: StatCache) -> None:
     stats.forget(rel)
 
 
-def _as_written(full: str, digest: str) -> bool:
-    """Does the file at ``full`` still hold what the build recorded writing there?  (A
-    symlink or other non-regular file, or a digest of an output left remote: not checked.)"""
+def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
+    """Does the file ``rel`` still hold what the build recorded writing there (the stat
+    cache vouches, else it is hashed)?  (A symlink or other non-regular file, or a digest
+    of an output left remote: not checked.)"""
     import stat as stat_mod
 
     from buildtool.digest import hash_file, is_remote
 
+    full = os.path.join(root, rel)
     try:
         st = os.lstat(full)
         if is_remote(digest) or not stat_mod.S_ISREG(st.st_mode):
             return True
-        return hash_file(full) == digest
+        return (stats.lookup(rel, st) or hash_file(full)) == digest
     except OSError:
         return True
 
@@ -617,7 +620,7 @@ def _remove_dead(root: str, label: str, o: list[Any], is_source: bool, stats: St
         return
     if is_source:
         _warn(f"kept {rel}: an output of {label} before, it is a source now")
-    elif not _as_written(full, o[1]):
+    elif not _as_written(root, rel, o[1], stats):
         _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")
     else:
         _remove(root, rel, stats)
