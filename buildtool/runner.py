@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
 INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
 
 
@@ -488,8 +489,7 @@ class TargetRunner:
             reason, why = Reason.NO_CACHE_TESTS, "--no-cache-tests: the test passed before but runs again"
         elif failed_before:
             cache_skip = True
-            reason = Reason.FAILED_BEFORE
-            why = "it failed last time with this action key; a failing test runs until it passes"
+            reason, why = Reason.FAILED_BEFORE, FAILED_BEFORE_WHY
         elif entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._outputs_digest(t, entry))
             assert reason is not None
@@ -899,8 +899,7 @@ class TargetRunner:
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
         if t.kind == "test" and key and self.failed_tests.get(t.label) == key:
-            why = "it failed last time with this action key; a failing test runs until it passes"
-            return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key,
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {FAILED_BEFORE_WHY}", key=key,
                            extra={"dry_reason": Reason.FAILED_BEFORE})
         if entry is not None and entry.get("k") == key:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
