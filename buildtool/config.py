@@ -121,6 +121,10 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
             try:
                 out[k] = check_key(k, v)
             except ValueError as e:
+                if path.startswith("environment"):  # name the variable, not the key
+                    from buildtool.remote.options import ENV_VARS
+
+                    raise UserError(f"{ENV_VARS.get(k, path)}: {e}") from None
                 raise UserError(f"{path}: {e}") from None
             continue
         if k == "max_size":

@@ -221,7 +221,17 @@ def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
     assert rc == 2 and "--remote-cache must be grpc://" in err, err
     workspace.write("buildtool.toml", "remote_timeout = -1\n")
     rc, _, err = workspace.run("build")
-    assert rc == 2 and "remote_timeout must be a positive number" in err, err
+    assert rc == 2 and "remote_timeout must be a positive, finite number" in err, err
+    for args, env, needle in (
+        (["--remote-timeout", "nan"], None, "--remote-timeout must be a positive, finite number"),
+        ([], {"BUILDTOOL_REMOTE_TIMEOUT": "inf"}, "BUILDTOOL_REMOTE_TIMEOUT: remote_timeout must be"),
+        (["--remote-header", "x-tok=a\nb"], None, "the value of header 'x-tok' contains a line break"),
+        (["--remote-header", "Bad Key=1"], None, "'Bad Key' is not a valid header name"),
+        (["--remote-header", "novalue"], None, "--remote-header must be KEY=VALUE"),
+    ):
+        workspace.write("buildtool.toml", "")
+        rc, _, err = workspace.run("build", "--remote-cache", "http://127.0.0.1:1", *args, env_extra=env)
+        assert rc == 2 and needle in err and "Traceback" not in err, (args, err)
     workspace.write("buildtool.toml", "")
     rc, _, err = workspace.run("build", env_extra={"BUILDTOOL_REMOTE_CACHE": "grpc://h"})
     assert rc == 0, err  # port defaults; an unreachable server only warns

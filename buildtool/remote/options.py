@@ -67,12 +67,27 @@ def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
 def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:
     """``["K=V", ...]`` (or a mapping from a config file) -> {lower-case key: value}."""
     out: dict[str, str] = {}
-    pairs = items.items() if isinstance(items, dict) else [tuple(i.partition("=")[::2]) for i in items]
+    if isinstance(items, dict):
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for i in items:
+            if not isinstance(i, str) or "=" not in i:
+                msg = f"{what} must be KEY=VALUE (got {i!r})"
+                raise ValueError(msg)
+            pairs.append(tuple(i.partition("=")[::2]))
     for k, v in pairs:
         if not isinstance(k, str) or not k.strip() or not isinstance(v, str):
             msg = f"{what} must be KEY=VALUE with a non-empty KEY (got {k!r}={v!r})"
             raise ValueError(msg)
-        out[k.strip().lower()] = v
+        key = k.strip().lower()
+        if not all(c.isascii() and (c.isalnum() or c in "!#$%&'*+-.^_`|~") for c in key):
+            msg = f"{what}: {k.strip()!r} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~)"
+            raise ValueError(msg)
+        if any(c in v for c in "\r\n\0"):  # (the value is not shown: it may be a token)
+            msg = f"{what}: the value of header {key!r} contains a line break or NUL"
+            raise ValueError(msg)
+        out[key] = v
     return out
 
 
@@ -171,8 +186,8 @@ def check_key(key: str, v: Any) -> Any:
             raise ValueError(msg)
         return parse_headers(v, key)
     if key == "remote_timeout":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            msg = f"remote_timeout must be a positive number of seconds (got {v!r})"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 86_400 * 365:  # (NaN, inf)
+            msg = f"remote_timeout must be a positive, finite number of seconds (got {v!r})"
             raise ValueError(msg)
         return float(v)
     if key == "remote_jobs":

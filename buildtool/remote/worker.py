@@ -123,8 +123,10 @@ class Worker:
         finished: set[str] = set()
         while session is not None and not self.stop.is_set():
             for lease in session.leases:
-                if lease.state in (bots_pb2.PENDING, bots_pb2.ACTIVE) and running is None \
-                        and lease.id not in finished:
+                # A lease this slot finished may still be echoed as ACTIVE until the server takes
+                # the report; one handed out as PENDING again (re-queued) runs again.
+                if running is None and (lease.state == bots_pb2.PENDING
+                                        or (lease.state == bots_pb2.ACTIVE and lease.id not in finished)):
                     running = self._start(lease)
                     lease.state = bots_pb2.ACTIVE
             if running is not None:
@@ -157,6 +159,7 @@ class Worker:
                         running.thread.join()
                         running = None
                     session = self._new_session(slot)
+                    finished.clear()  # a new session: leases it is given are new work, whatever their ids
 
     @staticmethod
     def _cancelled(session: Any, r: Running) -> bool:
