@@ -29,26 +29,38 @@ class WorkspaceLock:
 
     def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except IsADirectoryError:  # something made a directory there: the lock file is buildtool's
-            import shutil
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except IsADirectoryError:  # something made a directory there: the lock file is buildtool's
+                import shutil
 
-            say(f"warning: {self.path} was a directory; replaced it with the lock file")
-            shutil.rmtree(self.path, ignore_errors=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                say(f"warning: {self.path} was a directory; replaced it with the lock file")
+                shutil.rmtree(self.path, ignore_errors=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # a read-only workspace, a full disk, no permission
+            from buildtool.errors import UserError
+
+            msg = f"cannot take the workspace lock {self.path}: {e.strerror} (buildtool keeps its state there)"
+            raise UserError(msg) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            who = f"pid {holder}" if holder else "unknown pid"
-            if not wait:
-                os.close(fd)
-                msg = f"another buildtool ({who}) is running on this workspace (--no-wait given)"
-                raise LockBusy(msg) from None
-            say(f"waiting for another buildtool ({who}) on this workspace")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                who = f"pid {holder}" if holder else "unknown pid"
+                if not wait:
+                    msg = f"another buildtool ({who}) is running on this workspace (--no-wait given)"
+                    raise LockBusy(msg) from None
+                say(f"waiting for another buildtool ({who}) on this workspace")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)  # (never a lock held by a descriptor nobody has: the next acquire would wait on it)
+            raise
+        try:  # the pid is only for the waiting message: a full disk must not fail (or leak) the lock
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self.fd = fd
 
     def release(self) -> None:

@@ -55,14 +55,21 @@ class Workspace:
                 msg = (f"{path} must be buildtool's state directory but is a file (or a link to one); "
                        "move it away and build again")
                 raise UserError(msg)
-            os.makedirs(path, exist_ok=True)
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:  # a read-only workspace, a full disk
+                msg = f"cannot create buildtool's state directory {path}: {e.strerror}"
+                raise UserError(msg) from None
         tmp = os.path.join(path, "tmp")  # per-build temp dirs: anything else there is in the way
         if os.path.lexists(tmp) and not os.path.isdir(tmp):
             os.unlink(tmp)
         gi = os.path.join(path, ".gitignore")
         if not os.path.exists(gi):
-            with open(gi, "w") as f:
-                f.write("# written by buildtool: this directory is local state\n*\n")
+            try:
+                with open(gi, "w") as f:
+                    f.write("# written by buildtool: this directory is local state\n*\n")
+            except OSError:
+                pass  # (a convenience for git users; the lock says what is wrong, if anything)
         return path
 
 
