@@ -151,16 +151,23 @@ class Manifests:
     def lookup(
         self, primary: str, desc: Mapping[str, Any], digest_of: DigestOf
     ) -> tuple[ActionEntry, str, dict[str, Any]] | None:
-        """(entry, F, final description) of the first listed path set whose files exist and
-        whose F is in the cache."""
+        """(entry, F, final description) of the listed path set whose files exist and whose
+        F is in the cache, if exactly one is.  Two that both match the tree (x.h found in
+        inc2/ once, in inc1/ after a header shadowing it appeared) cannot both be what the
+        compiler would read now: that is a miss, and the compiler decides."""
+        found: tuple[ActionEntry, str, dict[str, Any]] | None = None
         for paths in self.read(primary):
             if any(p not in desc["inputs"] and digest_of(p) is None for p in paths):
                 continue
             key, fdesc = final_key(desc, paths, digest_of)
+            if found is not None and key == found[1]:
+                continue
             hit = self.cache.get_action(key)
             if hit is not None:
-                return hit, key, fdesc
-        return None
+                if found is not None:
+                    return None
+                found = (hit, key, fdesc)
+        return found
 
 
 def discover(

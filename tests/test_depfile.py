@@ -146,8 +146,18 @@ def test_manifest_lookup_finds_the_variant_matching_the_files_on_disk(tmp_path: 
         cache.put_action(fk, ActionEntry((CachedOutput("a.o", out, 0o644),), 0.1, None, None))
         mf.add(primary, paths)
     assert mf.read(primary) == [["a.h", "b.h"], ["a.h"]]
-    hit = mf.lookup(primary, desc, on_disk.get)
-    assert hit is not None and hit[0].outputs[0].digest == "6" * 64
+    # Both variants match the files on disk: with the same a.h, only something outside the
+    # key (a header that appeared earlier on the include path) can make the compiler read
+    # b.h or not, so neither is trusted: a miss, and the compiler decides.
+    assert mf.lookup(primary, desc, on_disk.get) is None
+    # One variant only: it is served.
+    c2 = discovered.Manifests(cache, warnings.append)
+    p2 = keys.key_of(_desc({"b.c": "1" * 64}))
+    fk, _ = discovered.final_key(_desc({"b.c": "1" * 64}), ["a.h", "b.h"], on_disk.get)
+    cache.put_action(fk, ActionEntry((CachedOutput("b.o", "7" * 64, 0o644),), 0.1, None, None))
+    c2.add(p2, ["a.h", "b.h"])
+    hit = c2.lookup(p2, _desc({"b.c": "1" * 64}), on_disk.get)
+    assert hit is not None and hit[0].outputs[0].digest == "7" * 64
     assert hit[2]["discovered"] == ["a.h", "b.h"]
     # b.h gone: the first variant cannot be checked, the second still matches.
     hit = mf.lookup(primary, desc, {"a.h": "2" * 64}.get)
