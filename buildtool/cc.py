@@ -38,8 +38,8 @@ SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C", ".S", ".s")
 
 
 def compiler() -> str:
-    """The C compiler command: ``$CC`` or ``cc``."""
-    return getenv("CC") or "cc"
+    """The C compiler command: ``$CC`` or ``cc`` (also for a blank ``$CC``)."""
+    return (getenv("CC") or "").strip() or "cc"
 
 
 def have_compiler(cc: str | None = None) -> bool:
@@ -102,7 +102,9 @@ def _compile(
             outs=[obj],
             depfile=dep,
             tools=[_tool(cc)],
-            cmd=f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@",
+            # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
+            cmd=(f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
+                 if src.endswith(".s") else f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"),
             **common,
         )
         labels.append(f":{label}")
@@ -176,11 +178,12 @@ def cc_test(
     defines: Sequence[str] = (),
     linkopts: Sequence[str] = (),
     timeout: float | None = None,
+    hdr_deps: Sequence[str] = (),
     **common: Any,
 ) -> None:
     """A test ``NAME`` running the binary ``NAME.bin`` (built like ``cc_binary``) with ``args``
     in the package directory; ``data`` files are inputs of the test."""
-    cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, **common)
+    cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, hdr_deps, **common)
     extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
     argv = " ".join(shlex.quote(a).replace("$", "$$") for a in args)
     test(name=name, srcs=[f":{name}.bin", *data], cmd=f"./$(location :{name}.bin) {argv}".rstrip(),

@@ -199,3 +199,17 @@ def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
     ws.build_file("", 'test(name="x", srcs=["a.c"], depfile="a.d", cmd="true")\n')
     rc, _, err = ws.run("build")
     assert rc == 2 and "unknown attribute 'depfile'" in err, err
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_cc_test_takes_hdr_deps_and_assembly_sources_build(workspace: Workspace) -> None:
+    """cc_test builds like cc_binary (hdr_deps included); a .s source, which gcc does not
+    preprocess and so writes no depfile for, still compiles."""
+    workspace.write("f.s", "\t.globl f\nf:\n\tret\n")
+    workspace.write("m.c", '#include "cfg.h"\nint f(void);\nint main(void){f();return X - 1;}\n')
+    workspace.build_file("", 'from buildtool.cc import cc_library, cc_test\n'
+                             'genrule(name="cfg", outs=["cfg.h"], cmd="echo \\"#define X 1\\" > $@")\n'
+                             'cc_library(name="asm", srcs=["f.s"])\n'
+                             'cc_test(name="t", srcs=["m.c"], deps=[":asm"], hdr_deps=[":cfg"])')
+    r = workspace.build("//:t", command="test")
+    assert r.rc == 0 and r.by_label["//:t"]["test"] == "passed", r.output
