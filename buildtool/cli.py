@@ -146,6 +146,15 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
         directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
 
 
+def _streams_to_devnull() -> None:
+    """Give a closed stdout/stderr /dev/null (which takes descriptor 1 or 2 again, so the
+    commands too inherit a valid one), as Make and Ninja keep going with output dropped."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+
+
 def run() -> None:
     """The ``buildtool`` command: ``main()``, then an exit that skips tearing the interpreter
     down.  Freeing the objects of a large graph one by one at exit took 20-40 ms, more than
@@ -162,6 +171,8 @@ def run() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None or sys.stderr is None:  # started with `>&-`: what would be said goes nowhere
+        _streams_to_devnull()
     if argv == ["--version"]:  # before building the parser: stay fast
         print(f"buildtool {__version__}")
         return 0

@@ -398,3 +398,14 @@ def test_an_absurd_job_count_is_exit_2_not_a_memory_error(make_workspace, where:
         ws.write("buildtool.toml", "jobs = 100000000000\n")
     rc, _, err = ws.run(*args, env_extra=env)
     assert rc == 2 and "from 1 to 4096" in err and "Traceback" not in err, err
+
+
+def test_a_closed_stdout_drops_the_output_and_keeps_the_status(make_workspace) -> None:
+    ws = make_workspace("closed-stdout")
+    ws.write("BUILD.py", 'genrule(name="g", outs=["o"], cmd="echo built > $@")\n')
+    env = _clean_env(ws.cache, ws.home)
+    for args in ("build", "query //...", "build"):
+        r = subprocess.run(f"{BUILDTOOL} {args} >&-", shell=True, cwd=ws.root, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+    assert (ws.root / "o").read_text() == "built\n"
