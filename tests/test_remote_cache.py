@@ -256,3 +256,74 @@ def test_uploads_default_to_on_in_ci_only(nginx: remote_servers.Server,
     _project(dev2, f"{tag}-other")
     r = dev2.build("--remote-cache", url, "--remote-upload", env_extra={"CI": ""})  # asked for
     assert "3 uploaded" in r.stdout, r.stdout
+
+
+class _FaultyCache:
+    """An HTTP cache on 127.0.0.1 that misbehaves: ``drip`` answers every GET with a body
+    sent a byte every 0.3 s; ``auth`` answers everything 401."""
+
+    def __init__(self, mode: str) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self) -> None:
+                outer.requests += 1
+                if mode == "auth":
+                    self.send_response(401)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("content-length", "200")
+                self.end_headers()
+                try:
+                    for _ in range(200):
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        time.sleep(0.3)
+                except OSError:
+                    pass
+
+            do_GET = do_HEAD = _answer
+
+            def do_PUT(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self._answer()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["drip", "auth"])
+def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
+    make_workspace: Callable[..., Workspace], mode: str
+) -> None:
+    """A server sending a byte at a time must not hold a build past --remote-timeout (the
+    socket's timeout is per read); an authentication error is one warning for the whole
+    build (the breaker), not one per target."""
+    server = _FaultyCache(mode)
+    try:
+        ws = make_workspace(f"faulty-{mode}")
+        ws.build_file("", "\n".join(f'genrule(name="t{i}", outs=["t{i}.txt"], cmd="echo {i} > $@")'
+                                    for i in range(3)))
+        t0 = time.monotonic()
+        r = ws.build("--remote-cache", server.url, "--remote-timeout", "1")
+        took = time.monotonic() - t0
+        assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
+        assert took < 30, took  # a bound, not a benchmark: the drip alone would take 60 s a request
+        assert r.stderr.count("remote cache") <= 2, r.stderr
+    finally:
+        server.close()

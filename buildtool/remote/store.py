@@ -199,8 +199,8 @@ class HttpStore(Store):
                 c.close()
                 self._local.conn = None
                 raise Unavailable(f"{self.name}: {e}") from None
-            if resp.status >= 500:
-                resp.read()
+            if resp.status >= 500 or resp.status in (401, 403):  # (an auth error holds for every call)
+                self._body(resp, 1 << 20)
                 raise Unavailable(f"{self.name}: {method} {path} answered HTTP {resp.status}")
             return resp
         raise Unavailable(self.name)  # not reached
@@ -209,7 +209,7 @@ class HttpStore(Store):
         from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 
         resp = self._request("GET", f"ac/{action.hash}")
-        data = resp.read()
+        data = self._body(resp, 64 << 20)
         if resp.status == 404:
             return None
         if resp.status != 200:
@@ -221,10 +221,40 @@ class HttpStore(Store):
             raise RemoteError(f"{self.name}: ac/{action.hash[:12]} is not an ActionResult message") from None
         return res
 
+    def _chunks(self, resp: Any, size: int) -> Iterator[bytes]:
+        """The body in chunks, within the call's deadline (the timeout, plus a second per MB
+        of the expected size: a server dripping bytes must not hold a build, and the socket's
+        timeout is per read) and at most ``size`` bytes (more cannot be the digest's blob)."""
+        import time
+
+        expected = resp.length if resp.length is not None and resp.length <= size else size
+        deadline = time.monotonic() + self.opt.timeout + expected / 1e6
+        got = 0
+        while True:
+            chunk = resp.read1(CHUNK)
+            if not chunk:
+                chunk = resp.read()  # (at the end of a sized body read1 leaves the response open)
+                if not chunk:
+                    return
+            got += len(chunk)
+            if got > size:
+                raise RemoteError(f"{self.name}: sent more than the {size} bytes asked for")
+            yield chunk
+            if time.monotonic() > deadline:
+                raise Unavailable(f"{self.name}: a download took longer than its deadline")
+
+    def _body(self, resp: Any, limit: int) -> bytes:
+        try:
+            return b"".join(self._chunks(resp, limit))
+        except RemoteError:
+            resp.close()
+            self._local.conn = None
+            raise
+
     def update_action_result(self, action: Digest, result: Any) -> None:
         data = result.SerializeToString(deterministic=True)
         resp = self._request("PUT", f"ac/{action.hash}", data, len(data))
-        resp.read()
+        self._body(resp, 1 << 20)
         if resp.status not in (200, 201, 204):
             raise RemoteError(f"{self.name}: PUT ac/{action.hash[:12]} answered HTTP {resp.status}")
 
@@ -232,7 +262,7 @@ class HttpStore(Store):
         missing = set()
         for d in digests:
             resp = self._request("HEAD", f"cas/{d.hash}")
-            resp.read()
+            self._body(resp, 1 << 20)
             if resp.status != 200:
                 missing.add(d)
         return missing
@@ -245,7 +275,7 @@ class HttpStore(Store):
             else:
                 with open(src, "rb") as f:  # streamed from disk by http.client
                     resp = self._request("PUT", f"cas/{d.hash}", f, d.size)
-            resp.read()
+            self._body(resp, 1 << 20)
             if resp.status not in (200, 201, 204):
                 raise RemoteError(f"{self.name}: PUT cas/{d.hash[:12]} answered HTTP {resp.status}")
             sent += d.size
@@ -256,15 +286,20 @@ class HttpStore(Store):
         for d in digests:
             resp = self._request("GET", f"cas/{d.hash}")
             if resp.status != 200:
-                resp.read()
+                self._body(resp, 1 << 20)
                 raise RemoteError(f"{self.name}: cas/{d.hash[:12]} is missing (HTTP {resp.status})")
             w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), "sha256")
             try:
-                while chunk := resp.read(CHUNK):
+                for chunk in self._chunks(resp, d.size):
                     w.write(chunk)
             except OSError as e:
                 w.abort()
                 raise Unavailable(f"{self.name}: {e}") from None
+            except RemoteError:
+                w.abort()
+                resp.close()  # (the rest of the body is not read: the connection is not reusable)
+                self._local.conn = None
+                raise
             w.finish(d)
             out[d] = w.dest
         return out
