@@ -137,6 +137,7 @@ class Loader:
         # as Python's open() does, so the graph holds for that directory only.
         self.cwd_relative = False
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
+        self._nested: dict[str, bool] = {}  # directory -> in a nested workspace (memo)
         # Package -> the include patterns of its glob() calls (text, compiled): which new
         # files in a package's directories could change what a glob() returns (watch mode).
         self.glob_rules: dict[str, list[tuple[str, Any]]] = {}
@@ -196,12 +197,13 @@ class Loader:
     def in_nested_workspace(self, pkg: str) -> bool:
         """Is ``pkg`` in a nested workspace (a directory below the root, at or above it,
         with its own buildtool.toml)?  Discovery does not walk there; nor does a label."""
-        d = pkg
-        while d:
-            if os.path.isfile(os.path.join(self.ws.root, d, MARKER)):
-                return True
-            d = d.rpartition("/")[0]
-        return False
+        if not pkg:
+            return False
+        got = self._nested.get(pkg)
+        if got is None:
+            got = self._nested[pkg] = (os.path.isfile(os.path.join(self.ws.root, pkg, MARKER))
+                                       or self.in_nested_workspace(pkg.rpartition("/")[0]))
+        return got
 
     # -- evaluation ------------------------------------------------------------------
     def load(self, pkg: str) -> dict[str, dsl.Declaration]:
