@@ -482,7 +482,7 @@ class TargetRunner:
         entry = self.record.get(t.label)
         key, desc = self.final_key(t, key, desc, entry)
         cache_skip = self._never_fresh(t)
-        failed_before = t.kind == "test" and bool(key) and self.failed_tests.get(t.label) == key
+        failed_before = self._failed_before(t, key)
         if t.always:
             reason, why = Reason.ALWAYS, "always=True: runs on every build, never cached"
         elif cache_skip and entry is not None and entry.get("k") == key:
@@ -613,6 +613,10 @@ class TargetRunner:
             extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
             stdout=self.cache.stream(hit, hit.stdout), stderr=self.cache.stream(hit, hit.stderr),
         )
+
+    def _failed_before(self, t: Target, key: str) -> bool:
+        """A test whose last run, with this same key, failed (testing.py): no cache answers it."""
+        return t.kind == "test" and bool(key) and self.failed_tests.get(t.label) == key
 
     def _never_fresh(self, t: Target) -> bool:
         """always=True targets, and tests under --no-cache-tests, run whatever the record says."""
@@ -898,7 +902,7 @@ class TargetRunner:
             cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
-        if t.kind == "test" and key and self.failed_tests.get(t.label) == key:
+        if self._failed_before(t, key):
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {FAILED_BEFORE_WHY}", key=key,
                            extra={"dry_reason": Reason.FAILED_BEFORE})
         if entry is not None and entry.get("k") == key:

@@ -180,7 +180,7 @@ class RemoteExecutor:
             return None
         started = time.monotonic()
         try:
-            res = self._run_retrying(st, t, inputs, desc, started, skip_cache or bool(t.always))
+            res = self._run_retrying(st, t, inputs, desc, started, skip_cache)
         except Unavailable as e:
             with self._lock:
                 self.stats.fallbacks += 1
