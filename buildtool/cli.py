@@ -205,13 +205,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        # A full disk or a failing device (``buildtool query > /dev/full``): say so, no traceback.
+        where = f": {e.filename}" if e.filename else ""
+        print(f"buildtool: error: {e.strerror}{where}", file=sys.stderr)
+        return 1
 
 
 def _nothing_changed(n: int, secs: float) -> int:
     """The no-op answer; a closed stdout loses the line, not the build's status."""
     try:
         print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)", flush=True)
-    except BrokenPipeError:
+    except OSError:  # a closed pipe, a full disk
         pass
     return 0
 

@@ -47,9 +47,10 @@ _STATUS_COLOR = {
 
 
 class _Closable:
-    """The console's stream, which its reader may close (``buildtool build | head``): from
-    then on output is dropped and the build goes on to its own end and exit status, where
-    Python would raise BrokenPipeError out of the middle of the scheduler."""
+    """The console's stream, which its reader may close (``buildtool build | head``) or which
+    may stop taking output (a full disk, ``> /dev/full``): from then on output is dropped
+    (said once on stderr unless the reader just left) and the build goes on to its own end
+    and exit status, where Python would raise out of the middle of the scheduler."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -59,16 +60,25 @@ class _Closable:
         if not self.gone:
             try:
                 return self._stream.write(s)
-            except BrokenPipeError:
-                self.gone = True
+            except OSError as e:
+                self._lost(e)
         return len(s)
 
     def flush(self) -> None:
         if not self.gone:
             try:
                 self._stream.flush()
-            except BrokenPipeError:
-                self.gone = True
+            except OSError as e:
+                self._lost(e)
+
+    def _lost(self, e: OSError) -> None:
+        self.gone = True
+        if not isinstance(e, BrokenPipeError) and self._stream is not sys.stderr:
+            try:
+                print(f"buildtool: warning: the build's output is lost ({e.strerror}); the build goes on",
+                      file=sys.stderr, flush=True)
+            except OSError:
+                pass
 
     def fileno(self) -> int:
         return self._stream.fileno()

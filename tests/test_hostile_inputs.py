@@ -409,3 +409,25 @@ def test_a_closed_stdout_drops_the_output_and_keeps_the_status(make_workspace) -
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
     assert (ws.root / "o").read_text() == "built\n"
+
+
+def test_a_full_stdout_loses_the_output_not_the_build(make_workspace) -> None:
+    # `> /dev/full`: every write fails with ENOSPC, as on a full log disk.
+    ws = make_workspace("full-stdout")
+    ws.write("BUILD.py", 'genrule(name="g", outs=["o"], cmd="echo built > $@")\n'
+                         'genrule(name="h", srcs=[":g"], outs=["p"], cmd="cat $< > $@")\n')
+    env = _clean_env(ws.cache, ws.home)
+
+    def run(args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(f"{BUILDTOOL} {args} > /dev/full", shell=True, cwd=ws.root, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    r = run("build")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("output is lost (No space left on device)") == 1, r.stderr
+    assert (ws.root / "p").read_text() == "built\n"
+    r = run("query //...")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "buildtool: error: No space left on device" in r.stderr
+    rc, out, _ = ws.run("build", "--explain")
+    assert rc == 0 and "up_to_date" in out, out  # the first build was recorded in full
