@@ -159,6 +159,9 @@ def start_buildgrid_cache(workdir: Path) -> Server:
     return start_bgd(bgd, workdir, "buildgrid-cache", BGD_CACHE_YML.format(port=port), port, f"BuildGrid {BGD_VERSION}")
 
 
+# Under /locked/ the cache asks for HTTP basic authentication with these credentials.
+NGINX_USER, NGINX_PASSWORD = "ci", "s3cret+/@"  # nginx ends a password at ":"
+
 NGINX_CONF = """\
 worker_processes 1;
 pid nginx.pid;
@@ -176,6 +179,14 @@ http {{
         listen 127.0.0.1:{port};
         root cache;
         client_max_body_size 0;
+        location ~ "^/locked/(ac|cas)/[0-9a-f]{{64}}$" {{
+            auth_basic "cache";
+            auth_basic_user_file {workdir}/htpasswd;
+            dav_methods PUT;
+            create_full_put_path on;
+            dav_access user:rw group:r all:r;
+            limit_except GET HEAD PUT {{ deny all; }}
+        }}
         location ~ "^/(.+/)?(ac|cas)/[0-9a-f]{{64}}$" {{
             dav_methods PUT;
             create_full_put_path on;
@@ -211,7 +222,8 @@ def start_nginx(workdir: Path) -> Server:
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     port = free_port()
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(port=port, user="user root;" if os.geteuid() == 0 else ""))
+    (workdir / "htpasswd").write_text(f"{NGINX_USER}:{{PLAIN}}{NGINX_PASSWORD}\n")
+    conf.write_text(NGINX_CONF.format(port=port, user="user root;" if os.geteuid() == 0 else "", workdir=workdir))
     log = workdir / "nginx.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen([nginx, "-p", f"{workdir}/", "-c", str(conf), "-e", "stderr", "-g", "daemon off;"],

@@ -128,6 +128,32 @@ def test_config_file_and_env_select_the_remote(nginx: remote_servers.Server,
     assert "0 uploaded" in r.stdout, r.stdout
 
 
+def test_credentials_in_the_url_are_sent_as_basic_authentication(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """``http://USER:PASSWORD@HOST/...`` (bazel-remote's htpasswd, a proxy) authenticates
+    every request; the password, percent-encoded in the URL, is never printed."""
+    import urllib.parse
+
+    secret = urllib.parse.quote(remote_servers.NGINX_PASSWORD, safe="")
+    host = nginx.url.removeprefix("http://")
+    locked = f"http://{remote_servers.NGINX_USER}:{secret}@{host}/locked"
+    a, b = _checkouts(make_workspace, f"auth-{time.time_ns()}")
+    first = a.build("--remote-cache", locked, "--remote-upload")
+    assert first.rc == 0 and "3 uploaded" in first.stdout, first.output
+    assert [u["endpoint"] for u in first.remote] == [f"{nginx.url}/locked"], first.remote
+    second = b.build("--remote-cache", locked)
+    assert second.rc == 0 and second.ran == set(), second.output
+    for text in (first.output, second.output):
+        assert remote_servers.NGINX_PASSWORD not in text and secret not in text
+    # Without them the server refuses (401): one warning, the build runs locally.
+    c = make_workspace("machine-c")
+    _project(c, f"auth-{time.time_ns()}")
+    r = c.build("--remote-cache", f"{nginx.url}/locked")
+    assert r.rc == 0 and len(r.ran) == 3, r.output
+    assert "401" in r.stderr, r.stderr
+
+
 def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -18,11 +18,21 @@ DEFAULT_TIMEOUT_S = 30.0
 DOWNLOAD_MODES = ("all", "toplevel", "minimal")  # --remote-download (Bazel's --remote_download_outputs)
 
 
-class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix"])):
+class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix", "userinfo"], defaults=(None,))):
     """scheme: grpc | grpcs | http | https; prefix: http(s) only, the path prefix without
-    leading/trailing slash.  Immutable and hashable."""
+    leading/trailing slash; userinfo: ``USER:PASSWORD`` given in the URL (sent as HTTP basic
+    authentication, never printed), or None.  Immutable and hashable."""
 
     __slots__ = ()
+
+    def headers(self, given: dict[str, str]) -> dict[str, str]:
+        """The headers (gRPC metadata) to send to this endpoint: ``given``, plus basic
+        authentication from the URL's credentials unless ``given`` has an authorization."""
+        if self.userinfo is None or "authorization" in given:
+            return dict(given)
+        import base64
+
+        return {**given, "authorization": "Basic " + base64.b64encode(self.userinfo.encode()).decode("ascii")}
 
     @property
     def is_grpc(self) -> bool:
@@ -40,7 +50,7 @@ class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix"])):
 
 
 def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
-    """``grpc(s)://HOST:PORT`` or ``http(s)://HOST[:PORT][/prefix]``; ValueError with a
+    """``grpc(s)://[USER:PASSWORD@]HOST:PORT`` or ``http(s)://[USER:PASSWORD@]HOST[:PORT][/prefix]``; ValueError with a
     sentence saying what must be and what was found."""
     import urllib.parse
 
@@ -61,7 +71,12 @@ def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
             port = 443 if u.scheme == "grpcs" else 80
     elif port is None:
         port = 443 if u.scheme == "https" else 80
-    return Endpoint(u.scheme, u.hostname, port, u.path.strip("/"))
+    userinfo = None
+    if u.username is not None:  # bazel-remote's htpasswd, a proxy's basic authentication
+        import urllib.parse as up
+
+        userinfo = up.unquote(u.username) + ":" + up.unquote(u.password or "")
+    return Endpoint(u.scheme, u.hostname, port, u.path.strip("/"), userinfo)
 
 
 def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:

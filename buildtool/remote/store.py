@@ -179,7 +179,7 @@ class HttpStore(Store):
         keep-alive connection."""
         import http.client
 
-        headers = dict(self.opt.headers)
+        headers = self.ep.headers(self.opt.headers)
         if size is not None:
             headers["content-length"] = str(size)
         for attempt in (0, 1):
