@@ -1,8 +1,9 @@
-"""config.py's CPU count: the cgroup quota read from v2 and v1 hierarchies (real files in a
-temp tree standing for /sys/fs/cgroup and /proc/self/cgroup)."""
+"""config.py: the CPU count from the cgroup quota read from v2 and v1 hierarchies (real files in a
+temp tree standing for /sys/fs/cgroup and /proc/self/cgroup), CI detection, layering."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,26 @@ def test_in_ci_recognises_services_that_do_not_set_CI(
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert config.in_ci() is ci
+
+
+@pytest.mark.parametrize("empty_from", ["env", "flag"])
+def test_an_empty_remote_url_turns_off_the_one_a_config_file_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_from: str
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for k in list(os.environ):
+        if k.startswith("BUILDTOOL_"):
+            monkeypatch.delenv(k)
+    _write(tmp_path / "ws" / "buildtool.toml",
+           'remote_cache = "http://127.0.0.1:1/x"\nremote_executor = "grpc://127.0.0.1:2"\n')
+    root = str(tmp_path / "ws")
+    assert config.load_config(root, {}).remote_cache == "http://127.0.0.1:1/x"
+    monkeypatch.setenv("BUILDTOOL_REMOTE_TIMEOUT", "")  # empty, not a setting: as if unset
+    flags: dict[str, object] = {}
+    if empty_from == "env":
+        monkeypatch.setenv("BUILDTOOL_REMOTE_CACHE", "")
+        monkeypatch.setenv("BUILDTOOL_REMOTE_EXECUTOR", "")
+    else:
+        flags = {"remote_cache": "", "remote_executor": ""}
+    cfg = config.load_config(root, flags)
+    assert not cfg.remote_cache and not cfg.remote_executor

@@ -149,11 +149,13 @@ ENV_VARS = {  # config key -> environment variable
 
 
 def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
-    """The remote_* settings given as BUILDTOOL_REMOTE_* environment variables (raw)."""
+    """The remote_* settings given as BUILDTOOL_REMOTE_* environment variables (raw).  An
+    empty BUILDTOOL_REMOTE_CACHE or BUILDTOOL_REMOTE_EXECUTOR turns off one set by a config
+    file (as ``--remote-cache=`` does); other empty variables are as if unset."""
     out: dict[str, Any] = {}
     for key, var in ENV_VARS.items():
         v = env.get(var)
-        if not v:
+        if v is None or (not v and key not in ("remote_cache", "remote_executor")):
             continue
         if key == "remote_headers":
             out[key] = [x for x in v.split(",") if x]
