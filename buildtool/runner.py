@@ -446,7 +446,11 @@ class TargetRunner:
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
             text = described[1] if described is not None and described[0] is desc else None
             prev = self.record.get(label)
-            duration = outcome.duration if outcome.status is Status.RAN else (prev or {}).get("d", outcome.duration)
+            # The command's duration: this run's, else the cache entry's (a restore to a fresh
+            # checkout: what `plan` and the critical path weigh; 0: a remote entry without
+            # timestamps), else the record's.
+            duration = outcome.duration if outcome.status is Status.RAN else \
+                outcome.extra.get("ran_for") or (prev or {}).get("d", outcome.duration)
             # always=True: recorded (outputs, duration) under an empty key that never matches.
             key = "" if self.graph.targets[tid].always else outcome.key
             outputs = outcome.extra.get("outputs")
@@ -610,7 +614,8 @@ class TargetRunner:
         return Outcome(
             status, Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
             f"{why}; {msg}", key=key, cache=where,
-            extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc},
+            extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
+                   "ran_for": hit.duration},
             stdout=self.cache.stream(hit, hit.stdout), stderr=self.cache.stream(hit, hit.stderr),
         )
 

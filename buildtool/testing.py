@@ -18,7 +18,7 @@ import threading
 
 from buildtool.atomic import write_atomic
 from buildtool.graph import Graph, Target
-from buildtool.outcome import Outcome, Status
+from buildtool.outcome import Outcome, Reason, Status
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -55,11 +55,14 @@ class TestResult(enum.Enum):
 
 def test_result(target: Target, o: Outcome) -> TestResult | None:
     """What a test target's outcome means as a test; None for a non-test or a test that
-    did not run (a dependency failed, the build stopped or was interrupted)."""
+    did not run (a dependency failed, the build stopped or was interrupted, ``build``
+    reached it through a dependency)."""
     if target.kind != "test":
         return None
     if o.status is Status.FAILED:
         return TestResult.TIMEOUT if o.extra.get("timed_out") else TestResult.FAILED
+    if o.reason is Reason.TEST_NOT_RUN:  # `build` reached it through a dependency
+        return None
     if o.status in (Status.UP_TO_DATE, Status.RESTORED):
         return TestResult.CACHED
     if o.status is Status.RAN:

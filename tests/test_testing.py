@@ -7,6 +7,7 @@ appending to a file outside the workspace (an absolute path passed through ``env
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from conftest import Workspace
@@ -50,6 +51,7 @@ def test_result_of_each_outcome() -> None:
     assert test_result(t, Outcome(Status.FAILED, Reason.FAILED, "", extra={"timed_out": True})) is TestResult.TIMEOUT
     assert test_result(t, Outcome(Status.RAN, Reason.NEW, "", extra={"attempts": 2})) is TestResult.FLAKY
     assert test_result(t, Outcome(Status.SKIPPED, Reason.DEP_FAILED, "")) is None
+    assert test_result(t, Outcome(Status.UP_TO_DATE, Reason.TEST_NOT_RUN, "")) is None  # `build` passed it by
     assert test_result(_target(kind="genrule"), Outcome(Status.RAN, Reason.NEW, "")) is None
 
 
@@ -322,3 +324,20 @@ def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> Non
     assert rc == 2 and "one target" in err
     rc, out, err = workspace.run("run")
     assert rc == 2 and "run needs one TARGET: buildtool run //pkg:target" in err, err
+
+
+def test_a_result_restored_into_a_fresh_checkout_keeps_how_long_the_test_ran(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A CI checkout restoring from the shared cache says how long the cached run took, and
+    its record weighs the target by that (``plan``, critical path), not by the restore."""
+    workspace.build_file("", 'test(name="slow", cmd="sleep 0.4")\n')
+    r = workspace.build("//:slow", command="test")
+    assert r.rc == 0 and r.ran == {"//:slow"}, r.output
+    fresh = workspace.copy_to(tmp_path / "fresh")  # same cache, no state
+    r = fresh.build("//:slow", command="test")
+    assert r.rc == 0 and r.ran == set(), r.output
+    line = next(ln for ln in r.stdout.splitlines() if "PASSED (cached)" in ln)
+    assert float(line.split("ran in ")[1].rstrip("s)")) >= 0.4, line
+    rc, out, _ = fresh.run("plan", "--test", "--json", "//:slow")
+    assert rc == 0 and json.loads(out)["total_work_s"] >= 0.4, out
