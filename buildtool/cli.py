@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if checked is not None and not checked[0].changed:
             return _nothing_changed(checked[0].targets, checked[1])
     else:
-        args = parser().parse_args(argv)
+        args = _parse(argv)
         if not args.command:
             parser().print_help()
             return 2
@@ -214,6 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if e.filename else ""
         print(f"buildtool: error: {e.strerror}{where}", file=sys.stderr)
         return 1
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line.  ``run``'s program arguments are what follows the first
+    ``--``, taken aside first: the build's own options may come after TARGET, as in
+    ``bazel run //x -c opt -- args``."""
+    p = parser()
+    if "--" in argv:
+        cut = argv.index("--")
+        args = p.parse_args(argv[:cut])
+        if args.command == "run":
+            args.args = [*args.args, *argv[cut + 1:]]
+            return args
+    return p.parse_args(argv)
 
 
 def _nothing_changed(n: int, secs: float) -> int:

@@ -26,10 +26,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r: argparse.ArgumentParser = sub.add_parser(
         "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS"
     )
-    # Optional to argparse only so that a missing TARGET gets our message, not
-    # "required: TARGET, ARGS" (ARGS is a REMAINDER and may be empty).
+    # Optional to argparse only so that a missing TARGET gets our message.  ARGS: those
+    # right after TARGET; cli.py adds the ones after ``--``.
     r.add_argument("target", metavar="TARGET", nargs="?", help="one target label")
-    r.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the program (after --)")
+    r.add_argument("args", nargs="*", metavar="ARGS",
+                   help="arguments for the program, after -- (buildtool's own options may come before it)")
     r.add_argument("-j", "--jobs", type=int, help="parallel jobs for the build (default: usable CPUs)")
     r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
     r.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
@@ -40,14 +41,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return r
 
 
-def program_args(args: list[str]) -> list[str]:
-    """ARGS as given after the target, without the ``--`` that separates them."""
-    return args[1:] if args and args[0] == "--" else list(args)
-
-
 def run_command(ns: argparse.Namespace) -> int:
     """Build ``ns.target`` and exec it; returns only on a build failure or exec error."""
     from buildtool import labels
+    from buildtool.config import MAX_JOBS
     from buildtool.errors import UserError
     from buildtool.graph import GraphBuilder
     from buildtool.loader import Loader
@@ -57,8 +54,8 @@ def run_command(ns: argparse.Namespace) -> int:
     if ns.target is None:
         msg = "run needs one TARGET: buildtool run //pkg:target [-- ARGS...]"
         raise UserError(msg)
-    if ns.jobs is not None and ns.jobs < 1:
-        msg = f"-j must be at least 1 (got {ns.jobs})"
+    if ns.jobs is not None and not 1 <= ns.jobs <= MAX_JOBS:
+        msg = f"-j must be from 1 to {MAX_JOBS} (got {ns.jobs})"
         raise UserError(msg)
     session = Session(ns.directory, {"jobs": ns.jobs, "keep_going": ns.keep_going, "cache_dir": ns.cache_dir})
     ws = session.ws
@@ -90,7 +87,7 @@ def run_command(ns: argparse.Namespace) -> int:
             events=ns.events, wait=not ns.no_wait, action_env=ns.action_env, want_files=True,
         )
         session.build(req, out=sys.stderr)  # raises BuildFailed / Interrupted: the CLI maps the exit code
-    return exec_target(ws.root, t, program_args(ns.args))
+    return exec_target(ws.root, t, list(ns.args))
 
 
 def exec_target(root: str, t: Any, args: list[str]) -> int:

@@ -324,6 +324,14 @@ def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> Non
     assert rc == 2 and "one target" in err
     rc, out, err = workspace.run("run")
     assert rc == 2 and "run needs one TARGET: buildtool run //pkg:target" in err, err
+    # buildtool's options may follow TARGET; the program gets only what follows `--` (a
+    # second `--` included) and the plain words right after TARGET.
+    ev = workspace.root / "ev.jsonl"
+    rc, out, err = workspace.run("run", "//tools:prog", "w", "-j", "2", "--events", str(ev), "--", "a", "--", "-j")
+    assert rc == 4 and "args:w a -- -j" in out, out + err
+    assert ev.exists()
+    rc, out, err = workspace.run("run", "//tools:prog", "-j", "5000")
+    assert rc == 2 and "-j must be from 1 to 4096" in err, err
 
 
 def test_a_result_restored_into_a_fresh_checkout_keeps_how_long_the_test_ran(
