@@ -357,6 +357,15 @@ class Session:
             if req.profile:
                 _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
+            if focus is not None and (events or self.observer):  # one event per target, as always
+                kept = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
+                               "up to date: none of its inputs changed since the last build",
+                               extra={"unchanged": True})  # (not planned: nothing was checked)
+                for t in range(len(graph.targets)):
+                    if t not in wanted:
+                        for r in (events, self.observer):
+                            if r is not None:
+                                r.target_finished(t, kept)
             console.summary(wall, sched.failed, sched.interrupt is not None, len(graph.targets) - len(wanted))
             if remote is not None:
                 remote.finish(console.out, events)

@@ -607,8 +607,9 @@ class Watcher:
         if g is None:
             return
         base = self.clean if (focused and self.clean_graph is g) else set()
-        ok = {t for t, o in col.outcomes.items() if o.ok and o.extra.get("record", True) is not False}
-        self.clean = (base - set(col.outcomes)) | ok
+        planned = {t: o for t, o in col.outcomes.items() if not o.extra.get("unchanged")}
+        ok = {t for t, o in planned.items() if o.ok and o.extra.get("record", True) is not False}
+        self.clean = (base - set(planned)) | ok
         self.clean_graph = g
 
     def cycle(self, changes: list[Change]) -> None:

@@ -213,6 +213,21 @@ def test_edit_source_rebuilds_only_affected(watch, ws: Path) -> None:
                    and "//:ab" in ran_since(w, 1), "ab.out rebuilt")
     assert ran_since(w, 1) == {"//:a", "//:ab"}, w.log()
     assert read(ws / "out" / "a.out") == "a2\n"
+    assert w.cycles()[-1].up_to_date == 2, w.log()  # //:b and //sub:c, left out of the cycle's plan
+
+
+def test_events_of_a_cycle_name_every_target(watch, ws: Path) -> None:
+    import json
+
+    ev = ws.parent / "events.jsonl"
+    w = watch("--events", str(ev))
+    w.wait_cycle(1)
+    write(ws / "b.txt", "b2\n")
+    w.wait_settled(lambda cs: cs[-1].n > 1 and "//:ab" in ran_since(w, 1), "ab rebuilt")
+    lines = [json.loads(x) for x in ev.read_text().splitlines()][1:]
+    got = {e["label"]: (e["status"], e["reason_code"]) for e in lines}
+    assert got == {"//:b": ("ran", "input_changed"), "//:ab": ("ran", "dep_changed"),
+                   "//:a": ("up_to_date", "up_to_date"), "//sub:c": ("up_to_date", "up_to_date")}, got
     # a change in another package touches only that package's targets
     n = w.cycles()[-1].n
     write(ws / "sub" / "c.txt", "c2\n")
