@@ -654,6 +654,11 @@ class GraphBuilder:
         outs = tuple(_norm_rel(decl, pkg, o, "outs") for o in _str_list(decl, "outs"))
         if len(set(outs)) != len(outs):
             raise _err(decl, "outs lists the same file twice")
+        for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
+            sub = self._subpackage_on_the_way(pkg, o)
+            if sub is not None:
+                raise _err(decl, f"output {o[len(pkg) + 1 if pkg else 0:]!r} is in package //{sub}, not //{pkg}: "
+                                 f"a target writes only inside its own package (declare it in //{sub})")
         env_raw = a.get("env", {})
         if not isinstance(env_raw, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env_raw.items()

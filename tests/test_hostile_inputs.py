@@ -102,6 +102,9 @@ CATALOGUE = [
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
     ("src-in-a-subpackage", 'genrule(name="t", srcs=["tools/defs.py"], outs=["o"], cmd="cat $< > $@")',
      "is in package //tools, not //: refer to it as '//tools:defs.py'", "subpkg"),
+    # Building //:t alone never loads //tools, whose targets may read the file: refused anyway.
+    ("output-in-a-subpackage", 'genrule(name="t", outs=["tools/defs.py"], cmd="echo overwritten > $@")',
+     "output 'tools/defs.py' is in package //tools, not //: a target writes only inside its own package", "subpkg"),
 ]
 
 
