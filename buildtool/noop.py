@@ -41,7 +41,7 @@ from buildtool.atomic import write_atomic
 
 TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
 if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotations are strings here
-    from collections.abc import Container, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Container, Iterable, Mapping, Sequence
     from typing import Any, NoReturn
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
@@ -49,7 +49,8 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 FORMAT_VERSION = 6  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op)
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
-GRAPH_HEADER = b"# buildtool graph v3\n"  # v3: Graph is a plain slotted class, no longer a dataclass
+# v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
+GRAPH_HEADER = b"# buildtool graph v4 "
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
@@ -300,7 +301,8 @@ def write(
     pickle = _pickle()
     try:
         if keep is None:
-            write_atomic(_graph_path(state_dir), GRAPH_HEADER + pickle.dumps(graph, protocol=-1))  # -1: the highest
+            data = pickle.dumps(graph, protocol=-1)  # -1: the highest
+            write_atomic(_graph_path(state_dir), GRAPH_HEADER + _graph_sum(data) + b"\n" + data)
         raw = marshal.dumps(body, MARSHAL_VERSION)
         from array import array
 
@@ -345,17 +347,32 @@ def _pickle() -> Any:
         return pickle
 
 
-def load_graph(state_dir: str) -> object | None:
-    """The graph pickled with the snapshot (only after ``check`` vouched for it)."""
+def load_graph(state_dir: str, warn: Callable[[str], None]) -> object | None:
+    """The graph pickled with the snapshot (only after ``check`` vouched for it); None when
+    the file is missing, of another version or damaged (checked by its checksum: a flipped
+    byte in a pickle may still load, as a graph with another command or path in it)."""
     pickle = _pickle()
     try:
         with open(_graph_path(state_dir), "rb") as f:
             data = f.read()
-        if not data.startswith(GRAPH_HEADER):
-            return None
-        return pickle.loads(data[len(GRAPH_HEADER) :])
-    except Exception:  # a damaged pickle: do the full build instead
+    except OSError:
         return None
+    head, nl, body = data.partition(b"\n")
+    if not head.startswith(GRAPH_HEADER):
+        return None  # another version's: evaluated afresh, as after an upgrade
+    try:
+        if nl and head[len(GRAPH_HEADER):] == _graph_sum(body):
+            return pickle.loads(body)
+    except Exception:  # a pickle that does not load: said below
+        pass
+    warn(f"{_graph_path(state_dir)} is damaged; evaluating the BUILD.py files again")
+    return None
+
+
+def _graph_sum(data: bytes) -> bytes:
+    import blake3
+
+    return blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest().encode()
 
 
 def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:

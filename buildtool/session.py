@@ -196,7 +196,7 @@ class Session:
             if verdict.lock is None:
                 request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
                 verdict = noop.check(state, self.ws.root, request)
-            prior_graph = noop.load_graph(state) if verdict is not None else None
+            prior_graph = noop.load_graph(state, _warn) if verdict is not None else None
         noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self._open_record(state)

@@ -566,6 +566,22 @@ def test_a_snapshot_of_another_version_is_discarded_without_a_warning(ws: Path, 
     assert r.returncode == 0 and "no-op snapshot unusable" in r.stderr
 
 
+def test_a_damaged_graph_pickle_is_never_used(ws: Path, tmp_path: Path) -> None:
+    """A flipped byte in a pickled string still unpickles: a graph with another command."""
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    graph = ws / ".buildtool" / "graph"
+    data = graph.read_bytes()
+    assert data.count(b"tr a-z A-Z") == 1
+    graph.write_bytes(data.replace(b"tr a-z A-Z", b"tr a-z B-Z"))
+    (ws / "a.txt").write_text("abc\n")  # the incremental path loads the graph
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "graph is damaged; evaluating the BUILD.py files again" in r.stderr, r.stderr
+    assert (ws / "up.txt").read_text() == "ABC\n"
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "nothing changed" in r.stdout and not r.stderr, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("path", ["full", "incremental"])
 def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: Path, path: str) -> None:
     w = new_workspace(
