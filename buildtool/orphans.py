@@ -250,6 +250,14 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
             os.unlink(path)
         return 0
     holder, _, since = header[len(prefix) :].partition(" since=")
+    if holder.isdigit() and since.isdigit() and (born := start_time(int(holder))) is not None \
+            and born <= int(since) + 1:
+        # The build that wrote the file still runs, started before its first command: the
+        # file came with a copy of a running workspace's state (``cp -a`` during a watch).
+        # Those commands are that build's own, not orphans.  (A recycled pid started later.)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return 0
     fields = 3 if prefix == HEADER_PREFIX else 2
     targets: set[int] = set()
     for ln in lines[1:]:

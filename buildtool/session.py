@@ -549,6 +549,9 @@ class Session:
         lock = WorkspaceLock(state)
         lock.acquire(True, _say)
         try:
+            # Commands a kill -9ed build left running would write into outputs after the
+            # clean, and the list of them goes with the state: kill them first.
+            orphans.reap(state, _warn)
             record = BuildRecord(os.path.join(state, "record"), _warn)
             n = 0
             recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}

@@ -17,6 +17,21 @@ def _sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "30"], start_new_session=True)
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been waited for): a killed build's."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _as_if_killed(state: Path) -> None:
+    """Put a dead holder's pid in the children file's header, as a kill -9ed build leaves it."""
+    lines = (state / "children").read_text().splitlines(keepends=True)
+    since = lines[0].partition(" since=")[2]
+    lines[0] = f"{orphans.HEADER_PREFIX}{_dead_pid()} since={since}"
+    (state / "children").write_text("".join(lines))
+
+
 def _lines(state: Path) -> list[list[int]]:
     text = (state / "children").read_text().splitlines()
     assert text[0].startswith(orphans.HEADER_PREFIX)
@@ -33,7 +48,14 @@ def test_the_recorded_window_holds_the_start_time_and_reap_kills_the_group(tmp_p
         started = orphans.start_time(proc.pid)
         assert pgid == proc.pid and started is not None
         assert lo <= started <= hi and hi - lo < 100  # a window of ticks, not a blanket
+        # While the build that wrote the file runs (a copy of its state taken mid-build),
+        # its commands are its own: spared, and the copied file dropped.
+        text = (tmp_path / "children").read_text()
+        assert orphans.reap(str(tmp_path), lambda _m: None, wait_s=5) == 0
+        assert proc.poll() is None and not (tmp_path / "children").exists()
         # As if this build were killed: the next one reaps the group.
+        (tmp_path / "children").write_text(text)
+        _as_if_killed(tmp_path)
         assert orphans.reap(str(tmp_path), lambda _m: None, wait_s=5) == 1
         assert proc.wait(timeout=5) == -9
         assert not (tmp_path / "children").exists()
@@ -89,7 +111,7 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
     build left running, a process outside a session of its own (a console-pool command
     runs in the group of whoever started buildtool: that group must never be killed), and
     a daemon a command started (its own session and log: a clean build leaves it alone)."""
-    holder = 4242
+    holder = _dead_pid()
     state = tmp_path / "ws" / ".buildtool"
     state.mkdir(parents=True)
     other_state = tmp_path / "other" / ".buildtool"
@@ -103,8 +125,8 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
     spared = [
         earlier,
         _sleeper_with_tmpdir(lane, session=False),  # in this process's group, as a console-pool command
-        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder + 1, 3)),  # another build (pid 4243)
-        _sleeper_with_tmpdir(orphans.lane_dir(str(state), 42420, 3)),  # 4242 is a prefix of its pid
+        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder + 1, 3)),  # another build (the next pid)
+        _sleeper_with_tmpdir(orphans.lane_dir(str(state), holder * 10, 3)),  # the holder's pid is a prefix of it
         _sleeper_with_tmpdir(orphans.lane_dir(str(other_state), holder, 3)),  # another workspace
         _sleeper_with_tmpdir(lane + "/sub"),  # not a lane itself
         _sleeper_with_tmpdir(lane, stderr=str(tmp_path / "daemon.log")),  # a daemon a command started
@@ -114,7 +136,7 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
         warned: list[str] = []
         assert orphans.reap(str(state), warned.append, wait_s=5) == 2
         assert [p.wait(timeout=5) for p in unrecorded] == [-9, -9]
-        assert "pid 4242" in warned[0]
+        assert f"pid {holder}" in warned[0]
         assert all(p.poll() is None for p in spared)
         assert not (state / "children").exists()
         # A header without the start (an older buildtool's): only recorded groups are killed.

@@ -139,13 +139,15 @@ def _children_of_session(marker: str) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "killed-before-recording"])
+@pytest.mark.parametrize(("recorded", "clean"), [(True, False), (False, False), (True, True)],
+                         ids=["recorded", "killed-before-recording", "then-clean"])
 def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
-    workspace: Workspace, recorded: bool
+    workspace: Workspace, recorded: bool, clean: bool
 ) -> None:
     """``recorded=False``: the build was killed after starting the command but before it
     wrote the pid to .buildtool/children (a window that can last milliseconds while the
-    scheduler's thread waits for the GIL); the command's TMPDIR still gives it away."""
+    scheduler's thread waits for the GIL); the command's TMPDIR still gives it away.
+    ``clean``: ``buildtool clean`` comes first; it removes the list of them with the state."""
     marker = f"orphanmark{os.getpid()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
@@ -170,9 +172,13 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
     workspace.build_file("", """
         genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
     """)
+    if clean:
+        rc, _, err = workspace.run("clean")
+        assert rc == 0 and "left running by a previous buildtool" in err, err
+        assert not _children_of_session(marker)
     r = workspace.build()
     assert r.rc == 0, r.output
-    assert "left running by a previous buildtool" in r.stderr
+    assert ("left running by a previous buildtool" in r.stderr) is not clean
     assert not _children_of_session(marker)
     time.sleep(3.5)  # long enough for a surviving orphan to have appended
     assert workspace.read("o.txt") == "v1\n"
