@@ -160,7 +160,10 @@ def run() -> None:
     down.  Freeing the objects of a large graph one by one at exit took 20-40 ms, more than
     some whole builds (mypy exits the same way, for the same reason).  Every file is closed
     by then; only the standard streams are still to flush."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C while starting up (imports, parsing, the no-op check)
+        code = 130
     try:
         sys.stdout.flush()
         sys.stderr.flush()
