@@ -626,9 +626,24 @@ class GraphBuilder:
                 msg = f"output {o!r} of {lab} resolves (through a symlink) outside the workspace"
                 raise _err(d, msg)
             if os.path.isdir(full) and not os.path.islink(full):
+                if self._holds_only_recorded_outputs(o, full):
+                    self.loader.dirs_of_dead_outputs.add(o)  # Session._clean_dead empties it
+                    continue
                 pkg, name = labels.split_label(lab)
                 d = self.loader.load(pkg)[name]
                 raise _err(d, f"output {o!r} of {lab} is an existing directory; outputs are files")
+
+    def _holds_only_recorded_outputs(self, rel: str, full: str) -> bool:
+        """Is the directory ``full`` (``rel``) made only of outputs of earlier builds and
+        directories?  Then a declared output may take its place."""
+        recorded = self.loader.recorded_outputs
+        if not recorded:
+            return False
+        for d, _subdirs, files in os.walk(full):
+            base = rel + d[len(full):].replace(os.sep, "/")
+            if any(f"{base}/{f}" not in recorded for f in files):
+                return False
+        return True
 
     def _make_target(
         self,

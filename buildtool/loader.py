@@ -126,6 +126,9 @@ class Loader:
     def __init__(self, ws: Workspace, recorded_outputs: Iterable[str] = ()) -> None:
         self.ws = ws
         self.recorded_outputs = frozenset(recorded_outputs)
+        # Outputs now declared where a directory holding only earlier outputs is (``x/y``
+        # became ``x``): emptied of them by the session before anything runs.
+        self.dirs_of_dead_outputs: set[str] = set()
         self._packages: dict[str, dict[str, dsl.Declaration]] = {}
         self._contexts: dict[str, dsl.PackageContext] = {}
         self._all: list[str] | None = None

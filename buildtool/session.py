@@ -538,6 +538,12 @@ class Session:
             for o in record.entries[lab].get("o", []):
                 dead(lab, o)
             record.drop(lab)
+        for d in sorted(loader.dirs_of_dead_outputs):  # an output now, a directory of outputs before
+            for sub, _dirs, _files in os.walk(os.path.join(self.ws.root, d), topdown=False):
+                try:
+                    os.rmdir(sub)
+                except OSError:
+                    pass  # a dead output kept (edited since): the target says the directory is in the way
 
     # -- clean -----------------------------------------------------------------------
     def clean(self) -> int:

@@ -677,6 +677,23 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
 
 
+def test_an_output_may_replace_the_directory_of_earlier_outputs(workspace: Workspace) -> None:
+    """``outs=["x/y/z"]`` becomes ``outs=["x"]``: the directory holds only what the build
+    wrote, so it goes like any dead output; with a file of the user's in it, exit 2."""
+    workspace.build_file("", 'genrule(name="t", outs=["x/y/z"], cmd="echo nested > $@")')
+    assert workspace.build().rc == 0
+    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
+    r = workspace.build()
+    assert r.rc == 0 and workspace.read("x") == "flat\n", r.output
+    workspace.build_file("", 'genrule(name="t", outs=["x/y"], cmd="echo nested > $@")')
+    assert workspace.build().rc == 0
+    workspace.write("x/mine.txt", "the user's\n")
+    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "output 'x' of //:t is an existing directory" in err, err
+    assert workspace.read("x/mine.txt") == "the user's\n"
+
+
 def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Workspace) -> None:
     """After a no-op (the graph is then reused from the snapshot, unchecked), someone puts
     a directory with files where an output goes: the build must fail on it, not rmtree it."""
