@@ -336,4 +336,4 @@ def strip_controls(s: str) -> str:
     """Drop ANSI escape sequences and other control characters (keeps newline and tab)."""
     s = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]", "", s)
     s = s.replace("\r\n", "\n")
-    return "".join(ch for ch in s if ch in "\n\t" or (ord(ch) >= 32 and ord(ch) != 127))
+    return re.sub(_CONTROL, "", s)  # one pass in C: a 55 MB log took 7 s a character at a time

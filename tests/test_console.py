@@ -179,3 +179,19 @@ def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace, unbuffered
         rc, err = _with_closed_stdout(workspace, *args, unbuffered=unbuffered)
         assert rc == 141, (args, rc, err)  # 128 + SIGPIPE
         assert err == "", (args, err)
+
+
+def test_strip_controls_keeps_text_and_is_linear() -> None:
+    from buildtool.console import strip_controls
+
+    assert strip_controls("a\x1b[31mb\x1b[0m\r\nc\td\x07e\x7f\x00\x1b]0;title\x07f") == "ab\nc\tdef"
+    # A failing command's 11 MB log: one regex pass, not a Python loop per character (which
+    # took seconds and ~10x the text in memory). Bounded by operations, not by time: the
+    # per-character generator would need millions of Python-level steps, visible as a
+    # profile's call count.
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.runcall(strip_controls, "0123456789\n" * 1_000_000)
+    assert pstats.Stats(prof).total_calls < 1000  # type: ignore[attr-defined]
