@@ -3,7 +3,8 @@ table applied to a genrule's ``cmd``.
 
 ``$$`` is a literal ``$``; any other ``$(NAME)`` is an error (write ``$$(`` for shell
 command substitution); any other ``$`` reaches the shell unchanged.  Paths are relative
-to the package directory and shell-quoted only when needed.
+to the package directory and shell-quoted only when needed; one that starts with ``-``
+is written ``./-name``, so that no command takes it for an option.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ class SubstError(ValueError):
     """The command uses a substitution that does not apply; the message says why."""
 
 
+def quote_path(p: str) -> str:
+    """A path as a shell word: quoted when needed, ``./`` before a leading ``-``."""
+    return shlex.quote("./" + p if p.startswith("-") else p)
+
+
 def quote_all(paths: list[str]) -> str:
-    return " ".join(shlex.quote(p) for p in paths)
+    return " ".join(quote_path(p) for p in paths)
 
 
 def substitute(
@@ -42,10 +48,10 @@ def substitute(
             out.append("$")
             i = j + 2
         elif nxt == "<":
-            out.append(shlex.quote(_single(srcs, "$<", "input", "srcs")))
+            out.append(quote_path(_single(srcs, "$<", "input", "srcs")))
             i = j + 2
         elif nxt == "@":
-            out.append(shlex.quote(_single(outs, "$@", "output", "outs")))
+            out.append(quote_path(_single(outs, "$@", "output", "outs")))
             i = j + 2
         elif nxt == "(":
             k = cmd.find(")", j + 2)
@@ -82,7 +88,7 @@ def _expand(
         if len(paths) != 1:
             msg = f"$(location {arg}) must name exactly one file (got {len(paths)}); use $(locations {arg})"
             raise SubstError(msg)
-        return shlex.quote(paths[0])
+        return quote_path(paths[0])
     if word == "locations" and arg:
         return quote_all(locations(arg))
     msg = (

@@ -56,6 +56,18 @@ def test_names_with_spaces_and_quotes_are_shell_quoted() -> None:
     assert sub("cat $(OUTS)", outs=["a b", "c"]) == "cat 'a b' c"
 
 
+def test_a_path_that_starts_with_a_dash_is_never_an_option() -> None:
+    assert sub("cp $< $@", srcs=["-n.txt"], outs=["-r out"]) == "cp ./-n.txt './-r out'"
+    assert sub("cat $(SRCS)", srcs=["a", "-b"]) == "cat a ./-b"
+
+
+def test_a_dash_named_source_is_copied_for_real(workspace: Workspace) -> None:
+    workspace.write("-n.txt", "dash\n")
+    workspace.build_file("", 'genrule(name="t", srcs=["-n.txt"], outs=["-o"], cmd="cp $< $@")')
+    r = workspace.build()
+    assert r.rc == 0 and workspace.read("-o") == "dash\n", r.output
+
+
 @pytest.mark.parametrize("cmd", ["echo $(FOO)", "echo $(date)", "echo $(shell ls)", "echo $(location)"])
 def test_unknown_substitution_is_an_error_that_suggests_double_dollar(cmd: str) -> None:
     with pytest.raises(SubstError) as e:
