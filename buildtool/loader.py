@@ -120,6 +120,18 @@ def _exit_guard() -> _ExitGuard:
     return _GUARD[0]
 
 
+def _check_package_dir(rel: str) -> None:
+    """A directory holding a BUILD.py is a package: its path must be one a label can name."""
+    from buildtool import labels
+
+    try:
+        labels.check_package(rel)
+    except labels.LabelError:
+        msg = (f"{rel}/{BUILDFILE}: the directory {rel!r} cannot be a package: package paths are names of "
+               f"{labels.ALLOWED_NAME_CHARS_TEXT} joined by '/'; rename it, or list it in .buildtoolignore")
+        raise UserError(msg) from None
+
+
 class Loader:
     """Evaluates BUILD.py files on demand and remembers what each evaluation read."""
 
@@ -185,6 +197,8 @@ class Loader:
                     continue
                 subdirs.append(child)
         if here:
+            if rel:
+                _check_package_dir(rel)
             found.append(rel)
         for child in subdirs:
             self._walk(child, found)

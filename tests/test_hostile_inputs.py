@@ -434,3 +434,18 @@ def test_a_full_stdout_loses_the_output_not_the_build(make_workspace) -> None:
     assert "buildtool: error: No space left on device" in r.stderr
     rc, out, _ = ws.run("build", "--explain")
     assert rc == 0 and "up_to_date" in out, out  # the first build was recorded in full
+
+
+@pytest.mark.parametrize("dirname", ["sp dir", "a:b", "nl\nx"])
+def test_a_buildfile_in_a_directory_no_label_can_name_is_exit_2(make_workspace, dirname: str) -> None:
+    ws = make_workspace("odd-package")
+    ws.write("BUILD.py", 'genrule(name="ok", outs=["o"], cmd="echo > $@")\n')
+    ws.write(f"{dirname}/BUILD.py", 'genrule(name="t", outs=["o"], cmd="echo > $@")\n')
+    rc, _, err = ws.run("build")
+    assert rc == 2 and f"the directory {dirname!r} cannot be a package" in err, err
+    assert not (ws.root / "o").exists()
+    rc, _, err = ws.run("build", "//:ok")  # discovery is not needed for one label
+    assert rc == 0, err
+    ws.write(".buildtoolignore", dirname.replace("\n", "?") + "/\n")
+    rc, _, err = ws.run("build")
+    assert rc == 0, err
