@@ -221,7 +221,7 @@ class GraphBuilder:
         seen: set[str] = set()
         for text in patterns or ["//..."]:
             try:
-                pat = labels.parse_pattern(text, cur)
+                pat = labels.parse_pattern(text, cur, self.cwd_pkg)
             except labels.LabelError as e:
                 raise UserError(str(e)) from None
             matched: list[str] = []

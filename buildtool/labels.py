@@ -97,17 +97,20 @@ class Pattern:
         return pkg == self.pkg
 
 
-def parse_pattern(text: str, current_pkg: str) -> Pattern:
-    """Parse ``//...``, ``//pkg/...``, ``//pkg:all``, ``//pkg:name``, ``:name``, ``...``."""
+def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pattern:
+    """Parse ``//...``, ``//pkg/...``, ``//pkg:all``, ``//pkg:name``, ``:name``, ``...``.
+    ``:name`` is in ``current_pkg``; ``...`` and ``sub/...`` are below ``cwd_dir`` (the
+    working directory, package or not, as in Bazel; default ``current_pkg``)."""
+    here = current_pkg if cwd_dir is None else cwd_dir
     if text in ("...", "//..."):
-        base = "" if text == "//..." else current_pkg
+        base = "" if text == "//..." else here
         return Pattern("recursive", base, text=text)
     if text.endswith("/..."):
         base = text[:-4]
         if base.startswith("//"):
             base = base[2:]
-        elif current_pkg:
-            base = f"{current_pkg}/{base}"
+        elif here:
+            base = f"{here}/{base}"
         try:
             check_package(base)
         except LabelError as e:

@@ -87,6 +87,14 @@ def test_parse_pattern(text: str, cur: str, kind: str, pkg: str, name: str) -> N
     assert (p.kind, p.pkg, p.name) == (kind, pkg, name)
 
 
+def test_relative_recursive_patterns_start_at_the_working_directory() -> None:
+    # Working directory lib/ (not a package; the nearest one is the root): as in Bazel,
+    # `...` is //lib/..., not the whole workspace, while `:name` is the nearest package's.
+    assert (parse_pattern("...", "", "lib").pkg, parse_pattern("a/...", "", "lib").pkg) == ("lib", "lib/a")
+    assert parse_pattern(":t", "", "lib").pkg == ""
+    assert parse_pattern("//...", "", "lib").pkg == ""
+
+
 def test_recursive_pattern_matches_subpackages_only_below() -> None:
     p = Pattern("recursive", "a")
     assert p.matches_package("a")
