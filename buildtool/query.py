@@ -4,7 +4,8 @@ build graph (nothing is hashed or run).
 Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
 ``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE that depend on TARGET, transitively,
 TARGET included), ``outputs(PATTERN)`` (the files the matched targets and their
-dependencies produce), or a bare PATTERN (the targets it matches).  Wildcard patterns
+dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
+quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON.
 """
 
@@ -44,15 +45,38 @@ def parse(text: str) -> Query:
     if "(" in inner:
         msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
         raise UserError(msg)
-    args = [a.strip() for a in inner.split(",") if a.strip()]
+    args = _split_args(inner)
     want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)
     if want is None:
         msg = f"query {text!r}: unknown function {fn!r}; known: {', '.join(FUNCTIONS)}"
         raise UserError(msg)
     if len(args) != want:
         msg = f"query {text!r}: {fn}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}"
+        if len(args) > want:
+            msg += " (a label with a comma in it goes in quotes: deps(\"//:a,b\"))"
         raise UserError(msg)
     return Query(fn, args)
+
+
+_ARG = re.compile(r"""\s*("[^"]*"|'[^']*'|[^,"']*)\s*(,|$)""")
+
+
+def _split_args(inner: str) -> list[str]:
+    """The comma-separated arguments; one in quotes may hold commas (``"//:a,b"``: a target
+    name may contain them), as in Bazel's query language."""
+    out: list[str] = []
+    pos = 0
+    while pos < len(inner):
+        m = _ARG.match(inner, pos)
+        if m is None or m.end() == pos:  # a quote left open, or text after a quoted word
+            return [a.strip() for a in inner.split(",") if a.strip()]
+        word = m.group(1)
+        if word[:1] in "\"'" and len(word) >= 2:
+            word = word[1:-1]
+        if word.strip():
+            out.append(word.strip())
+        pos = m.end()
+    return out
 
 
 def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:

@@ -38,6 +38,15 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
     assert not workspace.exists("app/app.bin")  # nothing was built
 
 
+def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="a,b", outs=["o"], cmd="echo > $@")\n'
+                             'genrule(name="c", srcs=[":a,b"], outs=["c.out"], cmd="cat $< > $@")')
+    assert _q(workspace, 'deps("//:a,b")') == ["//:a,b"]
+    assert sorted(_q(workspace, "rdeps(//..., '//:a,b')")) == ["//:a,b", "//:c"]
+    rc, _, err = workspace.run("query", "deps(//:a,b)")
+    assert rc == 2 and 'goes in quotes: deps("//:a,b")' in err, err
+
+
 def test_bad_queries_exit_2(workspace: Workspace) -> None:
     _ws(workspace)
     for expr, word in (("deps(//app:nope)", "//app:nope"), ("frob(//...)", "frob"), ("rdeps(//...)", "rdeps"),
