@@ -81,3 +81,15 @@ def test_profile_is_written_for_a_failed_build(workspace: Workspace, tmp_path: P
     assert rc == 1
     spans = [e for e in _load(prof)["traceEvents"] if e.get("cat") == "target"]
     assert [s["args"]["status"] for s in spans] == ["failed"]
+
+
+def test_the_console_shows_a_long_critical_path_cut_in_the_middle(workspace: Workspace) -> None:
+    n = 60  # a chain: every step is on the critical path
+    workspace.build_file("", "\n".join(
+        f'genrule(name="s{i}", srcs=[{f"{chr(34)}:s{i - 1}{chr(34)}" if i else ""}], outs=["s{i}.txt"], '
+        f'cmd="echo {i} > $@")' for i in range(n)))
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    [line] = [ln for ln in r.stdout.splitlines() if ln.startswith("critical path:")]
+    assert line.count(" -> ") == 20 and "... 40 more ..." in line, line
+    assert "//:s0 " in line and "//:s59 " in line and "//:s30 " not in line
