@@ -129,6 +129,7 @@ class Session:
         self.focus: set[int] | None = None
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
+        self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
@@ -138,7 +139,9 @@ class Session:
             loader.load(labels.split_label(lab)[0])[labels.split_label(lab)[1]].kind == "test" for lab in roots
         ):
             msg = f"no test targets among {' '.join(patterns) or '//...'}"
-            raise NoTestsError(msg)
+            if not roots:
+                raise NoTestsError(msg)
+            self.tests_missing = msg  # non-tests named explicitly: built, then exit 4 (as Bazel)
         if mode == "build":
             # `build` never runs tests: a named test stands for what it needs.
             expanded: list[str] = []
@@ -181,7 +184,11 @@ class Session:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._build_locked(req, cfg, state, t_begin, out)
+            self.tests_missing = None
+            result = self._build_locked(req, cfg, state, t_begin, out)
+            if self.tests_missing is not None:
+                raise NoTestsError(self.tests_missing)
+            return result
         finally:
             gc.unfreeze()
             if collecting:

@@ -428,7 +428,8 @@ class TestSession:
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
         ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
         parts = [f"{n} {k}" for k, n in counts.items()]
-        print(f"Tests: {len(cases)} ({', '.join(parts)}); {ran} executed", file=out, flush=True)
+        if cases:  # (none: only non-tests were named; they were built, and the command exits 4)
+            print(f"Tests: {len(cases)} ({', '.join(parts)}); {ran} executed", file=out, flush=True)
         for c in cases:
             if c.result is TestResult.FLAKY:
                 n = len(c.failures)

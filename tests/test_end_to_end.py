@@ -545,6 +545,11 @@ def test_test_with_no_tests_is_exit_4(workspace: Workspace) -> None:
     assert "test" in err
     rc, _, _ = workspace.run("test", "//...")
     assert rc == 4
+    assert not workspace.exists("g")  # a wildcard selects only tests: nothing to build
+    # A non-test named explicitly is built (as `bazel test //:g` does), then exit 4.
+    rc, out, err = workspace.run("test", "//:g")
+    assert rc == 4 and "no test targets among //:g" in err and "Tests:" not in out, out + err
+    assert workspace.exists("g")
 
 
 def test_test_runs_tests_and_build_never_does(workspace: Workspace) -> None:
