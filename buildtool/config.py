@@ -232,8 +232,8 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
         {k: v for k, v in flags.items() if v is not None},
     ):
         for k, v in layer.items():
-            if k == "pools":
-                merged.setdefault("pools", {}).update(v)
+            if k in ("pools", "remote_headers"):  # tables: merged key by key, the higher source winning
+                merged[k] = {**merged.get(k, {}), **v}
             else:
                 merged[k] = v
     cfg = Config(**merged)

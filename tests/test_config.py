@@ -96,3 +96,18 @@ def test_an_empty_remote_url_turns_off_the_one_a_config_file_sets(
         flags = {"remote_cache": "", "remote_executor": ""}
     cfg = config.load_config(root, flags)
     assert not cfg.remote_cache and not cfg.remote_executor
+
+
+def test_tables_merge_key_by_key_and_a_higher_list_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for k in list(os.environ):
+        if k.startswith("BUILDTOOL_"):
+            monkeypatch.delenv(k)
+    _write(tmp_path / "xdg" / "buildtool" / "config.toml", 'remote_headers = {authorization = "Bearer U", x-a = "1"}\n')
+    _write(tmp_path / "ws" / "buildtool.toml", 'action_env = ["LANG"]\nremote_headers = {x-b = "2"}\n')
+    root = str(tmp_path / "ws")
+    monkeypatch.setenv("BUILDTOOL_ACTION_ENV", "FOO")
+    monkeypatch.setenv("BUILDTOOL_REMOTE_HEADERS", "x-a=env")
+    cfg = config.load_config(root, {"remote_headers": {"authorization": "Bearer FLAG"}})
+    assert cfg.remote_headers == {"authorization": "Bearer FLAG", "x-a": "env", "x-b": "2"}
+    assert cfg.action_env == ["FOO"]
