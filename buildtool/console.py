@@ -196,6 +196,12 @@ class Console:
             dur = f" ({o.duration:.2f}s)" if o.status is Status.RAN else ""
             word = self._paint(status, _STATUS_COLOR.get(status))
             self._line(f"[{self.done}/{self.total}] {word} {label}{dur}")
+        if o.status is Status.RAN and self.graph.targets[t].kind != "test":
+            # What a command that succeeded printed (a compiler's warnings) follows its line,
+            # as Make and Ninja show it; a test's output is --test-output's to show.
+            for data in (o.stdout, o.stderr):
+                if data:
+                    self._text(data)
         if self.replay_output and o.status is Status.RESTORED and o.reason is Reason.RESTORED:
             self._replay(label, o)
 

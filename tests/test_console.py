@@ -42,6 +42,9 @@ def test_plain_output_has_no_control_characters(workspace: Workspace) -> None:
         lines = r.stdout.splitlines()
         assert sum(1 for ln in lines if re.match(r"^\[\d+/3\] ran //:[abc] \(\d+\.\d\ds\)$", ln)) == 3, lines
         assert lines[-1].startswith("OK: 3 targets: 3 ran")
+        # What //:a printed although it succeeded follows its line, as Make and Ninja show it.
+        at = next(i for i, ln in enumerate(lines) if " ran //:a " in ln)
+        assert lines[at + 1] == "red warning", lines
     # restore + failure + --replay-output: still no control characters (the replayed
     # output's own escapes are stripped too)
     for name in ("a.out", "b.out", "c.out"):
