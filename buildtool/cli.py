@@ -224,13 +224,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ``--``, taken aside first: the build's own options may come after TARGET, as in
     ``bazel run //x -c opt -- args``."""
     p = parser()
-    if "--" in argv:
-        cut = argv.index("--")
-        args = p.parse_args(argv[:cut])
-        if args.command == "run":
-            args.args = [*args.args, *argv[cut + 1:]]
-            return args
-    return p.parse_args(argv)
+    i = 0  # the command's position: after the global options
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        i += 2 if argv[i] == "-C" else 1
+    if i >= len(argv) or argv[i] != "run":
+        return p.parse_args(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = p.parse_known_args(argv[:cut])
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)} (the program's own arguments go after "
+                f"'--': buildtool run TARGET -- ARGS)")
+    args.args = [*args.args, *argv[cut + 1:]]
+    return args
 
 
 def _nothing_changed(n: int, secs: float) -> int:
@@ -255,7 +260,7 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         from buildtool.remote.workercmd import run_command as run_worker_command
 
         return run_worker_command(args)
-    if args.command in ("build", "test", "watch"):
+    if args.command in ("build", "test", "watch", "run"):
         _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
@@ -293,7 +298,7 @@ def _check_build_flags(args: argparse.Namespace) -> None:
         from buildtool.remote.options import flags_of
 
         flags_of(args)  # the --remote-* values (their own module: no import for a plain build)
-    for flag, path in (("--events", args.events), ("--profile", args.profile),
+    for flag, path in (("--events", args.events), ("--profile", getattr(args, "profile", None)),
                        ("--junit", getattr(args, "junit", None))):
         if path is not None:
             problem = _unwritable(path)

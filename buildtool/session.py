@@ -138,10 +138,13 @@ class Session:
         if mode == "test" and not any(
             loader.load(labels.split_label(lab)[0])[labels.split_label(lab)[1]].kind == "test" for lab in roots
         ):
-            msg = f"no test targets among {' '.join(patterns) or '//...'}"
             if not roots:
-                raise NoTestsError(msg)
-            self.tests_missing = msg  # non-tests named explicitly: built, then exit 4 (as Bazel)
+                raise NoTestsError(f"no test targets among {' '.join(patterns) or '//...'}")
+            graph = builder.build(roots)
+            if not any(t.kind == "test" for t in graph.targets):  # (a group of tests runs them)
+                # Non-tests named explicitly: built, then exit 4 (as Bazel).
+                self.tests_missing = f"no test targets among {' '.join(patterns)}"
+            return graph
         if mode == "build":
             # `build` never runs tests: a named test stands for what it needs.
             expanded: list[str] = []

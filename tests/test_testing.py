@@ -332,6 +332,12 @@ def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> Non
     assert ev.exists()
     rc, out, err = workspace.run("run", "//tools:prog", "-j", "5000")
     assert rc == 2 and "-j must be from 1 to 4096" in err, err
+    rc, out, err = workspace.run("run", "//tools:prog", "--cache-dir", "")
+    assert rc == 2 and "--cache-dir must name a directory" in err, err
+    rc, out, err = workspace.run("run", "//tools:prog", "--verbose")  # the program's flag, before `--`
+    assert rc == 2 and "the program's own arguments go after '--'" in err, err
+    rc, out, err = workspace.run("query", "--", "//tools:prog")  # other commands keep their `--`
+    assert rc == 0 and out.split() == ["//tools:prog"], out + err
 
 
 def test_a_result_restored_into_a_fresh_checkout_keeps_how_long_the_test_ran(
