@@ -144,6 +144,7 @@ class Loader:
         self._packages: dict[str, dict[str, dsl.Declaration]] = {}
         self._contexts: dict[str, dsl.PackageContext] = {}
         self._all: list[str] | None = None
+        self._all_set: frozenset[str] = frozenset()  # the same, for package_exists
         self.read_files: set[str] = set()  # workspace-relative files read while loading
         # Their stats when they were read (BUILD.py files, files opened): one edited later,
         # even during the evaluation of another BUILD.py, then refuses the no-op snapshot.
@@ -165,7 +166,7 @@ class Loader:
             found: list[str] = []
             self._walk("", found)
             found.sort()
-            self._all = found
+            self._all, self._all_set = found, frozenset(found)
         return self._all
 
     def _walk(self, rel: str, found: list[str]) -> None:
@@ -205,7 +206,7 @@ class Loader:
 
     def package_exists(self, pkg: str) -> bool:
         if self._all is not None:
-            return pkg in self._all
+            return pkg in self._all_set
         if pkg and self.ws.is_ignored(pkg):
             return False
         path = os.path.join(self.ws.root, pkg, BUILDFILE)
