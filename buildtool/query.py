@@ -81,7 +81,7 @@ def _split_args(inner: str) -> list[str]:
 
 def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
     """Labels matched by the patterns, tests included, manual targets only when named."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # (ordered; a list's `in` made 30,000 labels a 7 s scan)
     for p in patterns or ["//..."]:
         found: list[str] = []
         errors: list[str] = []
@@ -95,10 +95,8 @@ def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
         if not found:
             msg = f"pattern {p!r} matches no targets"
             raise UserError(msg)
-        for lab in found:
-            if lab not in out:
-                out.append(lab)
-    return out
+        out.update(dict.fromkeys(found))
+    return list(out)
 
 
 def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
