@@ -324,7 +324,9 @@ class TargetRunner:
         return out
 
     # -- scheduler.Runner --------------------------------------------------------------
-    def try_inline(self, tid: int) -> Outcome | None:
+    def runs_nothing(self, tid: int) -> Outcome | None:
+        """The outcome of a target that has nothing to run in this build (a group, a test
+        that ``build`` reached), whatever its inputs; None for the others."""
         t = self.graph.targets[tid]
         if t.kind == "group":
             return Outcome(Status.UP_TO_DATE, Reason.GROUP, "group: builds its members, runs nothing")
@@ -332,6 +334,13 @@ class TargetRunner:
             return Outcome(Status.UP_TO_DATE, Reason.TEST_NOT_RUN,
                            f"a test: `build` builds what it needs, `buildtool test {t.label}` runs it",
                            extra={"record": True})
+        return None
+
+    def try_inline(self, tid: int) -> Outcome | None:
+        t = self.graph.targets[tid]
+        fixed = self.runs_nothing(tid)
+        if fixed is not None:
+            return fixed
         if self._never_fresh(t):
             return None  # always=True or --no-cache-tests: a worker runs it
         if not self.opt.dry_run and t.label not in self.record.entries:

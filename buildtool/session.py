@@ -373,9 +373,12 @@ class Session:
                                extra={"unchanged": True})  # (not planned: nothing was checked)
                 for t in range(len(graph.targets)):
                     if t not in wanted:
+                        o = runner.runs_nothing(t)  # (a test `build` passes by is still not run)
+                        if o is not None:
+                            o.extra["unchanged"] = True
                         for r in (events, self.observer):
                             if r is not None:
-                                r.target_finished(t, kept)
+                                r.target_finished(t, o or kept)
             console.summary(wall, sched.failed, sched.interrupt is not None, len(graph.targets) - len(wanted))
             if remote is not None:
                 remote.finish(console.out, events)

@@ -220,14 +220,18 @@ def test_events_of_a_cycle_name_every_target(watch, ws: Path) -> None:
     import json
 
     ev = ws.parent / "events.jsonl"
+    with open(ws / "BUILD.py", "a") as f:
+        f.write('test(name="t", srcs=[":a"], cmd="true")\ngroup(name="checks", deps=[":t"])\n')
     w = watch("--events", str(ev))
     w.wait_cycle(1)
     write(ws / "b.txt", "b2\n")
     w.wait_settled(lambda cs: cs[-1].n > 1 and "//:ab" in ran_since(w, 1), "ab rebuilt")
     lines = [json.loads(x) for x in ev.read_text().splitlines()][1:]
+    assert [e for e in lines if "test" in e] == []  # `watch` builds: no test ran, none passed (cached)
     got = {e["label"]: (e["status"], e["reason_code"]) for e in lines}
     assert got == {"//:b": ("ran", "input_changed"), "//:ab": ("ran", "dep_changed"),
-                   "//:a": ("up_to_date", "up_to_date"), "//sub:c": ("up_to_date", "up_to_date")}, got
+                   "//:a": ("up_to_date", "up_to_date"), "//sub:c": ("up_to_date", "up_to_date"),
+                   "//:t": ("up_to_date", "test_not_run"), "//:checks": ("up_to_date", "group")}, got
     # a change in another package touches only that package's targets
     n = w.cycles()[-1].n
     write(ws / "sub" / "c.txt", "c2\n")
