@@ -169,6 +169,10 @@ class Loader:
             self._all, self._all_set = found, frozenset(found)
         return self._all
 
+    def take_discovery(self, other: Loader) -> None:
+        """Use ``other``'s package discovery (watch mode, when no directory came or went)."""
+        self._all, self._all_set = other._all, other._all_set
+
     def _walk(self, rel: str, found: list[str]) -> None:
         absdir = os.path.join(self.ws.root, rel) if rel else self.ws.root
         self.glob_dirs.add(rel)

@@ -354,7 +354,7 @@ class Watcher:
                     new.glob_rules.setdefault(pkg, rules)
             new.cwd_relative = old.cwd_relative  # (a kept package may have opened files so)
             if not self.rescan:
-                new._all = old._all
+                new.take_discovery(old)
         self.partial = new
         graph = self.session._graph(new, req.patterns, req.mode)
         if old is not None and not self.reload_all:  # the kept packages' reads, as they were read
