@@ -121,15 +121,14 @@ def _exit_guard() -> _ExitGuard:
 
 
 def _check_package_dir(rel: str) -> None:
-    """A directory holding a BUILD.py is a package: its path must be one a label can name."""
-    from buildtool import labels
-
-    try:
-        labels.check_package(rel)
-    except labels.LabelError:
-        msg = (f"{rel}/{BUILDFILE}: the directory {rel!r} cannot be a package: package paths are names of "
-               f"{labels.ALLOWED_NAME_CHARS_TEXT} joined by '/'; rename it, or list it in .buildtoolignore")
-        raise UserError(msg) from None
+    """A directory holding a BUILD.py is a package; one whose path has a ``:`` or a control
+    character would make labels that parse as something else or split the console's lines.
+    (Other characters that labels do not take, a space or an ``é``, are let through as
+    before: ``//...`` builds such a package, though no label on a command line names it.)"""
+    if ":" in rel or any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        msg = (f"{rel!r}: a directory holding a {BUILDFILE} is a package, and a package path cannot contain "
+               "':' or control characters; rename it, or list it in .buildtoolignore")
+        raise UserError(msg)
 
 
 class Loader:
