@@ -55,6 +55,8 @@ WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
 ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+# Variables that may carry credentials (docs/remote.md): the snapshot keeps a digest of them.
+ENV_SECRET = ("BUILDTOOL_REMOTE_CACHE", "BUILDTOOL_REMOTE_EXECUTOR", "BUILDTOOL_REMOTE_HEADERS")
 
 
 def _path(state_dir: str) -> str:
@@ -104,8 +106,14 @@ def env_view(names: Iterable[str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {n: env.get(n) for n in (*ENV_ALWAYS, *names)}
     for k, v in env.items():
         if k.startswith(ENV_PREFIXES):
-            out[k] = v
+            out[k] = _secret_digest(v) if k in ENV_SECRET else v
     return out
+
+
+def _secret_digest(value: str) -> str:
+    from _blake2 import blake2b  # (imported only when such a variable is set)
+
+    return "blake2b:" + blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
 def _same_env(recorded: Mapping[str, str | None]) -> list[str] | None:

@@ -111,3 +111,26 @@ def test_tables_merge_key_by_key_and_a_higher_list_replaces(tmp_path: Path, monk
     cfg = config.load_config(root, {"remote_headers": {"authorization": "Bearer FLAG"}})
     assert cfg.remote_headers == {"authorization": "Bearer FLAG", "x-a": "env", "x-b": "2"}
     assert cfg.action_env == ["FOO"]
+
+
+def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from buildtool.remote.options import parse_endpoint
+
+    ep = parse_endpoint("https://ci:p%40ss@cache.example:8443/team")
+    assert str(ep) == "https://cache.example:8443/team" and ep.userinfo == "ci:p@ss"
+    got = ep.headers({"authorization": "Bearer FROM-CONFIG", "x-a": "1"})
+    assert got == {"authorization": "Basic Y2k6cEBzcw==", "x-a": "1"}  # base64("ci:p@ss")
+    assert parse_endpoint("grpc://h:1").headers({"x": "y"}) == {"x": "y"}
+    with pytest.raises(ValueError) as e:
+        parse_endpoint("http://ci:s3cret@host:99999/x")
+    assert "s3cret" not in str(e.value) and "ci:***@host" in str(e.value)
+    # The no-op snapshot's view of the environment keeps a digest of such a variable.
+    from buildtool import noop
+
+    monkeypatch.setenv("BUILDTOOL_REMOTE_CACHE", "http://ci:s3cret@host/x")
+    view = noop.env_view([])
+    assert view["BUILDTOOL_REMOTE_CACHE"].startswith("blake2b:") and "s3cret" not in repr(view)
+    monkeypatch.setenv("BUILDTOOL_REMOTE_CACHE", "http://ci:other@host/x")
+    assert noop.env_view([]) != view

@@ -26,9 +26,10 @@ class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix", "user
     __slots__ = ()
 
     def headers(self, given: dict[str, str]) -> dict[str, str]:
-        """The headers (gRPC metadata) to send to this endpoint: ``given``, plus basic
-        authentication from the URL's credentials unless ``given`` has an authorization."""
-        if self.userinfo is None or "authorization" in given:
+        """The headers (gRPC metadata) to send to this endpoint: ``given``, with basic
+        authentication from the URL's credentials in place of any ``authorization`` there
+        (the URL names this endpoint; a header from a config file is for every remote)."""
+        if self.userinfo is None:
             return dict(given)
         import base64
 
@@ -56,16 +57,18 @@ def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
 
     u = urllib.parse.urlsplit(url)
     if u.scheme not in SCHEMES or not u.hostname:
-        msg = f"{what} must be grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix] (got {url!r})"
+        msg = (f"{what} must be grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix] "
+               f"(got {_redacted(url)!r})")
         raise ValueError(msg)
     try:
         port = u.port
     except ValueError:
-        msg = f"{what} has an invalid port (got {url!r})"
+        msg = f"{what} has an invalid port (got {_redacted(url)!r})"
         raise ValueError(msg) from None
     if u.scheme in ("grpc", "grpcs"):
         if u.path not in ("", "/") or u.query:
-            msg = f"{what}: a gRPC endpoint takes no path; use --remote-instance for the instance name (got {url!r})"
+            msg = (f"{what}: a gRPC endpoint takes no path; use --remote-instance for the instance name "
+                   f"(got {_redacted(url)!r})")
             raise ValueError(msg)
         if port is None:
             port = 443 if u.scheme == "grpcs" else 80
@@ -77,6 +80,20 @@ def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
 
         userinfo = up.unquote(u.username) + ":" + up.unquote(u.password or "")
     return Endpoint(u.scheme, u.hostname, port, u.path.strip("/"), userinfo)
+
+
+def _redacted(url: str) -> str:
+    """``url`` as shown in a message: a password in it replaced by ``***``."""
+    import urllib.parse
+
+    try:
+        u = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url.split("@")[-1]
+    userinfo, at, host = u.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return urllib.parse.urlunsplit(u._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
 
 
 def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:
@@ -189,7 +206,7 @@ def check_key(key: str, v: Any) -> Any:
         if v:
             parse_endpoint(v, key)
             if key == "remote_executor" and not parse_endpoint(v, key).is_grpc:
-                msg = f"{key} must be grpc://HOST:PORT or grpcs://HOST:PORT (got {v!r})"
+                msg = f"{key} must be grpc://HOST:PORT or grpcs://HOST:PORT (got {_redacted(v)!r})"
                 raise ValueError(msg)
         return v
     if key == "remote_instance":
