@@ -639,9 +639,11 @@ class GraphBuilder:
         recorded = self.loader.recorded_outputs
         if not recorded:
             return False
-        for d, _subdirs, files in os.walk(full):
+        for d, subdirs, files in os.walk(full):
             base = rel + d[len(full):].replace(os.sep, "/")
             if any(f"{base}/{f}" not in recorded for f in files):
+                return False
+            if any(os.path.islink(os.path.join(d, s)) for s in subdirs):  # (walk lists links to dirs there)
                 return False
         return True
 

@@ -556,7 +556,11 @@ class Session:
                 try:
                     os.rmdir(sub)
                 except OSError:
-                    pass  # a dead output kept (edited since): the target says the directory is in the way
+                    pass
+            if os.path.isdir(os.path.join(self.ws.root, d)):  # a dead output in it was kept (edited since)
+                t = next(t for t in graph.targets if d in t.outs)
+                msg = f"{t.where}: output {d!r} of {t.label} is an existing directory; outputs are files"
+                raise UserError(msg)
 
     # -- clean -----------------------------------------------------------------------
     def clean(self) -> int:

@@ -697,6 +697,20 @@ def test_an_output_may_replace_the_directory_of_earlier_outputs(workspace: Works
     rc, _, err = workspace.run("build")
     assert rc == 2 and "output 'x' of //:t is an existing directory" in err, err
     assert workspace.read("x/mine.txt") == "the user's\n"
+    # The earlier output itself edited (kept, as edited dead outputs are), or a link to a
+    # directory in there: exit 2 all the same, before anything runs.
+    workspace.path("x/mine.txt").unlink()
+    workspace.build_file("", 'genrule(name="t", outs=["x/y"], cmd="echo nested > $@")')
+    assert workspace.build().rc == 0
+    workspace.write("x/y", "edited\n")
+    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "BUILD.py:1: output 'x' of //:t is an existing directory" in err, err
+    assert workspace.read("x/y") == "edited\n"
+    workspace.path("x/y").unlink()
+    os.symlink(workspace.root, workspace.root / "x" / "link")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "output 'x' of //:t is an existing directory" in err, err
 
 
 def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Workspace) -> None:
