@@ -170,7 +170,11 @@ class Session:
         record = BuildRecord(os.path.join(self.ws.state_dir, "record"), _warn)
         from buildtool.loader import Loader
 
-        return self._graph(Loader(self.ws, record.all_outputs()), patterns, mode)
+        self.tests_missing = None
+        graph = self._graph(Loader(self.ws, record.all_outputs()), patterns, mode)
+        if self.tests_missing is not None:  # (`plan --test //:lib`: no test to plan)
+            raise NoTestsError(self.tests_missing)
+        return graph
 
     def build(self, req: BuildRequest, out: Any = None) -> BuildResult:
         t_begin = time.monotonic()

@@ -550,6 +550,8 @@ def test_test_with_no_tests_is_exit_4(workspace: Workspace) -> None:
     rc, out, err = workspace.run("test", "//:g")
     assert rc == 4 and "no test targets among //:g" in err and "Tests:" not in out, out + err
     assert workspace.exists("g")
+    rc, out, err = workspace.run("plan", "--test", "//:g")  # nothing to plan a test run of
+    assert rc == 4 and "no test targets among //:g" in err, out + err
 
 
 def test_test_runs_tests_and_build_never_does(workspace: Workspace) -> None:
