@@ -198,3 +198,24 @@ def test_strip_controls_keeps_text_and_is_linear() -> None:
     prof = cProfile.Profile()
     prof.runcall(strip_controls, "0123456789\n" * 1_000_000)
     assert pstats.Stats(prof).total_calls < 1000  # type: ignore[attr-defined]
+
+
+def test_a_non_blocking_stdout_loses_nothing(workspace: Workspace) -> None:
+    """A CI runner may hand over a pipe in O_NONBLOCK mode: a write to it while full fails
+    with EAGAIN.  The console makes it blocking, so a slow reader gets every line."""
+    workspace.build_file("", "for i in range(1500):\n"
+                             "    genrule(name=f't{i}', outs=[f'o{i}'], cmd='echo > $@')\n")
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    env = _clean_env(workspace.cache, workspace.home)
+    p = subprocess.Popen([BUILDTOOL, "build", "-n", "--explain"], cwd=workspace.root, env=env, stdout=w,
+                         stderr=subprocess.PIPE)
+    os.close(w)
+    time.sleep(1.0)  # the pipe (64 KiB) fills while nobody reads
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    assert p.wait(timeout=60) == 0
+    assert len(data) > 65536 and data.count(b"\n//:t") + data.startswith(b"//:t") == 1500, len(data)
+    assert b"output is lost" not in p.stderr.read()
