@@ -286,6 +286,7 @@ class Watcher:
         self.broken = False
         self.observer: Any = None
         self.watches: dict[tuple[str, bool], Any] = {}
+        self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
         self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
         cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
         rel_cache = os.path.relpath(cache_dir, self.root)
@@ -456,12 +457,13 @@ class Watcher:
         were not watched yet and that changed after ``since_ns`` (the start of the cycle that
         read them) are queued as changes: no event could have reported them."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()))
-        if key == self._synced_for and not self.ws.missing_dirs:
+        if key == self._synced_for and not self.ws.missing_dirs and not self._replaced_dirs():
             return
         self._synced_for = key
         old = self.ws
         self.ws = self._compute()
         layout = self._layout(self.ws.dirs)
+        replaced = {d for d, _ in self._replaced_dirs()}  # saves there since the cycle began went unseen
         try:
             self._schedule(layout)
         except OSError as e:
@@ -473,7 +475,7 @@ class Watcher:
             self._drop_observer()
             self.poll = True
             self._schedule(layout)
-        new_dirs = self.ws.dirs - old.dirs
+        new_dirs = (self.ws.dirs - old.dirs) | (replaced & self.ws.dirs)
         if not new_dirs:
             return
         limit = since_ns - RACY_MARGIN_NS
@@ -491,11 +493,26 @@ class Watcher:
                 if ch is not None:
                     self.q.put(ch)
 
+    def _dir_id(self, key: tuple[str, bool]) -> tuple[int, int] | None:
+        try:
+            st = os.stat(os.path.join(self.root, key[0]) if key[0] else self.root)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _replaced_dirs(self) -> list[tuple[str, bool]]:
+        """Watched directories that are another directory now (removed and made again, as
+        ``git checkout`` or ``rm -rf gen && regenerate`` do): their watch follows the old
+        one, so saves in the new one would go unseen."""
+        return [k for k, ident in self.watched_ids.items() if k in self.watches and self._dir_id(k) != ident]
+
     def _schedule(self, layout: set[tuple[str, bool]]) -> None:
         if self.observer is None:
             self.observer = self._new_observer()
+        replaced = set(self._replaced_dirs())
         for key in list(self.watches):
-            if key not in layout:
+            if key not in layout or key in replaced:
+                self.watched_ids.pop(key, None)
                 try:
                     self.observer.unschedule(self.watches.pop(key))
                 except (KeyError, ValueError, OSError):
@@ -504,7 +521,10 @@ class Watcher:
         for key in sorted(layout - set(self.watches)):
             d, recursive = key
             path = os.path.join(self.root, d) if d else self.root
+            ident = self._dir_id(key)
             self.watches[key] = self.observer.schedule(handler, path, recursive=recursive, event_filter=EVENT_TYPES)
+            if ident is not None:
+                self.watched_ids[key] = ident
 
     def _drop_observer(self) -> None:
         if self.observer is not None:
@@ -516,6 +536,7 @@ class Watcher:
                 pass
         self.observer = None
         self.watches = {}
+        self.watched_ids = {}
 
     # -- the loop -------------------------------------------------------------------------------
     def wait_for_changes(self) -> list[Change] | None:

@@ -689,3 +689,18 @@ def test_a_relative_open_keeps_its_directory_across_cycles(tmp_path: Path, cache
                        env=run_env(cache), capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
     assert read(root / "t.out") == "B\n"
+
+
+def test_a_directory_removed_and_made_again_is_watched_again(watch, ws: Path) -> None:
+    """`git checkout` (or `rm -rf gen && regenerate`) replaces a directory within one batch:
+    the watch on the old directory sees nothing of the new one."""
+    w = watch()
+    w.wait_cycle(1)
+    shutil.rmtree(ws / "sub")
+    write(ws / "sub" / "BUILD.py", 'genrule(name="c", srcs=["c.txt"], outs=["c.out"], cmd="cat c.txt > c.out")\n')
+    write(ws / "sub" / "c.txt", "c2\n")
+    w.wait_settled(lambda cs: read(ws / "sub" / "c.out") == "c2\n", "the new sub/ built")
+    n = w.cycles()[-1].n
+    time.sleep(0.3)
+    write(ws / "sub" / "c.txt", "c3\n")  # a save in the new directory
+    w.wait_settled(lambda cs: read(ws / "sub" / "c.out") == "c3\n" and cs[-1].n > n, "the save in it built")
