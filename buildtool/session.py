@@ -279,6 +279,8 @@ class Session:
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
+            if not from_snapshot:  # (the snapshot's check already counts a missing output as changed)
+                _add_missing_producers(graph, wanted, self.ws.root)
             # What the rest produced last time, for the keys of the cone: the outputs of the
             # cone's dependencies outside it (other record entries are not even parsed).
             outside: set[int] = set()
@@ -732,6 +734,17 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
                 out.add(c)
                 stack.append(c)
     return out
+
+
+def _add_missing_producers(graph: Graph, wanted: set[int], root: str) -> None:
+    """Add to ``wanted`` the dependencies outside it whose outputs are gone from disk (a
+    watch cycle planned after someone deleted them): a planned target would read them."""
+    stack = list(wanted)
+    while stack:
+        for d in graph.targets[stack.pop()].deps:
+            if d not in wanted and any(not os.path.lexists(os.path.join(root, o)) for o in graph.targets[d].outs):
+                wanted.add(d)
+                stack.append(d)
 
 
 def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int]) -> list[bool]:

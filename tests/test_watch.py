@@ -704,3 +704,13 @@ def test_a_directory_removed_and_made_again_is_watched_again(watch, ws: Path) ->
     time.sleep(0.3)
     write(ws / "sub" / "c.txt", "c3\n")  # a save in the new directory
     w.wait_settled(lambda cs: read(ws / "sub" / "c.out") == "c3\n" and cs[-1].n > n, "the save in it built")
+
+
+def test_outputs_deleted_between_cycles_are_back_for_the_targets_that_read_them(watch, ws: Path) -> None:
+    w = watch()
+    w.wait_cycle(1)
+    shutil.rmtree(ws / "out")
+    time.sleep(0.3)  # (outputs are never relevant events: nothing starts a cycle yet)
+    write(ws / "b.txt", "b2\n")
+    cs = w.wait_settled(lambda cs: cs[-1].n > 1 and read(ws / "out" / "ab.out") == "a1\nb2\n", "ab rebuilt")
+    assert cs[-1].status == "OK" and read(ws / "out" / "a.out") == "a1\n", w.log()
