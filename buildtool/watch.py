@@ -263,6 +263,7 @@ class Watcher:
         self.session = session
         self.req = req
         self.root = session.ws.root
+        self.cwd = os.getcwd()
         self.poll = poll
         self.quiet = QUIET_S if debounce_ms is None else max(debounce_ms, 0.0) / 1000.0
         self.out = out or sys.stdout
@@ -635,6 +636,13 @@ class Watcher:
 
     def cycle(self, changes: list[Change]) -> None:
         self.cycle_no += 1
+        try:
+            os.getcwd()
+        except FileNotFoundError:  # the workspace was removed and made again (a fresh clone):
+            try:  # work in the new directory of the same name (if it is not back yet, the
+                os.chdir(self.cwd)  # cycle's error says the workspace is gone)
+            except OSError:
+                pass
         self._apply(changes)
         self.session.focus = focus = self._focus(changes)
         t0 = time.monotonic()

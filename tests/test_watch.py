@@ -714,3 +714,18 @@ def test_outputs_deleted_between_cycles_are_back_for_the_targets_that_read_them(
     write(ws / "b.txt", "b2\n")
     cs = w.wait_settled(lambda cs: cs[-1].n > 1 and read(ws / "out" / "ab.out") == "a1\nb2\n", "ab rebuilt")
     assert cs[-1].status == "OK" and read(ws / "out" / "a.out") == "a1\n", w.log()
+
+
+def test_the_workspace_removed_and_made_again_is_built_where_it_is_now(watch, ws: Path) -> None:
+    """A fresh clone over the old one: the watcher's working directory is gone; it carries
+    on in the new directory of the same name (it crashed in os.getcwd())."""
+    w = watch()
+    w.wait_cycle(1)
+    saved = {p.relative_to(ws): p.read_bytes() for p in ws.rglob("*") if p.is_file() and ".buildtool" not in p.parts}
+    shutil.rmtree(ws)
+    for rel, data in saved.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_bytes(data.replace(b"a1", b"a9").replace(b"c.out", b"c2.out"))
+    w.wait_settled(lambda cs: read(ws / "out" / "ab.out") == "a9\nb1\n" and read(ws / "sub" / "c2.out") == "c1\n",
+                   "the new clone built")
+    assert w.proc.poll() is None and "Traceback" not in "\n".join(w.err), w.log()
