@@ -117,6 +117,7 @@ class Session:
     def __init__(self, start_dir: str, flags: dict[str, Any] | None = None) -> None:
         self.ws: Workspace = find_workspace(start_dir)
         self.config: Config = load_config(self.ws.root, flags or {})
+        self._start = (start_dir, flags or {})
         # Watch mode (watch.py) keeps these across build cycles; None: fresh per build.
         self.stats: StatCache | None = None
         self.cache: Cache | None = None
@@ -130,6 +131,13 @@ class Session:
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
+
+    def reload_config(self) -> None:
+        """Read buildtool.toml, .buildtoolignore and the user config again (watch mode, when
+        one changed); UserError when one is invalid now."""
+        start_dir, flags = self._start
+        self.ws = find_workspace(start_dir)
+        self.config = load_config(self.ws.root, flags)
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:

@@ -108,7 +108,7 @@ class WatchSet:
 @dataclass(slots=True)
 class Change:
     path: str
-    kind: str  # content | package | all | rescan | retry
+    kind: str  # content | package | all | config | rescan | retry
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
@@ -144,8 +144,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken:
             return Change(rel, "rescan" if structural else "package", parent)
         return None
-    if rel in ws.loader_files:
-        return Change(rel, "all")
+    if rel in ws.loader_files or rel in (MARKER, IGNORE_FILE):
+        return Change(rel, "config" if rel in (MARKER, IGNORE_FILE) else "all")
     if structural and parent in ws.glob_dirs and not (appears and rel in ws.sources):
         pkg = _owner(ws.packages, parent) or ""
         in_pkg = rel[len(pkg) + 1:] if pkg else rel
@@ -246,7 +246,7 @@ class _Collector:
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
-        if ch.kind in ("all",) or (ch.kind == "package" and ch.path.endswith(BUILDFILE)):
+        if ch.kind in ("all", "config") or (ch.kind == "package" and ch.path.endswith(BUILDFILE)):
             return True
         if ch.kind != "content":
             return False
@@ -283,6 +283,7 @@ class Watcher:
         self.partial: Loader | None = None
         self.dirty_pkgs: set[str] = set()
         self.reload_all = False
+        self.reload_config = False  # buildtool.toml or .buildtoolignore changed: read them again
         self.rescan = False
         self.broken = False
         self.observer: Any = None
@@ -378,8 +379,9 @@ class Watcher:
                 if ch.pkg:  # a new sub-package takes files away from its parent's globs
                     self.dirty_pkgs.add(_owner(self.ws.packages, ch.pkg.rsplit("/", 1)[0] if "/" in ch.pkg else "")
                                         or "")
-            elif ch.kind == "all":
+            elif ch.kind in ("all", "config"):
                 self.reload_all = True
+                self.reload_config |= ch.kind == "config"
 
     # -- watches -------------------------------------------------------------------------------
     def _compute(self) -> WatchSet:
@@ -651,6 +653,9 @@ class Watcher:
         self.in_cycle = True
         self.cycle_start_ns = time.time_ns()
         try:
+            if self.reload_config:
+                self.session.reload_config()  # (invalid now: an ERROR cycle, retried on the next save)
+                self.reload_config = False
             self.session.build(self.req, out=self.out)
         except BuildFailed:
             status = "FAILED"

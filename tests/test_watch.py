@@ -729,3 +729,17 @@ def test_the_workspace_removed_and_made_again_is_built_where_it_is_now(watch, ws
     w.wait_settled(lambda cs: read(ws / "out" / "ab.out") == "a9\nb1\n" and read(ws / "sub" / "c2.out") == "c1\n",
                    "the new clone built")
     assert w.proc.poll() is None and "Traceback" not in "\n".join(w.err), w.log()
+
+
+def test_a_changed_buildtool_toml_is_read_again(watch, ws: Path) -> None:
+    write(ws / "BUILD.py", 'genrule(name="e", srcs=["a.txt"], outs=["e.out"], cmd="echo FOO=$$FOO > e.out")\n')
+    w = watch()
+    w.wait_settled(lambda cs: read(ws / "e.out") == "FOO=\n", "first build")
+    write(ws / "buildtool.toml", 'action_env = ["FOO=bar"]\n')
+    w.wait_settled(lambda cs: read(ws / "e.out") == "FOO=bar\n", "rebuilt with the new config")
+    n = w.cycles()[-1].n
+    write(ws / "buildtool.toml", "jobs = [[[\n")  # invalid: an ERROR cycle, as `build` is exit 2
+    cs = w.wait_settled(lambda cs: cs[-1].n > n, "the invalid config seen")
+    assert cs[-1].status == "ERROR" and any("invalid TOML" in e for e in w.err), w.log()
+    write(ws / "buildtool.toml", 'action_env = ["FOO=baz"]\n')
+    w.wait_settled(lambda cs: read(ws / "e.out") == "FOO=baz\n", "mended")
