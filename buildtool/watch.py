@@ -289,6 +289,7 @@ class Watcher:
         self.observer: Any = None
         self.watches: dict[tuple[str, bool], Any] = {}
         self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
+        self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
         self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
         cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
         rel_cache = os.path.relpath(cache_dir, self.root)
@@ -301,6 +302,9 @@ class Watcher:
         if not path.startswith(self.root + os.sep):
             return
         rel = path[len(self.root) + 1:].replace(os.sep, "/")
+        if is_dir and event_type in ("deleted", "moved_from") and ((rel, False) in self.watches
+                                                                   or (rel, True) in self.watches):
+            self.gone_dirs.add(rel)  # its watch ends with it: schedule the one made again anew
         parts = rel.split("/")
         if any(p in IGNORED_DIRS for p in parts):
             return
@@ -506,13 +510,16 @@ class Watcher:
     def _replaced_dirs(self) -> list[tuple[str, bool]]:
         """Watched directories that are another directory now (removed and made again, as
         ``git checkout`` or ``rm -rf gen && regenerate`` do): their watch follows the old
-        one, so saves in the new one would go unseen."""
-        return [k for k, ident in self.watched_ids.items() if k in self.watches and self._dir_id(k) != ident]
+        one, so saves in the new one would go unseen.  Known by a delete event, or by a
+        new inode (the filesystem may give the new directory the old one's number)."""
+        gone = set(self.gone_dirs)
+        return [k for k in self.watches if k[0] in gone or self._dir_id(k) != self.watched_ids.get(k)]
 
     def _schedule(self, layout: set[tuple[str, bool]]) -> None:
         if self.observer is None:
             self.observer = self._new_observer()
         replaced = set(self._replaced_dirs())
+        self.gone_dirs.difference_update(k[0] for k in replaced)
         for key in list(self.watches):
             if key not in layout or key in replaced:
                 self.watched_ids.pop(key, None)
@@ -525,7 +532,11 @@ class Watcher:
             d, recursive = key
             path = os.path.join(self.root, d) if d else self.root
             ident = self._dir_id(key)
-            self.watches[key] = self.observer.schedule(handler, path, recursive=recursive, event_filter=EVENT_TYPES)
+            try:
+                self.watches[key] = self.observer.schedule(handler, path, recursive=recursive,
+                                                           event_filter=EVENT_TYPES)
+            except FileNotFoundError:  # gone again since the layout was computed: the next sync
+                continue
             if ident is not None:
                 self.watched_ids[key] = ident
 
@@ -540,6 +551,7 @@ class Watcher:
         self.observer = None
         self.watches = {}
         self.watched_ids = {}
+        self.gone_dirs = set()
 
     # -- the loop -------------------------------------------------------------------------------
     def wait_for_changes(self) -> list[Change] | None:

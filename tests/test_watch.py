@@ -630,7 +630,7 @@ def test_classify_rules() -> None:
     assert classify(broken, "watch.log", "modified", False) is None
     assert classify(broken, "missing.txt", "created", False).kind == "retry"
     assert classify(broken, "tools/defs.py", "modified", False).kind == "retry"
-    assert classify(broken, "buildtool.toml", "modified", False).kind == "retry"
+    assert classify(broken, "buildtool.toml", "modified", False).kind == "config"  # (read again, then retried)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
