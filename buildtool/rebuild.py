@@ -60,9 +60,8 @@ def why_changed(
         return Reason.NEW, "never built in this workspace"
     found: list[tuple[Reason, str]] = []
     if old.get("cmd") != new.get("cmd"):
-        found.append(
-            (Reason.COMMAND_CHANGED, f"command changed: was {_clip(old.get('cmd'))!r}, now {_clip(new.get('cmd'))!r}")
-        )
+        was, now = _clip_pair(str(old.get("cmd")), str(new.get("cmd")))
+        found.append((Reason.COMMAND_CHANGED, f"command changed: was {was!r}, now {now!r}"))
     if old.get("shell") != new.get("shell"):
         found.append((Reason.COMMAND_CHANGED, f"shell changed from {old.get('shell')} to {new.get('shell')}"))
     oenv, nenv = old.get("env", {}), new.get("env", {})
@@ -110,8 +109,9 @@ def why_changed(
     for p in sorted(ox - nx):
         if p in nin:
             found.append((Reason.INPUT_CHANGED, f"input {p} is no longer executable"))
-    if oextra != nextra:
-        found.append((Reason.DEFINITION_CHANGED, "the rule's definition changed (function, arguments or Python)"))
+    for k in sorted(set(oextra) | set(nextra)):
+        if oextra.get(k) != nextra.get(k):
+            found.append((Reason.DEFINITION_CHANGED, _extra_changed(k, oextra.get(k), nextra.get(k))))
     if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
         found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))
     if not found:
@@ -133,6 +133,30 @@ def _executable(text: str) -> set[str]:
     return {p for p in got if isinstance(p, str)} if isinstance(got, list) else set()
 
 
-def _clip(s: Any, n: int = 80) -> str:
-    s = str(s)
-    return s if len(s) <= n else s[: n - 3] + "..."
+def _clip_pair(a: str, b: str, n: int = 80) -> tuple[str, str]:
+    """``a`` and ``b`` cut to about ``n`` characters around where they first differ (two
+    long link lines differing at the end must not both print as the same prefix)."""
+    if len(a) <= n and len(b) <= n:
+        return a, b
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, i - n // 4)
+
+    def cut(s: str) -> str:
+        part = s[start:start + n - 6]
+        return ("..." if start else "") + part + ("..." if start + n - 6 < len(s) else "")
+
+    return cut(a), cut(b)
+
+
+def _extra_changed(key: str, old: Any, new: Any) -> str:
+    """The sentence for one changed ``extra`` entry of an action description."""
+    if key.startswith("module:"):  # a pyrule's module or one it imports
+        path = key[len("module:"):]
+        if old is None or new is None:
+            return f"the rule {'now' if old is None else 'no longer'} imports module {path}"
+        return f"module {path} changed ({_short(old)} -> {_short(new)})"
+    names = {"fn": "function", "kwargs": "kwargs", "python": "Python", "timeout": "timeout", "depfile": "depfile"}
+    if key in names:
+        was, now = _clip_pair(str(old), str(new), 60)
+        return f"the rule's {names[key]} changed from {was} to {now}"
+    return f"the rule's definition changed ({key})"

@@ -90,3 +90,21 @@ def test_explain_bad_label_exits_2(workspace: Workspace) -> None:
     _setup(workspace)
     rc, _, err = workspace.run("explain", "//pkg:nope")
     assert rc == 2 and "//pkg:nope" in err
+
+
+def test_reasons_show_where_a_long_command_differs_and_which_module_changed() -> None:
+    from buildtool.outcome import Reason
+    from buildtool.rebuild import why_changed
+
+    base = {"cmd": "cc " + "-Iinclude/dir " * 12 + "-o app main.o -lm", "env": {}, "inputs": {},
+            "extra": {"fn": "tools.mk:gen", "module:tools/mk.py": "8dfe48b3aa", "kwargs": '{"a":1}'}}
+    new = {**base, "cmd": base["cmd"].replace("-lm", "-lz")}
+    code, msg = why_changed(base, new, lambda p: None)
+    assert code is Reason.COMMAND_CHANGED and "main.o -lm" in msg and "main.o -lz" in msg, msg
+    new = {**base, "extra": {**base["extra"], "module:tools/mk.py": "4ba782f9bb", "kwargs": '{"a":2}'}}
+    code, msg = why_changed(base, new, lambda p: None)
+    assert code is Reason.DEFINITION_CHANGED, msg
+    assert 'kwargs changed from {"a":1} to {"a":2}' in msg
+    assert "module tools/mk.py changed (8dfe48b3 -> 4ba782f9)" in msg
+    new = {**base, "extra": {**base["extra"], "module:tools/util.py": "11"}}
+    assert "now imports module tools/util.py" in why_changed(base, new, lambda p: None)[1]
