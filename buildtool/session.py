@@ -322,7 +322,7 @@ class Session:
                         events.target_finished(t, o)
                     if req.explain:
                         continue
-                    if o.reason is not Reason.UP_TO_DATE and o.reason is not Reason.GROUP:
+                    if o.reason not in (Reason.UP_TO_DATE, Reason.GROUP, Reason.TEST_NOT_RUN):  # (what would run)
                         print(f"{graph.targets[t].label}: {o.message}", file=console.out)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
                 if not req.explain:
