@@ -64,10 +64,17 @@ def _flags(copts: Sequence[str], includes: Sequence[str], defines: Sequence[str]
     return " ".join(shlex.quote(w).replace("$", "$$") for w in words)
 
 
+_SAID_MISSING: set[str] = set()  # compilers already said missing in this process
+
+
 def _common(cc: str, common: dict[str, Any]) -> dict[str, Any]:
     out = dict(common)
     if not have_compiler(cc):
         out["manual"] = True  # no compiler here: leave the C part out of wildcard builds
+        if cc not in _SAID_MISSING:  # (a mistyped $CC must not look like "no C code here")
+            _SAID_MISSING.add(cc)
+            print(f"buildtool: warning: C compiler {cc!r} ($CC, or cc) not found on PATH: the cc_* targets "
+                  "are left out of wildcard patterns (named, they fail)", file=sys.stderr, flush=True)
     return out
 
 

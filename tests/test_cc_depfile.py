@@ -213,3 +213,12 @@ def test_cc_test_takes_hdr_deps_and_assembly_sources_build(workspace: Workspace)
                              'cc_test(name="t", srcs=["m.c"], deps=[":asm"], hdr_deps=[":cfg"])')
     r = workspace.build("//:t", command="test")
     assert r.rc == 0 and r.by_label["//:t"]["test"] == "passed", r.output
+
+
+def test_a_missing_compiler_is_said_not_silently_skipped(workspace: Workspace) -> None:
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="hello", srcs=["main.c"])\n'
+                             'genrule(name="readme", outs=["R.txt"], cmd="echo hi > $@")\n')
+    r = workspace.build(env_extra={"CC": "no-such-cc-xyz"})
+    assert r.rc == 0 and r.ran == {"//:readme"}, r.output
+    assert "C compiler 'no-such-cc-xyz' ($CC, or cc) not found on PATH" in r.stderr, r.stderr
