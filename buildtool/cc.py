@@ -96,12 +96,22 @@ def _compile(
     flags = _flags(copts, includes, defines)
     labels = []
     for src in srcs:
-        if not src.endswith(SOURCE_SUFFIXES):
+        generated = src.startswith((":", "//"))  # a target whose one output is a source file
+        if not generated and not src.endswith(SOURCE_SUFFIXES):
             continue  # headers listed in srcs are discovered through depfiles, not compiled
-        stem = src.rsplit(".", 1)[0]
+        stem = (src.rsplit(":", 1)[-1] if ":" in src else src.rsplit("/", 1)[-1]) if generated \
+            else src.rsplit(".", 1)[0]
         obj = f"_objs/{name}/{stem}.o"
         dep = f"_objs/{name}/{stem}.d"
-        label = f"{name}@{src.replace('/', '~')}"
+        label = f"{name}@{stem.replace('/', '~') if generated else src.replace('/', '~')}"
+        if src.endswith(".s"):  # (gcc writes no depfile for assembly it does not preprocess: an empty one)
+            cmd = f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
+        else:
+            cmd = f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"
+        if generated:  # its output's name is known only when the graph is: checked by the command
+            cmd = (f"case $(location {src}) in {'|'.join('*' + s for s in SOURCE_SUFFIXES if s != '.s')}) ;; "
+                   f"*) echo \"$(location {src}) (the output of {src}) is not a C or C++ source file; "
+                   f"a generated header goes in hdr_deps\" >&2; exit 1;; esac; {cmd}")
         genrule(
             name=label,
             srcs=[src],
@@ -109,9 +119,7 @@ def _compile(
             outs=[obj],
             depfile=dep,
             tools=[_tool(cc)],
-            # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
-            cmd=(f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
-                 if src.endswith(".s") else f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"),
+            cmd=cmd,
             **common,
         )
         labels.append(f":{label}")

@@ -222,3 +222,17 @@ def test_a_missing_compiler_is_said_not_silently_skipped(workspace: Workspace) -
     r = workspace.build(env_extra={"CC": "no-such-cc-xyz"})
     assert r.rc == 0 and r.ran == {"//:readme"}, r.output
     assert "C compiler 'no-such-cc-xyz' ($CC, or cc) not found on PATH" in r.stderr, r.stderr
+
+
+def test_a_generated_source_is_compiled_from_its_label(workspace: Workspace) -> None:
+    workspace.write("main.c", "int gen(void);\nint main(void) { return gen(); }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary\n'
+                             'genrule(name="gen_c", outs=["gen.c"], cmd="echo \'int gen(void){return 3;}\' > $@")\n'
+                             'genrule(name="gen_h", outs=["gen.h"], cmd="echo \'#define X 1\' > $@")\n'
+                             'cc_binary(name="app", srcs=["main.c", ":gen_c"])\n'
+                             'cc_binary(name="bad", srcs=["main.c", ":gen_h"], manual=True)\n')
+    r = workspace.build("//:app")
+    assert r.rc == 0 and "//:app@gen_c" in r.ran, r.output
+    assert subprocess.run([str(workspace.path("app"))]).returncode == 3
+    r = workspace.build("//:bad")
+    assert r.rc == 1 and "gen.h (the output of :gen_h) is not a C or C++ source file" in r.output, r.output
