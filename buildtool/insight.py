@@ -21,6 +21,8 @@ def add_parsers(sub: Any) -> None:
     e.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="as for build: variables passed to every action (part of the key)")
     e.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
+    e.add_argument("--test", action="store_true",
+                   help="explain `buildtool test` (would each test run, or is its pass cached?) instead of build")
 
     p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
@@ -47,7 +49,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from buildtool.session import BuildRequest
 
         session = Session(args.directory, {"cache_dir": args.cache_dir})
-        req = BuildRequest(patterns=args.patterns, mode="explain", dry_run=True, explain=True,
+        req = BuildRequest(patterns=args.patterns, mode="test" if args.test else "explain", dry_run=True, explain=True,
                            cache_dir=args.cache_dir, wait=not args.no_wait, action_env=args.action_env)
         session.build(req)
         return 0

@@ -254,6 +254,8 @@ def test_build_does_not_run_a_test_reached_through_a_dependency(workspace: Works
                              f'group(name="g", deps=[":t"])')
     rc, out, _ = workspace.run("explain", "//:g")
     assert rc == 0 and "//:t" in out and "`build` builds what it needs" in out, out
+    rc, out, _ = workspace.run("explain", "--test", "//:t")  # what `buildtool test` would do
+    assert rc == 0 and "//:t  WOULD RUN: dependency //:d would run" in out, out
     rc, out, _ = workspace.run("build", "-n", "//:g")  # what would run: //:d, not the test
     assert rc == 0 and "//:d:" in out and "//:t" not in out and "dry run: 1 of 3" in out, out
     assert workspace.build("//:t", command="test").rc == 1 and _runs(counter) == 1
