@@ -687,32 +687,33 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
 def test_an_output_may_replace_the_directory_of_earlier_outputs(workspace: Workspace) -> None:
     """``outs=["x/y/z"]`` becomes ``outs=["x"]``: the directory holds only what the build
     wrote, so it goes like any dead output; with a file of the user's in it, exit 2."""
-    workspace.build_file("", 'genrule(name="t", outs=["x/y/z"], cmd="echo nested > $@")')
+    def declare(out: str) -> None:
+        workspace.build_file("", f'genrule(name="t", outs=["{out}"], cmd="echo {out} > $@")')
+
+    def refused() -> None:  # outs=["x"] where x/ holds something not the build's
+        declare("x")
+        rc, _, err = workspace.run("build")
+        assert rc == 2 and "BUILD.py:1: output 'x' of //:t is an existing directory" in err, err
+
+    declare("x/y/z")
     assert workspace.build().rc == 0
-    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
+    declare("x")
     r = workspace.build()
-    assert r.rc == 0 and workspace.read("x") == "flat\n", r.output
-    workspace.build_file("", 'genrule(name="t", outs=["x/y"], cmd="echo nested > $@")')
-    assert workspace.build().rc == 0
-    workspace.write("x/mine.txt", "the user's\n")
-    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
-    rc, _, err = workspace.run("build")
-    assert rc == 2 and "output 'x' of //:t is an existing directory" in err, err
-    assert workspace.read("x/mine.txt") == "the user's\n"
-    # The earlier output itself edited (kept, as edited dead outputs are), or a link to a
-    # directory in there: exit 2 all the same, before anything runs.
-    workspace.path("x/mine.txt").unlink()
-    workspace.build_file("", 'genrule(name="t", outs=["x/y"], cmd="echo nested > $@")')
-    assert workspace.build().rc == 0
-    workspace.write("x/y", "edited\n")
-    workspace.build_file("", 'genrule(name="t", outs=["x"], cmd="echo flat > $@")')
-    rc, _, err = workspace.run("build")
-    assert rc == 2 and "BUILD.py:1: output 'x' of //:t is an existing directory" in err, err
-    assert workspace.read("x/y") == "edited\n"
-    workspace.path("x/y").unlink()
-    os.symlink(workspace.root, workspace.root / "x" / "link")
-    rc, _, err = workspace.run("build")
-    assert rc == 2 and "output 'x' of //:t is an existing directory" in err, err
+    assert r.rc == 0 and workspace.read("x") == "x\n", r.output
+    # A file of the user's in x/, the earlier output itself edited (kept, as edited dead
+    # outputs are), a link to a directory in there: exit 2, before anything runs.
+    for path, text in (("x/mine.txt", "the user's\n"), ("x/y", "edited\n"), ("x/link", None)):
+        declare("x/y")
+        assert workspace.build().rc == 0
+        if text is None:
+            workspace.path("x/y").unlink()
+            os.symlink(workspace.root, workspace.root / path)
+        else:
+            workspace.write(path, text)
+        refused()
+        if text is not None:
+            assert workspace.read(path) == text
+            workspace.path(path).unlink()
 
 
 def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Workspace) -> None:
