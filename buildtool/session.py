@@ -117,7 +117,7 @@ class Session:
     def __init__(self, start_dir: str, flags: dict[str, Any] | None = None) -> None:
         self.ws: Workspace = find_workspace(start_dir)
         self.config: Config = load_config(self.ws.root, flags or {})
-        self._start = (start_dir, flags or {})
+        self._flags = flags or {}  # (reload_config reads the same flags again)
         # Watch mode (watch.py) keeps these across build cycles; None: fresh per build.
         self.stats: StatCache | None = None
         self.cache: Cache | None = None
@@ -133,11 +133,17 @@ class Session:
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
 
     def reload_config(self) -> None:
-        """Read buildtool.toml, .buildtoolignore and the user config again (watch mode, when
-        one changed); UserError when one is invalid now."""
-        start_dir, flags = self._start
-        self.ws = find_workspace(start_dir)
-        self.config = load_config(self.ws.root, flags)
+        """Read buildtool.toml, .buildtoolignore and the user config again, for the same
+        workspace root (watch mode, when one changed); UserError when one is invalid now,
+        or the marker is gone (the enclosing workspace, if any, is not this one)."""
+        from buildtool.workspace import MARKER, read_ignore  # (watch mode only)
+
+        root = self.ws.root
+        if not os.path.isfile(os.path.join(root, MARKER)):
+            msg = f"{os.path.join(root, MARKER)} was removed: it marks this workspace's root (an empty file will do)"
+            raise UserError(msg)
+        self.config = load_config(root, self._flags)
+        self.ws = Workspace(root, self.ws.cwd_pkg_dir, read_ignore(root))
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
@@ -747,10 +753,21 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
 def _add_missing_producers(graph: Graph, wanted: set[int], root: str) -> None:
     """Add to ``wanted`` the dependencies outside it whose outputs are gone from disk (a
     watch cycle planned after someone deleted them): a planned target would read them."""
+    gone: dict[int, bool] = {}  # target -> an output of it (a group: of a member) is missing
+
+    def missing(t: int) -> bool:
+        got = gone.get(t)
+        if got is None:
+            target = graph.targets[t]
+            gone[t] = False  # (a graph has no cycles; this only stops a second walk)
+            got = gone[t] = any(missing(m) for m in target.deps) if target.kind == "group" else \
+                any(not os.path.lexists(os.path.join(root, o)) for o in target.outs)
+        return got
+
     stack = list(wanted)
     while stack:
         for d in graph.targets[stack.pop()].deps:
-            if d not in wanted and any(not os.path.lexists(os.path.join(root, o)) for o in graph.targets[d].outs):
+            if d not in wanted and missing(d):  # (a group added brings the members it stands for)
                 wanted.add(d)
                 stack.append(d)
 

@@ -291,9 +291,7 @@ class Watcher:
         self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
         self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
         self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
-        cache_dir = os.path.realpath(req.cache_dir or session.config.cache_dir)
-        rel_cache = os.path.relpath(cache_dir, self.root)
-        self.cache_rel = None if rel_cache.startswith("..") else rel_cache
+        self.cache_rel = self._cache_rel()
         self.own_streams = _own_streams(self.root) | _own_reports(self.root, req)
         self.own_dirs = {p.rsplit("/", i)[0] for p in self.own_streams for i in range(1, p.count("/") + 1)}
 
@@ -387,6 +385,23 @@ class Watcher:
                 self.reload_all = True
                 self.reload_config |= ch.kind == "config"
 
+    def _cache_rel(self) -> str | None:
+        """The cache directory, if inside the workspace (its writes are never changes)."""
+        rel = os.path.relpath(os.path.realpath(self.req.cache_dir or self.session.config.cache_dir), self.root)
+        return None if rel.startswith("..") else rel
+
+    def _reload_config(self) -> None:
+        """buildtool.toml or .buildtoolignore changed: read the configuration again, with a
+        new cache if its directory or restore mode changed."""
+        s = self.session
+        before = (s.config.cache_dir, s.config.restore_mode)
+        s.reload_config()
+        if (s.config.cache_dir, s.config.restore_mode) != before and s.cache is not None:
+            from buildtool.cache import Cache
+
+            s.cache = Cache(self.req.cache_dir or s.config.cache_dir, _warn, s.config.restore_mode)
+            self.cache_rel = self._cache_rel()
+
     # -- watches -------------------------------------------------------------------------------
     def _compute(self) -> WatchSet:
         loader = self.partial or self.loader
@@ -431,6 +446,7 @@ class Watcher:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
         wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files}
         wanted |= glob_dirs | scan | packages
+        wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         dirs: set[str] = set()
         missing: set[str] = set()
         for d in wanted:
@@ -666,7 +682,7 @@ class Watcher:
         self.cycle_start_ns = time.time_ns()
         try:
             if self.reload_config:
-                self.session.reload_config()  # (invalid now: an ERROR cycle, retried on the next save)
+                self._reload_config()  # (invalid now: an ERROR cycle, retried on the next save)
                 self.reload_config = False
             self.session.build(self.req, out=self.out)
         except BuildFailed:

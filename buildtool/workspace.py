@@ -98,10 +98,10 @@ def find_workspace(start: str) -> Workspace:
         d = parent
     rel = os.path.relpath(start_abs, d)
     rel = "" if rel == "." else rel.replace(os.sep, "/")
-    return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=_read_ignore(d))
+    return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=read_ignore(d))
 
 
-def _read_ignore(root: str) -> tuple[str, ...]:
+def read_ignore(root: str) -> tuple[str, ...]:
     try:
         with open(os.path.join(root, IGNORE_FILE), encoding="utf-8") as f:
             lines = f.read().splitlines()
