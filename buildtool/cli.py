@@ -176,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if sys.stdout is None or sys.stderr is None:  # started with `>&-`: what would be said goes nowhere
         _streams_to_devnull()
+    for fd in (1, 2):  # left non-blocking (a CI runner's pipe): Python would drop what EAGAIN refused
+        try:
+            if not os.get_blocking(fd):
+                os.set_blocking(fd, True)
+        except OSError:
+            pass
     if argv == ["--version"]:  # before building the parser: stay fast
         print(f"buildtool {__version__}")
         return 0

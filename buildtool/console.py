@@ -55,12 +55,6 @@ class _Closable:
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
         self.gone = False
-        try:  # a stdout left non-blocking (by a CI runner, a pty) would fail a write with EAGAIN
-            fd = stream.fileno()
-            if not os.get_blocking(fd):
-                os.set_blocking(fd, True)
-        except (OSError, ValueError, AttributeError):  # (io.UnsupportedOperation is an OSError)
-            pass
 
     def write(self, s: str) -> int:
         if not self.gone:
