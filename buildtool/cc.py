@@ -6,7 +6,8 @@ in a BUILD.py).  Each macro expands into ordinary targets:
 - one compile ``genrule`` per source file, ``NAME@path~to~file.c``, writing
   ``_objs/NAME/path/to/file.o`` with ``cc -MD -MF`` and ``depfile=``, so the headers it
   includes are discovered after each run (only the objects that include an edited header
-  rebuild) and only the ``.c`` file is a declared input;
+  rebuild) and only the ``.c`` file is a declared input; a label in ``srcs`` (a generated
+  source) compiles to ``_objs/NAME/_gen/pkg~name.o`` as ``NAME@pkg~name``;
 - ``cc_library``: an ``ar`` archive ``libNAME.a`` (target ``NAME.a``) and a ``group`` ``NAME``
   whose outputs are that archive followed by its ``deps``' archives, so a binary depending
   on ``:NAME`` links everything it needs;
@@ -99,19 +100,22 @@ def _compile(
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if not generated and not src.endswith(SOURCE_SUFFIXES):
             continue  # headers listed in srcs are discovered through depfiles, not compiled
-        stem = (src.rsplit(":", 1)[-1] if ":" in src else src.rsplit("/", 1)[-1]) if generated \
-            else src.rsplit(".", 1)[0]
+        # A label's object has a name no source path gives (":main" beside "main.c").
+        key = src.lstrip("/").replace("/", "~").replace(":", "~") if generated else src.replace("/", "~")
+        stem = f"_gen/{key}" if generated else src.rsplit(".", 1)[0]
         obj = f"_objs/{name}/{stem}.o"
         dep = f"_objs/{name}/{stem}.d"
-        label = f"{name}@{stem.replace('/', '~') if generated else src.replace('/', '~')}"
-        if src.endswith(".s"):  # (gcc writes no depfile for assembly it does not preprocess: an empty one)
-            cmd = f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
-        else:
-            cmd = f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"
-        if generated:  # its output's name is known only when the graph is: checked by the command
-            cmd = (f"case $(location {src}) in {'|'.join('*' + s for s in SOURCE_SUFFIXES if s != '.s')}) ;; "
-                   f"*) echo \"$(location {src}) (the output of {src}) is not a C or C++ source file; "
-                   f"a generated header goes in hdr_deps\" >&2; exit 1;; esac; {cmd}")
+        label = f"{name}@{key}"
+        # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
+        assemble = f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
+        compile_ = f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"
+        if not generated:
+            cmd = assemble if src.endswith(".s") else compile_
+        else:  # its output's name is known only once the graph is: the command looks at it
+            cmd = (f"case $(location {src}) in *.s) {assemble};; "
+                   f"{'|'.join('*' + s for s in SOURCE_SUFFIXES if s != '.s')}) {compile_};; "
+                   f"*) echo \"$(location {src}) (the output of {src}) is not a C, C++ or assembly source; "
+                   f"a generated header goes in hdr_deps\" >&2; exit 1;; esac")
         genrule(
             name=label,
             srcs=[src],

@@ -229,10 +229,12 @@ def test_a_generated_source_is_compiled_from_its_label(workspace: Workspace) -> 
     workspace.build_file("", 'from buildtool.cc import cc_binary\n'
                              'genrule(name="gen_c", outs=["gen.c"], cmd="echo \'int gen(void){return 3;}\' > $@")\n'
                              'genrule(name="gen_h", outs=["gen.h"], cmd="echo \'#define X 1\' > $@")\n'
-                             'cc_binary(name="app", srcs=["main.c", ":gen_c"])\n'
+                             'genrule(name="main", outs=["two.s"], '
+                             'cmd="printf \'.globl two\\\\ntwo: ret\\\\n\' > $@")\n'
+                             'cc_binary(name="app", srcs=["main.c", ":gen_c", ":main"])\n'
                              'cc_binary(name="bad", srcs=["main.c", ":gen_h"], manual=True)\n')
-    r = workspace.build("//:app")
-    assert r.rc == 0 and "//:app@gen_c" in r.ran, r.output
+    r = workspace.build("//:app")  # (":main" beside "main.c": objects of their own)
+    assert r.rc == 0 and {"//:app@~gen_c", "//:app@~main", "//:app@main.c"} <= r.ran, r.output
     assert subprocess.run([str(workspace.path("app"))]).returncode == 3
     r = workspace.build("//:bad")
-    assert r.rc == 1 and "gen.h (the output of :gen_h) is not a C or C++ source file" in r.output, r.output
+    assert r.rc == 1 and "gen.h (the output of :gen_h) is not a C, C++ or assembly source" in r.output, r.output
