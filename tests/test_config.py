@@ -126,6 +126,9 @@ def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
     with pytest.raises(ValueError) as e:
         parse_endpoint("http://ci:s3cret@host:99999/x")
     assert "s3cret" not in str(e.value) and "ci:***@host" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        parse_endpoint("http://ghp_TOKEN@host:99999/x")  # a token as the user part
+    assert "ghp_TOKEN" not in str(e.value) and "***@host" in str(e.value)
     # The no-op snapshot's view of the environment keeps a digest of such a variable.
     from buildtool import noop
 

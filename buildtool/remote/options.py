@@ -83,7 +83,8 @@ def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
 
 
 def _redacted(url: str) -> str:
-    """``url`` as shown in a message: a password in it replaced by ``***``."""
+    """``url`` as shown in a message: a password in it replaced by ``***`` (a user part
+    alone, which may be a token, as well)."""
     import urllib.parse
 
     try:
@@ -91,9 +92,10 @@ def _redacted(url: str) -> str:
     except ValueError:
         return url.split("@")[-1]
     userinfo, at, host = u.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
+    if not at:
         return url
-    return urllib.parse.urlunsplit(u._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+    shown = f"{userinfo.partition(':')[0]}:***" if ":" in userinfo else "***"
+    return urllib.parse.urlunsplit(u._replace(netloc=f"{shown}@{host}"))
 
 
 def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:
