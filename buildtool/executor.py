@@ -313,6 +313,9 @@ class SubprocessExecutor:
 
     def __init__(self) -> None:
         self._procs: dict[int, Child] = {}
+        # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
+        # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
+        self._terminated: set[int] = set()
         # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
@@ -497,9 +500,13 @@ class SubprocessExecutor:
             os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             return
+        with self._lock:
+            self._terminated.add(proc.pid)
 
         def hard_kill() -> None:
             time.sleep(KILL_GRACE_S)
+            with self._lock:
+                self._terminated.discard(proc.pid)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -515,12 +522,14 @@ class SubprocessExecutor:
             self._kill(p)
 
     def kill_remaining(self) -> None:
-        """SIGKILL whatever is still alive (used right before exiting)."""
+        """SIGKILL whatever is still alive (used right before exiting), including what is
+        left of the groups sent SIGTERM whose grace period has not run out."""
         with self._lock:
-            procs = list(self._procs.values())
-        for p in procs:
+            groups = {p.pid for p in self._procs.values()} | self._terminated
+            self._terminated.clear()
+        for pgid in groups:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 

@@ -47,3 +47,31 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     (ws / "BUILD.py").write_text('genrule(name="slow", outs=["s.txt"], cmd="echo > $@")\n')
     r = subprocess.run(["buildtool", "-C", str(ws), "build"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "1 ran" in r.stdout
+
+
+@pytest.mark.parametrize("how", ["sigterm", "timeout"])
+def test_a_member_that_ignores_sigterm_is_killed_before_buildtool_exits(tmp_path: Path, how: str) -> None:
+    """The command's leader exits on SIGTERM, a member of its group ignores it: the SIGKILL
+    after the grace period must not die with buildtool's own exit."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "started"
+    nap = f"{70 + (os.getpid() % 1000) / 1000 + len(how) / 10000:.4f}"  # unique to this test run
+    timeout = ", timeout=1" if how == "timeout" else ""
+    (ws / "BUILD.py").write_text(
+        f'test(name="t", cmd="sh -c \'trap \\"\\" TERM INT; touch {marker}; sleep {nap}\' & wait"{timeout})\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    if how == "sigterm":
+        p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=20)
+    assert p.returncode == (143 if how == "sigterm" else 1)
+    time.sleep(0.3)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"sleep {nap}" not in ps
