@@ -250,6 +250,9 @@ class TestRunner:
         while o.status is Status.FAILED and len(failures) < t.flaky and self._reran_makes_sense(o):
             failures.append(o.message)
             self.logs.write(t, o.stdout, o.stderr, None, attempt=len(failures))
+            # A failure with this key: the rerun is a run, never a pass some other build
+            # stored for the key meanwhile (the runner skips the caches for it).
+            self.logs.ran(t, o.key, False)
             o = self.inner.run(tid, lane)
             total += o.duration
         if failures:

@@ -8,9 +8,12 @@ appending to a file outside the workspace (an absolute path passed through ``env
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
-from conftest import Workspace
+from conftest import BUILDTOOL, Workspace, _clean_env
 
 from buildtool.graph import Target
 from buildtool.outcome import Outcome, Reason, Status
@@ -358,3 +361,29 @@ def test_a_result_restored_into_a_fresh_checkout_keeps_how_long_the_test_ran(
     assert float(line.split("ran in ")[1].rstrip("s)")) >= 0.4, line
     rc, out, _ = fresh.run("plan", "--test", "--json", "//:slow")
     assert rc == 0 and json.loads(out)["total_work_s"] >= 0.4, out
+
+
+def test_a_flaky_test_reruns_for_real_not_from_a_pass_stored_meanwhile(
+    make_workspace: Any, tmp_path: Path
+) -> None:
+    """Two CI jobs share a cache: job A's first attempt fails; meanwhile job B passes the
+    same test (same key) and stores the pass.  A's rerun must run, not take B's pass."""
+    mark, go = tmp_path / "a-started", tmp_path / "go"
+    build = (f'test(name="racy", flaky=1, env={{"MARK": "{mark}", "GO": "{go}"}}, '
+             'cmd="case $$PWD in *jobA*) touch $$MARK; while [ ! -e $$GO ]; do sleep 0.05; done; exit 1;; esac")\n')
+    a = make_workspace("jobA")
+    b = make_workspace("jobB", cache=a.cache)
+    for ws in (a, b):
+        ws.build_file("", build)
+    env = _clean_env(a.cache, a.home)
+    p = subprocess.Popen([BUILDTOOL, "test"], cwd=a.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 30
+    while not mark.exists():
+        assert time.monotonic() < deadline and p.poll() is None, "job A's test never started"
+        time.sleep(0.05)
+    r = b.build(command="test")
+    assert r.rc == 0 and r.ran == {"//:racy"}, r.output  # B's pass is in the shared cache now
+    go.touch()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and "//:racy" in out and "FAILED" in out and "cached" not in out, out + err
