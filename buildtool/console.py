@@ -201,7 +201,7 @@ class Console:
             # as Make and Ninja show it; a test's output is --test-output's to show.
             for data in (o.stdout, o.stderr):
                 if data:
-                    self._text(data)
+                    self.text(data)
         if self.replay_output and o.status is Status.RESTORED and o.reason is Reason.RESTORED:
             self._replay(label, o)
 
@@ -209,7 +209,7 @@ class Console:
         for name, data in (("stdout", o.stdout), ("stderr", o.stderr)):
             if data:
                 self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))
-                self._text(data)
+                self.text(data)
 
     def _print_failure(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
@@ -218,9 +218,9 @@ class Console:
             self._line(f"command (in //{target.pkg}): {target.cmd}")
         for data in (o.stdout, o.stderr):
             if data:
-                self._text(data)
+                self.text(data)
 
-    def _text(self, data: bytes) -> None:
+    def text(self, data: bytes) -> None:
         s = data.decode("utf-8", "replace")
         if not self.tty and not self.color:
             s = strip_controls(s)

@@ -376,6 +376,7 @@ class TestSession:
         self.graph = graph
         self.warn = warn
         self.test_output = test_output
+        self._console: Any = None
         self.junit = junit
         self.logs = TestLogs(state_dir, warn)
 
@@ -384,6 +385,7 @@ class TestSession:
         return TestRunner(runner, self.graph, self.logs)
 
     def console(self, console: Any) -> Any:
+        self._console = console  # (finish shows logs through it: control characters as it shows them)
         return OutputFilter(console, self.graph, self.logs, self.root) if self.test_output == "none" else console
 
     def cases(self, outcomes: dict[int, Outcome]) -> list[TestCase]:
@@ -410,9 +412,12 @@ class TestSession:
         if self.test_output == "all":
             for c in cases:
                 if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) and c.log:
-                    text = c.log.decode("utf-8", "replace")
                     print(f"==== {c.label} ({c.result.word}) output ====", file=out)
-                    print(text, end="" if text.endswith("\n") else "\n", file=out)
+                    if self._console is not None:
+                        self._console.text(c.log)
+                    else:
+                        text = c.log.decode("utf-8", "replace")
+                        print(text, end="" if text.endswith("\n") else "\n", file=out)
         counts: dict[str, int] = {}
         for c in cases:
             word = c.result.word if c.result is not None else "NOT RUN"

@@ -60,6 +60,13 @@ def test_plain_output_has_no_control_characters(workspace: Workspace) -> None:
     assert "line-one\nline-two\ntail!" in r.stdout and "exit 3" in r.stdout
 
 
+def test_test_output_all_has_no_control_characters_in_a_log(workspace: Workspace) -> None:
+    workspace.build_file("", r"""test(name="t", cmd="printf 'a \033[31mRED\033[0m \007 \r x\n'")""")
+    rc, out, _ = workspace.run("test", "--test-output=all")
+    assert rc == 0 and "==== //:t (PASSED) output ====\na RED   x\n" in out, repr(out)
+    assert not CONTROL.search(out), repr(out)
+
+
 def test_replay_output_is_opt_in(workspace: Workspace) -> None:
     _ws(workspace)
     assert workspace.build().rc == 0
