@@ -10,6 +10,26 @@ import os
 from _thread import get_ident  # not threading's: the no-op path does not import threading
 
 
+def write_report(path: str, data: bytes | str) -> None:
+    """Write a file the user named (``--junit``, ``--profile``): atomically, as
+    ``write_atomic``, into the file a symlink there points to (the link stays), or straight
+    into what is not a regular file (``/dev/stdout``, a FIFO), which a rename would replace."""
+    import stat
+
+    try:
+        st = os.stat(path)  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe)
+    except FileNotFoundError:  # nothing there yet, or a link to nothing yet
+        real = os.path.realpath(path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)  # (CI names reports/junit.xml in a fresh checkout)
+        write_atomic(real, data)
+        return
+    if stat.S_ISREG(st.st_mode):
+        write_atomic(os.path.realpath(path), data)
+        return
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
 def write_atomic(path: str, data: bytes | str, *, errors: str = "strict") -> None:
     """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``)."""
     raw = data if isinstance(data, bytes) else data.encode("utf-8", errors)

@@ -18,7 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from buildtool.atomic import write_atomic
+from buildtool.atomic import write_report
 from buildtool.testing import TestCase, TestResult
 
 MAX_OUTPUT_CHARS = 1_000_000  # per test: the end of a longer log is kept
@@ -73,4 +73,4 @@ def write_junit(path: str, cases: Sequence[TestCase]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     data = ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True)
     # A raw CR would reach readers as LF (XML end-of-line handling); the markup has none.
-    write_atomic(path, data.replace(b"\r", b"&#13;"))
+    write_report(path, data.replace(b"\r", b"&#13;"))

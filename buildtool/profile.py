@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-from buildtool.atomic import write_atomic
+from buildtool.atomic import write_report
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Status
 
@@ -96,7 +96,7 @@ def write_profile(
         "otherData": {"buildtool_profile_version": PROFILE_VERSION, "wall_s": round(wall, 6)},
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n")
+    write_report(path, json.dumps(doc, separators=(",", ":")) + "\n")
 
 
 def actual_critical_path(graph: Graph, outcomes: Mapping[int, Outcome]) -> list[int]:

@@ -17,7 +17,7 @@ from buildtool import cache_gc, labels, noop, orphans
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.digest import StatCache
-from buildtool.errors import BuildFailed, Interrupted, NoTestsError, UserError
+from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
@@ -312,6 +312,7 @@ class Session:
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output)
         events = EventsWriter(req.events, graph) if req.events else None
+        lost_report: str | None = None  # a report file (--profile, --junit, --events) that could not be written
         try:
             if req.dry_run:
                 if req.mode == "test":  # which tests failed last time (testing.py)
@@ -385,7 +386,7 @@ class Session:
             wall = time.monotonic() - t_begin
             console.critical_path(format_critical_path(graph, outcomes, wall))
             if req.profile:
-                _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
+                lost_report = _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always
                 kept = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
@@ -404,11 +405,13 @@ class Session:
                 remote.finish(console.out, events)
             if tests is not None:
                 tests.finish(outcomes, console.out, lambda lab: (record.get(lab) or {}).get("d"))
+                lost_report = lost_report or tests.lost_junit
         finally:
             record.close()
             stats.save()
             if events:
                 events.close()
+                lost_report = lost_report or events.lost
             _remove_tmp(os.path.join(state, "tmp"))
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
@@ -441,6 +444,8 @@ class Session:
             raise Interrupted(sched.interrupt)
         if sched.failed:
             raise BuildFailed("build failed")
+        if lost_report:  # a CI job must not pass without the report it asked for
+            raise BuildtoolError(f"the build succeeded, but {lost_report}")
         return result
 
     @staticmethod
@@ -632,11 +637,14 @@ class _Committer:
 
 
 def _write_profile(path: str, graph: Graph, outcomes: dict[int, Outcome], phases: Phases, offset: float,
-                   wall: float) -> None:
+                   wall: float) -> str | None:
+    """Write the --profile file; what went wrong, or None."""
     try:
         write_profile(path, graph, outcomes, phases, offset, wall)
     except OSError as e:
         _warn(f"could not write the profile {path}: {e.strerror}")
+        return f"--profile {path} could not be written ({e.strerror})"
+    return None
 
 
 def _remove(root: str, rel: str, stats: StatCache) -> None:

@@ -37,6 +37,7 @@ class EventsWriter:
         self._test_result = test_result
         self.build_id = uuid.uuid4().hex
         self.path = path
+        self.lost: str | None = None  # why the file is incomplete, once a write failed
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.f: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -60,6 +61,7 @@ class EventsWriter:
     def _failed(self, e: OSError) -> None:
         print(f"buildtool: warning: could not write the events file {self.path} ({e.strerror}); "
               "it is incomplete", file=sys.stderr, flush=True)
+        self.lost = f"--events {self.path} is incomplete ({e.strerror})"
         f, self.f = self.f, None
         if f is not None:
             try:

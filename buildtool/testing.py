@@ -377,6 +377,7 @@ class TestSession:
         self.warn = warn
         self.test_output = test_output
         self._console: Any = None
+        self.lost_junit: str | None = None  # why the JUnit file could not be written
         self.junit = junit
         self.logs = TestLogs(state_dir, warn)
 
@@ -452,4 +453,5 @@ class TestSession:
                 write_junit(self.junit, cases)
             except OSError as e:
                 self.warn(f"could not write the JUnit file {self.junit} ({e.strerror})")
+                self.lost_junit = f"--junit {self.junit} could not be written ({e.strerror})"
 

@@ -80,3 +80,36 @@ def test_a_carriage_return_in_output_survives_the_xml_reader(tmp_path: Path) -> 
     write_junit(str(path), [case])
     failure = ET.parse(path).getroot().find("testsuite/testcase/failure")
     assert failure is not None and failure.text == "10%\r50%\r\n"
+
+
+def test_reports_go_through_links_and_into_pipes_and_a_lost_one_fails_the_job(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """--junit/--profile name a file the user owns: a symlink stays a symlink (its target is
+    written), a FIFO or device is written into (a rename would replace it: --profile
+    /dev/stdout replaced the system's /dev/stdout), and a report that could not be written
+    is exit 1 after a build that succeeded."""
+    import os
+    import stat
+    import subprocess
+    import threading
+
+    workspace.build_file("", 'test(name="t", cmd="true")')
+    (tmp_path / "j.xml").symlink_to(tmp_path / "real" / "junit.xml")  # a link to a file not there yet
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    rc, out, err = workspace.run("test", "--junit", str(tmp_path / "j.xml"), "--profile", str(fifo))
+    reader.join(timeout=5)
+    assert rc == 0, out + err
+    assert (tmp_path / "j.xml").is_symlink() and "<testsuites" in (tmp_path / "real" / "junit.xml").read_text()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and b'"traceEvents"' in got[0]
+    if not stat.S_ISCHR(os.stat("/dev/full").st_mode):
+        return  # (no /dev/full here: the refused write is not simulated)
+    (tmp_path / "full.xml").symlink_to("/dev/full")
+    r = subprocess.run(["buildtool", "test", "--junit", str(tmp_path / "full.xml")], cwd=workspace.root,
+                       capture_output=True, text=True, env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
+    assert r.returncode == 1 and "the build succeeded, but --junit" in r.stderr, r.stderr
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
