@@ -486,7 +486,7 @@ class Watcher:
         old = self.ws
         self.ws = self._compute()
         layout = self._layout(self.ws.dirs)
-        replaced = {d for d, _ in self._replaced_dirs()}  # saves there since the cycle began went unseen
+        replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         try:
             self._schedule(layout)
         except OSError as e:
@@ -498,7 +498,8 @@ class Watcher:
             self._drop_observer()
             self.poll = True
             self._schedule(layout)
-        new_dirs = (self.ws.dirs - old.dirs) | (replaced & self.ws.dirs)
+        new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
+                                                 if d == r or (deep and (not r or d.startswith(r + "/")))}
         if not new_dirs:
             return
         limit = since_ns - RACY_MARGIN_NS

@@ -637,12 +637,16 @@ def test_report_files_create_missing_directories(workspace: Workspace, tmp_path:
     assert json.loads((tmp_path / "r" / "p" / "prof.json").read_text())["traceEvents"]
 
 
-def test_an_events_file_on_a_full_disk_is_a_warning(workspace: Workspace) -> None:
+def test_an_events_file_on_a_full_disk_is_a_warning_then_exit_1(workspace: Workspace) -> None:
+    """The build goes on and is recorded; the job fails at the end, without its report."""
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
     rc, out, err = workspace.run("build", "--events", "/dev/full")
-    assert rc == 0, out + err
+    assert rc == 1, out + err
     assert "could not write the events file /dev/full" in err and "Traceback" not in err, err
+    assert "the build succeeded, but --events /dev/full is incomplete" in err, err
     assert workspace.exists("g")
+    rc, out, _ = workspace.run("build")
+    assert rc == 0 and "up_to_date" in out, out
 
 
 def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) -> None:
