@@ -12,22 +12,38 @@ from _thread import get_ident  # not threading's: the no-op path does not import
 
 def write_report(path: str, data: bytes | str) -> None:
     """Write a file the user named (``--junit``, ``--profile``): atomically, as
-    ``write_atomic``, into the file a symlink there points to (the link stays), or straight
-    into what is not a regular file (``/dev/stdout``, a FIFO), which a rename would replace."""
+    ``write_atomic``, into the file a symlink there points to (the link stays); but into
+    this process's stdout or stderr (``/dev/stdout``, even redirected to a log file) at its
+    own offset, and straight into a pipe or device: a rename would replace those."""
     import stat
+    import sys
 
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
     try:
-        st = os.stat(path)  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe)
+        st = os.stat(path)  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe or a file)
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
         real = os.path.realpath(path)
         os.makedirs(os.path.dirname(real), exist_ok=True)  # (CI names reports/junit.xml in a fresh checkout)
-        write_atomic(real, data)
+        write_atomic(real, raw)
         return
-    if stat.S_ISREG(st.st_mode):
-        write_atomic(os.path.realpath(path), data)
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        try:
+            same = os.path.samestat(st, os.fstat(fd))
+        except OSError:
+            continue
+        if same:
+            if stream is not None:
+                stream.flush()  # (what was printed first comes first)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+            return
+    real = os.path.realpath(path)
+    if stat.S_ISREG(st.st_mode) and not real.startswith(("/proc/", "/dev/")):
+        write_atomic(real, raw)
         return
-    with open(path, "wb") as f:
-        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+    with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:  # (no truncation of a file under /proc)
+        f.write(raw)
 
 
 def write_atomic(path: str, data: bytes | str, *, errors: str = "strict") -> None:

@@ -106,10 +106,17 @@ def test_reports_go_through_links_and_into_pipes_and_a_lost_one_fails_the_job(
     assert rc == 0, out + err
     assert (tmp_path / "j.xml").is_symlink() and "<testsuites" in (tmp_path / "real" / "junit.xml").read_text()
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and b'"traceEvents"' in got[0]
-    if not stat.S_ISCHR(os.stat("/dev/full").st_mode):
-        return  # (no /dev/full here: the refused write is not simulated)
-    (tmp_path / "full.xml").symlink_to("/dev/full")
-    r = subprocess.run(["buildtool", "test", "--junit", str(tmp_path / "full.xml")], cwd=workspace.root,
-                       capture_output=True, text=True, env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
-    assert r.returncode == 1 and "the build succeeded, but --junit" in r.stderr, r.stderr
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    # Into our own stdout, redirected to a log (as `--junit /dev/stdout > ci.log`; a link of
+    # our own to /proc/self/fd/1 here): appended at stdout's offset, the log kept whole.
+    (tmp_path / "out.xml").symlink_to("/proc/self/fd/1")
+    log = tmp_path / "ci.log"
+    with open(log, "w") as f:
+        f.write("before\n")
+        f.flush()
+        r = subprocess.run(["buildtool", "test", "--junit", str(tmp_path / "out.xml")], cwd=workspace.root,
+                           stdout=f, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
+        f.write("after\n")
+    text = log.read_text()
+    assert r.returncode == 0 and (tmp_path / "out.xml").is_symlink(), r.stderr
+    assert text.startswith("before\n") and "<testsuites" in text and "PASSED" in text and text.endswith("after\n"), text
