@@ -335,6 +335,10 @@ class Session:
                 if not req.explain:
                     print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=console.out)
                 by_label = {graph.targets[t].label: o for t, o in outcomes.items()}
+                if events:
+                    events.close()  # (and again, harmlessly, below)
+                    if events.lost:
+                        raise BuildtoolError(f"the dry run ended, but {events.lost}")
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
             phases.begin("critical-path weights")

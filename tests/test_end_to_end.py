@@ -645,6 +645,8 @@ def test_an_events_file_on_a_full_disk_is_a_warning_then_exit_1(workspace: Works
     assert "could not write the events file /dev/full" in err and "Traceback" not in err, err
     assert "the build succeeded, but --events /dev/full is incomplete" in err, err
     assert workspace.exists("g")
+    rc, _, err = workspace.run("build", "-n", "--events", "/dev/full")  # a dry run's report likewise
+    assert rc == 1 and "the dry run ended, but --events /dev/full is incomplete" in err, err
     rc, out, _ = workspace.run("build")
     assert rc == 0 and "up_to_date" in out, out
 
