@@ -7,7 +7,8 @@ in a BUILD.py).  Each macro expands into ordinary targets:
   ``_objs/NAME/path/to/file.o`` with ``cc -MD -MF`` and ``depfile=``, so the headers it
   includes are discovered after each run (only the objects that include an edited header
   rebuild) and only the ``.c`` file is a declared input; a label in ``srcs`` (a generated
-  source) compiles to ``_objs/NAME/_gen/pkg~name.o`` as ``NAME@pkg~name``;
+  source) compiles to ``_objs/NAME/_gen/pkg~name.o`` as ``NAME@pkg~name`` (``~name`` for
+  the root package's);
 - ``cc_library``: an ``ar`` archive ``libNAME.a`` (target ``NAME.a``) and a ``group`` ``NAME``
   whose outputs are that archive followed by its ``deps``' archives, so a binary depending
   on ``:NAME`` links everything it needs;
@@ -83,6 +84,16 @@ def _tool(cc: str) -> str:
     return shlex.split(cc)[0]
 
 
+def _label_key(label: str) -> str:
+    """``pkg~name`` (``~name`` in the root package) of a label given in ``srcs``."""
+    if label.startswith(":"):
+        pkg, name = current_context().pkg, label[1:]
+    else:
+        body = label[2:]
+        pkg, _, name = body.partition(":") if ":" in body else (body, "", body.rsplit("/", 1)[-1])
+    return f"{pkg.replace('/', '~')}~{name}"
+
+
 def _compile(
     name: str,
     srcs: Sequence[str],
@@ -100,8 +111,9 @@ def _compile(
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if not generated and not src.endswith(SOURCE_SUFFIXES):
             continue  # headers listed in srcs are discovered through depfiles, not compiled
-        # A label's object has a name no source path gives (":main" beside "main.c").
-        key = src.lstrip("/").replace("/", "~").replace(":", "~") if generated else src.replace("/", "~")
+        # A label's object has a name no source path gives (":main" beside "main.c"), from the
+        # label as resolved (":gen" in //p is //p:gen, not //:gen).
+        key = _label_key(src) if generated else src.replace("/", "~")
         stem = f"_gen/{key}" if generated else src.rsplit(".", 1)[0]
         obj = f"_objs/{name}/{stem}.o"
         dep = f"_objs/{name}/{stem}.d"
