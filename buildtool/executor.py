@@ -315,7 +315,7 @@ class SubprocessExecutor:
         self._procs: dict[int, Child] = {}
         # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
         # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
-        self._terminated: set[int] = set()
+        self._terminated: dict[int, float] = {}  # pgid -> when its grace period ends (monotonic)
         # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
@@ -501,12 +501,12 @@ class SubprocessExecutor:
         except (ProcessLookupError, PermissionError):
             return
         with self._lock:
-            self._terminated.add(proc.pid)
+            self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
 
         def hard_kill() -> None:
             time.sleep(KILL_GRACE_S)
             with self._lock:
-                self._terminated.discard(proc.pid)
+                self._terminated.pop(proc.pid, None)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -522,16 +522,32 @@ class SubprocessExecutor:
             self._kill(p)
 
     def kill_remaining(self) -> None:
-        """SIGKILL whatever is still alive (used right before exiting), including what is
-        left of the groups sent SIGTERM whose grace period has not run out."""
+        """SIGKILL whatever is still alive (at the end of a build), and what is left of the
+        groups sent SIGTERM once their grace period is over (waited for here: the thread
+        that would do it dies with the process)."""
         with self._lock:
-            groups = {p.pid for p in self._procs.values()} | self._terminated
+            live = [p.pid for p in self._procs.values()]
+            grace = dict(self._terminated)
             self._terminated.clear()
-        for pgid in groups:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for pgid in live:
+            _killpg(pgid, signal.SIGKILL)
+        while grace:
+            now = time.monotonic()
+            grace = {g: end for g, end in grace.items() if _killpg(g, 0)}  # (0: is anyone left?)
+            for g in [g for g, end in grace.items() if end <= now]:
+                _killpg(g, signal.SIGKILL)
+                del grace[g]
+            if grace:
+                time.sleep(0.02)
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _start_direct(
