@@ -129,6 +129,10 @@ def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
     with pytest.raises(ValueError) as e:
         parse_endpoint("http://ghp_TOKEN@host:99999/x")  # a token as the user part
     assert "ghp_TOKEN" not in str(e.value) and "***@host" in str(e.value)
+    for typo in ("ghp_TOKEN@cache.example:9092", "http:ghp_TOKEN@host"):  # no "//": still no token shown
+        with pytest.raises(ValueError) as e:
+            parse_endpoint(typo)
+        assert "ghp_TOKEN" not in str(e.value), str(e.value)
     # The no-op snapshot's view of the environment keeps a digest of such a variable.
     from buildtool import noop
 

@@ -92,8 +92,8 @@ def _redacted(url: str) -> str:
     except ValueError:
         return url.split("@")[-1]
     userinfo, at, host = u.netloc.rpartition("@")
-    if not at:
-        return url
+    if not at:  # no netloc to speak of ("ghp_TOKEN@host:1", "http:TOKEN@host"): all before the last @
+        return "***@" + url.rpartition("@")[2] if "@" in url else url
     shown = f"{userinfo.partition(':')[0]}:***" if ":" in userinfo else "***"
     return urllib.parse.urlunsplit(u._replace(netloc=f"{shown}@{host}"))
 
