@@ -798,10 +798,10 @@ def _own_reports(root: str, req: Any) -> frozenset[str]:
     --events): their changes are this process's own writes, not edits."""
     out = set()
     for path in (getattr(req, "junit", None), getattr(req, "profile", None), getattr(req, "events", None)):
-        if path:
-            full = os.path.abspath(path)
-            if full.startswith(root + os.sep):
-                out.add(full[len(root) + 1:].replace(os.sep, "/"))
+        if path:  # (and where a link there leads: --junit and --profile write its target)
+            for full in {os.path.abspath(path), os.path.realpath(path)}:
+                if full.startswith(root + os.sep):
+                    out.add(full[len(root) + 1:].replace(os.sep, "/"))
     return frozenset(out)
 
 
