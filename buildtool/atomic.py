@@ -12,9 +12,10 @@ from _thread import get_ident  # not threading's: the no-op path does not import
 
 def write_report(path: str, data: bytes | str) -> None:
     """Write a file the user named (``--junit``, ``--profile``): atomically, as
-    ``write_atomic``, into the file a symlink there points to (the link stays); but into
-    this process's stdout or stderr (``/dev/stdout``, even redirected to a log file) at its
-    own offset, and straight into a pipe or device: a rename would replace those."""
+    ``write_atomic``, into the file a symlink there points to (the link stays); but into an
+    open descriptor's file (``/dev/stdout``, ``/dev/fd/3``, even redirected to a log) at its
+    end, at this process's own offset for its stdout and stderr, and straight into a pipe
+    or device: a rename would replace those."""
     import stat
     import sys
 
@@ -38,12 +39,29 @@ def write_report(path: str, data: bytes | str) -> None:
             while view:
                 view = view[os.write(fd, view):]
             return
-    real = os.path.realpath(path)
-    if stat.S_ISREG(st.st_mode) and not real.startswith(("/proc/", "/dev/")):
-        write_atomic(real, raw)
+    if stat.S_ISREG(st.st_mode) and not _through_a_descriptor(path):
+        write_atomic(os.path.realpath(path), raw)
         return
-    with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:  # (no truncation of a file under /proc)
+    with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:
         f.write(raw)
+
+
+def _through_a_descriptor(path: str) -> bool:
+    """Does ``path`` or a link on its way name an open descriptor (``/proc/*/fd/N``,
+    ``/dev/fd/N``), whose file is someone's open stream rather than a file to replace?"""
+    import re
+
+    fd_path = re.compile(r"/(proc/[^/]+|dev)/fd/\d+")
+    p = os.path.abspath(path)
+    for _ in range(40):  # (the kernel's limit on links followed)
+        if fd_path.fullmatch(p):
+            return True
+        try:
+            target = os.readlink(p)
+        except OSError:
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), target))
+    return False
 
 
 def write_atomic(path: str, data: bytes | str, *, errors: str = "strict") -> None:

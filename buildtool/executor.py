@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 
-from buildtool.orphans import boot_clock
+from buildtool.orphans import boot_clock, live_groups
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -533,7 +533,8 @@ class SubprocessExecutor:
             _killpg(pgid, signal.SIGKILL)
         while grace:
             now = time.monotonic()
-            grace = {g: end for g, end in grace.items() if _killpg(g, 0)}  # (0: is anyone left?)
+            alive = live_groups(grace)  # (not zombies a busy init has yet to reap)
+            grace = {g: end for g, end in grace.items() if (g in alive if alive is not None else _killpg(g, 0))}
             for g in [g for g, end in grace.items() if end <= now]:
                 _killpg(g, signal.SIGKILL)
                 del grace[g]

@@ -170,18 +170,19 @@ def _stat_of(pid: str) -> tuple[int, int, int] | None:
         return None
 
 
-def _group_members(pgids: set[int]) -> list[int]:
-    """Pids of live (not zombie) processes in any of these process groups."""
-    out = []
+def live_groups(pgids: set[int] | dict[int, float]) -> set[int] | None:
+    """Which of these process groups still have a live (not zombie) process; None when
+    /proc cannot be read."""
+    out: set[int] = set()
     try:
         names = os.listdir("/proc")
     except OSError:
-        return out
+        return None
     for name in names:
         if name.isdigit():
             got = _stat_of(name)
             if got is not None and got[0] in pgids:
-                out.append(int(name))
+                out.add(got[0])
     return out
 
 
@@ -287,7 +288,7 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         warn(f"killed {killed} command(s) left running by a previous buildtool (pid {holder}) that did not exit "
              "cleanly; their targets will run again")
         deadline = time.monotonic() + wait_s
-        while _group_members(targets) and time.monotonic() < deadline:
+        while live_groups(targets) and time.monotonic() < deadline:
             time.sleep(0.02)
     with contextlib.suppress(OSError):
         os.unlink(path)

@@ -120,3 +120,26 @@ def test_reports_go_through_links_and_into_pipes_and_a_lost_one_fails_the_job(
     text = log.read_text()
     assert r.returncode == 0 and (tmp_path / "out.xml").is_symlink(), r.stderr
     assert text.startswith("before\n") and "<testsuites" in text and "PASSED" in text and text.endswith("after\n"), text
+    # Into another descriptor the caller opened (`--junit /dev/fd/3 3>>ci.log`): appended.
+    log3 = tmp_path / "ci3.log"
+    log3.write_text("before\n")
+    fd = os.open(log3, os.O_WRONLY | os.O_APPEND)
+    (tmp_path / "fd3.xml").symlink_to(f"/proc/self/fd/{fd}")
+    try:
+        r = subprocess.run(["buildtool", "test", "--junit", str(tmp_path / "fd3.xml")], cwd=workspace.root,
+                           capture_output=True, text=True, pass_fds=(fd,),
+                           env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
+    finally:
+        os.close(fd)
+    text = log3.read_text()
+    assert r.returncode == 0 and text.startswith("before\n") and "<testsuites" in text, (r.stderr, text)
+    # A report refused by what it is written into (a pipe whose reader left): exit 1 at the
+    # end of a build that succeeded, saying why.
+    rd, wr = os.pipe()
+    os.close(rd)
+    (tmp_path / "gone.xml").symlink_to("/proc/self/fd/1")
+    r = subprocess.run(["buildtool", "test", "--junit", str(tmp_path / "gone.xml")], cwd=workspace.root,
+                       stdout=wr, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
+    os.close(wr)
+    assert r.returncode == 1 and "the build succeeded, but --junit" in r.stderr, r.stderr

@@ -92,8 +92,10 @@ def _redacted(url: str) -> str:
     except ValueError:
         return url.split("@")[-1]
     userinfo, at, host = u.netloc.rpartition("@")
-    if not at:  # no netloc to speak of ("ghp_TOKEN@host:1", "http:TOKEN@host"): all before the last @
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
+    if not at:
+        if not u.netloc and "@" in url:  # no "//" ("ghp_TOKEN@host:1", "http:TOKEN@host"): all before the last @
+            return "***@" + url.rpartition("@")[2]
+        return url
     shown = f"{userinfo.partition(':')[0]}:***" if ":" in userinfo else "***"
     return urllib.parse.urlunsplit(u._replace(netloc=f"{shown}@{host}"))
 
