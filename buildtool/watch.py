@@ -729,6 +729,11 @@ class Watcher:
         print(line, file=self.out, flush=True)
 
     def run(self) -> int:
+        for text in self.req.patterns:  # a malformed pattern no edit can mend: exit 2, as build
+            try:
+                labels.parse_pattern(text, self.session.ws.cwd_pkg_dir)
+            except labels.LabelError as e:
+                raise UserError(str(e)) from None
         prev = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         s = self.session
         s.stats = s.stats or _stat_cache(s)
