@@ -496,9 +496,7 @@ class SubprocessExecutor:
         return found
 
     def _kill(self, proc: Child) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
+        if not _killpg(proc.pid, signal.SIGTERM):
             return
         with self._lock:
             self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
@@ -507,10 +505,7 @@ class SubprocessExecutor:
             time.sleep(KILL_GRACE_S)
             with self._lock:
                 self._terminated.pop(proc.pid, None)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _killpg(proc.pid, signal.SIGKILL)
 
         threading.Thread(target=hard_kill, daemon=True).start()
 

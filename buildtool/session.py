@@ -771,7 +771,6 @@ def _add_missing_producers(graph: Graph, wanted: set[int], root: str) -> None:
         got = gone.get(t)
         if got is None:
             target = graph.targets[t]
-            gone[t] = False  # (a graph has no cycles; this only stops a second walk)
             got = gone[t] = any(missing(m) for m in target.deps) if target.kind == "group" else \
                 any(not os.path.lexists(os.path.join(root, o)) for o in target.outs)
         return got

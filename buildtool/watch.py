@@ -480,15 +480,15 @@ class Watcher:
         were not watched yet and that changed after ``since_ns`` (the start of the cycle that
         read them) are queued as changes: no event could have reported them."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()))
-        if key == self._synced_for and not self.ws.missing_dirs and not self._replaced_dirs():
+        replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
+        if key == self._synced_for and not self.ws.missing_dirs and not replaced:
             return
         self._synced_for = key
         old = self.ws
         self.ws = self._compute()
         layout = self._layout(self.ws.dirs)
-        replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         try:
-            self._schedule(layout)
+            self._schedule(layout, set(replaced))
         except OSError as e:
             if self.poll or e.errno not in (errno.ENOSPC, errno.EMFILE, errno.ENOMEM):
                 raise
@@ -497,7 +497,7 @@ class Watcher:
                  "falling back to polling (--poll)")
             self._drop_observer()
             self.poll = True
-            self._schedule(layout)
+            self._schedule(layout, set())
         new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
                                                  if d == r or (deep and (not r or d.startswith(r + "/")))}
         if not new_dirs:
@@ -532,10 +532,10 @@ class Watcher:
         gone = set(self.gone_dirs)
         return [k for k in self.watches if k[0] in gone or self._dir_id(k) != self.watched_ids.get(k)]
 
-    def _schedule(self, layout: set[tuple[str, bool]]) -> None:
+    def _schedule(self, layout: set[tuple[str, bool]], replaced: set[tuple[str, bool]]) -> None:
+        """Watch the directories of ``layout``, anew those ``replaced`` (_replaced_dirs)."""
         if self.observer is None:
             self.observer = self._new_observer()
-        replaced = set(self._replaced_dirs())
         self.gone_dirs.difference_update(k[0] for k in replaced)
         for key in list(self.watches):
             if key not in layout or key in replaced:
