@@ -26,7 +26,7 @@ from buildtool.record import BuildRecord, desc_of
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
@@ -227,6 +227,13 @@ class TargetRunner:
         else:
             self._executable.pop(t.id, None)
         return res
+
+    def same_action(self, t: Target, desc: Mapping[str, Any]) -> bool:
+        """Whether a recorded description has ``t``'s kind, command, environment, outputs
+        and input paths: the parts of its key known without hashing anything (a cheap
+        guess for critical-path weights; the rebuilder decides)."""
+        return (desc.get("kind") == t.kind and desc.get("cmd") == t.cmd and desc.get("outs") == list(t.outs)
+                and desc.get("env") == self._env(t) and desc.get("inputs", {}).keys() == set(self.graph.inputs[t.id]))
 
     def describe(self, t: Target, inputs: dict[str, str]) -> tuple[str, dict[str, Any]]:
         env = self._env(t)
@@ -793,8 +800,6 @@ class TargetRunner:
         hook) that the lane is free before the outputs are hashed (worker threads)."""
         t, key, desc, reason, why, started_ns = p.t, p.key, p.desc, p.reason, p.why, p.started_ns
         self._reset_tmp(p.tmp)
-        if release_early and self._lane_hook is not None and res.exit_code == 0 and not res.timed_out:
-            self._lane_hook(t.id)  # the lane may take the next command while this one is recorded
         base: dict[str, Any] = {"desc": desc}
         note = getattr(res, "note", "")  # remote execution: where it ran
         if note:
@@ -814,12 +819,10 @@ class TargetRunner:
                 extra={**base, "timed_out": res.timed_out, "why": why},
             )
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
-        outputs: list[list[Any]] = list(left_remote or ())
-        size = len(res.stdout) + len(res.stderr)
+        made: list[tuple[str, os.stat_result]] = []
         for o in t.outs if left_remote is None else ():
-            full = os.path.join(self.root, o)
             try:
-                st = os.lstat(full)
+                st = os.lstat(os.path.join(self.root, o))
             except OSError:
                 st = None
             if st is None or not stat.S_ISREG(st.st_mode):
@@ -829,10 +832,7 @@ class TargetRunner:
                     Status.FAILED, Reason.FAILED, f"declared output {o} {what}", key=key,
                     duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
                 )
-            mode = 0o755 if st.st_mode & 0o100 else 0o644
-            digest = self.stats.digest(o, st, produced=True)
-            outputs.append([o, digest, mode])
-            size += st.st_size
+            made.append((o, st))
         late = None
         if t.depfile is not None:
             found = self._discover(t, desc, started_ns)
@@ -844,6 +844,16 @@ class TargetRunner:
                 )
             key, desc, late = found
             base = {"desc": desc}
+        if release_early and self._lane_hook is not None:
+            # Nothing left that fails it: the lane may take the next command (fail-fast
+            # starts nothing after a failure) while the outputs are hashed and recorded.
+            self._lane_hook(t.id)
+        outputs: list[list[Any]] = list(left_remote or ())
+        size = len(res.stdout) + len(res.stderr)
+        for o, st in made:
+            mode = 0o755 if st.st_mode & 0o100 else 0o644
+            outputs.append([o, self.stats.digest(o, st, produced=True), mode])
+            size += st.st_size
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
         record = changed is None

@@ -12,7 +12,6 @@ how it runs belong to the runner (rebuild + executor modules).
 
 from __future__ import annotations
 
-import heapq
 import os
 import queue
 import select
@@ -22,6 +21,7 @@ from collections import deque
 
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
+from buildtool.pools import Pools
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:  # the protocols only exist for type checkers
@@ -89,11 +89,7 @@ class Scheduler:
         self.reporter = reporter
         self.jobs = max(1, jobs)
         self.keep_going = keep_going
-        self.pool_of = pool_of
-        self.pool_depth = dict(pool_depth or {})
-        self.pool_depth.setdefault("console", 1)
-        self.pool_use: dict[str, int] = {}
-        self.pool_wait: dict[str, list[tuple[object, ...]]] = {}
+        self.pools = Pools(plan, pool_of, pool_depth)
         self.clock = clock
         self.can_start = can_start
         self.exclusive = exclusive  # per id: must run with nothing else running
@@ -155,6 +151,7 @@ class Scheduler:
                     inline = self.runner.try_inline(t)
                     if inline is not None:
                         inline.start = inline.end = start
+                        self.pools.settled(t)
                         self._finish(t, inline)
                         continue
                     if self.exclusive is not None and self.exclusive[t]:
@@ -162,7 +159,7 @@ class Scheduler:
                     lane = self._free_lanes.pop()
                     self._lane_of[t] = lane
                     self._running += 1
-                    self._acquire_pool(t)
+                    self.pools.take(t)
                     self.reporter.target_started(t, lane)
                     step = self._start_here(starter, t, lane) if starter is not None else None
                     if step is None:
@@ -341,14 +338,8 @@ class Scheduler:
             t = self.plan.pop()
             if t is None:
                 return None
-            pool = self.pool_of[t] if self.pool_of else None
-            if pool is None:
+            if self.pools.admit(t):
                 return self._unless_exclusive(t, running)
-            depth = self.pool_depth.get(pool, 0)
-            if depth <= 0 or self.pool_use.get(pool, 0) < depth:
-                return self._unless_exclusive(t, running)
-            entry = (self.plan.priority[t], -self.plan.critical[t], t)
-            heapq.heappush(self.pool_wait.setdefault(pool, []), entry)
 
     def _unless_exclusive(self, t: int, running: int) -> int | None:
         """An exclusive target popped while others run is held until they finish (it is
@@ -357,21 +348,6 @@ class Scheduler:
             self._held = t
             return None
         return t
-
-    def _acquire_pool(self, t: int) -> None:
-        pool = self.pool_of[t] if self.pool_of else None
-        if pool is not None:
-            self.pool_use[pool] = self.pool_use.get(pool, 0) + 1
-
-    def _release_pool(self, t: int) -> None:
-        pool = self.pool_of[t] if self.pool_of else None
-        if pool is None:
-            return
-        self.pool_use[pool] -= 1
-        waiting = self.pool_wait.get(pool)
-        if waiting:
-            nxt = heapq.heappop(waiting)[2]
-            self.plan.push(nxt)  # type: ignore[arg-type]
 
     def _lane_done(self, t: int) -> None:
         """Runner hook, on ``t``'s worker thread: its command ended, its lane is free."""
@@ -384,7 +360,7 @@ class Scheduler:
         self._running -= 1
         if t == self._alone:
             self._alone = None
-        self._release_pool(t)
+        self.pools.release(t)
 
     def _ensure_workers(self, busy: int) -> None:
         """At least ``busy`` worker threads (one per target in flight)."""
@@ -465,8 +441,11 @@ class Scheduler:
                 o = Outcome(Status.SKIPPED, Reason.DEP_FAILED, f"not run because {name} failed")
             elif self.interrupt is not None:
                 o = Outcome(Status.CANCELLED, Reason.INTERRUPTED, "not started: the build was interrupted")
-            else:
+            elif self.stopping:
                 o = Outcome(Status.CANCELLED, Reason.CANCELLED, "not started: the build stopped after a failure")
+            else:  # a scheduler bug: it must fail the build, never pass it without this target
+                self.failed = True
+                o = Outcome(Status.FAILED, Reason.FAILED, "internal error: the scheduler never started it")
             o.start = o.end = now
             self.outcomes[t] = o
             self.reporter.target_finished(t, o)

@@ -342,7 +342,7 @@ class Session:
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
             phases.begin("critical-path weights")
-            weights = self._weights(graph, record, stats, wanted, predict=not from_snapshot)
+            weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None)
             plan = Plan(
                 [t.deps for t in graph.targets],
                 graph.dependents,
@@ -521,15 +521,17 @@ class Session:
         self._record_memo = ((st.st_size, st.st_mtime_ns, st.st_ino), record)
 
     def _weights(
-        self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int], predict: bool
+        self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int],
+        predict: TargetRunner | None,
     ) -> list[float]:
         """Per target id: its recorded duration (the median of all recorded ones if it has
         none), ~0 if predicted fresh.  Only wanted targets get one: the plan reads no other.
-        ``predict``: False when ``wanted`` is the cone of the files the no-op check found
-        changed: each of its targets reads or writes one, or depends on one that does, so
-        none is predicted fresh (W6: 10,000 missing outputs not statted again here).  (Watch
-        mode's focus also holds the targets that did not end clean last cycle: predicted.)"""
-        fresh = predict_fresh(graph, record, stats, wanted) if predict else [False] * len(graph.targets)
+        ``predict`` (the runner, which knows each target's action): None when ``wanted`` is
+        the cone of the files the no-op check found changed: each of its targets reads or
+        writes one, or depends on one that does, so none is predicted fresh (W6: 10,000
+        missing outputs not statted again here).  (Watch mode's focus also holds the
+        targets that did not end clean last cycle: predicted.)"""
+        fresh = predict_fresh(graph, record, stats, wanted, predict) if predict else [False] * len(graph.targets)
         weights = [0.0] * len(graph.targets)
         unknown = []
         for i in wanted:
@@ -783,9 +785,12 @@ def _add_missing_producers(graph: Graph, wanted: set[int], root: str) -> None:
                 stack.append(d)
 
 
-def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int]) -> list[bool]:
-    """A cheap guess, for critical-path weights only: recorded, sources unchanged by stat,
-    and every dependency predicted fresh (targets outside ``wanted`` count as fresh)."""
+def predict_fresh(
+    graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int], runner: TargetRunner
+) -> list[bool]:
+    """A cheap guess, for critical-path weights only: recorded with the same command,
+    environment and input paths, sources unchanged by stat, and every dependency
+    predicted fresh (targets outside ``wanted`` count as fresh)."""
     fresh = [True] * len(graph.targets)
     root = stats.root
     for i in graph.topo_order():
@@ -801,7 +806,10 @@ def predict_fresh(graph: Graph, record: BuildRecord, stats: StatCache, wanted: r
             continue
         if not all(os.path.exists(os.path.join(root, o)) for o in t.outs):
             continue  # a missing output may have to be rebuilt: keep its real weight
-        inputs = (desc_of(e) or {}).get("inputs", {})
+        desc = desc_of(e) or {}
+        if not runner.same_action(t, desc):
+            continue  # its command or environment changed: it runs, with its recorded duration
+        inputs = desc.get("inputs", {})
         ok = True
         for p in t.srcs:
             try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from buildtool.graph import Graph
 from buildtool.plan import Plan
+from buildtool.pools import Pools
 
 UNKNOWN_DURATION = 1.0
 FRESH_WEIGHT = 0.001
@@ -84,19 +85,13 @@ def simulate(
     n = len(graph.targets)
     plan = Plan([t.deps for t in graph.targets], graph.dependents, range(n),
                 [t.priority for t in graph.targets], weights(c))
-    depth = dict(pool_depth or {})
-    depth.setdefault("console", 1)
-    pool_use: dict[str, int] = {}
-    pool_wait: dict[str, list[tuple[int, float, int]]] = {}
+    pools = Pools(plan, [t.pool for t in graph.targets], pool_depth)
     pred = Prediction(jobs, 0.0)
     running: list[tuple[float, int, int]] = []  # (end, seq, t)
     seq = 0
     now = 0.0
     held: int | None = None
     alone: int | None = None
-
-    def pool_of(t: int) -> str | None:
-        return graph.targets[t].pool
 
     def next_startable() -> int | None:
         nonlocal held
@@ -111,12 +106,8 @@ def simulate(
             t = plan.pop()
             if t is None:
                 return None
-            p = pool_of(t)
-            if p is not None:
-                d = depth.get(p, 0)
-                if d > 0 and pool_use.get(p, 0) >= d:
-                    heapq.heappush(pool_wait.setdefault(p, []), (plan.priority[t], -plan.critical[t], t))
-                    continue
+            if not pools.admit(t):
+                continue
             if exclusive is not None and exclusive[t] and running and t not in c.free:
                 held = t
                 return None
@@ -130,11 +121,10 @@ def simulate(
             pred.start[t] = now
             if t in c.free:
                 pred.end[t] = now
+                pools.settled(t)
                 plan.finished(t)
                 continue
-            p = pool_of(t)
-            if p is not None:
-                pool_use[p] = pool_use.get(p, 0) + 1
+            pools.take(t)
             if exclusive is not None and exclusive[t]:
                 alone = t
             heapq.heappush(running, (now + c.cost[t], seq, t))
@@ -146,11 +136,7 @@ def simulate(
         pred.end[t] = end
         if t == alone:
             alone = None
-        p = pool_of(t)
-        if p is not None:
-            pool_use[p] -= 1
-            if pool_wait.get(p):
-                plan.push(heapq.heappop(pool_wait[p])[2])
+        pools.release(t)
         plan.finished(t)
     pred.makespan = max(pred.end.values(), default=0.0)
     return pred

@@ -769,3 +769,58 @@ def test_a_nested_workspace_is_not_part_of_the_outer_one(workspace: Workspace) -
     assert not workspace.exists("inner/i.out")
     rc, _, err = workspace.run("build", "//inner:i")  # nor through a label
     assert rc == 2 and "//inner" in err and not workspace.exists("inner/i.out"), err
+
+
+def test_a_pooled_target_behind_an_up_to_date_one_still_runs(workspace: Workspace) -> None:
+    # Pool depth 1: a runs; b (unchanged) and c wait.  b is let in when a ends and found
+    # up to date: c must run all the same (it was left out, "cancelled", and the build
+    # passed with a stale c.out).
+    workspace.write("buildtool.toml", "[pools]\np = 1\n")
+    for n in "abc":
+        workspace.write(f"{n}.txt", "0\n")
+    workspace.build_file("", """
+        genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="sleep 0.3; cat $< > $@", pool="p", priority=-2)
+        genrule(name="b", srcs=["b.txt"], outs=["b.out"], cmd="cat $< > $@", pool="p", priority=-1)
+        genrule(name="c", srcs=["c.txt"], outs=["c.out"], cmd="cat $< > $@", pool="p")
+    """)
+    assert workspace.build("//...", "-j3").rc == 0
+    workspace.write("a.txt", "1\n")
+    workspace.write("c.txt", "1\n")
+    r = workspace.build("//...", "-j3")
+    assert r.rc == 0, r.output
+    assert r.status("//:c") == "ran"
+    assert workspace.read("c.out") == "1\n"
+
+
+def test_fail_fast_starts_nothing_after_an_output_goes_missing(workspace: Workspace) -> None:
+    # a exits 0 without one of its outputs, after a large one whose hashing goes to a
+    # worker: its lane was freed before the outputs were checked, so b started after the
+    # failure (docs: on the first failure no new work starts).
+    workspace.build_file("", """
+        genrule(name="a", outs=["big.out", "missing.out"], cmd="truncate -s 64M big.out", priority=-1)
+        genrule(name="b", outs=["b.out"], cmd="echo b > $@")
+    """)
+    r = workspace.build("//...", "-j1")
+    assert r.rc == 1
+    assert "declared output missing.out was not created" in r.output
+    assert r.status("//:b") == "cancelled"
+    assert not workspace.exists("b.out")
+
+
+def test_a_target_whose_command_changed_keeps_its_recorded_weight(workspace: Workspace) -> None:
+    # Every command changes; the longest recorded one must start first.  It was predicted
+    # fresh (sources unchanged), weighed ~0, and started last.
+    def declare(extra: str) -> None:
+        workspace.build_file("", f"""
+            genrule(name="y1", outs=["y1.out"], cmd="sleep 0.1; echo{extra} y1 > $@")
+            genrule(name="y2", outs=["y2.out"], cmd="sleep 0.1; echo{extra} y2 > $@")
+            genrule(name="x", outs=["x.out"], cmd="sleep 0.4; echo{extra} x > $@")
+        """)
+
+    declare("")
+    first = workspace.build("//...", "-j1")
+    assert [e["label"] for e in first.events] == ["//:y1", "//:y2", "//:x"]  # nothing recorded: declaration order
+    declare(" -n")
+    second = workspace.build("//...", "-j1")
+    assert second.rc == 0
+    assert [e["label"] for e in second.events][0] == "//:x"

@@ -198,6 +198,29 @@ def test_pool_waiters_start_in_priority_order() -> None:
     assert runner.started == [0, 2, 3, 1]
 
 
+def test_a_pool_waiter_settled_inline_passes_its_turn_on() -> None:
+    # Depth 1: 0 runs; 1 (up to date) and 2 wait for the slot.  When 0 ends, 1 is let in
+    # and settled without a lane: 2 must still start (it was stranded, and the build
+    # ended "OK" with 2 not run).
+    pool_of = ["p"] * 3
+    sched, _, _ = make([[]] * 3, jobs=3, pool_of=pool_of, pool_depth={"p": 1}, inline={1}, sleep=0.05)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "up_to_date", 2: "ran"}
+    assert not sched.failed
+
+
+def test_a_target_the_scheduler_never_started_fails_the_build() -> None:
+    # 1 leaves the ready heap without being started (a scheduling bug stands in here):
+    # the build must fail, not pass with 1 not run.
+    plan = Plan([[], []], [[], []], range(2), [0, 0], [1.0, 1.0])
+    assert plan.remove(1)
+    sched = Scheduler(plan, FakeRunner([[], []]), Recorder(), jobs=1)
+    outcomes = sched.run()
+    assert sched.failed
+    assert outcomes[1].status is Status.FAILED
+    assert "never started" in outcomes[1].message
+
+
 def test_fail_fast_stops_starting_new_work() -> None:
     # 0 fails first (lowest priority number); 1 depends on it; 2 and 3 are independent.
     deps = [[], [0], [], []]

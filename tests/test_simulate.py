@@ -12,10 +12,10 @@ from buildtool.graph import Graph, Target
 from buildtool.simulate import costs_from_record, critical_path, lower_bound, parse_jobs_range, simulate
 
 
-def _graph(deps: list[list[int]], priority: list[int]) -> Graph:
+def _graph(deps: list[list[int]], priority: list[int], pool: str | None = None) -> Graph:
     targets = tuple(
         Target(id=i, label=f"//:{'ABCDEFGHIJ'[i]}", kind="genrule", pkg="", cmd="", srcs=(), deps=tuple(ds), outs=(),
-               env=(), pass_env=(), tools=(), priority=priority[i], manual=False, pool=None, timeout=None,
+               env=(), pass_env=(), tools=(), priority=priority[i], manual=False, pool=pool, timeout=None,
                fn=None, kwargs_json=None, where="BUILD.py:1")
         for i, ds in enumerate(deps)
     )
@@ -54,6 +54,17 @@ def test_unknown_durations_count_as_the_median_and_free_targets_cost_nothing() -
     assert c.cost == [1.0, 3.0, 2.0, 2.0, 0.0]
     c = costs_from_record(SEED, {})
     assert c.cost == [1.0] * 5
+
+
+def test_a_free_pool_waiter_passes_its_turn_on() -> None:
+    # Pool depth 1: A runs, B (free: up to date) and C wait.  B settles without a lane when
+    # A ends; C must still run after it (the simulation left it out: 0.5 s predicted where
+    # the pool forces 0.5 + 0.1 in series).
+    g = _graph([[], [], []], [0, 1, 2], pool="p")
+    c = costs_from_record(g, {"//:A": 0.5, "//:B": 0.3, "//:C": 0.1}, free={1})
+    p = simulate(g, c, 3, pool_depth={"p": 1})
+    assert p.start == {0: 0.0, 1: 0.5, 2: 0.5}
+    assert p.makespan == 0.6
 
 
 def test_jobs_range_parsing() -> None:
