@@ -86,7 +86,7 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
     import os
 
     from buildtool import simulate
-    from buildtool.config import cpu_count
+    from buildtool.config import MAX_JOBS, cpu_count
     from buildtool.errors import UserError
     from buildtool.record import BuildRecord
 
@@ -98,8 +98,8 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
             raise UserError(str(e)) from None
     else:
         jobs = args.jobs if args.jobs is not None else (session.config.jobs or cpu_count())
-        if jobs < 1:
-            msg = f"-j must be at least 1 (got {jobs})"
+        if not 1 <= jobs <= MAX_JOBS:
+            msg = f"-j must be from 1 to {MAX_JOBS} (got {jobs})"
             raise UserError(msg)
         jobs_list = [jobs]
     durations = BuildRecord(os.path.join(session.ws.state_dir, "record"), _warn).durations()

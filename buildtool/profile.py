@@ -123,12 +123,18 @@ def format_critical_path(graph: Graph, outcomes: Mapping[int, Outcome], wall: fl
     if not chain:
         return None
     busy = sum(outcomes[t].end - outcomes[t].start for t in chain)
-    shown = chain if len(chain) <= CRITICAL_PATH_SHOWN else \
-        [*chain[:CRITICAL_PATH_SHOWN // 2], None, *chain[-(CRITICAL_PATH_SHOWN // 2):]]
-    parts = [f"... {len(chain) - CRITICAL_PATH_SHOWN} more ..." if t is None
-             else f"{graph.targets[t].label} {outcomes[t].end - outcomes[t].start:.2f}s" for t in shown]
     of = f" of {wall:.2f}s wall" if wall is not None else ""
-    return f"critical path: {busy:.2f}s{of}: " + " -> ".join(parts)
+    return f"critical path: {busy:.2f}s{of}: " + chain_text(
+        [f"{graph.targets[t].label} {outcomes[t].end - outcomes[t].start:.2f}s" for t in chain])
 
 
-CRITICAL_PATH_SHOWN = 20  # steps of the console's critical-path line (a 20,000-step chain: 1 MB in one line)
+CRITICAL_PATH_SHOWN = 20  # steps of a critical-path line (a 20,000-step chain: 1 MB in one line)
+
+
+def chain_text(steps: list[str]) -> str:
+    """Steps joined by `` -> ``; a chain of more than CRITICAL_PATH_SHOWN steps as its
+    first and last ten with ``... N more ...`` between them."""
+    if len(steps) > CRITICAL_PATH_SHOWN:
+        half = CRITICAL_PATH_SHOWN // 2
+        steps = [*steps[:half], f"... {len(steps) - CRITICAL_PATH_SHOWN} more ...", *steps[-half:]]
+    return " -> ".join(steps)

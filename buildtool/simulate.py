@@ -17,9 +17,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from buildtool.config import MAX_JOBS
 from buildtool.graph import Graph
 from buildtool.plan import Plan
 from buildtool.pools import Pools
+from buildtool.profile import chain_text
 
 UNKNOWN_DURATION = 1.0
 FRESH_WEIGHT = 0.001
@@ -176,8 +178,8 @@ def parse_jobs_range(text: str) -> list[int]:
         hi = int(b) if sep else lo
     except ValueError:
         lo = hi = 0
-    if lo < 1 or hi < lo:
-        msg = f"--jobs-range must be A-B with 1 <= A <= B (got {text!r})"
+    if lo < 1 or hi < lo or hi > MAX_JOBS:
+        msg = f"--jobs-range must be A-B with 1 <= A <= B <= {MAX_JOBS} (got {text!r})"
         raise ValueError(msg)
     return list(range(lo, hi + 1))
 
@@ -209,8 +211,8 @@ def report(
             f"-j {r['jobs']}: predicted makespan {r['makespan_s']:.2f}s; lower bound {r['lower_bound_s']:.2f}s "
             f"= max(critical path {cp:.2f}s, total work {total:.2f}s / {r['jobs']})"
         )
-    lines.append(f"critical path ({cp:.2f}s): " + (" -> ".join(
-        f"{graph.targets[t].label} {c.cost[t]:.2f}s" for t in chain) or "(nothing to run)"))
+    lines.append(f"critical path ({cp:.2f}s): " + (chain_text(
+        [f"{graph.targets[t].label} {c.cost[t]:.2f}s" for t in chain]) or "(nothing to run)"))
     data: dict[str, object] = {
         "simulation": True,
         "incremental": incremental,

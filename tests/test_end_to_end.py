@@ -823,4 +823,4 @@ def test_a_target_whose_command_changed_keeps_its_recorded_weight(workspace: Wor
     declare(" -n")
     second = workspace.build("//...", "-j1")
     assert second.rc == 0
-    assert [e["label"] for e in second.events][0] == "//:x"
+    assert second.events[0]["label"] == "//:x"

@@ -9,12 +9,13 @@ from pathlib import Path
 from conftest import Workspace
 
 from buildtool.graph import Graph, Target
-from buildtool.simulate import costs_from_record, critical_path, lower_bound, parse_jobs_range, simulate
+from buildtool.simulate import costs_from_record, critical_path, lower_bound, parse_jobs_range, report, simulate
 
 
 def _graph(deps: list[list[int]], priority: list[int], pool: str | None = None) -> Graph:
     targets = tuple(
-        Target(id=i, label=f"//:{'ABCDEFGHIJ'[i]}", kind="genrule", pkg="", cmd="", srcs=(), deps=tuple(ds), outs=(),
+        Target(id=i, label=f"//:{'ABCDEFGHIJ'[i] if i < 10 else f't{i}'}", kind="genrule", pkg="", cmd="", srcs=(),
+               deps=tuple(ds), outs=(),
                env=(), pass_env=(), tools=(), priority=priority[i], manual=False, pool=pool, timeout=None,
                fn=None, kwargs_json=None, where="BUILD.py:1")
         for i, ds in enumerate(deps)
@@ -70,13 +71,21 @@ def test_a_free_pool_waiter_passes_its_turn_on() -> None:
 def test_jobs_range_parsing() -> None:
     assert parse_jobs_range("1-4") == [1, 2, 3, 4]
     assert parse_jobs_range("3") == [3]
-    for bad in ("0-2", "4-2", "x", "abc", "1-y"):
+    for bad in ("0-2", "4-2", "x", "abc", "1-y", "1-5000"):
         try:
             parse_jobs_range(bad)
         except ValueError as e:
             assert "--jobs-range must be A-B" in str(e), e  # the flag is named, not int()'s message
             continue
         raise AssertionError(bad)
+
+
+def test_a_long_critical_path_is_shown_as_its_ends() -> None:
+    chain = _graph([[]] + [[i] for i in range(29)], [0] * 30)
+    text, data = report(chain, costs_from_record(chain, {}), [2], incremental=False)
+    line = text.splitlines()[-1]
+    assert "... 10 more ..." in line and line.count(" -> ") == 20
+    assert len(data["critical_path"]) == 30  # (--json: every step)
 
 
 # name: (seconds, deps); every target also reads stamp.txt, so editing it reruns all.
