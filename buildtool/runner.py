@@ -122,6 +122,7 @@ class TargetRunner:
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
+        self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
         self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
@@ -141,6 +142,11 @@ class TargetRunner:
     def tool_paths(self) -> list[str]:
         """Absolute paths of the tool binaries resolved during this run."""
         return list(self._tool_digests)
+
+    def tool_dirs(self) -> list[str]:
+        """The PATH directories searched in vain before each tool was found (all of them
+        for a missing tool): a tool put in one of them would be found instead."""
+        return list(self._tool_dirs)
 
     # -- helpers used by the scheduler ------------------------------------------------
     def set_lane_hook(self, hook: Callable[[int], None]) -> None:
@@ -175,11 +181,19 @@ class TargetRunner:
 
         # Found as the command finds it: a relative PATH entry from the package directory.
         cwd = os.path.join(self.root, t.pkg)
-        search = os.pathsep.join(os.path.join(cwd, e) for e in env.get("PATH", os.defpath).split(os.pathsep))
+        search = [os.path.normpath(os.path.join(cwd, e)) for e in env.get("PATH", os.defpath).split(os.pathsep)]
         for name in t.tools:
             # A name with a slash is a path: from the package directory too (which() would
             # take it from this process's directory).
-            path = shutil.which(os.path.join(cwd, name)) if "/" in name else shutil.which(name, path=search)
+            if "/" in name:
+                path = shutil.which(os.path.join(cwd, name))
+            else:
+                path = None
+                for d in search:
+                    path = shutil.which(name, path=d)
+                    if path is not None:
+                        break
+                    self._tool_dirs[d] = None
             if path is not None:
                 path = os.path.abspath(path)
             if path is None:

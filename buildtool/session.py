@@ -484,6 +484,10 @@ class Session:
         from buildtool import keys
 
         files = [*struct, *runner.tool_paths(), *runner.discovered_inputs()]  # + headers found by depfiles
+        inside = self.ws.root + os.sep  # (a tool put in these would shadow the one used)
+        searched = [d[len(inside):] if d.startswith(inside) else "" if d == self.ws.root else d
+                    for d in runner.tool_dirs()]
+        dirs = list(dict.fromkeys([*dirs, *searched]))
         env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
         srcs: list[str] = []
         outs: list[str] = []

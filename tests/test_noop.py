@@ -335,6 +335,39 @@ def test_a_tool_rewritten_during_the_build_is_looked_at_again(tmp_path: Path) ->
     assert (ws / "t1.out").read_text() == "v2\n"
 
 
+def test_a_tool_that_shadows_the_one_used_is_seen(tmp_path: Path) -> None:
+    """A declared tool found in the second PATH directory; then one of the same name is
+    put in the first: the no-op snapshot vouched for the old one (it signed the binary
+    used, not the directories searched before it).  A missing tool that appears, too."""
+    first, second = tmp_path / "p1", tmp_path / "p2"
+    for d in (first, second):
+        d.mkdir()
+    (second / "mytool").write_text("#!/bin/sh\necho v1\n")
+    (second / "mytool").chmod(0o755)
+    ws = new_workspace(tmp_path, (
+        'genrule(name="t", outs=["t.out"], tools=["mytool"], cmd="mytool > t.out")\n'
+        'genrule(name="u", outs=["u.out"], tools=["othertool"], cmd="(othertool || echo none) > u.out")\n'
+    ))
+    cache = tmp_path / "cache"
+    env = {"PATH": f"{first}:{second}:{os.environ['PATH']}"}
+    for _ in range(2):
+        assert bt(ws, cache, "build", env=env).returncode == 0
+        time.sleep(0.1)
+    assert "(nothing changed)" in bt(ws, cache, "build", env=env).stdout
+    (first / "mytool").write_text("#!/bin/sh\necho v2\n")
+    (first / "mytool").chmod(0o755)
+    r = bt(ws, cache, "build", env=env)
+    assert r.returncode == 0 and (ws / "t.out").read_text() == "v2\n", r.stdout
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", env=env).returncode == 0
+    time.sleep(0.1)
+    assert "(nothing changed)" in bt(ws, cache, "build", env=env).stdout
+    (second / "othertool").write_text("#!/bin/sh\necho found\n")
+    (second / "othertool").chmod(0o755)
+    r = bt(ws, cache, "build", env=env)
+    assert r.returncode == 0 and (ws / "u.out").read_text() == "found\n", r.stdout
+
+
 def test_a_buildfile_edited_while_another_is_evaluated_is_evaluated_again(tmp_path: Path) -> None:
     """a/BUILD.py was read; then, while b/BUILD.py was being evaluated, a/BUILD.py changed
     (here b/BUILD.py writes it, standing for an editor). The stats taken once the whole
