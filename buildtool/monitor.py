@@ -129,6 +129,26 @@ def stop(state_dir: str) -> bool:
     return _ask(state_dir, "stop", 2.0) == "stopping"
 
 
+def holder(state_dir: str) -> int | None:
+    """The pid of a monitor process that holds this workspace's lock (running or not
+    answering), or None."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdecimal() else None
+        return None  # nobody holds it
+    finally:
+        os.close(fd)
+
+
 def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[str, object]:
     """Start the monitor for ``root`` in the background and wait until it answers; its
     status.  Raises UserError when it cannot run here, with the reason."""
@@ -138,6 +158,15 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
     from buildtool.errors import UserError
 
     info = status(state_dir)
+    if info is not None and info.get("root") != root:
+        # .buildtool/ was copied with hard links (cp -al): the socket and the lock are the
+        # original workspace's monitor's.  This workspace's names for them go; it stays.
+        for name in (SOCKET, PIDFILE):
+            try:
+                os.unlink(os.path.join(state_dir, name))
+            except OSError:
+                pass
+        info = None
     if info is not None:
         info["already"] = True
         return info
@@ -194,6 +223,7 @@ IN_DONT_FOLLOW = 0x2000000
 IN_ISDIR = 0x40000000
 FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW
 WATCH_MASK = FILE_MASK | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ONLYDIR
+NAMING = IN_CREATE | IN_MOVED_TO | IN_ATTRIB | IN_CLOSE_WRITE  # events after which a name is looked at
 ANCESTOR_MASK = IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR  # only the directory itself moving or going
 GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
 ENOENT, ENOTDIR = 2, 20
@@ -222,8 +252,9 @@ class Monitor:
         self.seen_cookie = ""
         self.dirs: dict[int, str] = {}  # watch descriptor -> directory, or hard-linked file (absolute)
         self.file_wds: set[int] = set()  # the hard-linked files among them
-        self.file_names: dict[str, int] = {}  # their names in the workspace -> their watch
-        self.names_of: dict[int, set[str]] = {}  # a file's watch -> its names in the workspace
+        self.links: set[str] = set()  # the symbolic links seen in the workspace (absolute)
+        self.links_added = False  # a link appeared since they were last all checked
+        self.link_checks = 0
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._ctypes = ctypes
         fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -308,6 +339,8 @@ class Monitor:
         """A symbolic link whose resolution passes through anything the monitor does not
         watch (out of the workspace, .git, .buildtool, another link out there) could hide
         a change: no more vouching."""
+        self.links.add(path)
+        self.link_checks += 1
         try:
             ok = self._resolves_inside(path)
         except OSError:
@@ -352,13 +385,12 @@ class Monitor:
 
     def _check_file(self, path: str, nlink: int) -> None:
         """A file with more than one hard link can be written through another name, in a
-        directory not watched: watch the file itself."""
-        if nlink > 1 and path not in self.file_names:
+        directory not watched: watch the file itself (one watch per file, however often
+        it is named).  The watch stays until the file is deleted everywhere: its other
+        names, in the workspace or not, are not known."""
+        if nlink > 1:
             try:
-                wd = self._watch(path, FILE_MASK)
-                self.file_wds.add(wd)
-                self.file_names[path] = wd
-                self.names_of.setdefault(wd, set()).add(path)
+                self.file_wds.add(self._watch(path, FILE_MASK))
             except FileNotFoundError:
                 pass  # gone again: an event
             except OSError as e:
@@ -401,10 +433,7 @@ class Monitor:
             return
         if mask & IN_IGNORED:
             del self.dirs[wd]
-            if wd in self.file_wds:
-                self.file_wds.discard(wd)
-                for p in self.names_of.pop(wd, ()):
-                    self.file_names.pop(p, None)
+            self.file_wds.discard(wd)
         if mask & IN_UNMOUNT:
             self.unsure = f"a filesystem was unmounted from {os.path.relpath(d, self.root)}"
         if wd == self.root_wd and mask & GONE:
@@ -416,33 +445,35 @@ class Monitor:
                 self.gen += 1  # a new repository: the no-op stats what a BUILD.py read in it
             return
         self.gen += 1
-        if name and mask & (IN_DELETE | IN_MOVED_FROM) and self.file_names:
-            self._forget_name(os.path.join(d, name))
-        if name and mask & (IN_CREATE | IN_MOVED_TO | IN_ATTRIB) and not (mask & IN_ATTRIB and mask & IN_ISDIR):
+        # Whatever names an entry made, replaced, touched or closed after writing: a file
+        # with another link (made from outside, or by a rename over it) is watched itself.
+        if name and mask & NAMING and not (mask & IN_ISDIR and not mask & (IN_CREATE | IN_MOVED_TO)):
             path = os.path.join(d, name)
             if mask & IN_ISDIR:
+                before = self.link_checks
                 self._add_tree_or_give_up(path)
+                self.links_added |= self.link_checks != before  # (moved in, with links in it)
                 return
             try:
                 st = os.lstat(path)
             except OSError:
                 return  # gone again: an event
             if st.st_mode & 0o170000 == 0o120000:  # S_IFLNK
+                self.links_added = True
                 self._check_link(path)
             elif st.st_mode & 0o170000 == 0o100000:  # S_IFREG
                 self._check_file(path, st.st_nlink)
 
-    def _forget_name(self, path: str) -> None:
-        """A hard-linked file lost a name in the workspace; with its last one, its own
-        watch goes (its other names are elsewhere: writes there no longer matter here)."""
-        wd = self.file_names.pop(path, None)
-        if wd is None:
-            return
-        names = self.names_of.get(wd, set())
-        names.discard(path)
-        if not names:
-            self.names_of.pop(wd, None)
-            self._libc.inotify_rm_watch(self.fd, wd)  # its IN_IGNORED removes it from dirs
+    def recheck_links(self) -> None:
+        """After a link appeared: every known link again.  A link resolved through a
+        missing component was followed by name from there (``x/../f`` as ``f``); a link
+        made later at ``x`` changes where it leads."""
+        self.links_added = False
+        for link in list(self.links):
+            if not os.path.islink(link):
+                self.links.discard(link)
+                continue
+            self._check_link(link)
 
     def sync(self, select_mod: object) -> bool:
         """Make sure every change made before now has been counted (see the module doc)."""
@@ -489,6 +520,8 @@ class Monitor:
             raise Exit("stopping")
         if len(parts) == 3 and parts[0] == "since":
             synced = self.sync(select_mod)
+            if self.links_added:
+                self.recheck_links()
             try:
                 same = parts[1] == self.token and int(parts[2]) == self.gen
             except ValueError:
@@ -540,6 +573,10 @@ def serve(root: str, idle_exit_s: float) -> int:
     old = os.umask(0o177)
     try:
         srv.bind(path)
+    except OSError as e:
+        what = "a directory is in the way" if os.path.isdir(path) else (e.strerror or str(e))
+        print(f"buildtool monitor: cannot listen at {path}: {what}", file=sys.stderr, flush=True)
+        return 2
     finally:
         os.umask(old)
     bound = os.stat(path).st_ino

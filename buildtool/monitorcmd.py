@@ -26,16 +26,25 @@ def run_command(args: argparse.Namespace) -> int:
     ws = find_workspace(args.directory)
     if args.monitor_command == "start":
         idle = monitor.IDLE_EXIT_S if args.idle_exit is None else args.idle_exit
-        if idle <= 0:
+        if not idle > 0:  # (NaN too)
             raise UserError(f"--idle-exit must be a positive number of seconds (got {args.idle_exit})")
         info = monitor.start(ws.root, ws.state_dir, idle)
         verb = "already running" if info.get("already") else "started"
         print(f"monitor {verb}: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
         return 0
-    if args.monitor_command == "stop":
-        print("monitor stopped" if monitor.stop(ws.state_dir) else "no monitor was running")
-        return 0
     info = monitor.status(ws.state_dir)
+    foreign = info is not None and info.get("root") != ws.root  # a socket linked by `cp -al`: not ours
+    if foreign:
+        info = None
+    if args.monitor_command == "stop":
+        if not foreign and monitor.stop(ws.state_dir):
+            print("monitor stopped")
+        elif not foreign and (pid := monitor.holder(ws.state_dir)) is not None:
+            print(f"the monitor (pid {pid}) did not answer within 2 s (stopped with SIGSTOP?); "
+                  "it stops when it runs again")
+        else:
+            print("no monitor was running")
+        return 0
     if info is None:
         print(f"no monitor runs for {ws.root}")
         return 3
