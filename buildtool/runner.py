@@ -661,8 +661,10 @@ class TargetRunner:
         """Scheduler thread: publish output digests and record the result."""
         outs = outcome.extra.get("outputs")
         if outcome.ok and outs is not None:
-            for path, digest, *_ in outs:  # type: ignore[attr-defined]
+            for path, digest, *mode in outs:  # type: ignore[attr-defined]
                 self.out_digests[path] = digest
+                if mode and self.remote_exec is not None and is_remote(digest):
+                    self.remote_exec.kept_modes[path] = mode[0]
         for label in outcome.extra.get("forget", ()):  # their outputs were lost remotely: rebuild them
             self.record.drop(label)  # type: ignore[arg-type]
         prepared = outcome.extra.get("record_entry")

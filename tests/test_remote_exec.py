@@ -192,6 +192,27 @@ def test_outputs_stay_remote_until_needed(stack: Stack, make_workspace: Callable
     assert ws.read("lib/joined.txt") == local.read("lib/joined.txt")
 
 
+def test_an_executable_left_remote_stays_executable_for_remote_dependents(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """--remote-download minimal: run.sh stays in the server's CAS; the action that runs
+    it gets it in its input root with the executable bit recorded for it (there is no
+    local file to stat: it was sent without the bit, "Permission denied")."""
+    ws = make_workspace("xbit")
+    ws.build_file("lib", """
+        genrule(name="exe", outs=["run.sh"], cmd="printf '#!/bin/sh\\necho hi\\n' > $@ && chmod +x $@")
+    """)
+    ws.build_file("app", """
+        genrule(name="use", srcs=["//lib:exe"], outs=["out.txt"], cmd="../lib/run.sh > $@")
+    """)
+    r = ws.build("--remote-executor", stack.url, "--remote-download", "minimal", "//lib:exe")
+    assert r.rc == 0 and not ws.exists("lib/run.sh"), r.output + stack.worker_logs()
+    r = ws.build("--remote-executor", stack.url, "--remote-download", "toplevel", "//app:use")
+    assert r.rc == 0, r.output + stack.worker_logs()
+    assert r.by_label["//app:use"].get("executed") == "remote"
+    assert ws.read("app/out.txt") == "hi\n"
+
+
 def test_output_left_remote_and_unreachable_fails_its_local_dependent_clearly(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -149,9 +149,11 @@ def build(
     desc: dict[str, Any],
     digest_fn: str,
     file_digest: Callable[[str, str], Digest],
+    kept_mode: Callable[[str], int | None] = lambda rel: None,
 ) -> RemoteAction:
     """The REAPI Action of a target.  ``file_digest(rel_path, local_digest)`` gives an input
-    file's remote digest (memoised by the caller)."""
+    file's remote digest (memoised by the caller); ``kept_mode(rel_path)`` the mode recorded
+    for an input left in the server's CAS (no local file to stat)."""
     h = hasher(digest_fn)
     shell = desc.get("shell", "sh")
     cmd = re_pb2.Command()
@@ -180,7 +182,7 @@ def build(
         try:
             x = bool(os.stat(full).st_mode & 0o100)
         except OSError:
-            x = False
+            x = bool((kept_mode(rel) or 0) & 0o100)
         parts = rel.split("/")
         node = tree
         for part in parts[:-1]:

@@ -99,6 +99,7 @@ class RemoteExecutor:
         self._opened = False
         self._broken: str | None = None
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
+        self.kept_modes: dict[str, int] = {}  # path -> mode of outputs left in the server's CAS (the runner's)
         self._calls: set[Any] = set()  # Operation streams in flight (cancelled on Ctrl-C)
         self._ops: set[str] = set()  # names of the Operations in flight (CancelOperation on Ctrl-C)
         self.cancelled = False
@@ -217,7 +218,8 @@ class RemoteExecutor:
         self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
     ) -> RemoteResult:
         view = TargetView.of(t, inputs)
-        act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc))
+        act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc),
+                       self.kept_modes.get)
         blobs: dict[Digest, Source] = dict(act.blobs)
         for d, path in act.files.items():
             blobs.setdefault(d, path)
