@@ -673,6 +673,8 @@ class TargetRunner:
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()
+        if self.remote is not None:
+            self.remote.abort()
         if self.remote_exec is not None:
             self.remote_exec.cancel_all()
 

@@ -187,6 +187,10 @@ http {{
             dav_access user:rw group:r all:r;
             limit_except GET HEAD PUT {{ deny all; }}
         }}
+        location ~ "^/readonly/(.+/)?((ac|cas)/[0-9a-f]{{64}})$" {{  # reads /PREFIX/..., refuses PUT (403)
+            alias {workdir}/cache/$1$2;
+            limit_except GET HEAD {{ deny all; }}
+        }}
         location ~ "^/(.+/)?(ac|cas)/[0-9a-f]{{64}}$" {{
             dav_methods PUT;
             create_full_put_path on;

@@ -286,7 +286,8 @@ def test_uploads_default_to_on_in_ci_only(nginx: remote_servers.Server,
 
 class _FaultyCache:
     """An HTTP cache on 127.0.0.1 that misbehaves: ``drip`` answers every GET with a body
-    sent a byte every 0.3 s; ``auth`` answers everything 401."""
+    sent a byte every 0.3 s; ``drip_head`` sends even its headers a byte every 0.5 s;
+    ``auth`` answers everything 401; ``cut`` sends a chunked body and hangs up halfway."""
 
     def __init__(self, mode: str) -> None:
         import http.server
@@ -305,6 +306,20 @@ class _FaultyCache:
                     self.send_response(401)
                     self.send_header("content-length", "0")
                     self.end_headers()
+                    return
+                if mode == "cut":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1f4\r\n" + b"x" * 100)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if mode == "drip_head":
+                    try:
+                        for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nx-padding: " + b"p" * 80 + b"\r\n\r\n":
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(0.5)
+                    except OSError:
+                        pass
                     return
                 self.send_response(200)
                 self.send_header("content-length", "200")
@@ -333,13 +348,14 @@ class _FaultyCache:
         self.server.server_close()
 
 
-@pytest.mark.parametrize("mode", ["drip", "auth"])
+@pytest.mark.parametrize("mode", ["drip", "drip_head", "auth", "cut"])
 def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
     make_workspace: Callable[..., Workspace], mode: str
 ) -> None:
-    """A server sending a byte at a time must not hold a build past --remote-timeout (the
-    socket's timeout is per read); an authentication error is one warning for the whole
-    build (the breaker), not one per target."""
+    """A server sending a byte at a time, even its headers, must not hold a build past
+    --remote-timeout (the socket's timeout is per read); an authentication error is one
+    warning for the whole build (the breaker), not one per target; a response cut off
+    halfway is one too (it failed every target with "internal error: IncompleteRead")."""
     server = _FaultyCache(mode)
     try:
         ws = make_workspace(f"faulty-{mode}")
@@ -353,3 +369,22 @@ def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
         assert r.stderr.count("remote cache") <= 2, r.stderr
     finally:
         server.close()
+
+
+def test_a_read_only_cache_refusing_uploads_still_serves_lookups(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """Uploads on (CI), the cache read-only for this client (PUT answered 403, the set-up
+    docs/remote.md recommends): the refusal stops uploads, not lookups (it tripped the
+    breaker, and every later target ran)."""
+    tag = f"ro-{time.time_ns()}"
+    filler = "\n".join(f'genrule(name="c{i}", outs=["c{i}.txt"], cmd="echo {tag} {i} > $@")' for i in range(8))
+    a = make_workspace("writer")
+    a.build_file("", filler)
+    assert "8 uploaded" in a.build("--remote-cache", f"{nginx.url}/{tag}", "--remote-upload").stdout
+    b = make_workspace("reader")
+    b.build_file("", filler + '\ngenrule(name="new", outs=["new.txt"], cmd="echo new > $@", priority=-1)')
+    r = b.build("-j1", "--remote-cache", f"{nginx.url}/readonly/{tag}", "--remote-upload")
+    assert r.rc == 0, r.output
+    assert r.ran == {"//:new"} and r.with_status("restored") == {f"//:c{i}" for i in range(8)}, r.output
+    assert "refused an upload" in r.stderr and "remote cache unavailable" not in r.stderr, r.stderr

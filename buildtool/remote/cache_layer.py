@@ -26,7 +26,16 @@ from buildtool.digest import hash_bytes, hash_file, is_remote
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, RemoteAction, TargetView
 from buildtool.remote.options import Endpoint, RemoteOptions
-from buildtool.remote.store import BadBlob, RemoteError, Source, Store, Unavailable, marker_digest, open_store
+from buildtool.remote.store import (
+    BadBlob,
+    Refused,
+    RemoteError,
+    Source,
+    Store,
+    Unavailable,
+    marker_digest,
+    open_store,
+)
 
 
 class RemoteStats:
@@ -68,6 +77,7 @@ class RemoteCache:
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._broken: str | None = None
+        self._no_uploads: str | None = None  # why this build uploads no more (writes refused)
         self._opened = False
         self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
@@ -96,6 +106,16 @@ class RemoteCache:
             self._broken = why
             self.stats.errors += 1
             self.warn(f"remote cache unavailable ({why}); continuing with the local cache only for this build")
+
+    def _stop_uploads(self, why: str) -> None:
+        """The server refuses writes: no more uploads this build (one warning); lookups go on."""
+        with self._lock:
+            if self._no_uploads is not None:
+                return
+            self._no_uploads = why
+            self.stats.errors += 1
+        self.warn(f"the remote cache refused an upload ({why}); not uploading for the rest of this build "
+                  "(lookups continue)")
 
     @property
     def broken(self) -> bool:
@@ -219,10 +239,13 @@ class RemoteCache:
     # -- upload --------------------------------------------------------------------------------
     def upload(self, t: TargetView, key: str, desc: dict[str, Any], outputs: list[list[Any]], stdout: bytes,
                stderr: bytes, duration: float, label: str) -> None:
-        if not self.opt.upload:
+        if not self.opt.upload or self._no_uploads is not None:
             return
         store = self._get_store()
         if store is None:
+            return
+        if getattr(store, "update_enabled", True) is False:
+            self._stop_uploads("its capabilities say it takes no action results from clients")
             return
         try:
             act = self.remote_action(store, t, key, desc)
@@ -234,6 +257,9 @@ class RemoteCache:
             store.update_action_result(act.digest, result)
         except Unavailable as e:
             self._trip(str(e))
+            return
+        except Refused as e:
+            self._stop_uploads(str(e))
             return
         except (RemoteError, OSError) as e:
             self.warn(f"{label}: upload to the remote cache failed: {e}")
@@ -285,6 +311,15 @@ class RemoteCache:
         return {"role": "cache", "endpoint": str(self.ep), "hits": s.hits, "misses": s.misses,
                 "uploads": s.uploads, "bytes_down": s.bytes_down, "bytes_up": s.bytes_up, "errors": s.errors,
                 "disabled": self._broken}
+
+    def abort(self) -> None:
+        """The build is interrupted: calls in flight fail at once, and no new one starts."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = "the build was interrupted"  # (no warning: Ctrl-C says enough)
+            store = self._store
+        if store is not None:
+            store.abort()
 
     def close(self) -> None:
         with self._lock:

@@ -26,6 +26,7 @@ from buildtool.remote.store import (
     CHUNK,
     FIND_MISSING_CHUNK,
     MAX_BATCH_BYTES,
+    Refused,
     RemoteError,
     Source,
     Store,
@@ -54,10 +55,16 @@ def channel(ep: Endpoint) -> grpc.Channel:
     return grpc.insecure_channel(ep.target, options=opts)
 
 
+REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED}
+WRITES = ("UpdateActionResult", "BatchUpdateBlobs", "ByteStream.Write")
+
+
 def rpc_error(name: str, what: str, e: grpc.RpcError) -> RemoteError:
     code = e.code() if hasattr(e, "code") else None
     detail = e.details() if hasattr(e, "details") else str(e)
     msg = f"{name}: {what} failed: {code.name if code else '?'} {detail or ''}".rstrip()
+    if what in WRITES and code in REFUSED:  # a cache read-only for this client
+        return Refused(msg)
     return Unavailable(msg) if code in UNAVAILABLE else RemoteError(msg)
 
 
@@ -227,6 +234,9 @@ class GrpcStore(Store):
 
     def close(self) -> None:
         self.chan.close()
+
+    def abort(self) -> None:
+        self.chan.close()  # (cancels every call in flight)
 
 
 def _read_file(path: str) -> bytes:

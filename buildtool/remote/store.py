@@ -41,6 +41,11 @@ class Unavailable(RemoteError):
     """The server is unreachable, too slow or failing: stop using it for this build."""
 
 
+class Refused(RemoteError):
+    """The server refuses this client's writes (a read-only cache): stop uploading for this
+    build, keep reading."""
+
+
 def marker_digest(marker: str, digest_fn: str, path: str) -> Digest:
     """The Digest of ``path``, an output left in a remote CAS (digest.REMOTE_MARK), on a
     server that hashes with ``digest_fn``; RemoteError if the marker cannot name it there."""
@@ -120,6 +125,85 @@ class Store:
     def close(self) -> None:
         return
 
+    def abort(self) -> None:
+        """Break off every call in flight, from another thread (Ctrl-C): they fail at once."""
+        return
+
+
+class _Deadlines:
+    """The HTTP requests waiting for their response's headers, each until its deadline:
+    one thread shuts down the socket of a request past it (a server sending its headers a
+    byte at a time is never timed out by the socket, whose timeout is per read), or of
+    every request when the build is interrupted."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cv = threading.Condition()
+        self._live: dict[int, tuple[Any, float]] = {}  # token -> (connection, deadline)
+        self._expired: set[int] = set()
+        self._next = 0
+        self._thread: Any = None
+        self.aborted = False
+
+    def add(self, conn: Any, seconds: float) -> int:
+        import threading
+        import time
+
+        with self._cv:
+            self._next += 1
+            self._live[self._next] = (conn, time.monotonic() + seconds)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="buildtool-http-deadlines", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+            return self._next
+
+    def done(self, token: int) -> bool:
+        """The request has its headers (or failed); True if its deadline had cut it off."""
+        with self._cv:
+            self._live.pop(token, None)
+            if token in self._expired:
+                self._expired.discard(token)
+                return True
+            return False
+
+    def abort_all(self) -> None:
+        with self._cv:
+            self.aborted = True
+            doomed = [c for c, _ in self._live.values()]
+            self._expired.update(self._live)
+            self._live.clear()
+        for c in doomed:
+            _shut(c)
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            with self._cv:
+                while not self._live:
+                    self._cv.wait()
+                now = time.monotonic()
+                due = [k for k, (_, d) in self._live.items() if d <= now]
+                doomed = [self._live.pop(k)[0] for k in due]
+                self._expired.update(due)
+                if not doomed:
+                    self._cv.wait(timeout=max(0.01, min(d for _, d in self._live.values()) - now))
+            for c in doomed:
+                _shut(c)
+
+
+def _shut(conn: Any) -> None:
+    import socket
+
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
 
 def open_store(ep: Endpoint, opt: RemoteOptions) -> Store:
     if ep.is_grpc:
@@ -163,6 +247,10 @@ class HttpStore(Store):
         if opt.instance:
             self.base += opt.instance.strip("/") + "/"
         self._local = threading.local()
+        self._deadlines = _Deadlines()
+
+    def abort(self) -> None:
+        self._deadlines.abort_all()
 
     def _conn(self) -> Any:
         import http.client
@@ -183,22 +271,29 @@ class HttpStore(Store):
         if size is not None:
             headers["content-length"] = str(size)
         for attempt in (0, 1):
+            if self._deadlines.aborted:
+                raise Unavailable(f"{self.name}: the build was interrupted")
             c = self._conn()
+            token = self._deadlines.add(c, self.opt.timeout + (size or 0) / 1e6)  # (+1 s a MB sent, as _chunks)
             try:
                 if hasattr(body, "seek"):
                     body.seek(0)
                 c.request(method, self.base + path, body=body, headers=headers)
                 resp = c.getresponse()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                c.close()
-                self._local.conn = None
-                if attempt:
-                    raise Unavailable(f"{self.name}: {e}") from None
-                continue
             except (OSError, http.client.HTTPException) as e:
                 c.close()
                 self._local.conn = None
+                if self._deadlines.done(token):
+                    why = "interrupted" if self._deadlines.aborted else "no answer within its deadline"
+                    raise Unavailable(f"{self.name}: {method} {path}: {why}") from None
+                stale = isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError))
+                if stale and not attempt:  # a keep-alive connection the server had closed: once more
+                    continue
                 raise Unavailable(f"{self.name}: {e}") from None
+            self._deadlines.done(token)
+            if method == "PUT" and resp.status in (401, 403, 405):  # a cache read-only for us
+                self._body(resp, 1 << 20)
+                raise Refused(f"{self.name}: {method} {path} answered HTTP {resp.status}")
             if resp.status >= 500 or resp.status in (401, 403):  # (an auth error holds for every call)
                 self._body(resp, 1 << 20)
                 raise Unavailable(f"{self.name}: {method} {path} answered HTTP {resp.status}")
@@ -225,17 +320,21 @@ class HttpStore(Store):
         """The body in chunks, within the call's deadline (the timeout, plus a second per MB
         of the expected size: a server dripping bytes must not hold a build, and the socket's
         timeout is per read) and at most ``size`` bytes (more cannot be the digest's blob)."""
+        import http.client
         import time
 
         expected = resp.length if resp.length is not None and resp.length <= size else size
         deadline = time.monotonic() + self.opt.timeout + expected / 1e6
         got = 0
         while True:
-            chunk = resp.read1(CHUNK)
-            if not chunk:
-                chunk = resp.read()  # (at the end of a sized body read1 leaves the response open)
+            try:
+                chunk = resp.read1(CHUNK)
                 if not chunk:
-                    return
+                    chunk = resp.read()  # (at the end of a sized body read1 leaves the response open)
+            except (OSError, http.client.HTTPException) as e:  # cut off, a bad chunk size, a timeout
+                raise Unavailable(f"{self.name}: the response broke off ({type(e).__name__}: {e})") from None
+            if not chunk:
+                return
             got += len(chunk)
             if got > size:
                 raise RemoteError(f"{self.name}: sent more than the {size} bytes asked for")
