@@ -219,6 +219,11 @@ class Cache:
         if self.actions.put(key, raw):
             self._added(len(raw))
 
+    def forget_action(self, key: str) -> None:
+        """Delete the entry of ``key`` (a test that failed with it: its earlier pass must not
+        answer another checkout sharing this cache); trouble is a warning, as ever."""
+        self.actions.remove([key])
+
     def flush(self) -> None:
         """End of a build: record which entries were hit (recency for GC)."""
         self.actions.flush()

@@ -880,7 +880,7 @@ class TargetRunner:
 
             def store() -> None:
                 self._store(t, key, outputs, res)
-                if self.remote is not None and t.depfile is None:
+                if self.remote is not None and t.depfile is None and not self._never_fresh(t):
                     from buildtool.remote.action import TargetView
 
                     self.remote.upload(TargetView.of(t, self.graph.inputs[t.id]), key, desc, outputs,

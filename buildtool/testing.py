@@ -265,8 +265,11 @@ class TestRunner:
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):
             self.logs.ran(t, o.key, o.ok)
-            if not o.ok:  # the record's earlier pass must not make the next run a no-op
+            if not o.ok:  # the record's earlier pass must not make the next run a no-op,
                 o.extra.setdefault("forget", []).append(t.label)
+                cache = getattr(self.inner, "cache", None)
+                if cache is not None and o.key:  # nor the cache's answer a fresh checkout sharing it
+                    cache.forget_action(o.key)
         return o
 
     def _reran_makes_sense(self, o: Outcome) -> bool:

@@ -388,3 +388,17 @@ def test_a_read_only_cache_refusing_uploads_still_serves_lookups(
     assert r.rc == 0, r.output
     assert r.ran == {"//:new"} and r.with_status("restored") == {f"//:c{i}" for i in range(8)}, r.output
     assert "refused an upload" in r.stderr and "remote cache unavailable" not in r.stderr, r.stderr
+
+
+def test_tests_under_no_cache_tests_are_not_uploaded(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    tag = f"{time.time_ns()}\n"
+    a, b = make_workspace("nct-a"), make_workspace("nct-b")
+    for ws in (a, b):
+        ws.write("u.txt", tag)
+        ws.build_file("", 'test(name="t", srcs=["u.txt"], cmd="cat u.txt")')
+    r = a.build("//:t", "--no-cache-tests", "--remote-cache", nginx.url, "--remote-upload", command="test")
+    assert r.rc == 0 and "1 uploaded" not in r.stdout, r.stdout
+    r = b.build("//:t", "--remote-cache", nginx.url, command="test")  # nothing there to hit
+    assert r.rc == 0 and r.status("//:t") == "ran", r.output

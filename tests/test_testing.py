@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,24 @@ def test_a_test_that_failed_with_a_key_is_not_served_a_cached_pass_of_it(
     r = workspace.build("//t:unit", command="test")
     assert r.rc == 0 and r.by_label["//t:unit"]["test"] == "cached", r.output
     assert _runs(counter) == 4
+
+
+def test_a_failure_in_one_checkout_is_not_answered_by_its_pass_in_another(
+    make_workspace: Callable[..., Workspace], tmp_path: Path
+) -> None:
+    """CI's set-up: fresh checkouts sharing BUILDTOOL_CACHE_DIR, .buildtool/ not kept.  A
+    nightly --no-cache-tests run fails with the key a pass was cached under: the next
+    checkout must run the test (it got "PASSED (cached)" and went green)."""
+    cache = tmp_path / "shared-cache"
+    flag = tmp_path / "broken"
+    runs = [make_workspace(f"run{i}", cache=cache) for i in range(3)]
+    for ws in runs:
+        _counting_test(ws, tmp_path, cmd_tail=f"test ! -e {flag}")
+    assert runs[0].build("//t:unit", command="test").rc == 0
+    flag.write_text("")
+    assert runs[1].build("//t:unit", "--no-cache-tests", command="test").rc == 1
+    r = runs[2].build("//t:unit", command="test")
+    assert r.rc == 1 and r.status("//t:unit") == "failed", r.output
 
 
 def test_a_tighter_timeout_reruns_a_cached_pass(workspace: Workspace) -> None:
