@@ -61,7 +61,7 @@ class Running:
     """A started command: wait for it here (``wait``), or let an event loop watch its
     ``pidfd`` and call ``expire`` at its ``deadline`` and ``finish`` once it exited."""
 
-    __slots__ = ("_err_fd", "_executor", "_out_fd", "deadline", "proc", "start", "timed_out")
+    __slots__ = ("_err_fd", "_executor", "_group", "_out_fd", "deadline", "proc", "start", "timed_out")
 
     def __init__(
         self,
@@ -79,6 +79,7 @@ class Running:
         self.start = start
         self.deadline = deadline  # time.monotonic() value, or None
         self.timed_out = False
+        self._group = out_fd is not None  # captured: it leads a session (and process group) of its own
 
     def pidfd(self) -> int | None:
         """A new file descriptor that polls readable once the process has exited (Linux
@@ -103,7 +104,7 @@ class Running:
             try:
                 if self.deadline is not None and not self.proc.ended_by(self.deadline):
                     self.expire()
-                self.proc.wait()
+                _exited(self.proc.pid)
             except BaseException:
                 self._release()
                 raise
@@ -116,6 +117,12 @@ class Running:
         if proc is None:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
         try:
+            if self._group and proc.returncode is None:
+                # What it left running in its group (`cmd &`) ends with it, as in Bazel: a
+                # background writer would go on into the next command's capture files and
+                # TMPDIR on this lane.  Before the reaping, while the group's id (its pid)
+                # cannot be anybody else's.  (A daemon in a session of its own is left.)
+                _killpg(proc.pid, signal.SIGKILL)
             proc.wait()  # reaps it; returns at once when it has exited
             out = _read_all(self._out_fd) if self._out_fd is not None else b""
             err = _read_all(self._err_fd) if self._err_fd is not None else b""
@@ -132,6 +139,18 @@ class Running:
             if fd is not None:
                 os.close(fd)
         self._out_fd = self._err_fd = None
+
+
+def _exited(pid: int) -> None:
+    """Block until child ``pid`` has exited, leaving it to be reaped."""
+    while True:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # reaped already
+            return
 
 
 def _sh_has_pipefail() -> bool:
@@ -212,39 +231,45 @@ class Spawned:
 
     def ended_by(self, deadline: float) -> bool:
         """Wait, without reaping it, until it exits (True) or ``deadline`` (time.monotonic)
-        passes (False): on a pidfd (``start`` only chooses posix_spawn where they work),
-        else by polling."""
-        import select
+        passes (False)."""
+        return _ended_by(self.pid, deadline)
 
-        try:
-            fd = os.pidfd_open(self.pid)
-        except OSError:  # out of descriptors, say
-            return self._polled_until(deadline)
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            while True:
-                left = deadline - time.monotonic()
-                if poller.poll(max(0, int(left * 1000) + 1) if left > 0 else 0):
-                    return True
-                if left <= 0:
-                    return False
-        finally:
-            os.close(fd)
 
-    def _polled_until(self, deadline: float) -> bool:
-        delay = 0.001
+def _ended_by(pid: int, deadline: float) -> bool:
+    """Wait, without reaping child ``pid``, until it exits (True) or ``deadline``
+    (time.monotonic) passes (False): on a pidfd where there are pidfds, else by polling."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfds here, out of descriptors...
+        return _polled_until(pid, deadline)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         while True:
-            try:
-                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    return True
-            except ChildProcessError:
-                return True
             left = deadline - time.monotonic()
+            if poller.poll(max(0, int(left * 1000) + 1) if left > 0 else 0):
+                return True
             if left <= 0:
                 return False
-            time.sleep(min(delay, left))
-            delay = min(2 * delay, 0.05)
+    finally:
+        os.close(fd)
+
+
+def _polled_until(pid: int, deadline: float) -> bool:
+    delay = 0.001
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(2 * delay, 0.05)
 
 
 class Popened:
@@ -264,13 +289,7 @@ class Popened:
         return self._popen.wait()
 
     def ended_by(self, deadline: float) -> bool:
-        import subprocess
-
-        try:
-            self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+        return _ended_by(self.pid, deadline)  # (not Popen.wait: that reaps it)
 
 
 if TYPE_CHECKING:

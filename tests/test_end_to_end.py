@@ -824,3 +824,26 @@ def test_a_target_whose_command_changed_keeps_its_recorded_weight(workspace: Wor
     second = workspace.build("//...", "-j1")
     assert second.rc == 0
     assert second.events[0]["label"] == "//:x"
+
+
+def test_what_a_command_leaves_running_in_its_group_ends_with_it(workspace: Workspace) -> None:
+    # `cmd &` left behind wrote on into the lane's next capture files (another test's log
+    # and JUnit) and TMPDIR, and outlived buildtool.
+    workspace.build_file("", """
+        genrule(name="bg", outs=["bg.pid"], cmd="sleep 30 & echo $$! > $@")
+        test(name="t", srcs=[":bg"], cmd="echo ok")
+    """)
+    r = workspace.build("//...", "-j1", command="test")
+    assert r.rc == 0, r.output
+    pid = int(workspace.read("bg.pid"))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the background process outlived its command")

@@ -226,9 +226,35 @@ def test_exit_status_signal_and_deadline_either_way(where: str, tmp_path: Path, 
     running = start("sleep 30", timeout=0.3)
     res = running.wait()
     assert res.timed_out and res.exit_code == -signal.SIGTERM
+    # What a command leaves running in its process group ends with it (it wrote on into
+    # the lane's next capture files and TMPDIR); the daemon of a session of its own stays.
+    daemonize = "setsid sleep 30 & echo $! > daemon.pid; sleep 0.3"  # (then it has left the group)
+    assert start(f"sh -c 'sleep 30 & echo $! > bg.pid; {daemonize}'").wait().exit_code == 0
+    bg, daemon = (int((tmp_path / where / f"{n}.pid").read_text()) for n in ("bg", "daemon"))
+    try:
+        assert _ends(bg)
+        assert Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    finally:
+        os.kill(daemon, signal.SIGKILL)
     running = start("sleep 30")
     ex.cancel_all()
     assert running.wait().exit_code == -signal.SIGTERM
+
+
+def _ends(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie within 5 s (a SIGKILL takes a moment to land;
+    a killed orphan then waits for init to reap it)."""
+    import time
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_a_spawned_child_is_waited_for_by_polling_when_no_pidfd_can_be_opened(tmp_path: Path) -> None:
@@ -238,7 +264,7 @@ def test_a_spawned_child_is_waited_for_by_polling_when_no_pidfd_can_be_opened(tm
 
     pid = os.posix_spawn("/bin/sleep", ["sleep", "0.3"], {"PATH": "/usr/bin:/bin"})
     child = executor.Spawned(pid)
-    assert child._polled_until(time.monotonic() + 0.05) is False
-    assert child._polled_until(time.monotonic() + 10) is True
+    assert executor._polled_until(pid, time.monotonic() + 0.05) is False
+    assert executor._polled_until(pid, time.monotonic() + 10) is True
     assert child.returncode is None  # not reaped by the polling
     assert child.wait() == 0
