@@ -236,7 +236,9 @@ class GraphBuilder:
                     self._load_pkg_for(pat.pkg, text)
                 else:
                     pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
-                    if not pkgs:  # a typo, not "no tests here" (exit 4): bad input for build and test alike
+                    if not pkgs and not (want_tests and pat.pkg == ""):
+                        # A typo, not "no tests here" (exit 4): bad input for build and test
+                        # alike.  (`test //...` in a workspace without packages has no tests.)
                         msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
                         raise UserError(msg)
                 for pkg in pkgs:
@@ -250,10 +252,8 @@ class GraphBuilder:
                         if (d.kind == "test") != want_tests:
                             continue
                         matched.append(labels.label_str(pkg, name))
-            if not matched:
-                what = "test targets" if want_tests else "targets"
-                msg = f"pattern {text!r} matches no {what}"
-                raise UserError(msg)
+            if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
+                raise UserError(f"pattern {text!r} matches no targets")
             for lab in matched:
                 if lab not in seen:
                     seen.add(lab)

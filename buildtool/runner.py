@@ -834,7 +834,7 @@ class TargetRunner:
             return Outcome(
                 Status.FAILED, Reason.FAILED, msg, key=key, duration=res.duration,
                 stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code,
-                extra={**base, "timed_out": res.timed_out, "why": why},
+                extra={**base, "timed_out": res.timed_out, "why": why, "why_reason": reason},
             )
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
         made: list[tuple[str, os.stat_result]] = []

@@ -152,8 +152,9 @@ class Session:
         if mode == "test" and not any(
             loader.load(labels.split_label(lab)[0])[labels.split_label(lab)[1]].kind == "test" for lab in roots
         ):
-            if not roots:
-                raise NoTestsError(f"no test targets among {' '.join(patterns) or '//...'}")
+            if not roots:  # built (nothing), reported (no test), then exit 4, as for non-tests named
+                self.tests_missing = f"no test targets among {' '.join(patterns) or '//...'}"
+                return builder.build([])
             graph = builder.build(roots)
             if not any(t.kind == "test" for t in graph.targets):  # (a group of tests runs them)
                 # Non-tests named explicitly: built, then exit 4 (as Bazel).
@@ -233,26 +234,19 @@ class Session:
         loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
-        try:
-            if isinstance(prior_graph, Graph):
-                graph = prior_graph
-            elif self.graph_source is not None:
-                loader, graph = self.graph_source(record, req)
-            else:
-                from buildtool.loader import Loader
+        if isinstance(prior_graph, Graph):
+            graph = prior_graph
+        elif self.graph_source is not None:
+            loader, graph = self.graph_source(record, req)
+        else:
+            from buildtool.loader import Loader
 
-                loader = Loader(self.ws, record.all_outputs())
-                graph = self._graph(loader, req.patterns, req.mode)
-            # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
-            struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, self._struct_of(loader)[0])
-            listed = None if loader is None or self.focus is not None or req.mode != "build" \
-                else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
-        except NoTestsError:
-            raise
-        except UserError as e:
-            if req.mode == "test" and "matches no test targets" in str(e):
-                raise NoTestsError(str(e)) from None
-            raise
+            loader = Loader(self.ws, record.all_outputs())
+            graph = self._graph(loader, req.patterns, req.mode)
+        # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
+        struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, self._struct_of(loader)[0])
+        listed = None if loader is None or self.focus is not None or req.mode != "build" \
+            else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         phases.end("load buildfiles and graph")
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None

@@ -137,11 +137,11 @@ class TestLogs:
 
     def write(self, target: Target, stdout: bytes, stderr: bytes, passed_key: str | None, attempt: int = 0) -> None:
         """Write a run's log (stdout, then stderr).  ``attempt`` > 0 names an earlier failed
-        attempt of a flaky test (``<name>.attempt-<n>.log``); ``passed_key`` is the key of a
+        attempt of a flaky test (``<name>#attempt-<n>.log``); ``passed_key`` is the key of a
         passing run (None for a failure)."""
         path = self.path(target)
         if attempt:
-            path = f"{path[: -len('.log')]}.attempt-{attempt}.log"
+            path = f"{path[: -len('.log')]}#attempt-{attempt}.log"
         try:
             _write_atomic(path, stdout + stderr)
         except OSError as e:
@@ -169,7 +169,7 @@ class TestLogs:
 
     def remove_attempts(self, target: Target) -> None:
         """Delete the logs of earlier attempts left by a previous run of a flaky test."""
-        base = self.path(target)[: -len(".log")] + ".attempt-"
+        base = self.path(target)[: -len(".log")] + "#attempt-"
         d = os.path.dirname(base)
         try:
             names = os.listdir(d)
@@ -247,6 +247,7 @@ class TestRunner:
         self.logs.remove_attempts(t)
         failures: list[str] = []
         total = o.duration
+        why = (o.extra.get("why_reason"), o.extra.get("why"))  # why it ran (a rerun's is "failed before")
         while o.status is Status.FAILED and len(failures) < t.flaky and self._reran_makes_sense(o):
             failures.append(o.message)
             self.logs.write(t, o.stdout, o.stderr, None, attempt=len(failures))
@@ -260,6 +261,8 @@ class TestRunner:
             o.extra["failed_attempts"] = failures
             o.duration = total
             if o.status is Status.RAN:
+                if isinstance(why[0], Reason) and isinstance(why[1], str):
+                    o.reason, o.message = why
                 o.message = f"{o.message}; flaky: passed on attempt {len(failures) + 1}"
         if o.status in (Status.RAN, Status.FAILED):
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
@@ -447,7 +450,7 @@ class TestSession:
                 n = len(c.failures)
                 self.warn(
                     f"{c.label} is FLAKY: it failed {n} time{'s' if n > 1 else ''} ({'; '.join(c.failures)}) "
-                    f"and passed on attempt {n + 1}; logs of the failed attempts: {c.log_path[:-4]}.attempt-*.log"
+                    f"and passed on attempt {n + 1}; logs of the failed attempts: {c.log_path[:-4]}#attempt-*.log"
                 )
         if self.junit:
             from buildtool.junit import write_junit

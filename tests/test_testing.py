@@ -236,7 +236,8 @@ def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Wor
     assert r.by_label["//:wobbly"]["test"] == "flaky"
     assert _runs(counter) == 2
     assert "attempt 2" in workspace.read(".buildtool/testlogs/wobbly.log")
-    assert "attempt 1" in workspace.read(".buildtool/testlogs/wobbly.attempt-1.log")
+    assert "attempt 1" in workspace.read(".buildtool/testlogs/wobbly#attempt-1.log")
+    assert r.by_label["//:wobbly"]["reason_code"] == "new", r.by_label["//:wobbly"]  # why it ran, not the rerun's
 
 
 def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, tmp_path: Path) -> None:
@@ -257,6 +258,29 @@ def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspa
         assert rc == 2 and "matches no package" in err, (command, rc, err)
     rc, _, err = workspace.run("test", "//...")
     assert rc == 4 and "no test targets" in err, (rc, err)
+
+
+def test_no_test_matched_is_exit_4_with_the_reports_ci_uploads(
+    make_workspace: Callable[..., Workspace], tmp_path: Path
+) -> None:
+    """Exit 4 however it is reached (no package at all, only manual tests, a pattern of
+    non-tests beside one of tests), and the JUnit/events files written all the same: a
+    CI step that uploads them `if: always()` found none."""
+    empty = make_workspace("empty")
+    rc, _, err = empty.run("test", "//...")
+    assert rc == 4 and "no test targets" in err, (rc, err)  # (it was "matches no package", exit 2)
+    ws = make_workspace("manual")
+    ws.build_file("p", """
+        genrule(name="g", outs=["g.out"], cmd="echo > $@")
+        test(name="m", cmd="true", manual=True)
+    """)
+    ws.build_file("q", 'test(name="t", cmd="true")')
+    junit, events = tmp_path / "out" / "j.xml", tmp_path / "out" / "e.jsonl"
+    rc, _, err = ws.run("test", "//p/...", "--junit", str(junit), "--events", str(events))
+    assert rc == 4 and "no test targets" in err, (rc, err)
+    assert 'tests="0"' in junit.read_text() and events.exists()
+    r = ws.build("//p/...", "//q/...", command="test")  # //p/... holds no test: //q's run
+    assert r.rc == 0 and r.status("//q:t") == "ran", r.output
 
 
 def test_build_does_not_run_a_test_reached_through_a_dependency(workspace: Workspace, tmp_path: Path) -> None:
