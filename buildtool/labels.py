@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 NAME_CHARS = "A-Za-z0-9_\\-.+=,@~"
-_NAME_RE = re.compile(f"^[{NAME_CHARS}]+$")
+_NAME_RE = re.compile(f"[{NAME_CHARS}]+")  # (fullmatch: "$" would let a final newline through)
 ALLOWED_NAME_CHARS_TEXT = "letters, digits and _ - . + = , @ ~"
 
 
@@ -19,7 +19,7 @@ class LabelError(ValueError):
 
 
 def check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT}, and not be '.' or '..' (got {name!r})"
         raise LabelError(msg)
 
@@ -28,7 +28,7 @@ def check_package(pkg: str) -> None:
     if pkg == "":
         return
     for part in pkg.split("/"):
-        if not _NAME_RE.match(part) or part in (".", ".."):
+        if not _NAME_RE.fullmatch(part) or part in (".", ".."):
             msg = (
                 f"package path must be names of {ALLOWED_NAME_CHARS_TEXT} joined by '/' "
                 f"(got {pkg!r})"

@@ -152,6 +152,10 @@ class Loader:
         # as Python's open() does, so the graph holds for that directory only.
         self.cwd_relative = False
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
+        # Workspace paths looked for and maybe not found: a package's BUILD.py or a nested
+        # buildtool.toml asked for without discovery (`:name` from a subdirectory, a srcs
+        # path's packages), a module an import looked for.  One appearing changes the graph.
+        self.probes: set[str] = set()
         self._nested: dict[str, bool] = {}  # directory -> in a nested workspace (memo)
         # Package -> the include patterns of its glob() calls (text, compiled): which new
         # files in a package's directories could change what a glob() returns (watch mode).
@@ -212,6 +216,7 @@ class Loader:
             return pkg in self._all_set
         if pkg and self.ws.is_ignored(pkg):
             return False
+        self.probes.add(f"{pkg}/{BUILDFILE}" if pkg else BUILDFILE)
         path = os.path.join(self.ws.root, pkg, BUILDFILE)
         return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self.in_nested_workspace(pkg)
 
@@ -222,6 +227,7 @@ class Loader:
             return False
         got = self._nested.get(pkg)
         if got is None:
+            self.probes.add(f"{pkg}/{MARKER}")
             got = self._nested[pkg] = (os.path.isfile(os.path.join(self.ws.root, pkg, MARKER))
                                        or self.in_nested_workspace(pkg.rpartition("/")[0]))
         return got
@@ -258,6 +264,9 @@ class Loader:
         ended = False
         opens = (builtins.open, io.open)
         builtins.open = io.open = self._tracking_open()
+        probe = _ImportProbes(self.ws.root, self.probes)
+        sys.meta_path.insert(0, probe)
+        no_pyc, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the sources
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
@@ -287,11 +296,16 @@ class Loader:
                 caret = " " * max((e.offset or 1) - 1, 0) + "^"
                 msg += f"\n    {e.text.rstrip()}\n    {caret}"
             raise BuildfileError(msg, path, e.lineno) from None
-        except Exception as e:  # the buildfile raised: point at the deepest workspace frame
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
-            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {e}"
+            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"
             raise BuildfileError(msg, path, line) from None
         finally:
+            sys.dont_write_bytecode = no_pyc
+            if probe in sys.meta_path:
+                sys.meta_path.remove(probe)
             builtins.open, io.open = opens
             if not ended:
                 guard.end(outer)
@@ -361,10 +375,15 @@ class Loader:
         import traceback  # (an error path: ~2 ms of import with linecache and tokenize)
 
         root = self.ws.root + os.sep
+        ours = os.path.dirname(os.path.abspath(dsl.__file__)) + os.sep  # buildtool itself, in a venv in the root
         best: tuple[str, int | None] = (os.path.relpath(buildfile, self.ws.root), None)
         for fs in traceback.extract_tb(exc.__traceback__):
-            if fs.filename.startswith(root):
-                best = (os.path.relpath(fs.filename, self.ws.root), fs.lineno)
+            name = fs.filename
+            if not name.startswith(root) or name.startswith(ours) or _INSTALLED.search(name):
+                continue  # (a library installed in a venv inside the workspace is not the user's code)
+            rel = os.path.relpath(name, self.ws.root)
+            if not self.ws.is_ignored(rel):
+                best = (rel, fs.lineno)
         return best
 
     # -- glob ------------------------------------------------------------------------
@@ -422,6 +441,42 @@ class Loader:
                     continue
         for d in dirs:
             self._list_package_files(pkg, d, out)
+
+
+class _ImportProbes:
+    """A meta path finder that finds nothing: it notes where in the workspace an import
+    made while a BUILD.py is evaluated looks for its module in vain (``m.py``,
+    ``m/__init__.py``, ``m/``), so a module that was missing — an ImportError the BUILD.py
+    caught, or one found further along sys.path — and then appears changes the graph too."""
+
+    def __init__(self, root: str, probes: set[str]) -> None:
+        self.root = root
+        self.probes = probes
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        last = fullname.rpartition(".")[2]
+        inside = self.root + os.sep
+        for entry in sys.path if path is None else path:
+            entry = os.path.abspath(entry or ".")
+            if entry == self.root or entry.startswith(inside):
+                base = os.path.join(entry, last)
+                for candidate in (base + ".py", os.path.join(base, "__init__.py"), base):
+                    if not os.path.lexists(candidate):  # (one that exists is imported, and tracked so)
+                        self.probes.add(os.path.relpath(candidate, self.root))
+
+    def invalidate_caches(self) -> None:
+        return
+
+
+_INSTALLED = re.compile(r"/(site|dist)-packages/")
+
+
+def _text_of(e: BaseException) -> str:
+    """``str(e)``, or its class's name when even that raises."""
+    try:
+        return str(e)
+    except Exception:
+        return f"(an exception whose message could not be made: {type(e).__name__})"
 
 
 def _under_symlink(root: str, pkg: str) -> bool:

@@ -453,7 +453,7 @@ class Session:
         """The files, listed directories and env vars the BUILD.py evaluation depended on."""
         from buildtool.config import user_config_path
 
-        files = [*loader.read_files, *loader.imported_workspace_modules(),
+        files = [*loader.read_files, *loader.probes, *loader.imported_workspace_modules(),
                  "buildtool.toml", ".buildtoolignore", user_config_path()]
         return files, sorted(loader.glob_dirs), set(loader.env_reads)
 

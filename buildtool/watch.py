@@ -133,6 +133,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     if is_dir:
         if not structural or rel in ws.output_dirs:
             return None
+        if rel in ws.loader_files:  # a package directory an import looked for
+            return Change(rel, "all")
         if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
             return Change(rel, "rescan")
         if parent in ws.glob_dirs or rel in ws.glob_dirs:
@@ -141,7 +143,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
                 return Change(rel, "package", pkg)  # a glob may reach into it
         return Change(rel, "retry") if ws.broken else None
     if name == BUILDFILE:
-        if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken:
+        if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken \
+                or rel in ws.loader_files:
             return Change(rel, "rescan" if structural else "package", parent)
         return None
     if rel in ws.loader_files or rel in (MARKER, IGNORE_FILE):
@@ -420,12 +423,14 @@ class Watcher:
         sources |= pyfiles
         sources |= set(self._discovered())  # headers found through depfiles are inputs too
         loader_files: set[str] = set()
+        probes: set[str] = set()
         glob_dirs: set[str] = set()
         glob_rules: dict[str, tuple[tuple[str, Any], ...]] = {}
         packages: set[str] = set()
         for ld in {id(x): x for x in (self.loader, loader) if x is not None}.values():
             loader_files |= {f for f in ld.read_files if f.rsplit("/", 1)[-1] != BUILDFILE}
             loader_files |= ld.imported_workspace_modules()
+            probes |= ld.probes  # looked for, maybe missing: one appearing changes the graph
             glob_dirs |= ld.glob_dirs
             for pkg, rules in ld.glob_rules.items():
                 glob_rules[pkg] = tuple({rx.pattern: (text, rx) for text, rx in (*glob_rules.get(pkg, ()), *rules)}
@@ -441,6 +446,9 @@ class Watcher:
             while d and d not in keep and d not in out_dirs:
                 out_dirs.add(d)
                 d = d.rsplit("/", 1)[0] if "/" in d else ""
+        # (not those in directories of outputs only: `out/BUILD.py`, asked for by the check
+        # that an output stays in its package, would make every output directory a change)
+        loader_files |= {p for p in probes if (p.rsplit("/", 1)[0] if "/" in p else "") not in out_dirs}
         scan: set[str] = set(pkg_dirs)
         for base in rec:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)

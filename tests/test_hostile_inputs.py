@@ -98,6 +98,12 @@ CATALOGUE = [
      'threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()\n'
      'genrule(name="t", outs=["o"], cmd="sleep 1; echo > $@")', "left 1 thread(s) running", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
+    # Not an Exception: it went through as a traceback and exit 1.
+    ("raises-a-base-exception", 'class Odd(BaseException):\n    pass\n\nraise Odd("odd")', "BUILD.py:4", None),
+    ("raises-generator-exit", 'raise GeneratorExit("g")', "GeneratorExit", None),
+    ("raises-an-unprintable", 'class E(Exception):\n    def __str__(self):\n        raise ValueError\n\nraise E()',
+     "raised E", None),
+    ("name-with-a-final-newline", 'genrule(name="a\\n", outs=["o"], cmd="true")', "target name must be", None),
     ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
     ("src-in-a-subpackage", 'genrule(name="t", srcs=["tools/defs.py"], outs=["o"], cmd="cat $< > $@")',
@@ -450,3 +456,21 @@ def test_a_buildfile_in_a_directory_no_label_can_name_is_exit_2(make_workspace, 
     ws.write(".buildtoolignore", dirname.replace("\n", "?") + "/\n")
     rc, _, err = ws.run("build")
     assert rc == 0 and (ws.root / "sp dir" / "o").exists(), err
+
+
+def test_an_error_points_at_the_buildfile_when_buildtool_is_installed_inside_the_workspace(
+    workspace: Workspace,
+) -> None:
+    """A `.venv` in the workspace holding buildtool (and any library): the error named
+    .venv/lib/site-packages/buildtool/loader.py, the deepest frame under the root."""
+    import buildtool
+
+    site = workspace.root / ".venv" / "lib" / "python3" / "site-packages"
+    shutil.copytree(Path(buildtool.__file__).parent, site / "buildtool",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    workspace.write(".buildtoolignore", ".venv\n")
+    workspace.write("pkg/BUILD.py", 'x = 1\nglob(["../x"])\n')
+    env = dict(_clean_env(workspace.cache, workspace.home), PYTHONPATH=str(site))
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=workspace.root, capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "pkg/BUILD.py:2:" in r.stderr, r.stderr

@@ -889,3 +889,66 @@ def test_a_file_read_by_a_macro_module_or_pathlib_is_tracked(tmp_path: Path, rea
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
     assert (ws / "v.txt").read_text() == "2.0\n"
+
+
+def _settled(ws: Path, cache: Path, *args: str, cwd: Path | None = None) -> None:
+    """Build until a no-op says "(nothing changed)" (the snapshot is written)."""
+    for _ in range(2):
+        r = _bt_in(cwd or ws, cache, "build", *args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(0.1)
+    assert "(nothing changed)" in _bt_in(cwd or ws, cache, "build", *args).stdout
+
+
+def test_a_buildfile_made_where_a_label_looked_for_one_is_seen(tmp_path: Path) -> None:
+    """`:t` from lib/ means //:t while lib/ holds no BUILD.py; one made there makes it
+    //lib:t.  And a srcs path that now enters a new subpackage is exit 2.  The no-op
+    snapshot vouched for the old graph: only a //... build lists every directory."""
+    ws = new_workspace(tmp_path, 'genrule(name="t", outs=["root.out"], cmd="echo root > $@")\n')
+    lib = ws / "lib"
+    lib.mkdir()
+    cache = tmp_path / "cache"
+    _settled(ws, cache, ":t", cwd=lib)
+    (lib / "BUILD.py").write_text('genrule(name="t", outs=["lib.out"], cmd="echo lib > $@")\n')
+    r = _bt_in(lib, cache, "build", ":t")
+    assert r.returncode == 0 and (lib / "lib.out").read_text() == "lib\n", r.stdout + r.stderr
+
+    (ws / "pkg" / "sub").mkdir(parents=True)
+    (ws / "pkg" / "sub" / "f.txt").write_text("x\n")
+    (ws / "pkg" / "BUILD.py").write_text('genrule(name="c", srcs=["sub/f.txt"], outs=["o"], cmd="cp $< $@")\n')
+    _settled(ws, cache, "//pkg:c")
+    (ws / "pkg" / "sub" / "BUILD.py").write_text('genrule(name="s", outs=["s.out"], cmd="true")\n')
+    r = _bt_in(ws, cache, "build", "//pkg:c")
+    assert r.returncode == 2 and "is in package //pkg/sub" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_module_an_import_looked_for_in_vain_is_seen_when_made(tmp_path: Path) -> None:
+    ws = new_workspace(tmp_path, (
+        "try:\n    from tools.extra import V\nexcept ImportError:\n    V = 'none'\n"
+        "genrule(name='t', outs=['o'], cmd='echo %s > $@' % V)\n"
+    ))
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//:t")
+    assert (ws / "o").read_text() == "none\n"
+    (ws / "tools" / "extra.py").write_text("V = 'extra'\n")
+    r = _bt_in(ws, cache, "build", "//:t")
+    assert r.returncode == 0 and (ws / "o").read_text() == "extra\n", r.stdout + r.stderr
+
+
+def test_evaluating_writes_no_bytecode_into_the_workspace(tmp_path: Path) -> None:
+    """A helper module imported by a BUILD.py left tools/__pycache__/*.pyc behind (with
+    PYTHONDONTWRITEBYTECODE unset), which a glob then took as sources."""
+    ws = new_workspace(tmp_path, "from tools.defs import V\ngenrule(name='t', srcs=glob(['**']), outs=['o'], "
+                                 "cmd='echo $(SRCS) > $@')\n")
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "defs.py").write_text("V = 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["BUILDTOOL_CACHE_DIR"] = str(tmp_path / "cache")
+    for _ in range(2):
+        r = subprocess.run(["buildtool", "-C", str(ws), "build"], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert not list(ws.rglob("__pycache__"))
+    assert "pyc" not in (ws / "o").read_text()
