@@ -69,6 +69,25 @@ def _flags(copts: Sequence[str], includes: Sequence[str], defines: Sequence[str]
 _SAID_MISSING: set[str] = set()  # compilers already said missing in this process
 
 
+COMMON = ("priority", "manual", "pool")  # what ``**common`` may hold: passed to every target declared
+
+
+def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, Any]) -> None:
+    """The macro's own arguments, checked before anything is declared: a string where a
+    list goes was taken a character at a time (``srcs="a.c"``: nothing compiled), and an
+    unknown keyword was reported as one of ``genrule()``'s."""
+    where = f"{macro}(name={name!r})"
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{macro}(): name must be a non-empty string (got {name!r})")
+    for attr, value in lists.items():
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{where}: {attr} must be a list of strings (got {value!r})")
+    unknown = sorted(set(common) - set(COMMON))
+    if unknown:
+        raise ValueError(f"{where}: unknown attribute {unknown[0]!r}; besides its own, a cc macro takes "
+                         f"{', '.join(COMMON)}")
+
+
 def _common(cc: str, common: dict[str, Any]) -> dict[str, Any]:
     out = dict(common)
     if not have_compiler(cc):
@@ -158,6 +177,8 @@ def cc_library(
     directories, package-relative or ``//``-rooted (not propagated to dependents);
     ``hdr_deps``: targets generating headers, built before compiling; ``common``:
     ``priority``, ``manual``, ``pool``."""
+    _checked("cc_library", name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
+                                  "defines": defines, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
     objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
@@ -182,6 +203,8 @@ def cc_binary(
     **common: Any,
 ) -> None:
     """An executable ``NAME`` in the package directory, linked from ``srcs`` and ``deps``."""
+    _checked("cc_binary", name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
+                                 "defines": defines, "linkopts": linkopts, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
     objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
@@ -214,6 +237,9 @@ def cc_test(
 ) -> None:
     """A test ``NAME`` running the binary ``NAME.bin`` (built like ``cc_binary``) with ``args``
     in the package directory; ``data`` files are inputs of the test."""
+    _checked("cc_test", name, {"srcs": srcs, "deps": deps, "args": args, "data": data, "copts": copts,
+                               "includes": includes, "defines": defines, "linkopts": linkopts,
+                               "hdr_deps": hdr_deps}, common)
     cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, hdr_deps, **common)
     extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
     argv = " ".join(shlex.quote(a).replace("$", "$$") for a in args)

@@ -201,6 +201,21 @@ def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
     assert rc == 2 and "unknown attribute 'depfile'" in err, err
 
 
+@pytest.mark.parametrize(("call", "needle"), [
+    ('cc_library(name="x", srcs="a.c")', "cc_library(name='x'): srcs must be a list of strings (got 'a.c')"),
+    ('cc_binary(name="x", srcs=["a.c"], copts="-O2")', "copts must be a list of strings"),
+    ('cc_library(name="x", srcs=["a.c"], hdrs=["a.h"])', "unknown attribute 'hdrs'; besides its own, a cc macro"),
+    ('cc_test(name="x", srcs=["a.c"], data="d")', "data must be a list of strings"),
+])
+def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: str, needle: str) -> None:
+    """A string where a list goes was taken a character at a time (srcs="a.c": an empty
+    library, exit 0), an unknown keyword reported as genrule()'s."""
+    workspace.write("a.c", "int f(void) { return 1; }\n")
+    workspace.build_file("", f"from buildtool.cc import cc_binary, cc_library, cc_test\n{call}\n")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "BUILD.py:2" in err and needle in err, err
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
 def test_cc_test_takes_hdr_deps_and_assembly_sources_build(workspace: Workspace) -> None:
     """cc_test builds like cc_binary (hdr_deps included); a .s source, which gcc does not
