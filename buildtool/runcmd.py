@@ -38,6 +38,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
     r.add_argument("--action-env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass an environment variable to every action (part of its key)")
+    from buildtool.remote.options import add_flags as add_remote_flags
+
+    add_remote_flags(r)
     return r
 
 
@@ -53,7 +56,12 @@ def run_command(ns: argparse.Namespace) -> int:
     if ns.target is None:
         msg = "run needs one TARGET: buildtool run //pkg:target [-- ARGS...]"
         raise UserError(msg)
-    session = Session(ns.directory, {"jobs": ns.jobs, "keep_going": ns.keep_going, "cache_dir": ns.cache_dir})
+    flags = {"jobs": ns.jobs, "keep_going": ns.keep_going, "cache_dir": ns.cache_dir}
+    if any(v is not None for k, v in vars(ns).items() if k.startswith("remote_")):
+        from buildtool.remote.options import flags_of
+
+        flags.update(flags_of(ns))
+    session = Session(ns.directory, flags)
     ws = session.ws
 
     def warn(msg: str) -> None:

@@ -402,3 +402,16 @@ def test_tests_under_no_cache_tests_are_not_uploaded(
     assert r.rc == 0 and "1 uploaded" not in r.stdout, r.stdout
     r = b.build("//:t", "--remote-cache", nginx.url, command="test")  # nothing there to hit
     assert r.rc == 0 and r.status("//:t") == "ran", r.output
+
+
+def test_run_takes_the_remote_flags(nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]) -> None:
+    """`run` refused --remote-cache ("unrecognized arguments"); the docs describe it."""
+    tag = f"{time.time_ns()}"
+    a, b = make_workspace("run-a"), make_workspace("run-b")
+    for ws in (a, b):
+        script = f"printf '#!/bin/sh\\\\necho {tag} $$1\\\\n' > $@ && chmod +x $@"
+        ws.build_file("", f'genrule(name="exe", outs=["run.sh"], cmd="{script}")')
+    assert a.build("//:exe", "--remote-cache", nginx.url, "--remote-upload").rc == 0
+    rc, out, err = b.run("run", "//:exe", "--remote-cache", nginx.url, "--", "arg")
+    assert rc == 0 and f"{tag} arg" in out and "0 ran" not in err, out + err
+    assert "1 hits" in out + err, out + err

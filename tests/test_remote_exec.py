@@ -213,6 +213,20 @@ def test_an_executable_left_remote_stays_executable_for_remote_dependents(
     assert ws.read("app/out.txt") == "hi\n"
 
 
+def test_a_remote_action_gets_a_tmpdir_and_home_of_its_own(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The worker gave none: "$TMPDIR/x" was /x on the worker, shared by every action."""
+    ws = make_workspace("tmpdir")
+    ws.build_file("", """
+        genrule(name="t", outs=["t.txt"], cmd='test -d "$$TMPDIR" && test "$$TMPDIR" != / && test -d "$$HOME" '
+                '&& echo x > "$$TMPDIR/probe" && cat "$$TMPDIR/probe" > $@')
+    """)
+    r = ws.build("--remote-executor", stack.url, "//:t")
+    assert r.rc == 0 and r.by_label["//:t"].get("executed") == "remote", r.output + stack.worker_logs()
+    assert ws.read("t.txt") == "x\n"
+
+
 def test_output_left_remote_and_unreachable_fails_its_local_dependent_clearly(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:

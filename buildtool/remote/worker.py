@@ -261,6 +261,10 @@ class Worker:
         for o in cmd.output_directories:
             os.makedirs(os.path.join(cwd, o), exist_ok=True)
         env = {e.name: e.value for e in cmd.environment_variables}
+        for name in ("TMPDIR", "HOME"):  # a fresh directory per action, as a local one has (not "/")
+            if name not in env:
+                env[name] = os.path.join(base, name.lower())
+                os.makedirs(env[name], exist_ok=True)
         timeout = action.timeout.ToNanoseconds() / 1e9 if action.HasField("timeout") else None
         argv = list(cmd.arguments)
         md.execution_start_timestamp.GetCurrentTime()
