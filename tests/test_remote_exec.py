@@ -303,7 +303,7 @@ def test_action_sees_exactly_its_command_environment(stack: Stack, make_workspac
     assert env.get("GREETING") == "hi"
     assert "PATH" in env
     assert rx.WORKER_PROBE not in env, "the worker's own environment leaked into the action"
-    assert "HOME" not in env and "TMPDIR" not in env, env
+    assert env["HOME"] != env["TMPDIR"] and env["TMPDIR"] not in ("", "/"), env  # the action's own, as locally
     # The input root holds nothing but what was declared (here: nothing): no other/file.txt, no BUILD.py.
     assert ws.read("tree.txt").split() == [".", "./tree.txt"]
 
@@ -332,6 +332,7 @@ def test_unreachable_executor_falls_back_to_local_with_one_warning(make_workspac
     assert r.ran == {"//:a", "//:b"}
     assert not any("executed" in e for e in r.events)
     assert r.stderr.count("remote execution unavailable") == 1, r.stderr
+    assert "2 fell back to local" in r.stdout, r.stdout  # (it said 0: only the first counted as tried)
     assert ws.read("b.txt") == "a\n"
 
 

@@ -112,8 +112,13 @@ class RemoteExecutor:
 
     def wants(self, t: Any) -> bool:
         """Targets that may run remotely: not ``local=True``, no depfile, not the console pool."""
-        return (self._broken is None and not self.cancelled and not getattr(t, "local", False)
-                and t.depfile is None and t.pool != "console")
+        if self.cancelled or getattr(t, "local", False) or t.depfile is not None or t.pool == "console":
+            return False
+        if self._broken is not None:
+            with self._lock:
+                self.stats.fallbacks += 1  # it runs here: the executor was found unusable
+            return False
+        return True
 
     def cancel_all(self) -> None:
         """The build is interrupted: stop waiting for remote actions (the runner's local
@@ -178,6 +183,8 @@ class RemoteExecutor:
         under --no-cache-tests or one that failed last time with this key)."""
         st = self._get()
         if st is None:
+            with self._lock:
+                self.stats.fallbacks += 1  # (it runs here: the executor was found unusable)
             return None
         started = time.monotonic()
         try:

@@ -289,6 +289,10 @@ class HttpStore(Store):
                 stale = isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError))
                 if stale and not attempt:  # a keep-alive connection the server had closed: once more
                     continue
+                if isinstance(e, http.client.BadStatusLine) and not isinstance(e, ConnectionError):
+                    # (its text is the server's raw bytes; RemoteDisconnected is one too)
+                    raise Unavailable(f"{self.name}: the server did not answer in HTTP/1.1 "
+                                      "(a gRPC port? use grpc:// for those)") from None
                 raise Unavailable(f"{self.name}: {e}") from None
             self._deadlines.done(token)
             if method == "PUT" and resp.status in (401, 403, 405):  # a cache read-only for us
