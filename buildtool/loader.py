@@ -161,6 +161,8 @@ class Loader:
         # files in a package's directories could change what a glob() returns (watch mode).
         self.glob_rules: dict[str, list[tuple[str, Any]]] = {}
         self.env_reads: dict[str, str | None] = {}
+        self._listed: dict[str, list[str]] = {}  # package -> its files, listed once (its glob() calls)
+        self._present: dict[str, frozenset[str]] = {}  # the same as sets, for literal patterns
 
     # -- discovery -------------------------------------------------------------------
     def all_packages(self) -> list[str]:
@@ -395,12 +397,19 @@ class Loader:
             if pat.startswith("/") or ".." in pat.split("/"):
                 msg = f"glob pattern {pat!r} must stay inside package //{pkg} (no '..' or '/')"
                 raise ValueError(msg)
-        inc = [_glob_regex(p) for p in include]
-        exc = [_glob_regex(p) for p in exclude]
+        inc = [_checked_glob(p) for p in include]
+        exc = [_checked_glob(p) for p in exclude]
         self.glob_rules.setdefault(pkg, []).extend(zip(include, inc, strict=True))
         prefix = f"{pkg}/" if pkg else ""
-        files: list[str] = []
-        self._list_package_files(pkg, "", files)
+        files = self._listed.get(pkg)
+        if files is None:  # (a package of 2,000 glob() calls listed its tree 2,000 times)
+            files = self._listed[pkg] = []
+            self._list_package_files(pkg, "", files)
+        if not any(c in p for p in include for c in "*?["):  # literal paths: no scan of every file
+            present = self._present.get(pkg)
+            if present is None:
+                present = self._present[pkg] = frozenset(files)
+            files = [rel for rel in dict.fromkeys(include) if rel in present]
         out = []
         for rel in files:
             if not any(r.match(rel) for r in inc) or any(r.match(rel) for r in exc):
@@ -486,6 +495,13 @@ def _under_symlink(root: str, pkg: str) -> bool:
         if os.path.islink(path):
             return True
     return False
+
+
+def _checked_glob(pattern: str) -> re.Pattern[str]:
+    try:
+        return _glob_regex(pattern)
+    except re.error as e:  # a [...] class such as [z-a]
+        raise ValueError(f"glob pattern {pattern!r} is not a valid pattern ({e.msg})") from None
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:

@@ -356,6 +356,7 @@ class Watcher:
                     new._packages[pkg] = decls
                     new._contexts[pkg] = old._contexts[pkg]
             new.read_files |= old.read_files
+            new.probes |= old.probes
             new.glob_dirs |= old.glob_dirs
             for pkg, rules in old.glob_rules.items():
                 if pkg not in self.dirty_pkgs:

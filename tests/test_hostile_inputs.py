@@ -103,6 +103,8 @@ CATALOGUE = [
     ("raises-generator-exit", 'raise GeneratorExit("g")', "GeneratorExit", None),
     ("raises-an-unprintable", 'class E(Exception):\n    def __str__(self):\n        raise ValueError\n\nraise E()',
      "raised E", None),
+    ("glob-bad-range", 'genrule(name="t", srcs=glob(["[z-a]"]), outs=["o"], cmd="true")',
+     "glob pattern '[z-a]' is not a valid pattern (bad character range", None),
     ("name-with-a-final-newline", 'genrule(name="a\\n", outs=["o"], cmd="true")', "target name must be", None),
     ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
