@@ -161,9 +161,18 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
     if path is None:
         top = module.split(".")[0]
         in_workspace = _module_file(root, top) is not None  # then the workspace's package is the one imported
-        if not in_workspace and (
-            top in sys.builtin_module_names or importlib.machinery.PathFinder.find_spec(top) is not None
-        ):
+        builtin = top in sys.builtin_module_names
+        spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top)
+        if spec is not None and spec.origin in (None, "namespace") and "." in module:
+            # A namespace package (directories without __init__.py), maybe the workspace's
+            # own: the module must be in one of its directories.
+            places = list(spec.submodule_search_locations or ())
+            rest = module.split(".", 1)[1]
+            if os.path.join(root, top) in places and not any(
+                _module_file(d, rest) or os.path.isdir(os.path.join(d, *rest.split("."))) for d in places
+            ):
+                in_workspace = True
+        if not in_workspace and (builtin or spec is not None):
             return None
         return (f"module {module!r} of fn={fn!r} is not in the workspace "
                 f"(no {module.replace('.', '/')}.py or {module.replace('.', '/')}/__init__.py) nor importable")

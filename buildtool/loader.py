@@ -260,7 +260,7 @@ class Loader:
         token = dsl.set_context(ctx)
         # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
         # `query` answers and the build's own lines.
-        stdout, sys.stdout = sys.stdout, sys.stderr
+        stdout, sys.stdout = sys.stdout, _PrintsToStderr(sys.stderr)
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
@@ -450,6 +450,30 @@ class Loader:
                     continue
         for d in dirs:
             self._list_package_files(pkg, d, out)
+
+
+class _PrintsToStderr:
+    """``sys.stdout`` while a BUILD.py runs: what it prints goes to stderr, and closing it
+    closes nothing (``sys.stdout.close()`` closed buildtool's own stderr)."""
+
+    def __init__(self, err: Any) -> None:
+        self._err = err
+
+    def write(self, text: str) -> int:
+        return int(self._err.write(text))
+
+    def flush(self) -> None:
+        self._err.flush()
+
+    def close(self) -> None:
+        return
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._err, name)
 
 
 class _ImportProbes:

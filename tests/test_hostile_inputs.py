@@ -60,6 +60,10 @@ CATALOGUE = [
      "module 'nosuchmod_xyz' of fn='nosuchmod_xyz:make' is not in the workspace", None),
     ("pyrule-missing-function", 'pyrule(name="t", fn="tools.defs:make", outs=["o"])',
      "tools/defs.py never binds 'make'", "keep"),
+    # tools/ has no __init__.py: a namespace package of the workspace, found by the import
+    # system, so the missing tools/nope.py went unnoticed until the action ran.
+    ("pyrule-missing-module-in-a-namespace", 'pyrule(name="t", fn="tools.nope:make", outs=["o"])',
+     "module 'tools.nope' of fn='tools.nope:make' is not in the workspace", "namespace"),
     ("pyrule-dotted-function", 'pyrule(name="t", fn="tools.defs:a.b", outs=["o"])', "Python identifiers", None),
     ("output-is-its-buildfile", 'genrule(name="t", outs=["BUILD.py"], cmd="true")', "a BUILD.py file", "keep"),
     ("output-is-a-new-buildfile", 'genrule(name="t", outs=["sub/BUILD.py"], cmd="true")', "a BUILD.py file", None),
@@ -105,6 +109,9 @@ CATALOGUE = [
      "raised E", None),
     ("glob-bad-range", 'genrule(name="t", srcs=glob(["[z-a]"]), outs=["o"], cmd="true")',
      "glob pattern '[z-a]' is not a valid pattern (bad character range", None),
+    # It closed buildtool's own stderr: the error of the next package was lost (exit 1).
+    ("closes-stdout", 'import sys\nprint("hello")\nsys.stdout.close()\nraise RuntimeError("after the close")',
+     "after the close", None),
     ("name-with-a-final-newline", 'genrule(name="a\\n", outs=["o"], cmd="true")', "target name must be", None),
     ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
@@ -134,6 +141,8 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
         ws.write("tools/loop.py", "import tools.loop2\n")
         ws.write("tools/loop2.py", "import tools.loop\nVALUE = tools.loop.VALUE\n")  # a real import cycle
     ws.write("BUILD.py", build.replace("{outside}", str(outside)) + "\n")
+    if extra == "namespace":
+        ws.write("tools/defs.py", "def make(srcs, outs):\n    pass\n")
     if extra == "subpkg":
         ws.write("tools/defs.py", "VALUE = 1\n")
         ws.write("tools/BUILD.py", "")
