@@ -616,6 +616,8 @@ class GraphBuilder:
                 real = os.path.realpath(probe)
                 ok = real == root or real.startswith(root + os.sep)
                 checked[parent] = ok
+                if ok and real != os.path.normpath(probe):  # through a symlinked directory of the workspace
+                    self._check_real_package(o, lab, os.path.relpath(real, root), where)
             full = os.path.join(root, o)
             if ok and os.path.islink(full):
                 real = os.path.realpath(full)
@@ -632,6 +634,20 @@ class GraphBuilder:
                 pkg, name = labels.split_label(lab)
                 d = self.loader.load(pkg)[name]
                 raise _err(d, f"output {o!r} of {lab} is an existing directory; outputs are files")
+
+    def _check_real_package(self, o: str, lab: str, real_dir: str, linked: str) -> None:
+        """``o``'s existing directory ``linked`` is really ``real_dir``: the package that owns
+        that directory must be ``lab``'s own (else two packages, each built alone, would
+        overwrite each other's file through the link)."""
+        d = "" if real_dir == "." else real_dir
+        while d and not self.loader.package_exists(d):
+            d = d.rpartition("/")[0]
+        pkg, name = labels.split_label(lab)
+        if d != pkg:
+            real = posixpath.normpath(posixpath.join(real_dir, posixpath.relpath(o, linked)))
+            raise _err(self.loader.load(pkg)[name],
+                       f"output {o!r} of {lab} is really {real!r} (through the symbolic link {linked!r}), "
+                       f"in package //{d}: a target writes only inside its own package")
 
     def _holds_only_recorded_outputs(self, rel: str, full: str) -> bool:
         """Is the directory ``full`` (``rel``) made only of outputs of earlier builds and

@@ -847,3 +847,14 @@ def test_what_a_command_leaves_running_in_its_group_ends_with_it(workspace: Work
     else:
         os.kill(pid, 9)
         raise AssertionError("the background process outlived its command")
+
+
+def test_an_output_through_a_symlinked_directory_into_another_package_is_refused(workspace: Workspace) -> None:
+    # a/gen -> ../b: //a:t's gen/x is b/x, //b:u's output.  Built one at a time, each wrote
+    # the other's file (only a build loading both packages noticed).
+    workspace.build_file("a", 'genrule(name="t", outs=["gen/x"], cmd="echo A > $@")')
+    workspace.build_file("b", 'genrule(name="u", outs=["x"], cmd="echo B > $@")')
+    os.symlink("../b", workspace.root / "a" / "gen")
+    rc, _, err = workspace.run("build", "//a:t")
+    assert rc == 2 and "is really 'b/x' (through the symbolic link 'a/gen'), in package //b" in err, err
+    assert not workspace.exists("b/x")

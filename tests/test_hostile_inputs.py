@@ -112,6 +112,9 @@ CATALOGUE = [
     # It closed buildtool's own stderr: the error of the next package was lost (exit 1).
     ("closes-stdout", 'import sys\nprint("hello")\nsys.stdout.close()\nraise RuntimeError("after the close")',
      "after the close", None),
+    # Built alone, //:t wrote into //tools through the link (and //tools:u, alone, back).
+    ("output-through-a-link-into-a-package", 'genrule(name="t", outs=["gen/x"], cmd="echo > $@")',
+     "is really 'tools/x' (through the symbolic link 'gen'), in package //tools", "linkpkg"),
     ("name-with-a-final-newline", 'genrule(name="a\\n", outs=["o"], cmd="true")', "target name must be", None),
     ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
@@ -141,6 +144,9 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
         ws.write("tools/loop.py", "import tools.loop2\n")
         ws.write("tools/loop2.py", "import tools.loop\nVALUE = tools.loop.VALUE\n")  # a real import cycle
     ws.write("BUILD.py", build.replace("{outside}", str(outside)) + "\n")
+    if extra == "linkpkg":
+        ws.write("tools/BUILD.py", 'genrule(name="u", outs=["x"], cmd="echo > $@")\n')
+        os.symlink("tools", ws.root / "gen")
     if extra == "namespace":
         ws.write("tools/defs.py", "def make(srcs, outs):\n    pass\n")
     if extra == "subpkg":
