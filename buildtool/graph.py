@@ -263,7 +263,9 @@ class GraphBuilder:
     def _load_pkg_for(self, pkg: str, text: str) -> dict[str, Declaration]:
         if not self.loader.package_exists(pkg):
             msg = f"no package //{pkg} for {text!r}: there is no {pkg + '/' if pkg else ''}BUILD.py"
-            if pkg and self.loader.in_nested_workspace(pkg):
+            if pkg and self.loader.ws.is_ignored(pkg):
+                msg = f"no package //{pkg} for {text!r}: {pkg} is left out by .buildtoolignore"
+            elif pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
             import difflib  # (error messages only)

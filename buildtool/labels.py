@@ -46,8 +46,10 @@ def split_label(label: str) -> tuple[str, str]:
     return pkg, name
 
 
-def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
-    """Parse an absolute (``//pkg:name``, ``//pkg``) or relative (``:name``) label."""
+def parse_label(text: str, current_pkg: str, cwd_dir: str | None = None) -> tuple[str, str]:
+    """Parse an absolute (``//pkg:name``, ``//pkg``) or relative (``:name``) label.
+    ``cwd_dir``: the working directory, for the "did you mean" of a label written without
+    its ``//`` (``core:x`` typed in lib/ means //lib/core:x)."""
     if not isinstance(text, str):
         msg = f"a label must be a string (got {text!r})"
         raise LabelError(msg)
@@ -60,16 +62,28 @@ def parse_label(text: str, current_pkg: str) -> tuple[str, str]:
         else:
             pkg = body
             name = body.rsplit("/", 1)[-1]
-            if not name:
+            if not body:
                 msg = f"label {text!r} names no target: write //:NAME for the root package"
                 raise LabelError(msg)
+            if not name:
+                bare = body.rstrip("/")
+                last = bare.rsplit("/", 1)[-1]
+                msg = f"label {text!r} ends with '/': write '//{bare}' (its target named {last!r}) or '//{bare}:NAME'"
+                raise LabelError(msg)
+        if "..." in pkg.split("/"):
+            msg = f"{text!r} is not a label: '...' ends a pattern (//... or //pkg/...), it is no package name"
+            raise LabelError(msg)
     else:
         msg = f"a label must start with '//' or ':' (got {text!r})"
         if text.startswith("@"):
             msg += "; external repositories (@repo//...) are not supported: every label is in this workspace"
         elif text and not text.startswith("/") and (":" in text or "/" in text) and " " not in text \
                 and _parses(f"//{text}"):
-            msg += f"; did you mean '//{text}'?"
+            here = f"//{cwd_dir}/{text}" if cwd_dir else ""
+            msg += f"; did you mean '{here}' (from this directory) or '//{text}'?" if here and _parses(here) \
+                else f"; did you mean '//{text}'?"
+        elif text and cwd_dir is not None and _NAME_RE.fullmatch(text) and text not in (".", ".."):
+            msg += f"; did you mean ':{text}' (a target of the package here)?"
         raise LabelError(msg)
     try:
         check_package(pkg)
@@ -117,7 +131,7 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
             msg = f"bad pattern {text!r}: {e}"
             raise LabelError(msg) from None
         return Pattern("recursive", base, text=text)
-    pkg, name = parse_label(text, current_pkg)
+    pkg, name = parse_label(text, current_pkg, here)
     if name == "all" and (text.endswith(":all")):
         return Pattern("package", pkg, text=text)
     return Pattern("target", pkg, name, text=text)

@@ -62,6 +62,21 @@ def test_a_label_without_slashes_hints_at_the_absolute_one(text: str, hint: str 
         assert "external repositories" in str(e.value)
 
 
+@pytest.mark.parametrize(("text", "cwd", "needle"), [
+    ("core:core", "lib", "did you mean '//lib/core:core' (from this directory) or '//core:core'?"),
+    ("core", "lib/core", "did you mean ':core' (a target of the package here)?"),
+    ("//lib/core/", "", "ends with '/': write '//lib/core' (its target named 'core') or '//lib/core:NAME'"),
+    ("//...:all", "", "'...' ends a pattern (//... or //pkg/...), it is no package name"),
+    ("//a/.../b:c", "", "'...' ends a pattern"),
+])
+def test_hints_for_labels_typed_on_the_command_line(text: str, cwd: str, needle: str) -> None:
+    """From lib/, `core:core` is //lib/core:core, not //core:core; `//lib/core/` was told to
+    "write //:NAME for the root package"; `//...:all` looked for a package named '...'."""
+    with pytest.raises(LabelError) as e:
+        parse_pattern(text, cwd, cwd)
+    assert needle in str(e.value), str(e.value)
+
+
 def test_label_str_and_split_round_trip() -> None:
     assert labels.label_str("", "x") == "//:x"
     assert labels.label_str("a/b", "x") == "//a/b:x"
@@ -172,6 +187,13 @@ def test_pattern_matching_nothing_is_exit_2(workspace: Workspace) -> None:
     rc, _, err = workspace.run("build", "//empty:all")
     assert rc == 2
     assert "//empty:all" in err
+
+
+def test_an_ignored_package_is_said_to_be_ignored(workspace: Workspace) -> None:
+    workspace.build_file("ign/p", 'genrule(name="y", outs=["y"], cmd="true")')
+    workspace.write(".buildtoolignore", "ign\n")
+    rc, _, err = workspace.run("build", "//ign/p:y")
+    assert rc == 2 and "ign/p is left out by .buildtoolignore" in err, err  # (it said "there is no BUILD.py")
 
 
 def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
