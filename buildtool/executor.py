@@ -61,7 +61,7 @@ class Running:
     """A started command: wait for it here (``wait``), or let an event loop watch its
     ``pidfd`` and call ``expire`` at its ``deadline`` and ``finish`` once it exited."""
 
-    __slots__ = ("_err_fd", "_executor", "_group", "_out_fd", "deadline", "proc", "start", "timed_out")
+    __slots__ = ("_capture", "_err_fd", "_executor", "_group", "_out_fd", "deadline", "proc", "start", "timed_out")
 
     def __init__(
         self,
@@ -71,8 +71,10 @@ class Running:
         err_fd: int | None,
         start: float,
         deadline: float | None,
+        capture: str | None = None,
     ) -> None:
         self._executor = executor
+        self._capture = capture
         self.proc = proc  # None: cancelled before it started
         self._out_fd = out_fd
         self._err_fd = err_fd
@@ -118,11 +120,17 @@ class Running:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
         try:
             if self._group and proc.returncode is None:
-                # What it left running in its group (`cmd &`) ends with it, as in Bazel: a
-                # background writer would go on into the next command's capture files and
-                # TMPDIR on this lane.  Before the reaping, while the group's id (its pid)
-                # cannot be anybody else's.  (A daemon in a session of its own is left.)
-                _killpg(proc.pid, signal.SIGKILL)
+                with self._executor._lock:
+                    in_grace = proc.pid in self._executor._terminated
+                if not in_grace:
+                    # What it left running in its group (`cmd &`) ends with it, as in Bazel: a
+                    # background writer would go on into the next command's capture files and
+                    # TMPDIR on this lane.  Before the reaping, while the group's id (its pid)
+                    # cannot be anybody else's.  (A daemon in a session of its own is left.)
+                    _killpg(proc.pid, signal.SIGKILL)
+                elif self._capture is not None:  # sent SIGTERM (timeout, Ctrl-C): its grace period
+                    with self._executor._lock:   # runs on; the lane's next command gets new files
+                        self._executor._tainted.add(self._capture)
             proc.wait()  # reaps it; returns at once when it has exited
             out = _read_all(self._out_fd) if self._out_fd is not None else b""
             err = _read_all(self._err_fd) if self._err_fd is not None else b""
@@ -335,6 +343,7 @@ class SubprocessExecutor:
         # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
         # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
         self._terminated: dict[int, float] = {}  # pgid -> when its grace period ends (monotonic)
+        self._tainted: set[str] = set()  # capture prefixes a group in its grace period may still write to
         # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
@@ -389,6 +398,16 @@ class SubprocessExecutor:
         booted = boot_clock() if self.on_spawn is not None else None
         out_fd = err_fd = None
         if capture is not None:
+            if self._tainted:
+                with self._lock:
+                    tainted = capture in self._tainted
+                    self._tainted.discard(capture)
+                if tainted:  # its writers get the old files (unlinked), this command new ones
+                    for suffix in (".out", ".err"):
+                        try:
+                            os.unlink(capture + suffix)
+                        except FileNotFoundError:
+                            pass
             flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
             out_fd = os.open(capture + ".out", flags, 0o600)
             err_fd = os.open(capture + ".err", flags, 0o600)
@@ -427,7 +446,7 @@ class SubprocessExecutor:
             self.on_spawn(proc.pid, booted)
         if self.cancelled:
             self._kill(proc)
-        return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout)
+        return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout, capture)
 
     def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:
         """The descriptors to close in a child started by posix_spawn in ``cwd``; None when

@@ -246,6 +246,8 @@ class TargetRunner:
         """Whether a recorded description has ``t``'s kind, command, environment, outputs
         and input paths: the parts of its key known without hashing anything (a cheap
         guess for critical-path weights; the rebuilder decides)."""
+        if t.depfile is not None and isinstance(desc.get("discovered"), list):  # (headers it found: inputs too)
+            desc = discovered.primary_description(desc)
         return (desc.get("kind") == t.kind and desc.get("cmd") == t.cmd and desc.get("outs") == list(t.outs)
                 and desc.get("env") == self._env(t) and desc.get("inputs", {}).keys() == set(self.graph.inputs[t.id]))
 
@@ -673,10 +675,14 @@ class TargetRunner:
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()
-        if self.remote is not None:
-            self.remote.abort()
         if self.remote_exec is not None:
             self.remote_exec.cancel_all()
+
+    def interrupted(self) -> None:
+        """Ctrl-C or SIGTERM (not a watch cycle's cancel, after which the finished targets'
+        uploads must still go): remote cache calls in flight are broken off."""
+        if self.remote is not None:
+            self.remote.abort()
 
     # -- cache layer -------------------------------------------------------------------
     def _restore(

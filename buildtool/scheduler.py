@@ -130,6 +130,9 @@ class Scheduler:
         self.interrupt = signum
         self.stopping = True
         self.runner.cancel_all()
+        interrupted = getattr(self.runner, "interrupted", None)
+        if signum and interrupted is not None:  # (0: watch mode's "an input changed" goes on after)
+            interrupted()
         self._results.put(None)  # wake the coordinator
         self._wake_up()
 

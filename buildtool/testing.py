@@ -226,6 +226,9 @@ class TestRunner:
     def cancel_all(self) -> None:
         self.inner.cancel_all()
 
+    def interrupted(self) -> None:
+        self.inner.interrupted()
+
     # No set_lane_hook: a flaky test runs again on the lane it holds, so its lane is only
     # free when its outcome is (scheduler.Runner).
 

@@ -415,3 +415,31 @@ def test_run_takes_the_remote_flags(nginx: remote_servers.Server, make_workspace
     rc, out, err = b.run("run", "//:exe", "--remote-cache", nginx.url, "--", "arg")
     assert rc == 0 and f"{tag} arg" in out and "0 ran" not in err, out + err
     assert "1 hits" in out + err, out + err
+
+
+def test_ctrl_c_breaks_off_a_download_in_progress(make_workspace: Callable[..., Workspace]) -> None:
+    """The server sends the body a byte every 0.3 s: Ctrl-C waited for the whole download
+    (--remote-timeout 20: exit after 20 s)."""
+    import signal
+    import subprocess
+
+    import conftest
+
+    server = _FaultyCache("drip")
+    try:
+        ws = make_workspace("drip-int")
+        ws.build_file("", 'genrule(name="t", outs=["t.txt"], cmd="echo t > $@")')
+        env = conftest._clean_env(ws.cache, ws.home)
+        proc = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-cache", server.url, "--remote-timeout", "20"],
+                                cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while server.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the body is coming, a byte at a time
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, (proc.returncode, out, err)
+        assert time.monotonic() - t0 < 5, (out, err)
+    finally:
+        server.close()

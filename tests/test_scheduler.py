@@ -221,6 +221,17 @@ def test_a_target_the_scheduler_never_started_fails_the_build() -> None:
     assert "never started" in outcomes[1].message
 
 
+def test_only_a_signal_interrupts_the_runner_not_a_watch_cancel() -> None:
+    """request_stop(0) is watch mode's "an input changed": the runner's remote calls (the
+    uploads of targets that finished) must go on; Ctrl-C breaks them off."""
+    for signum, expected in ((0, 0), (2, 1)):
+        sched, runner, _ = make([[]], jobs=1)
+        calls: list[int] = []
+        runner.interrupted = lambda calls=calls: calls.append(1)  # type: ignore[attr-defined]
+        sched.request_stop(signum)
+        assert runner.cancelled == 1 and len(calls) == expected, (signum, calls)
+
+
 def test_fail_fast_stops_starting_new_work() -> None:
     # 0 fails first (lowest priority number); 1 depends on it; 2 and 3 are independent.
     deps = [[], [0], [], []]

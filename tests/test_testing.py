@@ -220,6 +220,22 @@ def test_timeout_reports_timeout_and_exits_1(workspace: Workspace) -> None:
     assert r.by_label["//:slow"]["duration_s"] < 20
 
 
+def test_a_timed_out_tests_processes_get_their_grace_period(workspace: Workspace, tmp_path: Path) -> None:
+    """SIGTERM, then SIGKILL after the grace period (Bazel's order): a child that cleans up
+    on SIGTERM was SIGKILLed at once when its shell, the group's leader, died."""
+    flag = tmp_path / "cleaned"
+    workspace.write("grace.py", (
+        "import os, signal, sys, time\n"
+        "def done(*_):\n    time.sleep(0.3)\n    open(sys.argv[1], 'w').write('yes')\n    os._exit(1)\n"
+        "signal.signal(signal.SIGTERM, done)\nopen(sys.argv[1] + '.ready', 'w').close()\ntime.sleep(30)\n"
+    ))
+    workspace.build_file("", f'test(name="t", srcs=["grace.py"], timeout=1, cmd="python3 grace.py {flag} & wait")')
+    r = workspace.build("//:t", command="test")
+    assert r.rc == 1 and "TIMEOUT" in r.stdout, r.output
+    assert (tmp_path / "cleaned.ready").exists()
+    assert flag.read_text() == "yes"
+
+
 def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Workspace, tmp_path: Path) -> None:
     counter = tmp_path / "attempts.txt"
     workspace.build_file(

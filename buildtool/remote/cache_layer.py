@@ -161,6 +161,10 @@ class RemoteCache:
         except Unavailable as e:
             self._trip(str(e))
             return None
+        except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted (Ctrl-C) meanwhile
+            if self._broken is None:
+                raise
+            return None
         except (RemoteError, OSError) as e:
             self.warn(f"{label}: remote cache entry not used: {e}")
             with self._lock:
@@ -260,6 +264,10 @@ class RemoteCache:
             return
         except Refused as e:
             self._stop_uploads(str(e))
+            return
+        except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted (Ctrl-C) meanwhile
+            if self._broken is None:
+                raise
             return
         except (RemoteError, OSError) as e:
             self.warn(f"{label}: upload to the remote cache failed: {e}")

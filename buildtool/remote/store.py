@@ -328,23 +328,39 @@ class HttpStore(Store):
         import time
 
         expected = resp.length if resp.length is not None and resp.length <= size else size
-        deadline = time.monotonic() + self.opt.timeout + expected / 1e6
+        allowed = self.opt.timeout + expected / 1e6
+        deadline = time.monotonic() + allowed
+        conn = getattr(self._local, "conn", None)  # (watched, so a stalled read is cut at the deadline or Ctrl-C)
+        token = self._deadlines.add(conn, allowed) if conn is not None else None
         got = 0
-        while True:
-            try:
-                chunk = resp.read1(CHUNK)
+        try:
+            while True:
+                try:
+                    chunk = resp.read1(CHUNK)
+                    if not chunk:
+                        chunk = resp.read()  # (at the end of a sized body read1 leaves the response open)
+                except (OSError, http.client.HTTPException) as e:  # cut off, a bad chunk size, a timeout
+                    if token is not None and self._deadlines.done(token):
+                        token = None
+                        why = "interrupted" if self._deadlines.aborted else "its deadline passed"
+                        raise Unavailable(f"{self.name}: a download broke off: {why}") from None
+                    raise Unavailable(f"{self.name}: the response broke off ({type(e).__name__}: {e})") from None
                 if not chunk:
-                    chunk = resp.read()  # (at the end of a sized body read1 leaves the response open)
-            except (OSError, http.client.HTTPException) as e:  # cut off, a bad chunk size, a timeout
-                raise Unavailable(f"{self.name}: the response broke off ({type(e).__name__}: {e})") from None
-            if not chunk:
-                return
-            got += len(chunk)
-            if got > size:
-                raise RemoteError(f"{self.name}: sent more than the {size} bytes asked for")
-            yield chunk
-            if time.monotonic() > deadline:
-                raise Unavailable(f"{self.name}: a download took longer than its deadline")
+                    if token is not None and self._deadlines.done(token):  # (the end a shutdown made)
+                        token = None
+                        raise Unavailable(f"{self.name}: a download broke off")
+                    return
+                got += len(chunk)
+                if got > size:
+                    raise RemoteError(f"{self.name}: sent more than the {size} bytes asked for")
+                yield chunk
+                if self._deadlines.aborted:
+                    raise Unavailable(f"{self.name}: a download broke off: interrupted")
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"{self.name}: a download took longer than its deadline")
+        finally:
+            if token is not None:
+                self._deadlines.done(token)
 
     def _body(self, resp: Any, limit: int) -> bytes:
         try:
