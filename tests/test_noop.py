@@ -350,22 +350,15 @@ def test_a_tool_that_shadows_the_one_used_is_seen(tmp_path: Path) -> None:
     ))
     cache = tmp_path / "cache"
     env = {"PATH": f"{first}:{second}:{os.environ['PATH']}"}
-    for _ in range(2):
-        assert bt(ws, cache, "build", env=env).returncode == 0
-        time.sleep(0.1)
-    assert "(nothing changed)" in bt(ws, cache, "build", env=env).stdout
-    (first / "mytool").write_text("#!/bin/sh\necho v2\n")
-    (first / "mytool").chmod(0o755)
-    r = bt(ws, cache, "build", env=env)
-    assert r.returncode == 0 and (ws / "t.out").read_text() == "v2\n", r.stdout
-    time.sleep(0.1)
-    assert bt(ws, cache, "build", env=env).returncode == 0
-    time.sleep(0.1)
-    assert "(nothing changed)" in bt(ws, cache, "build", env=env).stdout
-    (second / "othertool").write_text("#!/bin/sh\necho found\n")
-    (second / "othertool").chmod(0o755)
-    r = bt(ws, cache, "build", env=env)
-    assert r.returncode == 0 and (ws / "u.out").read_text() == "found\n", r.stdout
+    for where, tool, out, text in ((first, "mytool", "t.out", "v2"), (second, "othertool", "u.out", "found")):
+        for _ in range(2):
+            assert bt(ws, cache, "build", env=env).returncode == 0
+            time.sleep(0.1)
+        assert "(nothing changed)" in bt(ws, cache, "build", env=env).stdout
+        (where / tool).write_text(f"#!/bin/sh\necho {text}\n")
+        (where / tool).chmod(0o755)
+        r = bt(ws, cache, "build", env=env)
+        assert r.returncode == 0 and (ws / out).read_text() == f"{text}\n", r.stdout
 
 
 def test_a_buildfile_edited_while_another_is_evaluated_is_evaluated_again(tmp_path: Path) -> None:
