@@ -828,6 +828,8 @@ class TargetRunner:
         note = getattr(res, "note", "")  # remote execution: where it ran
         if note:
             base["executed"] = "remote"
+            if getattr(res, "cached", False):  # the executor answered from its action cache: nothing ran
+                base["remote_cached"] = True
         if res.exit_code != 0 or res.timed_out:
             self._delete_outputs(t)
             if res.timed_out:

@@ -63,8 +63,8 @@ def test_result(target: Target, o: Outcome) -> TestResult | None:
         return TestResult.TIMEOUT if o.extra.get("timed_out") else TestResult.FAILED
     if o.reason is Reason.TEST_NOT_RUN:  # `build` reached it through a dependency
         return None
-    if o.status in (Status.UP_TO_DATE, Status.RESTORED):
-        return TestResult.CACHED
+    if o.status in (Status.UP_TO_DATE, Status.RESTORED) or o.extra.get("remote_cached"):
+        return TestResult.CACHED  # (the last: a pass the remote executor's action cache held, as Bazel says)
     if o.status is Status.RAN:
         return TestResult.FLAKY if int(o.extra.get("attempts", 1)) > 1 else TestResult.PASSED  # type: ignore[call-overload]
     return None

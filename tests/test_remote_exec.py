@@ -428,6 +428,21 @@ def test_local_attribute_is_checked(make_workspace: Callable[..., Workspace]) ->
     assert rc == 2 and "attribute 'local' must be True or False" in err, err
 
 
+def test_a_test_pass_from_the_executors_action_cache_is_reported_cached(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A second checkout: the server answers the test from its action cache; nothing ran,
+    so it is a cached pass (as Bazel says), not "PASSED in 0.00s ... 1 executed"."""
+    tag = f"{time.time_ns()}"
+    a, b = make_workspace("ac-a"), make_workspace("ac-b")
+    for ws in (a, b):
+        ws.build_file("", f'test(name="t", cmd="echo {tag}")')
+    assert a.build("--remote-executor", stack.url, "//:t", command="test").rc == 0
+    r = b.build("--remote-executor", stack.url, "//:t", command="test")
+    assert r.rc == 0 and r.by_label["//:t"]["test"] == "cached", r.output
+    assert "PASSED (cached)" in r.stdout, r.stdout
+
+
 def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(
     stack: Stack, make_workspace: Callable[..., Workspace], tmp_path: pathlib.Path
 ) -> None:
