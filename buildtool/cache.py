@@ -11,7 +11,7 @@ Layout under the cache dir (shared by every workspace of the user)::
 Blob writes go to a temp file then ``os.replace``; a blob whose content does not match
 its name is a miss (and is removed); an entry that is corrupt, of another version, or
 names a path outside the workspace is a miss.  Trouble never fails a build: it warns
-and turns caching off or degrades to a miss.  Spec: docs/formats.md#cache
+and turns caching off or degrades to a miss.  Spec: docs/formats.md#cache-dir
 """
 
 from __future__ import annotations

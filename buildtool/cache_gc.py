@@ -1,6 +1,6 @@
 """Cache GC: keeps the shared cache under a size cap by LRU eviction, and reports its stats.
 
-Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc):
+Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc-files--cachev2-cache_gcpy):
 
     gc.lock   flock: *shared* while a build stores one action (its blobs, then its entry),
               *exclusive* while GC deletes, so GC never removes a blob that an entry being

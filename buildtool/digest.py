@@ -11,7 +11,7 @@ a Linux read lease on the file (no other process can open it for writing or trun
 until the lease is released, so a mapped page cannot vanish and raise SIGBUS), else by
 reading fixed-size chunks into a buffer.
 
-Spec: docs/formats.md#stat-cache
+Spec: docs/formats.md#stat-cache--buildtoolstat-cache
 """
 
 from __future__ import annotations

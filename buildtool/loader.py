@@ -395,7 +395,7 @@ class Loader:
                 msg = f"glob patterns must be non-empty strings (got {pat!r})"
                 raise ValueError(msg)
             if pat.startswith("/") or ".." in pat.split("/"):
-                msg = f"glob pattern {pat!r} must stay inside package //{pkg} (no '..' or '/')"
+                msg = f"glob pattern {pat!r} must stay inside package //{pkg} (no '..', not absolute)"
                 raise ValueError(msg)
         inc = [_checked_glob(p) for p in include]
         exc = [_checked_glob(p) for p in exclude]

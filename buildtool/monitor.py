@@ -17,7 +17,7 @@ it): a symbolic link in the workspace that leads outside it (or nowhere), and ev
 lost (a queue overflow: every directory is watched again, and the generation moves).
 Changes it cannot see at all: files written through a shared ``mmap`` (no inotify event)
 and changes made by another machine on a network filesystem.  docs/monitor.md has the
-whole contract; the wire format is in docs/formats.md#file-monitor.
+whole contract; the wire format is in docs/formats.md#file-monitor--buildtoolmonitorsock-and-buildtoolnoop-clock.
 
 Linux only (inotify, through ctypes: watchdog hides queue overflows and holds some events
 back, and the sync needs every event in kernel order on one thread).

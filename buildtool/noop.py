@@ -19,7 +19,8 @@ differ, the pickled graph of that build (``.buildtool/graph``) is reused and onl
 targets touching those files, and their dependents, are planned: an incremental build
 without evaluating any BUILD.py.  The pickle is only read after the snapshot's stat data
 (inode and ctime included, which no checkout can reproduce) matched, so a ``.buildtool``
-directory that came from elsewhere is never unpickled.  Spec: docs/formats.md#no-op-snapshot
+directory that came from elsewhere is never unpickled.
+Spec: docs/formats.md#no-op-snapshot--buildtoolnoop-and-buildtoolgraph
 
 Statting is the whole cost of a large no-op, so from ``SPLIT_MIN`` paths on a forked child
 stats half of them on the other core (only while the process has a single thread; any

@@ -20,7 +20,7 @@ capture file, it leads its own session and it started after the build did (the h
 
 A cleanly ending build (success, failure, Ctrl-C) has already killed its children and
 removes the file.
-Spec: docs/formats.md#children, docs/reliability.md
+Spec: docs/formats.md#children--buildtoolchildren-orphanspy, docs/reliability.md
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ finished action; the last entry for a label wins; a torn last line is ignored.  
 ``up_to_date`` (the shared cache only serves restores) and feeds ``explain`` and the
 critical-path durations.  Recompacted (unparsed lines copied as they are) when it holds
 more than 1000 lines and more than 1.5 times as many lines as labels.  Spec:
-docs/formats.md#build-record
+docs/formats.md#build-record--buildtoolrecord
 """
 
 from __future__ import annotations

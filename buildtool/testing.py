@@ -6,7 +6,7 @@ stdout and stderr in ``.buildtool/testlogs/<pkg>/<name>.log``: the latest run, o
 cached result the log of the run that passed (replayed from the cache's blobs when the log
 on disk is not that run's).  :meth:`TestRunner.finish` prints the per-test results, the
 output asked for by ``--test-output``, flakiness warnings, and writes ``--junit``.
-Spec: docs/user-guide.md#tests and docs/formats.md#test-logs
+Spec: docs/user-guide.md#tests and docs/formats.md#test-logs--buildtooltestlogs-and-buildtooltestlogs-index
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def check_key(key: str, v: Any) -> Any:
 
 
 def add_flags(p: Any) -> None:
-    """The remote options of ``build``/``test``/``watch`` (argparse)."""
+    """The remote options of ``build``/``test``/``watch``/``run`` (argparse)."""
     g = p.add_argument_group("remote cache and execution (docs/remote.md)")
     g.add_argument("--remote-cache", metavar="URL",
                    help="grpc(s)://HOST:PORT (REAPI) or http(s)://HOST[:PORT][/prefix] (Bazel HTTP cache)")
@@ -267,7 +267,7 @@ def add_flags(p: Any) -> None:
                         "toplevel (the requested targets' and what local actions need) or minimal (only what "
                         "local actions need); the rest stays in the server's CAS")
     g.add_argument("--remote-upload", action="store_true", default=None, dest="remote_upload",
-                   help="upload results to the remote cache (default in CI, i.e. when CI=true)")
+                   help="upload results to the remote cache (default in CI: CI=true/1/yes, JENKINS_URL, TF_BUILD...)")
     g.add_argument("--no-remote-upload", action="store_false", dest="remote_upload",
                    help="only read from the remote cache")
 
