@@ -61,7 +61,7 @@ class Running:
     """A started command: wait for it here (``wait``), or let an event loop watch its
     ``pidfd`` and call ``expire`` at its ``deadline`` and ``finish`` once it exited."""
 
-    __slots__ = ("_capture", "_err_fd", "_executor", "_group", "_out_fd", "deadline", "proc", "start", "timed_out")
+    __slots__ = ("_capture", "_err_fd", "_executor", "_out_fd", "deadline", "proc", "start", "timed_out")
 
     def __init__(
         self,
@@ -74,14 +74,13 @@ class Running:
         capture: str | None = None,
     ) -> None:
         self._executor = executor
-        self._capture = capture
+        self._capture = capture  # captured: it leads a session (and process group) of its own
         self.proc = proc  # None: cancelled before it started
         self._out_fd = out_fd
         self._err_fd = err_fd
         self.start = start
         self.deadline = deadline  # time.monotonic() value, or None
         self.timed_out = False
-        self._group = out_fd is not None  # captured: it leads a session (and process group) of its own
 
     def pidfd(self) -> int | None:
         """A new file descriptor that polls readable once the process has exited (Linux
@@ -119,7 +118,7 @@ class Running:
         if proc is None:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
         try:
-            if self._group and proc.returncode is None:
+            if self._capture is not None and proc.returncode is None:
                 with self._executor._lock:
                     in_grace = proc.pid in self._executor._terminated
                 if not in_grace:
@@ -128,8 +127,8 @@ class Running:
                     # TMPDIR on this lane.  Before the reaping, while the group's id (its pid)
                     # cannot be anybody else's.  (A daemon in a session of its own is left.)
                     _killpg(proc.pid, signal.SIGKILL)
-                elif self._capture is not None:  # sent SIGTERM (timeout, Ctrl-C): its grace period
-                    with self._executor._lock:   # runs on; the lane's next command gets new files
+                else:  # sent SIGTERM (timeout, Ctrl-C): its grace period runs on; the lane's next
+                    with self._executor._lock:  # command gets new capture files
                         self._executor._tainted.add(self._capture)
             proc.wait()  # reaps it; returns at once when it has exited
             out = _read_all(self._out_fd) if self._out_fd is not None else b""
