@@ -131,10 +131,10 @@ class Store:
 
 
 class _Deadlines:
-    """The HTTP requests waiting for their response's headers, each until its deadline:
-    one thread shuts down the socket of a request past it (a server sending its headers a
-    byte at a time is never timed out by the socket, whose timeout is per read), or of
-    every request when the build is interrupted."""
+    """The HTTP exchanges in flight (a request waiting for its response's headers, a body
+    being read), each until its deadline: one thread shuts down the socket of one past it
+    (a server sending a byte at a time is never timed out by the socket, whose timeout is
+    per read), or of every one when the build is interrupted."""
 
     def __init__(self) -> None:
         import threading
@@ -160,7 +160,7 @@ class _Deadlines:
             return self._next
 
     def done(self, token: int) -> bool:
-        """The request has its headers (or failed); True if its deadline had cut it off."""
+        """That exchange is over (or failed); True if its deadline or an abort had cut it off."""
         with self._cv:
             self._live.pop(token, None)
             if token in self._expired:
