@@ -664,14 +664,19 @@ class TargetRunner:
         outs = outcome.extra.get("outputs")
         if outcome.ok and outs is not None:
             for path, digest, *mode in outs:  # type: ignore[attr-defined]
-                self.out_digests[path] = digest
-                if mode and self.remote_exec is not None and is_remote(digest):
-                    self.remote_exec.kept_modes[path] = mode[0]
+                self.publish_output(path, digest, mode[0] if mode else None)
         for label in outcome.extra.get("forget", ()):  # their outputs were lost remotely: rebuild them
             self.record.drop(label)  # type: ignore[arg-type]
         prepared = outcome.extra.get("record_entry")
         if outcome.ok and prepared is not None:
             self.record.put_prepared(prepared)  # type: ignore[arg-type]
+
+    def publish_output(self, path: str, digest: str, mode: int | None) -> None:
+        """An output as this build knows it, for its dependents' keys: its digest and, when
+        it was left in the remote executor's CAS, its recorded mode (no local file to stat)."""
+        self.out_digests[path] = digest
+        if mode is not None and self.remote_exec is not None and is_remote(digest):
+            self.remote_exec.kept_modes[path] = mode
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()

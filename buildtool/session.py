@@ -16,7 +16,7 @@ import time
 from buildtool import cache_gc, labels, noop, orphans
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
-from buildtool.digest import StatCache, is_remote
+from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.lock import WorkspaceLock
@@ -302,9 +302,7 @@ class Session:
             for d in outside:
                 entry = record.get(graph.targets[d].label)
                 for o in entry["o"] if entry else ():
-                    runner.out_digests[o[0]] = o[1]
-                    if runner.remote_exec is not None and is_remote(o[1]):
-                        runner.remote_exec.kept_modes[o[0]] = o[2] if len(o) > 2 else 0o644
+                    runner.publish_output(o[0], o[1], o[2] if len(o) > 2 else None)
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output)
         events = EventsWriter(req.events, graph) if req.events else None
