@@ -253,8 +253,8 @@ class Monitor:
         self.dirs: dict[int, str] = {}  # watch descriptor -> directory, or hard-linked file (absolute)
         self.file_wds: set[int] = set()  # the hard-linked files among them
         self.links: set[str] = set()  # the symbolic links seen in the workspace (absolute)
-        self.links_added = False  # a link appeared since they were last all checked
-        self.link_checks = 0
+        self.link_checks = 0  # links checked so far (one more appeared since ``links_checked_at``:
+        self.links_checked_at = 0  # every link is checked again before the next answer)
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._ctypes = ctypes
         fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -278,6 +278,7 @@ class Monitor:
         self.root_wd = -1
         self.add_tree(root)
         self.root_wd = next(wd for wd, d in self.dirs.items() if d == root)
+        self.links_checked_at = self.link_checks  # (all of them checked just now, by the listing)
 
     def _watch(self, path: str, mask: int = WATCH_MASK, record: bool = True) -> int:
         wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
@@ -450,16 +451,13 @@ class Monitor:
         if name and mask & NAMING and not (mask & IN_ISDIR and not mask & (IN_CREATE | IN_MOVED_TO)):
             path = os.path.join(d, name)
             if mask & IN_ISDIR:
-                before = self.link_checks
-                self._add_tree_or_give_up(path)
-                self.links_added |= self.link_checks != before  # (moved in, with links in it)
+                self._add_tree_or_give_up(path)  # (links in a directory moved in count as appearing)
                 return
             try:
                 st = os.lstat(path)
             except OSError:
                 return  # gone again: an event
             if st.st_mode & 0o170000 == 0o120000:  # S_IFLNK
-                self.links_added = True
                 self._check_link(path)
             elif st.st_mode & 0o170000 == 0o100000:  # S_IFREG
                 self._check_file(path, st.st_nlink)
@@ -468,12 +466,12 @@ class Monitor:
         """After a link appeared: every known link again.  A link resolved through a
         missing component was followed by name from there (``x/../f`` as ``f``); a link
         made later at ``x`` changes where it leads."""
-        self.links_added = False
         for link in list(self.links):
             if not os.path.islink(link):
                 self.links.discard(link)
                 continue
             self._check_link(link)
+        self.links_checked_at = self.link_checks
 
     def sync(self, select_mod: object) -> bool:
         """Make sure every change made before now has been counted (see the module doc)."""
@@ -520,7 +518,7 @@ class Monitor:
             raise Exit("stopping")
         if len(parts) == 3 and parts[0] == "since":
             synced = self.sync(select_mod)
-            if self.links_added:
+            if self.link_checks != self.links_checked_at:
                 self.recheck_links()
             try:
                 same = parts[1] == self.token and int(parts[2]) == self.gen
