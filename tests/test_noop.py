@@ -670,6 +670,13 @@ elif mode == "fork-fails":
     os.fork = no_fork
 elif mode == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
+elif mode == "affinity":  # the child writes down the CPUs it may run on
+    def noting_affinity(fd, paths, cols, lo, a, b):
+        if os.getpid() != me:
+            with open(sys.argv[4], "w") as f:
+                json.dump(sorted(os.sched_getaffinity(0)), f)
+        return recording(fd, paths, cols, lo, a, b)
+    noop._compare = noting_affinity
 elif mode == "parent-dies":  # the child stats one path per chunk, 0.2 s each; the parent is killed
     pid_file = sys.argv[4]
 
@@ -783,6 +790,29 @@ def test_a_child_that_cannot_report_falls_back_to_the_parent(tmp_path: Path, mod
         assert got["ranges"] == [[0, N_SPLIT]]
     else:
         assert got["ranges"] == [[0, MID], [MID, N_SPLIT]]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs at least two CPUs to run on")
+def test_the_child_is_sent_to_another_cpu(tmp_path: Path) -> None:
+    """The forked child may run on every allowed CPU but the parent's: left on the parent's
+    queue, it would share that core until a balancing tick while the other one idles."""
+    root, spec = split_files(tmp_path)
+    noted = tmp_path / "affinity.json"
+    got = probe(tmp_path, root, spec, "affinity", str(noted))
+    assert got["split"] == got["single"] == []
+    allowed = os.sched_getaffinity(0)
+    child = set(json.loads(noted.read_text()))
+    assert child < allowed
+    assert len(child) == len(allowed) - 1
+
+
+def test_steering_a_child_that_is_gone_is_not_an_error() -> None:
+    from buildtool import noop
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    noop._steer(p.pid)  # reaped: no such process, and the check goes on without it
 
 
 def test_the_child_does_not_outlive_a_killed_parent(tmp_path: Path) -> None:
