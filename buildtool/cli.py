@@ -162,7 +162,8 @@ def run() -> None:
     by then; only the standard streams are still to flush."""
     try:
         code = main()
-    except KeyboardInterrupt:  # Ctrl-C while starting up (imports, parsing, the no-op check)
+    except KeyboardInterrupt as e:  # Ctrl-C while starting up (imports, parsing, the no-op check)
+        _say_interrupted(e)
         code = 130
     try:
         sys.stdout.flush()
@@ -170,6 +171,14 @@ def run() -> None:
     except (OSError, ValueError):  # a closed pipe: nothing more can be said anyway
         pass
     os._exit(code)
+
+
+def _say_interrupted(e: KeyboardInterrupt) -> None:
+    """Name the BUILD.py that Ctrl-C stopped, if one was running (an endless loop in one
+    otherwise ended the command without a word)."""
+    where = getattr(e, "where", None)
+    if where:
+        print(f"buildtool: interrupted while evaluating {where}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"buildtool: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        _say_interrupted(e)
         return 130
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe

@@ -6,6 +6,8 @@
     |   +-- NoTestsError (exit 4)  ``buildtool test`` matched no test target
     +-- BuildFailed (exit 1)       a command or a test failed
     +-- Interrupted (130/143)      SIGINT / SIGTERM during a build
+    KeyboardInterrupt
+    +-- EvaluationInterrupted      Ctrl-C while a BUILD.py ran (names it: an endless loop)
 
 Only ``cli.py`` decides how to print them.  Cache and state trouble is never an
 error: it degrades to a miss with a warning (see ``warnings.py``-style ``Status.warn``).
@@ -57,3 +59,13 @@ class Interrupted(BuildtoolError):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"interrupted by signal {signum}")
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a BUILD.py (or a module it imported) was running; ``where`` is the
+    deepest workspace file and line, so a BUILD.py stuck in a loop is named on the way out.
+    Still a KeyboardInterrupt: every caller that stops on Ctrl-C stops on it."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(where)

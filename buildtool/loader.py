@@ -16,7 +16,7 @@ import re
 import sys
 
 from buildtool import dsl
-from buildtool.errors import BuildfileError, UserError
+from buildtool.errors import BuildfileError, EvaluationInterrupted, UserError
 from buildtool.noop import stat_row
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, MARKER, Workspace
 
@@ -298,8 +298,12 @@ class Loader:
                 caret = " " * max((e.offset or 1) - 1, 0) + "^"
                 msg += f"\n    {e.text.rstrip()}\n    {caret}"
             raise BuildfileError(msg, path, e.lineno) from None
-        except KeyboardInterrupt:
+        except EvaluationInterrupted:
             raise
+        except KeyboardInterrupt as e:
+            path, line = self._locate(e, buildfile)
+            at = f"{path}:{line}" if line else path
+            raise EvaluationInterrupted(at if path == rel_bf else f"{rel_bf} (at {at})") from None
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"

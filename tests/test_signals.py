@@ -75,3 +75,33 @@ def test_a_member_that_ignores_sigterm_is_killed_before_buildtool_exits(tmp_path
     time.sleep(0.3)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {nap}" not in ps
+
+
+@pytest.mark.parametrize("where", ["buildfile", "module"])
+def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str) -> None:
+    """A BUILD.py (or a module it imports) that never returns: Ctrl-C ends the command with
+    130 and says which file was running, instead of ending without a word."""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "evaluating"
+    spin = f"open({str(marker)!r}, 'w').close()\nwhile True:\n    pass\n"
+    if where == "buildfile":
+        (ws / "pkg" / "BUILD.py").write_text(spin)
+        expected = "interrupted while evaluating pkg/BUILD.py:2"
+    else:
+        (ws / "spinning.py").write_text("def spin():\n" + "".join(f"    {ln}\n" for ln in spin.splitlines()))
+        (ws / "pkg" / "BUILD.py").write_text("from spinning import spin\n\nspin()\n")
+        expected = "interrupted while evaluating pkg/BUILD.py (at spinning.py:3)"
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "//..."], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the BUILD.py never ran"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 130
+    assert f"buildtool: {expected}" in err, err
+    assert "Traceback" not in err
