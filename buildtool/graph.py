@@ -268,13 +268,25 @@ class GraphBuilder:
             elif pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
-            import difflib  # (error messages only)
-
-            close = difflib.get_close_matches(pkg, self.loader.all_packages(), n=1)
-            if close:
-                msg += f"; did you mean //{close[0]}?"
-            raise UserError(msg)
+            raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
+
+    def _package_hint(self, pkg: str, text: str) -> str:
+        """A "did you mean" for a label of a package that does not exist: ``//lib:core`` for
+        the target ``core`` of package ``lib/core`` (a ':' for a '/'), else the closest
+        package's name to the package or to package and name together (``//lb:core``)."""
+        import difflib  # (error messages only)
+
+        name = text.rpartition(":")[2] if ":" in text else ""
+        joined = f"{pkg}/{name}" if pkg and name else name
+        if joined and self.loader.package_exists(joined):
+            return f"; did you mean //{joined}:{name}?"
+        packages = self.loader.all_packages()
+        for wanted in (pkg, joined):
+            close = difflib.get_close_matches(wanted, packages, n=1) if wanted else []
+            if close:
+                return f"; did you mean //{close[0]}?"
+        return ""
 
     def _unknown_msg(self, pkg: str, name: str, text: str, decls: dict[str, Declaration]) -> str:
         msg = f"unknown target {text!r}: package //{pkg} has no target named {name!r}"
@@ -329,7 +341,7 @@ class GraphBuilder:
                         raise _err(decl, str(e)) from None
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
-                        raise _err(decl, msg)
+                        raise _err(decl, msg + self._package_hint(p, item))
                     decls = self.loader.load(p)
                     if n in decls:
                         out.append(("label", labels.label_str(p, n)))
@@ -339,7 +351,8 @@ class GraphBuilder:
                         msg = self._unknown_msg(p, n, item, decls)
                         raise _err(decl, f"{attr} refers to an {msg[0].lower()}{msg[1:]}")
                 elif attr == "deps":
-                    raise _err(decl, f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}")
+                    msg = f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}"
+                    raise _err(decl, msg + self._absolute_hint(item))
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self.loader.globbed(pkg) and path in self._declared_outs(pkg):
@@ -349,8 +362,22 @@ class GraphBuilder:
                         name = path[len(sub) + 1:]
                         raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{pkg}: "
                                          f"refer to it as '//{sub}:{name}'")
+                    if (":" in item and path not in self._declared_outs(pkg)
+                            and not os.path.lexists(os.path.join(self.loader.ws.root, path))):
+                        msg = f"{attr} entry {item!r} is neither a label nor a file of //{pkg}"
+                        raise _err(decl, msg + self._absolute_hint(item))
                     out.append(("file", path))
         return out
+
+    def _absolute_hint(self, item: str) -> str:
+        """``; did you mean '//lib:core'?`` for ``lib:core`` written without its ``//``
+        when that label's package exists, else the hint for that missing package."""
+        if not labels._parses(f"//{item}"):
+            return ""
+        p, _ = labels.parse_label(f"//{item}", "")
+        if self.loader.package_exists(p):
+            return f"; did you mean '//{item}'?"
+        return self._package_hint(p, f"//{item}")
 
     def _subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
         """The package below ``pkg`` that owns the file ``path``, if any (a file belongs to

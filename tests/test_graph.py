@@ -87,6 +87,34 @@ def test_unknown_target_on_command_line_with_did_you_mean(workspace: Workspace) 
     assert "did you mean //:hello?" in err
 
 
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        ("//lib:core", "did you mean //lib/core:core?"),  # a ':' for a '/'
+        ("//lb:core", "did you mean //lib/core?"),  # a typo in the package of package and name
+        ("//lib/cre:core", "did you mean //lib/core?"),
+    ],
+)
+def test_a_missing_package_gets_the_closest_one(workspace: Workspace, written: str, hint: str) -> None:
+    workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace, written)
+    assert f"there is no {written[2:].partition(':')[0]}/BUILD.py; {hint}" in err
+    workspace.build_file("app", f'genrule(name="app", deps=["{written}"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app")
+    assert f"app/BUILD.py:1: deps refers to '{written}' but there is no package" in err and hint in err
+
+
+@pytest.mark.parametrize("attr", ["srcs", "deps"])
+def test_a_label_written_without_its_slashes_gets_them_suggested(workspace: Workspace, attr: str) -> None:
+    workspace.build_file("lib", 'genrule(name="core", outs=["c"], cmd="touch ../ran-marker; echo > $@")\n')
+    workspace.build_file("app", f'genrule(name="app", {attr}=["lib:core"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app")
+    assert "app/BUILD.py:1: " in err and "did you mean '//lib:core'?" in err
+    workspace.build_file("app", f'genrule(name="app", {attr}=["nowhere:x"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app")
+    assert "app/BUILD.py:1: " in err and "'nowhere:x'" in err and "did you mean" not in err
+
+
 def test_dep_on_missing_package(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="t", deps=["//nope:x"], outs=["o"], cmd="echo > $@")\n')
     err = expect_invalid(workspace)
