@@ -114,6 +114,9 @@ def reset_context(token: object) -> None:
     _current.reset(token)  # type: ignore[arg-type]
 
 
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep  # buildtool itself (a venv may be in the root)
+
+
 def _call_site(ctx: PackageContext) -> tuple[str, int]:
     """The innermost frame in a workspace file: the BUILD.py or the macro that declared."""
     frame = sys._getframe(2)
@@ -123,12 +126,28 @@ def _call_site(ctx: PackageContext) -> tuple[str, int]:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
             return ctx.rel(fn), ctx.line_of(frame)
-        if fallback is None and fn.startswith(root):
+        if fallback is None and fn.startswith(root) and not fn.startswith(_OURS):
             fallback = (ctx.rel(fn), ctx.line_of(frame))
         frame = frame.f_back  # type: ignore[assignment]
     if fallback is not None:
         return fallback
     return ctx.rel(ctx.buildfile), 0
+
+
+def _macro_site(ctx: PackageContext) -> str:
+    """`` (in the macro at tools/macros.py:12)`` when a function of a workspace module
+    declared the target, else "": a declaration's own location is its BUILD.py call
+    line, which alone does not show which of the macro's lines went wrong."""
+    frame = sys._getframe(1)
+    root = ctx.root + os.sep
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if fn == ctx.buildfile:
+            return ""
+        if fn.startswith(root) and not fn.startswith(_OURS):
+            return f" (in the macro at {ctx.rel(fn)}:{ctx.line_of(frame)})"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
 
 
 def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> None:
@@ -137,7 +156,7 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
     if args:
         msg = (f"{kind}() takes keyword attributes only (got {len(args)} positional: {args[0]!r}...); "
                f"write {kind}(name=..., ...)")
-        raise BuildfileError(msg, path, line)
+        raise BuildfileError(msg + _macro_site(ctx), path, line)
     allowed = RULE_ATTRS[kind]
     for key in attrs:
         if key not in allowed:
@@ -145,26 +164,26 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
                 f"{kind}() got an unknown attribute {key!r}; "
                 f"allowed attributes are: {', '.join(allowed)}"
             )
-            raise BuildfileError(msg, path, line)
+            raise BuildfileError(msg + _macro_site(ctx), path, line)
     for key in REQUIRED_ATTRS[kind]:
         if key not in attrs:
             msg = f"{kind}() is missing the required attribute {key!r}"
-            raise BuildfileError(msg, path, line)
+            raise BuildfileError(msg + _macro_site(ctx), path, line)
     name = attrs["name"]
     if not isinstance(name, str):
         msg = f"{kind}() attribute 'name' must be a string (got {name!r})"
-        raise BuildfileError(msg, path, line)
+        raise BuildfileError(msg + _macro_site(ctx), path, line)
     try:
         check_name(name)
     except LabelError as e:
-        raise BuildfileError(str(e), path, line) from None
+        raise BuildfileError(str(e) + _macro_site(ctx), path, line) from None
     previous = ctx.declarations.get(name)
     if previous is not None:
         msg = (
             f"target {name!r} is defined twice in package //{ctx.pkg} "
             f"(first at {previous.path}:{previous.line})"
         )
-        raise BuildfileError(msg, path, line)
+        raise BuildfileError(msg + _macro_site(ctx), path, line)
     ctx.declarations[name] = Declaration(kind, attrs, path, line)
 
 

@@ -307,6 +307,8 @@ class Loader:
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"
+            if path != rel_bf and (call := _line_in(e, buildfile)):  # raised in a macro or module: and from where
+                msg += f" (called from {rel_bf}:{call})"
             raise BuildfileError(msg, path, line) from None
         finally:
             sys.dont_write_bytecode = no_pyc
@@ -506,6 +508,14 @@ class _ImportProbes:
 
 
 _INSTALLED = re.compile(r"/(site|dist)-packages/")
+
+
+def _line_in(exc: BaseException, filename: str) -> int | None:
+    """The line of ``filename``'s last frame in the traceback of ``exc``."""
+    import traceback  # (an error path)
+
+    lines = [fs.lineno for fs in traceback.extract_tb(exc.__traceback__) if fs.filename == filename]
+    return lines[-1] if lines else None
 
 
 def _text_of(e: BaseException) -> str:

@@ -123,7 +123,23 @@ CATALOGUE = [
     # Building //:t alone never loads //tools, whose targets may read the file: refused anyway.
     ("output-in-a-subpackage", 'genrule(name="t", outs=["tools/defs.py"], cmd="echo overwritten > $@")',
      "output 'tools/defs.py' is in package //tools, not //: a target writes only inside its own package", "subpkg"),
+    # An error in a macro: where in the macro, and which BUILD.py line called it.
+    ("macro-raises", 'from tools.macros import boom\n\nboom("q")',
+     "tools/macros.py:4: evaluating BUILD.py raised KeyError: 'q' (called from BUILD.py:3)", "macro"),
+    ("macro-declares-twice", 'from tools.macros import twice\n\ntwice("y")',
+     "BUILD.py:3: target 'y' is defined twice in package // (first at BUILD.py:3) (in the macro at "
+     "tools/macros.py:8)", "macro"),
 ]
+
+MACROS = '''from buildtool.dsl import genrule
+
+def boom(name):
+    return {}[name]
+
+def twice(name):
+    genrule(name=name, outs=[name + ".1"], cmd="true")
+    genrule(name=name, outs=[name + ".2"], cmd="true")
+'''
 
 
 @pytest.mark.parametrize(("case", "build", "needle", "extra"), CATALOGUE, ids=[c[0] for c in CATALOGUE])
@@ -147,6 +163,9 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
     if extra == "linkpkg":
         ws.write("tools/BUILD.py", 'genrule(name="u", outs=["x"], cmd="echo > $@")\n')
         os.symlink("tools", ws.root / "gen")
+    if extra == "macro":
+        ws.write("tools/__init__.py", "")
+        ws.write("tools/macros.py", MACROS)
     if extra == "namespace":
         ws.write("tools/defs.py", "def make(srcs, outs):\n    pass\n")
     if extra == "subpkg":
