@@ -207,6 +207,36 @@ def test_cache_entry_naming_undeclared_paths_is_refused(
     assert not (b.root.parent / "escaped.h").exists() and not (b.root / "escaped.h").exists()
 
 
+@pytest.mark.parametrize("bad", ["not hex", "ab cd\nef", "A" * 64, "a" * 63, "a" * 64 + "/../x"])
+def test_a_malformed_digest_in_an_entry_is_a_miss_for_that_target_only(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], bad: str
+) -> None:
+    """An action result naming a digest that is not 64 lowercase hex digits (a space, a
+    newline, a path) is a miss for its target: the other targets still come from the cache
+    (the breaker did not trip), nothing odd reaches a URL."""
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+    a, b = _checkouts(make_workspace, f"malformed-{time.time_ns()}")
+    url = f"{nginx.url}/malformed-{len(bad)}-{bad[:2].strip()}"
+    assert a.build("--remote-cache", url).rc == 0
+    changed = 0
+    for f in (nginx.workdir / "cache" / url.rpartition("/")[2] / "ac").iterdir():
+        res = re_pb2.ActionResult()
+        res.ParseFromString(f.read_bytes())
+        if any(o.path == "names.h" for o in res.output_files):
+            res.output_files[0].digest.hash = bad
+            f.write_bytes(res.SerializeToString())
+            changed += 1
+    assert changed == 1
+    r = b.build("--remote-cache", url)
+    assert r.rc == 0, r.output
+    assert r.status("//gen:header") == "ran"
+    assert "malformed digest" in r.stderr, r.stderr
+    assert "unavailable" not in r.stderr, r.stderr
+    assert r.status("//data:pack") == "restored", r.output
+    assert b.path("gen/names.h").read_bytes() == a.path("gen/names.h").read_bytes()
+
+
 def test_cache_server_killed_in_the_middle_of_a_build(
     tmp_path: Path, make_workspace: Callable[..., Workspace]
 ) -> None:

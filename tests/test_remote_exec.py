@@ -462,3 +462,17 @@ def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(
     flag.unlink()
     r = ws.build(*remote, command="test")
     assert r.rc == 0 and r.by_label["//:t"]["reason_code"] == "failed_before", r.output
+
+
+@pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "ab cd", "a" * 62 + ":1", ""])
+def test_a_result_naming_a_malformed_digest_is_refused(bad: str) -> None:
+    """A result's digest goes into a resource name and, left remote, into the build record:
+    one that is not 64 lowercase hex digits makes the action fall back to a local run."""
+    from buildtool.remote import exec_layer
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+    from buildtool.remote.store import RemoteError
+
+    good = "0123456789abcdef" * 4
+    assert exec_layer._checked(re_pb2.Digest(hash=good, size_bytes=3)).hash == good
+    with pytest.raises(RemoteError, match="malformed digest"):
+        exec_layer._checked(re_pb2.Digest(hash=bad, size_bytes=3))

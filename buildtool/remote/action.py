@@ -36,6 +36,11 @@ class Digest:
     def of(p: re_pb2.Digest) -> Digest:
         return Digest(p.hash, p.size_bytes)
 
+    def well_formed(self) -> bool:
+        """64 lowercase hex digits (SHA-256 and BLAKE3 alike) and a size: what a digest
+        named by a server must be before it goes into a URL or a resource name."""
+        return len(self.hash) == 64 and not self.hash.strip("0123456789abcdef") and self.size >= 0
+
     def marker(self, digest_fn: str) -> str:
         """The recorded stand-in digest of an output left in the remote CAS (digest.REMOTE_MARK)."""
         return f"{REMOTE_MARK}{digest_fn}:{self.hash}:{self.size}"

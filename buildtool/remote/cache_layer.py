@@ -204,6 +204,9 @@ class RemoteCache:
         for d in (res.stdout_digest, res.stderr_digest):
             if d.hash:
                 need.append(Digest.of(d))
+        for d in need:
+            if not d.well_formed():  # (a space in one went into a URL and tripped the breaker)
+                raise RemoteError(f"the entry names a malformed digest {d.hash[:80]!r} (size {d.size})")
         os.makedirs(self.tmp_dir, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix="remote-", dir=self.tmp_dir)
         try:

@@ -328,7 +328,7 @@ class RemoteExecutor:
         for d, raw in ((r.stdout_digest, r.stdout_raw), (r.stderr_digest, r.stderr_raw)):
             data = raw
             if d.hash and d.size_bytes:
-                path = st.download([Digest.of(d)], tmp)[Digest.of(d)]
+                path = st.download([_checked(d)], tmp)[Digest.of(d)]
                 with open(path, "rb") as f:
                     data = f.read()
             out.append(data)
@@ -343,6 +343,7 @@ class RemoteExecutor:
         for f in r.output_files:
             p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
             if p in want and not f.path.startswith("/") and ".." not in f.path.split("/"):
+                _checked(f.digest)  # (left remote, it would be recorded as the output's digest)
                 files[p] = f
         if set(files) != want:
             return None  # the runner reports "declared output ... was not created"
@@ -409,3 +410,11 @@ class RemoteExecutor:
             st, self._store = self._store, None
         if st is not None:
             st.close()
+
+
+def _checked(p: Any) -> Digest:
+    """The digest a result names, if well formed; else RemoteError (the action runs locally)."""
+    d = Digest.of(p)
+    if not d.well_formed():
+        raise RemoteError(f"the result names a malformed digest {d.hash[:80]!r} (size {d.size})")
+    return d
