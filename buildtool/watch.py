@@ -149,11 +149,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         return None
     if rel in ws.loader_files or rel in (MARKER, IGNORE_FILE):
         return Change(rel, "config" if rel in (MARKER, IGNORE_FILE) else "all")
-    if structural and parent in ws.glob_dirs and not (appears and rel in ws.sources):
-        pkg = _owner(ws.packages, parent) or ""
-        in_pkg = rel[len(pkg) + 1:] if pkg else rel
-        if any(rx.match(in_pkg) for _, rx in ws.glob_rules.get(pkg, ())):
-            return Change(rel, "package", pkg)
+    if structural and not (appears and rel in ws.sources) and _globbed(ws, rel):
+        return Change(rel, "package", _owner(ws.packages, parent) or "")
     if rel in ws.sources:
         if event_type in ("deleted", "moved_from"):  # gone: validating the graph says so (exit 2's message)
             return Change(rel, "package", _owner(ws.packages, parent) or "")
@@ -163,6 +160,16 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         # created (a missing source), the configuration; not a log written next to it.
         return Change(rel, "retry")
     return None
+
+
+def _globbed(ws: WatchSet, rel: str) -> bool:
+    """Does a glob of the package owning ``rel`` match it (the test ``classify`` makes)?"""
+    parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+    if parent not in ws.glob_dirs:
+        return False
+    pkg = _owner(ws.packages, parent) or ""
+    in_pkg = rel[len(pkg) + 1:] if pkg else rel
+    return any(rx.match(in_pkg) for _, rx in ws.glob_rules.get(pkg, ()))
 
 
 def _pattern_dirs(patterns: list[str], cwd_pkg: str) -> tuple[set[str], set[str]]:
@@ -310,7 +317,8 @@ class Watcher:
         if any(p in IGNORED_DIRS for p in parts):
             return
         ws = self.ws
-        if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files:
+        if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files \
+                and not _globbed(ws, rel):  # (a glob that takes "foo~" gets a new source when one appears)
             return
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
             return

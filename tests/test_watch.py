@@ -268,6 +268,22 @@ def test_editor_temp_files_and_outputs_are_ignored(watch, ws: Path) -> None:
     assert w.stop() == 0
 
 
+def test_a_backup_file_a_glob_takes_is_a_new_source(tmp_path: Path, cache: Path) -> None:
+    """Editor backup names are ignored only where no glob() takes them: a "*" glob gets the
+    new "b.txt~" as a source, as a fresh build would."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "notes" / "a.txt", "a\n")
+    write(root / "BUILD.py", 'genrule(name="all", srcs=glob(["notes/*"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        write(root / "notes" / "b.txt~", "backup\n")
+        w.wait_settled(lambda cs: read(root / "all.out") == "a\nbackup\n", "all.out to take the backup file")
+    finally:
+        w.stop()
+
+
 def test_buildfile_edit_adds_target(watch, ws: Path) -> None:
     w = watch()
     w.wait_cycle(1)
