@@ -274,14 +274,18 @@ class RemoteExecutor:
     def _execute(self, st: GrpcStore, action: Digest, t: Any, skip_cache: bool) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
         names: list[str] = []
+        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout)
         try:
-            return self._follow(st, action, t, names, skip_cache)
+            return self._follow(st, action, t, names, skip_cache, queued)
         finally:
+            queued.cancel()
             with self._lock:
                 if not self.cancelled:  # cancel_all still needs the names
                     self._ops.difference_update(names)
 
-    def _follow(self, st: GrpcStore, action: Digest, t: Any, names: list[str], skip_cache: bool) -> Any:
+    def _follow(
+        self, st: GrpcStore, action: Digest, t: Any, names: list[str], skip_cache: bool, queued: _QueuedNote,
+    ) -> Any:
         req = re_pb2.ExecuteRequest(instance_name=st.instance, action_digest=action.proto(),
                                     skip_cache_lookup=skip_cache, digest_function=st._fn)
         deadline = (t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S
@@ -294,6 +298,7 @@ class RemoteExecutor:
                 self._calls.add(stream)
             try:
                 for op in stream:
+                    queued.seen(op)
                     if op.name and op.name != name:
                         name = op.name
                         names.append(name)
@@ -418,3 +423,29 @@ def _checked(p: Any) -> Digest:
     if not d.well_formed():
         raise RemoteError(f"the result names a malformed digest {d.hash[:80]!r} (size {d.size})")
     return d
+
+
+class _QueuedNote:
+    """One warning when an action has waited ``after`` seconds (the remote timeout) without
+    a worker taking it: with no worker connected, or all busy, a build otherwise waited in
+    silence (up to the hour an action without a timeout may take)."""
+
+    def __init__(self, warn: Callable[[str], None], label: str, server: str, after: float) -> None:
+        msg = (f"{label}: still queued on the remote executor {server} after {after:g} s "
+               "(no worker connected, or all busy); waiting on (Ctrl-C stops the build)")
+        self._timer: threading.Timer | None = threading.Timer(after, warn, (msg,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def seen(self, op: Any) -> None:
+        """An update of the Operation: past the queue once a worker executes it (or it is done)."""
+        if self._timer is None:
+            return
+        md = re_pb2.ExecuteOperationMetadata()
+        if op.done or (op.metadata.Unpack(md) and md.stage >= re_pb2.ExecutionStage.EXECUTING):
+            self.cancel()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
