@@ -31,7 +31,7 @@ from buildtool.workspace import Workspace, find_workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from buildtool.loader import Loader
@@ -287,8 +287,8 @@ class Session:
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
-            if not from_snapshot:  # (the snapshot's check already counts a missing output as changed)
-                _add_missing_producers(graph, wanted, self.ws.root)
+            if not from_snapshot:  # (the snapshot's check already counts a changed output as changed)
+                _add_stale_producers(graph, wanted, record, stats)
             # What the rest produced last time, for the keys of the cone: the outputs of the
             # cone's dependencies outside it (other record entries are not even parsed).
             outside: set[int] = set()
@@ -762,25 +762,41 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     return out
 
 
-def _add_missing_producers(graph: Graph, wanted: set[int], root: str) -> None:
-    """Add to ``wanted`` the dependencies outside it whose outputs are gone from disk (a
-    watch cycle planned after someone deleted them): a planned target would read them."""
-    gone: dict[int, bool] = {}  # target -> an output of it (a group: of a member) is missing
+def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, stats: StatCache) -> None:
+    """Add to ``wanted`` the dependencies outside it whose outputs are gone from disk or no
+    longer what the build record says (deleted, or edited by hand, while watch waited): a
+    planned target would read them, and its key would hold the recorded digests, so the
+    cache would keep a result made from the edited file under the key of the real one.
+    Planned, such a producer is restored from the cache (or run) before its dependents."""
+    stale: dict[int, bool] = {}  # target -> an output of it (a group: of a member) is not as recorded
 
-    def missing(t: int) -> bool:
-        got = gone.get(t)
+    def differs(t: int) -> bool:
+        got = stale.get(t)
         if got is None:
             target = graph.targets[t]
-            got = gone[t] = any(missing(m) for m in target.deps) if target.kind == "group" else \
-                any(not os.path.lexists(os.path.join(root, o)) for o in target.outs)
+            got = stale[t] = any(differs(m) for m in target.deps) if target.kind == "group" else \
+                _outputs_differ(target.outs, record.get(target.label), stats)
         return got
 
     stack = list(wanted)
     while stack:
         for d in graph.targets[stack.pop()].deps:
-            if d not in wanted and missing(d):  # (a group added brings the members it stands for)
+            if d not in wanted and differs(d):  # (a group added brings the members it stands for)
                 wanted.add(d)
                 stack.append(d)
+
+
+def _outputs_differ(outs: Sequence[str], entry: dict[str, Any] | None, stats: StatCache) -> bool:
+    """Is any of ``outs`` missing, or of another digest than its record ``entry`` holds
+    (by stat data, hashing only a file whose stat changed)?"""
+    recorded = {o[0]: o[1] for o in entry["o"]} if entry else {}
+    for rel in outs:
+        try:
+            if stats.digest(rel) != recorded.get(rel):
+                return True
+        except OSError:  # gone (or not a file to hash)
+            return True
+    return False
 
 
 def predict_fresh(
