@@ -8,6 +8,7 @@
     +-- Interrupted (130/143)      SIGINT / SIGTERM during a build
     KeyboardInterrupt
     +-- EvaluationInterrupted      Ctrl-C while a BUILD.py ran (names it: an endless loop)
+    StopRequested (BaseException)  raised by buildtool's own signal handlers (watch): leave now
 
 Only ``cli.py`` decides how to print them.  Cache and state trouble is never an
 error: it degrades to a miss with a warning (see ``warnings.py``-style ``Status.warn``).
@@ -69,3 +70,9 @@ class EvaluationInterrupted(KeyboardInterrupt):
     def __init__(self, where: str) -> None:
         self.where = where
         super().__init__(where)
+
+
+class StopRequested(BaseException):
+    """Raised by one of buildtool's own signal handlers to leave whatever runs (watch mode
+    stopping while it evaluates BUILD.py files): the evaluation passes it on untouched,
+    where it turns anything else a BUILD.py raises into a BuildfileError."""

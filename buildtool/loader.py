@@ -16,7 +16,7 @@ import re
 import sys
 
 from buildtool import dsl
-from buildtool.errors import BuildfileError, EvaluationInterrupted, UserError
+from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequested, UserError
 from buildtool.noop import stat_row
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, MARKER, Workspace
 
@@ -298,7 +298,7 @@ class Loader:
                 caret = " " * max((e.offset or 1) - 1, 0) + "^"
                 msg += f"\n    {e.text.rstrip()}\n    {caret}"
             raise BuildfileError(msg, path, e.lineno) from None
-        except EvaluationInterrupted:
+        except (EvaluationInterrupted, StopRequested):
             raise
         except KeyboardInterrupt as e:
             path, line = self._locate(e, buildfile)

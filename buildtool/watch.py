@@ -48,7 +48,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from buildtool import discovered, keys, labels
-from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, UserError
+from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError
 from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
 from buildtool.outcome import Outcome, Status
@@ -135,12 +135,17 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
             return None
         if rel in ws.loader_files:  # a package directory an import looked for
             return Change(rel, "all")
-        if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
-            return Change(rel, "rescan")
+        reached = None  # the package whose glob may reach into the directory
         if parent in ws.glob_dirs or rel in ws.glob_dirs:
             pkg = _owner(ws.packages, parent) or ""
             if any("/" in text or "**" in text for text, _ in ws.glob_rules.get(pkg, ())):
-                return Change(rel, "package", pkg)  # a glob may reach into it
+                reached = pkg
+        if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
+            # (a package may appear in it; and the package whose glob reaches it is evaluated
+            # again, which a rescan alone did not do under //..., where every dir is scanned)
+            return Change(rel, "rescan", reached or "")
+        if reached is not None:
+            return Change(rel, "package", reached)
         return Change(rel, "retry") if ws.broken else None
     if name == BUILDFILE:
         if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken \
@@ -212,7 +217,7 @@ def _scan(root: str, base: str, skip: set[str], ws_ignored: Any, out: set[str]) 
 # -- the watcher ------------------------------------------------------------------------
 
 
-class _Stop(BaseException):
+class _Stop(StopRequested):
     """Raised by our signal handler when no build is running."""
 
 
@@ -256,13 +261,16 @@ class _Collector:
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
-        if ch.kind in ("all", "config") or (ch.kind == "package" and ch.path.endswith(BUILDFILE)):
-            return True
+        if ch.kind in ("all", "config") or (ch.kind in ("package", "rescan")
+                                             and ch.path.rsplit("/", 1)[-1] == BUILDFILE):
+            return True  # (a BUILD.py saved by a rename over it is a "rescan")
         if ch.kind != "content":
             return False
         sched = self.sched
-        done = sched.outcomes if sched is not None else {}
-        return any(t not in done for t in self.src_targets.get(ch.path, ()))
+        if sched is None:
+            return any(True for _ in self.src_targets.get(ch.path, ()))
+        done, wanted = sched.outcomes, sched.plan.wanted  # (a focused cycle plans only the changed cone)
+        return any(t in wanted and t not in done for t in self.src_targets.get(ch.path, ()))
 
 
 class Watcher:
@@ -521,7 +529,8 @@ class Watcher:
             return
         limit = since_ns - RACY_MARGIN_NS
         known = _buildfiles(self.ws.packages)
-        for rel in sorted(self.ws.sources | self.ws.loader_files | known | _buildfiles(self.ws.scan_dirs)):
+        handled = self.ws.sources | self.ws.loader_files | known | _buildfiles(self.ws.scan_dirs)
+        for rel in sorted(handled):
             d = rel.rsplit("/", 1)[0] if "/" in rel else ""
             if d not in new_dirs:
                 continue
@@ -533,6 +542,36 @@ class Watcher:
                 ch = classify(self.ws, rel, "modified" if rel in known else "created", False)
                 if ch is not None:
                     self.q.put(ch)
+        for d in sorted(new_dirs & self.ws.glob_dirs):
+            self._queue_unseen(d, limit, handled)
+
+    def _queue_unseen(self, d: str, limit: int, handled: set[str] | frozenset[str]) -> None:
+        """Queue what a glob may take in the newly watched directory ``d`` and was made or
+        changed after ``limit`` (the cycle's start): a file or directory made in it after
+        the evaluation listed it and before its watch existed (``mkdir new && echo >
+        new/f.md`` against a ``glob(["**"])``), which no event reported."""
+        try:
+            with os.scandir(os.path.join(self.root, d)) as it:
+                entries = []
+                for e in it:
+                    if e.name in IGNORED_DIRS:
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if max(st.st_mtime_ns, st.st_ctime_ns) >= limit:
+                        entries.append((e.name, e.is_dir(follow_symlinks=False)))
+        except OSError:
+            return
+        for name, is_dir in entries:
+            rel = f"{d}/{name}" if d else name
+            if rel in handled or (is_dir and rel in self.ws.dirs):
+                continue
+            ch = classify(self.ws, rel, "created", is_dir)
+            if ch is not None and ch.kind != "retry":
+                ch.appeared = True
+                self.q.put(ch)
 
     def _dir_id(self, key: tuple[str, bool]) -> tuple[int, int] | None:
         try:
@@ -616,12 +655,21 @@ class Watcher:
                 first = ch.at
             last = time.monotonic()
             pending.append(ch)
+            # Everything queued meanwhile joins this batch: events that came during a long
+            # cycle are older than MAX_WAIT_S, and one at a time they made a cycle each.
+            while True:
+                try:
+                    more = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if more is not None:  # (None: a signal, seen at the top)
+                    pending.append(more)
 
     def _came_and_went(self, ch: Change, appeared: set[str]) -> bool:
         """A file or directory that appeared in this batch and is gone again, never part of
         the graph (a command's scratch directory, a temp file a glob pattern matches):
         nothing changed.  (One that was there before and is gone now did change.)"""
-        if ch.kind not in ("package", "rescan") or ch.path not in appeared \
+        if ch.kind not in ("package", "rescan", "retry") or ch.path not in appeared \
                 or os.path.lexists(os.path.join(self.root, ch.path)):
             return False
         ws = self.ws

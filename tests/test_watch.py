@@ -284,6 +284,136 @@ def test_a_backup_file_a_glob_takes_is_a_new_source(tmp_path: Path, cache: Path)
         w.stop()
 
 
+def test_a_hand_edited_output_outside_the_cycle_is_restored_before_its_dependent_reads_it(
+    watch, ws: Path, cache: Path,
+) -> None:
+    """out/a.out is edited by hand (no cycle), then b.txt: the cycle plans //:ab, which reads
+    a.out.  It must read the real a.out: //:a is restored first.  Else the edited text went
+    into ab.out and into the cache under the key of the real a.out, for good."""
+    w = watch()
+    w.wait_cycle(1)
+    write(ws / "out" / "a.out", "EDITED\n")
+    time.sleep(0.3)  # (an output's edit starts no cycle)
+    write(ws / "b.txt", "b2\n")
+    w.wait_settled(lambda cs: read(ws / "out" / "ab.out") == "a1\nb2\n", "ab.out from the real a.out")
+    assert read(ws / "out" / "a.out") == "a1\n"
+    assert w.stop() == 0
+    # The cache holds the real result: a fresh checkout restores a1/b2.
+    fresh = ws.parent / "fresh"
+    shutil.copytree(ws, fresh, ignore=shutil.ignore_patterns(".buildtool", "out"))
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=fresh, env=run_env(cache),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (fresh / "out" / "ab.out").read_text() == "a1\nb2\n"
+
+
+def test_a_new_directory_a_recursive_glob_reaches_is_taken(tmp_path: Path, cache: Path) -> None:
+    """With //... (every directory a scan directory) a directory made inside a package whose
+    glob("**") reaches into it re-evaluates that package: its files become sources, and the
+    no-op snapshot the cycle leaves lists it (a later `buildtool build` is not fooled)."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "docs" / "md" / "one.md", "one\n")
+    write(root / "docs" / "BUILD.py", 'genrule(name="cat", srcs=glob(["**"], exclude=["BUILD.py"]), '
+                                      'outs=["cat.out"], cmd="cat $(SRCS) > $@")\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        write(root / "docs" / "new" / "f.md", "new\n")
+        w.wait_settled(lambda cs: read(root / "docs" / "cat.out") == "one\nnew\n", "cat.out to take new/f.md")
+        write(root / "docs" / "new" / "f.md", "newer\n")
+        w.wait_settled(lambda cs: read(root / "docs" / "cat.out") == "one\nnewer\n", "cat.out to follow f.md")
+        (root / "docs" / "md").rename(root / "docs" / "md2")
+        w.wait_settled(lambda cs: read(root / "docs" / "cat.out") == "one\nnewer\n"
+                       and cs[-1].status == "OK" and any("docs/md" in c.changed for c in cs), "the renamed directory")
+    finally:
+        assert w.stop() == 0
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=root, env=run_env(cache),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "1 up_to_date" in r.stdout, r.stdout + r.stderr
+    assert read(root / "docs" / "cat.out") == "one\nnewer\n"
+
+
+def _slow_workspace(tmp_path: Path) -> Path:
+    """A 2-second target of s.txt and three quick ones of x.txt, y.txt, z.txt."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "s.txt", "s1\n")
+    lines = [f'genrule(name="slow", srcs=["s.txt"], outs=["slow.out"], cmd="cat $< > $@; sleep 2")']
+    for n in "xyz":
+        write(root / f"{n}.txt", f"{n}1\n")
+        lines.append(f'genrule(name="{n}", srcs=["{n}.txt"], outs=["{n}.out"], cmd="cat $< > $@")')
+    write(root / "BUILD.py", "\n".join(lines) + "\n")
+    return root
+
+
+def _settled_start(w: Watch) -> int:
+    """Wait for the first cycle and the watches, then for the cycle files written just before
+    watch started may cause (racily recent: queued, as no event could report them); returns
+    the number of cycles so far."""
+    w.wait_cycle(1)
+    w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+    time.sleep(1.0)
+    return len(w.cycles())
+
+
+def test_saves_during_a_long_cycle_make_one_next_cycle_and_spare_the_running_one(
+    tmp_path: Path, cache: Path,
+) -> None:
+    """While a cycle focused on s.txt runs //:slow, x.txt, y.txt and z.txt are saved 0.6 s
+    apart: their targets are not in that cycle, so it is not cancelled, and the three saves
+    form one next batch (queued events are older than the batch window; one at a time they
+    made a cycle each)."""
+    root = _slow_workspace(tmp_path)
+    w = Watch(root, cache)
+    try:
+        n0 = _settled_start(w)
+        write(root / "s.txt", "s2\n")
+        time.sleep(0.3)
+        for n in "xyz":
+            write(root / f"{n}.txt", f"{n}2\n")
+            time.sleep(0.6)
+        w.wait_settled(lambda cs: len(cs) >= n0 + 2 and read(root / "z.out") == "z2\n", "the cycle after")
+        time.sleep(0.5)  # (no further cycle may follow)
+        cycles = w.cycles()[n0:]
+        assert [c.status for c in cycles] == ["OK", "OK"], w.log()
+        assert cycles[0].ran == {"//:slow"} and cycles[0].changed == ["s.txt"], cycles
+        assert cycles[1].ran == {"//:x", "//:y", "//:z"} and sorted(cycles[1].changed) == ["x.txt", "y.txt", "z.txt"]
+    finally:
+        assert w.stop() == 0
+
+
+def test_a_buildfile_saved_by_rename_cancels_the_cycle(tmp_path: Path, cache: Path) -> None:
+    root = _slow_workspace(tmp_path)
+    w = Watch(root, cache)
+    try:
+        n0 = _settled_start(w)
+        write(root / "s.txt", "s2\n")
+        time.sleep(0.5)  # //:slow runs
+        tmp = root / ".BUILD.py.new"
+        tmp.write_text((root / "BUILD.py").read_text() + "# saved\n")
+        tmp.rename(root / "BUILD.py")
+        cycles = w.wait_settled(lambda cs: len(cs) >= n0 + 2 and cs[-1].status == "OK", "the cycle after the save")
+        assert cycles[n0].status == "CANCELLED", w.log()
+    finally:
+        assert w.stop() == 0
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 0), (signal.SIGTERM, 143)])
+def test_a_signal_while_a_buildfile_is_evaluated_ends_watch_quietly(
+    tmp_path: Path, cache: Path, sig: int, code: int,
+) -> None:
+    root = tmp_path / "ws"
+    marker = tmp_path / "evaluating"
+    write(root / "buildtool.toml", "")
+    write(root / "BUILD.py", f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(5)\n")
+    w = Watch(root, cache)
+    wait_for(marker.exists, what="the BUILD.py to run")
+    assert w.stop(sig) == code
+    assert not any("error" in line or "_Stop" in line for line in w.err), w.log()
+    assert not w.cycles(), w.log()
+
+
 def test_buildfile_edit_adds_target(watch, ws: Path) -> None:
     w = watch()
     w.wait_cycle(1)
