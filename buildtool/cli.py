@@ -244,7 +244,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         i += 2 if argv[i] == "-C" else 1
     if i >= len(argv) or argv[i] != "run":
-        return p.parse_args(argv)
+        args, unknown = p.parse_known_args(argv)
+        # Patterns on both sides of an option (`build //:a -k //:b`): argparse takes the first
+        # run of positionals only, and subparsers rule out parse_intermixed_args.
+        if unknown and hasattr(args, "patterns") and not any(u.startswith("-") and u != "-" for u in unknown):
+            args.patterns = [*args.patterns, *unknown]
+        elif unknown:
+            p.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
     cut = argv.index("--") if "--" in argv else len(argv)
     args, unknown = p.parse_known_args(argv[:cut])
     if unknown:
@@ -264,6 +271,8 @@ def _nothing_changed(n: int, secs: float) -> int:
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
+    if args.command not in ("monitor", "worker"):  # (those check their own flags)
+        _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 
@@ -276,8 +285,6 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         from buildtool.remote.workercmd import run_command as run_worker_command
 
         return run_worker_command(args)
-    if args.command in ("build", "test", "watch", "run"):
-        _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
         args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)
@@ -299,22 +306,26 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
 
 
 def _check_build_flags(args: argparse.Namespace) -> None:
-    """Refuse (exit 2), before anything is built, flag values a build would trip over later."""
+    """Refuse (exit 2), before anything is built, flag values a build would trip over later
+    (whichever of them the command has: ``cache gc --cache-dir ''`` fell back to the
+    default shared cache)."""
     from buildtool.config import MAX_JOBS, check_action_env
     from buildtool.errors import UserError
 
-    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
-        msg = f"-j must be from 1 to {MAX_JOBS} (got {args.jobs})"
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        msg = f"-j must be from 1 to {MAX_JOBS} (got {jobs})"
         raise UserError(msg)
-    if args.cache_dir is not None and not args.cache_dir:
+    cache_dir = getattr(args, "cache_dir", None)
+    if cache_dir is not None and not cache_dir:
         msg = "--cache-dir must name a directory (got an empty string)"
         raise UserError(msg)
-    check_action_env(args.action_env, "--action-env")
+    check_action_env(getattr(args, "action_env", None) or [], "--action-env")
     if any(getattr(args, k, None) is not None for k in vars(args) if k.startswith("remote_")):
         from buildtool.remote.options import flags_of
 
         flags_of(args)  # the --remote-* values (their own module: no import for a plain build)
-    for flag, path in (("--events", args.events), ("--profile", getattr(args, "profile", None)),
+    for flag, path in (("--events", getattr(args, "events", None)), ("--profile", getattr(args, "profile", None)),
                        ("--junit", getattr(args, "junit", None))):
         if path is not None:
             problem = _unwritable(path)

@@ -619,6 +619,28 @@ def test_bad_flag_values_are_exit_2_when_nothing_changed_too(workspace: Workspac
     assert "nothing changed" not in out and "Traceback" not in err, out + err
 
 
+@pytest.mark.parametrize("command", [["cache", "stats"], ["cache", "gc"], ["explain"], ["plan"], ["query", "//..."]])
+def test_every_command_refuses_an_empty_cache_dir(workspace: Workspace, command: list[str]) -> None:
+    """`cache gc --cache-dir "$UNSET"` fell back to the default shared cache, over the one
+    BUILDTOOL_CACHE_DIR names."""
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run(*command, "--cache-dir", "") if command[0] != "query" else \
+        workspace.run("explain", "--action-env", "=x")
+    assert rc == 2, (rc, out, err)
+    assert "--cache-dir must name a directory" in err or "--action-env" in err, err
+
+
+def test_patterns_may_stand_on_both_sides_of_an_option(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n'
+                             'genrule(name="b", outs=["b"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", "//:a", "-k", "//:b")
+    assert rc == 0 and workspace.exists("a") and workspace.exists("b"), out + err
+    rc, out, err = workspace.run("explain", "//:a", "--no-wait", "//:b")
+    assert rc == 0 and "//:a" in out and "//:b" in out, out + err
+    rc, out, err = workspace.run("build", "//:a", "--bogus", "//:b")
+    assert rc == 2 and "unrecognized arguments: --bogus" in err, err
+
+
 def test_an_old_output_file_may_become_a_directory_of_outputs(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="g", outs=["gen"], cmd="echo one > $@")\n')
     assert workspace.build().rc == 0

@@ -339,7 +339,7 @@ def _slow_workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     write(root / "buildtool.toml", "")
     write(root / "s.txt", "s1\n")
-    lines = [f'genrule(name="slow", srcs=["s.txt"], outs=["slow.out"], cmd="cat $< > $@; sleep 2")']
+    lines = ['genrule(name="slow", srcs=["s.txt"], outs=["slow.out"], cmd="cat $< > $@; sleep 2")']
     for n in "xyz":
         write(root / f"{n}.txt", f"{n}1\n")
         lines.append(f'genrule(name="{n}", srcs=["{n}.txt"], outs=["{n}.out"], cmd="cat $< > $@")')
