@@ -957,6 +957,13 @@ class TargetRunner:
             cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
+        if t.always:  # (the reasons the build gives, in the same order)
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
+                           key=key, extra={"dry_reason": Reason.ALWAYS})
+        if self._never_fresh(t) and entry is not None and entry.get("k") == key:
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN,
+                           "would run: --no-cache-tests: the test passed before but runs again", key=key,
+                           extra={"dry_reason": Reason.NO_CACHE_TESTS})
         if self._failed_before(t, key):
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {FAILED_BEFORE_WHY}", key=key,
                            extra={"dry_reason": Reason.FAILED_BEFORE})

@@ -866,13 +866,15 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
         entry = record.get(t.label)
         key, desc = runner.final_key(t, key, desc, entry)
         ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest)
-        if ok and entry is not None:
+        never_fresh = runner._never_fresh(t)  # always=True, a test under --no-cache-tests: runs, as the build would
+        if ok and entry is not None and not never_fresh:
             out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)
             for p, d, *_ in entry["o"]:
                 runner.out_digests[p] = d
             continue
         o = runner._dry_run(t, key, desc, entry)
-        hit = runner.cache.get_action(key) if t.depfile is None else runner._discovered_lookup(t, key, desc)[2]
+        hit = None if never_fresh else \
+            runner.cache.get_action(key) if t.depfile is None else runner._discovered_lookup(t, key, desc)[2]
         if hit is not None:
             for c in hit.outputs:
                 runner.out_digests[c.path] = c.digest

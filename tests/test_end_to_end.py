@@ -500,6 +500,26 @@ def test_dry_run_runs_nothing_and_says_why(workspace: Workspace) -> None:
     assert workspace.read("one.out") == "x\n"
 
 
+def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace: Workspace) -> None:
+    """always=True targets and tests under --no-cache-tests run although their record is
+    current: -n and explain say so, with the build's own reasons."""
+    workspace.write("in", "ok\n")
+    workspace.build_file("", """
+        genrule(name="b", srcs=["in"], outs=["b.out"], cmd="cat in > $@")
+        test(name="t", srcs=[":b"], cmd="grep -q ok $<")
+        genrule(name="v", outs=["v.txt"], cmd="echo 1 > $@", always=True)
+    """)
+    rc, out, err = workspace.run("test", "//...")
+    assert rc == 0, out + err
+    rc, out, err = workspace.run("test", "-n", "--no-cache-tests", "//:t")
+    assert rc == 0 and "//:t: would run: --no-cache-tests: the test passed before but runs again" in out, out + err
+    rc, out, err = workspace.run("test", "-n", "//:t")
+    assert rc == 0 and "0 of 2 targets would run" in out, out + err
+    for command in (["build", "-n", "//:v"], ["explain", "//:v"]):
+        rc, out, err = workspace.run(*command)
+        assert rc == 0 and "always=True: runs on every build, never cached" in out, out + err
+
+
 def test_environment_is_scrubbed(workspace: Workspace) -> None:
     workspace.build_file(
         "",
