@@ -13,6 +13,7 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -96,7 +97,6 @@ def run_command(ns: argparse.Namespace) -> int:
 
 def exec_target(root: str, t: Any, args: list[str]) -> int:
     """Replace this process with the target's program (see the module docstring)."""
-    from buildtool.errors import UserError
     from buildtool.executor import shell_argv, shell_for
 
     cwd = os.path.join(root, t.pkg)
@@ -106,10 +106,10 @@ def exec_target(root: str, t: Any, args: list[str]) -> int:
     env["BUILDTOOL_RUN_CWD"] = os.getcwd()
     if t.outs:
         path = os.path.join(root, t.outs[0])
-        if not os.access(path, os.X_OK) or not os.path.isfile(path):
-            msg = (f"cannot run {t.label}: its output {t.outs[0]} is not an executable file "
-                   "(make the command chmod +x it)")
-            raise UserError(msg)
+        if not os.access(path, os.X_OK) or not os.path.isfile(path):  # 127, as a shell says (docs' exit codes)
+            print(f"buildtool: error: cannot run {t.label}: its output {t.outs[0]} is not an executable file "
+                  "(make the command chmod +x it)", file=sys.stderr)
+            return 127
         argv = [path, *args]
     else:
         import shlex
@@ -122,6 +122,23 @@ def exec_target(root: str, t: Any, args: list[str]) -> int:
         os.chdir(cwd)
         os.execve(argv[0], argv, env)
     except OSError as e:
-        print(f"buildtool: error: could not run {argv[0]}: {e.strerror}", file=sys.stderr)
+        why = e.strerror
+        interpreter = _interpreter(argv[0]) if e.errno == errno.ENOENT and os.path.isfile(argv[0]) else None
+        if interpreter is not None:  # (ENOENT for a file that is there: its #! names a missing program)
+            why = f"its interpreter {interpreter} (from its #! line) does not exist"
+        print(f"buildtool: error: could not run {argv[0]}: {why}", file=sys.stderr)
         return 127
     return 127  # not reached
+
+
+def _interpreter(path: str) -> str | None:
+    """The program a script's ``#!`` line names, or None."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return os.fsdecode(words[0]) if words else None

@@ -366,6 +366,19 @@ def test_always_target_runs_every_build_and_its_dependent_uses_early_cutoff(
     assert set(r.by_label) == {"//:plain"}, r.output
 
 
+def test_run_of_a_program_that_cannot_be_executed_is_127_and_says_why(workspace: Workspace) -> None:
+    """As a shell: 127 for an output that is not executable (the docs' exit codes), and a
+    script whose #! names a missing interpreter is said to be that, not 'No such file'."""
+    workspace.build_file("", r"""
+        genrule(name="plain", outs=["x.sh"], cmd="echo 'echo hi' > $@")
+        genrule(name="badsh", outs=["y.sh"], cmd="printf '#!/nonexistent/sh\\necho hi\\n' > $@ && chmod +x $@")
+    """)
+    rc, out, err = workspace.run("run", "//:plain")
+    assert rc == 127 and "its output x.sh is not an executable file" in err, (rc, out, err)
+    rc, out, err = workspace.run("run", "//:badsh")
+    assert rc == 127 and "its interpreter /nonexistent/sh (from its #! line) does not exist" in err, (rc, out, err)
+
+
 def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> None:
     workspace.build_file(
         "tools",
