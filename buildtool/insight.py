@@ -42,6 +42,32 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--format", choices=("dot", "json"), default="dot")
 
 
+class _ReaderWatch:
+    """A stream that notes when its reader went away (the console drops output from then
+    on and the command goes on; a listing then exits 141, as a C program killed by SIGPIPE)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_left = False
+
+    def write(self, s: str) -> int:
+        try:
+            return self._stream.write(s)
+        except BrokenPipeError:
+            self.reader_left = True
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self.reader_left = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's
+        return getattr(self._stream, name)
+
+
 def dispatch(args: argparse.Namespace) -> int:
     from buildtool.session import Session
 
@@ -51,8 +77,9 @@ def dispatch(args: argparse.Namespace) -> int:
         session = Session(args.directory, {"cache_dir": args.cache_dir})
         req = BuildRequest(patterns=args.patterns, mode="test" if args.test else "explain", dry_run=True, explain=True,
                            cache_dir=args.cache_dir, wait=not args.no_wait, action_env=args.action_env)
-        session.build(req)
-        return 0
+        out = _ReaderWatch(sys.stdout)
+        session.build(req, out=out)
+        return 141 if out.reader_left else 0  # (`explain | head -1`: 128 + SIGPIPE, as the other listings)
     if args.command == "plan":
         return _plan(args, Session(args.directory, {"jobs": args.jobs, "cache_dir": args.cache_dir}))
     if args.command in ("query", "graph"):
