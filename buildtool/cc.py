@@ -27,7 +27,7 @@ import posixpath
 import shlex
 import sys
 
-from buildtool.dsl import current_context, genrule, getenv, group, test
+from buildtool.dsl import current_context, genrule, getenv, glob, group, test
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build that evaluates BUILD.py files
 if TYPE_CHECKING:
@@ -113,6 +113,18 @@ def _label_key(label: str) -> str:
     return f"{pkg.replace('/', '~')}~{name}"
 
 
+def _name_part(key: str) -> str:
+    """``key`` as a part of a target name: a character no name may hold (a space, an
+    umlaut) becomes ``_``, and then the key gets ``~`` and 8 hex digits of the path's hash,
+    so that "a b.c" and "a_b.c" stay two targets."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-.+=,@~") else "_" for c in key)
+    if safe == key:
+        return key
+    import hashlib  # (only for such names)
+
+    return f"{safe}~{hashlib.blake2b(key.encode(), digest_size=4).hexdigest()}"
+
+
 def _compile(
     name: str,
     srcs: Sequence[str],
@@ -129,10 +141,15 @@ def _compile(
     for src in srcs:
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if not generated and not src.endswith(SOURCE_SUFFIXES):
-            continue  # headers listed in srcs are discovered through depfiles, not compiled
+            # Headers listed in srcs are discovered through depfiles, not compiled; but one
+            # that is not there is an error, as a missing source is (glob: the lookup is
+            # one the no-op snapshot signs, so the header appearing re-evaluates).
+            if "/../" not in f"/{src}/" and not src.startswith("/") and not glob([src]):
+                raise ValueError(f"{name}: srcs entry {src!r} does not exist (a generated header goes in hdr_deps)")
+            continue
         # A label's object has a name no source path gives (":main" beside "main.c"), from the
         # label as resolved (":gen" in //p is //p:gen, not //:gen).
-        key = _label_key(src) if generated else src.replace("/", "~")
+        key = _name_part(_label_key(src) if generated else src.replace("/", "~"))
         stem = f"_gen/{key}" if generated else src.rsplit(".", 1)[0]
         obj = f"_objs/{name}/{stem}.o"
         dep = f"_objs/{name}/{stem}.d"

@@ -253,3 +253,29 @@ def test_a_generated_source_is_compiled_from_its_label(workspace: Workspace) -> 
     assert subprocess.run([str(workspace.path("app"))]).returncode == 3
     r = workspace.build("//:bad")
     assert r.rc == 1 and "gen.h (the output of :gen_h) is not a C, C++ or assembly source" in r.output, r.output
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_sources_named_with_spaces_or_umlauts_compile_and_a_missing_header_is_an_error(
+    workspace: Workspace,
+) -> None:
+    """A compile target's name comes from the source's path: characters no name may hold
+    were an error about a name the user never wrote ('l@sub dir~f.c'). A header listed in
+    srcs that does not exist was silently left out."""
+    workspace.write("sub dir/f.c", "int f(void) { return 1; }\n")
+    workspace.write("ü.c", "int g(void) { return 2; }\n")
+    workspace.write("sub_dir/f.c", "int h(void) { return 3; }\n")  # the same name once the space is gone
+    workspace.write("main.c", "int f(void); int g(void); int h(void);\n"
+                              "int main(void) { return f() + g() + h() - 6; }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary, cc_library\n'
+                             'cc_library(name="l", srcs=["sub dir/f.c", "ü.c", "sub_dir/f.c"])\n'
+                             'cc_binary(name="m", srcs=["main.c"], deps=[":l"])\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert subprocess.run([str(workspace.path("m"))]).returncode == 0
+    assert len([lab for lab in r.ran if lab.startswith("//:l@")]) == 3, r.ran
+    workspace.build_file("", 'from buildtool.cc import cc_library\ncc_library(name="l", srcs=["ü.c", "x.h"])\n')
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "BUILD.py:2" in err and "srcs entry 'x.h' does not exist" in err, err
+    workspace.write("x.h", "/* here now */\n")
+    assert workspace.build().rc == 0
