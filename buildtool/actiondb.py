@@ -74,11 +74,13 @@ class ActionDB:
         """The entry stored under ``key``, or None (also on any trouble: a miss)."""
 
         def read(c: sqlite3.Connection) -> bytes | None:
-            row = c.execute("SELECT entry FROM actions WHERE key = ?", (key,)).fetchone()
+            # (CAST: a row whose type byte was flipped to TEXT, or written as text by another
+            # tool, reads as the same bytes; the entry's parser then judges them)
+            row = c.execute("SELECT CAST(entry AS BLOB) FROM actions WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
             self._touched.add(key)
-            return bytes(row[0])
+            return bytes(row[0] or b"")
 
         return self._guarded("read", read, None)
 
@@ -123,12 +125,12 @@ class ActionDB:
         look empty to GC)."""
         if not os.path.exists(self.path):
             return []
-        sql = ("SELECT a.key, max(a.used, coalesce(h.used, 0)), a.entry FROM actions a "
+        sql = ("SELECT a.key, max(a.used, coalesce(h.used, 0)), CAST(a.entry AS BLOB) FROM actions a "
                "LEFT JOIN hits h ON h.key = a.key")
         try:
             with self._mu:
                 c = self._connection()
-                return [(k, u, bytes(e)) for k, u, e in c.execute(sql)]
+                return [(k, u, bytes(e or b"")) for k, u, e in c.execute(sql)]
         except Exception as e:  # sqlite3.Error, OSError, _OtherVersion
             raise ActionDBError(f"the cache database {self.path} is unreadable ({_describe(e)})") from None
 
@@ -196,6 +198,19 @@ class ActionDB:
                 self._on_unusable(f"the cache database {self.path} is unusable ({_describe(e)})")
                 return default
         return default
+
+    def damaged(self, why: str) -> None:
+        """The caller found the database inconsistent where SQLite did not (an entry filed
+        under another action's key: a damaged index): start it afresh, as for SQLite's
+        own damage reports (once a build; a second time, caching is off)."""
+        if self._unusable:
+            return
+        if not self._reset_done:
+            self._warn(f"the cache database {self.path} is damaged ({why}); starting it afresh")
+            self._reset()
+        else:
+            self._unusable = True
+            self._on_unusable(f"the cache database {self.path} is unusable ({why})")
 
     def _reset(self) -> None:
         """Delete a damaged database (and its WAL and shared-memory files) and reconnect anew."""

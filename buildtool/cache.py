@@ -183,6 +183,9 @@ class Cache:
             obj = _loads(raw)
             if obj.get("v") != FORMAT_VERSION:
                 raise ValueError("version")
+            if obj.get("key", key) != key:  # (entries written before the key was kept have none)
+                self.actions.damaged(f"the entry looked up under {key[:12]} is {str(obj['key'])[:12]}'s")
+                return None
             outs = []
             for p, d, m in obj["outputs"]:
                 if not safe_rel_path(p):
@@ -208,6 +211,7 @@ class Cache:
             return
         obj = {
             "v": FORMAT_VERSION,
+            "key": key,  # checked on reading: a damaged index must not hand out another action's entry
             "outputs": [[o.path, o.digest, o.mode] for o in entry.outputs],
             "duration": round(entry.duration, 4),
             "stdout": entry.stdout,

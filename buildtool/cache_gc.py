@@ -104,12 +104,10 @@ class StoreGuard:
 
 @contextlib.contextmanager
 def _exclusive(path: str, timeout_s: float) -> Iterator[bool]:
-    """Hold an exclusive flock on ``path``; yields False if not obtained within the timeout."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:
-        yield False
-        return
+    """Hold an exclusive flock on ``path``; yields False if not obtained within the timeout
+    (busy).  A lock file that cannot be opened or locked at all (a read-only cache, a
+    directory in its place) raises the OSError: retrying would not help, and "busy" misled."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -121,9 +119,6 @@ def _exclusive(path: str, timeout_s: float) -> Iterator[bool]:
                     yield False
                     return
                 time.sleep(0.05)
-            except OSError:
-                yield False
-                return
         yield True
     finally:
         os.close(fd)
@@ -391,7 +386,7 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
                 collect(v_dir, int(max_size * LOW_WATER))
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
-            warn(f"cache maintenance failed ({e.strerror}); continuing")
+            warn(f"cache maintenance failed ({e.strerror or e}); continuing")
 
 
 def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:

@@ -40,9 +40,17 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    try:
+        return _run(args, cfg)
+    except OSError as e:  # (ActionDBError too: an unreadable database stops GC, said in one line)
+        where = f": {e.filename}" if e.filename and str(e.filename) not in str(e) else ""
+        raise BuildtoolError(f"cache {args.cache_command}: {e.strerror or e}{where}") from None
+
+
+def _run(args: argparse.Namespace, cfg: Config) -> int:
     from buildtool import cache_gc
 
-    cfg = _config(args)
     if args.cache_command == "stats":
         print(cache_gc.stats_report(cfg.cache_dir, cfg.max_size))
         return 0

@@ -181,3 +181,45 @@ def test_an_unopenable_database_turns_caching_off(tmp_path: Path) -> None:
     assert db.get("k") is None
     assert db.put("k", b"v") is False
     assert len(calls.unusable) == 1 and "unusable" in calls.unusable[0]
+
+
+def test_an_entry_stored_as_text_or_a_number_reads_as_bytes_not_a_crash(tmp_path: Path) -> None:
+    """A row whose type byte was flipped to TEXT (SQLite's integrity check still says ok),
+    or that another tool wrote as text, raised TypeError out of every build that looked it
+    up, and out of `cache stats` and `cache gc`."""
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.put("k", b'{"v":1}') and db.put("n", b"x")
+    db.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("UPDATE actions SET entry = CAST(entry AS TEXT) WHERE key = 'k'")
+        c.execute("UPDATE actions SET entry = 42 WHERE key = 'n'")
+        c.commit()
+    db = calls.db(tmp_path)
+    assert db.get("k") == b'{"v":1}'
+    assert db.get("n") == b"42"  # (not an entry: the cache's parser calls it corrupt, a miss)
+    assert sorted((k, e) for k, _, e in db.rows()) == [("k", b'{"v":1}'), ("n", b"42")]
+    assert calls.unusable == []
+
+
+def test_an_entry_found_under_another_key_starts_the_database_afresh(tmp_path: Path) -> None:
+    """A damaged key index handed out one action's entry for another's key (the restored
+    output was the other action's, with exit 0 and no word): the cache keeps the key in
+    the entry and checks it."""
+    from buildtool.cache import ActionEntry, Cache, CachedOutput
+
+    calls = Calls()
+    cache = Cache(str(tmp_path / "c"), calls.warned.append)
+    for key, digest in (("a" * 64, "1" * 64), ("b" * 64, "2" * 64)):
+        cache.put_action(key, ActionEntry((CachedOutput("o", digest, 0o644),), 0.1, None, None, {}))
+    cache.actions.close()
+    db_path = Path(cache.dir) / actiondb.FILENAME
+    with contextlib.closing(sqlite3.connect(db_path)) as c:  # what the damaged index did: b's row holds a's entry
+        c.execute(f"UPDATE actions SET entry = (SELECT entry FROM actions WHERE key = '{'a' * 64}') "
+                  f"WHERE key = '{'b' * 64}'")
+        c.commit()
+    cache = Cache(str(tmp_path / "c"), calls.warned.append)
+    assert cache.get_action("b" * 64) is None
+    assert any("is damaged (the entry looked up under bbbbbbbbbbbb is aaaaaaaaaaaa's)" in w for w in calls.warned), \
+        calls.warned
+    assert cache.get_action("a" * 64) is None  # started afresh: nothing of it is trusted

@@ -184,3 +184,26 @@ def test_gc_while_a_build_restores_never_breaks_the_build(workspace: Workspace) 
         for rel, data in expected.items():
             assert (workspace.root / rel).read_bytes() == data, rel
         verify_cache(workspace.cache)
+
+
+def test_gc_and_stats_on_an_unreadable_database_say_so_in_one_line(workspace: Workspace) -> None:
+    """GC must stop rather than take an unreadable database for an empty one; it said so
+    with a traceback. A lock it cannot take at all is not 'busy: try again'."""
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
+    assert workspace.build().rc == 0
+    v2 = workspace.cache / "v2"
+    for f in v2.glob("actions.db*"):
+        f.unlink()
+    (v2 / "actions.db").write_bytes(b"not a database, not even close" * 300)
+    blobs = sorted(p.name for p in (v2 / "cas").rglob("*") if p.is_file())
+    for command in ("stats", "gc"):
+        rc, out, err = workspace.run("cache", command)
+        assert rc == 1, (command, out, err)
+        assert f"buildtool: error: cache {command}: the cache database" in err and "is unreadable" in err, err
+        assert "Traceback" not in err, err
+    assert sorted(p.name for p in (v2 / "cas").rglob("*") if p.is_file()) == blobs  # GC kept every blob
+    (v2 / "actions.db").unlink()
+    (v2 / "gc.lock").unlink(missing_ok=True)
+    (v2 / "gc.lock").mkdir()
+    rc, out, err = workspace.run("cache", "gc")
+    assert rc == 1 and "stayed busy" not in err and "Is a directory" in err and "Traceback" not in err, err
