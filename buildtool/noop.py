@@ -367,10 +367,10 @@ def load_graph(state_dir: str, warn: Callable[[str], None]) -> object | None:
     except OSError:
         return None
     head, nl, body = data.partition(b"\n")
-    if not head.startswith(GRAPH_HEADER):
-        return None  # another version's: evaluated afresh, as after an upgrade
+    if not head.startswith(GRAPH_HEADER) and head.startswith(GRAPH_HEADER.split(b" v")[0] + b" v"):
+        return None  # another version's: evaluated afresh, as after an upgrade (an empty or foreign file: damaged)
     try:
-        if nl and head[len(GRAPH_HEADER):] == _graph_sum(body):
+        if head.startswith(GRAPH_HEADER) and nl and head[len(GRAPH_HEADER):] == _graph_sum(body):
             return pickle.loads(body)
     except Exception:  # a pickle that does not load: said below
         pass

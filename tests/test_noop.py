@@ -592,14 +592,17 @@ def test_a_snapshot_of_another_version_is_discarded_without_a_warning(ws: Path, 
     assert r.returncode == 0 and "no-op snapshot unusable" in r.stderr
 
 
-def test_a_damaged_graph_pickle_is_never_used(ws: Path, tmp_path: Path) -> None:
-    """A flipped byte in a pickled string still unpickles: a graph with another command."""
+@pytest.mark.parametrize("damage", ["flipped", "empty", "garbage"])
+def test_a_damaged_graph_pickle_is_never_used(ws: Path, tmp_path: Path, damage: str) -> None:
+    """A flipped byte in a pickled string still unpickles: a graph with another command.
+    An empty or foreign file is damage too, said as such (not taken for another version's)."""
     cache = tmp_path / "cache"
     settle(ws, cache)
     graph = ws / ".buildtool" / "graph"
     data = graph.read_bytes()
     assert data.count(b"tr a-z A-Z") == 1
-    graph.write_bytes(data.replace(b"tr a-z A-Z", b"tr a-z B-Z"))
+    graph.write_bytes({"flipped": data.replace(b"tr a-z A-Z", b"tr a-z B-Z"), "empty": b"",
+                       "garbage": b"\x80\x04 not a graph header at all\n" + data[:100]}[damage])
     (ws / "a.txt").write_text("abc\n")  # the incremental path loads the graph
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "graph is damaged; evaluating the BUILD.py files again" in r.stderr, r.stderr
