@@ -189,7 +189,8 @@ class Cache:
             outs = []
             for p, d, m in obj["outputs"]:
                 if not safe_rel_path(p):
-                    self._warn(f"cache entry {key[:12]} names a path outside the workspace ({p!r}); ignoring it")
+                    self._warn(f"cache entry {key[:12]} names a path outside the workspace ({p!r}); deleting it")
+                    self.actions.remove([key])  # (kept, it was warned about twice a build, every build)
                     return None
                 if not isinstance(d, str) or len(d) != 64 or m not in (0o644, 0o755):
                     raise ValueError("output")

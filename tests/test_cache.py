@@ -415,3 +415,13 @@ def test_put_file_stores_a_read_only_verified_copy(tmp_path: Path) -> None:
     assert blob.read_bytes() == src.read_bytes()
     assert blob.stat().st_mode & 0o777 == 0o444
     assert c.bytes_added == 100_000
+
+
+def test_an_entry_naming_a_path_outside_the_workspace_is_refused_once_and_deleted(tmp_path: Path) -> None:
+    warned: list[str] = []
+    cache = Cache(str(tmp_path / "c"), warned.append)
+    cache.put_action("k" * 64, ActionEntry((CachedOutput("../big.out", "1" * 64, 0o644),), 0.1, None, None, {}))
+    assert cache.get_action("k" * 64) is None
+    assert cache.get_action("k" * 64) is None  # gone: not warned about again
+    assert [w for w in warned if "names a path outside the workspace ('../big.out'); deleting it" in w] == warned
+    assert len(warned) == 1
