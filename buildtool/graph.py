@@ -427,7 +427,9 @@ class GraphBuilder:
                     cyc = [*path[path.index(nxt):], nxt]
                     pkg, name = labels.split_label(nxt)
                     d = self.loader.load(pkg)[name]
-                    msg = "dependency cycle: " + " -> ".join(cyc)
+                    from buildtool.profile import chain_text  # (an error path)
+
+                    msg = "dependency cycle: " + chain_text(cyc)  # (a 6,000-target cycle: its ends)
                     raise BuildfileError(msg, d.path, d.line)
                 if c == WHITE:
                     color[nxt] = GREY

@@ -311,3 +311,12 @@ def test_valid_graph_builds(workspace: Workspace) -> None:
     r = workspace.build()
     assert r.rc == 0, r.output
     assert workspace.read("use.out") == "a\n"
+
+
+def test_a_long_cycle_is_shown_by_its_ends(workspace: Workspace) -> None:
+    workspace.build_file("", "\n".join(
+        f'genrule(name="t{i}", deps=[":t{(i + 1) % 300}"], outs=["o{i}"], cmd="echo > $@")' for i in range(300)))
+    err = expect_invalid(workspace, "//:t0")
+    assert "dependency cycle: //:t0 -> //:t1 -> " in err and "... 281 more ..." in err, err
+    assert err.rstrip().endswith("//:t298 -> //:t299 -> //:t0"), err
+    assert len(err) < 1000, len(err)
