@@ -261,6 +261,21 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
     assert rc == 2 and "buildtool.toml" in err and "remote_download must be one of" in err, err
 
 
+@pytest.mark.parametrize("url", ["bogus", "http://127.0.0.1:1"])
+def test_an_executor_or_worker_url_that_is_not_grpc_gets_the_forms_it_may_take(
+    make_workspace: Callable[..., Workspace], url: str,
+) -> None:
+    """The message offered http(s):// for a garbled URL, then refused the http:// URL it had
+    offered: executors and workers speak gRPC only."""
+    ws = make_workspace("url")
+    ws.build_file("", 'genrule(name="a", outs=["a.txt"], cmd="echo a > $@")\n')
+    want = f"must be grpc://HOST:PORT or grpcs://HOST:PORT (got {url!r})"
+    rc, _, err = ws.run("build", "--remote-executor", url)
+    assert rc == 2 and f"--remote-executor {want}" in err, err
+    rc, _, err = ws.run("worker", "--server", url)
+    assert rc == 2 and f"--server {want}" in err, err
+
+
 def test_undeclared_input_fails_remotely_and_passes_locally(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -50,15 +50,17 @@ class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix", "user
         return f"{self.scheme}://{self.target}{tail}"
 
 
-def parse_endpoint(url: str, what: str = "--remote-cache") -> Endpoint:
-    """``grpc(s)://[USER:PASSWORD@]HOST:PORT`` or ``http(s)://[USER:PASSWORD@]HOST[:PORT][/prefix]``; ValueError with a
-    sentence saying what must be and what was found."""
+def parse_endpoint(url: str, what: str = "--remote-cache", grpc_only: bool = False) -> Endpoint:
+    """``grpc(s)://[USER:PASSWORD@]HOST:PORT`` or ``http(s)://[USER:PASSWORD@]HOST[:PORT][/prefix]``
+    (``grpc_only``: an executor or a worker's server, which speak gRPC only); ValueError
+    with a sentence saying what must be and what was found."""
     import urllib.parse
 
     u = urllib.parse.urlsplit(url)
-    if u.scheme not in SCHEMES or not u.hostname:
-        msg = (f"{what} must be grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix] "
-               f"(got {_redacted(url)!r})")
+    if u.scheme not in SCHEMES or not u.hostname or (grpc_only and u.scheme not in ("grpc", "grpcs")):
+        forms = "grpc://HOST:PORT or grpcs://HOST:PORT" if grpc_only else \
+            "grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix]"
+        msg = f"{what} must be {forms} (got {_redacted(url)!r})"
         raise ValueError(msg)
     try:
         port = u.port
@@ -208,10 +210,7 @@ def check_key(key: str, v: Any) -> Any:
             msg = f"{key} must be a URL string (got {v!r})"
             raise ValueError(msg)
         if v:
-            parse_endpoint(v, key)
-            if key == "remote_executor" and not parse_endpoint(v, key).is_grpc:
-                msg = f"{key} must be grpc://HOST:PORT or grpcs://HOST:PORT (got {_redacted(v)!r})"
-                raise ValueError(msg)
+            parse_endpoint(v, key, grpc_only=key == "remote_executor")
         return v
     if key == "remote_instance":
         if not isinstance(v, str):

@@ -37,12 +37,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.capacity < 1:
         raise UserError(f"--capacity must be at least 1 (got {args.capacity})")
     try:
-        ep = parse_endpoint(args.server, "--server")
+        parse_endpoint(args.server, "--server", grpc_only=True)
         headers = parse_headers(args.remote_header)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if not ep.is_grpc:
-        raise UserError(f"--server must be grpc://HOST:PORT or grpcs://HOST:PORT (got {args.server!r})")
     import shutil
     import signal
     import tempfile
