@@ -44,12 +44,16 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return _run(args, cfg)
     except OSError as e:  # (ActionDBError too: an unreadable database stops GC, said in one line)
-        where = f": {e.filename}" if e.filename and str(e.filename) not in str(e) else ""
-        raise BuildtoolError(f"cache {args.cache_command}: {e.strerror or e}{where}") from None
+        text = e.strerror or str(e)
+        where = f": {e.filename}" if e.filename and str(e.filename) not in text else ""
+        raise BuildtoolError(f"cache {args.cache_command}: {text}{where}") from None
 
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
     from buildtool import cache_gc
+
+    if os.path.exists(cfg.cache_dir) and not os.path.isdir(cfg.cache_dir):  # (it read as an empty cache)
+        raise UserError(f"the cache dir {cfg.cache_dir} is not a directory")
 
     if args.cache_command == "stats":
         print(cache_gc.stats_report(cfg.cache_dir, cfg.max_size))

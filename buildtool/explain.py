@@ -62,5 +62,7 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
         print(f"{label:<{width}}  {word}: {why}", file=out)
     total = sum(counts.values())
     parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL) if counts.get(k)]
+    if counts.get(GROUP):  # (left out, the parts did not add up to the total)
+        parts.append(f"{counts[GROUP]} group{'s' if counts[GROUP] > 1 else ''}")
     print(f"explain: {total} targets: {', '.join(parts) or 'nothing'} (nothing was run)", file=out)
     return counts

@@ -26,8 +26,9 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
-    p.add_argument("-j", "--jobs", type=int, help="simulated parallel jobs (default: usable CPUs)")
-    p.add_argument("--jobs-range", metavar="A-B", help="predict for every job count from A to B")
+    jobs = p.add_mutually_exclusive_group()  # (-j with --jobs-range: -j was silently ignored)
+    jobs.add_argument("-j", "--jobs", type=int, help="simulated parallel jobs (default: usable CPUs)")
+    jobs.add_argument("--jobs-range", metavar="A-B", help="predict for every job count from A to B")
     p.add_argument("--incremental", action="store_true",
                    help="predict the next build from the current state (up to date / restorable = free)")
     p.add_argument("--test", action="store_true", help="plan `buildtool test` (tests included) instead of build")

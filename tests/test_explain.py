@@ -108,3 +108,23 @@ def test_reasons_show_where_a_long_command_differs_and_which_module_changed() ->
     assert "module tools/mk.py changed (8dfe48b3 -> 4ba782f9)" in msg
     new = {**base, "extra": {**base["extra"], "module:tools/util.py": "11"}}
     assert "now imports module tools/util.py" in why_changed(base, new, lambda p: None)[1]
+
+
+def test_the_tally_counts_groups_so_it_adds_up(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n'
+                             'genrule(name="b", outs=["b"], cmd="echo > $@")\n'
+                             'group(name="g", deps=[":a", ":b"])\n')
+    assert workspace.build("//:a").rc == 0
+    rc, out, err = workspace.run("explain")
+    assert rc == 0 and "explain: 3 targets: 1 run, 1 up to date, 1 group (nothing was run)" in out, out + err
+
+
+def test_plan_refuses_j_with_jobs_range_and_cache_commands_a_file_as_cache_dir(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("plan", "-j", "2", "--jobs-range", "1-3")
+    assert rc == 2 and "not allowed with argument -j/--jobs" in err, err
+    afile = workspace.root / "not-a-dir"
+    afile.write_text("")
+    for command in ("stats", "gc"):
+        rc, out, err = workspace.run("cache", command, "--cache-dir", str(afile))
+        assert rc == 2 and f"the cache dir {afile} is not a directory" in err, (command, out, err)
