@@ -673,13 +673,23 @@ elif mode == "fork-fails":
     os.fork = no_fork
 elif mode == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-elif mode == "affinity":  # the child writes down the CPUs it may run on
-    def noting_affinity(fd, paths, cols, lo, a, b):
+elif mode == "affinity":  # the child writes down its pid; the parent, whom it steered
+    steer, steered = noop._steer, []
+
+    def noting_steer(pid):
+        steered.append(pid)
+        steer(pid)
+
+    def noting_pid(fd, paths, cols, lo, a, b):
         if os.getpid() != me:
             with open(sys.argv[4], "w") as f:
-                json.dump(sorted(os.sched_getaffinity(0)), f)
+                f.write(str(os.getpid()))
         return recording(fd, paths, cols, lo, a, b)
-    noop._compare = noting_affinity
+    noop._compare, noop._steer = noting_pid, noting_steer
+    noop.SPLIT_MIN = 2
+    noop._differs_cols(root, paths, cols, 0, len(paths))
+    print(json.dumps({"steered": steered}))
+    sys.exit(0)
 elif mode == "parent-dies":  # the child stats one path per chunk, 0.2 s each; the parent is killed
     pid_file = sys.argv[4]
 
@@ -795,26 +805,31 @@ def test_a_child_that_cannot_report_falls_back_to_the_parent(tmp_path: Path, mod
         assert got["ranges"] == [[0, MID], [MID, N_SPLIT]]
 
 
+def test_the_split_steers_its_child(tmp_path: Path) -> None:
+    """The parent steers the very child that stats the second half (the steering itself:
+    the next test; the child's own view of its affinity would race with it)."""
+    root, spec = split_files(tmp_path)
+    noted = tmp_path / "child.pid"
+    got = probe(tmp_path, root, spec, "affinity", str(noted))
+    assert got["steered"] == [int(noted.read_text())]
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs at least two CPUs to run on")
-def test_the_child_is_sent_to_another_cpu(tmp_path: Path) -> None:
-    """The forked child may run on every allowed CPU but the parent's: left on the parent's
-    queue, it would share that core until a balancing tick while the other one idles."""
-    root, spec = split_files(tmp_path)
-    noted = tmp_path / "affinity.json"
-    got = probe(tmp_path, root, spec, "affinity", str(noted))
-    assert got["split"] == got["single"] == []
-    allowed = os.sched_getaffinity(0)
-    child = set(json.loads(noted.read_text()))
-    assert child < allowed
-    assert len(child) == len(allowed) - 1
-
-
-def test_steering_a_child_that_is_gone_is_not_an_error() -> None:
+def test_steering_sends_a_process_off_this_cpu() -> None:
+    """A process steered may run on every allowed CPU but the caller's: a forked child left
+    on its parent's queue shared that core until a balancing tick while the other idled."""
     from buildtool import noop
 
-    p = subprocess.Popen(["true"])
-    p.wait()
+    allowed = os.sched_getaffinity(0)
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        noop._steer(p.pid)
+        got = os.sched_getaffinity(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert got < allowed and len(got) == len(allowed) - 1, (got, allowed)
     noop._steer(p.pid)  # reaped: no such process, and the check goes on without it
 
 
