@@ -83,8 +83,7 @@ def parse_label(text: str, current_pkg: str, cwd_dir: str | None = None) -> tupl
             msg += f"; did you mean '{here}' (from this directory) or '//{text}'?" if here and _parses(here) \
                 else f"; did you mean '//{text}'?"
         elif text and cwd_dir is not None and _NAME_RE.fullmatch(text) and text not in (".", ".."):
-            below = f"//{cwd_dir}/{text}" if cwd_dir else f"//{text}"  # (a package was meant as often)
-            msg += f"; did you mean ':{text}' (a target of the package here) or '{below}' (a package)?"
+            msg += f"; did you mean ':{text}' (a target of the package here)?"
         raise LabelError(msg)
     try:
         check_package(pkg)

@@ -64,8 +64,7 @@ def test_a_label_without_slashes_hints_at_the_absolute_one(text: str, hint: str 
 
 @pytest.mark.parametrize(("text", "cwd", "needle"), [
     ("core:core", "lib", "did you mean '//lib/core:core' (from this directory) or '//core:core'?"),
-    ("core", "lib/core", "did you mean ':core' (a target of the package here) or '//lib/core/core' (a package)?"),
-    ("lib", "", "did you mean ':lib' (a target of the package here) or '//lib' (a package)?"),
+    ("core", "lib/core", "did you mean ':core' (a target of the package here)?"),
     ("//lib/core/", "", "ends with '/': write '//lib/core' (its target named 'core') or '//lib/core:NAME'"),
     ("//...:all", "", "'...' ends a pattern (//... or //pkg/...), it is no package name"),
     ("//a/.../b:c", "", "'...' ends a pattern"),
