@@ -223,7 +223,7 @@ class GraphBuilder:
             try:
                 pat = labels.parse_pattern(text, cur, self.cwd_pkg)
             except labels.LabelError as e:
-                raise UserError(str(e)) from None
+                raise UserError(self._bare_name_msg(text, cur) or str(e)) from None
             matched: list[str] = []
             if pat.kind == "target":
                 decls = self._load_pkg_for(pat.pkg, text)
@@ -270,6 +270,21 @@ class GraphBuilder:
                        "above it); build it from there")
             raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
+
+    def _bare_name_msg(self, text: str, cur: str) -> str | None:
+        """For a bare name typed as a pattern (``lib``): the readings that exist, a target of
+        the package here or a package below the working directory, or None (the label
+        parser's own message stands)."""
+        if not isinstance(text, str) or not labels._NAME_RE.fullmatch(text) or text in (".", ".."):
+            return None
+        meant = []
+        if self.loader.package_exists(cur) and text in self.loader.load(cur):
+            meant.append(f"':{text}' (a target of the package here)")
+        below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
+        if self.loader.package_exists(below):
+            meant.append(f"'//{below}' (a package)")
+        hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
+        return f"a label must start with '//' or ':' (got {text!r}){hint}"
 
     def _package_hint(self, pkg: str, text: str) -> str:
         """A "did you mean" for a label of a package that does not exist: ``//lib:core`` for
@@ -352,7 +367,7 @@ class GraphBuilder:
                         raise _err(decl, f"{attr} refers to an {msg[0].lower()}{msg[1:]}")
                 elif attr == "deps":
                     msg = f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}"
-                    raise _err(decl, msg + self._absolute_hint(item))
+                    raise _err(decl, msg + self._absolute_hint(item, pkg))
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self.loader.globbed(pkg) and path in self._declared_outs(pkg):
@@ -365,19 +380,25 @@ class GraphBuilder:
                     if (":" in item and path not in self._declared_outs(pkg)
                             and not os.path.lexists(os.path.join(self.loader.ws.root, path))):
                         msg = f"{attr} entry {item!r} is neither a label nor a file of //{pkg}"
-                        raise _err(decl, msg + self._absolute_hint(item))
+                        raise _err(decl, msg + self._absolute_hint(item, pkg))
                     out.append(("file", path))
         return out
 
-    def _absolute_hint(self, item: str) -> str:
+    def _absolute_hint(self, item: str, pkg: str) -> str:
         """``; did you mean '//lib:core'?`` for ``lib:core`` written without its ``//``
-        when that label's package exists, else the hint for that missing package."""
+        when that label's package exists (``//lib/core:core`` when that one does); else
+        nothing: a fuzzy guess at a string that is no label misled more than it helped."""
+        if ":" not in item and "/" not in item:  # a bare name: a target of this package, if it is one
+            return f"; did you mean ':{item}'?" if item in self.loader.load(pkg) else ""
         if not labels._parses(f"//{item}"):
             return ""
-        p, _ = labels.parse_label(f"//{item}", "")
+        p, name = labels.parse_label(f"//{item}", "")
         if self.loader.package_exists(p):
             return f"; did you mean '//{item}'?"
-        return self._package_hint(p, f"//{item}")
+        joined = f"{p}/{name}" if p else name  # lib:core for the target core of lib/core
+        if ":" in item and self.loader.package_exists(joined):
+            return f"; did you mean '//{joined}:{name}'?"
+        return ""
 
     def _subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
         """The package below ``pkg`` that owns the file ``path``, if any (a file belongs to

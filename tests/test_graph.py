@@ -115,6 +115,24 @@ def test_a_label_written_without_its_slashes_gets_them_suggested(workspace: Work
     assert "app/BUILD.py:1: " in err and "'nowhere:x'" in err and "did you mean" not in err
 
 
+def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> None:
+    """`deps=["core"]` beside a target core means ':core', not a package found by fuzzy
+    matching; typed on the command line, a bare name is offered as the target or the
+    package it can be, and nothing when it is neither."""
+    workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
+    workspace.build_file("app", 'genrule(name="core", outs=["k"], cmd="echo > $@")\n'
+                                'genrule(name="app", deps=["core"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")
+    assert "got 'core'; did you mean ':core'?" in err and "lib/core" not in err, err
+    workspace.build_file("app", 'genrule(name="app", deps=["lib:core"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")
+    assert "did you mean '//lib/core:core'?" in err, err
+    rc, _, err = workspace.run("build", "lib", cwd=workspace.root / "lib")
+    assert rc == 2 and "got 'lib')" in err and "did you mean" not in err, err
+    rc, _, err = workspace.run("build", "core", cwd=workspace.root / "lib")
+    assert rc == 2 and "did you mean '//lib/core' (a package)?" in err, err
+
+
 def test_dep_on_missing_package(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="t", deps=["//nope:x"], outs=["o"], cmd="echo > $@")\n')
     err = expect_invalid(workspace)
