@@ -279,3 +279,15 @@ def test_sources_named_with_spaces_or_umlauts_compile_and_a_missing_header_is_an
     assert rc == 2 and "BUILD.py:2" in err and "srcs entry 'x.h' does not exist" in err, err
     workspace.write("x.h", "/* here now */\n")
     assert workspace.build().rc == 0
+    # Headers that are there but no glob would take: in an ignored directory, in a
+    # subpackage, through a directory link, written as ./path.
+    workspace.write(".buildtoolignore", "third_party/\n")
+    workspace.write("third_party/big.h", "int big(void);\n")
+    workspace.write("sub/s.h", "int s(void);\n")
+    workspace.build_file("sub", 'genrule(name="s", outs=["o"], cmd="true")\n')
+    workspace.write("common/q.h", "int q(void);\n")
+    (workspace.root / "inc").symlink_to("common")
+    workspace.build_file("", 'from buildtool.cc import cc_library\n'
+                             'cc_library(name="l", srcs=["ü.c", "third_party/big.h", "sub/s.h", "inc/q.h", "./x.h"])\n')
+    r = workspace.build("//:l")
+    assert r.rc == 0, r.output
