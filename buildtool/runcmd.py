@@ -125,14 +125,14 @@ def exec_target(root: str, t: Any, args: list[str]) -> int:
         why = e.strerror
         interpreter = _interpreter(argv[0]) if e.errno == errno.ENOENT and os.path.isfile(argv[0]) else None
         if interpreter is not None:  # (ENOENT for a file that is there: its #! names a missing program)
-            why = f"its interpreter {interpreter} (from its #! line) does not exist"
+            why = f"its interpreter {interpreter!r} (from its #! line) does not exist"
         print(f"buildtool: error: could not run {argv[0]}: {why}", file=sys.stderr)
         return 127
     return 127  # not reached
 
 
 def _interpreter(path: str) -> str | None:
-    """The program a script's ``#!`` line names, or None."""
+    """The program a script's ``#!`` line names, if it does not exist (else None)."""
     try:
         with open(path, "rb") as f:
             first = f.readline(256)
@@ -140,5 +140,6 @@ def _interpreter(path: str) -> str | None:
         return None
     if not first.startswith(b"#!"):
         return None
-    words = first[2:].split()
-    return os.fsdecode(words[0]) if words else None
+    words = first[2:].rstrip(b"\n").replace(b"\t", b" ").split(b" ")  # (the kernel splits at blanks only:
+    name = next((w for w in words if w), None)                           # a CRLF line names "/bin/sh\r")
+    return None if name is None or os.path.exists(name) else os.fsdecode(name)

@@ -515,6 +515,11 @@ def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace:
     assert rc == 0 and "//:t: would run: --no-cache-tests: the test passed before but runs again" in out, out + err
     rc, out, err = workspace.run("test", "-n", "//:t")
     assert rc == 0 and "0 of 2 targets would run" in out, out + err
+    workspace.write("in", "ok, changed\n")  # another key, whose pass the cache holds: run all the same
+    assert workspace.run("test", "//...")[0] == 0
+    workspace.write("in", "ok\n")
+    rc, out, err = workspace.run("test", "-n", "--no-cache-tests", "//:t")
+    assert rc == 0 and "//:t: would run: " in out and "would restore" not in out.split("//:t: ")[1], out + err
     for command in (["build", "-n", "//:v"], ["explain", "//:v"]):
         rc, out, err = workspace.run(*command)
         assert rc == 0 and "always=True: runs on every build, never cached" in out, out + err
@@ -639,15 +644,20 @@ def test_bad_flag_values_are_exit_2_when_nothing_changed_too(workspace: Workspac
     assert "nothing changed" not in out and "Traceback" not in err, out + err
 
 
-@pytest.mark.parametrize("command", [["cache", "stats"], ["cache", "gc"], ["explain"], ["plan"], ["query", "//..."]])
-def test_every_command_refuses_an_empty_cache_dir(workspace: Workspace, command: list[str]) -> None:
+@pytest.mark.parametrize("command", [["cache", "stats"], ["cache", "gc"], ["explain"], ["plan"],
+                                     ["explain", "--action-env"]])
+def test_every_command_refuses_an_empty_cache_dir_and_a_bad_action_env(
+    workspace: Workspace, command: list[str],
+) -> None:
     """`cache gc --cache-dir "$UNSET"` fell back to the default shared cache, over the one
     BUILDTOOL_CACHE_DIR names."""
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
-    rc, out, err = workspace.run(*command, "--cache-dir", "") if command[0] != "query" else \
-        workspace.run("explain", "--action-env", "=x")
-    assert rc == 2, (rc, out, err)
-    assert "--cache-dir must name a directory" in err or "--action-env" in err, err
+    if command == ["explain", "--action-env"]:  # explain took any --action-env as well
+        rc, out, err = workspace.run("explain", "--action-env", "=x")
+        assert rc == 2 and "--action-env: '=x' is not NAME or NAME=VALUE" in err, (rc, out, err)
+        return
+    rc, out, err = workspace.run(*command, "--cache-dir", "")
+    assert rc == 2 and "--cache-dir must name a directory" in err, (rc, out, err)
 
 
 def test_patterns_may_stand_on_both_sides_of_an_option(workspace: Workspace) -> None:

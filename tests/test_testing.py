@@ -372,11 +372,14 @@ def test_run_of_a_program_that_cannot_be_executed_is_127_and_says_why(workspace:
     workspace.build_file("", r"""
         genrule(name="plain", outs=["x.sh"], cmd="echo 'echo hi' > $@")
         genrule(name="badsh", outs=["y.sh"], cmd="printf '#!/nonexistent/sh\\necho hi\\n' > $@ && chmod +x $@")
+        genrule(name="crlf", outs=["z.sh"], cmd="printf '#!/bin/sh\\r\\necho hi\\r\\n' > $@ && chmod +x $@")
     """)
     rc, out, err = workspace.run("run", "//:plain")
     assert rc == 127 and "its output x.sh is not an executable file" in err, (rc, out, err)
     rc, out, err = workspace.run("run", "//:badsh")
-    assert rc == 127 and "its interpreter /nonexistent/sh (from its #! line) does not exist" in err, (rc, out, err)
+    assert rc == 127 and "its interpreter '/nonexistent/sh' (from its #! line) does not exist" in err, (rc, out, err)
+    rc, out, err = workspace.run("run", "//:crlf")  # the kernel looks for "/bin/sh\r": said as such
+    assert rc == 127 and "its interpreter '/bin/sh\\r' (from its #! line) does not exist" in err, (rc, out, err)
 
 
 def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> None:
