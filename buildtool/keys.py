@@ -91,6 +91,43 @@ def action_description(
     }
 
 
+CHECKOUT_MARK = "$BUILDTOOL_CHECKOUT"  # stands for the checkout's root in a key's PATH
+
+
+def checkout_root(root: str) -> str:
+    """The root of the checkout holding the workspace: the nearest directory at or above
+    ``root`` with a ``.git``, else ``root`` itself."""
+    d = root
+    while True:
+        if os.path.lexists(os.path.join(d, ".git")):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return root
+        d = parent
+
+
+def keyed_path(path: str, base: str) -> str:
+    """``path`` (a PATH value) as keys hold it: entries inside the checkout ``base`` written
+    from ``CHECKOUT_MARK``, so two clones with their own ``.venv/bin`` first on PATH (as the
+    README sets one up) share cache entries, as they share every workspace path."""
+    base = base.rstrip("/") or "/"
+    prefix = base + "/" if base != "/" else None
+    if prefix is None or (prefix not in path and base not in path.split(os.pathsep)):
+        return path
+    return os.pathsep.join(CHECKOUT_MARK + e[len(base):] if e == base or e.startswith(prefix) else e
+                           for e in path.split(os.pathsep))
+
+
+def real_path(path: str, base: str) -> str:
+    """The PATH value a command gets for a keyed one (``keyed_path`` undone)."""
+    if CHECKOUT_MARK not in path:
+        return path
+    mark, base = CHECKOUT_MARK, base.rstrip("/")
+    return os.pathsep.join(base + e[len(mark):] if e == mark or e.startswith(mark + "/") else e
+                           for e in path.split(os.pathsep))
+
+
 def canonical(desc: Mapping[str, object]) -> str:
     """The description as the JSON text its key hashes (also how the build record stores it)."""
     return _canonical(desc)

@@ -71,6 +71,8 @@ def why_changed(
                 found.append((Reason.ENV_CHANGED, f"env var {k} was added"))
             elif k not in nenv:
                 found.append((Reason.ENV_CHANGED, f"env var {k} was removed"))
+            elif k == "PATH":  # (no secret: say how, which an unactivated venv explains at once)
+                found.append((Reason.ENV_CHANGED, f"env var PATH changed: {_path_change(oenv[k], nenv[k])}"))
             else:
                 found.append((Reason.ENV_CHANGED, f"env var {k} changed"))
     otools, ntools = old.get("tools", {}), new.get("tools", {})
@@ -160,3 +162,13 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
         was, now = _clip_pair(str(old), str(new), 60)
         return f"the rule's {names[key]} changed from {was} to {now}"
     return f"the rule's definition changed ({key})"
+
+
+def _path_change(old: str, new: str) -> str:
+    """What differs between two PATH values: the entries gone and added, else the order."""
+    o, n = old.split(":"), new.split(":")
+    gone = [e for e in o if e not in n]
+    added = [e for e in n if e not in o]
+    parts = ([f"{', '.join(map(repr, added[:3]))}{' ...' if len(added) > 3 else ''} added"] if added else []) + \
+            ([f"{', '.join(map(repr, gone[:3]))}{' ...' if len(gone) > 3 else ''} gone"] if gone else [])
+    return "; ".join(parts) if parts else "the same entries in another order"

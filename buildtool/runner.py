@@ -123,6 +123,8 @@ class TargetRunner:
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
+        self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
+        self._checkout_root: str | None = None
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
         self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
@@ -172,6 +174,24 @@ class TargetRunner:
                 env[name] = v
         env.update(t.env)
         return env
+
+    def _key_env(self, t: Target, env: dict[str, str] | None = None) -> dict[str, str]:
+        """``t``'s environment as its key holds it: PATH entries inside the checkout from
+        keys.CHECKOUT_MARK (``_execute`` turns them back into this checkout's paths)."""
+        env = dict(self._env(t) if env is None else env)
+        path = env.get("PATH")
+        if path is not None:
+            keyed = self._keyed_paths.get(path)
+            if keyed is None:
+                keyed = self._keyed_paths[path] = keys.keyed_path(path, self._checkout())
+            env["PATH"] = keyed
+        return env
+
+    def _checkout(self) -> str:
+        """keys.checkout_root of the workspace, looked up once (a few stats)."""
+        if self._checkout_root is None:
+            self._checkout_root = keys.checkout_root(self.root)
+        return self._checkout_root
 
     def _tools(self, t: Target, env: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -249,7 +269,8 @@ class TargetRunner:
         if t.depfile is not None and isinstance(desc.get("discovered"), list):  # (headers it found: inputs too)
             desc = discovered.primary_description(desc)
         return (desc.get("kind") == t.kind and desc.get("cmd") == t.cmd and desc.get("outs") == list(t.outs)
-                and desc.get("env") == self._env(t) and desc.get("inputs", {}).keys() == set(self.graph.inputs[t.id]))
+                and desc.get("env") == self._key_env(t)
+                and desc.get("inputs", {}).keys() == set(self.graph.inputs[t.id]))
 
     def describe(self, t: Target, inputs: dict[str, str]) -> tuple[str, dict[str, Any]]:
         env = self._env(t)
@@ -270,7 +291,7 @@ class TargetRunner:
             extra["executable"] = json.dumps(sorted(executable))
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
-            t.kind, t.pkg, t.cmd, shell, env, self._tools(t, env), inputs, t.outs, extra
+            t.kind, t.pkg, t.cmd, shell, self._key_env(t, env), self._tools(t, env), inputs, t.outs, extra
         )
         text = keys.canonical(desc)
         self._texts[t.id] = (desc, text)  # the build record stores the same text
@@ -779,6 +800,8 @@ class TargetRunner:
         cwd = os.path.join(self.root, t.pkg)
         tmp = self._tmpdir(lane)
         env = dict(desc["env"])
+        if "PATH" in env:
+            env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
         env["TMPDIR"] = tmp
         env["HOME"] = tmp
         blocked = self._delete_outputs(t, before_run=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,42 @@ def test_compact_loads_reads_the_encodings_json_loads_detects() -> None:
         for text, value in (('{"a":["é",1]}', {"a": ["é", 1]}), ('{"a":1}', {"a": 1}), ('"a"', "a")):
             data = text.encode(enc)  # (ASCII in UTF-16/32 without a BOM is valid UTF-8 too)
             assert _loads(data) == json.loads(data) == value, (enc, text)
+
+
+def test_path_entries_inside_the_checkout_are_keyed_from_its_root(tmp_path: Path) -> None:
+    repo = tmp_path / "clone"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "ws" / "sub").mkdir(parents=True)
+    root = str(repo / "ws" / "sub")
+    assert keys.checkout_root(root) == str(repo)
+    assert keys.checkout_root(str(tmp_path)) == str(tmp_path)  # no .git above: the workspace itself
+    path = f"{repo}/.venv/bin:/usr/bin:{repo}:{repo}x/bin"
+    keyed = keys.keyed_path(path, str(repo))
+    assert keyed == f"$BUILDTOOL_CHECKOUT/.venv/bin:/usr/bin:$BUILDTOOL_CHECKOUT:{repo}x/bin"
+    assert keys.real_path(keyed, str(repo)) == path
+    assert keys.keyed_path("/usr/bin:/bin", str(repo)) == "/usr/bin:/bin"
+
+
+def test_two_clones_with_their_own_venv_on_path_share_the_cache(tmp_path: Path) -> None:
+    """As the README sets up: a .venv in each clone, first on PATH. The commands still get
+    their clone's real PATH (they find the tool there), and the second clone restores."""
+    from conftest import run_buildtool
+
+    runs = []
+    for name in ("one", "two"):
+        repo = tmp_path / name
+        (repo / ".git").mkdir(parents=True)
+        (repo / "proj").mkdir()
+        (repo / "proj" / "buildtool.toml").write_text("")
+        (repo / "proj" / "BUILD.py").write_text('genrule(name="hi", outs=["hi.txt"], cmd="hello-tool > $@")\n')
+        tool = repo / ".venv" / "bin" / "hello-tool"
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\necho hello\n")
+        tool.chmod(0o755)
+        env_path = f"{tool.parent}:{os.environ['PATH']}"
+        rc, out, err = run_buildtool("build", cwd=repo / "proj", cache_dir=tmp_path / "cache", home=tmp_path / "h",
+                                     env_extra={"PATH": env_path})
+        assert rc == 0, out + err
+        assert (repo / "proj" / "hi.txt").read_text() == "hello\n"
+        runs.append(out)
+    assert "1 ran" in runs[0] and "1 restored" in runs[1], runs
