@@ -879,12 +879,19 @@ class GraphBuilder:
             if ("label", lab) in refs:
                 return list(outs_of[index[lab]])
             f = f"{p}/{n}" if p else n
-            if ("file", f) in refs or f in outs:
+            if ("file", f) in refs or f in outs or _made_by_a_ref(f, refs, index, outs_of):
                 return [f]
-            msg = f"$(location[s] {x}): {x} is not listed in srcs, deps or outs"
+            msg = f"$(location[s] {x}): {x} is not listed in srcs, deps or outs, nor an output of a target listed"
             raise SubstError(msg)
         full = _norm_rel(decl, pkg, x, "$(location)")
-        if ("file", full) in refs or full in outs:
-            return [full]
-        msg = f"$(location[s] {x}): {x} is not listed in srcs or outs"
+        if ("file", full) in refs or full in outs or _made_by_a_ref(full, refs, index, outs_of):
+            return [full]  # (one output of a multi-output dependency: its path names it)
+        msg = f"$(location[s] {x}): {x} is not listed in srcs or outs, nor an output of a target listed in srcs or deps"
         raise SubstError(msg)
+
+
+def _made_by_a_ref(path: str, refs: list[tuple[str, str]], index: dict[str, int],
+                   outs_of: list[tuple[str, ...]]) -> bool:
+    """Is ``path`` an output of one of the labels in ``refs`` (``$(location gen/errors.c)``
+    for one of //gen:errors's two outputs)?"""
+    return any(kind == "label" and path in outs_of[index[value]] for kind, value in refs)

@@ -161,3 +161,22 @@ def test_single_input_mismatch_in_buildfile_is_exit_2(workspace: Workspace) -> N
     rc, _, err = workspace.run("build")
     assert rc == 2
     assert "BUILD.py:1" in err and "$<" in err
+
+
+def test_one_output_of_a_multi_output_dependency_is_named_by_its_path(workspace: Workspace) -> None:
+    """Make's `gen/errors.h gen/errors.c: ...`: $(location) of one of the two files, the
+    dependency listed by label; a path that no listed target makes is still an error."""
+    workspace.build_file("", """
+        genrule(name="errors", outs=["gen/errors.h", "gen/errors.c"],
+                cmd="echo '#define E 1' > gen/errors.h && echo 'int e;' > gen/errors.c")
+        genrule(name="use", srcs=[":errors"], outs=["use.txt"], cmd="cat $(location gen/errors.c) > $@")
+    """)
+    r = workspace.build("//:use")
+    assert r.rc == 0, r.output
+    assert workspace.read("use.txt") == "int e;\n"
+    workspace.build_file("", """
+        genrule(name="errors", outs=["gen/errors.h", "gen/errors.c"], cmd="touch $(OUTS)")
+        genrule(name="use", srcs=[":errors"], outs=["use.txt"], cmd="cat $(location gen/nope.c) > $@")
+    """)
+    rc, _, err = workspace.run("build", "//:use")
+    assert rc == 2 and "gen/nope.c is not listed in srcs or outs, nor an output of a target listed" in err, err
