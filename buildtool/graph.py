@@ -272,19 +272,49 @@ class GraphBuilder:
         return self.loader.load(pkg)
 
     def _bare_name_msg(self, text: str, cur: str) -> str | None:
-        """For a bare name typed as a pattern (``lib``): the readings that exist, a target of
-        the package here or a package below the working directory, or None (the label
-        parser's own message stands)."""
-        if not isinstance(text, str) or not labels._NAME_RE.fullmatch(text) or text in (".", ".."):
+        """For a pattern typed without ``//`` or ``:`` (``lib``, ``lib:core``,
+        ``obj/main.o``): the readings that exist -- a target of the package here, a package
+        below the working directory, the label with ``//`` put in front, the target whose
+        output that path is -- or None (the label parser's own message stands)."""
+        if not isinstance(text, str) or text.startswith(("//", ":", "/")) or not text or " " in text:
             return None
-        meant = []
-        if self.loader.package_exists(cur) and text in self.loader.load(cur):
-            meant.append(f"':{text}' (a target of the package here)")
-        below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
-        if self.loader.package_exists(below):
-            meant.append(f"'//{below}' (a package)")
+        meant: list[str] = []
+        if labels._NAME_RE.fullmatch(text) and text not in (".", ".."):
+            if self.loader.package_exists(cur) and text in self.loader.load(cur):
+                meant.append(f"':{text}' (a target of the package here)")
+            below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
+            if self.loader.package_exists(below):
+                meant.append(f"'//{below}' (a package)")
+        elif ":" in text and labels._parses(f"//{text}"):
+            p, n = labels.parse_label(f"//{text}", "")
+            joined = f"{p}/{n}" if p else n
+            if self.loader.package_exists(p) and n in self.loader.load(p):
+                meant.append(f"'//{text}'")
+            elif self.loader.package_exists(joined) and n in self.loader.load(joined):
+                meant.append(f"'//{joined}:{n}'")
+        else:
+            producer = self._producer_of(posixpath.normpath(f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text))
+            if producer is not None:
+                meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
+
+    def _producer_of(self, path: str) -> str | None:
+        """The label of the target declaring the output ``path`` (workspace-relative), found
+        in the package that owns the path's directory, or None."""
+        d = posixpath.dirname(path)
+        while True:
+            if self.loader.package_exists(d):
+                break
+            if not d:
+                return None
+            d = posixpath.dirname(d)
+        rel = path[len(d) + 1:] if d else path
+        for name, decl in self.loader.load(d).items():
+            outs = decl.attrs.get("outs")
+            if isinstance(outs, (list, tuple)) and rel in outs:
+                return labels.label_str(d, name)
+        return None
 
     def _package_hint(self, pkg: str, text: str) -> str:
         """A "did you mean" for a label of a package that does not exist: ``//lib:core`` for
@@ -308,8 +338,11 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         close = difflib.get_close_matches(name, list(decls), n=1)
+        joined = f"{pkg}/{name}" if pkg else name
         if close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
+        elif self.loader.package_exists(joined) and name in self.loader.load(joined):
+            msg += f"; did you mean //{joined}:{name}?"  # (a ':' typed for a '/')
         return msg
 
     # -- closure ---------------------------------------------------------------------
