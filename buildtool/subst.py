@@ -48,7 +48,7 @@ def substitute(
             out.append("$")
             i = j + 2
         elif nxt == "<":
-            out.append(quote_path(_single(srcs, "$<", "input", "srcs")))
+            out.append(quote_path(_single(srcs, "$<", "input", "srcs and the outputs of deps")))
             i = j + 2
         elif nxt == "@":
             out.append(quote_path(_single(outs, "$@", "output", "outs")))
@@ -69,7 +69,9 @@ def substitute(
 
 def _single(paths: list[str], token: str, what: str, attr: str) -> str:
     if len(paths) != 1:
+        shown = ", ".join(paths[:4]) + (", ..." if len(paths) > 4 else "")
         msg = f"{token} needs exactly one {what} but the target has {len(paths)} in {attr}"
+        msg += f" ({shown}); name one with $(location ...)" if paths else ""
         raise SubstError(msg)
     return paths[0]
 

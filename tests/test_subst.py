@@ -180,3 +180,10 @@ def test_one_output_of_a_multi_output_dependency_is_named_by_its_path(workspace:
     """)
     rc, _, err = workspace.run("build", "//:use")
     assert rc == 2 and "gen/nope.c is not listed in srcs or outs, nor an output of a target listed" in err, err
+
+
+def test_dollar_lt_with_several_inputs_names_them_and_where_they_come_from() -> None:
+    with pytest.raises(SubstError) as e:
+        sub("cp $< $@", srcs=["a.txt", "../x/y.out"])
+    assert str(e.value) == ("$< needs exactly one input but the target has 2 in srcs and the outputs of deps "
+                            "(a.txt, ../x/y.out); name one with $(location ...)")
