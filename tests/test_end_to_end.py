@@ -910,3 +910,21 @@ def test_an_output_through_a_symlinked_directory_into_another_package_is_refused
     rc, _, err = workspace.run("build", "//a:t")
     assert rc == 2 and "is really 'b/x' (through the symbolic link 'a/gen'), in package //b" in err, err
     assert not workspace.exists("b/x")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["test", "--junit", "in.txt"], "--junit in.txt: that is a source of //:t"),
+    (["build", "--events", "out.txt"], "--events out.txt: that is an output of //:g"),
+    (["build", "--profile", "BUILD.py"], "--profile BUILD.py: that is a BUILD.py"),
+])
+def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
+    workspace: Workspace, args: list[str], needle: str,
+) -> None:
+    """--junit in.txt replaced the source with XML; --events on an output was overwritten
+    by the restored output (events lost, exit 0)."""
+    workspace.write("in.txt", "precious\n")
+    workspace.build_file("", 'genrule(name="g", outs=["out.txt"], cmd="echo > $@")\n'
+                             'test(name="t", srcs=["in.txt"], cmd="true")\n')
+    rc, out, err = workspace.run(*args)
+    assert rc == 2 and needle in err, (rc, out, err)
+    assert workspace.read("in.txt") == "precious\n"
