@@ -15,6 +15,7 @@ from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
 
 RUN, RESTORE, FRESH, GROUP, FAIL = "run", "restore", "up to date", "group", "fail"
+NOT_RUN, CACHED = "not run", "cached pass"  # (tests: what `build` and `test` say of them)
 
 
 def verdict(o: Outcome) -> str:
@@ -47,13 +48,18 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
     width = max((len(graph.targets[t].label) for t in outcomes), default=0)
     for t, o in outcomes.items():
         v = verdict(o)
+        if o.reason is Reason.TEST_NOT_RUN:
+            v = NOT_RUN
+        elif v == RESTORE and graph.targets[t].kind == "test":
+            v = CACHED
         counts[v] = counts.get(v, 0) + 1
         label = graph.targets[t].label
         word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
-                FAIL: "WOULD FAIL"}[v]
+                FAIL: "WOULD FAIL", NOT_RUN: "not run", CACHED: "PASSED (cached)"}[v]
         why = reason_text(o)
-        if o.reason is Reason.TEST_NOT_RUN:
-            word = "not run"  # (counted as up to date)
+        if v == CACHED:
+            why = why.replace("; the cache has this key, so it would be restored", "") + \
+                "; its pass with this key is in the cache, so it would not run"
         elif v == FRESH:
             why = "same action key as this workspace's last build, outputs unchanged"
         elif v == GROUP:
@@ -61,7 +67,7 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
             why = "runs nothing; builds " + (", ".join(members[:5]) + (" ..." if len(members) > 5 else ""))
         print(f"{label:<{width}}  {word}: {why}", file=out)
     total = sum(counts.values())
-    parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL) if counts.get(k)]
+    parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL, CACHED, NOT_RUN) if counts.get(k)]
     if counts.get(GROUP):  # (left out, the parts did not add up to the total)
         parts.append(f"{counts[GROUP]} group{'s' if counts[GROUP] > 1 else ''}")
     print(f"explain: {total} targets: {', '.join(parts) or 'nothing'} (nothing was run)", file=out)

@@ -128,3 +128,21 @@ def test_plan_refuses_j_with_jobs_range_and_cache_commands_a_file_as_cache_dir(w
     for command in ("stats", "gc"):
         rc, out, err = workspace.run("cache", command, "--cache-dir", str(afile))
         assert rc == 2 and f"the cache dir {afile} is not a directory" in err, (command, out, err)
+
+
+def test_tests_are_said_cached_or_not_run_and_counted_so(workspace: Workspace, tmp_path) -> None:
+    """A test whose pass the cache holds is 'PASSED (cached)' under --test (not 'WOULD
+    RESTORE'), and a test `build` leaves alone is tallied as 'not run', not 'up to date'."""
+    workspace.write("in", "ok\n")
+    workspace.build_file("", 'genrule(name="b", srcs=["in"], outs=["b.out"], cmd="cat in > $@")\n'
+                             'test(name="t", srcs=[":b"], cmd="grep -q ok $<")\n')
+    assert workspace.build(command="test").rc == 0
+    import shutil
+
+    shutil.rmtree(workspace.root / ".buildtool")
+    rc, out, err = workspace.run("explain", "--test")
+    assert rc == 0, out + err
+    assert "//:t  PASSED (cached): " in out and "its pass with this key is in the cache" in out, out
+    assert "explain: 2 targets: 1 restore, 1 cached pass (nothing was run)" in out, out
+    rc, out, err = workspace.run("explain", "//:t")
+    assert rc == 0 and "explain: 2 targets: 1 restore, 1 not run (nothing was run)" in out, out + err
