@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Workspace
@@ -182,24 +183,30 @@ def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     assert c.path("gen/names.h").read_bytes() == good
 
 
+def _damage_the_header_entry(nginx: remote_servers.Server, prefix: str, damage: Callable[[Any], None]) -> None:
+    """Edit the output file of the one action-cache entry naming names.h (//gen:header's), as
+    a damaged or hostile cache under ``prefix`` would hold it."""
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+    changed = 0
+    for f in (nginx.workdir / "cache" / prefix / "ac").iterdir():
+        res = re_pb2.ActionResult()
+        res.ParseFromString(f.read_bytes())
+        if any(o.path == "names.h" for o in res.output_files):
+            damage(res.output_files[0])
+            f.write_bytes(res.SerializeToString())
+            changed += 1
+    assert changed == 1
+
+
 def test_cache_entry_naming_undeclared_paths_is_refused(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:
     """An action result that names another path (e.g. ../../etc/x) is a miss, never written."""
-    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-
     a, b = _checkouts(make_workspace, f"paths-{time.time_ns()}")
     url = f"{nginx.url}/paths"
     assert a.build("--remote-cache", url).rc == 0
-    changed = 0
-    for f in (nginx.workdir / "cache" / "paths" / "ac").iterdir():
-        res = re_pb2.ActionResult()
-        res.ParseFromString(f.read_bytes())
-        if any(o.path == "names.h" for o in res.output_files):
-            res.output_files[0].path = "../../escaped.h"
-            f.write_bytes(res.SerializeToString())
-            changed += 1
-    assert changed == 1
+    _damage_the_header_entry(nginx, "paths", lambda out: setattr(out, "path", "../../escaped.h"))
     r = b.build("--remote-cache", url)
     assert r.rc == 0, r.output
     assert r.status("//gen:header") == "ran"
@@ -214,20 +221,10 @@ def test_a_malformed_digest_in_an_entry_is_a_miss_for_that_target_only(
     """An action result naming a digest that is not 64 lowercase hex digits (a space, a
     newline, a path) is a miss for its target: the other targets still come from the cache
     (the breaker did not trip), nothing odd reaches a URL."""
-    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-
     a, b = _checkouts(make_workspace, f"malformed-{time.time_ns()}")
     url = f"{nginx.url}/malformed-{len(bad)}-{bad[:2].strip()}"
     assert a.build("--remote-cache", url).rc == 0
-    changed = 0
-    for f in (nginx.workdir / "cache" / url.rpartition("/")[2] / "ac").iterdir():
-        res = re_pb2.ActionResult()
-        res.ParseFromString(f.read_bytes())
-        if any(o.path == "names.h" for o in res.output_files):
-            res.output_files[0].digest.hash = bad
-            f.write_bytes(res.SerializeToString())
-            changed += 1
-    assert changed == 1
+    _damage_the_header_entry(nginx, url.rpartition("/")[2], lambda out: setattr(out.digest, "hash", bad))
     r = b.build("--remote-cache", url)
     assert r.rc == 0, r.output
     assert r.status("//gen:header") == "ran"
