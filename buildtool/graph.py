@@ -287,17 +287,24 @@ class GraphBuilder:
                 meant.append(f"'//{below}' (a package)")
         elif ":" in text and labels._parses(f"//{text}"):
             p, n = labels.parse_label(f"//{text}", "")
-            joined = f"{p}/{n}" if p else n
             if self.loader.package_exists(p) and n in self.loader.load(p):
                 meant.append(f"'//{text}'")
-            elif self.loader.package_exists(joined) and n in self.loader.load(joined):
-                meant.append(f"'//{joined}:{n}'")
+            elif (slashed := self._slash_for_colon(p, n)) is not None:
+                meant.append(f"'{slashed}'")
         else:
             producer = self._producer_of(posixpath.normpath(f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text))
             if producer is not None:
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
+
+    def _slash_for_colon(self, pkg: str, name: str) -> str | None:
+        """``//lib/core:core`` for ``lib``/``core`` when package lib/core has a target core:
+        the label meant by ``//lib:core`` (a ':' typed for a '/'), or None."""
+        joined = f"{pkg}/{name}" if pkg else name
+        if self.loader.package_exists(joined) and name in self.loader.load(joined):
+            return labels.label_str(joined, name)
+        return None
 
     def _producer_of(self, path: str) -> str | None:
         """The label of the target declaring the output ``path`` (workspace-relative), found
@@ -323,9 +330,10 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         name = text.rpartition(":")[2] if ":" in text else ""
+        slashed = self._slash_for_colon(pkg, name) if name else None
+        if slashed is not None:
+            return f"; did you mean {slashed}?"
         joined = f"{pkg}/{name}" if pkg and name else name
-        if joined and self.loader.package_exists(joined):
-            return f"; did you mean //{joined}:{name}?"
         packages = self.loader.all_packages()
         for wanted in (pkg, joined):
             close = difflib.get_close_matches(wanted, packages, n=1) if wanted else []
@@ -338,11 +346,10 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         close = difflib.get_close_matches(name, list(decls), n=1)
-        joined = f"{pkg}/{name}" if pkg else name
         if close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
-        elif self.loader.package_exists(joined) and name in self.loader.load(joined):
-            msg += f"; did you mean //{joined}:{name}?"  # (a ':' typed for a '/')
+        elif (slashed := self._slash_for_colon(pkg, name)) is not None:
+            msg += f"; did you mean {slashed}?"
         return msg
 
     # -- closure ---------------------------------------------------------------------
@@ -428,10 +435,8 @@ class GraphBuilder:
         p, name = labels.parse_label(f"//{item}", "")
         if self.loader.package_exists(p):
             return f"; did you mean '//{item}'?"
-        joined = f"{p}/{name}" if p else name  # lib:core for the target core of lib/core
-        if ":" in item and self.loader.package_exists(joined):
-            return f"; did you mean '//{joined}:{name}'?"
-        return ""
+        slashed = self._slash_for_colon(p, name) if ":" in item else None
+        return f"; did you mean '{slashed}'?" if slashed is not None else ""
 
     def _subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
         """The package below ``pkg`` that owns the file ``path``, if any (a file belongs to

@@ -995,11 +995,17 @@ class TargetRunner:
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(desc_of(entry), desc, self._owner.get)
-        hit = None if self._never_fresh(t) else \
-            self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
-        if hit is not None:  # (never for a test under --no-cache-tests: it runs, whatever the cache holds)
+        if self.dry_hit(t, key, desc) is not None:
             why += "; would restore from the cache"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
+
+    def dry_hit(self, t: Target, key: str, desc: dict[str, Any]) -> ActionEntry | None:
+        """The cache entry a build would restore ``t`` from, without restoring it (never one
+        for an always=True target or a test under --no-cache-tests: they run, whatever the
+        cache holds)."""
+        if self._never_fresh(t):
+            return None
+        return self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
 
 
 def _make_dir(d: str) -> None:

@@ -897,8 +897,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
                 runner.out_digests[p] = d
             continue
         o = runner._dry_run(t, key, desc, entry)
-        hit = None if never_fresh else \
-            runner.cache.get_action(key) if t.depfile is None else runner._discovered_lookup(t, key, desc)[2]
+        hit = runner.dry_hit(t, key, desc)
         if hit is not None:
             for c in hit.outputs:
                 runner.out_digests[c.path] = c.digest
