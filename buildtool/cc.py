@@ -29,6 +29,7 @@ import shlex
 import sys
 
 from buildtool.dsl import current_context, genrule, getenv, group, test
+from buildtool.labels import _NAME_RE
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build that evaluates BUILD.py files
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def _name_part(key: str) -> str:
     """``key`` as a part of a target name: a character no name may hold (a space, an
     umlaut) becomes ``_``, and then the key gets ``~`` and 8 hex digits of the path's hash,
     so that "a b.c" and "a_b.c" stay two targets."""
-    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-.+=,@~") else "_" for c in key)
+    safe = "".join(c if _NAME_RE.fullmatch(c) else "_" for c in key)  # (labels' own rule, a character at a time)
     if safe == key:
         return key
     import hashlib  # (only for such names)
