@@ -33,6 +33,7 @@ from buildtool.remote.store import (
     Source,
     Store,
     Unavailable,
+    checked_digest,
     marker_digest,
     open_store,
 )
@@ -200,13 +201,11 @@ class RemoteCache:
         if set(files) != want:
             missing = sorted(want - set(files))
             raise RemoteError(f"the entry lacks declared outputs {', '.join(missing)}")
-        need: list[Digest] = [Digest.of(f.digest) for f in files.values()]
+        # (checked: a space in a digest went into a URL and tripped the breaker)
+        need: list[Digest] = [checked_digest(f.digest, "the entry") for f in files.values()]
         for d in (res.stdout_digest, res.stderr_digest):
             if d.hash:
-                need.append(Digest.of(d))
-        for d in need:
-            if not d.well_formed():  # (a space in one went into a URL and tripped the breaker)
-                raise RemoteError(f"the entry names a malformed digest {d.hash[:80]!r} (size {d.size})")
+                need.append(checked_digest(d, "the entry"))
         os.makedirs(self.tmp_dir, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix="remote-", dir=self.tmp_dir)
         try:

@@ -38,6 +38,7 @@ from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execu
 from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
 from buildtool.remote.protos.google.longrunning import operations_pb2_grpc as ops_grpc
 from buildtool.remote.store import RemoteError, Source, Unavailable, marker_digest
+from buildtool.remote.store import checked_digest as _checked
 
 CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
 WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
@@ -415,14 +416,6 @@ class RemoteExecutor:
             st, self._store = self._store, None
         if st is not None:
             st.close()
-
-
-def _checked(p: Any) -> Digest:
-    """The digest a result names, if well formed; else RemoteError (the action runs locally)."""
-    d = Digest.of(p)
-    if not d.well_formed():
-        raise RemoteError(f"the result names a malformed digest {d.hash[:80]!r} (size {d.size})")
-    return d
 
 
 class _QueuedNote:

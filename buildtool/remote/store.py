@@ -46,6 +46,16 @@ class Refused(RemoteError):
     build, keep reading."""
 
 
+def checked_digest(p: Any, whose: str = "the result") -> Digest:
+    """The Digest of a digest message a server sent, if well formed (64 lowercase hex digits
+    and a size), before it goes into a URL, a resource name or the build record; else
+    RemoteError: a miss (or a local run) for that target, never an outage."""
+    d = Digest.of(p)
+    if not d.well_formed():
+        raise RemoteError(f"{whose} names a malformed digest {d.hash[:80]!r} (size {d.size})")
+    return d
+
+
 def marker_digest(marker: str, digest_fn: str, path: str) -> Digest:
     """The Digest of ``path``, an output left in a remote CAS (digest.REMOTE_MARK), on a
     server that hashes with ``digest_fn``; RemoteError if the marker cannot name it there."""
