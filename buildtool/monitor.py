@@ -255,6 +255,7 @@ class Monitor:
         self.links: set[str] = set()  # the symbolic links seen in the workspace (absolute)
         self.link_checks = 0  # links checked so far (one more appeared since ``links_checked_at``:
         self.links_checked_at = 0  # every link is checked again before the next answer)
+        self.moved_out: set[int] = set()  # cookies of names moved away, their arrival not seen yet
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._ctypes = ctypes
         fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -408,9 +409,14 @@ class Monitor:
             while i + 16 <= len(buf):
                 wd = int.from_bytes(buf[i : i + 4], sys.byteorder, signed=True)
                 mask = int.from_bytes(buf[i + 4 : i + 8], sys.byteorder)
+                cookie = int.from_bytes(buf[i + 8 : i + 12], sys.byteorder)
                 n = int.from_bytes(buf[i + 12 : i + 16], sys.byteorder)
                 name = os.fsdecode(buf[i + 16 : i + 16 + n].rstrip(b"\0"))
                 i += 16 + n
+                if mask & IN_MOVED_FROM:
+                    self.moved_out.add(cookie)
+                elif mask & IN_MOVED_TO:
+                    self.moved_out.discard(cookie)
                 self._event(wd, mask, name)
 
     def _event(self, wd: int, mask: int, name: str) -> None:
@@ -461,6 +467,13 @@ class Monitor:
                 self._check_link(path)
             elif st.st_mode & 0o170000 == 0o100000:  # S_IFREG
                 self._check_file(path, st.st_nlink)
+
+    def recheck_hard_links(self) -> None:
+        """After names left the workspace (a move with no arrival in it): every file again.
+        A name made and moved out before its creation was read could not be looked at; if
+        it was a hard link, a file in the workspace now has a name outside, unwatched."""
+        self.moved_out.clear()
+        self._add_tree_or_give_up(self.root)
 
     def recheck_links(self) -> None:
         """After a link appeared: every known link again.  A link resolved through a
@@ -520,6 +533,8 @@ class Monitor:
             synced = self.sync(select_mod)
             if self.link_checks != self.links_checked_at:
                 self.recheck_links()
+            if self.moved_out and synced:  # (the arrival of a move is read by the sync too)
+                self.recheck_hard_links()
             try:
                 same = parts[1] == self.token and int(parts[2]) == self.gen
             except ValueError:

@@ -404,13 +404,27 @@ def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, da
     assert (ws / "up.txt").read_text() == "CHANGED UNDER A DAMAGED CLOCK\n"
 
 
-def test_a_hard_link_moved_out_keeps_the_file_watched(ws: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("paused", [False, True], ids=["seen", "gone-before-looked-at"])
+def test_a_hard_link_moved_out_keeps_the_file_watched(ws: Path, tmp_path: Path, paused: bool) -> None:
     """src/a.txt gets a second name in the workspace, which is then moved out: a.txt still
-    shares its file with the name outside (its watch went with the name moved out)."""
+    shares its file with the name outside.  Paused, the monitor reads the link's creation
+    only after the name left (as on a busy machine): it cannot look at that name, so the
+    move out makes it look for hard-linked files again."""
     cache = tmp_path / "cache"
     armed(ws, cache)
-    os.link(ws / "src" / "a.txt", ws / "k.txt")
-    os.rename(ws / "k.txt", tmp_path / "h.txt")
+    pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
+    if paused:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        os.link(ws / "src" / "a.txt", ws / "k.txt")
+        if not paused:  # the monitor has watched the file through its second name
+            deadline = time.monotonic() + 10
+            while int(monitor.status(str(ws / ".buildtool"))["files"]) < 1:  # type: ignore[arg-type,index]
+                assert time.monotonic() < deadline, "the monitor never watched the hard-linked file"
+                time.sleep(0.02)
+        os.rename(ws / "k.txt", tmp_path / "h.txt")
+    finally:
+        os.kill(pid, signal.SIGCONT)
     rebuilt(ws, cache)  # (the root's listing changed twice)
     for _ in range(2):
         bt(ws, cache, "build")
