@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -536,6 +537,67 @@ def test_a_racy_file_with_a_recorded_digest_is_compared_by_content(tmp_path: Pat
     (root / "src").write_text("src v2\n")
     v = noop.check(str(state), str(root), req)
     assert v is not None and v.changed == ["src", "moved"]
+
+
+def test_a_no_op_signs_what_it_had_to_read_or_list_once_it_is_old(tmp_path: Path) -> None:
+    """A build's last outputs, and their directory, are always racily clean in its
+    snapshot (stored to be read or listed): the first no-op after the racy window signs
+    them by stat, so later ones stat them like the rest; an edit is still a change."""
+    from buildtool import noop
+    from buildtool.digest import hash_bytes
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    (root / "d").mkdir(parents=True)
+    state.mkdir()
+    req = {"mode": "build"}
+    for name in ("src", "d/out"):
+        (root / name).write_text(f"{name} v1\n")
+    seen = {}
+    for name in ("src", "d/out"):
+        st = os.stat(root / name)
+        seen[name] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, time.time_ns(),
+                      hash_bytes((root / name).read_bytes())]
+    assert noop.write(str(state), str(root), req, [], [], ["d"], ["src"], ["d/out"], None, (seen,))
+
+    def stored() -> dict:
+        data = (state / "noop").read_bytes()
+        nl = data.index(b"\n", len(noop.HEADER))
+        return marshal.loads(data[nl + 1 : nl + 1 + int(data[len(noop.HEADER) : nl])])
+
+    assert sorted(stored()["racy"]) == ["d/out", "src"] and stored()["dirs"]["d"][1] is None
+    time.sleep(0.06)  # past the racy window
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []
+    body = stored()
+    assert body["racy"] == {} and body["dirs"]["d"][1:] == [os.stat(root / "d").st_mtime_ns,
+                                                           os.stat(root / "d").st_ctime_ns, os.stat(root / "d").st_ino]
+    assert v.body["racy"] == {}  # (what the monitor's clock is made from)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []
+    (root / "d" / "out").write_text("d/out v2\n")  # same size
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["d/out"]
+    (root / "d" / "new").write_text("")
+    assert noop.check(str(state), str(root), req) is None  # a listing that changed: the full path
+
+
+def test_a_racy_file_read_too_soon_is_not_signed(tmp_path: Path) -> None:
+    """Content verified while the file's stat is still recent proves nothing about a write
+    later in the same clock tick: the row stays racy (read again next time)."""
+    from buildtool import noop
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("x\n")
+    settled: dict[int, list[int]] = {}
+    from buildtool.digest import hash_bytes
+
+    racy = {"f": hash_bytes(b"x\n")}
+    now = time.time_ns()
+    assert noop._verify_racy(str(root), ["f"], [0], racy, now, settled) == []
+    assert settled == {}
+    assert noop._verify_racy(str(root), ["f"], [0], racy, now + 10**9, settled) == []
+    assert settled == {0: noop.stat_row(os.stat(root / "f"))}
 
 
 @pytest.mark.parametrize(
