@@ -144,44 +144,64 @@ def _children_of_session(marker: str) -> list[int]:
 def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
     workspace: Workspace, recorded: bool, clean: bool
 ) -> None:
-    """``recorded=False``: the build was killed after starting the command but before it
-    wrote the pid to .buildtool/children (a window that can last milliseconds while the
-    scheduler's thread waits for the GIL); the command's TMPDIR still gives it away.
+    """The build is killed once its command runs and is listed (on a busy machine the
+    listing can come long after the start).  ``recorded=False``: as a build killed after
+    starting the command but before it wrote the pid to .buildtool/children (a window
+    that can last milliseconds while the scheduler's thread waits for the GIL); the
+    command's TMPDIR still gives it away.
     ``clean``: ``buildtool clean`` comes first; it removes the list of them with the state."""
-    marker = f"orphanmark{os.getpid()}"
+    marker = f"orphanmark{os.getpid()}x{time.monotonic_ns()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
     # append to the output of the next build's run.
     workspace.build_file("", f"""
         genrule(name="slow", srcs=["in.txt"], outs=["o.txt"],
-                cmd="cat $< > $@; sleep 3 # {marker}\\necho ORPHAN >> $@")
+                cmd="cat $< > $@; sleep 30 # {marker}\\necho ORPHAN >> $@")
     """)
     p = popen_build(workspace)
-    deadline = time.monotonic() + 20
-    while not _children_of_session(marker) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _children_of_session(marker), "the command never started"
-    p.send_signal(signal.SIGKILL)
-    p.communicate(timeout=10)
-    assert _children_of_session(marker), "the orphan should have outlived its buildtool"
-    children = workspace.path(".buildtool/children")
-    lines = children.read_text().splitlines()
-    assert len(lines) == 2, lines  # the header and the one command
-    if not recorded:
-        children.write_text(lines[0] + "\n")
-    workspace.build_file("", """
-        genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
-    """)
-    if clean:
-        rc, _, err = workspace.run("clean")
-        assert rc == 0 and "left running by a previous buildtool" in err, err
-        assert not _children_of_session(marker)
-    r = workspace.build()
-    assert r.rc == 0, r.output
-    assert ("left running by a previous buildtool" in r.stderr) is not clean
-    assert not _children_of_session(marker)
-    time.sleep(3.5)  # long enough for a surviving orphan to have appended
-    assert workspace.read("o.txt") == "v1\n"
+    try:
+        children = workspace.path(".buildtool/children")
+
+        def recorded_and_running() -> bool:
+            try:
+                return len(children.read_text().splitlines()) >= 2 and bool(_children_of_session(marker))
+            except OSError:
+                return False
+
+        deadline = time.monotonic() + 20
+        while not recorded_and_running():
+            assert time.monotonic() < deadline, "the command never started (or was never recorded)"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=10)
+        assert _children_of_session(marker), "the orphan should have outlived its buildtool"
+        lines = children.read_text().splitlines()
+        assert len(lines) == 2, lines  # the header and the one command
+        if not recorded:
+            children.write_text(lines[0] + "\n")
+        workspace.build_file("", """
+            genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
+        """)
+        if clean:
+            rc, _, err = workspace.run("clean")
+            assert rc == 0 and "left running by a previous buildtool" in err, err
+            assert not _children_of_session(marker)
+        r = workspace.build()
+        assert r.rc == 0, r.output
+        assert ("left running by a previous buildtool" in r.stderr) is not clean
+        assert not _children_of_session(marker)  # (the shell that would append is gone)
+        assert workspace.read("o.txt") == "v1\n"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for pid in _children_of_session(marker):  # a failure above must not leave the orphan running
+            with contextlib.suppress(OSError):
+                group = os.getpgid(pid)
+                if group == os.getpgid(0):  # (never this test run's own group)
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(group, signal.SIGKILL)
 
 
 # -- commands killed by a signal, partial outputs -------------------------------------------
