@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@contextlib.contextmanager
+def _reaped(p: subprocess.Popen) -> Iterator[None]:  # type: ignore[type-arg]
+    """A buildtool that a failed assertion left running is killed: one left spinning, or
+    sleeping on a lock, would slow every later test."""
+    try:
+        yield
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -31,12 +45,13 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 20
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.05)
-    p.send_signal(sig)
-    p.communicate(timeout=20)
+    with _reaped(p):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        p.send_signal(sig)
+        p.communicate(timeout=20)
     assert p.returncode == code
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {nap}" not in ps
@@ -64,23 +79,28 @@ def test_a_member_that_ignores_sigterm_is_killed_before_buildtool_exits(tmp_path
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
     p = subprocess.Popen(["buildtool", "-C", str(ws), "test"], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.05)
-    if how == "sigterm":
-        p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=20)
+    with _reaped(p):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        if how == "sigterm":
+            p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=20)
     assert p.returncode == (143 if how == "sigterm" else 1)
     time.sleep(0.3)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {nap}" not in ps
 
 
-@pytest.mark.parametrize("where", ["buildfile", "module"])
-def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize(("where", "inherited"), [("buildfile", signal.SIG_DFL), ("module", signal.SIG_DFL),
+                                                  ("buildfile", signal.SIG_IGN)],
+                         ids=["buildfile", "module", "started-with-sigint-ignored"])
+def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str, inherited: object) -> None:
     """A BUILD.py (or a module it imports) that never returns: Ctrl-C ends the command with
-    130 and says which file was running, instead of ending without a word."""
+    130 and says which file was running, instead of ending without a word.  Also when
+    buildtool was started with SIGINT ignored (``buildtool build &`` in a script; and
+    whatever this test run inherited): the build phase stops on it all the same."""
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
     (ws / "buildtool.toml").write_text("")
@@ -95,13 +115,15 @@ def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str) -> 
         expected = "interrupted while evaluating pkg/BUILD.py (at spinning.py:3)"
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
     p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "//..."], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 20
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the BUILD.py never ran"
-        time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=20)
+                         stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))  # type: ignore[arg-type]
+    with _reaped(p):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the BUILD.py never ran"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
     assert p.returncode == 130
     assert f"buildtool: {expected}" in err, err
     assert "Traceback" not in err
