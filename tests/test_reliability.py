@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import sqlite3
@@ -18,7 +19,7 @@ from pathlib import Path
 import cache_verify as cv
 import pytest
 from cache_verify import verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env
+from conftest import BUILDTOOL, Workspace, _clean_env, read_events
 
 MIB = 1 << 20
 
@@ -232,25 +233,44 @@ def test_signalled_or_partial_commands_fail_and_leave_nothing(workspace: Workspa
 
 # -- two builds at once ---------------------------------------------------------------------
 def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) -> None:
-    workspace.build_file("", """
-        genrule(name="slow", outs=["o.txt"], cmd="sleep 1.5; echo done > $@")
+    """The first build's command runs until the test says go, once the second build says
+    it waits (a fixed sleep raced the start of two more buildtools on a busy machine)."""
+    workspace.home.mkdir(parents=True, exist_ok=True)
+    go = workspace.home / "go"
+    workspace.build_file("", f"""
+        genrule(name="slow", outs=["o.txt"], cmd="while [ ! -e {go} ]; do sleep 0.02; done; echo done > $@")
     """)
     first = popen_build(workspace)
-    lock = workspace.root / ".buildtool" / "lock"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-        time.sleep(0.02)
-    holder = int(lock.read_text().strip())
-    assert holder == first.pid
-    rc, _, err = workspace.run("build", "--no-wait")
-    assert rc == 1
-    assert f"pid {first.pid}" in err and "--no-wait" in err
-    second = workspace.build()
-    assert second.rc == 0
-    assert f"waiting for another buildtool (pid {first.pid}) on this workspace" in second.stderr
-    assert first.wait(timeout=30) == 0
-    assert second.status("//:slow") == "up_to_date"  # it saw the first build's result
-    assert workspace.read("o.txt") == "done\n"
+    second = None
+    try:
+        lock = workspace.root / ".buildtool" / "lock"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
+            time.sleep(0.02)
+        holder = int(lock.read_text().strip())
+        assert holder == first.pid
+        rc, _, err = workspace.run("build", "--no-wait")
+        assert rc == 1
+        assert f"pid {first.pid}" in err and "--no-wait" in err
+        events = workspace.home / "second.jsonl"
+        second = popen_build(workspace, "--events", str(events))
+        assert second.stderr is not None
+        ready, _, _ = select.select([second.stderr], [], [], 30)  # (no hang if it never says a word)
+        assert ready, "the second build said nothing in 30 s"
+        said = second.stderr.readline()  # (its first words: it blocks on the lock right after)
+        assert f"waiting for another buildtool (pid {first.pid}) on this workspace" in said, said
+        go.touch()
+        assert second.wait(timeout=30) == 0, second.communicate()
+        assert first.wait(timeout=30) == 0
+        _, ev = read_events(events)
+        assert [e["status"] for e in ev if e["label"] == "//:slow"] == ["up_to_date"]  # the first's result
+        assert workspace.read("o.txt") == "done\n"
+    finally:
+        go.touch()
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
 
 
 def test_two_workspaces_share_one_cache_concurrently(make_workspace, tmp_path: Path) -> None:

@@ -368,14 +368,11 @@ def make_hooked(deps: Sequence[Sequence[int]], priority: Sequence[int] | None, j
 
 def test_a_lane_takes_the_next_command_while_the_last_one_is_recorded() -> None:
     sched, runner, _ = make_hooked([[] for _ in range(6)], None, jobs=2, sleep=0.03, bookkeeping=0.2)
-    t0 = time.monotonic()
     outcomes = sched.run()
-    took = time.monotonic() - t0
     assert statuses(outcomes) == {t: "ran" for t in range(6)}
     assert runner.max_commands == 2  # -j bounds commands...
-    # ...and the bookkeeping overlaps the next commands: 3 rounds of 0.03 s + one 0.2 s tail,
-    # not 3 rounds of 0.23 s.
-    assert took < 0.6, took
+    # ...and the bookkeeping overlaps the next commands: the third command starts before the
+    # first one's outcome is recorded (by order of events, not by a wall-clock bound).
     first_outcome = runner.events.index(("outcome", 0))
     assert ("start", 2) in runner.events[:first_outcome]
 

@@ -229,7 +229,7 @@ def test_a_timed_out_tests_processes_get_their_grace_period(workspace: Workspace
         "def done(*_):\n    time.sleep(0.3)\n    open(sys.argv[1], 'w').write('yes')\n    os._exit(1)\n"
         "signal.signal(signal.SIGTERM, done)\nopen(sys.argv[1] + '.ready', 'w').close()\ntime.sleep(30)\n"
     ))
-    workspace.build_file("", f'test(name="t", srcs=["grace.py"], timeout=1, cmd="python3 grace.py {flag} & wait")')
+    workspace.build_file("", f'test(name="t", srcs=["grace.py"], timeout=3, cmd="python3 grace.py {flag} & wait")')  # (3: python3 is up by then)
     r = workspace.build("//:t", command="test")
     assert r.rc == 1 and "TIMEOUT" in r.stdout, r.output
     assert (tmp_path / "cleaned.ready").exists()

@@ -335,16 +335,28 @@ def test_a_new_directory_a_recursive_glob_reaches_is_taken(tmp_path: Path, cache
 
 
 def _slow_workspace(tmp_path: Path) -> Path:
-    """A 2-second target of s.txt and three quick ones of x.txt, y.txt, z.txt."""
+    """A 4-second target of s.txt, which touches ``tmp_path/slow-started`` first (see
+    ``_slow_started``), and three quick ones of x.txt, y.txt, z.txt."""
     root = tmp_path / "ws"
     write(root / "buildtool.toml", "")
     write(root / "s.txt", "s1\n")
-    lines = ['genrule(name="slow", srcs=["s.txt"], outs=["slow.out"], cmd="cat $< > $@; sleep 2")']
+    started = tmp_path / "slow-started"
+    lines = [f'genrule(name="slow", srcs=["s.txt"], outs=["slow.out"], cmd="cat $< > $@; touch {started}; sleep 4")']
     for n in "xyz":
         write(root / f"{n}.txt", f"{n}1\n")
         lines.append(f'genrule(name="{n}", srcs=["{n}.txt"], outs=["{n}.out"], cmd="cat $< > $@")')
     write(root / "BUILD.py", "\n".join(lines) + "\n")
     return root
+
+
+def _slow_started(tmp_path: Path) -> None:
+    """Wait until //:slow runs (after ``slow-started`` was removed): saves meant to land
+    while it runs wait for it instead of guessing how long a cycle takes to start."""
+    marker = tmp_path / "slow-started"
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "//:slow never started"
+        time.sleep(0.02)
 
 
 def _settled_start(w: Watch) -> int:
@@ -368,8 +380,9 @@ def test_saves_during_a_long_cycle_make_one_next_cycle_and_spare_the_running_one
     w = Watch(root, cache)
     try:
         n0 = _settled_start(w)
+        (tmp_path / "slow-started").unlink()
         write(root / "s.txt", "s2\n")
-        time.sleep(0.3)
+        _slow_started(tmp_path)
         for n in "xyz":
             write(root / f"{n}.txt", f"{n}2\n")
             time.sleep(0.6)
@@ -388,8 +401,9 @@ def test_a_buildfile_saved_by_rename_cancels_the_cycle(tmp_path: Path, cache: Pa
     w = Watch(root, cache)
     try:
         n0 = _settled_start(w)
+        (tmp_path / "slow-started").unlink()
         write(root / "s.txt", "s2\n")
-        time.sleep(0.5)  # //:slow runs
+        _slow_started(tmp_path)
         tmp = root / ".BUILD.py.new"
         tmp.write_text((root / "BUILD.py").read_text() + "# saved\n")
         tmp.rename(root / "BUILD.py")
