@@ -698,15 +698,15 @@ def _settle(
     state_dir: str, body: dict[str, Any], tail: memoryview, paths: list[str],
     dirs: Mapping[str, list[object]], rows: Mapping[int, list[int]],
 ) -> None:
-    """Rewrite the snapshot (and ``body``) that a no-op just vouched for, with the directories and files it
-    had to list or read (stored racily clean by the build) now signed by their stat: the
-    build that wrote it always leaves its last outputs, and the directories they are in,
-    that recent, and without this every later no-op would list and hash them again (~5 ms
-    of a 10,000-target no-op).  Best effort: on any trouble the old snapshot stays."""
+    """Rewrite the snapshot (and ``body``) that a no-op just vouched for, with the
+    directories and files it had to list or read (stored racily clean by the build) now
+    signed by their stat: a build can leave its last outputs, and the directory they are
+    in, that recent, and every later no-op would list and hash them again (~5 ms of a
+    10,000-target no-op).  Best effort: on any trouble the old snapshot stays."""
     new = {k: v for k, v in body.items() if k != "_cols"}
     new["dirs"] = {**body["dirs"], **dirs}
     gone = {paths[k] for k in rows}
-    new["racy"] = {p: d for p, d in body["racy"].items() if p not in gone}
+    new["racy"] = {p: d for p, d in body.get("racy", {}).items() if p not in gone}
     cols = bytearray(tail)
     q = memoryview(cols).cast("q")
     m = len(paths)
