@@ -581,6 +581,34 @@ def test_a_no_op_signs_what_it_had_to_read_or_list_once_it_is_old(tmp_path: Path
     assert noop.check(str(state), str(root), req) is None  # a listing that changed: the full path
 
 
+def test_settling_a_snapshot_without_racy_digests_keeps_the_no_op(tmp_path: Path) -> None:
+    """A body without ``racy`` (absent means empty) whose directory is settled: still a no-op."""
+    from buildtool import noop
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    (root / "d").mkdir(parents=True)
+    state.mkdir()
+    req = {"mode": "build"}
+    (root / "d" / "out").write_text("x\n")
+    time.sleep(0.06)  # the file past the racy window; then its directory changes again
+    (root / "d" / "tmp").write_text("")
+    (root / "d" / "tmp").unlink()
+    assert noop.write(str(state), str(root), req, [], [], ["d"], [], ["d/out"], None, ())
+    data = (state / "noop").read_bytes()
+    nl = data.index(b"\n", len(noop.HEADER))
+    end = nl + 1 + int(data[len(noop.HEADER) : nl])
+    body = marshal.loads(data[nl + 1 : end])
+    assert body["dirs"]["d"][1] is None and body["racy"] == {}
+    del body["racy"]
+    raw = marshal.dumps(body, noop.MARSHAL_VERSION)
+    (state / "noop").write_bytes(noop.HEADER.encode() + b"%d\n" % len(raw) + raw + data[end:])
+    time.sleep(0.06)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == [] and v.body["dirs"]["d"][1] is not None
+
+
 def test_a_racy_file_read_too_soon_is_not_signed(tmp_path: Path) -> None:
     """Content verified while the file's stat is still recent proves nothing about a write
     later in the same clock tick: the row stays racy (read again next time)."""
