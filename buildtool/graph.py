@@ -268,6 +268,9 @@ class GraphBuilder:
             elif pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
+            elif text.startswith(":") and self.cwd_pkg != pkg and self.loader.ws.is_ignored(self.cwd_pkg):
+                msg += (f" (the working directory {self.cwd_pkg} is left out by .buildtoolignore, so {text!r} "
+                        f"names a target of //{pkg}, its nearest package)")
             raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
 

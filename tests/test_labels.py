@@ -194,6 +194,8 @@ def test_an_ignored_package_is_said_to_be_ignored(workspace: Workspace) -> None:
     workspace.write(".buildtoolignore", "ign\n")
     rc, _, err = workspace.run("build", "//ign/p:y")
     assert rc == 2 and "ign/p is left out by .buildtoolignore" in err, err  # (it said "there is no BUILD.py")
+    rc, _, err = workspace.run("build", ":y", cwd=workspace.root / "ign" / "p")  # (it said "no package //")
+    assert rc == 2 and "the working directory ign/p is left out by .buildtoolignore" in err, err
 
 
 def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
