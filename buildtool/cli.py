@@ -270,20 +270,23 @@ def _nothing_changed(n: int, secs: float) -> int:
     return 0
 
 
-def _interruptible() -> None:
+def _interruptible() -> bool:
     """SIGINT stops the command even if it was started with SIGINT ignored (``cmd &`` in a
     script): the build phase stops on it whatever it inherited (as Ninja does), so an
-    evaluation stuck in a BUILD.py must too."""
+    evaluation stuck in a BUILD.py must too.  True if it was ignored (``run`` hands that
+    on to the program it becomes)."""
     import signal
 
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return True
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command not in ("monitor", "worker"):  # (those check their own flags and signals)
         _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
-        _interruptible()
+        args.sigint_ignored = _interruptible()
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 

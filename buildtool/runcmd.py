@@ -92,11 +92,17 @@ def run_command(ns: argparse.Namespace) -> int:
             events=ns.events, wait=not ns.no_wait, action_env=ns.action_env, want_files=True,
         )
         session.build(req, out=sys.stderr)  # raises BuildFailed / Interrupted: the CLI maps the exit code
-    return exec_target(ws.root, t, list(ns.args))
+    return exec_target(ws.root, t, list(ns.args), getattr(ns, "sigint_ignored", False))
 
 
-def exec_target(root: str, t: Any, args: list[str]) -> int:
-    """Replace this process with the target's program (see the module docstring)."""
+def exec_target(root: str, t: Any, args: list[str], sigint_ignored: bool = False) -> int:
+    """Replace this process with the target's program (see the module docstring), with
+    the signal dispositions buildtool was started with: Python ignores SIGPIPE and SIGXFSZ
+    (the program would then die of neither: ``run //:yes | head`` said "Broken pipe"), and
+    ``sigint_ignored``: SIGINT was ignored when buildtool started (the CLI stops on it
+    while building), so the program ignores it too, as ``prog &`` in a script would."""
+    import signal
+
     from buildtool.executor import shell_argv, shell_for
 
     cwd = os.path.join(root, t.pkg)
@@ -120,6 +126,9 @@ def exec_target(root: str, t: Any, args: list[str]) -> int:
     sys.stderr.flush()
     try:
         os.chdir(cwd)
+        for sig, how in ((signal.SIGPIPE, signal.SIG_DFL), (signal.SIGXFSZ, signal.SIG_DFL),
+                         (signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.SIG_DFL)):
+            signal.signal(sig, how)
         os.execve(argv[0], argv, env)
     except OSError as e:
         why = e.strerror

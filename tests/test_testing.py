@@ -8,12 +8,14 @@ appending to a file outside the workspace (an absolute path passed through ``env
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import BUILDTOOL, Workspace, _clean_env
 
 from buildtool.graph import Target
@@ -229,7 +231,8 @@ def test_a_timed_out_tests_processes_get_their_grace_period(workspace: Workspace
         "def done(*_):\n    time.sleep(0.3)\n    open(sys.argv[1], 'w').write('yes')\n    os._exit(1)\n"
         "signal.signal(signal.SIGTERM, done)\nopen(sys.argv[1] + '.ready', 'w').close()\ntime.sleep(30)\n"
     ))
-    workspace.build_file("", f'test(name="t", srcs=["grace.py"], timeout=3, cmd="python3 grace.py {flag} & wait")')  # (3: python3 is up by then)
+    # (timeout 3: python3 has its handler by then, on a busy machine too)
+    workspace.build_file("", f'test(name="t", srcs=["grace.py"], timeout=3, cmd="python3 grace.py {flag} & wait")')
     r = workspace.build("//:t", command="test")
     assert r.rc == 1 and "TIMEOUT" in r.stdout, r.output
     assert (tmp_path / "cleaned.ready").exists()
@@ -380,6 +383,25 @@ def test_run_of_a_program_that_cannot_be_executed_is_127_and_says_why(workspace:
     assert rc == 127 and "its interpreter '/nonexistent/sh' (from its #! line) does not exist" in err, (rc, out, err)
     rc, out, err = workspace.run("run", "//:crlf")  # the kernel looks for "/bin/sh\r": said as such
     assert rc == 127 and "its interpreter '/bin/sh\\r' (from its #! line) does not exist" in err, (rc, out, err)
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_run_hands_the_program_the_signal_dispositions_buildtool_started_with(
+    workspace: Workspace, inherited: str,
+) -> None:
+    """``run`` execs the program as a shell would start it: SIGPIPE and SIGXFSZ (ignored
+    by Python) back to default, SIGINT ignored only if buildtool was started so (the CLI
+    itself stops on it while building)."""
+    workspace.build_file("", 'genrule(name="show", cmd="grep SigIgn /proc/self/status")')
+    how = signal.SIG_IGN if inherited == "ignored" else signal.SIG_DFL
+    p = subprocess.run([BUILDTOOL, "run", "//:show"], cwd=workspace.root, capture_output=True, text=True,
+                       env=_clean_env(workspace.cache, workspace.home), timeout=60,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, how))  # type: ignore[arg-type]
+    assert p.returncode == 0, p.stdout + p.stderr
+    ignored = int(p.stdout.split()[-1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), (sig, p.stdout)
+    assert bool(ignored & (1 << (signal.SIGINT - 1))) is (inherited == "ignored"), p.stdout
 
 
 def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> None:
