@@ -413,11 +413,19 @@ class Monitor:
                 n = int.from_bytes(buf[i + 12 : i + 16], sys.byteorder)
                 name = os.fsdecode(buf[i + 16 : i + 16 + n].rstrip(b"\0"))
                 i += 16 + n
-                if mask & IN_MOVED_FROM:
-                    self.moved_out.add(cookie)
-                elif mask & IN_MOVED_TO:
-                    self.moved_out.discard(cookie)
+                if mask & (IN_MOVED_FROM | IN_MOVED_TO) and self._in_watched_tree(wd, name):
+                    if mask & IN_MOVED_FROM:
+                        self.moved_out.add(cookie)
+                    else:
+                        self.moved_out.discard(cookie)
                 self._event(wd, mask, name)
+
+    def _in_watched_tree(self, wd: int, name: str) -> bool:
+        """Whether ``name`` in the directory of ``wd`` is part of the tree the monitor
+        watches: not the state directory's own entries (its atomic writes move names within
+        it all the time), nor ``.buildtool``/``.git`` at the root (a name moved there has
+        left the watched tree as surely as one moved out of the workspace)."""
+        return wd != self.state_wd and not (wd == self.root_wd and name in (".buildtool", ".git"))
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:  # events were lost: count that, and watch every directory again

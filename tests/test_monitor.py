@@ -404,13 +404,16 @@ def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, da
     assert (ws / "up.txt").read_text() == "CHANGED UNDER A DAMAGED CLOCK\n"
 
 
-@pytest.mark.parametrize("paused", [False, True], ids=["seen", "gone-before-looked-at"])
-def test_a_hard_link_moved_out_keeps_the_file_watched(ws: Path, tmp_path: Path, paused: bool) -> None:
-    """src/a.txt gets a second name in the workspace, which is then moved out: a.txt still
-    shares its file with the name outside.  Paused, the monitor reads the link's creation
-    only after the name left (as on a busy machine): it cannot look at that name, so the
-    move out makes it look for hard-linked files again."""
+@pytest.mark.parametrize(("paused", "into"), [(False, "outside"), (True, "outside"), (True, ".buildtool")],
+                         ids=["seen", "gone-before-looked-at", "into-the-state-dir"])
+def test_a_hard_link_moved_out_keeps_the_file_watched(ws: Path, tmp_path: Path, paused: bool, into: str) -> None:
+    """src/a.txt gets a second name in the workspace, which is then moved out (of the
+    workspace, or into .buildtool/, which is not watched either): a.txt still shares its
+    file with the name out there.  Paused, the monitor reads the link's creation only
+    after the name left (as on a busy machine): it cannot look at that name, so the move
+    out makes it look for hard-linked files again."""
     cache = tmp_path / "cache"
+    outside = tmp_path / "h.txt" if into == "outside" else ws / ".buildtool" / "h.txt"
     armed(ws, cache)
     pid = int(monitor.status(str(ws / ".buildtool"))["pid"])  # type: ignore[arg-type,index]
     if paused:
@@ -422,13 +425,13 @@ def test_a_hard_link_moved_out_keeps_the_file_watched(ws: Path, tmp_path: Path, 
             while int(monitor.status(str(ws / ".buildtool"))["files"]) < 1:  # type: ignore[arg-type,index]
                 assert time.monotonic() < deadline, "the monitor never watched the hard-linked file"
                 time.sleep(0.02)
-        os.rename(ws / "k.txt", tmp_path / "h.txt")
+        os.rename(ws / "k.txt", outside)
     finally:
         os.kill(pid, signal.SIGCONT)
     rebuilt(ws, cache)  # (the root's listing changed twice)
     for _ in range(2):
         bt(ws, cache, "build")
-    (tmp_path / "h.txt").write_text("through the name outside\n")
+    outside.write_text("through the name outside\n")
     rebuilt(ws, cache)
     assert (ws / "up.txt").read_text() == "THROUGH THE NAME OUTSIDE\n"
 
