@@ -290,14 +290,15 @@ class Cache:
             os.close(fd)
         return data if len(data) <= INLINE_MAX else None
 
-    def stream(self, entry: ActionEntry, digest: str | None) -> bytes:
-        """A captured stdout/stderr of ``entry`` (inline or a blob); b"" when absent or bad."""
+    def stream(self, entry: ActionEntry, digest: str | None) -> bytes | None:
+        """A captured stdout/stderr of ``entry`` (inline or a blob): b"" when the action
+        printed nothing, None when its blob is missing or damaged."""
         if not digest:
             return b""
         data = entry.inline.get(digest)
         if data is not None:
-            return data if hash_bytes(data) == digest else b""
-        return self.read_blob(digest) or b""
+            return data if hash_bytes(data) == digest else None
+        return self.read_blob(digest)
 
     def read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)

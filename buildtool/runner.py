@@ -657,7 +657,12 @@ class TargetRunner:
         on_disk: dict[str, str | None] | None = None,
     ) -> Outcome | None:
         """The outcome of putting a cache entry's outputs in place (None: the entry was unusable).
-        ``on_disk``: output -> digest on disk (None: absent), as this thread just found them."""
+        ``on_disk``: output -> digest on disk (None: absent), as this thread just found them.
+        A test whose log (stdout/stderr) the cache no longer has is unusable: the log is
+        what a test's result is read from, so the test runs again."""
+        out, err = self.cache.stream(hit, hit.stdout), self.cache.stream(hit, hit.stderr)
+        if t.kind == "test" and (out is None or err is None):
+            return None
         got = self._restore(t, hit, on_disk)
         if got is None:
             return None
@@ -669,7 +674,7 @@ class TargetRunner:
             f"{why}; {msg}", key=key, cache=where,
             extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
                    "ran_for": hit.duration},
-            stdout=self.cache.stream(hit, hit.stdout), stderr=self.cache.stream(hit, hit.stderr),
+            stdout=out or b"", stderr=err or b"",
         )
 
     def _failed_before(self, t: Target, key: str) -> bool:

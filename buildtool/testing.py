@@ -290,19 +290,20 @@ class TestRunner:
         """A cached pass: keep its log, or replay it from the outcome or the cache's blobs."""
         if self.logs.holds(t, o.key):
             return
-        out, err = o.stdout, o.stderr
+        out: bytes | None = o.stdout
+        err: bytes | None = o.stderr
         if not (out or err):
             cache = getattr(self.inner, "cache", None)
             hit = cache.get_action(o.key) if cache is not None and o.key else None
-            if hit is None:
+            if hit is not None:
+                out, err = cache.stream(hit, hit.stdout), cache.stream(hit, hit.stderr)
+            if hit is None or out is None or err is None:  # (gone, or a log blob missing or damaged)
                 note = (
                     f"buildtool: {t.label} passed before with this key, but its output is no longer in the "
                     "cache; run `buildtool test --no-cache-tests` to see it again\n"
                 )
                 self.logs.write(t, b"", note.encode(), None)
                 return
-            out = cache.stream(hit, hit.stdout)
-            err = cache.stream(hit, hit.stderr)
         self.logs.write(t, out, err, o.key)
 
 

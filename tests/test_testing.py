@@ -213,6 +213,34 @@ def test_cached_result_keeps_the_log_of_the_run_that_passed(workspace: Workspace
     assert workspace.read(".buildtool/testlogs/t/unit.log") == "good\n"  # replayed from the cache
 
 
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_cached_pass_whose_log_the_cache_lost_runs_again(workspace: Workspace, tmp_path: Path, damage: str) -> None:
+    """A fresh checkout sharing the cache, whose blob of the test's stdout is gone or
+    damaged: the log is the test's result, so the test runs again (it got an empty log
+    and "PASSED (cached)" for good); a log lost after the fact gets a note, not nothing."""
+    workspace.build_file("", 'test(name="big", cmd="python3 -c \'print(\\"y\\" * 10000)\'; echo END")')
+    assert workspace.build("//:big", command="test").rc == 0
+    blobs = [p for p in (workspace.cache / "v2" / "cas").rglob("*") if p.is_file()]
+    assert blobs, "the 10 kB stdout should be a blob"
+    for b in blobs:
+        if damage == "deleted":
+            b.unlink()
+        else:
+            b.chmod(0o644)
+            b.write_bytes(b"not the log")
+    fresh = workspace.copy_to(tmp_path / "fresh")  # same cache, no state
+    r = fresh.build("//:big", command="test")
+    assert r.rc == 0 and r.by_label["//:big"]["test"] != "cached" and r.status("//:big") == "ran", r.output
+    assert fresh.read(".buildtool/testlogs/big.log").endswith("y\nEND\n")
+    (fresh.root / ".buildtool" / "testlogs" / "big.log").unlink()  # the log lost on this side, then the cache's
+    for b in (workspace.cache / "v2" / "cas").rglob("*"):
+        if b.is_file():
+            b.unlink()
+    r = fresh.build("//:big", command="test")
+    assert r.rc == 0, r.output
+    assert "no longer in the cache" in fresh.read(".buildtool/testlogs/big.log")
+
+
 def test_timeout_reports_timeout_and_exits_1(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="slow", cmd="echo started; sleep 30", timeout=0.5)')
     r = workspace.build("//:slow", command="test")
