@@ -27,7 +27,7 @@ from buildtool.record import BuildRecord, desc_of
 from buildtool.runner import RunOptions, TargetRunner
 from buildtool.scheduler import Scheduler
 from buildtool.status import Console, EventsWriter, Fanout
-from buildtool.workspace import BUILDFILE, Workspace, find_workspace
+from buildtool.workspace import BUILDFILE, STATE_DIR, Workspace, find_workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ class Session:
         listed = None if loader is None or self.focus is not None or req.mode != "build" \
             else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         phases.end("load buildfiles and graph")
-        _check_report_paths(req, graph, self.ws.root)
+        _check_report_paths(req, graph, self.ws.root, record)
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
         if from_snapshot:
@@ -763,10 +763,11 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     return out
 
 
-def _check_report_paths(req: BuildRequest, graph: Graph, root: str) -> None:
+def _check_report_paths(req: BuildRequest, graph: Graph, root: str, record: BuildRecord) -> None:
     """Refuse (exit 2) a --events, --profile or --junit file that is a source, an output
-    or a BUILD.py of the graph: the report replaced the source (`--junit in.txt`), or the
-    build restored the output over the report (its events lost, exit 0)."""
+    or a BUILD.py of the graph, an output an earlier build recorded, or in the state
+    directory: the report replaced the source (`--junit in.txt`) or the build record
+    (`--junit .buildtool/record`), or a build restored the output over the report."""
     inside: dict[str, tuple[str, str]] = {}
     for flag, path in (("--events", req.events), ("--profile", req.profile), ("--junit", req.junit)):
         if path:
@@ -778,12 +779,19 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str) -> None:
     for rel, (flag, path) in inside.items():
         if rel == BUILDFILE or rel.endswith("/" + BUILDFILE):
             raise UserError(f"{flag} {path}: that is a BUILD.py; name another file")
+        if rel == STATE_DIR or rel.startswith(STATE_DIR + "/"):
+            raise UserError(f"{flag} {path}: that is in the workspace's state directory {STATE_DIR}/; "
+                            "name another file")
     for t in graph.targets:
         for f in (*t.srcs, *t.outs):
             hit = inside.get(f)
             if hit is not None:
                 what = "a source" if f in t.srcs else "an output"
                 raise UserError(f"{hit[0]} {hit[1]}: that is {what} of {t.label}; name another file")
+    for rel, (flag, path) in inside.items():  # (outside this build's graph: a build before made it)
+        label = record.producer_of(rel)
+        if label is not None:
+            raise UserError(f"{flag} {path}: that is an output of {label} (built before); name another file")
 
 
 def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, stats: StatCache) -> None:
