@@ -46,6 +46,22 @@ def write_report(path: str, data: bytes | str) -> None:
         f.write(raw)
 
 
+def remove_stale_report(path: str) -> bool:
+    """After ``write_report`` failed: remove the regular file an earlier run left at
+    ``path`` (through a link: the file it points to), so that report cannot pass for this
+    run's (a CI step shows whatever JUnit file it finds).  True if one was removed."""
+    import stat
+
+    try:
+        real = os.path.realpath(path)
+        if stat.S_ISREG(os.stat(real).st_mode) and not _through_a_descriptor(path):
+            os.unlink(real)
+            return True
+    except OSError:
+        pass
+    return False
+
+
 def _through_a_descriptor(path: str) -> bool:
     """Does ``path`` or a link on its way name an open descriptor (``/proc/*/fd/N``,
     ``/dev/fd/N``), whose file is someone's open stream rather than a file to replace?"""

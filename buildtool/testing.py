@@ -462,6 +462,9 @@ class TestSession:
             try:
                 write_junit(self.junit, cases)
             except OSError as e:
-                self.warn(f"could not write the JUnit file {self.junit} ({e.strerror})")
+                from buildtool.atomic import remove_stale_report
+
+                gone = "; removed the one an earlier run left there" if remove_stale_report(self.junit) else ""
+                self.warn(f"could not write the JUnit file {self.junit} ({e.strerror}){gone}")
                 self.lost_junit = f"--junit {self.junit} could not be written ({e.strerror})"
 

@@ -143,3 +143,29 @@ def test_reports_go_through_links_and_into_pipes_and_a_lost_one_fails_the_job(
                        env={**os.environ, "BUILDTOOL_CACHE_DIR": str(workspace.cache)})
     os.close(wr)
     assert r.returncode == 1 and "the build succeeded, but --junit" in r.stderr, r.stderr
+
+
+def test_a_junit_file_that_cannot_be_written_leaves_no_stale_report(workspace: Workspace, tmp_path: Path) -> None:
+    """The JUnit file of an earlier green run must not stay behind when this run's cannot
+    be written (a full disk: here a file-size limit makes the write fail for real): a CI
+    step reading it would show green for a red job."""
+    import resource
+    import subprocess
+
+    from conftest import BUILDTOOL, _clean_env
+
+    # 80 passing tests: a JUnit file of ~12 kB, while each test's own files stay small
+    workspace.build_file("", '[test(name=f"a_test_with_a_rather_long_name_{i}", cmd="true") for i in range(80)]')
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites tests="1" failures="0"/>\n')  # an earlier run's, green
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    r = subprocess.run([BUILDTOOL, "test", "--junit", str(junit)], cwd=workspace.root,
+                       capture_output=True, text=True, env=_clean_env(workspace.cache, workspace.home),
+                       preexec_fn=small_files, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"could not write the JUnit file {junit}" in r.stderr, r.stderr
+    assert "removed the one an earlier run left there" in r.stderr, r.stderr
+    assert not junit.exists()
