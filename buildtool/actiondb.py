@@ -47,6 +47,21 @@ _TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_SCHEMA", "SQLITE_MISMATCH")
 
 
+def _wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode (kept in the file: done once per cache).  The switch
+    needs the file to itself, and SQLite does not apply the busy timeout to it: two first
+    builds on a new shared cache met there, and one of them read nothing from the cache."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")  # (a read-only file stays as it is: no error)
+            return
+        except _sqlite().OperationalError as e:
+            if getattr(e, "sqlite_errorname", "") not in _TRANSIENT or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 class ActionDBError(OSError):
     """The action database could not be read (for GC: stop rather than guess)."""
 
@@ -160,7 +175,7 @@ class ActionDB:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version not in (0, 1, 2, SCHEMA_VERSION):
                     raise _OtherVersion(version)
-                conn.execute("PRAGMA journal_mode = WAL")
+                _wal(conn)
                 conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
                 if version != SCHEMA_VERSION:
                     _create_or_upgrade(conn)

@@ -72,6 +72,32 @@ def test_concurrent_writers_in_separate_processes_lose_nothing(tmp_path: Path) -
     assert keys == {f"{n}-{i}" for n in "abc" for i in range(300)}
 
 
+FIRST_READER = """
+import sys, time
+from buildtool.actiondb import ActionDB
+db = ActionDB(sys.argv[1], print, print)
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all of them at once
+assert db.get("k") is None
+db.close()
+"""
+
+
+def test_first_builds_opening_a_new_shared_cache_at_once_read_it_without_a_warning(tmp_path: Path) -> None:
+    """Switching a new database to WAL needs it alone, and SQLite applies no busy timeout
+    to that: of two first builds on a new shared cache, one said "busy" and missed."""
+    import time
+
+    for round_ in range(4):
+        d = tmp_path / f"c{round_}"
+        d.mkdir()
+        at = str(time.time() + 1.0)
+        procs = [subprocess.Popen([sys.executable, "-c", FIRST_READER, str(d), at], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(6)]
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0 and out == "", out
+
+
 def test_a_database_held_busy_is_a_miss_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = Calls()
     assert calls.db(tmp_path).put("k", b"old")
