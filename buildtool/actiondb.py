@@ -81,6 +81,7 @@ class ActionDB:
         self._mu = threading.Lock()
         self._touched: set[str] = set()
         self._unusable = False
+        self._read_only = False  # a write was refused as to a read-only file: reads go on
         self._reset_done = False
         self._busy_warned = False
 
@@ -189,7 +190,7 @@ class ActionDB:
         """``fn(connection)`` under the lock; on trouble, the warning or reset it calls for
         and ``default``."""
         sqlite3 = _sqlite()
-        if self._unusable:
+        if self._unusable or (self._read_only and what != "read"):
             return default
         for attempt in (1, 2):
             try:
@@ -209,6 +210,11 @@ class ActionDB:
                     self._warn(f"the cache database {self.path} is {why} ({_describe(e)}); starting it afresh")
                     self._reset()
                     continue
+                if name.startswith("SQLITE_READONLY") and what != "read":  # (a read-only mount: a PR job's)
+                    self._read_only = True
+                    self._on_unusable(f"the cache database {self.path} is read-only ({_describe(e)}); "
+                                      "its entries are still used")
+                    return default
                 self._unusable = True
                 self._on_unusable(f"the cache database {self.path} is unusable ({_describe(e)})")
                 return default

@@ -249,3 +249,30 @@ def test_an_entry_found_under_another_key_starts_the_database_afresh(tmp_path: P
     assert any("is damaged (the entry looked up under bbbbbbbbbbbb is aaaaaaaaaaaa's)" in w for w in calls.warned), \
         calls.warned
     assert cache.get_action("a" * 64) is None  # started afresh: nothing of it is trusted
+
+
+def test_a_read_only_database_still_answers_after_a_store_is_refused(tmp_path: Path) -> None:
+    """A database file this build may not write (another user's shared cache, read by a PR
+    job; here an immutable file): the first store is refused with one warning, and every
+    later lookup still hits (it missed from then on, so which targets a build restored
+    depended on the order they ran in)."""
+    import shutil
+
+    db = Calls().db(tmp_path)
+    assert db.put("k", b"entry")
+    db.close()
+    path = tmp_path / actiondb.FILENAME
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
+    try:
+        calls = Calls()
+        db = calls.db(tmp_path)
+        assert db.get("k") == b"entry"
+        assert db.put("k2", b"new") is False
+        assert db.put("k3", b"new") is False
+        assert len(calls.unusable) == 1 and "read-only" in calls.unusable[0], calls.unusable
+        assert db.get("k") == b"entry" and db.get("k2") is None
+        db.close()
+        assert len(calls.unusable) == 1 and calls.warned == [], (calls.unusable, calls.warned)
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
