@@ -171,47 +171,20 @@ class ActionDB:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            sqlite = _sqlite()
-            conn = sqlite.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn = _sqlite().connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
-                try:
-                    version = conn.execute("PRAGMA user_version").fetchone()[0]
-                except sqlite.OperationalError as e:
-                    if not self._on_read_only_mount(e):
-                        raise
-                    conn.close()
-                    conn = self._read_only_connection()
-                    version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, 2, SCHEMA_VERSION) or (self._read_only and version != SCHEMA_VERSION):
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version not in (0, 1, 2, SCHEMA_VERSION):
                     raise _OtherVersion(version)
-                if not self._read_only:
-                    _wal(conn)
-                    conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
-                    if version != SCHEMA_VERSION:
-                        _create_or_upgrade(conn)
+                _wal(conn)
+                conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
+                if version != SCHEMA_VERSION:
+                    _create_or_upgrade(conn)
             except BaseException:
                 conn.close()
                 raise
             self._conn = conn
         return self._conn
-
-    def _on_read_only_mount(self, e: Exception) -> bool:
-        """Whether opening failed because the database is on a read-only filesystem (a
-        cache volume mounted read-only into a CI job): SQLite cannot make the shared-memory
-        file a WAL database needs next to it, even to read."""
-        return (getattr(e, "sqlite_errorname", "") == "SQLITE_CANTOPEN" and os.path.isfile(self.path)
-                and not os.access(os.path.dirname(self.path), os.W_OK))
-
-    def _read_only_connection(self) -> sqlite3.Connection:
-        """The database opened read-only and immutable (no shared memory, no locks: nothing
-        on that filesystem can change under this build); stores are off, with one warning."""
-        from urllib.parse import quote
-
-        conn = _sqlite().connect(f"file:{quote(self.path)}?mode=ro&immutable=1", uri=True, timeout=BUSY_TIMEOUT_S,
-                                 isolation_level=None, check_same_thread=False)
-        self._read_only = True
-        self._on_unusable(f"the cache database {self.path} is on a read-only filesystem; its entries are still used")
-        return conn
 
     def _guarded(self, what: str, fn: Callable[[sqlite3.Connection], object], default: object) -> object:
         """``fn(connection)`` under the lock; on trouble, the warning or reset it calls for
