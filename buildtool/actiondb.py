@@ -14,8 +14,9 @@ their own, because updating a column of the entries' rows rewrote every page tha
 one (10,000 hits: ~75 ms, against ~20 ms for the narrow table).
 
 Trouble never fails a build.  A busy database is a miss (or a skipped store) with a
-warning; a full, read-only or unopenable one turns caching off for the build
-(``on_unusable``); a damaged database file, or one of another schema version (but 1 and
+warning; one that refuses a store as full or read-only stores nothing more but still
+answers lookups, and an unopenable one turns caching off for the build (both through
+``on_unusable``; ``readable`` tells them apart); a damaged database file, or one of another schema version (but 1 and
 2, which are upgraded in place), is deleted and started afresh (a cache only loses entries).
 GC, which must never mistake an unreadable database for an empty one, gets
 ``ActionDBError`` instead (``rows``).
@@ -81,7 +82,7 @@ class ActionDB:
         self._mu = threading.Lock()
         self._touched: set[str] = set()
         self._unusable = False
-        self._read_only = False  # a write was refused as to a read-only file: reads go on
+        self._read_only = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
         self._busy_warned = False
 
@@ -210,15 +211,20 @@ class ActionDB:
                     self._warn(f"the cache database {self.path} is {why} ({_describe(e)}); starting it afresh")
                     self._reset()
                     continue
-                if name.startswith("SQLITE_READONLY") and what != "read":  # (a read-only mount: a PR job's)
-                    self._read_only = True
-                    self._on_unusable(f"the cache database {self.path} is read-only ({_describe(e)}); "
+                if (name.startswith("SQLITE_READONLY") or name == "SQLITE_FULL") and what != "read":
+                    self._read_only = True  # (a file this build may not write, or a full disk)
+                    self._on_unusable(f"the cache database {self.path} refused a store ({_describe(e)}); "
                                       "its entries are still used")
                     return default
                 self._unusable = True
                 self._on_unusable(f"the cache database {self.path} is unusable ({_describe(e)})")
                 return default
         return default
+
+    @property
+    def readable(self) -> bool:
+        """Whether lookups still go to the database (false once it is unusable)."""
+        return not self._unusable
 
     def damaged(self, why: str) -> None:
         """The caller found the database inconsistent where SQLite did not (an entry filed

@@ -144,7 +144,8 @@ class Cache:
     def _disable(self, why: str) -> None:
         if self.writable:
             self.writable = False
-            self._warn(f"{why}; nothing is stored in the cache for the rest of this build")
+            off = "caching is off" if not self.actions.readable else "nothing is stored in the cache for the rest"
+            self._warn(f"{why}; {off} of this build")
 
     def _blob_path(self, digest: str) -> str:
         return os.path.join(self.dir, "cas", digest[:2], digest)

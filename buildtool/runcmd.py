@@ -97,10 +97,10 @@ def run_command(ns: argparse.Namespace) -> int:
 
 def exec_target(root: str, t: Any, args: list[str], sigint_ignored: bool = False) -> int:
     """Replace this process with the target's program (see the module docstring), with
-    the signal dispositions buildtool was started with: Python ignores SIGPIPE and SIGXFSZ
-    (the program would then die of neither: ``run //:yes | head`` said "Broken pipe"), and
-    ``sigint_ignored``: SIGINT was ignored when buildtool started (the CLI stops on it
-    while building), so the program ignores it too, as ``prog &`` in a script would."""
+    SIGPIPE and SIGXFSZ at their defaults (Python ignores both, and the program would then
+    die of neither: ``run //:yes | head`` said "Broken pipe"; what buildtool inherited for
+    them is not known), and SIGINT ignored if ``sigint_ignored``: it was when buildtool
+    started (the CLI stops on it while building), as ``prog &`` in a script would have it."""
     import signal
 
     from buildtool.executor import shell_argv, shell_for

@@ -270,9 +270,36 @@ def test_a_read_only_database_still_answers_after_a_store_is_refused(tmp_path: P
         assert db.get("k") == b"entry"
         assert db.put("k2", b"new") is False
         assert db.put("k3", b"new") is False
-        assert len(calls.unusable) == 1 and "read-only" in calls.unusable[0], calls.unusable
+        assert len(calls.unusable) == 1 and "refused a store" in calls.unusable[0], calls.unusable
         assert db.get("k") == b"entry" and db.get("k2") is None
         db.close()
         assert len(calls.unusable) == 1 and calls.warned == [], (calls.unusable, calls.warned)
     finally:
         subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_a_full_disk_stops_stores_not_lookups(tmp_path: Path) -> None:
+    """SQLITE_FULL on a store: nothing more is stored (one warning), what is there is still
+    read (a full disk made every later lookup of the build miss)."""
+    import os
+    import shutil
+
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount") or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        calls = Calls()
+        db = calls.db(where)
+        assert db.put("first", b"kept")
+        stored = 0
+        while db.put(f"k{stored}", os.urandom(4000)):
+            stored += 1
+            assert stored < 1000, "the 200k filesystem never filled"
+        assert len(calls.unusable) == 1 and "refused a store" in calls.unusable[0], calls.unusable
+        assert db.put("more", b"x") is False and len(calls.unusable) == 1
+        assert db.get("first") == b"kept"
+        db.close()
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
