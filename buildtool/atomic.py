@@ -46,20 +46,50 @@ def write_report(path: str, data: bytes | str) -> None:
         f.write(raw)
 
 
-def remove_stale_report(path: str) -> bool:
-    """After ``write_report`` failed: remove the regular file an earlier run left at
-    ``path`` (through a link: the file it points to), so that report cannot pass for this
-    run's (a CI step shows whatever JUnit file it finds).  True if one was removed."""
+REPORT_MARKERS = {"--junit": b"<testsuite", "--profile": b'"traceEvents"', "--events": b'"schema"'}
+
+
+def _earlier_report(path: str, marker: bytes) -> bool | None:
+    """What is at ``path``, for a report about to replace it: None if nothing a report
+    could destroy (no file, an empty one, a pipe or device, this process's own stdout or
+    stderr), True if an earlier report of the kind ``marker`` shows in its first 4 kB,
+    False for any other file (a source, an output, a log)."""
     import stat
 
     try:
-        real = os.path.realpath(path)
-        if stat.S_ISREG(os.stat(real).st_mode) and not _through_a_descriptor(path):
-            os.unlink(real)
-            return True
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or _through_a_descriptor(path):
+            return None
+        for fd in (1, 2):
+            try:
+                if os.path.samestat(st, os.fstat(fd)):
+                    return None
+            except OSError:
+                continue
+        with open(path, "rb") as f:
+            return marker in f.read(4096)
     except OSError:
-        pass
-    return False
+        return None
+
+
+def replaceable(path: str, flag: str) -> bool:
+    """Whether the report of ``flag`` may be written at ``path`` (see ``_earlier_report``):
+    not over a file that holds something else."""
+    return _earlier_report(path, REPORT_MARKERS[flag]) is not False
+
+
+def remove_stale_report(path: str, flag: str) -> bool:
+    """After ``write_report`` failed: remove the report of that kind an earlier run left at
+    ``path`` (through a link: the file it points to), so that it cannot pass for this
+    run's (a CI step shows whatever JUnit file it finds); never any other file.  True if
+    one was removed."""
+    if not _earlier_report(path, REPORT_MARKERS[flag]):
+        return False
+    try:
+        os.unlink(os.path.realpath(path))
+        return True
+    except OSError:
+        return False
 
 
 def _through_a_descriptor(path: str) -> bool:

@@ -240,13 +240,6 @@ class BuildRecord:
     def all_outputs(self) -> set[str]:
         return {o[0] for e in self.entries.values() for o in e.get("o", ())}
 
-    def producer_of(self, path: str) -> str | None:
-        """The label whose recorded outputs include ``path``, if any."""
-        for label, e in self.entries.items():
-            if any(o[0] == path for o in e.get("o", ())):
-                return label
-        return None
-
     def _append(self, obj: dict[str, Any]) -> None:
         self._write_line(_line_of(obj) + "\n")
 

@@ -248,7 +248,7 @@ class Session:
         listed = None if loader is None or self.focus is not None or req.mode != "build" \
             else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         phases.end("load buildfiles and graph")
-        _check_report_paths(req, graph, self.ws.root, record)
+        _check_report_paths(req, graph, self.ws.root)
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
         if from_snapshot:
@@ -763,19 +763,22 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     return out
 
 
-def _check_report_paths(req: BuildRequest, graph: Graph, root: str, record: BuildRecord) -> None:
+def _check_report_paths(req: BuildRequest, graph: Graph, root: str) -> None:
     """Refuse (exit 2) a --events, --profile or --junit file that is a source, an output
-    or a BUILD.py of the graph, an output an earlier build recorded, or in the state
-    directory: the report replaced the source (`--junit in.txt`) or the build record
-    (`--junit .buildtool/record`), or a build restored the output over the report."""
+    or a BUILD.py of the graph, in the state directory, or any other existing file but
+    an earlier report of its kind: the report replaced the source (`--junit in.txt`, also
+    of a target outside this build's graph) or the build record (`--junit
+    .buildtool/record`), or a build restored the output over the report.  Paths are
+    compared as they resolve (a link to a source is that source)."""
+    from buildtool.atomic import replaceable
+
+    reports = [(flag, path) for flag, path in (("--events", req.events), ("--profile", req.profile),
+                                               ("--junit", req.junit)) if path]
     inside: dict[str, tuple[str, str]] = {}
-    for flag, path in (("--events", req.events), ("--profile", req.profile), ("--junit", req.junit)):
-        if path:
-            rel = os.path.relpath(os.path.abspath(path), root)
-            if not rel.startswith(".."):
-                inside[rel] = (flag, path)
-    if not inside:
-        return
+    for flag, path in reports:
+        rel = os.path.relpath(os.path.realpath(path), root)
+        if not rel.startswith(".."):
+            inside[rel] = (flag, path)
     for rel, (flag, path) in inside.items():
         if rel == BUILDFILE or rel.endswith("/" + BUILDFILE):
             raise UserError(f"{flag} {path}: that is a BUILD.py; name another file")
@@ -788,10 +791,10 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, record: Buil
             if hit is not None:
                 what = "a source" if f in t.srcs else "an output"
                 raise UserError(f"{hit[0]} {hit[1]}: that is {what} of {t.label}; name another file")
-    for rel, (flag, path) in inside.items():  # (outside this build's graph: a build before made it)
-        label = record.producer_of(rel)
-        if label is not None:
-            raise UserError(f"{flag} {path}: that is an output of {label} (built before); name another file")
+    for flag, path in reports:
+        if not replaceable(path, flag):
+            raise UserError(f"{flag} {path}: that file holds something else than a report of its kind "
+                            "(an earlier run's); name another file, or remove it first")
 
 
 def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, stats: StatCache) -> None:

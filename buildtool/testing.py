@@ -464,7 +464,8 @@ class TestSession:
             except OSError as e:
                 from buildtool.atomic import remove_stale_report
 
-                gone = "; removed the one an earlier run left there" if remove_stale_report(self.junit) else ""
-                self.warn(f"could not write the JUnit file {self.junit} ({e.strerror}){gone}")
+                gone = remove_stale_report(self.junit, "--junit")
+                self.warn(f"could not write the JUnit file {self.junit} ({e.strerror})"
+                          + ("; removed the one an earlier run left there" if gone else ""))
                 self.lost_junit = f"--junit {self.junit} could not be written ({e.strerror})"
 

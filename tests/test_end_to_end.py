@@ -917,20 +917,26 @@ def test_an_output_through_a_symlinked_directory_into_another_package_is_refused
     (["build", "--events", "out.txt"], "--events out.txt: that is an output of //:g"),
     (["build", "--profile", "BUILD.py"], "--profile BUILD.py: that is a BUILD.py"),
     (["test", "//:t", "--junit", ".buildtool/record"], "that is in the workspace's state directory .buildtool/"),
-    (["test", "//:t", "--profile", "out.txt"], "--profile out.txt: that is an output of //:g (built before)"),
+    (["test", "//:t", "--profile", "out.txt"], "--profile out.txt: that file holds something else than a report"),
+    (["test", "//:t", "--junit", "rec.xml"], "--junit rec.xml: that is in the workspace's state directory"),
+    (["test", "//:t", "--events", "notes.txt"], "--events notes.txt: that file holds something else"),
 ])
 def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     workspace: Workspace, args: list[str], needle: str,
 ) -> None:
     """--junit in.txt replaced the source with XML; --events on an output was overwritten
-    by the restored output (events lost, exit 0); --junit .buildtool/record replaced the
-    build record; --profile on the output of a target outside the tests' graph replaced it."""
+    by the restored output (events lost, exit 0); --junit .buildtool/record (here through a
+    link) replaced the build record; --profile on the output of a target outside the
+    tests' graph replaced it; any file but an earlier report is kept."""
     workspace.write("in.txt", "precious\n")
+    workspace.write("notes.txt", "mine\n")
     workspace.build_file("", 'genrule(name="g", outs=["out.txt"], cmd="echo > $@")\n'
                              'test(name="t", srcs=["in.txt"], cmd="true")\n')
     assert workspace.run("build")[0] == 0
+    os.symlink(".buildtool/record", workspace.root / "rec.xml")
     record = workspace.read(".buildtool/record")
     rc, out, err = workspace.run(*args)
     assert rc == 2 and needle in err, (rc, out, err)
     assert workspace.read("in.txt") == "precious\n"
     assert workspace.read(".buildtool/record") == record and workspace.read("out.txt") == "\n"
+    assert workspace.read("notes.txt") == "mine\n"

@@ -169,3 +169,21 @@ def test_a_junit_file_that_cannot_be_written_leaves_no_stale_report(workspace: W
     assert f"could not write the JUnit file {junit}" in r.stderr, r.stderr
     assert "removed the one an earlier run left there" in r.stderr, r.stderr
     assert not junit.exists()
+
+
+def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
+    """After a failed write, the stale report goes; a source (also through a link), a log,
+    or an empty file never does."""
+    from buildtool.atomic import remove_stale_report
+
+    old = tmp_path / "junit.xml"
+    old.write_text('<?xml version="1.0"?>\n<testsuites tests="1"/>\n')
+    src = tmp_path / "in.txt"
+    src.write_text("precious\n")
+    (tmp_path / "link.xml").symlink_to(src)
+    log = tmp_path / "ci.log"
+    log.write_text("[1/2] ran //:a\n")
+    assert remove_stale_report(str(old), "--junit") and not old.exists()
+    for keep in (src, tmp_path / "link.xml", log):
+        assert not remove_stale_report(str(keep), "--junit")
+    assert src.read_text() == "precious\n" and log.exists()
