@@ -349,14 +349,19 @@ def _slow_workspace(tmp_path: Path) -> Path:
     return root
 
 
-def _slow_started(tmp_path: Path) -> None:
-    """Wait until //:slow runs (after ``slow-started`` was removed): saves meant to land
-    while it runs wait for it instead of guessing how long a cycle takes to start."""
+def _slow_running(tmp_path: Path, w: Watch) -> int:
+    """After the first cycle, save s.txt and wait until the cycle it makes runs //:slow
+    (its marker made anew): saves meant to land while it runs wait for it instead of
+    guessing how long a cycle takes to start.  Returns the number of cycles before it."""
+    n0 = _settled_start(w)
     marker = tmp_path / "slow-started"
+    marker.unlink()
+    write(tmp_path / "ws" / "s.txt", "s2\n")
     deadline = time.monotonic() + 20
     while not marker.exists():
         assert time.monotonic() < deadline, "//:slow never started"
         time.sleep(0.02)
+    return n0
 
 
 def _settled_start(w: Watch) -> int:
@@ -379,10 +384,7 @@ def test_saves_during_a_long_cycle_make_one_next_cycle_and_spare_the_running_one
     root = _slow_workspace(tmp_path)
     w = Watch(root, cache)
     try:
-        n0 = _settled_start(w)
-        (tmp_path / "slow-started").unlink()
-        write(root / "s.txt", "s2\n")
-        _slow_started(tmp_path)
+        n0 = _slow_running(tmp_path, w)
         for n in "xyz":
             write(root / f"{n}.txt", f"{n}2\n")
             time.sleep(0.6)
@@ -400,10 +402,7 @@ def test_a_buildfile_saved_by_rename_cancels_the_cycle(tmp_path: Path, cache: Pa
     root = _slow_workspace(tmp_path)
     w = Watch(root, cache)
     try:
-        n0 = _settled_start(w)
-        (tmp_path / "slow-started").unlink()
-        write(root / "s.txt", "s2\n")
-        _slow_started(tmp_path)
+        n0 = _slow_running(tmp_path, w)
         tmp = root / ".BUILD.py.new"
         tmp.write_text((root / "BUILD.py").read_text() + "# saved\n")
         tmp.rename(root / "BUILD.py")
