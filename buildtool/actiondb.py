@@ -16,8 +16,9 @@ one (10,000 hits: ~75 ms, against ~20 ms for the narrow table).
 Trouble never fails a build.  A busy database is a miss (or a skipped store) with a
 warning; one that refuses a store as full or read-only stores nothing more but still
 answers lookups, and an unopenable one turns caching off for the build (both through
-``on_unusable``; ``readable`` tells them apart); a damaged database file, or one of another schema version (but 1 and
-2, which are upgraded in place), is deleted and started afresh (a cache only loses entries).
+``on_unusable``; ``readable`` tells them apart); a damaged database file, or one of
+another schema version (but 1 and 2, which are upgraded in place), is deleted and started
+afresh (a cache only loses entries).
 GC, which must never mistake an unreadable database for an empty one, gets
 ``ActionDBError`` instead (``rows``).
 """
@@ -82,7 +83,7 @@ class ActionDB:
         self._mu = threading.Lock()
         self._touched: set[str] = set()
         self._unusable = False
-        self._read_only = False  # a store was refused (read-only or full): lookups go on
+        self._no_stores = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
         self._busy_warned = False
 
@@ -191,7 +192,7 @@ class ActionDB:
         """``fn(connection)`` under the lock; on trouble, the warning or reset it calls for
         and ``default``."""
         sqlite3 = _sqlite()
-        if self._unusable or (self._read_only and what != "read"):
+        if self._unusable or (self._no_stores and what != "read"):
             return default
         for attempt in (1, 2):
             try:
@@ -212,7 +213,7 @@ class ActionDB:
                     self._reset()
                     continue
                 if (name.startswith("SQLITE_READONLY") or name == "SQLITE_FULL") and what != "read":
-                    self._read_only = True  # (a file this build may not write, or a full disk)
+                    self._no_stores = True  # (a file this build may not write, or a full disk)
                     self._on_unusable(f"the cache database {self.path} refused a store ({_describe(e)}); "
                                       "its entries are still used")
                     return default

@@ -27,23 +27,31 @@ def write_report(path: str, data: bytes | str) -> None:
         os.makedirs(os.path.dirname(real), exist_ok=True)  # (CI names reports/junit.xml in a fresh checkout)
         write_atomic(real, raw)
         return
-    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
-        try:
-            same = os.path.samestat(st, os.fstat(fd))
-        except OSError:
-            continue
-        if same:
-            if stream is not None:
-                stream.flush()  # (what was printed first comes first)
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-            return
+    fd = _own_stream(st)
+    if fd is not None:
+        stream = sys.stdout if fd == 1 else sys.stderr
+        if stream is not None:
+            stream.flush()  # (what was printed first comes first)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        return
     if stat.S_ISREG(st.st_mode) and not _through_a_descriptor(path):
         write_atomic(os.path.realpath(path), raw)
         return
     with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:
         f.write(raw)
+
+
+def _own_stream(st: os.stat_result) -> int | None:
+    """1 or 2 if the file of ``st`` is this process's stdout or stderr, else None."""
+    for fd in (1, 2):
+        try:
+            if os.path.samestat(st, os.fstat(fd)):
+                return fd
+        except OSError:
+            continue
+    return None
 
 
 REPORT_MARKERS = {"--junit": b"<testsuite", "--profile": b'"traceEvents"', "--events": b'"schema"'}
@@ -58,14 +66,8 @@ def _earlier_report(path: str, marker: bytes) -> bool | None:
 
     try:
         st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or _through_a_descriptor(path):
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or _through_a_descriptor(path) or _own_stream(st):
             return None
-        for fd in (1, 2):
-            try:
-                if os.path.samestat(st, os.fstat(fd)):
-                    return None
-            except OSError:
-                continue
         with open(path, "rb") as f:
             return marker in f.read(4096)
     except OSError:
