@@ -233,6 +233,23 @@ class Buildtool(Tool):
             return [sys.executable, "-m", "buildtool"]
         return [self.path]
 
+    def version(self) -> str:
+        """The version, and whether the install compiled the no-op check's C loop
+        (buildtool/_statcmp.c: optional, and worth ~25% of a cold no-op)."""
+        return f"{super().version()} ({'C' if self.has_c_loop() else 'no C'} stat loop)"
+
+    def has_c_loop(self) -> bool:
+        if not self.path:
+            return False
+        python = self.path
+        if python != sys.executable:  # the installed script: its #! line names its interpreter
+            with open(python, "rb") as f:
+                first = f.readline()
+            python = first[2:].strip().decode() if first.startswith(b"#!") else sys.executable
+        probe = "import buildtool.noop as n; print(n._accelerator() is not None)"
+        proc = subprocess.run([python, "-c", probe], cwd="/", capture_output=True, text=True, check=False)
+        return proc.stdout.strip() == "True"
+
     def argv(self, ws: Workspace, jobs: int) -> list[str]:
         return [
             *self.base_argv(),

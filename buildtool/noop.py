@@ -485,7 +485,17 @@ def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo
 
 
 def _compare(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, a: int, b: int) -> list[int]:
-    """The positions ``a <= k < b`` whose file's stat differs from row ``lo + k`` of the columns."""
+    """The positions ``a <= k < b`` whose file's stat differs from row ``lo + k`` of the columns.
+    Columns read from a snapshot (int64 buffers) go to the C loop where it was built
+    (``_statcmp.c``: the same comparison without a ``stat_result`` per file)."""
+    fast = _accelerator()
+    if fast is not None and all(isinstance(c, memoryview) and c.format == "q" for c in cols):
+        return fast(fd, paths, a, b, lo, *cols, MISSING)
+    return _compare_py(fd, paths, cols, lo, a, b)
+
+
+def _compare_py(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, a: int, b: int) -> list[int]:
+    """``_compare`` in Python: what runs where the C loop was not built, and its reference."""
     stat = os.stat
     out = []
     sizes, mtimes, inos, ctimes = (c[lo + a : lo + b] for c in cols)
@@ -499,6 +509,22 @@ def _compare(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, 
         if size != st.st_size or mt != st.st_mtime_ns or ino != st.st_ino or ct != st.st_ctime_ns:
             out.append(k)
     return out
+
+
+_UNLOADED: Any = object()
+_fast: Any = _UNLOADED
+
+
+def _accelerator() -> Callable[..., list[int]] | None:
+    """``_statcmp.changed`` if the C loop was built at install time (optional: it needs a
+    C compiler), else None; imported on first use."""
+    global _fast
+    if _fast is _UNLOADED:
+        try:
+            from buildtool._statcmp import changed as _fast
+        except ImportError:
+            _fast = None
+    return _fast
 
 
 def _one_thread() -> bool:
