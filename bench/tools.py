@@ -241,13 +241,17 @@ class Buildtool(Tool):
     def has_c_loop(self) -> bool:
         if not self.path:
             return False
-        python = self.path
-        if python != sys.executable:  # the installed script: its #! line names its interpreter
-            with open(python, "rb") as f:
+        python = [self.path]
+        if self.path != sys.executable:  # a script: its #! line names its interpreter
+            with open(self.path, "rb") as f:
                 first = f.readline()
-            python = first[2:].strip().decode() if first.startswith(b"#!") else sys.executable
+            python = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+            python = python or [sys.executable]  # (``#!/usr/bin/env python3`` is two words)
         probe = "import buildtool.noop as n; print(n._accelerator() is not None)"
-        proc = subprocess.run([python, "-c", probe], cwd="/", capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run([*python, "-c", probe], cwd="/", capture_output=True, text=True, check=False)
+        except OSError:
+            return False
         return proc.stdout.strip() == "True"
 
     def argv(self, ws: Workspace, jobs: int) -> list[str]:

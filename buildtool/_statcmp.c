@@ -26,10 +26,16 @@
 /* A timestamp in nanoseconds, as os.stat's st_*_ns; 0 if it does not fit in int64 (then
  * it cannot equal a stored value either: the snapshot stores int64). */
 static int to_ns(const struct timespec *ts, int64_t *out) {
-    if (ts->tv_sec > (INT64_MAX - NS_PER_S) / NS_PER_S || ts->tv_sec < INT64_MIN / NS_PER_S + 1)
-        return 0;
-    *out = (int64_t)ts->tv_sec * NS_PER_S + ts->tv_nsec;
-    return 1;
+    int64_t s;
+    return !__builtin_mul_overflow((int64_t)ts->tv_sec, NS_PER_S, &s) && !__builtin_add_overflow(s, ts->tv_nsec, out);
+}
+
+/* Row ``i`` of a column.  The snapshot's columns start wherever its body ends, so they are
+ * not 8-byte aligned: read through memcpy (one plain load where the CPU allows it). */
+static inline int64_t at(const Py_buffer *col, Py_ssize_t i) {
+    int64_t v;
+    memcpy(&v, (const char *)col->buf + i * 8, 8);
+    return v;
 }
 
 /* Whether the file at ``path`` differs from the stored row. */
@@ -61,7 +67,7 @@ static int column(PyObject *obj, Py_buffer *view, Py_ssize_t need) {
     return 0;
 }
 
-static PyObject *changed(PyObject *self, PyObject *args) {
+static PyObject *changed(PyObject *Py_UNUSED(self), PyObject *args) {
     int fd;
     PyObject *paths, *objs[4];
     Py_ssize_t a, b, lo;
@@ -69,7 +75,7 @@ static PyObject *changed(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iO!nnnOOOOL:changed", &fd, &PyList_Type, &paths, &a, &b, &lo, &objs[0], &objs[1],
                           &objs[2], &objs[3], &missing))
         return NULL;
-    if (a < 0 || b < a || b > PyList_GET_SIZE(paths) || lo < 0) {
+    if (a < 0 || b < a || b > PyList_GET_SIZE(paths) || lo < 0 || lo > PY_SSIZE_T_MAX - b) {
         PyErr_SetString(PyExc_ValueError, "positions out of range");
         return NULL;
     }
@@ -83,8 +89,12 @@ static PyObject *changed(PyObject *self, PyObject *args) {
     out = PyList_New(0);
     if (out == NULL)
         goto done;
-    const int64_t *size = col[0].buf, *mtime = col[1].buf, *ino = col[2].buf, *ctime = col[3].buf;
     for (Py_ssize_t k = a; k < b; k++) {
+        if (k >= PyList_GET_SIZE(paths)) { /* another thread shortened it while a stat ran */
+            PyErr_SetString(PyExc_RuntimeError, "the list of paths changed during the check");
+            Py_CLEAR(out);
+            goto done;
+        }
         PyObject *p = PyList_GET_ITEM(paths, k);
         PyObject *encoded = NULL;
         const char *s;
@@ -94,12 +104,14 @@ static PyObject *changed(PyObject *self, PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
+        Py_INCREF(p); /* ``s`` may point into it while the GIL is released */
         if (PyUnicode_IS_ASCII(p)) { /* ASCII is the same bytes in every file system encoding */
             s = (const char *)PyUnicode_DATA(p);
             n = PyUnicode_GET_LENGTH(p);
         } else { /* as os.stat encodes it (surrogateescape included) */
             encoded = PyUnicode_EncodeFSDefault(p);
             if (encoded == NULL) {
+                Py_DECREF(p);
                 Py_CLEAR(out);
                 goto done;
             }
@@ -109,9 +121,12 @@ static PyObject *changed(PyObject *self, PyObject *args) {
         Py_ssize_t i = lo + k;
         /* A NUL inside the path (os.stat raises ValueError): no file has that name, so it
          * is a file that cannot be stat'ed. */
-        int d = (Py_ssize_t)strlen(s) != n ? size[i] != missing
-                                           : differs(fd, s, size[i], mtime[i], ino[i], ctime[i], missing);
+        int64_t size = at(&col[0], i);
+        int d = (Py_ssize_t)strlen(s) != n
+                    ? size != missing
+                    : differs(fd, s, size, at(&col[1], i), at(&col[2], i), at(&col[3], i), missing);
         Py_XDECREF(encoded);
+        Py_DECREF(p);
         if (d) {
             PyObject *v = PyLong_FromSsize_t(k);
             if (v == NULL || PyList_Append(out, v) < 0) {
@@ -134,7 +149,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "buildtool._statcmp", "The no-op check's stat comparison loop in C.", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "buildtool._statcmp",
+    .m_doc = "The no-op check's stat comparison loop in C.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__statcmp(void) { return PyModule_Create(&module); }

@@ -40,7 +40,8 @@ def changed(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[int]
     if cc is None:
         pytest.skip("no C compiler or Python headers: the C loop is not built here")
     out = tmp_path_factory.mktemp("statcmp") / f"_statcmp{sysconfig.get_config_var('EXT_SUFFIX')}"
-    proc = subprocess.run([*cc, "-O2", "-Wall", "-Werror", str(SOURCE), "-o", str(out)], capture_output=True, text=True)
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror"]
+    proc = subprocess.run([*cc, *flags, str(SOURCE), "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     spec = importlib.util.spec_from_file_location("buildtool._statcmp", out)
     assert spec is not None and spec.loader is not None
@@ -49,11 +50,13 @@ def changed(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[int]
     return module.changed
 
 
-def _packed(rows: list[list[int] | None]) -> list[memoryview]:
-    """The columns as a snapshot holds them once read back (noop.check)."""
+def _packed(rows: list[list[int] | None], skew: int = 4) -> list[memoryview]:
+    """The columns as a snapshot holds them once read back (noop.check): cast from where
+    the body ends, ``skew`` bytes past an 8-byte boundary."""
     cols = noop._columns(rows)
     m = len(rows)
-    packed = memoryview(b"".join(array("q", c).tobytes() for c in cols)).cast("q")
+    data = b"\0" * skew + b"".join(array("q", c).tobytes() for c in cols)
+    packed = memoryview(data)[skew:].cast("q")
     return [packed[i * m : (i + 1) * m] for i in range(4)]
 
 
@@ -120,6 +123,7 @@ def test_the_c_loop_finds_exactly_what_the_python_loop_finds(
         want = noop._compare_py(fd, paths, cols, 0, 0, n)
         assert {paths[k] for k in want} == expected
         assert changed(fd, paths, 0, n, 0, *cols, noop.MISSING) == want
+        assert changed(fd, paths, 0, n, 0, *_packed(rows, skew=0), noop.MISSING) == want
         for a, b in [(0, 0), (0, 5), (3, 9), (7, n), (n, n)]:
             assert changed(fd, paths, a, b, 0, *cols, noop.MISSING) == noop._compare_py(fd, paths, cols, 0, a, b)
         # rows ``lo`` on in the columns (the child's part of a split check, by offset)
@@ -162,6 +166,8 @@ def test_the_c_loop_refuses_what_it_cannot_read(changed: Callable[..., list[int]
             changed(fd, ["a", "b"], 0, 2, 1, *cols, noop.MISSING)  # rows 1..2 of 2
         with pytest.raises(ValueError, match="out of range"):
             changed(fd, ["a", "b"], 1, 3, 0, *cols, noop.MISSING)
+        with pytest.raises(ValueError, match="out of range"):
+            changed(fd, ["a", "b"], 0, 1, sys.maxsize, *cols, noop.MISSING)  # lo + b past the largest size
         with pytest.raises(TypeError):
             changed(fd, [b"a", "b"], 0, 2, 0, *cols, noop.MISSING)
         assert changed(fd, ["a", "b"], 0, 2, 0, *cols, noop.MISSING) == []  # both still missing
@@ -187,3 +193,11 @@ def test_the_installed_buildtool_has_the_c_loop_where_it_can_be_built(
         text=True,
     )
     assert proc.stdout.strip() == "True", proc.stderr
+
+
+def test_a_module_compiled_into_the_checkout_is_not_older_than_its_source() -> None:
+    """An editable install (``pip install -e .``) compiles the module next to its source
+    once and never again: after an edit of ``_statcmp.c``, the commands and tests would run
+    the old loop.  Run ``pip install -e .`` again."""
+    for built in SOURCE.parent.glob("_statcmp*.so"):
+        assert built.stat().st_mtime >= SOURCE.stat().st_mtime, f"{built} is older than {SOURCE}: pip install -e ."
