@@ -28,9 +28,11 @@ import threading
 import time
 
 from buildtool.actiondb import ActionDB
+from buildtool.atomic import write_atomic
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 from buildtool.keys import compact_loads
+from buildtool.workspace import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -116,6 +118,19 @@ def safe_rel_path(p: Any) -> bool:
     )
 
 
+def _tag(directory: str) -> None:
+    """Mark the cache dir as a cache (CACHEDIR.TAG): backup tools skip it, and a cache kept
+    inside a workspace stays out of its glob() results and of //... (workspace.py).  A
+    cache dir that cannot be written keeps what it has."""
+    tag = os.path.join(directory, CACHEDIR_TAG)
+    if os.path.isdir(directory) and not os.path.lexists(tag):
+        try:
+            write_atomic(tag, CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag created by buildtool.\n"
+                         b"# For information about cache directory tags, see https://bford.info/cachedir/\n")
+        except OSError:
+            pass
+
+
 class Cache:
     """Blob store + action cache in one directory; thread-safe for parallel workers."""
 
@@ -140,6 +155,7 @@ class Cache:
                 start_counter(self.dir)
         except OSError as e:
             self._disable(f"cache dir {directory} is not usable ({e.strerror})")
+        _tag(directory)
 
     def _disable(self, why: str) -> None:
         if self.writable:

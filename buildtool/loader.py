@@ -18,7 +18,7 @@ import sys
 from buildtool import dsl
 from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequested, UserError
 from buildtool.noop import stat_row
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, MARKER, Workspace
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -194,6 +194,8 @@ class Loader:
                     here = True
                     continue
                 if name == MARKER and rel:  # a workspace of its own inside this one: not ours to walk
+                    return
+                if name == CACHEDIR_TAG and rel and self._cache_dir(f"{rel}/{name}"):
                     return
                 if name in ALWAYS_SKIPPED:
                     continue
@@ -426,6 +428,12 @@ class Loader:
         out.sort()
         return out
 
+    def _cache_dir(self, tag: str) -> bool:
+        """Is the directory of ``tag`` (a CACHEDIR.TAG below the root) a cache, whose files
+        are no sources?  The tag's content decides, so the build depends on it."""
+        self.read_files.add(tag)
+        return is_cache_tag(os.path.join(self.ws.root, tag))
+
     def _list_package_files(self, pkg: str, sub: str, out: list[str]) -> None:
         wrel = "/".join(p for p in (pkg, sub) if p)
         self.glob_dirs.add(wrel)
@@ -435,9 +443,13 @@ class Loader:
         except OSError:
             return
         dirs = []
+        start = len(out)
         with it:
             for entry in it:
                 name = entry.name
+                if name == CACHEDIR_TAG and wrel and self._cache_dir(f"{wrel}/{name}"):
+                    del out[start:]  # (this directory's files listed so far)
+                    return
                 rel = f"{sub}/{name}" if sub else name
                 try:
                     if entry.is_dir(follow_symlinks=False):

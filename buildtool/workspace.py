@@ -15,6 +15,21 @@ BUILDFILE = "BUILD.py"  # a package's build file
 STATE_DIR = ".buildtool"
 IGNORE_FILE = ".buildtoolignore"
 ALWAYS_SKIPPED = frozenset({".git", STATE_DIR, ".hg", ".svn"})
+# A directory holding this file, starting with this signature, is a cache (the Cache
+# Directory Tagging Specification, https://bford.info/cachedir/, honoured by tar, borg,
+# restic): its files are no sources, and no BUILD.py below it is a package.  buildtool
+# tags its own cache dir, so a cache kept inside a workspace stays out of glob() and //...
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+
+
+def is_cache_tag(path: str) -> bool:
+    """Does the file at ``path`` start with the cache directory signature?"""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+    except OSError:
+        return False
 
 
 class Workspace:

@@ -426,3 +426,18 @@ def test_an_entry_naming_a_path_outside_the_workspace_is_refused_once_and_delete
     assert cache.get_action("k" * 64) is None  # gone: not warned about again
     assert [w for w in warned if "names a path outside the workspace ('../big.out'); deleting it" in w] == warned
     assert len(warned) == 1
+
+
+def test_the_cache_dir_is_tagged_as_a_cache_and_a_tag_there_is_left_as_it_is(tmp_path: Path) -> None:
+    """CACHEDIR.TAG marks the cache dir for backup tools and for glob() in a workspace that
+    holds it (docs/formats.md); a file of that name already there is the user's."""
+    from buildtool.workspace import CACHEDIR_SIGNATURE, is_cache_tag
+
+    Cache(str(tmp_path / "c"), lambda _: None)
+    assert (tmp_path / "c" / "CACHEDIR.TAG").read_bytes().startswith(CACHEDIR_SIGNATURE + b"\n")
+    assert is_cache_tag(str(tmp_path / "c" / "CACHEDIR.TAG"))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "CACHEDIR.TAG").write_text("mine\n")
+    Cache(str(tmp_path / "d"), lambda _: None)
+    assert (tmp_path / "d" / "CACHEDIR.TAG").read_text() == "mine\n"
+    assert not is_cache_tag(str(tmp_path / "d" / "CACHEDIR.TAG"))

@@ -912,6 +912,36 @@ def test_an_output_through_a_symlinked_directory_into_another_package_is_refused
     assert not workspace.exists("b/x")
 
 
+SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # the Cache Directory Tagging Specification's
+
+
+def test_a_cache_dir_inside_the_workspace_is_neither_sources_nor_packages(workspace: Workspace) -> None:
+    """A cache kept in the workspace (``--cache-dir .cache``): glob(["**/*"]) took in its
+    blobs and database, which every build changes, so the target ran on every build.  The
+    cache dir is tagged (CACHEDIR.TAG), and a tagged directory is left out of glob() and
+    of //..., also another tool's; the tag's content decides, and the no-op sees it change."""
+    workspace.write("data/a.txt", "a\n")
+    workspace.write("tool-cache/blob", "x\n")
+    workspace.build_file("", 'genrule(name="all", srcs=glob(["**/*"]), outs=["list.txt"], cmd="echo $(SRCS) > $@")\n')
+    cache = workspace.root / ".cache"
+    assert workspace.build(cache=cache).rc == 0
+    assert (cache / "CACHEDIR.TAG").read_text().startswith(SIGNATURE + "\n")
+    again = workspace.build(cache=cache)
+    assert again.rc == 0 and again.ran == set(), again.output
+    listed = workspace.read("list.txt").split()
+    assert "data/a.txt" in listed and "tool-cache/blob" in listed and not any(".cache" in p for p in listed)
+
+    workspace.write("tool-cache/CACHEDIR.TAG", SIGNATURE + "\n")  # another tool tags its cache
+    workspace.build_file("tool-cache", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    tagged = workspace.build(cache=cache)
+    assert tagged.rc == 0 and tagged.ran == {"//:all"}, tagged.output
+    assert not any("tool-cache" in p for p in workspace.read("list.txt").split())
+
+    workspace.write("tool-cache/CACHEDIR.TAG", "not a tag\n")
+    untagged = workspace.build(cache=cache)
+    assert untagged.rc == 0 and "//tool-cache:x" in untagged.ran, untagged.output
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["test", "--junit", "in.txt"], "--junit in.txt: that is a source of //:t"),
     (["build", "--events", "out.txt"], "--events out.txt: that is an output of //:g"),
