@@ -240,6 +240,8 @@ class GraphBuilder:
                         # A typo, not "no tests here" (exit 4): bad input for build and test
                         # alike.  (`test //...` in a workspace without packages has no tests.)
                         msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
+                        if pat.pkg and self.loader.in_cache_dir(pat.pkg):
+                            msg = f"pattern {text!r} matches no package: {self._cache_dir_why(pat.pkg)}"
                         raise UserError(msg)
                 for pkg in pkgs:
                     for name, d in self.loader.load(pkg).items():
@@ -268,6 +270,8 @@ class GraphBuilder:
             elif pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
+            elif pkg and self.loader.in_cache_dir(pkg):
+                msg = f"no package //{pkg} for {text!r}: {self._cache_dir_why(pkg)}"
             elif text.startswith(":") and self.cwd_pkg != pkg and self.loader.ws.is_ignored(self.cwd_pkg):
                 msg += (f" (the working directory {self.cwd_pkg} is left out by .buildtoolignore, so {text!r} "
                         f"names a target of //{pkg}, its nearest package)")
@@ -325,6 +329,13 @@ class GraphBuilder:
             if isinstance(outs, (list, tuple)) and rel in outs:
                 return labels.label_str(d, name)
         return None
+
+    def _cache_dir_why(self, pkg: str) -> str:
+        d = pkg
+        while self.loader.in_cache_dir(d.rpartition("/")[0]):
+            d = d.rpartition("/")[0]  # up to the outermost tagged directory
+        return (f"{d}/ holds a CACHEDIR.TAG, which marks a cache directory: buildtool loads no BUILD.py "
+                "in it nor below it (remove the tag, or keep the package elsewhere)")
 
     def _package_hint(self, pkg: str, text: str) -> str:
         """A "did you mean" for a label of a package that does not exist: ``//lib:core`` for
@@ -399,6 +410,8 @@ class GraphBuilder:
                         raise _err(decl, str(e)) from None
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
+                        if p and self.loader.in_cache_dir(p):
+                            raise _err(decl, f"{msg}: {self._cache_dir_why(p)}")
                         raise _err(decl, msg + self._package_hint(p, item))
                     decls = self.loader.load(p)
                     if n in decls:

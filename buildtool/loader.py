@@ -157,6 +157,7 @@ class Loader:
         # path's packages), a module an import looked for.  One appearing changes the graph.
         self.probes: set[str] = set()
         self._nested: dict[str, bool] = {}  # directory -> in a nested workspace (memo)
+        self._in_cache: dict[str, bool] = {}  # directory -> in a cache directory (memo)
         # Package -> the include patterns of its glob() calls (text, compiled): which new
         # files in a package's directories could change what a glob() returns (watch mode).
         self.glob_rules: dict[str, list[tuple[str, Any]]] = {}
@@ -222,7 +223,22 @@ class Loader:
             return False
         self.probes.add(f"{pkg}/{BUILDFILE}" if pkg else BUILDFILE)
         path = os.path.join(self.ws.root, pkg, BUILDFILE)
-        return os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self.in_nested_workspace(pkg)
+        return (os.path.isfile(path) and not _under_symlink(self.ws.root, pkg) and not self.in_nested_workspace(pkg)
+                and not self.in_cache_dir(pkg))
+
+    def in_cache_dir(self, pkg: str) -> bool:
+        """Is ``pkg`` in a cache directory (a directory below the root, at or above it,
+        holding a CACHEDIR.TAG with the signature)?  Discovery does not walk there, glob()
+        does not list it, and a label does not load it."""
+        if not pkg:
+            return False
+        got = self._in_cache.get(pkg)
+        if got is None:
+            tag = f"{pkg}/{CACHEDIR_TAG}"
+            self.probes.add(tag)
+            got = self._in_cache[pkg] = ((os.path.lexists(os.path.join(self.ws.root, tag)) and self._cache_dir(tag))
+                                         or self.in_cache_dir(pkg.rpartition("/")[0]))
+        return got
 
     def in_nested_workspace(self, pkg: str) -> bool:
         """Is ``pkg`` in a nested workspace (a directory below the root, at or above it,

@@ -53,7 +53,7 @@ from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
 from buildtool.outcome import Outcome, Status
 from buildtool.record import BuildRecord
-from buildtool.workspace import ALWAYS_SKIPPED, IGNORE_FILE, MARKER
+from buildtool.workspace import ALWAYS_SKIPPED, CACHEDIR_TAG, IGNORE_FILE, MARKER
 
 QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
@@ -154,6 +154,10 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         return None
     if rel in ws.loader_files or rel in (MARKER, IGNORE_FILE):
         return Change(rel, "config" if rel in (MARKER, IGNORE_FILE) else "all")
+    if name == CACHEDIR_TAG and structural and (parent in ws.scan_dirs or parent in ws.glob_dirs
+                                                or parent in ws.packages or ws.broken):
+        # a directory becomes a cache or stops being one: packages and globs below it change
+        return Change(rel, "rescan", _owner(ws.packages, parent) or "")
     if structural and not (appears and rel in ws.sources) and _globbed(ws, rel):
         return Change(rel, "package", _owner(ws.packages, parent) or "")
     if rel in ws.sources:

@@ -7,6 +7,7 @@ Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
 from __future__ import annotations
 
 import os
+import stat
 
 from buildtool.errors import UserError
 
@@ -24,12 +25,18 @@ CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 
 
 def is_cache_tag(path: str) -> bool:
-    """Does the file at ``path`` start with the cache directory signature?"""
+    """Is ``path`` a regular file (or a link to one) that starts with the cache directory
+    signature?  (Opened without blocking: a FIFO of that name must not hang the load.)"""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class Workspace:

@@ -441,3 +441,8 @@ def test_the_cache_dir_is_tagged_as_a_cache_and_a_tag_there_is_left_as_it_is(tmp
     Cache(str(tmp_path / "d"), lambda _: None)
     assert (tmp_path / "d" / "CACHEDIR.TAG").read_text() == "mine\n"
     assert not is_cache_tag(str(tmp_path / "d" / "CACHEDIR.TAG"))
+    (tmp_path / "pkg").mkdir()  # a package named as the cache dir: its v2/ is tagged, not its BUILD.py's dir
+    (tmp_path / "pkg" / "BUILD.py").write_text("")
+    Cache(str(tmp_path / "pkg"), lambda _: None)
+    assert not (tmp_path / "pkg" / "CACHEDIR.TAG").exists()
+    assert is_cache_tag(str(tmp_path / "pkg" / cache_mod.LAYOUT / "CACHEDIR.TAG"))

@@ -942,6 +942,25 @@ def test_a_cache_dir_inside_the_workspace_is_neither_sources_nor_packages(worksp
     assert untagged.rc == 0 and "//tool-cache:x" in untagged.ran, untagged.output
 
 
+def test_a_package_in_a_cache_directory_is_no_package_by_any_path(workspace: Workspace) -> None:
+    """Discovery skipped a tagged package while a label still loaded it (and its glob, in
+    its own tagged directory, listed nothing): each way in now says why there is no package.
+    A FIFO named CACHEDIR.TAG is no tag, and reading it does not block the load."""
+    workspace.write("p/in.txt", "hi\n")
+    workspace.build_file("p", 'genrule(name="x", srcs=glob(["*.txt"]), outs=["x.out"], cmd="cat $(SRCS) > $@")\n')
+    workspace.build_file("", 'genrule(name="all", srcs=["//p:x"], outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.write("p/CACHEDIR.TAG", SIGNATURE + "\n")
+    why = "p/ holds a CACHEDIR.TAG, which marks a cache directory"
+    for args in (["//:all"], ["//..."], ["//p:x"], ["//p/..."]):
+        rc, _, err = workspace.run("build", *args)
+        assert rc == 2 and why in err, (args, err)
+    os.unlink(workspace.path("p/CACHEDIR.TAG"))
+    os.mkfifo(workspace.path("p/CACHEDIR.TAG"))
+    rc, _, err = workspace.run("build", "//...")
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["test", "--junit", "in.txt"], "--junit in.txt: that is a source of //:t"),
     (["build", "--events", "out.txt"], "--events out.txt: that is an output of //:g"),

@@ -781,6 +781,11 @@ def test_classify_rules() -> None:
     assert classify(ws, "defs.py", "modified", False).kind == "all"
     assert classify(ws, "p/BUILD.py", "modified", False).pkg == "p"
     assert classify(ws, "q/BUILD.py", "created", False) is None
+    # A cache directory tag appearing where glob() or discovery looked: a new listing of
+    # packages, and the package whose glob listed the directory is evaluated again.
+    tagged = classify(ws, "p/sub/CACHEDIR.TAG", "created", False)
+    assert tagged is not None and tagged.kind == "rescan" and tagged.pkg == "p"
+    assert classify(ws, "q/CACHEDIR.TAG", "created", False) is None  # nobody looked there
     for name in ("a.c.swp", "a.c~", ".#a.c", "4913", "#a.c#"):
         assert is_editor_temp(name)
     assert not is_editor_temp("a.c")
