@@ -171,10 +171,12 @@ class Manifests:
 
 
 def discover(
-    depfile_full: str, root: str, pkg: str, exclude: set[str], digest_of: DigestOf, started_ns: int
+    depfile_full: str, root: str, pkg: str, exclude: set[str], digest_of: DigestOf, started_ns: int,
+    settled: Callable[[str], bool],
 ) -> tuple[dict[str, str], str | None] | str:
     """After a successful run: ({path: digest} of the discovered workspace files, a path that
-    changed while the command ran or None), or an error message."""
+    changed while the command ran or None), or an error message.  A file written just
+    before the start is no race when ``settled`` says a finished dependency wrote it."""
     try:
         dep = parse_file(depfile_full)
     except FileNotFoundError:
@@ -195,7 +197,7 @@ def discover(
         d = digest_of(p)
         if d is None:
             continue
-        if late is None and max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - LATE_WINDOW_NS:
+        if late is None and max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - LATE_WINDOW_NS and not settled(p):
             late = p
         found[p] = d
     return found, late

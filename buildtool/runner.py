@@ -156,6 +156,30 @@ class TargetRunner:
 
         return producer
 
+    def _made_by_dependency(self, t: Target) -> Callable[[str], bool]:
+        """Is ``p`` an output of one of ``t``'s dependencies, direct or not?  All of them
+        finished before ``t``'s command started, so a header one of them wrote just before
+        (a generated header reached through another target) did not change during the
+        run.  (Asked only of such recent files: the output map and ``t``'s ancestors are
+        made on first use.)"""
+        ancestors: set[int] | None = None
+
+        def made(p: str) -> bool:
+            nonlocal ancestors
+            label = self._owner.get(p)
+            if label is None:
+                return False
+            if ancestors is None:
+                ancestors, stack = set(), list(t.deps)
+                while stack:
+                    d = stack.pop()
+                    if d not in ancestors:
+                        ancestors.add(d)
+                        stack.extend(self.graph.targets[d].deps)
+            return self.graph.by_label[label] in ancestors
+
+        return made
+
     def tool_paths(self) -> list[str]:
         """Absolute paths of the tool binaries resolved during this run."""
         return list(self._tool_digests)
@@ -360,7 +384,8 @@ class TargetRunner:
         pdesc = discovered.primary_description(desc)
         exclude = {*pdesc["inputs"], *t.outs, t.depfile}
         full = os.path.join(self.root, t.depfile)
-        got = discovered.discover(full, self.root, t.pkg, exclude, self._discovered_digest, started_ns)
+        got = discovered.discover(full, self.root, t.pkg, exclude, self._discovered_digest, started_ns,
+                                  self._made_by_dependency(t))
         if t.depfile not in t.outs:
             try:
                 os.unlink(full)

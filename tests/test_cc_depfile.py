@@ -187,6 +187,38 @@ def test_missing_or_malformed_depfile_fails_and_deletes_outputs(workspace: Works
     assert r.ran == {"//:ok"}, r.output
 
 
+def test_a_header_a_dependency_of_a_dependency_just_wrote_is_no_race(workspace: Workspace) -> None:
+    """gen.h comes from //:gen, reached through //:mid: written a few ms before //:obj's
+    command started, it looked "changed while the command ran", so //:obj was neither
+    recorded nor cached and ran again on the next build ("never built").  A header edited
+    by hand during a run still leaves the target dirty (test_header_edit_... above)."""
+    ws = workspace
+    ws.build_file(
+        "",
+        """
+        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 1' > $@")
+        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
+        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
+                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
+        """,
+    )
+    ws.write("main.c", "int main;\n")
+    r = ws.build()
+    assert r.rc == 0 and "changed while the command ran" not in r.output, r.output
+    assert ws.build().ran == set()
+    ws.build_file(
+        "",
+        """
+        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 2' > $@")
+        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
+        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
+                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
+        """,
+    )
+    r = ws.build()
+    assert r.ran == {"//:gen", "//:mid", "//:obj"} and "GEN 2" in ws.read("main.o"), r.output
+
+
 def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
     ws = workspace
     ws.write("a.c", "")
