@@ -240,8 +240,9 @@ class GraphBuilder:
                         # A typo, not "no tests here" (exit 4): bad input for build and test
                         # alike.  (`test //...` in a workspace without packages has no tests.)
                         msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
-                        if pat.pkg and self.loader.in_cache_dir(pat.pkg):
-                            msg = f"pattern {text!r} matches no package: {self._cache_dir_why(pat.pkg)}"
+                        if pat.pkg and self.loader.in_cache_dir(pat.pkg) \
+                                and os.path.isdir(os.path.join(self.loader.ws.root, pat.pkg)):
+                            msg += f" that buildtool loads; {self._cache_dir_why(pat.pkg)}"
                         raise UserError(msg)
                 for pkg in pkgs:
                     for name, d in self.loader.load(pkg).items():
@@ -270,7 +271,7 @@ class GraphBuilder:
             elif pkg and self.loader.in_nested_workspace(pkg):
                 msg = (f"no package //{pkg} for {text!r}: it is in a nested workspace (a buildtool.toml at or "
                        "above it); build it from there")
-            elif pkg and self.loader.in_cache_dir(pkg):
+            elif pkg and self._hidden_by_cache_tag(pkg):
                 msg = f"no package //{pkg} for {text!r}: {self._cache_dir_why(pkg)}"
             elif text.startswith(":") and self.cwd_pkg != pkg and self.loader.ws.is_ignored(self.cwd_pkg):
                 msg += (f" (the working directory {self.cwd_pkg} is left out by .buildtoolignore, so {text!r} "
@@ -329,6 +330,10 @@ class GraphBuilder:
             if isinstance(outs, (list, tuple)) and rel in outs:
                 return labels.label_str(d, name)
         return None
+
+    def _hidden_by_cache_tag(self, pkg: str) -> bool:
+        """Is there a ``pkg/BUILD.py`` that a CACHEDIR.TAG at or above it keeps from loading?"""
+        return self.loader.in_cache_dir(pkg) and os.path.isfile(os.path.join(self.loader.ws.root, pkg, BUILDFILE))
 
     def _cache_dir_why(self, pkg: str) -> str:
         d = pkg
@@ -410,7 +415,7 @@ class GraphBuilder:
                         raise _err(decl, str(e)) from None
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
-                        if p and self.loader.in_cache_dir(p):
+                        if p and self._hidden_by_cache_tag(p):
                             raise _err(decl, f"{msg}: {self._cache_dir_why(p)}")
                         raise _err(decl, msg + self._package_hint(p, item))
                     decls = self.loader.load(p)

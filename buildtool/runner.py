@@ -157,17 +157,18 @@ class TargetRunner:
         return producer
 
     def _made_by_dependency(self, t: Target) -> Callable[[str], bool]:
-        """Is ``p`` an output of one of ``t``'s dependencies, direct or not?  All of them
-        finished before ``t``'s command started, so a header one of them wrote just before
-        (a generated header reached through another target) did not change during the
-        run.  (Asked only of such recent files: the output map and ``t``'s ancestors are
-        made on first use.)"""
+        """Is ``p`` an output of one of ``t``'s dependencies, direct or not, and still what
+        that dependency made?  All of them finished before ``t``'s command started, so a
+        header one of them wrote just before (a generated header reached through another
+        target) did not change during the run, unless its content now differs (edited by
+        hand meanwhile: then it did).  Asked only of such recent files: the output map and
+        ``t``'s ancestors are made on first use."""
         ancestors: set[int] | None = None
 
         def made(p: str) -> bool:
             nonlocal ancestors
             label = self._owner.get(p)
-            if label is None:
+            if label is None or p not in self.out_digests:
                 return False
             if ancestors is None:
                 ancestors, stack = set(), list(t.deps)
@@ -176,7 +177,12 @@ class TargetRunner:
                     if d not in ancestors:
                         ancestors.add(d)
                         stack.extend(self.graph.targets[d].deps)
-            return self.graph.by_label[label] in ancestors
+            if self.graph.by_label[label] not in ancestors:
+                return False
+            try:
+                return hash_file(os.path.join(self.root, p)) == self.out_digests[p]
+            except OSError:
+                return False
 
         return made
 

@@ -217,6 +217,21 @@ def test_a_header_a_dependency_of_a_dependency_just_wrote_is_no_race(workspace: 
     )
     r = ws.build()
     assert r.ran == {"//:gen", "//:mid", "//:obj"} and "GEN 2" in ws.read("main.o"), r.output
+    # Changed during the run after all (here by the command itself): still a race.
+    ws.build_file(
+        "",
+        """
+        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 3' > $@")
+        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
+        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
+                cmd="echo '#define GEN 99' > gen.h; cat main.c gen.h > main.o; "
+                    "printf 'main.o: main.c gen.h\\n' > main.d")
+        """,
+    )
+    r = ws.build()
+    assert "input gen.h changed while the command ran" in r.output, r.output
+    r = ws.build()
+    assert "//:obj" in r.ran, r.output
 
 
 def test_depfile_attribute_is_validated(workspace: Workspace) -> None:

@@ -955,6 +955,8 @@ def test_a_package_in_a_cache_directory_is_no_package_by_any_path(workspace: Wor
     for args in (["//:all"], ["//..."], ["//p:x"], ["//p/..."]):
         rc, _, err = workspace.run("build", *args)
         assert rc == 2 and why in err, (args, err)
+    rc, _, err = workspace.run("build", "//p/nothere:x")  # no BUILD.py there: the tag is not the reason
+    assert rc == 2 and "there is no p/nothere/BUILD.py" in err and "CACHEDIR" not in err, err
     os.unlink(workspace.path("p/CACHEDIR.TAG"))
     os.mkfifo(workspace.path("p/CACHEDIR.TAG"))
     rc, _, err = workspace.run("build", "//...")
