@@ -193,41 +193,27 @@ def test_a_header_a_dependency_of_a_dependency_just_wrote_is_no_race(workspace: 
     recorded nor cached and ran again on the next build ("never built").  A header edited
     by hand during a run still leaves the target dirty (test_header_edit_... above)."""
     ws = workspace
-    ws.build_file(
-        "",
-        """
-        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 1' > $@")
-        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
-        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
-                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
-        """,
-    )
+
+    def chain(gen: int, first: str = "") -> None:
+        ws.build_file(
+            "",
+            f"""
+            genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN {gen}' > $@")
+            genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
+            genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
+                    cmd="{first}cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
+            """,
+        )
+
+    chain(1)
     ws.write("main.c", "int main;\n")
     r = ws.build()
     assert r.rc == 0 and "changed while the command ran" not in r.output, r.output
     assert ws.build().ran == set()
-    ws.build_file(
-        "",
-        """
-        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 2' > $@")
-        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
-        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
-                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
-        """,
-    )
+    chain(2)
     r = ws.build()
     assert r.ran == {"//:gen", "//:mid", "//:obj"} and "GEN 2" in ws.read("main.o"), r.output
-    # Changed during the run after all (here by the command itself): still a race.
-    ws.build_file(
-        "",
-        """
-        genrule(name="gen", outs=["gen.h"], cmd="echo '#define GEN 3' > $@")
-        genrule(name="mid", deps=[":gen"], outs=["mid.txt"], cmd="echo mid > $@")
-        genrule(name="obj", srcs=["main.c"], deps=[":mid"], outs=["main.o"], depfile="main.d",
-                cmd="echo '#define GEN 99' > gen.h; cat main.c gen.h > main.o; "
-                    "printf 'main.o: main.c gen.h\\n' > main.d")
-        """,
-    )
+    chain(3, first="echo '#define GEN 99' > gen.h; ")  # changed during the run after all (by the command itself)
     r = ws.build()
     assert "input gen.h changed while the command ran" in r.output, r.output
     r = ws.build()
