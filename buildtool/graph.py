@@ -137,6 +137,17 @@ class Graph:
                     ready.append(c)
         return order
 
+    def closure(self, start: Iterable[int]) -> set[int]:
+        """``start`` and every target they depend on, directly or not."""
+        seen = set(start)
+        stack = list(seen)
+        while stack:
+            for d in self.targets[stack.pop()].deps:
+                if d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return seen
+
     def outputs_of(self, tid: int) -> tuple[str, ...]:
         """The files a label stands for: its outputs, or a group's members' outputs."""
         t = self.targets[tid]

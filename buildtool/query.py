@@ -106,7 +106,7 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
         target = roots(builder, [q.args[1]])
         graph = builder.build(list(dict.fromkeys([*universe, *target])))
         wanted = {graph.by_label[lab] for lab in target}
-        in_universe = _closure(graph, [graph.by_label[lab] for lab in universe])
+        in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         seen = set(wanted)
         stack = list(wanted)
         while stack:
@@ -120,7 +120,7 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
     graph = builder.build(matched)
     if q.fn == "pattern":
         return graph, matched
-    closure = _closure(graph, [graph.by_label[lab] for lab in matched])
+    closure = graph.closure(graph.by_label[lab] for lab in matched)
     if q.fn == "deps":
         return graph, [t.label for t in graph.targets if t.id in closure]
     files: list[str] = []
@@ -128,18 +128,6 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
         if t.id in closure:
             files.extend(t.outs)
     return graph, sorted(set(files))
-
-
-def _closure(graph: Graph, start: list[int]) -> set[int]:
-    seen = set(start)
-    stack = list(start)
-    while stack:
-        x = stack.pop()
-        for d in graph.targets[x].deps:
-            if d not in seen:
-                seen.add(d)
-                stack.append(d)
-    return seen
 
 
 def to_dot(graph: Graph) -> str:

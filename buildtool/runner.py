@@ -171,12 +171,7 @@ class TargetRunner:
             if label is None or p not in self.out_digests:
                 return False
             if ancestors is None:
-                ancestors, stack = set(), list(t.deps)
-                while stack:
-                    d = stack.pop()
-                    if d not in ancestors:
-                        ancestors.add(d)
-                        stack.extend(self.graph.targets[d].deps)
+                ancestors = self.graph.closure(t.deps)
             if self.graph.by_label[label] not in ancestors:
                 return False
             try:
