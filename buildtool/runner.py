@@ -174,10 +174,7 @@ class TargetRunner:
                 ancestors = self.graph.closure(t.deps)
             if self.graph.by_label[label] not in ancestors:
                 return False
-            try:
-                return hash_file(os.path.join(self.root, p)) == self.out_digests[p]
-            except OSError:
-                return False
+            return not self._output_edited(p, self.out_digests[p])
 
         return made
 
@@ -983,11 +980,35 @@ class TargetRunner:
     def _inputs_changed(self, t: Target, recorded: dict[str, str]) -> str | None:
         for p, d in recorded.items():
             if p in self.out_digests:
+                if self._output_edited(p, d):
+                    return p
                 continue
             now = self._disk_digest(p)
             if now != d:
                 return p
         return None
+
+    def _output_edited(self, p: str, made: str) -> bool:
+        """Is a dependency's output no longer what it made (``made``), edited or deleted by
+        hand while this command ran?  One stat: while it matches the one the digest was
+        taken at, the file is unchanged (outputs were just written, so the stat cache's
+        racy-entry rule would re-hash every one of them); a differing stat is hashed."""
+        if is_remote(made):
+            return False  # left in the remote executor's CAS: there is no local file
+        full = os.path.join(self.root, p)
+        try:
+            st = os.stat(full)
+        except OSError:
+            return True
+        e = self.stats.entries.get(p)
+        if e is not None and e[5] == made and (e[0], e[1], e[2], e[3]) == (
+            st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
+        ):
+            return False
+        try:
+            return hash_file(full) != made
+        except OSError:
+            return True
 
     def _store(self, t: Target, key: str, outputs: list[list[Any]], res: Any) -> None:
         with self.cache.storing():  # cache GC (cache_gc.py) waits until the entry is written

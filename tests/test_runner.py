@@ -46,6 +46,39 @@ def test_input_changed_while_running_is_not_recorded(tmp_path: Path) -> None:
     assert events(ev)["//:t"]["status"] == "ran"  # it stayed dirty
 
 
+def test_dependency_output_edited_while_running_is_not_recorded(tmp_path: Path) -> None:
+    """g.txt is //:gen's output; it is edited (here by //:use's own command, standing in for
+    a hand edit) while //:use runs, and //:use reads the edited text.  Recording //:use
+    under the key of what //:gen made would keep that wrong o.txt for good, and cache it."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="gen", outs=["g.txt"], cmd="echo gen > $@")\n'
+        'genrule(name="use", srcs=[":gen"], outs=["o.txt"],\n'
+        '        cmd="if [ ! -e once ]; then touch once; echo edited >> g.txt; fi; cat g.txt > $@")\n',
+    )
+    r = bt(ws, "build", "//:use")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "//:use: input g.txt changed while the command ran; result not recorded" in r.stderr
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "//:use", "--events", str(ev))  # g.txt is made again; //:use was not recorded
+    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
+    assert events(ev)["//:use"]["status"] == "ran"
+    assert (ws / "o.txt").read_text() == (ws / "g.txt").read_text() == "gen\n"
+
+
+def test_dependency_output_untouched_while_running_is_recorded(tmp_path: Path) -> None:
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="gen", outs=["g.txt"], cmd="echo gen > $@")\n'
+        'genrule(name="use", srcs=[":gen"], outs=["o.txt"], cmd="cat g.txt > $@")\n',
+    )
+    r = bt(ws, "build", "//:use")
+    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
+    ev = tmp_path / "ev.jsonl"
+    assert bt(ws, "build", "//:use", "--events", str(ev)).returncode == 0
+    assert events(ev)["//:use"]["status"] == "up_to_date"
+
+
 def test_failed_command_leaves_no_partial_output(tmp_path: Path) -> None:
     ws = make_ws(tmp_path, 'genrule(name="t", outs=["o.txt"], cmd="echo partial > $@; echo boom >&2; exit 7")\n')
     r = bt(ws, "build")
