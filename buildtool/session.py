@@ -31,7 +31,7 @@ from buildtool.workspace import BUILDFILE, STATE_DIR, Workspace, find_workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
     from buildtool.loader import Loader
@@ -244,11 +244,12 @@ class Session:
             loader = Loader(self.ws, record.all_outputs())
             graph = self._graph(loader, req.patterns, req.mode)
         # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
-        struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, self._struct_of(loader)[0])
+        struct = self._struct_of(loader)[0] if loader is not None else verdict.struct if verdict is not None else []
+        struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, struct)
         listed = None if loader is None or self.focus is not None or req.mode != "build" \
             else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
         phases.end("load buildfiles and graph")
-        _check_report_paths(req, graph, self.ws.root)
+        _check_report_paths(req, graph, self.ws.root, struct)
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
         if from_snapshot:
@@ -763,13 +764,14 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     return out
 
 
-def _check_report_paths(req: BuildRequest, graph: Graph, root: str) -> None:
+def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iterable[str]) -> None:
     """Refuse (exit 2) a --events, --profile or --junit file that is a source, an output
-    or a BUILD.py of the graph, in the state directory, or any other existing file but
-    an earlier report of its kind: the report replaced the source (`--junit in.txt`, also
-    of a target outside this build's graph) or the build record (`--junit
-    .buildtool/record`), or a build restored the output over the report.  Paths are
-    compared as they resolve (a link to a source is that source)."""
+    or a BUILD.py of the graph, a file the evaluation read (``struct``: buildtool.toml, an
+    imported module), in the state directory, or any other existing file but an earlier
+    report of its kind: the report replaced the source (`--junit in.txt`, also of a target
+    outside this build's graph), an empty ``buildtool.toml`` or ``__init__.py``, or the
+    build record (`--junit .buildtool/record`), or a build restored the output over the
+    report.  Paths are compared as they resolve (a link to a source is that source)."""
     from buildtool.atomic import replaceable
 
     reports = [(flag, path) for flag, path in (("--events", req.events), ("--profile", req.profile),
@@ -784,6 +786,12 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str) -> None:
             raise UserError(f"{flag} {path}: that is a BUILD.py; name another file")
         if rel == STATE_DIR or rel.startswith(STATE_DIR + "/"):
             raise UserError(f"{flag} {path}: that is in the workspace's state directory {STATE_DIR}/; "
+                            "name another file")
+    real = {os.path.realpath(path): (flag, path) for flag, path in reports}
+    for f in struct if reports else ():
+        hit = real.get(os.path.realpath(f)) if os.path.isabs(f) else inside.get(f)
+        if hit is not None:
+            raise UserError(f"{hit[0]} {hit[1]}: that is {f}, which loading the BUILD.py files reads; "
                             "name another file")
     for t in graph.targets if inside else ():  # (no report in the workspace: no pass over 100,000 targets)
         for f in (*t.srcs, *t.outs):

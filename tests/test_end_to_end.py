@@ -991,3 +991,22 @@ def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     assert workspace.read("in.txt") == "precious\n"
     assert workspace.read(".buildtool/record") == record and workspace.read("out.txt") == "\n"
     assert workspace.read("notes.txt") == "mine\n"
+
+
+def test_a_report_file_may_not_be_a_file_the_buildfiles_read(workspace: Workspace) -> None:
+    """An empty buildtool.toml, .buildtoolignore or __init__.py passed as "an empty file a
+    report may take": the report replaced it and every later build failed to load.  Checked
+    after an evaluation and after a build whose graph came from the no-op snapshot."""
+    workspace.write("tools/__init__.py", "")
+    workspace.write(".buildtoolignore", "")
+    workspace.write("tools/defs.py", "from buildtool.dsl import genrule\n"
+                                     "def g(n): genrule(name=n, outs=[n + '.txt'], cmd='echo > $@')\n")
+    workspace.build_file("", 'from tools.defs import g\ng("a")\ntest(name="t", cmd="true")\n')
+    for first in ("test", "build"):  # the graph evaluated; then the snapshot's
+        for flag, rel in (("--junit" if first == "test" else "--events", "tools/__init__.py"),
+                          ("--events", "buildtool.toml"), ("--profile", ".buildtoolignore")):
+            rc, out, err = workspace.run(first, flag, rel)
+            assert rc == 2 and f"{flag} {rel}: that is {rel}, which loading the BUILD.py files reads" in err, \
+                (first, rc, out, err)
+            assert workspace.read(rel) == "", rel
+        assert workspace.run("build")[0] == 0
