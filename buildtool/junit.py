@@ -31,7 +31,18 @@ def xml_text(data: bytes | str) -> str:
     s = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     if len(s) > MAX_OUTPUT_CHARS:
         s = f"[... {len(s) - MAX_OUTPUT_CHARS} characters cut ...]\n" + s[-MAX_OUTPUT_CHARS:]
-    return _BAD_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return xml_safe(s)
+
+
+def xml_safe(s: str) -> str:
+    """``s`` with the characters XML 1.0 forbids written as ``\\xNN``; a byte of a
+    non-UTF-8 file name (held as a lone surrogate, Python's surrogateescape) as that byte."""
+    return _BAD_XML.sub(_escape, s)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00 if 0xDC80 <= c <= 0xDCFF else c:02x}"
 
 
 def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None) -> ET.ElementTree:
@@ -50,7 +61,8 @@ def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float
     ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "timestamp": stamp})
     for c in cases:
         pkg_label = f"//{c.pkg}"
-        tc = ET.SubElement(ts, "testcase", {"classname": pkg_label, "name": c.label, "time": f"{c.time:.3f}"})
+        tc = ET.SubElement(ts, "testcase", {"classname": xml_safe(pkg_label), "name": xml_safe(c.label),
+                                            "time": f"{c.time:.3f}"})
         if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
             kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
             f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})

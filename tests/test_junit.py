@@ -72,6 +72,20 @@ def test_control_characters_in_output_still_give_valid_xml(tmp_path: Path) -> No
     assert xml_text("tab\tand\nnewline") == "tab\tand\nnewline"
 
 
+def test_a_non_utf8_package_name_still_gives_valid_xml(tmp_path: Path) -> None:
+    """A package directory named with byte 0xE9 (not UTF-8) reaches the label as the lone
+    surrogate U+DCE9; written as a character reference, expat refused the whole report."""
+    label = "//d\udce9:tq"
+    case = TestCase(label, "d\udce9", TestResult.FAILED, 0.1, f"{label} exited with status 1", b"",
+                    ".buildtool/testlogs/x.log")
+    path = tmp_path / "j.xml"
+    write_junit(str(path), [case])
+    tc = ET.parse(path).getroot().find("testsuite/testcase")
+    assert tc is not None and tc.get("name") == "//d\\xe9:tq" and tc.get("classname") == "//d\\xe9"
+    failure = tc.find("failure")
+    assert failure is not None and failure.get("message") == "//d\\xe9:tq exited with status 1"
+
+
 def test_a_carriage_return_in_output_survives_the_xml_reader(tmp_path: Path) -> None:
     """A progress bar's CR must not come back as a line feed (XML end-of-line handling)."""
     case = TestCase("//a:t", "a", TestResult.FAILED, 0.1, "exited with status 1", b"10%\r50%\r\n",
