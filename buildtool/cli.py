@@ -330,6 +330,14 @@ def _check_build_flags(args: argparse.Namespace) -> None:
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         msg = f"-j must be from 1 to {MAX_JOBS} (got {jobs})"
         raise UserError(msg)
+    load = getattr(args, "load", None)
+    if load is not None and not load >= 0:  # (nan too)
+        msg = f"-l must be a load average of 0 or more, 0 for no limit (got {load})"
+        raise UserError(msg)
+    debounce = getattr(args, "debounce_ms", None)
+    if debounce is not None and not 0 <= debounce < float("inf"):
+        msg = f"--debounce-ms must be a number of milliseconds, 0 or more (got {debounce})"
+        raise UserError(msg)
     cache_dir = getattr(args, "cache_dir", None)
     if cache_dir is not None and not cache_dir:
         msg = "--cache-dir must name a directory (got an empty string)"
@@ -405,7 +413,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         test_output=getattr(args, "test_output", "errors"),
         junit=getattr(args, "junit", None),
         profile=args.profile,
-        load=args.load,
+        load=args.load or None,  # -l 0: no limit, as in Ninja
         color=args.color,
         replay_output=args.replay_output,
     )

@@ -149,9 +149,16 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
             check_action_env(v, f"{path}: action_env")
         if k == "pools":
             for name, depth in v.items():
+                if name == "console":
+                    msg = (f"{path}: pools.console cannot be configured: the console pool is built in "
+                           "with depth 1 (its actions share the terminal)")
+                    raise UserError(msg)
                 if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
                     msg = f"{path}: pools.{name} must be a non-negative integer depth (got {depth!r})"
                     raise UserError(msg)
+        if k == "cache_dir" and not v:
+            msg = f"{path}: cache_dir must name a directory (got an empty string)"
+            raise UserError(msg)
         if k == "restore_mode" and v not in RESTORE_MODES:
             msg = f"{path}: restore_mode must be one of {', '.join(RESTORE_MODES)} (got {v!r})"
             raise UserError(msg)

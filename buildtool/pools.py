@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 
 
 class Pools:
-    """Slots per pool name (``console`` has depth 1 unless configured); depth 0 or an
-    unknown pool: unlimited."""
+    """Slots per pool name (``console`` has depth 1: its actions share the terminal);
+    depth 0 or an unknown pool: unlimited."""
 
     def __init__(self, plan: Plan, pool_of: Sequence[str | None] | None, depth: Mapping[str, int] | None) -> None:
         self.plan = plan
         self.pool_of = pool_of
         self.depth = dict(depth or {})
-        self.depth.setdefault("console", 1)
+        self.depth["console"] = 1
         self.use: dict[str, int] = {}
         self.waiting: dict[str, list[tuple[object, ...]]] = {}
 

@@ -141,3 +141,19 @@ def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
     assert view["BUILDTOOL_REMOTE_CACHE"].startswith("blake2b:") and "s3cret" not in repr(view)
     monkeypatch.setenv("BUILDTOOL_REMOTE_CACHE", "http://ci:other@host/x")
     assert noop.env_view([]) != view
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ('cache_dir = ""\n', "cache_dir must name a directory (got an empty string)"),
+    ("[pools]\nconsole = 4\n", "pools.console cannot be configured: the console pool is built in with depth 1"),
+])
+def test_values_that_were_taken_silently_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, needle: str,
+) -> None:
+    """``cache_dir = ""`` fell back to the default shared cache (``--cache-dir ''`` is an
+    error); ``console = 4`` let console actions share the terminal four at a time."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    _write(tmp_path / "ws" / "buildtool.toml", toml)
+    with pytest.raises(config.UserError) as e:
+        config.load_config(str(tmp_path / "ws"), {})
+    assert f"buildtool.toml: {needle}" in str(e.value)

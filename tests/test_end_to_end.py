@@ -1010,3 +1010,27 @@ def test_a_report_file_may_not_be_a_file_the_buildfiles_read(workspace: Workspac
                 (first, rc, out, err)
             assert workspace.read(rel) == "", rel
         assert workspace.run("build")[0] == 0
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["build", "-l", "-5"], "-l must be a load average of 0 or more, 0 for no limit (got -5.0)"),
+    (["build", "-l", "nan"], "-l must be a load average of 0 or more"),
+    (["watch", "--debounce-ms", "-5"], "--debounce-ms must be a number of milliseconds, 0 or more (got -5.0)"),
+    (["watch", "--debounce-ms", "inf"], "--debounce-ms must be a number of milliseconds"),
+])
+def test_a_negative_or_nan_load_or_debounce_is_exit_2(workspace: Workspace, args: list[str], needle: str) -> None:
+    """-l -5 ran one job at a time and -l nan was ignored; --debounce-ms -5 was taken."""
+    workspace.build_file("", 'genrule(name="g", outs=["g.txt"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run(*args)
+    assert rc == 2 and needle in err, (rc, out, err)
+    assert not workspace.exists("g.txt")
+
+
+def test_load_limit_zero_means_no_limit(workspace: Workspace, tmp_path: Path) -> None:
+    """As Ninja's -l 0: with an impossible limit of 0, two jobs still overlap."""
+    workspace.build_file("", "".join(
+        f'genrule(name="s{i}", outs=["s{i}.txt"], cmd="touch {tmp_path}/started{i}; '
+        f'for _ in $$(seq 100); do [ -e {tmp_path}/started{1 - i} ] && break; sleep 0.05; done; '
+        f'[ -e {tmp_path}/started{1 - i} ] && echo > $@")\n' for i in (0, 1)))
+    rc, out, err = workspace.run("build", "-j", "2", "-l", "0")
+    assert rc == 0, out + err  # each waits for the other to start: only runs when both run at once
