@@ -48,23 +48,25 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
     width = max((len(graph.targets[t].label) for t in outcomes), default=0)
     for t, o in outcomes.items():
         v = verdict(o)
+        why = reason_text(o)
         if o.reason is Reason.TEST_NOT_RUN:
             v = NOT_RUN
         elif v == RESTORE and graph.targets[t].kind == "test":
             v = CACHED
-        counts[v] = counts.get(v, 0) + 1
-        label = graph.targets[t].label
-        word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
-                FAIL: "WOULD FAIL", NOT_RUN: "not run", CACHED: "PASSED (cached)"}[v]
-        why = reason_text(o)
-        if v == CACHED:
             why = why.replace("; the cache has this key, so it would be restored", "") + \
                 "; its pass with this key is in the cache, so it would not run"
+        elif v == FRESH and graph.targets[t].kind == "test":  # as `test` prints it
+            v = CACHED
+            why = "same action key as its last pass in this workspace, so it would not run"
         elif v == FRESH:
             why = "same action key as this workspace's last build, outputs unchanged"
         elif v == GROUP:
             members = [graph.targets[d].label for d in graph.targets[t].deps]
             why = "runs nothing; builds " + (", ".join(members[:5]) + (" ..." if len(members) > 5 else ""))
+        counts[v] = counts.get(v, 0) + 1
+        label = graph.targets[t].label
+        word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
+                FAIL: "WOULD FAIL", NOT_RUN: "not run", CACHED: "PASSED (cached)"}[v]
         print(f"{label:<{width}}  {word}: {why}", file=out)
     total = sum(counts.values())
     parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL, CACHED, NOT_RUN) if counts.get(k)]

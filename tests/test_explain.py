@@ -146,3 +146,9 @@ def test_tests_are_said_cached_or_not_run_and_counted_so(workspace: Workspace, t
     assert "explain: 2 targets: 1 restore, 1 cached pass (nothing was run)" in out, out
     rc, out, err = workspace.run("explain", "//:t")
     assert rc == 0 and "explain: 2 targets: 1 restore, 1 not run (nothing was run)" in out, out + err
+    # In the workspace that ran it, as `test` says it: PASSED (cached), not "up to date".
+    assert workspace.build(command="test").rc == 0
+    rc, out, err = workspace.run("explain", "--test")
+    assert rc == 0, out + err
+    assert "//:t  PASSED (cached): same action key as its last pass in this workspace" in out, out
+    assert "explain: 2 targets: 1 up to date, 1 cached pass (nothing was run)" in out, out
