@@ -234,7 +234,7 @@ class GraphBuilder:
             try:
                 pat = labels.parse_pattern(text, cur, self.cwd_pkg)
             except labels.LabelError as e:
-                raise UserError(self._bare_name_msg(text, cur) or str(e)) from None
+                raise UserError(self._bare_name_msg(text, cur) or self._file_label_msg(text, cur, str(e))) from None
             matched: list[str] = []
             if pat.kind == "target":
                 decls = self._load_pkg_for(pat.pkg, text)
@@ -317,6 +317,15 @@ class GraphBuilder:
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
 
+    def _file_label_msg(self, text: str, cur: str, msg: str) -> str:
+        """``msg``, and for a file label (``//:obj/x.out``) the target that makes that
+        file, if any: patterns name targets."""
+        found = labels.file_label(text, cur)
+        producer = self._producer_of(posixpath.join(*found) if found[0] else found[1]) if found else None
+        if producer is None:
+            return msg
+        return f"{msg}; did you mean '{producer}' (the target that makes it; patterns name targets, not files)?"
+
     def _slash_for_colon(self, pkg: str, name: str) -> str | None:
         """``//lib/core:core`` for ``lib``/``core`` when package lib/core has a target core:
         the label meant by ``//lib:core`` (a ':' typed for a '/'), or None."""
@@ -375,7 +384,7 @@ class GraphBuilder:
         msg = f"unknown target {text!r}: package //{pkg} has no target named {name!r}"
         import difflib  # (error messages only)
 
-        close = difflib.get_close_matches(name, list(decls), n=1)
+        close = [d for d in decls if d.lower() == name.lower()] or difflib.get_close_matches(name, list(decls), n=1)
         if close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
         elif (slashed := self._slash_for_colon(pkg, name)) is not None:
@@ -423,20 +432,36 @@ class GraphBuilder:
                     try:
                         p, n = labels.parse_label(item, pkg)
                     except labels.LabelError as e:
-                        raise _err(decl, str(e)) from None
+                        found = labels.file_label(item, pkg) if attr == "srcs" else None
+                        if found is None:
+                            raise _err(decl, str(e)) from None
+                        p, n = found  # a file in a directory below its package (//lib:include/x.h)
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
                         if p and self._hidden_by_cache_tag(p):
                             raise _err(decl, f"{msg}: {self._cache_dir_why(p)}")
                         raise _err(decl, msg + self._package_hint(p, item))
                     decls = self.loader.load(p)
+                    sub = self._subpackage_on_the_way(p, f"{p}/{n}" if p else n) if "/" in n else None
+                    if sub is not None:
+                        rest = (f"{p}/{n}" if p else n)[len(sub) + 1:]
+                        raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{p}: "
+                                         f"refer to it as '//{sub}:{rest}'")
                     if n in decls:
                         out.append(("label", labels.label_str(p, n)))
                     elif attr == "srcs" and os.path.isfile(os.path.join(self.loader.ws.root, p, n)):
                         out.append(("file", f"{p}/{n}" if p else n))
                     else:
-                        msg = self._unknown_msg(p, n, item, decls)
-                        raise _err(decl, f"{attr} refers to an {msg[0].lower()}{msg[1:]}")
+                        path = f"{p}/{n}" if p else n
+                        producer = self._producer_of(path)
+                        if producer is not None:
+                            msg = f"{attr} refers to {item!r}, an output of {producer}: refer to '{producer}' instead"
+                        elif "/" in n:  # (a file label: a target's name has no '/')
+                            msg = f"{attr} refers to {item!r}, but there is no file {path}"
+                        else:
+                            msg = self._unknown_msg(p, n, item, decls)
+                            msg = f"{attr} refers to an {msg[0].lower()}{msg[1:]}"
+                        raise _err(decl, msg)
                 elif attr == "deps":
                     msg = f"deps entries must be labels ('//pkg:name' or ':name'), got {item!r}"
                     raise _err(decl, msg + self._absolute_hint(item, pkg))
@@ -599,10 +624,11 @@ class GraphBuilder:
             if src in out_owner:
                 pkg, name = labels.split_label(out_owner[src])
                 d = self.loader.load(pkg)[name]
-                msg = (
-                    f"output {src!r} of {out_owner[src]} is also used as a source file by "
-                    f"{user}; refer to the target's label instead"
-                )
+                if user == out_owner[src]:
+                    msg = f"{src!r} is both an output and a source of {user}: a target cannot read what it writes"
+                else:
+                    msg = (f"output {src!r} of {out_owner[src]} is also used as a source file by "
+                           f"{user}; refer to the target's label instead")
                 raise _err(d, msg)
             full = os.path.join(root, src)
             if not os.path.lexists(full):

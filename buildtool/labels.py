@@ -2,7 +2,8 @@
 
 A target name is one or more of ``A-Z a-z 0-9 _ - . + = , @ ~``; a package path is
 such names joined by ``/`` (no empty, ``.`` or ``..`` component).  The root package is
-``""`` and its targets are written ``//:name``.
+``""`` and its targets are written ``//:name``.  A file label may name a file in a
+directory below its package (``//lib:include/calc.h``): see ``file_label``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,28 @@ def parse_label(text: str, current_pkg: str, cwd_dir: str | None = None) -> tupl
     except LabelError as e:
         msg = f"bad label {text!r}: {e}"
         raise LabelError(msg) from None
+    return pkg, name
+
+
+def file_label(text: str, current_pkg: str) -> tuple[str, str] | None:
+    """``(package, path below it)`` for a label naming a file in a directory below its
+    package (``//lib:include/calc.h``, ``:include/calc.h``), as in Bazel: a target's name
+    has no ``/``, a file's may.  None for any other text."""
+    if not isinstance(text, str):
+        return None
+    if text.startswith(":"):
+        pkg, name = current_pkg, text[1:]
+    elif text.startswith("//") and ":" in text:
+        pkg, _, name = text[2:].partition(":")
+    else:
+        return None
+    if "/" not in name:
+        return None
+    try:
+        check_package(pkg)
+        check_package(name)  # the same rule: names joined by '/', no '.' or '..'
+    except LabelError:
+        return None
     return pkg, name
 
 

@@ -209,7 +209,7 @@ def test_output_equal_to_a_source_of_the_same_target(workspace: Workspace) -> No
     workspace.write("a.txt", "a\n")
     workspace.build_file("", 'genrule(name="t", srcs=["a.txt"], outs=["a.txt"], cmd="cat $< > $@")\n')
     err = expect_invalid(workspace)
-    assert "a.txt" in err and "BUILD.py:1" in err
+    assert "BUILD.py:1: 'a.txt' is both an output and a source of //:t: a target cannot read what it writes" in err
 
 
 def test_output_used_as_a_plain_source_file_by_another_target(workspace: Workspace) -> None:
@@ -357,3 +357,45 @@ def test_a_long_cycle_is_shown_by_its_ends(workspace: Workspace) -> None:
     assert "dependency cycle: //:t0 -> //:t1 -> " in err and "... 281 more ..." in err, err
     assert err.rstrip().endswith("//:t298 -> //:t299 -> //:t0"), err
     assert len(err) < 1000, len(err)
+
+
+def test_a_file_label_may_name_a_file_below_its_package(workspace: Workspace) -> None:
+    """As in Bazel: //lib:include/calc.h is lib/include/calc.h (a target's name has no '/',
+    a file's may); an edit to it reruns the user."""
+    workspace.write("lib/include/calc.h", "one\n")
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt", "gen/x.h"], cmd="touch l.txt gen/x.h")\n')
+    workspace.build_file("app", 'genrule(name="a", srcs=["//lib:include/calc.h"], outs=["a.txt"], cmd="cat $< > $@")\n')
+    rc, out, err = workspace.run("build", "//app:a")
+    assert rc == 0 and workspace.read("app/a.txt") == "one\n", out + err
+    workspace.write("lib/include/calc.h", "two\n")
+    rc, out, err = workspace.run("build", "//app:a")
+    assert rc == 0 and workspace.read("app/a.txt") == "two\n", out + err
+    rc, out, err = workspace.run("query", "deps(//app:a)")
+    assert rc == 0 and out.split() == ["//app:a"], out + err
+
+
+@pytest.mark.parametrize(("src", "needle"), [
+    ("//lib:sub/y.h", "srcs entry '//lib:sub/y.h' is in package //lib/sub, not //lib: refer to it as '//lib/sub:y.h'"),
+    ("//lib:include/nope.h", "srcs refers to '//lib:include/nope.h', but there is no file lib/include/nope.h"),
+    ("//lib:gen/x.h", "srcs refers to '//lib:gen/x.h', an output of //lib:l: refer to '//lib:l' instead"),
+    ("//lib:l.txt", "srcs refers to '//lib:l.txt', an output of //lib:l: refer to '//lib:l' instead"),
+    ("//lib:include/../x.h", "bad label '//lib:include/../x.h'"),
+])
+def test_bad_file_labels_say_what_they_name(workspace: Workspace, src: str, needle: str) -> None:
+    workspace.write("lib/include/calc.h", "")
+    workspace.write("lib/sub/y.h", "")
+    workspace.build_file("lib/sub", 'genrule(name="s", outs=["s.txt"], cmd="touch $@")\n')
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt", "gen/x.h"], cmd="touch l.txt gen/x.h")\n')
+    workspace.build_file("app", f'genrule(name="a", srcs=["{src}"], outs=["a.txt"], cmd="touch $@")\n')
+    err = expect_invalid(workspace, "//app:a")
+    assert f"app/BUILD.py:1: {needle}" in err, err
+
+
+def test_patterns_name_targets_and_get_the_one_meant(workspace: Workspace) -> None:
+    """A file label as a pattern gets the target that makes the file; a name in the wrong
+    case gets the target spelled right."""
+    workspace.build_file("", 'genrule(name="x", outs=["obj/x.out"], cmd="touch $@")\n')
+    err = expect_invalid(workspace, "//:obj/x.out")
+    assert "did you mean '//:x' (the target that makes it; patterns name targets, not files)?" in err, err
+    err = expect_invalid(workspace, ":X")
+    assert "package // has no target named 'X'; did you mean //:x?" in err, err

@@ -210,3 +210,21 @@ def test_malformed_label_on_command_line_is_exit_2(workspace: Workspace) -> None
     rc, _, err = workspace.run("build", "//lib:bad name")
     assert rc == 2
     assert "bad name" in err
+
+
+@pytest.mark.parametrize(("text", "cur", "expected"), [
+    ("//lib:include/calc.h", "", ("lib", "include/calc.h")),
+    (":include/calc.h", "lib", ("lib", "include/calc.h")),
+    ("//:a/b/c", "x", ("", "a/b/c")),
+    ("//lib:calc.h", "", None),  # no directory: parse_label's business
+    ("//lib:include/../x.h", "", None),
+    ("//lib:include//x.h", "", None),
+    ("//lib:/x.h", "", None),
+    ("//lib:x.h/", "", None),
+    ("lib:include/x.h", "", None),
+])
+def test_file_label_names_a_file_below_its_package(text: str, cur: str, expected: tuple[str, str] | None) -> None:
+    assert labels.file_label(text, cur) == expected
+    if expected is not None:  # never a target's label
+        with pytest.raises(labels.LabelError):
+            labels.parse_label(text, cur)
