@@ -51,3 +51,12 @@ def test_the_migration_guides_objects_macro_rebuilds_on_a_header_edit(tmp_path: 
     (ws / "net" / "k.h").write_text("#define K 2\n")
     rc, out, err = run_buildtool("build", cwd=ws, cache_dir=tmp_path / "cache")
     assert rc == 0 and "2 ran" in out, out + err  # the object and the archive
+    # Its deps= for a generated header, as the guide's note says (with `$<` it was an error).
+    (ws / "net" / "a.c").write_text('#include "gen.h"\nint a(void) { return G; }\n')
+    (ws / "net" / "BUILD.py").write_text(
+        'from tools.defs import objects\n'
+        'genrule(name="gen_h", outs=["gen.h"], cmd="echo \'#define G 3\' > $@")\n'
+        'genrule(name="libnet.a", srcs=objects(glob(["*.c"]), deps=[":gen_h"]), outs=["libnet.a"],\n'
+        '        cmd="ar rcs $@ $(SRCS)", tools=["ar"])\n')
+    rc, out, err = run_buildtool("build", cwd=ws, cache_dir=tmp_path / "cache")
+    assert rc == 0 and "3 ran" in out, out + err
