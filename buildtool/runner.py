@@ -393,9 +393,31 @@ class TargetRunner:
             return got
         found, late = got
         fdesc = discovered.final_description(pdesc, found)
+        self._warn_undeclared(t, fdesc)
         if late is None:
             discovered.Manifests(self.cache, self.warn).add(keys.key_of(pdesc), fdesc["discovered"])
         return keys.key_of(fdesc), fdesc, late
+
+    def _warn_undeclared(self, t: Target, fdesc: dict[str, Any]) -> None:
+        """Warn when a discovered input (a header the depfile names) is the output of a
+        target that is not among ``t``'s dependencies: nothing orders the two, so ``t`` may
+        read it before it is made or while it is rewritten (Bazel refuses such an
+        inclusion; Ninja says nothing).  Only when ``t``'s inputs are not the ones of its
+        last run, so an edit-and-rebuild does not pay for the map of every output."""
+        old = desc_of(self.record.get(t.label))
+        if old is not None and isinstance(old.get("inputs"), dict) and old["inputs"].keys() == fdesc["inputs"].keys():
+            return
+        ancestors: set[int] | None = None
+        for p in fdesc["discovered"]:
+            owner = self._owner.get(p)
+            if owner is None or owner == t.label:
+                continue
+            if ancestors is None:
+                ancestors = self.graph.closure(t.deps)
+            if self.graph.by_label[owner] not in ancestors:
+                self.warn(f"{t.label}: its depfile names {p}, an output of {owner}, which is not among its "
+                          f"dependencies; add {owner} to its deps, or {p} may be read before it is made "
+                          "or while it is rewritten")
 
     def discovered_inputs(self) -> list[str]:
         """Every recorded discovered input of this graph's depfile targets (no-op snapshot)."""

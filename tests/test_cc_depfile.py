@@ -324,3 +324,26 @@ def test_sources_named_with_spaces_or_umlauts_compile_and_a_missing_header_is_an
                              'cc_library(name="l", srcs=["ü.c", "third_party/big.h", "sub/s.h", "inc/q.h", "./x.h"])\n')
     r = workspace.build("//:l")
     assert r.rc == 0, r.output
+
+
+def test_a_header_made_by_a_target_that_is_not_a_dependency_is_warned_about(workspace: Workspace) -> None:
+    """main.c includes ops.h, which //:gen makes, but //:main.o does not depend on //:gen:
+    nothing orders the two (with -j2 the compile raced the header).  The build says so,
+    once: again only when the target's inputs change, and not once the dep is declared."""
+    workspace.build_file("", """
+        genrule(name="gen", outs=["ops.h"], cmd="echo '#define OPS 1' > $@")
+        genrule(name="main.o", srcs=["main.c"], outs=["main.o"], depfile="main.d", tools=["cc"],
+                cmd="cc -MD -MF main.d -c -o $@ main.c")
+        """)
+    workspace.write("main.c", '#include "ops.h"\nint f(void) { return OPS; }\n')
+    assert workspace.run("build", "//:gen")[0] == 0
+    rc, out, err = workspace.run("build", "-j1")
+    warning = ("//:main.o: its depfile names ops.h, an output of //:gen, which is not among its dependencies; "
+               "add //:gen to its deps")
+    assert rc == 0 and warning in err, out + err
+    workspace.write("main.c", '#include "ops.h"\nint f(void) { return OPS + 1; }\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "ran //:main.o" in out and "depfile names" not in err, out + err
+    workspace.build_file("", workspace.read("BUILD.py").replace('srcs=["main.c"]', 'srcs=["main.c"], deps=[":gen"]'))
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "ran //:main.o" in out and "depfile names" not in err, out + err
