@@ -47,14 +47,20 @@ PYRULE_MAIN = (
 class ProcessResult:
     """How one command ended, with its captured output."""
 
-    __slots__ = ("duration", "exit_code", "stderr", "stdout", "timed_out")
+    __slots__ = ("duration", "exit_code", "interrupted", "stderr", "stdout", "timed_out")
 
-    def __init__(self, exit_code: int, stdout: bytes, stderr: bytes, timed_out: bool, duration: float) -> None:
+    def __init__(
+        self, exit_code: int, stdout: bytes, stderr: bytes, timed_out: bool, duration: float,
+        interrupted: bool = False,
+    ) -> None:
         self.exit_code = exit_code  # negative: killed by that signal
         self.stdout = stdout
         self.stderr = stderr
         self.timed_out = timed_out
         self.duration = duration
+        # Sent SIGTERM by cancel_all (Ctrl-C, a failure without -k): cut short, whatever its
+        # exit status says (a command that traps TERM and exits 0 left half its work).
+        self.interrupted = interrupted
 
 
 class Running:
@@ -116,7 +122,7 @@ class Running:
         it was seen to have exited (time.monotonic), if that was before this call."""
         proc = self.proc
         if proc is None:
-            return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0)
+            return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0, True)
         try:
             if self._capture is not None and proc.returncode is None:
                 with self._executor._lock:
@@ -136,7 +142,10 @@ class Running:
         finally:
             self._release()
         end = ended if ended is not None else time.monotonic()
-        return ProcessResult(proc.returncode, out, err, self.timed_out, end - self.start)
+        with self._executor._lock:
+            interrupted = proc.pid in self._executor._interrupted
+            self._executor._interrupted.discard(proc.pid)
+        return ProcessResult(proc.returncode, out, err, self.timed_out, end - self.start, interrupted)
 
     def _release(self) -> None:
         if self.proc is not None:
@@ -342,6 +351,7 @@ class SubprocessExecutor:
         # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
         # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
         self._terminated: dict[int, float] = {}  # pgid -> when its grace period ends (monotonic)
+        self._interrupted: set[int] = set()  # pids sent SIGTERM by cancel_all (ProcessResult.interrupted)
         self._tainted: set[str] = set()  # capture prefixes a group in its grace period may still write to
         # Re-entrant: cancel_all runs in a signal handler on the scheduler's thread, which
         # may be holding it (start, finish) when the signal arrives.
@@ -444,7 +454,7 @@ class SubprocessExecutor:
         if self.on_spawn is not None and capture is not None:
             self.on_spawn(proc.pid, booted)
         if self.cancelled:
-            self._kill(proc)
+            self._kill(proc, interrupt=True)
         return Running(self, proc, out_fd, err_fd, start, None if timeout is None else start + timeout, capture)
 
     def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:
@@ -532,7 +542,10 @@ class SubprocessExecutor:
             found = self._programs[key] = which(name, path, cwd)
         return found
 
-    def _kill(self, proc: Child) -> None:
+    def _kill(self, proc: Child, interrupt: bool = False) -> None:
+        if interrupt:
+            with self._lock:
+                self._interrupted.add(proc.pid)
         if not _killpg(proc.pid, signal.SIGTERM):
             return
         with self._lock:
@@ -551,7 +564,7 @@ class SubprocessExecutor:
         with self._lock:
             procs = list(self._procs.values())
         for p in procs:
-            self._kill(p)
+            self._kill(p, interrupt=True)
 
     def kill_remaining(self) -> None:
         """SIGKILL whatever is still alive (at the end of a build), and what is left of the

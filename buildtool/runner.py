@@ -923,10 +923,14 @@ class TargetRunner:
             base["executed"] = "remote"
             if getattr(res, "cached", False):  # the executor answered from its action cache: nothing ran
                 base["remote_cached"] = True
-        if res.exit_code != 0 or res.timed_out:
+        interrupted = getattr(res, "interrupted", False)
+        if res.exit_code != 0 or res.timed_out or interrupted:
             self._delete_outputs(t)
             if res.timed_out:
                 msg = f"TIMEOUT after {t.timeout:g}s"
+            elif interrupted:
+                msg = "interrupted: sent SIGTERM by buildtool" + (f" (it exited {res.exit_code})"
+                                                                   if res.exit_code >= 0 else "")
             elif res.exit_code < 0:
                 msg = f"killed by signal {-res.exit_code}"
             else:

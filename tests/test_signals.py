@@ -127,3 +127,37 @@ def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str, inh
     assert p.returncode == 130
     assert f"buildtool: {expected}" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["build", "test"])
+def test_a_command_that_exits_0_on_sigterm_is_not_recorded(tmp_path: Path, command: str) -> None:
+    """A command that traps SIGTERM, writes half its output and exits 0 was recorded and
+    cached: the next build called the partial output up to date (and restored it in other
+    checkouts), and a test cut short this way became PASSED (cached)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "started"
+    cut = f"touch {marker}; trap 'echo partial > out.txt; exit 0' TERM; sleep 30 & wait"
+    (ws / "BUILD.py").write_text(
+        f'genrule(name="g", outs=["out.txt"], cmd="{cut}; echo full > out.txt")\n'
+        f'test(name="t", cmd="{cut}; exit 1")\n'
+    )
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    target = "//:g" if command == "build" else "//:t"
+    p = subprocess.Popen(["buildtool", "-C", str(ws), command, target], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with _reaped(p):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 130, (out, err)
+    assert b"PASSED" not in out, out
+    if command == "build":
+        assert not (ws / "out.txt").exists()  # the partial output is deleted, as a failure's
+    r = subprocess.run(["buildtool", "-C", str(ws), "explain", "--test" if command == "test" else "--", target],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "WOULD RUN" in r.stdout, r.stdout + r.stderr
