@@ -27,7 +27,18 @@ class WorkspaceLock:
         self.path = os.path.join(state_dir, "lock")
         self.fd: int | None = None
 
-    def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
+    def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
+        """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
+        replaced while this process waited for it (``buildtool clean`` deletes the state)
+        locks nothing: the file now at the path is locked instead, after ``remake`` (default:
+        make the directory) puts the state directory back."""
+        while not self._acquire_once(wait, say):
+            if remake is not None:
+                remake()
+            else:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+
+    def _acquire_once(self, wait: bool, say: Callable[[str], None]) -> bool:
         try:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -56,12 +67,16 @@ class WorkspaceLock:
         except BaseException:
             os.close(fd)  # (never a lock held by a descriptor nobody has: the next acquire would wait on it)
             raise
+        if not _still_at(fd, self.path):
+            os.close(fd)
+            return False
         try:  # the pid is only for the waiting message: a full disk must not fail (or leak) the lock
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass
         self.fd = fd
+        return True
 
     def release(self) -> None:
         if self.fd is not None:
@@ -72,6 +87,15 @@ class WorkspaceLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+
+
+def _still_at(fd: int, path: str) -> bool:
+    """Is the file open as ``fd`` the one at ``path`` (not deleted or replaced since)?"""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _read_pid(fd: int) -> int | None:

@@ -198,7 +198,7 @@ class Session:
         lock = getattr(req.prior, "lock", None)  # held since the snapshot check (noop.try_noop)
         if lock is None:
             lock = WorkspaceLock(state)
-            lock.acquire(req.wait, _say)
+            lock.acquire(req.wait, _say, self.ws.ensure_state_dir)
         # Loading (graph, record, stat cache) and writing the snapshot allocate objects that
         # live until the build ends and form no cycles; the cycle collector would only scan
         # them again and again (~30 ms of a one-changed build at 10,000 targets).  It runs
@@ -621,11 +621,34 @@ class Session:
                     n += 1
                     _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             record.close()
+            # The state goes while the lock is held: deleted after, it went from under a
+            # build that had been waiting for the lock.  The lock file (which that build
+            # holds now) and the .gitignore stay.  The file monitor's answers were about
+            # this state: it is ended (SIGTERM, which also reaches one stopped with SIGSTOP
+            # once it continues).
+            import shutil
+
+            from buildtool import monitor
+
+            pid = monitor.holder(state)
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+
+            for name in os.listdir(state):
+                if name not in ("lock", ".gitignore"):
+                    full = os.path.join(state, name)
+                    if os.path.isdir(full) and not os.path.islink(full):
+                        shutil.rmtree(full, ignore_errors=True)
+                    else:
+                        try:
+                            os.unlink(full)
+                        except OSError:
+                            pass
         finally:
             lock.release()
-        import shutil
-
-        shutil.rmtree(state, ignore_errors=True)
         return n
 
 

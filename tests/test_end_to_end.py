@@ -1034,3 +1034,15 @@ def test_load_limit_zero_means_no_limit(workspace: Workspace, tmp_path: Path) ->
         f'[ -e {tmp_path}/started{1 - i} ] && echo > $@")\n' for i in (0, 1)))
     rc, out, err = workspace.run("build", "-j", "2", "-l", "0")
     assert rc == 0, out + err  # each waits for the other to start: only runs when both run at once
+
+
+def test_clean_empties_the_state_dir_under_the_lock_and_keeps_the_lock_file(workspace: Workspace) -> None:
+    """Deleting the whole state dir after releasing the lock took the lock file from under
+    a build that had waited for it, so a third build made a new one and ran beside it."""
+    workspace.build_file("", 'genrule(name="g", outs=["g.txt"], cmd="echo > $@")\n')
+    assert workspace.run("build")[0] == 0
+    assert workspace.run("clean")[0] == 0
+    assert not workspace.exists("g.txt")
+    assert sorted(os.listdir(workspace.path(".buildtool"))) == [".gitignore", "lock"]
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "1 restored" in out, out + err
