@@ -1004,9 +1004,23 @@ class TargetRunner:
         )
 
     def _inputs_changed(self, t: Target, recorded: dict[str, str]) -> str | None:
+        """The first input of ``t`` that changed while its command ran, or None.  A source
+        whose stat moved since the build took its digest counts even when its content is
+        back (an A-B-A rewrite during the run, ``git stash; git stash pop``: the command may
+        have read B)."""
+        used = self.stats.used
         for p, d in recorded.items():
             if p in self.out_digests:
                 if self._output_edited(p, d):
+                    return p
+                continue
+            e = used.get(p)
+            if e is not None:
+                try:
+                    st = os.stat(os.path.join(self.root, p))
+                except OSError:
+                    return p
+                if e[5] != d or (e[0], e[1], e[2], e[3]) != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
                     return p
                 continue
             now = self._disk_digest(p)

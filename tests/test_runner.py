@@ -46,6 +46,24 @@ def test_input_changed_while_running_is_not_recorded(tmp_path: Path) -> None:
     assert events(ev)["//:t"]["status"] == "ran"  # it stayed dirty
 
 
+def test_input_changed_and_changed_back_while_running_is_not_recorded(tmp_path: Path) -> None:
+    """A -> B -> A during the run (``git stash; git stash pop``): the content is back, but
+    the command read B.  Recorded under A's key, out.txt said B until the next edit, and the
+    cache handed B to every checkout with A."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="t", srcs=["in.txt"], outs=["o.txt"],\n'
+        '        cmd="if [ ! -e once ]; then touch once; echo B > in.txt; fi; cat in.txt > $@; echo A > in.txt")\n',
+        {"in.txt": "A\n"},
+    )
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "input in.txt changed while the command ran" in r.stderr, r.stdout + r.stderr
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "--events", str(ev))
+    assert r.returncode == 0 and events(ev)["//:t"]["status"] == "ran", r.stdout + r.stderr
+    assert (ws / "o.txt").read_text() == "A\n"
+
+
 def test_dependency_output_edited_while_running_is_not_recorded(tmp_path: Path) -> None:
     """g.txt is //:gen's output; it is edited (here by //:use's own command, standing in for
     a hand edit) while //:use runs, and //:use reads the edited text.  Recording //:use
