@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 6  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op)
+FORMAT_VERSION = 7  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+# v7: the length line also carries the CRC-32 of the body
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -320,7 +321,7 @@ def write(
         from array import array
 
         packed = b"".join(array("q", c).tobytes() for c in cols)
-        write_atomic(_path(state_dir), HEADER.encode() + b"%d\n" % len(raw) + raw + packed)
+        write_atomic(_path(state_dir), _framed(raw, packed))
     except (OSError, ValueError, pickle.PicklingError):
         return False
     return True
@@ -741,10 +742,24 @@ def _settle(
             q[i * m + k] = v
     try:
         raw = marshal.dumps(new, MARSHAL_VERSION)
-        write_atomic(_path(state_dir), HEADER.encode() + b"%d\n" % len(raw) + raw + cols)
+        write_atomic(_path(state_dir), _framed(raw, cols))
     except (OSError, ValueError):
         return
     body.update(new, _cols=[q[i * m : (i + 1) * m] for i in range(4)])  # (the verdict's body: the clock's source)
+
+
+def _crc(data: bytes) -> int:
+    """CRC-32 of a snapshot's or clock's body: a flipped bit in a path would otherwise leave
+    that file unchecked (a damaged stat column can only make a file look changed).  binascii
+    costs ~0.3 ms to import; blake3, ~1 ms more of every no-op."""
+    from binascii import crc32
+
+    return crc32(data)
+
+
+def _framed(raw: bytes, cols: bytes | bytearray) -> bytes:
+    """The snapshot file: header, ``<body length> <CRC-32 of the body, 8 hex digits>``, body, columns."""
+    return HEADER.encode() + b"%d %08x\n" % (len(raw), _crc(raw)) + raw + cols
 
 
 def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
@@ -757,8 +772,12 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
                 return None  # another buildtool version's snapshot: just take the full path
             raise ValueError("header")
         nl = data.index(b"\n", len(HEADER))
-        end = nl + 1 + int(data[len(HEADER) : nl])
-        body = marshal.loads(data[nl + 1 : end])
+        length, _, crc = data[len(HEADER) : nl].partition(b" ")
+        end = nl + 1 + int(length)
+        raw = data[nl + 1 : end]
+        if len(raw) != int(length) or _crc(raw) != int(crc, 16):
+            raise ValueError("checksum")
+        body = marshal.loads(raw)
         if not isinstance(body, dict):
             raise ValueError("body")
         tail = memoryview(data)[end:]  # not array: importing it imports collections.abc (~2 ms)
@@ -804,7 +823,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         return None  # a body of the right shape but wrong contents: damaged, do the full build
 
 
-CLOCK_HEADER = b"# buildtool noop-clock v1\n"
+CLOCK_HEADER = b"# buildtool noop-clock v2\n"  # v2: a line with the body's CRC-32 follows
 MONITOR_SOCKET = "monitor.sock"  # where a workspace's file monitor listens (monitor.py)
 
 
@@ -843,7 +862,8 @@ def _write_clock(state_dir: str, answer: Any, verdict: Verdict) -> None:
                  "request": body["request"], "env": body["env"], "targets": body["targets"], "files": files,
                  "dirs": {d: s for d, s in body["dirs"].items() if _unwatched(d)},
                  "outs": [p for p in body["outs"] if _unwatched(p)]}
-        write_atomic(_clock_path(state_dir), CLOCK_HEADER + marshal.dumps(clock, MARSHAL_VERSION))
+        raw = marshal.dumps(clock, MARSHAL_VERSION)
+        write_atomic(_clock_path(state_dir), CLOCK_HEADER + b"%08x\n" % _crc(raw) + raw)
     except Exception:  # a damaged snapshot body or a full disk: only the next no-op's speed suffers
         pass
 
@@ -860,8 +880,9 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
     try:
         with open(_clock_path(state_dir), "rb") as f:
             data = f.read()
-        if data.startswith(CLOCK_HEADER):
-            clock = marshal.loads(data[len(CLOCK_HEADER) :])
+        start = len(CLOCK_HEADER) + 9
+        if data.startswith(CLOCK_HEADER) and int(data[len(CLOCK_HEADER) : start - 1], 16) == _crc(data[start:]):
+            clock = marshal.loads(data[start:])
     except (OSError, EOFError, ValueError, TypeError):
         clock = None
     ok = isinstance(clock, dict)

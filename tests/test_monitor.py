@@ -389,15 +389,18 @@ def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, da
 
     cache = tmp_path / "cache"
     armed(ws, cache)
+    from buildtool import noop
+
     path = ws / ".buildtool" / "noop-clock"
-    header = b"# buildtool noop-clock v1\n"
-    clock = marshal.loads(path.read_bytes()[len(header):])
+    header = noop.CLOCK_HEADER
+    clock = marshal.loads(path.read_bytes()[len(header) + 9:])
     assert isinstance(clock, dict) and clock["token"]
     damaged = {**clock, **damage} if isinstance(damage, dict) else damage  # the rest as the monitor left it
-    path.write_bytes(header + marshal.dumps(damaged))
+    raw = marshal.dumps(damaged)  # with its right checksum: the reader must judge the content
+    path.write_bytes(header + b"%08x\n" % noop._crc(raw) + raw)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    path.write_bytes(header + marshal.dumps(damaged))
+    path.write_bytes(header + b"%08x\n" % noop._crc(raw) + raw)
     (ws / "src" / "a.txt").write_text("changed under a damaged clock\n")
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr

@@ -562,7 +562,7 @@ def test_a_no_op_signs_what_it_had_to_read_or_list_once_it_is_old(tmp_path: Path
     def stored() -> dict:
         data = (state / "noop").read_bytes()
         nl = data.index(b"\n", len(noop.HEADER))
-        return marshal.loads(data[nl + 1 : nl + 1 + int(data[len(noop.HEADER) : nl])])
+        return marshal.loads(data[nl + 1 : nl + 1 + int(data[len(noop.HEADER) : nl].split()[0])])
 
     assert sorted(stored()["racy"]) == ["d/out", "src"] and stored()["dirs"]["d"][1] is None
     time.sleep(0.06)  # past the racy window
@@ -596,12 +596,12 @@ def test_settling_a_snapshot_without_racy_digests_keeps_the_no_op(tmp_path: Path
     assert noop.write(str(state), str(root), req, [], [], ["d"], [], ["d/out"], None, ())
     data = (state / "noop").read_bytes()
     nl = data.index(b"\n", len(noop.HEADER))
-    end = nl + 1 + int(data[len(noop.HEADER) : nl])
+    end = nl + 1 + int(data[len(noop.HEADER) : nl].split()[0])
     body = marshal.loads(data[nl + 1 : end])
     assert body["dirs"]["d"][1] is None and body["racy"] == {}
     del body["racy"]
     raw = marshal.dumps(body, noop.MARSHAL_VERSION)
-    (state / "noop").write_bytes(noop.HEADER.encode() + b"%d\n" % len(raw) + raw + data[end:])
+    (state / "noop").write_bytes(noop._framed(raw, data[end:]))
     time.sleep(0.06)
     v = noop.check(str(state), str(root), req)
     assert v is not None and v.changed == []
@@ -680,6 +680,22 @@ def test_a_snapshot_of_another_version_is_discarded_without_a_warning(ws: Path, 
     snap.write_bytes(b"garbage")
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "no-op snapshot unusable" in r.stderr
+
+
+def test_a_flipped_bit_in_a_snapshot_path_is_damage_not_a_no_op(ws: Path, tmp_path: Path) -> None:
+    """'a.txt' flipped to 'c.txt', a file that exists and never changes: without a checksum
+    the snapshot stat-ed c.txt instead, and the edited a.txt was called up to date."""
+    cache = tmp_path / "cache"
+    (ws / "c.txt").write_text("not a source\n")
+    settle(ws, cache)
+    snap = ws / ".buildtool" / "noop"
+    data = snap.read_bytes()
+    assert data.count(b"a.txt") == 1
+    snap.write_bytes(data.replace(b"a.txt", b"c.txt"))
+    (ws / "a.txt").write_text("edited\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "no-op snapshot unusable (damaged or of another version)" in r.stderr, r.stderr
+    assert (ws / "up.txt").read_text() == "EDITED\n"
 
 
 @pytest.mark.parametrize("damage", ["flipped", "empty", "garbage"])
