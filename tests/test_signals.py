@@ -161,3 +161,27 @@ def test_a_command_that_exits_0_on_sigterm_is_not_recorded(tmp_path: Path, comma
     r = subprocess.run(["buildtool", "-C", str(ws), "explain", "--test" if command == "test" else "--", target],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "WOULD RUN" in r.stdout, r.stdout + r.stderr
+
+
+_IMPORT_INTERRUPTED = r'''
+import runpy, sys
+class CtrlC:  # Ctrl-C arriving while the command's modules are imported
+    def find_spec(self, name, path, target=None):
+        if name == "buildtool.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = [sys.argv[1], "--version"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.mark.parametrize("entry", ["scripts/buildtool", "buildtool/__main__.py"])
+def test_ctrl_c_while_the_command_is_imported_is_exit_130_without_a_traceback(entry: str) -> None:
+    """In the first ~20 ms (one early SIGINT in 60) a traceback was printed and the process
+    died by the signal instead of exiting 130."""
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / entry
+    r = subprocess.run([sys.executable, "-c", _IMPORT_INTERRUPTED, str(script)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
