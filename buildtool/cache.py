@@ -154,11 +154,16 @@ class Cache:
         try:
             new = not os.path.isdir(self.dir)
             for sub in ("cas", "tmp"):
-                os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+                d = os.path.join(self.dir, sub)
+                if not new and os.path.lexists(d) and not os.path.isdir(d):
+                    os.unlink(d)  # a file where the cache's own layout has a directory: the cache's to replace
+                    warn(f"cache: {d} was not a directory; replaced it with one")
+                os.makedirs(d, exist_ok=True)
             if new:
                 start_counter(self.dir)
         except OSError as e:
-            self._disable(f"cache dir {directory} is not usable ({e.strerror})")
+            where = f" at {e.filename}" if e.filename else ""
+            self._disable(f"cache dir {directory} is not usable ({e.strerror}{where})")
         _tag(directory)
 
     def _disable(self, why: str) -> None:

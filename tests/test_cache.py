@@ -446,3 +446,22 @@ def test_the_cache_dir_is_tagged_as_a_cache_and_a_tag_there_is_left_as_it_is(tmp
     Cache(str(tmp_path / "pkg"), lambda _: None)
     assert not (tmp_path / "pkg" / "CACHEDIR.TAG").exists()
     assert is_cache_tag(str(tmp_path / "pkg" / cache_mod.LAYOUT / "CACHEDIR.TAG"))
+
+
+@pytest.mark.parametrize("sub", ["tmp", "cas"])
+def test_a_file_where_the_cache_layout_has_a_directory_is_replaced(tmp_path: Path, sub: str) -> None:
+    """v2/tmp as a regular file turned caching off for good, with a message naming only the
+    cache dir; a directory in place of actions.db was already repaired."""
+    warnings: list[str] = []
+    cache_mod.Cache(str(tmp_path / "c"), warnings.append)
+    layout = tmp_path / "c" / cache_mod.LAYOUT
+    if sub == "cas":
+        import shutil
+
+        shutil.rmtree(layout / "cas")
+    else:
+        (layout / sub).rmdir()
+    (layout / sub).write_text("x")
+    c = cache_mod.Cache(str(tmp_path / "c"), warnings.append)
+    assert c.writable and (layout / sub).is_dir(), warnings
+    assert warnings == [f"cache: {layout / sub} was not a directory; replaced it with one"]
