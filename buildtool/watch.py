@@ -103,6 +103,9 @@ class WatchSet:
     # Package -> its glob() include patterns (text, regex): which appearing or disappearing
     # files can change a glob's result; other files in its directories do not matter.
     glob_rules: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    # The file a source reached through a symlink (to it, or to a directory on its way)
+    # really is, in the workspace -> those sources: an event there is theirs.
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -164,6 +167,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if event_type in ("deleted", "moved_from"):  # gone: validating the graph says so (exit 2's message)
             return Change(rel, "package", _owner(ws.packages, parent) or "")
         return Change(rel, "content")
+    if rel in ws.aliases:  # the file a symlinked source really is
+        return Change(ws.aliases[rel][0], "content")
     if ws.broken and (structural or name.endswith(".py") or name in (MARKER, IGNORE_FILE)):
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
         # created (a missing source), the configuration; not a log written next to it.
@@ -314,6 +319,7 @@ class Watcher:
         self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
         self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
         self.cache_rel = self._cache_rel()
+        self.said_outside: set[str] = set()  # sources linking outside the workspace, said once
         self.own_streams = _own_streams(self.root) | _own_reports(self.root, req)
         self.own_dirs = {p.rsplit("/", i)[0] for p in self.own_streams for i in range(1, p.count("/") + 1)}
 
@@ -326,9 +332,9 @@ class Watcher:
                                                                    or (rel, True) in self.watches):
             self.gone_dirs.add(rel)  # its watch ends with it: schedule the one made again anew
         parts = rel.split("/")
-        if any(p in IGNORED_DIRS for p in parts):
-            return
         ws = self.ws
+        if any(p in IGNORED_DIRS for p in parts) and rel not in ws.loader_files:  # (.git/HEAD read by a BUILD.py)
+            return
         if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files \
                 and not _globbed(ws, rel):  # (a glob that takes "foo~" gets a new source when one appears)
             return
@@ -344,10 +350,14 @@ class Watcher:
         if ch is None:
             return
         ch.appeared = event_type in ("created", "moved_to")
-        self.q.put(ch)
+        changes = [ch]
+        if rel in ws.aliases and rel not in ws.sources:  # each source linked to it changed
+            changes += [Change(a, "content") for a in ws.aliases[rel][1:]]
         c = self.collector
-        if c is not None and self.in_cycle and c.sched is not None and c.should_cancel(ch):
-            c.sched.request_stop(CANCEL_SIGNUM)
+        for one in changes:
+            self.q.put(one)
+            if c is not None and self.in_cycle and c.sched is not None and c.should_cancel(one):
+                c.sched.request_stop(CANCEL_SIGNUM)
 
     # -- signals ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -443,6 +453,7 @@ class Watcher:
                     pyfiles.update(keys.pyrule_module_files(self.root, t.fn))
         sources |= pyfiles
         sources |= set(self._discovered())  # headers found through depfiles are inputs too
+        aliases = self._aliases(sources)
         loader_files: set[str] = set()
         probes: set[str] = set()
         glob_dirs: set[str] = set()
@@ -473,7 +484,7 @@ class Watcher:
         scan: set[str] = set(pkg_dirs)
         for base in rec:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
-        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files}
+        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys()}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         dirs: set[str] = set()
@@ -486,8 +497,36 @@ class Watcher:
         return WatchSet(
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
-            self.broken, glob_rules,
+            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
         )
+
+    def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
+        """The workspace path each source reached through a symlink really is -> those
+        sources (``k/l.txt -> ../shared/real.txt``, or a symlinked directory on the way):
+        events come for the real file.  One reaching outside the workspace is said once;
+        only its link is watched.  One realpath per directory, one lstat per source."""
+        root = self.root
+        real_dirs: dict[str, str] = {}
+        out: dict[str, set[str]] = {}
+        for s in sources:
+            d, _, base = s.rpartition("/")
+            rd = real_dirs.get(d)
+            if rd is None:
+                rd = real_dirs[d] = os.path.realpath(os.path.join(root, d) if d else root)
+            full = os.path.join(rd, base)
+            try:
+                if os.path.islink(full):
+                    full = os.path.realpath(full)
+            except OSError:
+                continue
+            if full == os.path.join(root, s):
+                continue
+            if full.startswith(root + os.sep):
+                out.setdefault(full[len(root) + 1:], set()).add(s)
+            elif s not in self.said_outside:
+                self.said_outside.add(s)
+                _say(f"{s} links outside the workspace ({full}): edits there are not seen; build again after one")
+        return out
 
     def _layout(self, dirs: frozenset[str]) -> set[tuple[str, bool]]:
         if len(dirs) <= MAX_EMITTERS:
@@ -533,7 +572,8 @@ class Watcher:
             return
         limit = since_ns - RACY_MARGIN_NS
         known = _buildfiles(self.ws.packages)
-        handled = self.ws.sources | self.ws.loader_files | known | _buildfiles(self.ws.scan_dirs)
+        handled = self.ws.sources | self.ws.loader_files | self.ws.aliases.keys() | known \
+            | _buildfiles(self.ws.scan_dirs)
         for rel in sorted(handled):
             d = rel.rsplit("/", 1)[0] if "/" in rel else ""
             if d not in new_dirs:

@@ -928,3 +928,43 @@ def test_a_malformed_pattern_is_exit_2_not_a_watch(ws: Path, cache: Path) -> Non
         r = subprocess.run([sys.executable, "-m", "buildtool", *command, "x:y"], cwd=ws, env=run_env(cache),
                            capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode == 2 and "a label must start with '//' or ':'" in r.stderr, (command, r.stderr)
+
+
+def test_an_edit_to_the_file_a_symlinked_source_is_reruns_its_target(watch, ws: Path) -> None:
+    """k/l.txt -> ../shared/real.txt, and k/ld -> ../shared/dd on the way to k/ld/f.txt:
+    the events come for shared/..., which watch knew nothing of (build saw the edit)."""
+    write(ws / "shared" / "real.txt", "real1\n")
+    write(ws / "shared" / "dd" / "f.txt", "f1\n")
+    (ws / "k").mkdir()
+    os.symlink("../shared/real.txt", ws / "k" / "l.txt")
+    os.symlink("../shared/dd", ws / "k" / "ld")
+    write(ws.parent / "outside.txt", "o\n")
+    os.symlink(ws.parent / "outside.txt", ws / "k" / "o.txt")
+    write(ws / "k" / "BUILD.py", 'genrule(name="l", srcs=["l.txt"], outs=["l.out"], cmd="cat $< > $@")\n'
+                                 'genrule(name="f", srcs=["ld/f.txt"], outs=["f.out"], cmd="cat $< > $@")\n'
+                                 'genrule(name="o", srcs=["o.txt"], outs=["o.out"], cmd="cat $< > $@")\n')
+    w = watch("//k:all")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    assert f"k/o.txt links outside the workspace ({ws.parent / 'outside.txt'}): edits there are not seen" \
+        in w.log(), w.log()
+    write(ws / "shared" / "real.txt", "real2\n")
+    w.wait_settled(lambda cs: read(ws / "k" / "l.out") == "real2\n", "l.out rebuilt")
+    write(ws / "shared" / "dd" / "f.txt", "f2\n")
+    w.wait_settled(lambda cs: read(ws / "k" / "f.out") == "f2\n", "f.out rebuilt")
+    assert ran_since(w, 1) == {"//k:l", "//k:f"}, w.log()
+
+
+def test_a_buildfile_that_reads_git_head_is_evaluated_again_on_a_checkout(watch, ws: Path) -> None:
+    """.git is never watched for its own sake, but a file in it that a BUILD.py read is
+    an input of the graph, as for build and the monitor."""
+    write(ws / ".git" / "HEAD", "ref: refs/heads/main\n")
+    write(ws / "k" / "BUILD.py", "import os\n"
+          "head = open(os.path.join(os.path.dirname(__file__), '..', '.git', 'HEAD')).read().split('/')[-1].strip()\n"
+          "genrule(name='branch', outs=['branch.out'], cmd='echo ' + head + ' > $@')\n")
+    w = watch("//k:branch")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    assert read(ws / "k" / "branch.out") == "main\n"
+    tmp = ws / ".git" / "HEAD.lock"
+    tmp.write_text("ref: refs/heads/feature\n")
+    os.replace(tmp, ws / ".git" / "HEAD")  # as git writes it
+    w.wait_settled(lambda cs: read(ws / "k" / "branch.out") == "feature\n", "branch.out made again")
