@@ -14,7 +14,8 @@ Summary line printed (on stdout) after every cycle::
     watch: cycle N STATUS in S.SSSs: ran R [LABEL ...], restored X, up-to-date U, failed F[; changed: PATH ...]
 
 STATUS is OK, FAILED (a command failed), ERROR (the request or a BUILD.py is invalid)
-or CANCELLED (an input changed while the cycle ran; a new cycle follows).
+or CANCELLED (an input changed while the cycle ran, and a new cycle follows; or a signal
+stopped it).
 """
 
 from __future__ import annotations
@@ -273,8 +274,8 @@ class _Collector:
         if ch.kind in ("all", "config") or (ch.kind in ("package", "rescan")
                                              and ch.path.rsplit("/", 1)[-1] == BUILDFILE):
             return True  # (a BUILD.py saved by a rename over it is a "rescan")
-        if ch.kind != "content":
-            return False
+        if ch.kind != "content" and not (ch.kind == "package" and ch.path in self.src_targets):
+            return False  # (a source deleted or renamed away is a "package" change: its readers too)
         sched = self.sched
         if sched is None:
             return any(True for _ in self.src_targets.get(ch.path, ()))

@@ -968,3 +968,23 @@ def test_a_buildfile_that_reads_git_head_is_evaluated_again_on_a_checkout(watch,
     tmp.write_text("ref: refs/heads/feature\n")
     os.replace(tmp, ws / ".git" / "HEAD")  # as git writes it
     w.wait_settled(lambda cs: read(ws / "k" / "branch.out") == "feature\n", "branch.out made again")
+
+
+def test_a_source_deleted_while_its_command_runs_cancels_the_cycle(watch, ws: Path) -> None:
+    """A content edit cancelled the cycle, a deletion did not: the command ran on (here for
+    30 s) and failed reading the file; the docs promise cancellation for either."""
+    once, running = ws.parent / "once", ws.parent / "running"
+    write(ws / "k" / "a.txt", "a\n")
+    write(ws / "k" / "b.txt", "b\n")
+    write(ws / "k" / "BUILD.py", 'genrule(name="s", srcs=["a.txt", "b.txt"], outs=["s.out"], '
+                                 f'cmd="if [ -e {once} ]; then touch {running}; sleep 30; fi; touch {once}; '
+                                 'cat a.txt b.txt > $@")\n')
+    w = watch("//k:s")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    write(ws / "k" / "a.txt", "a2\n")  # cycle 2 runs the command again, for 30 s this time
+    wait_for(running.exists, what="cycle 2's command started")
+    (ws / "k" / "b.txt").unlink()
+    c2 = w.wait_cycle(2)
+    assert c2.status == "CANCELLED", w.log()
+    c3 = w.wait_cycle(3)
+    assert c3.status == "ERROR" and "source file 'k/b.txt' does not exist" in w.log(), w.log()
