@@ -46,6 +46,11 @@ def run_command(args: argparse.Namespace) -> int:
             print("no monitor was running")
         return 0
     if info is None:
+        pid = None if foreign else monitor.holder(ws.state_dir)
+        if pid is not None:  # it holds the workspace but does not answer: as `stop` and `start` see it
+            print(f"monitor: pid {pid} holds {ws.root} but did not answer within 2 s (stopped with SIGSTOP?); "
+                  "no-op builds check every file by stat meanwhile")
+            return 1
         print(f"no monitor runs for {ws.root}")
         return 3
     files = f" and {info['files']} hard-linked files" if info.get("files") else ""

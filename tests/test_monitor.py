@@ -343,6 +343,8 @@ def test_second_monitor_refused_and_stop_survives_a_stopped_monitor(ws: Path, tm
         t0 = time.monotonic()
         r = bt(ws, cache, "build")
         assert r.returncode == 0 and time.monotonic() - t0 < 10
+        r = bt(ws, cache, "monitor", "status")  # as start and stop see it: there, not answering
+        assert r.returncode == 1 and f"pid {pid} holds" in r.stdout and "did not answer" in r.stdout, r.stdout
         r = bt(ws, cache, "monitor", "stop")  # no answer in time: the request is queued
         assert r.returncode == 0 and f"the monitor (pid {pid}) did not answer" in r.stdout, r.stdout
     finally:
