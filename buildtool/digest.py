@@ -440,7 +440,7 @@ class StatCache:
             return None
         if e[0] != st.st_size or e[1] != st.st_mtime_ns or e[2] != st.st_ino or e[3] != st.st_ctime_ns:
             return None
-        if _racy(e[1], e[3], e[4]):
+        if racy(e[1], e[3], e[4]):
             return None
         if produced:
             self.used[rel] = e
@@ -487,7 +487,9 @@ class StatCache:
         return d
 
 
-def _racy(mtime_ns: int, ctime_ns: int, hashed_at_ns: int) -> bool:
+def racy(mtime_ns: int, ctime_ns: int, hashed_at_ns: int) -> bool:
+    """Was the file changed so shortly before ``hashed_at_ns`` that a rewrite in the same
+    clock tick (same size) would leave its stat as it is?  Then the stat proves nothing."""
     newest = max(mtime_ns, ctime_ns)
     coarse = mtime_ns % 1_000_000_000 == 0 and ctime_ns % 1_000_000_000 == 0
     window = COARSE_WINDOW_NS if coarse else FINE_WINDOW_NS

@@ -17,7 +17,7 @@ import time
 
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
-from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote
+from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
 from buildtool.graph import Graph, Target
 from buildtool.noop import stat_row
@@ -978,7 +978,7 @@ class TargetRunner:
             outputs.append([o, self.stats.digest(o, st, produced=True), mode])
             size += st.st_size
         # Inputs that changed while the command ran: do not cache, stay dirty.
-        changed = late if late is not None else self._inputs_changed(t, desc["inputs"])
+        changed = late if late is not None else self._inputs_changed(t, desc["inputs"], started_ns)
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if record and not t.always and left_remote is None:  # always=True: never cached
@@ -1003,29 +1003,34 @@ class TargetRunner:
             stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra,
         )
 
-    def _inputs_changed(self, t: Target, recorded: dict[str, str]) -> str | None:
-        """The first input of ``t`` that changed while its command ran, or None.  A source
-        whose stat moved since the build took its digest counts even when its content is
-        back (an A-B-A rewrite during the run, ``git stash; git stash pop``: the command may
-        have read B)."""
-        used = self.stats.used
+    def _inputs_changed(self, t: Target, recorded: dict[str, str], started_ns: int) -> str | None:
+        """The first input of ``t`` that changed while its command ran (started at
+        ``started_ns``), or None.  A source counts as unchanged when its stat is still the
+        one of a stat-cache entry with its digest taken before the start: the one the build
+        used for it, or a later one.  So an A-B-A rewrite during the run (``git stash; git
+        stash pop``), whose content is back, counts: the command may have read B."""
+        stats = self.stats
         for p, d in recorded.items():
             if p in self.out_digests:
                 if self._output_edited(p, d):
                     return p
                 continue
-            e = used.get(p)
-            if e is not None:
-                try:
-                    st = os.stat(os.path.join(self.root, p))
-                except OSError:
-                    return p
-                if e[5] != d or (e[0], e[1], e[2], e[3]) != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
+            e = stats.used.get(p)
+            if e is None and p not in stats.entries:  # hashed but not remembered (it changed meanwhile)
+                if self._disk_digest(p) != d:
                     return p
                 continue
-            now = self._disk_digest(p)
-            if now != d:
+            try:
+                st = os.stat(os.path.join(self.root, p))
+            except OSError:
                 return p
+            now = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+            if e is None or e[5] != d or e[:4] != now:
+                e = stats.entries.get(p)  # (taken by another target's key, still before the start)
+                if e is None or e[5] != d or e[:4] != now or e[4] >= started_ns:
+                    return p
+            if racy(st.st_mtime_ns, st.st_ctime_ns, started_ns) and self._disk_digest(p) != d:
+                return p  # written just before the start: a rewrite in the same clock tick keeps the stat
         return None
 
     def _output_edited(self, p: str, made: str) -> bool:

@@ -352,14 +352,14 @@ def test_rewrite_same_size_and_same_mtime_right_after_hashing_is_detected(tmp_pa
 def test_coarse_timestamps_use_a_wider_racy_window() -> None:
     whole = 1_700_000_000 * SECOND
     # Whole-second mtime/ctime: anything hashed within 2 s is racy.
-    assert digest_mod._racy(whole, whole, whole + SECOND)
-    assert not digest_mod._racy(whole, whole, whole + 3 * SECOND)
+    assert digest_mod.racy(whole, whole, whole + SECOND)
+    assert not digest_mod.racy(whole, whole, whole + 3 * SECOND)
     # Fine-grained timestamps: a much shorter window.
     fine = whole + 123_456_789
-    assert digest_mod._racy(fine, fine, fine + 1_000_000)
-    assert not digest_mod._racy(fine, fine, fine + SECOND)
+    assert digest_mod.racy(fine, fine, fine + 1_000_000)
+    assert not digest_mod.racy(fine, fine, fine + SECOND)
     # ctime newer than mtime counts (chmod, utime back...).
-    assert digest_mod._racy(fine - 10 * SECOND, fine, fine + 1_000_000)
+    assert digest_mod.racy(fine - 10 * SECOND, fine, fine + 1_000_000)
 
 
 def test_stat_cache_persists_and_detects_inode_change(tmp_path: Path) -> None:
