@@ -1027,8 +1027,12 @@ class TargetRunner:
             now = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
             if e is None or e[5] != d or e[:4] != now:
                 e = stats.entries.get(p)  # (taken by another target's key, still before the start)
-                if e is None or e[5] != d or e[:4] != now or e[4] >= started_ns:
+                if e is None or e[5] != d or e[4] >= started_ns or e[:3] != now[:3]:
                     return p
+                if e[3] != now[3]:  # only its ctime moved (chmod +x, a hard link made): the content decides
+                    if self._disk_digest(p) != d:
+                        return p
+                    continue
             if racy(st.st_mtime_ns, st.st_ctime_ns, started_ns) and self._disk_digest(p) != d:
                 return p  # written just before the start: a rewrite in the same clock tick keeps the stat
         return None

@@ -237,3 +237,21 @@ def test_large_outputs_and_large_restores_are_left_to_workers(tmp_path: Path, mo
     assert [len(i) for i in handed] == [2]  # big restored by a worker, small on this thread
     assert {e["status"] for e in events(ev).values()} == {"restored"}
     assert (ws / "big.out").read_bytes() == b"\0" * 3_000_000 and (ws / "small.out").read_text() == "s\n"
+
+
+def test_a_command_that_only_chmods_or_links_its_source_is_recorded(tmp_path: Path) -> None:
+    """chmod +x $< and ln $< $@ move only the source's ctime: counted as 'changed while the
+    command ran', the target reran on every build and was never recorded."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="s", srcs=["gen.sh"], outs=["s.out"], cmd="chmod +x $< && ./$< > $@")\n'
+        'genrule(name="lnk", srcs=["a.txt"], outs=["out/a.txt"], cmd="ln $< $@")\n',
+        {"gen.sh": "#!/bin/sh\necho hi\n", "a.txt": "hello\n"},
+    )
+    (ws / "gen.sh").chmod(0o755)  # (already executable: chmod +x changes nothing but the ctime)
+    r = bt(ws, "build", "//...")
+    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "//...", "--events", str(ev))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {k: v["status"] for k, v in events(ev).items()} == {"//:s": "up_to_date", "//:lnk": "up_to_date"}
