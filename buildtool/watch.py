@@ -352,8 +352,8 @@ class Watcher:
             return
         ch.appeared = event_type in ("created", "moved_to")
         changes = [ch]
-        if rel in ws.aliases and rel not in ws.sources:  # each source linked to it changed
-            changes += [Change(a, "content") for a in ws.aliases[rel][1:]]
+        if rel in ws.aliases:  # each source linked to it changed (whatever the event is to itself)
+            changes += [Change(a, "content") for a in ws.aliases[rel] if a != ch.path]
         c = self.collector
         for one in changes:
             self.q.put(one)
@@ -509,6 +509,7 @@ class Watcher:
         root = self.root
         real_dirs: dict[str, str] = {}
         out: dict[str, set[str]] = {}
+        outside: list[tuple[str, str]] = []
         for s in sources:
             d, _, base = s.rpartition("/")
             rd = real_dirs.get(d)
@@ -526,7 +527,13 @@ class Watcher:
                 out.setdefault(full[len(root) + 1:], set()).add(s)
             elif s not in self.said_outside:
                 self.said_outside.add(s)
-                _say(f"{s} links outside the workspace ({full}): edits there are not seen; build again after one")
+                outside.append((s, full))
+        if outside:  # one line, however many (a vendored tree linked in has thousands)
+            outside.sort()
+            (first, where), n = outside[0], len(outside)
+            who = f"{first} links" if n == 1 else f"{first} and {n - 1} more sources link"
+            _say(f"{who} outside the workspace ({where}{', ...' if n > 1 else ''}): edits there are not seen; "
+                 "build again after one")
         return out
 
     def _layout(self, dirs: frozenset[str]) -> set[tuple[str, bool]]:

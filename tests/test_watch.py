@@ -954,6 +954,27 @@ def test_an_edit_to_the_file_a_symlinked_source_is_reruns_its_target(watch, ws: 
     assert ran_since(w, 1) == {"//k:l", "//k:f"}, w.log()
 
 
+def test_a_symlinked_source_whose_real_file_is_a_source_too_reruns_both_readers(watch, ws: Path) -> None:
+    """The event for shared/real.txt was taken as that source's alone: //k:y, reading it
+    through k/l.txt, kept the old content."""
+    write(ws / "shared" / "real.txt", "v1\n")
+    (ws / "k").mkdir()
+    os.symlink("../shared/real.txt", ws / "k" / "l.txt")
+    for i in range(3):  # and a vendored tree linked from outside: said in one line
+        write(ws.parent / "vendor" / f"f{i}.c", "")
+    os.symlink(ws.parent / "vendor", ws / "k" / "vendor")
+    write(ws / "shared" / "BUILD.py", 'genrule(name="x", srcs=["real.txt"], outs=["x.out"], cmd="cat $< > $@")\n')
+    write(ws / "k" / "BUILD.py", 'genrule(name="y", srcs=["l.txt"], outs=["y.out"], cmd="cat $< > $@")\n'
+                                 'genrule(name="v", srcs=["vendor/f0.c", "vendor/f1.c", "vendor/f2.c"], '
+                                 'outs=["v.out"], cmd="touch $@")\n')
+    w = watch("//shared:x", "//k:all")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    assert w.log().count("link outside the workspace") == 1, w.log()
+    assert "k/vendor/f0.c and 2 more sources link outside the workspace" in w.log(), w.log()
+    write(ws / "shared" / "real.txt", "v2\n")
+    w.wait_settled(lambda cs: read(ws / "shared" / "x.out") == read(ws / "k" / "y.out") == "v2\n", "both rebuilt")
+
+
 def test_a_buildfile_that_reads_git_head_is_evaluated_again_on_a_checkout(watch, ws: Path) -> None:
     """.git is never watched for its own sake, but a file in it that a BUILD.py read is
     an input of the graph, as for build and the monitor."""
