@@ -432,9 +432,12 @@ class GraphBuilder:
                     try:
                         p, n = labels.parse_label(item, pkg)
                     except labels.LabelError as e:
-                        found = labels.file_label(item, pkg) if attr == "srcs" else None
+                        found = labels.file_label(item, pkg)
                         if found is None:
-                            raise _err(decl, str(e)) from None
+                            raise _err(decl, f"{attr}: {e}") from None
+                        if attr == "deps":
+                            raise _err(decl, f"deps entry {item!r} names a file; deps name targets "
+                                             "(a file goes in srcs)") from None
                         p, n = found  # a file in a directory below its package (//lib:include/x.h)
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
@@ -447,14 +450,14 @@ class GraphBuilder:
                         rest = (f"{p}/{n}" if p else n)[len(sub) + 1:]
                         raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{p}: "
                                          f"refer to it as '//{sub}:{rest}'")
+                    path, root = f"{p}/{n}" if p else n, self.loader.ws.root
+                    producer = self._producer_of(path) if n not in decls and path in self._declared_outs(p) else None
                     if n in decls:
                         out.append(("label", labels.label_str(p, n)))
-                    elif attr == "srcs" and os.path.isfile(os.path.join(self.loader.ws.root, p, n)):
-                        out.append(("file", f"{p}/{n}" if p else n))
+                    elif producer is None and attr == "srcs" and os.path.isfile(os.path.join(root, path)):
+                        out.append(("file", _norm_rel(decl, p, n, attr)))  # (not in the state dir, say)
                     else:
-                        path = f"{p}/{n}" if p else n
-                        producer = self._producer_of(path)
-                        if producer is not None:
+                        if producer is not None:  # (made or not yet: a source it is not, whatever is on disk)
                             msg = f"{attr} refers to {item!r}, an output of {producer}: refer to '{producer}' instead"
                         elif "/" in n:  # (a file label: a target's name has no '/')
                             msg = f"{attr} refers to {item!r}, but there is no file {path}"
@@ -970,7 +973,10 @@ class GraphBuilder:
             try:
                 p, n = labels.parse_label(x, pkg)
             except labels.LabelError as e:
-                raise SubstError(str(e)) from None
+                found = labels.file_label(x, pkg)  # //lib:include/calc.h: a file, as in srcs
+                if found is None:
+                    raise SubstError(str(e)) from None
+                p, n = found
             lab = labels.label_str(p, n)
             if ("label", lab) in refs:
                 return list(outs_of[index[lab]])

@@ -379,16 +379,33 @@ def test_a_file_label_may_name_a_file_below_its_package(workspace: Workspace) ->
     ("//lib:include/nope.h", "srcs refers to '//lib:include/nope.h', but there is no file lib/include/nope.h"),
     ("//lib:gen/x.h", "srcs refers to '//lib:gen/x.h', an output of //lib:l: refer to '//lib:l' instead"),
     ("//lib:l.txt", "srcs refers to '//lib:l.txt', an output of //lib:l: refer to '//lib:l' instead"),
-    ("//lib:include/../x.h", "bad label '//lib:include/../x.h'"),
+    ("//lib:include/../x.h", "srcs: bad label '//lib:include/../x.h'"),
+    ("//:.buildtool/record", "srcs path '.buildtool/record' is inside buildtool's state directory"),
 ])
 def test_bad_file_labels_say_what_they_name(workspace: Workspace, src: str, needle: str) -> None:
+    """An output named by a file label is refused also once it exists on disk, and also when
+    its target is outside the build (a stale copy was taken as a source)."""
+    workspace.build_file("", "")
     workspace.write("lib/include/calc.h", "")
     workspace.write("lib/sub/y.h", "")
     workspace.build_file("lib/sub", 'genrule(name="s", outs=["s.txt"], cmd="touch $@")\n')
     workspace.build_file("lib", 'genrule(name="l", outs=["l.txt", "gen/x.h"], cmd="touch l.txt gen/x.h")\n')
     workspace.build_file("app", f'genrule(name="a", srcs=["{src}"], outs=["a.txt"], cmd="touch $@")\n')
+    assert workspace.run("build", "//lib:l")[0] == 0  # (.buildtool/record exists)
     err = expect_invalid(workspace, "//app:a")
     assert f"app/BUILD.py:1: {needle}" in err, err
+
+
+def test_a_file_label_works_in_location_and_is_refused_in_deps(workspace: Workspace) -> None:
+    workspace.write("lib/include/calc.h", "x\n")
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch $@")\n')
+    workspace.build_file("app", 'genrule(name="a", srcs=["//lib:include/calc.h"], outs=["a.txt"],\n'
+                                '        cmd="cat $(location //lib:include/calc.h) > $@")\n')
+    rc, out, err = workspace.run("build", "//app:a")
+    assert rc == 0 and workspace.read("app/a.txt") == "x\n", out + err
+    workspace.build_file("app", 'genrule(name="a", deps=["//lib:include/calc.h"], outs=["a.txt"], cmd="touch $@")\n')
+    err = expect_invalid(workspace, "//app:a")
+    assert "deps entry '//lib:include/calc.h' names a file; deps name targets (a file goes in srcs)" in err, err
 
 
 def test_patterns_name_targets_and_get_the_one_meant(workspace: Workspace) -> None:
