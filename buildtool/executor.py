@@ -58,8 +58,8 @@ class ProcessResult:
         self.stderr = stderr
         self.timed_out = timed_out
         self.duration = duration
-        # Sent SIGTERM by cancel_all (Ctrl-C, a failure without -k): cut short, whatever its
-        # exit status says (a command that traps TERM and exits 0 left half its work).
+        # Sent SIGTERM by cancel_all (Ctrl-C, SIGTERM, a watch cycle cancelled) while it ran:
+        # cut short, whatever its exit status says (a trap that exits 0 left half its work).
         self.interrupted = interrupted
 
 
@@ -543,19 +543,37 @@ class SubprocessExecutor:
         return found
 
     def _kill(self, proc: Child, interrupt: bool = False) -> None:
-        if interrupt:
+        """SIGTERM the command's process group, SIGKILL once the grace period is over.
+        ``interrupt`` (cancel_all): its result counts as cut short, unless it had exited
+        before the signal.  A console-pool command leads no group (it is in the terminal's,
+        buildtool's own): it alone is signalled."""
+        ended = _ended(proc.pid)
+        group = _killpg(proc.pid, signal.SIGTERM)
+        if not group:
+            if ended:
+                return
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except OSError:
+                return
+        if interrupt and not ended:
             with self._lock:
                 self._interrupted.add(proc.pid)
-        if not _killpg(proc.pid, signal.SIGTERM):
-            return
-        with self._lock:
-            self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
+        if group:
+            with self._lock:
+                self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
 
         def hard_kill() -> None:
             time.sleep(KILL_GRACE_S)
-            with self._lock:
-                self._terminated.pop(proc.pid, None)
-            _killpg(proc.pid, signal.SIGKILL)
+            if group:
+                with self._lock:
+                    self._terminated.pop(proc.pid, None)
+                _killpg(proc.pid, signal.SIGKILL)
+            elif not _ended(proc.pid):  # (not reaped either: the pid is still this child's)
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
         threading.Thread(target=hard_kill, daemon=True).start()
 
@@ -585,6 +603,14 @@ class SubprocessExecutor:
                 del grace[g]
             if grace:
                 time.sleep(0.02)
+
+
+def _ended(pid: int) -> bool:
+    """Has child ``pid`` exited (reaped or not)?  Its process is left as it is."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
 
 
 def _killpg(pgid: int, sig: int) -> bool:

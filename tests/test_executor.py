@@ -129,6 +129,28 @@ print("ok")
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
 
 
+def test_cancel_all_marks_running_commands_interrupted_not_ended_ones(tmp_path: Path) -> None:
+    """A command that had exited (0) just before Ctrl-C was reported interrupted and its
+    outputs deleted; one still running is cut short whatever it then exits with; a
+    console-pool command (no process group of its own) is signalled too, not skipped."""
+    env = {"PATH": "/usr/bin:/bin"}
+    ex = executor.SubprocessExecutor()
+    done = ex.start(["/bin/sh", "-c", "exit 0"], str(tmp_path), env, capture=str(tmp_path / "a"))
+    os.waitid(os.P_PID, done.proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped yet
+    trap = ex.start(["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 30 & wait"], str(tmp_path), env,
+                    capture=str(tmp_path / "b"))
+    console = ex.start(["sleep", "30"], str(tmp_path), env, capture=None)
+    import time
+
+    time.sleep(0.2)  # (the trap is set)
+    ex.cancel_all()
+    assert not done.wait().interrupted
+    r = trap.wait()
+    assert r.interrupted and r.exit_code == 0
+    r = console.wait()
+    assert r.interrupted and r.exit_code == -signal.SIGTERM
+
+
 # -- the two ways a simple command starts: posix_spawn in this process's directory, Popen
 # elsewhere (posix_spawn cannot change the child's directory); the child must not tell them apart.
 PROBE = f"""#!{sys.executable}
