@@ -155,8 +155,9 @@ class Cache:
             new = not os.path.isdir(self.dir)
             for sub in ("cas", "tmp"):
                 d = os.path.join(self.dir, sub)
-                if not new and os.path.lexists(d) and not os.path.isdir(d):
+                if not new and os.path.isfile(d) and not os.path.islink(d):
                     os.unlink(d)  # a file where the cache's own layout has a directory: the cache's to replace
+                    # (not a link: one to a disk not mounted now is the user's set-up, left alone)
                     warn(f"cache: {d} was not a directory; replaced it with one")
                 os.makedirs(d, exist_ok=True)
             if new:

@@ -465,3 +465,16 @@ def test_a_file_where_the_cache_layout_has_a_directory_is_replaced(tmp_path: Pat
     c = cache_mod.Cache(str(tmp_path / "c"), warnings.append)
     assert c.writable and (layout / sub).is_dir(), warnings
     assert warnings == [f"cache: {layout / sub} was not a directory; replaced it with one"]
+
+
+def test_a_dangling_link_in_the_cache_layout_is_left_alone(tmp_path: Path) -> None:
+    """v2/cas linked to a disk that is not mounted now: caching is off for this build, with
+    the path named; replacing the link would have moved the blobs to the local disk."""
+    warnings: list[str] = []
+    cache_mod.Cache(str(tmp_path / "c"), warnings.append)
+    cas = tmp_path / "c" / cache_mod.LAYOUT / "cas"
+    cas.rmdir()
+    cas.symlink_to(tmp_path / "unmounted" / "cas")
+    c = cache_mod.Cache(str(tmp_path / "c"), warnings.append)
+    assert not c.writable and cas.is_symlink()
+    assert len(warnings) == 1 and f"not usable (File exists at {cas})" in warnings[0], warnings
