@@ -26,6 +26,16 @@ def _reaped(p: subprocess.Popen) -> Iterator[None]:  # type: ignore[type-arg]
             p.wait(10)
 
 
+def _signal_once_started(p: subprocess.Popen, marker: Path, sig: int, what: str) -> tuple:  # type: ignore[type-arg]
+    """Send ``sig`` once ``marker`` exists (what the build does made it); its output."""
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    p.send_signal(sig)
+    return p.communicate(timeout=20)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) -> None:
     ws = tmp_path / "ws"
@@ -46,12 +56,7 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
         stderr=subprocess.PIPE,
     )
     with _reaped(p):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
-        p.send_signal(sig)
-        p.communicate(timeout=20)
+        _signal_once_started(p, marker, sig, "the command never started")
     assert p.returncode == code
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {nap}" not in ps
@@ -118,12 +123,7 @@ def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str, inh
                          stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))  # type: ignore[arg-type]
     with _reaped(p):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the BUILD.py never ran"
-            time.sleep(0.05)
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=20)
+        _, err = _signal_once_started(p, marker, signal.SIGINT, "the BUILD.py never ran")
     assert p.returncode == 130
     assert f"buildtool: {expected}" in err, err
     assert "Traceback" not in err
@@ -148,12 +148,7 @@ def test_a_command_that_exits_0_on_sigterm_is_not_recorded(tmp_path: Path, comma
     p = subprocess.Popen(["buildtool", "-C", str(ws), command, target], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with _reaped(p):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=20)
+        out, err = _signal_once_started(p, marker, signal.SIGINT, "the command never started")
     assert p.returncode == 130, (out, err)
     assert b"PASSED" not in out, out
     if command == "build":
