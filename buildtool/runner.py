@@ -120,6 +120,9 @@ class TargetRunner:
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
+        # Target -> the stat (size, mtime_ns, ino, ctime_ns) of each source as its key read
+        # it: what the "changed while the command ran" check compares with (until _settled).
+        self._key_stats: dict[int, dict[str, tuple[int, int, int, int]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
@@ -271,18 +274,22 @@ class TargetRunner:
             out[name] = d
         return out
 
-    def _input_digests(self, t: Target, budget: int | None) -> dict[str, str] | None:
-        """path -> digest for every input; None if hashing would exceed ``budget`` bytes."""
+    def _input_digests(self, t: Target, budget: int | None, keep_stats: bool = False) -> dict[str, str] | None:
+        """path -> digest for every input; None if hashing would exceed ``budget`` bytes.
+        ``keep_stats``: for a key the target may run with, keep the sources' stats as read."""
         res: dict[str, str] = {}
         outs = self.out_digests
         stats = self.stats
         root = self.root
         spent = 0
         executable: list[str] = []
+        seen: dict[str, tuple[int, int, int, int]] = {}
         for p in self.graph.inputs[t.id]:
             d = outs.get(p)
             if d is None:
                 st = os.stat(os.path.join(root, p))
+                if keep_stats:
+                    seen[p] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
                 if st.st_mode & 0o100:
                     executable.append(p)
                 d = stats.lookup(p, st)
@@ -297,6 +304,8 @@ class TargetRunner:
             self._executable[t.id] = executable
         else:
             self._executable.pop(t.id, None)
+        if keep_stats:
+            self._key_stats[t.id] = seen
         return res
 
     def same_action(self, t: Target, desc: Mapping[str, Any]) -> bool:
@@ -441,6 +450,12 @@ class TargetRunner:
         return None
 
     def try_inline(self, tid: int) -> Outcome | None:
+        done = self._try_inline(tid)
+        if done is not None:
+            self._key_stats.pop(tid, None)
+        return done
+
+    def _try_inline(self, tid: int) -> Outcome | None:
         t = self.graph.targets[tid]
         fixed = self.runs_nothing(tid)
         if fixed is not None:
@@ -450,7 +465,7 @@ class TargetRunner:
         if not self.opt.dry_run and t.label not in self.record.entries:
             return None  # never built here: the key is computed by a worker, off this thread
         try:
-            inputs = self._input_digests(t, INLINE_HASH_LIMIT)
+            inputs = self._input_digests(t, INLINE_HASH_LIMIT, keep_stats=True)
         except OSError:
             return None  # let the worker report it
         if inputs is None:
@@ -510,7 +525,7 @@ class TargetRunner:
             t = self.graph.targets[tid]
             try:
                 t0 = time.monotonic()
-                inputs = self._input_digests(t, INLINE_HASH_LIMIT)
+                inputs = self._input_digests(t, INLINE_HASH_LIMIT, keep_stats=True)
             except OSError:
                 return None  # a worker reports it
             if inputs is None:
@@ -544,6 +559,7 @@ class TargetRunner:
         return size
 
     def _settled(self, tid: int, outcome: Outcome) -> Outcome:
+        self._key_stats.pop(tid, None)
         hashed = self._hash_s.pop(tid, None)
         if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
             outcome.extra["hash_s"] = hashed
@@ -582,7 +598,7 @@ class TargetRunner:
         if pre is None:
             try:
                 t0 = time.monotonic()
-                inputs = self._input_digests(t, None)
+                inputs = self._input_digests(t, None, keep_stats=True)
                 self._hash_s[tid] = time.monotonic() - t0
             except OSError as e:
                 return Outcome(Status.FAILED, Reason.FAILED, f"cannot read input {e.filename}: {e.strerror}")
@@ -978,7 +994,8 @@ class TargetRunner:
             outputs.append([o, self.stats.digest(o, st, produced=True), mode])
             size += st.st_size
         # Inputs that changed while the command ran: do not cache, stay dirty.
-        changed = late if late is not None else self._inputs_changed(t, desc["inputs"], started_ns)
+        changed = late if late is not None else \
+            self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {}))
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if record and not t.always and left_remote is None:  # always=True: never cached
@@ -1003,20 +1020,22 @@ class TargetRunner:
             stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra,
         )
 
-    def _inputs_changed(self, t: Target, recorded: dict[str, str], started_ns: int) -> str | None:
-        """The first input of ``t`` that changed while its command ran (started at
-        ``started_ns``), or None.  A source counts as unchanged when its stat is still the
-        one of a stat-cache entry with its digest taken before the start: the one the build
-        used for it, or a later one.  So an A-B-A rewrite during the run (``git stash; git
-        stash pop``), whose content is back, counts: the command may have read B."""
-        stats = self.stats
+    def _inputs_changed(
+        self, recorded: dict[str, str], started_ns: int, at_key: dict[str, tuple[int, int, int, int]],
+    ) -> str | None:
+        """The first input that changed while the command ran (started at ``started_ns``),
+        or None.  A source whose size, mtime or inode is not what it was when the key read it
+        (``at_key``) changed, even with its content back (an A-B-A rewrite during the run,
+        ``git stash; git stash pop``: the command may have read B).  One whose ctime alone
+        moved (chmod, a hard link made, or a rewrite that put the mtime back) and one written
+        just before the start (a same-tick rewrite keeps the stat) are judged by content."""
         for p, d in recorded.items():
             if p in self.out_digests:
                 if self._output_edited(p, d):
                     return p
                 continue
-            e = stats.used.get(p)
-            if e is None and p not in stats.entries:  # hashed but not remembered (it changed meanwhile)
+            was = at_key.get(p)
+            if was is None:  # (a key computed elsewhere: content only)
                 if self._disk_digest(p) != d:
                     return p
                 continue
@@ -1024,17 +1043,11 @@ class TargetRunner:
                 st = os.stat(os.path.join(self.root, p))
             except OSError:
                 return p
-            now = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
-            if e is None or e[5] != d or e[:4] != now:
-                e = stats.entries.get(p)  # (taken by another target's key, still before the start)
-                if e is None or e[5] != d or e[4] >= started_ns or e[:3] != now[:3]:
-                    return p
-                if e[3] != now[3]:  # only its ctime moved (chmod +x, a hard link made): the content decides
-                    if self._disk_digest(p) != d:
-                        return p
-                    continue
-            if racy(st.st_mtime_ns, st.st_ctime_ns, started_ns) and self._disk_digest(p) != d:
-                return p  # written just before the start: a rewrite in the same clock tick keeps the stat
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != was[:3]:
+                return p
+            if (st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, started_ns)) \
+                    and self._disk_digest(p) != d:
+                return p
         return None
 
     def _output_edited(self, p: str, made: str) -> bool:

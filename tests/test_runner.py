@@ -255,3 +255,36 @@ def test_a_command_that_only_chmods_or_links_its_source_is_recorded(tmp_path: Pa
     r = bt(ws, "build", "//...", "--events", str(ev))
     assert r.returncode == 0, r.stdout + r.stderr
     assert {k: v["status"] for k, v in events(ev).items()} == {"//:s": "up_to_date", "//:lnk": "up_to_date"}
+
+
+@pytest.mark.parametrize("first", ["a", "b"])
+def test_a_source_chmodded_while_another_target_reads_it_leaves_both_recorded(tmp_path: Path, first: str) -> None:
+    """Whichever check ran first re-hashed the file into the stat cache with a time after
+    the other command's start, which then counted as 'changed while the command ran'."""
+    slow = {"a": "1", "b": "0.3"} if first == "b" else {"a": "0.3", "b": "1"}
+    ws = make_ws(
+        tmp_path,
+        f'genrule(name="a", srcs=["gen.sh"], outs=["a.out"], cmd="chmod +x $< && sleep {slow["a"]} && ./$< > $@")\n'
+        f'genrule(name="b", srcs=["gen.sh"], outs=["b.out"], cmd="sleep {slow["b"]} && sh $< > $@")\n',
+        {"gen.sh": "#!/bin/sh\necho hi\n"},
+    )
+    (ws / "gen.sh").chmod(0o755)
+    r = bt(ws, "build", "-j2")
+    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
+    ev = tmp_path / "ev.jsonl"
+    assert bt(ws, "build", "-j2", "--events", str(ev)).returncode == 0
+    assert {k: v["status"] for k, v in events(ev).items()} == {"//:a": "up_to_date", "//:b": "up_to_date"}
+
+
+def test_a_source_edited_earlier_in_the_build_is_not_changed_during_a_later_run(tmp_path: Path) -> None:
+    """x edits s.txt as it ends; y and z, after x, read the edited file: neither ran while
+    it changed, whatever the stat cache learnt meanwhile from the other's key."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="x", outs=["x.out"], cmd="echo edited >> s.txt; touch $@")\n'
+        'genrule(name="y", srcs=[":x", "s.txt"], outs=["y.out"], cmd="sleep 0.5; cat s.txt > $@")\n'
+        'genrule(name="z", srcs=[":x", "s.txt"], outs=["z.out"], cmd="sleep 0.2; cat s.txt > $@")\n',
+        {"s.txt": "s\n"},
+    )
+    r = bt(ws, "build", "-j2", "//:y", "//:z")
+    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
