@@ -347,7 +347,8 @@ class GraphBuilder:
         rel = path[len(d) + 1:] if d else path
         for name, decl in self.loader.load(d).items():
             outs = decl.attrs.get("outs")
-            if isinstance(outs, (list, tuple)) and rel in outs:
+            if isinstance(outs, (list, tuple)) and any(
+                    isinstance(o, str) and o and posixpath.normpath(o) == rel for o in outs):  # (outs=["./x"])
                 return labels.label_str(d, name)
         return None
 
@@ -457,7 +458,10 @@ class GraphBuilder:
                     elif producer is None and attr == "srcs" and os.path.isfile(os.path.join(root, path)):
                         out.append(("file", _norm_rel(decl, p, n, attr)))  # (not in the state dir, say)
                     else:
-                        if producer is not None:  # (made or not yet: a source it is not, whatever is on disk)
+                        if producer == labels.label_str(pkg, decl.attrs["name"]):
+                            msg = f"{path!r} is both an output and a source of {producer}: a target cannot read " \
+                                  "what it writes"
+                        elif producer is not None:  # (made or not yet: a source it is not, whatever is on disk)
                             msg = f"{attr} refers to {item!r}, an output of {producer}: refer to '{producer}' instead"
                         elif "/" in n:  # (a file label: a target's name has no '/')
                             msg = f"{attr} refers to {item!r}, but there is no file {path}"
@@ -470,8 +474,14 @@ class GraphBuilder:
                     raise _err(decl, msg + self._absolute_hint(item, pkg))
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
-                    if path in self.loader.globbed(pkg) and path in self._declared_outs(pkg):
-                        continue  # an in-place output found by glob() is never a source
+                    if path in self._declared_outs(pkg):
+                        if path in self.loader.globbed(pkg):
+                            continue  # an in-place output found by glob() is never a source
+                        producer, me = self._producer_of(path), labels.label_str(pkg, decl.attrs["name"])
+                        if producer is not None and producer != me:
+                            # (its producer may be outside this build: a stale copy on disk is no source)
+                            raise _err(decl, f"{attr} entry {item!r} of {me} is an output of {producer}: refer "
+                                             f"to '{producer}' instead")
                     sub = self._subpackage_on_the_way(pkg, path)
                     if sub is not None:
                         name = path[len(sub) + 1:]

@@ -396,6 +396,26 @@ def test_bad_file_labels_say_what_they_name(workspace: Workspace, src: str, need
     assert f"app/BUILD.py:1: {needle}" in err, err
 
 
+def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_the_build(
+    workspace: Workspace,
+) -> None:
+    """r1's srcs name g's output by path (or by a file label, with outs written './gen/x');
+    built alone after g, the stale copy on disk was taken as a source and r1 stayed up to
+    date when g's command changed."""
+    workspace.build_file("p2", 'genrule(name="g", outs=["./gen/o.txt"], cmd="echo G1 > gen/o.txt")\n'
+                               'genrule(name="r1", srcs=["gen/o.txt"], outs=["r1.txt"], cmd="cat $< > $@")\n'
+                               'genrule(name="r2", srcs=[":gen/o.txt"], outs=["r2.txt"], cmd="cat $< > $@")\n'
+                               'genrule(name="me", srcs=[":m/x"], outs=["m/x"], cmd="touch $@")\n')
+    assert workspace.run("build", "//p2:g")[0] == 0
+    err = expect_invalid(workspace, "//p2:r1")
+    assert "p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g: refer to '//p2:g' instead" \
+        in err, err
+    err = expect_invalid(workspace, "//p2:r2")
+    assert "p2/BUILD.py:3: srcs refers to ':gen/o.txt', an output of //p2:g: refer to '//p2:g' instead" in err, err
+    err = expect_invalid(workspace, "//p2:me")
+    assert "'p2/m/x' is both an output and a source of //p2:me: a target cannot read what it writes" in err, err
+
+
 def test_a_file_label_works_in_location_and_is_refused_in_deps(workspace: Workspace) -> None:
     workspace.write("lib/include/calc.h", "x\n")
     workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch $@")\n')
