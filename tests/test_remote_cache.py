@@ -314,7 +314,8 @@ def test_uploads_default_to_on_in_ci_only(nginx: remote_servers.Server,
 class _FaultyCache:
     """An HTTP cache on 127.0.0.1 that misbehaves: ``drip`` answers every GET with a body
     sent a byte every 0.3 s; ``drip_head`` sends even its headers a byte every 0.5 s;
-    ``auth`` answers everything 401; ``cut`` sends a chunked body and hangs up halfway."""
+    ``auth`` answers everything 401; ``cut`` sends a chunked body and hangs up halfway;
+    ``short`` announces a length and hangs up before it (http.client says nothing)."""
 
     def __init__(self, mode: str) -> None:
         import http.server
@@ -336,6 +337,11 @@ class _FaultyCache:
                     return
                 if mode == "cut":
                     self.wfile.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1f4\r\n" + b"x" * 100)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if mode == "short":  # a Content-Length, fewer bytes, then the connection closes
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 121\r\n\r\n" + b"\n\x00" * 20)
                     self.wfile.flush()
                     self.close_connection = True
                     return
@@ -375,7 +381,7 @@ class _FaultyCache:
         self.server.server_close()
 
 
-@pytest.mark.parametrize("mode", ["drip", "drip_head", "auth", "cut"])
+@pytest.mark.parametrize("mode", ["drip", "drip_head", "auth", "cut", "short"])
 def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
     make_workspace: Callable[..., Workspace], mode: str
 ) -> None:
@@ -394,8 +400,49 @@ def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
         assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
         assert took < 30, took  # a bound, not a benchmark: the drip alone would take 60 s a request
         assert r.stderr.count("remote cache") <= 2, r.stderr
+        if mode == "short":  # a cut-off entry was read as a shorter one: a hit without its stdout
+            assert "the response broke off after 40 of its 121 bytes" in r.stderr, r.stderr
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("flag", ["--remote-cache", "--remote-executor"])
+def test_ctrl_c_breaks_off_connecting_to_a_grpc_server_that_never_answers(
+    make_workspace: Callable[..., Workspace], flag: str,
+) -> None:
+    """The first call (GetCapabilities) ran under the layer's lock, which Ctrl-C's abort
+    waited for: with the default 30 s timeout, exit came ~20 s after Ctrl-C."""
+    import signal
+    import socket
+    import subprocess
+    import threading
+
+    import conftest
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.extend(iter(lambda: silent.accept()[0], None)), daemon=True).start()
+    try:
+        ws = make_workspace(f"silent-{flag[2:]}")
+        ws.build_file("", 'genrule(name="t", outs=["t.txt"], cmd="echo t > $@")')
+        env = conftest._clean_env(ws.cache, ws.home)
+        proc = subprocess.Popen([conftest.BUILDTOOL, "build", flag, f"grpc://127.0.0.1:{silent.getsockname()[1]}"],
+                                cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # GetCapabilities sent, never answered
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=40)
+        assert proc.returncode == 130, (proc.returncode, out, err)
+        assert time.monotonic() - t0 < 5, (out, err)
+    finally:
+        silent.close()
+        for c in accepted:
+            c.close()
 
 
 def test_a_read_only_cache_refusing_uploads_still_serves_lookups(

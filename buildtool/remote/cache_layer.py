@@ -80,23 +80,40 @@ class RemoteCache:
         self._broken: str | None = None
         self._no_uploads: str | None = None  # why this build uploads no more (writes refused)
         self._opened = False
+        self._connected = threading.Event()  # the first _get_store has connected, or failed to
         self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
 
     # -- connection and breaker ------------------------------------------------------------
     def _get_store(self) -> Store | None:
+        """The connected store, or None once the remote is off.  The first caller connects,
+        outside the lock: ``abort`` (Ctrl-C) must be able to close a channel whose server
+        never answers (it held the lock for the whole timeout); the others wait for it."""
         with self._lock:
             if self._broken is not None:
                 return None
-            if not self._opened:
-                self._opened = True
-                try:
-                    self._store = open_store(self.ep, self.opt)
-                except RemoteError as e:
-                    self._trip_locked(str(e))
-                    return None
-            return self._store
+            first = not self._opened
+            self._opened = True
+        if not first:
+            self._connected.wait()
+        else:
+            try:
+                store = open_store(self.ep, self.opt)
+                with self._lock:
+                    self._store = store  # (abort closes it from now on)
+                    go = self._broken is None
+                if go:
+                    store.negotiate()
+            except RemoteError as e:
+                self._trip(str(e))
+            except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted meanwhile
+                if self._broken is None:
+                    raise
+            finally:
+                self._connected.set()
+        with self._lock:
+            return self._store if self._broken is None else None
 
     def _trip(self, why: str) -> None:
         with self._lock:

@@ -98,6 +98,7 @@ class RemoteExecutor:
         self._store: GrpcStore | None = None
         self._exec: Any = None
         self._opened = False
+        self._connected = threading.Event()  # the first _get has connected, or failed to
         self._broken: str | None = None
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
         self.kept_modes: dict[str, int] = {}  # path -> mode of outputs left in the server's CAS (the runner's)
@@ -130,8 +131,12 @@ class RemoteExecutor:
             calls = list(self._calls)
             ops = sorted(self._ops)
             st = self._store
+            connecting = st is not None and not self._connected.is_set()
         for c in calls:
             c.cancel()
+        if connecting:  # GetCapabilities in flight: a server that never answers held it for the timeout
+            st.abort()  # type: ignore[union-attr]
+            return
         if st is None or not ops:
             return
         stub = ops_grpc.OperationsStub(st.chan)
@@ -145,18 +150,36 @@ class RemoteExecutor:
                 pass  # the server may finish the action; its result lands in its action cache
 
     def _get(self) -> GrpcStore | None:
+        """The connected executor's store, or None once it is off; the first caller connects
+        outside the lock, so that cancel_all (Ctrl-C) can close a channel whose server never
+        answers; the others wait for it."""
         with self._lock:
-            if self._broken is not None:
+            if self._broken is not None or self.cancelled:
                 return None
-            if not self._opened:
-                self._opened = True
-                try:
-                    self._store = GrpcStore(self.ep, self.opt)
-                    self._exec = re_grpc.ExecutionStub(self._store.chan)
-                except RemoteError as e:
-                    self._trip_locked(str(e))
-                    return None
-            return self._store
+            first = not self._opened
+            self._opened = True
+        if not first:
+            self._connected.wait()
+        else:
+            try:
+                store = GrpcStore(self.ep, self.opt, negotiate=False)
+                with self._lock:
+                    self._store = store
+                    self._exec = re_grpc.ExecutionStub(store.chan)
+                    go = not self.cancelled
+                if go:
+                    store.negotiate()
+            except (RemoteError, ValueError) as e:  # (ValueError: grpc's "closed channel", Ctrl-C meanwhile)
+                if isinstance(e, ValueError) and not self.cancelled:
+                    raise
+                with self._lock:
+                    if not self.cancelled:  # (Ctrl-C closed the channel: no warning, Ctrl-C says enough)
+                        self._trip_locked(str(e))
+                    self._broken = self._broken or "the build was interrupted"
+            finally:
+                self._connected.set()
+        with self._lock:
+            return self._store if self._broken is None and not self.cancelled else None
 
     def _trip_locked(self, why: str) -> None:
         if self._broken is None:

@@ -69,7 +69,12 @@ def rpc_error(name: str, what: str, e: grpc.RpcError) -> RemoteError:
 
 
 class GrpcStore(Store):
-    def __init__(self, ep: Endpoint, opt: RemoteOptions, chan: grpc.Channel | None = None) -> None:
+    def __init__(
+        self, ep: Endpoint, opt: RemoteOptions, chan: grpc.Channel | None = None, negotiate: bool = True,
+    ) -> None:
+        """A channel to the server; ``negotiate``: ask its capabilities now (else call
+        ``negotiate()``: the first call to a server that never answers takes the whole
+        timeout, and the store must be reachable by ``abort`` meanwhile)."""
         self.ep = ep
         self.opt = opt
         self.name = str(ep)
@@ -81,7 +86,8 @@ class GrpcStore(Store):
         self.ac = re_grpc.ActionCacheStub(self.chan)
         self.bs = bs_grpc.ByteStreamStub(self.chan)
         self.max_batch = MAX_BATCH_BYTES
-        self._negotiate()
+        if negotiate:
+            self.negotiate()
 
     def _call(self, what: str, fn: Any, req: Any, timeout: float | None = None) -> Any:
         try:
@@ -89,7 +95,7 @@ class GrpcStore(Store):
         except grpc.RpcError as e:
             raise rpc_error(self.name, what, e) from None
 
-    def _negotiate(self) -> None:
+    def negotiate(self) -> None:
         caps = self._call("GetCapabilities", re_grpc.CapabilitiesStub(self.chan).GetCapabilities,
                           re_pb2.GetCapabilitiesRequest(instance_name=self.instance))
         cc = caps.cache_capabilities

@@ -115,6 +115,10 @@ class Store:
     digest_fn = "sha256"
     name = ""
 
+    def negotiate(self) -> None:
+        """Connect and learn what the server supports (gRPC's GetCapabilities); HTTP: nothing."""
+        return
+
     def get_action_result(self, action: Digest) -> Any:  # ActionResult or None
         raise NotImplementedError
 
@@ -216,10 +220,12 @@ def _shut(conn: Any) -> None:
 
 
 def open_store(ep: Endpoint, opt: RemoteOptions) -> Store:
+    """The store for ``ep``, not yet connected: call ``negotiate`` (a gRPC server's
+    capabilities) outside any lock, so that ``abort`` can break it off."""
     if ep.is_grpc:
         from buildtool.remote.grpc_store import GrpcStore
 
-        return GrpcStore(ep, opt)
+        return GrpcStore(ep, opt, negotiate=False)
     return HttpStore(ep, opt)
 
 
@@ -337,7 +343,8 @@ class HttpStore(Store):
         import http.client
         import time
 
-        expected = resp.length if resp.length is not None and resp.length <= size else size
+        announced = resp.length  # Content-Length (None: chunked, whose cut-off http.client raises)
+        expected = announced if announced is not None and announced <= size else size
         allowed = self.opt.timeout + expected / 1e6
         deadline = time.monotonic() + allowed
         conn = getattr(self._local, "conn", None)  # (watched, so a stalled read is cut at the deadline or Ctrl-C)
@@ -359,6 +366,9 @@ class HttpStore(Store):
                     if token is not None and self._deadlines.done(token):  # (the end a shutdown made)
                         token = None
                         raise Unavailable(f"{self.name}: a download broke off")
+                    if announced is not None and got < announced:  # (read1 gives b"" on a closed socket)
+                        raise Unavailable(f"{self.name}: the response broke off after {got} of its "
+                                          f"{announced} bytes")
                     return
                 got += len(chunk)
                 if got > size:
