@@ -214,6 +214,27 @@ def test_cache_entry_naming_undeclared_paths_is_refused(
     assert not (b.root.parent / "escaped.h").exists() and not (b.root / "escaped.h").exists()
 
 
+def test_an_entry_recording_a_failed_run_is_a_miss_with_a_warning(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """docs/remote.md lists a non-zero exit code among what makes an entry a miss with a
+    warning; it was a miss without one."""
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+    a, b = _checkouts(make_workspace, f"failed-{time.time_ns()}")
+    url = f"{nginx.url}/failed-run"
+    assert a.build("--remote-cache", url).rc == 0
+    for f in (nginx.workdir / "cache" / "failed-run" / "ac").iterdir():
+        res = re_pb2.ActionResult()
+        res.ParseFromString(f.read_bytes())
+        if any(o.path == "names.h" for o in res.output_files):
+            res.exit_code = 1
+            f.write_bytes(res.SerializeToString())
+    r = b.build("--remote-cache", url)
+    assert r.rc == 0 and r.status("//gen:header") == "ran", r.output
+    assert "remote cache entry not used: the entry records a failed run (exit code 1)" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("bad", ["not hex", "ab cd\nef", "A" * 64, "a" * 63, "a" * 64 + "/../x"])
 def test_a_malformed_digest_in_an_entry_is_a_miss_for_that_target_only(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], bad: str

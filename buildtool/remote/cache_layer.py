@@ -204,8 +204,8 @@ class RemoteCache:
             self.stats.misses += 1
 
     def _fetch(self, store: Store, t: TargetView, res: Any, label: str) -> ActionEntry | None:
-        if res.exit_code != 0:
-            return None
+        if res.exit_code != 0:  # (Bazel's clients never write one; a cache that holds one is odd: said)
+            raise RemoteError(f"the entry records a failed run (exit code {res.exit_code})")
         if len(res.output_directories) or len(res.output_symlinks) or len(res.output_file_symlinks):
             raise RemoteError("the entry has output directories or symlinks; this target declares only files")
         want = set(t.outs)
@@ -278,6 +278,7 @@ class RemoteCache:
                 missing |= self._damaged.intersection(blobs)
             sent = store.upload({d: blobs[d] for d in missing}) if missing else 0
             store.update_action_result(act.digest, result)
+            sent += result.ByteSize()  # (the action-cache entry is sent too)
         except Unavailable as e:
             self._trip(str(e))
             return
