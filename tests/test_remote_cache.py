@@ -302,10 +302,20 @@ def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
         (["--remote-header", "x-tok=a\nb"], None, "the value of header 'x-tok' contains a line break"),
         (["--remote-header", "Bad Key=1"], None, "'Bad Key' is not a valid header name"),
         (["--remote-header", "novalue"], None, "--remote-header must be KEY=VALUE"),
+        (["--remote-cache", "http://127.0.0.1:1/q?q=1"], None, "--remote-cache: an HTTP cache URL takes no query"),
+        (["--remote-cache", "http://127.0.0.1:1/f#frag"], None, "takes no query or fragment"),
+        (["--remote-cache", "http://127.0.0.1:1/a b"], None, "the path has a space or a control character"),
+        (["--remote-cache", "http://[::1:1"], None, "--remote-cache is not a URL: Invalid IPv6 URL"),
+        (["--remote-instance", "a b"], None, "--remote-instance must be names joined by '/'"),
+        (["--remote-instance", "../../x"], None, "--remote-instance must be names joined by '/'"),
     ):
         workspace.write("buildtool.toml", "")
         rc, _, err = workspace.run("build", "--remote-cache", "http://127.0.0.1:1", *args, env_extra=env)
         assert rc == 2 and needle in err and "Traceback" not in err, (args, err)
+    workspace.write("buildtool.toml", "")
+    workspace.write("buildtool.toml", "remote_headers = {a = 1}\n")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "remote_headers: the value of 'a' must be a string (got 1)" in err, err
     workspace.write("buildtool.toml", "")
     rc, _, err = workspace.run("build", env_extra={"BUILDTOOL_REMOTE_CACHE": "grpc://h"})
     assert rc == 0, err  # port defaults; an unreachable server only warns

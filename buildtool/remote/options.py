@@ -56,7 +56,11 @@ def parse_endpoint(url: str, what: str = "--remote-cache", grpc_only: bool = Fal
     with a sentence saying what must be and what was found."""
     import urllib.parse
 
-    u = urllib.parse.urlsplit(url)
+    try:
+        u = urllib.parse.urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL"
+        msg = f"{what} is not a URL: {e} (got {_redacted(url)!r})"
+        raise ValueError(msg) from None
     if u.scheme not in SCHEMES or not u.hostname or (grpc_only and u.scheme not in ("grpc", "grpcs")):
         forms = "grpc://HOST:PORT or grpcs://HOST:PORT" if grpc_only else \
             "grpc://HOST:PORT, grpcs://HOST:PORT or http(s)://HOST[:PORT][/prefix]"
@@ -74,8 +78,15 @@ def parse_endpoint(url: str, what: str = "--remote-cache", grpc_only: bool = Fal
             raise ValueError(msg)
         if port is None:
             port = 443 if u.scheme == "grpcs" else 80
-    elif port is None:
-        port = 443 if u.scheme == "https" else 80
+    else:
+        if u.query or u.fragment or "?" in url or "#" in url:
+            msg = f"{what}: an HTTP cache URL takes no query or fragment (got {_redacted(url)!r})"
+            raise ValueError(msg)
+        if any(c.isspace() or not c.isprintable() for c in u.path):
+            msg = f"{what}: the path has a space or a control character; percent-encode it (got {_redacted(url)!r})"
+            raise ValueError(msg)
+        if port is None:
+            port = 443 if u.scheme == "https" else 80
     userinfo = None
     if u.username is not None:  # bazel-remote's htpasswd, a proxy's basic authentication
         import urllib.parse as up
@@ -102,6 +113,17 @@ def _redacted(url: str) -> str:
     return urllib.parse.urlunsplit(u._replace(netloc=f"{shown}@{host}"))
 
 
+def check_instance(name: str, what: str = "--remote-instance") -> None:
+    """An REAPI instance name: path segments of printable characters without spaces, none
+    of them '.' or '..' (it is part of every resource name, and of HTTP paths)."""
+    parts = name.split("/")
+    if name and (any(p in ("", ".", "..") for p in parts)
+                 or any(c.isspace() or not c.isprintable() for c in name)):
+        msg = (f"{what} must be names joined by '/', without spaces, control characters, empty, '.' or '..' "
+               f"parts (got {name!r})")
+        raise ValueError(msg)
+
+
 def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-header") -> dict[str, str]:
     """``["K=V", ...]`` (or a mapping from a config file) -> {lower-case key: value}."""
     out: dict[str, str] = {}
@@ -115,8 +137,11 @@ def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-heade
                 raise ValueError(msg)
             pairs.append(tuple(i.partition("=")[::2]))
     for k, v in pairs:
-        if not isinstance(k, str) or not k.strip() or not isinstance(v, str):
+        if not isinstance(k, str) or not k.strip():
             msg = f"{what} must be KEY=VALUE with a non-empty KEY (got {k!r}={v!r})"
+            raise ValueError(msg)
+        if not isinstance(v, str):
+            msg = f"{what}: the value of {k!r} must be a string (got {v!r})"
             raise ValueError(msg)
         key = k.strip().lower()
         if not all(c.isascii() and (c.isalnum() or c in "!#$%&'*+-.^_`|~") for c in key):
@@ -216,6 +241,7 @@ def check_key(key: str, v: Any) -> Any:
         if not isinstance(v, str):
             msg = f"remote_instance must be a string (got {v!r})"
             raise ValueError(msg)
+        check_instance(v, key)
         return v
     if key == "remote_headers":
         if not isinstance(v, (list, dict)):
