@@ -703,7 +703,7 @@ class TargetRunner:
                 want.append((p, d, 0o755 if self._mode_of(p) & 0o100 else 0o644))
         if not want:
             return None
-        owners = sorted({o for p, _, _ in want if (o := self._owner.get(p)) is not None})
+        owners = self._remote_producers(sorted({o for p, _, _ in want if (o := self._owner.get(p)) is not None}))
         if self.remote_exec is None:
             return (f"input {want[0][0]} was left in a remote CAS (--remote-download) and no --remote-executor "
                     "is set; the targets that made it run again on the next build", owners)
@@ -712,6 +712,28 @@ class TargetRunner:
             return None
         return (f"needs {', '.join(p for p, _, _ in want)}, left in the remote CAS by --remote-download: {problem}; "
                 f"{', '.join(owners)} run again on the next build", owners)
+
+    def _remote_producers(self, labels: list[str]) -> list[str]:
+        """These producers, and their dependencies, transitively, whose outputs were left
+        in the remote CAS too: when the server lost a blob, rerunning a producer needs its
+        own inputs, which it may have lost as well (one failed build a level, it was)."""
+        out = dict.fromkeys(labels)
+        by_label, targets = self.graph.by_label, self.graph.targets
+        stack = [by_label[lab] for lab in labels if lab in by_label]
+        seen = set(stack)
+        while stack:
+            for d in targets[stack.pop()].deps:
+                if d in seen:
+                    continue
+                seen.add(d)
+                dt = targets[d]
+                entry = self.record.get(dt.label)
+                if dt.kind == "group":
+                    stack.append(d)
+                elif entry is not None and any(is_remote(o[1]) for o in entry.get("o", ())):
+                    out[dt.label] = None
+                    stack.append(d)
+        return list(out)
 
     def _mode_of(self, p: str) -> int:
         owner = self._owner.get(p)

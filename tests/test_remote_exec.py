@@ -509,3 +509,27 @@ def test_a_result_naming_a_malformed_digest_is_refused(bad: str) -> None:
     assert exec_layer._checked(re_pb2.Digest(hash=good, size_bytes=3)).hash == good
     with pytest.raises(RemoteError, match="malformed digest"):
         exec_layer._checked(re_pb2.Digest(hash=bad, size_bytes=3))
+
+
+def test_a_chain_left_remote_and_lost_is_rebuilt_on_the_next_build_not_one_level_a_build(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """p -> gen -> use, p and gen left in the executor's CAS, which then lost them: only
+    gen's record entry was dropped, so the next build failed again on p's output (a chain
+    k deep took k failing builds)."""
+    ws = make_workspace("lost-chain")
+    ws.build_file("", """
+        genrule(name="p", outs=["p.txt"], cmd="echo p > $@")
+        genrule(name="gen", srcs=[":p"], outs=["g.txt"], cmd="cat p.txt > $@; echo g >> $@")
+        genrule(name="use", srcs=[":gen"], outs=["u.txt"], cmd="cat g.txt > $@", local=True)
+    """)
+    r = ws.build("--remote-executor", stack.url, "--remote-download", "minimal", "//:gen")
+    assert r.rc == 0 and not ws.exists("g.txt") and not ws.exists("p.txt"), r.output
+    dead = f"grpc://127.0.0.1:{remote_servers.free_port()}"  # (its CAS is gone with it)
+    args = ("--remote-executor", dead, "--remote-timeout", "3", "--remote-download", "minimal", "//:use")
+    lost = ws.build(*args)
+    assert lost.rc == 1, lost.output
+    assert "//:gen, //:p run again on the next build" in lost.by_label["//:use"]["reason"], lost.output
+    again = ws.build(*args)  # the executor is unreachable: both run here, then use
+    assert again.rc == 0 and again.ran == {"//:p", "//:gen", "//:use"}, again.output
+    assert ws.read("u.txt") == "p\ng\n"
