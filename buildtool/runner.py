@@ -559,7 +559,8 @@ class TargetRunner:
         return size
 
     def _settled(self, tid: int, outcome: Outcome) -> Outcome:
-        self._key_stats.pop(tid, None)
+        if not self.graph.targets[tid].flaky:  # (a flaky test's next attempt runs with the same key)
+            self._key_stats.pop(tid, None)
         hashed = self._hash_s.pop(tid, None)
         if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
             outcome.extra["hash_s"] = hashed

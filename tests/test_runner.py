@@ -277,14 +277,35 @@ def test_a_source_chmodded_while_another_target_reads_it_leaves_both_recorded(tm
 
 
 def test_a_source_edited_earlier_in_the_build_is_not_changed_during_a_later_run(tmp_path: Path) -> None:
-    """x edits s.txt as it ends; y and z, after x, read the edited file: neither ran while
-    it changed, whatever the stat cache learnt meanwhile from the other's key."""
+    """x reads s.txt and edits it as it ends (x is rightly not recorded); y and z, after x,
+    read the edited file: neither ran while it changed, but the stat cache's entries (the
+    first, x's, and the one z's key re-hashed after y started) flagged y."""
     ws = make_ws(
         tmp_path,
-        'genrule(name="x", outs=["x.out"], cmd="echo edited >> s.txt; touch $@")\n'
-        'genrule(name="y", srcs=[":x", "s.txt"], outs=["y.out"], cmd="sleep 0.5; cat s.txt > $@")\n'
-        'genrule(name="z", srcs=[":x", "s.txt"], outs=["z.out"], cmd="sleep 0.2; cat s.txt > $@")\n',
+        'genrule(name="x", srcs=["s.txt"], outs=["x.out"],\n'
+        '        cmd="cat $< > $@; sleep 0.3; if [ ! -e once ]; then touch once; echo BB > $<; fi")\n'
+        'genrule(name="y", srcs=["s.txt"], outs=["y.out"], deps=[":x"], cmd="cat s.txt > $@; sleep 0.3")\n'
+        'genrule(name="z", srcs=["s.txt"], outs=["z.out"], deps=[":x"], cmd="cat s.txt > $@; sleep 0.3")\n',
         {"s.txt": "s\n"},
     )
     r = bt(ws, "build", "-j2", "//:y", "//:z")
-    assert r.returncode == 0 and "changed while" not in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "//:x: input s.txt changed while the command ran" in r.stderr, r.stderr
+    assert "//:y: input" not in r.stderr and "//:z: input" not in r.stderr, r.stderr
+
+
+def test_a_flaky_tests_rerun_still_sees_a_source_changed_and_put_back(tmp_path: Path) -> None:
+    """The sources' stats as the key read them were dropped after the first attempt, so the
+    rerun compared content only and an A-B-A edit during it became PASSED (cached)."""
+    once = tmp_path / "once"
+    ws = make_ws(
+        tmp_path,
+        f'test(name="fl", srcs=["s.txt"], flaky=2, cmd="if [ -e {once} ]; then echo B > s.txt; sleep 0.2; '
+        f'echo A > s.txt; exit 0; else touch {once}; exit 1; fi")\n',
+        {"s.txt": "A\n"},
+    )
+    os.utime(ws / "s.txt", (1_600_000_000, 1_600_000_000))
+    r = bt(ws, "test", "//:fl")
+    assert "//:fl: input s.txt changed while the command ran; result not recorded" in r.stderr, r.stdout + r.stderr
+    r = bt(ws, "test", "//:fl")
+    assert "PASSED (cached)" not in r.stdout, r.stdout
