@@ -38,6 +38,11 @@ def run_command(args: argparse.Namespace) -> int:
         info = None
     if args.monitor_command == "stop":
         if not foreign and monitor.stop(ws.state_dir):
+            import time
+
+            deadline = time.monotonic() + 5.0  # until it has exited, as systemctl stop waits (status agrees then)
+            while monitor.holder(ws.state_dir) is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
             print("monitor stopped")
         elif not foreign and (pid := monitor.holder(ws.state_dir)) is not None:
             print(f"the monitor (pid {pid}) did not answer within 2 s (stopped with SIGSTOP?); "
