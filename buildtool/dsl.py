@@ -210,6 +210,13 @@ def pyrule(*args: Any, **attrs: Any) -> None:
     _declare("pyrule", attrs, args)
 
 
+class Globbed(str):
+    """A path glob() returned.  An output found in place by a glob (left over on disk) is
+    left out of srcs; the same path written by hand is refused (graph.py)."""
+
+    __slots__ = ()
+
+
 def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str]:
     """Source files of this package matching ``include`` minus ``exclude``, sorted."""
     ctx = current_context()
@@ -223,7 +230,7 @@ def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str
     result = ctx.glob_fn(ctx.pkg, inc, exc)
     prefix = f"{ctx.pkg}/" if ctx.pkg else ""
     ctx.globbed.update(prefix + p for p in result)
-    return result
+    return [Globbed(p) for p in result]
 
 
 def getenv(name: str, default: str | None = None) -> str | None:

@@ -424,6 +424,8 @@ class GraphBuilder:
         return self._instantiate(order, index, refs, roots)
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
+        from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)
+
         out: list[tuple[str, str]] = []
         for attr in ("srcs", "deps"):
             if attr not in decl.attrs:
@@ -475,7 +477,7 @@ class GraphBuilder:
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self._declared_outs(pkg):
-                        if path in self.loader.globbed(pkg):
+                        if isinstance(item, Globbed) and path in self.loader.globbed(pkg):
                             continue  # an in-place output found by glob() is never a source
                         producer, me = self._producer_of(path), labels.label_str(pkg, decl.attrs["name"])
                         if producer is not None and producer != me:
