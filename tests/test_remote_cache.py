@@ -470,6 +470,7 @@ def test_ctrl_c_breaks_off_connecting_to_a_grpc_server_that_never_answers(
         out, err = proc.communicate(timeout=40)
         assert proc.returncode == 130, (proc.returncode, out, err)
         assert time.monotonic() - t0 < 5, (out, err)
+        assert "fell back to local" not in out + err or "0 fell back to local" in out + err, out + err
     finally:
         silent.close()
         for c in accepted:

@@ -208,15 +208,17 @@ class RemoteExecutor:
         st = self._get()
         if st is None:
             with self._lock:
-                self.stats.fallbacks += 1  # (it runs here: the executor was found unusable)
+                if not self.cancelled:  # (cancelled: it runs nowhere; the runner reports it so)
+                    self.stats.fallbacks += 1  # (it runs here: the executor was found unusable)
             return None
         started = time.monotonic()
         try:
             res = self._run_retrying(st, t, inputs, desc, started, skip_cache)
         except Unavailable as e:
             with self._lock:
-                self.stats.fallbacks += 1
-                self._trip_locked(str(e))
+                if not self.cancelled:
+                    self.stats.fallbacks += 1
+                    self._trip_locked(str(e))
             return None
         except (RemoteError, OSError) as e:
             if self.cancelled:
