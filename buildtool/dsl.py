@@ -211,8 +211,9 @@ def pyrule(*args: Any, **attrs: Any) -> None:
 
 
 class Globbed(str):
-    """A path glob() returned.  An output found in place by a glob (left over on disk) is
-    left out of srcs; the same path written by hand is refused (graph.py)."""
+    """A path glob() returned.  An output found in place by a glob (a copy left on disk)
+    is left out of srcs quietly; the same path given otherwise (written by hand, or a glob
+    result copied with str()) is left out with a warning (graph.py)."""
 
     __slots__ = ()
 

@@ -13,6 +13,7 @@ import operator
 import os
 import posixpath
 import stat
+import sys
 
 from buildtool import labels
 from buildtool.errors import BuildfileError, UserError
@@ -477,9 +478,14 @@ class GraphBuilder:
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self._declared_outs(pkg):
-                        if isinstance(item, Globbed) and path in self.loader.globbed(pkg):
-                            continue  # an in-place output found by glob() is never a source
                         producer, me = self._producer_of(path), labels.label_str(pkg, decl.attrs["name"])
+                        if path in self.loader.globbed(pkg):  # an in-place output found by glob(): no source
+                            if not isinstance(item, Globbed) and producer is not None and producer != me:
+                                # written by hand, or a glob result made anew (str(p)): cannot tell which
+                                print(f"buildtool: warning: {decl.path}:{decl.line}: {me}'s srcs entry {item!r} "
+                                      f"is an output of {producer} (a glob() found a copy on disk): left out; "
+                                      f"refer to '{producer}' to read it", file=sys.stderr)
+                            continue
                         if producer is not None and producer != me:
                             # (its producer may be outside this build: a stale copy on disk is no source)
                             raise _err(decl, f"{attr} entry {item!r} of {me} is an output of {producer}: refer "
