@@ -41,12 +41,11 @@ def run_command(args: argparse.Namespace) -> int:
             import time
 
             deadline = time.monotonic() + 5.0  # until it has exited, as systemctl stop waits (status agrees then)
-            while monitor.holder(ws.state_dir) is not None and time.monotonic() < deadline:
+            while (pid := monitor.holder(ws.state_dir)) is not None and time.monotonic() < deadline:
                 time.sleep(0.01)
-            print("monitor stopped")
+            print("monitor stopped" if pid is None else f"monitor stopping: pid {pid} has not exited after 5 s")
         elif not foreign and (pid := monitor.holder(ws.state_dir)) is not None:
-            print(f"the monitor (pid {pid}) did not answer within 2 s (stopped with SIGSTOP?); "
-                  "it stops when it runs again")
+            print(f"the monitor (pid {pid}) did not answer (stopped with SIGSTOP?); it stops when it runs again")
         else:
             print("no monitor was running")
         return 0
