@@ -28,6 +28,7 @@ from buildtool.remote.action import Digest, RemoteAction, TargetView
 from buildtool.remote.options import Endpoint, RemoteOptions
 from buildtool.remote.store import (
     BadBlob,
+    Connection,
     Refused,
     RemoteError,
     Source,
@@ -76,44 +77,31 @@ class RemoteCache:
         self.warn = warn
         self.stats = RemoteStats()
         self._lock = threading.Lock()
-        self._store: Store | None = None
+        self._conn = Connection(lambda: open_store(self.ep, self.opt))
         self._broken: str | None = None
         self._no_uploads: str | None = None  # why this build uploads no more (writes refused)
-        self._opened = False
-        self._connected = threading.Event()  # the first _get_store has connected, or failed to
         self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
 
     # -- connection and breaker ------------------------------------------------------------
     def _get_store(self) -> Store | None:
-        """The connected store, or None once the remote is off.  The first caller connects,
-        outside the lock: ``abort`` (Ctrl-C) must be able to close a channel whose server
-        never answers (it held the lock for the whole timeout); the others wait for it."""
+        """The connected store, or None once the remote is off (store.Connection: the first
+        caller connects, the others wait; ``abort`` can break the connect off)."""
         with self._lock:
             if self._broken is not None:
                 return None
-            first = not self._opened
-            self._opened = True
-        if not first:
-            self._connected.wait()
-        else:
-            try:
-                store = open_store(self.ep, self.opt)
-                with self._lock:
-                    self._store = store  # (abort closes it from now on)
-                    go = self._broken is None
-                if go:
-                    store.negotiate()
-            except RemoteError as e:
-                self._trip(str(e))
-            except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted meanwhile
-                if self._broken is None:
-                    raise
-            finally:
-                self._connected.set()
+        try:
+            store = self._conn.get()
+        except RemoteError as e:
+            self._trip(str(e))
+            return None
+        except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted meanwhile
+            if self._broken is None:
+                raise
+            return None
         with self._lock:
-            return self._store if self._broken is None else None
+            return store if self._broken is None else None
 
     def _trip(self, why: str) -> None:
         with self._lock:
@@ -329,7 +317,7 @@ class RemoteCache:
         return result, blobs
 
     def summary(self) -> str | None:
-        if not self._opened:
+        if not self._conn.started:
             return None
         return self.stats.line(str(self.ep))
 
@@ -345,12 +333,9 @@ class RemoteCache:
         with self._lock:
             if self._broken is None:
                 self._broken = "the build was interrupted"  # (no warning: Ctrl-C says enough)
-            store = self._store
-        if store is not None:
-            store.abort()
+        self._conn.abort()
 
     def close(self) -> None:
-        with self._lock:
-            store, self._store = self._store, None
+        store, self._conn.store = self._conn.store, None
         if store is not None:
             store.close()

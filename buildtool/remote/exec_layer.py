@@ -37,7 +37,7 @@ from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execu
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
 from buildtool.remote.protos.google.longrunning import operations_pb2_grpc as ops_grpc
-from buildtool.remote.store import RemoteError, Source, Unavailable, marker_digest
+from buildtool.remote.store import Connection, RemoteError, Source, Unavailable, marker_digest
 from buildtool.remote.store import checked_digest as _checked
 
 CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
@@ -95,10 +95,8 @@ class RemoteExecutor:
         self.warn = warn
         self.stats = ExecStats()
         self._lock = threading.Lock()
-        self._store: GrpcStore | None = None
+        self._conn = Connection(lambda: GrpcStore(self.ep, self.opt, negotiate=False))
         self._exec: Any = None
-        self._opened = False
-        self._connected = threading.Event()  # the first _get has connected, or failed to
         self._broken: str | None = None
         self._digests: dict[str, Digest] = {}  # local digest -> remote digest
         self.kept_modes: dict[str, int] = {}  # path -> mode of outputs left in the server's CAS (the runner's)
@@ -130,13 +128,10 @@ class RemoteExecutor:
             self.cancelled = True
             calls = list(self._calls)
             ops = sorted(self._ops)
-            st = self._store
-            connecting = st is not None and not self._connected.is_set()
+            st = self._conn.store
         for c in calls:
             c.cancel()
-        if connecting:  # GetCapabilities in flight: a server that never answers held it for the timeout
-            st.abort()  # type: ignore[union-attr]
-            return
+        self._conn.abort(connecting_only=True)  # GetCapabilities in flight: a silent server held it the timeout
         if st is None or not ops:
             return
         stub = ops_grpc.OperationsStub(st.chan)
@@ -150,36 +145,26 @@ class RemoteExecutor:
                 pass  # the server may finish the action; its result lands in its action cache
 
     def _get(self) -> GrpcStore | None:
-        """The connected executor's store, or None once it is off; the first caller connects
-        outside the lock, so that cancel_all (Ctrl-C) can close a channel whose server never
-        answers; the others wait for it."""
+        """The connected executor's store, or None once it is off (store.Connection: the
+        first caller connects, the others wait; cancel_all can break the connect off)."""
         with self._lock:
             if self._broken is not None or self.cancelled:
                 return None
-            first = not self._opened
-            self._opened = True
-        if not first:
-            self._connected.wait()
-        else:
-            try:
-                store = GrpcStore(self.ep, self.opt, negotiate=False)
-                with self._lock:
-                    self._store = store
-                    self._exec = re_grpc.ExecutionStub(store.chan)
-                    go = not self.cancelled
-                if go:
-                    store.negotiate()
-            except (RemoteError, ValueError) as e:  # (ValueError: grpc's "closed channel", Ctrl-C meanwhile)
-                if isinstance(e, ValueError) and not self.cancelled:
-                    raise
-                with self._lock:
-                    if not self.cancelled:  # (Ctrl-C closed the channel: no warning, Ctrl-C says enough)
-                        self._trip_locked(str(e))
-                    self._broken = self._broken or "the build was interrupted"
-            finally:
-                self._connected.set()
+        try:
+            store = self._conn.get()
+        except (RemoteError, ValueError) as e:  # (ValueError: grpc's "closed channel", Ctrl-C meanwhile)
+            if isinstance(e, ValueError) and not self.cancelled:
+                raise
+            with self._lock:
+                if not self.cancelled:  # (Ctrl-C closed the channel: no warning, Ctrl-C says enough)
+                    self._trip_locked(str(e))
+                self._broken = self._broken or "the build was interrupted"
+            return None
+        assert isinstance(store, GrpcStore)
         with self._lock:
-            return self._store if self._broken is None and not self.cancelled else None
+            if self._exec is None:
+                self._exec = re_grpc.ExecutionStub(store.chan)
+            return store if self._broken is None and not self.cancelled else None
 
     def _trip_locked(self, why: str) -> None:
         if self._broken is None:
@@ -425,7 +410,7 @@ class RemoteExecutor:
         return None
 
     def summary(self) -> str | None:
-        if not self._opened:
+        if not self._conn.started:
             return None
         return self.stats.line(str(self.ep))
 
@@ -437,8 +422,7 @@ class RemoteExecutor:
                 "left_remote": s.left_remote, "fetched": s.fetched, "disabled": self._broken}
 
     def close(self) -> None:
-        with self._lock:
-            st, self._store = self._store, None
+        st, self._conn.store = self._conn.store, None
         if st is not None:
             st.close()
 

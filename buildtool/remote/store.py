@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from buildtool.remote.action import Digest, file_hash
@@ -142,6 +142,57 @@ class Store:
     def abort(self) -> None:
         """Break off every call in flight, from another thread (Ctrl-C): they fail at once."""
         return
+
+
+class Connection:
+    """A store made and connected once, by the first caller of ``get``, outside the
+    caller's locks: ``abort`` (Ctrl-C, another thread) must be able to close the channel
+    of a server that accepts and never answers (the first call waits the whole timeout).
+    Later callers wait for the first and get its store, or its error."""
+
+    def __init__(self, make: Callable[[], Store]) -> None:
+        import threading
+
+        self._make = make
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.started = False  # somebody asked for the store
+        self.store: Store | None = None  # made (maybe still negotiating)
+        self._error: BaseException | None = None
+        self._aborted = False
+
+    def get(self) -> Store:
+        """The connected store; raises what making or negotiating raised (RemoteError;
+        ValueError when grpc found its channel closed by ``abort`` meanwhile)."""
+        with self._lock:
+            first, self.started = not self.started, True
+        if first:
+            try:
+                store = self._make()
+                with self._lock:
+                    self.store, aborted = store, self._aborted  # (abort closes it from now on)
+                if aborted:
+                    raise Unavailable("the build was interrupted")
+                store.negotiate()
+            except BaseException as e:
+                self._error = e
+                raise
+            finally:
+                self._done.set()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self.store is not None
+        return self.store
+
+    def abort(self, connecting_only: bool = False) -> None:
+        """Break off calls in flight by closing the store's channel (``connecting_only``:
+        only while it still negotiates); a ``get`` that has not made it yet fails."""
+        with self._lock:
+            self._aborted = True
+            store = self.store
+        if store is not None and not (connecting_only and self._done.is_set()):
+            store.abort()
 
 
 class _Deadlines:
