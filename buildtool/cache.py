@@ -28,7 +28,7 @@ import threading
 import time
 
 from buildtool.actiondb import ActionDB
-from buildtool.atomic import write_atomic
+from buildtool.atomic import remove_path, write_atomic
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 from buildtool.keys import compact_loads
@@ -298,7 +298,7 @@ class Cache:
                 os.close(fd)
             self._added(st.st_size)
         except OSError as e:
-            self._remove(tmp)
+            remove_path(tmp)
             self._write_failed(e)
 
     @staticmethod
@@ -335,7 +335,7 @@ class Cache:
             return None
         if hash_bytes(data) != digest:
             self._warn(f"cache blob {digest[:12]} is corrupt; removing it")
-            self._remove(path)
+            remove_path(path)
             return None
         return data
 
@@ -372,7 +372,7 @@ class Cache:
             return None
         if actual != digest:
             self._warn(f"cache blob {digest[:12]} does not match its digest; removing it and rerunning")
-            self._remove(blob)
+            remove_path(blob)
             return None
 
         def fill(out: int) -> None:
@@ -398,7 +398,7 @@ class Cache:
                 return self._write_new(tmp, dest, mode, fill)
             except OSError as e:
                 if tmp is not None:
-                    self._remove(tmp)
+                    remove_path(tmp)
                 if isinstance(e, FileNotFoundError) and not retry:
                     self._forget_dirs()  # a directory memoised as existing was removed: make it again
                     continue
@@ -453,7 +453,7 @@ class Cache:
             self._write_new(tmp, dest, mode, lambda fd: _write_all(fd, data))
             self._added(len(data))
         except OSError as e:
-            self._remove(tmp)
+            remove_path(tmp)
             self._write_failed(e)
 
     def _write_failed(self, e: OSError) -> None:
@@ -462,16 +462,6 @@ class Cache:
         else:
             self._warn(f"cache write failed ({e.strerror}); continuing without it")
 
-    @staticmethod
-    def _remove(path: str) -> None:
-        try:
-            os.unlink(path)
-        except IsADirectoryError:  # damage: whatever it holds is no blob
-            import shutil
-
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            pass
 
 
 # Raw descriptors, not io.open: for the small files of a cache, io's extra fstat, ioctl and

@@ -626,9 +626,8 @@ class Session:
             # holds now) and the .gitignore stay.  The file monitor's answers were about
             # this state: it is ended (SIGTERM, which also reaches one stopped with SIGSTOP
             # once it continues).
-            import shutil
-
             from buildtool import monitor
+            from buildtool.atomic import remove_path
 
             pid = monitor.holder(state)
             if pid is not None:
@@ -639,14 +638,7 @@ class Session:
 
             for name in os.listdir(state):
                 if name not in ("lock", ".gitignore"):
-                    full = os.path.join(state, name)
-                    if os.path.isdir(full) and not os.path.islink(full):
-                        shutil.rmtree(full, ignore_errors=True)
-                    else:
-                        try:
-                            os.unlink(full)
-                        except OSError:
-                            pass
+                    remove_path(os.path.join(state, name))
         finally:
             lock.release()
         return n
