@@ -112,7 +112,8 @@ class Running:
                 if self.deadline is not None and not self.proc.ended_by(self.deadline):
                     self.expire()
                 _exited(self.proc.pid)
-            except BaseException:
+            except BaseException:  # not waited for: nothing may outlive the build (kill_remaining
+                self._executor._kill(self.proc, interrupt=True)  # no longer sees a released one)
                 self._release()
                 raise
         return self.finish()
@@ -265,7 +266,8 @@ def _ended_by(pid: int, deadline: float) -> bool:
         poller.register(fd, select.POLLIN)
         while True:
             left = deadline - time.monotonic()
-            if poller.poll(max(0, int(left * 1000) + 1) if left > 0 else 0):
+            # (in ms, at most an hour at a time: poll() refuses more than 2**31-1 ms)
+            if poller.poll(min(3_600_000, int(left * 1000) + 1) if left > 0 else 0):
                 return True
             if left <= 0:
                 return False

@@ -182,6 +182,16 @@ def test_a_tighter_timeout_reruns_a_cached_pass(workspace: Workspace) -> None:
     assert r.rc == 1 and r.by_label["//:t"]["test"] == "timeout", r.output
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_timeout_of_years_is_a_timeout_that_never_fires(workspace: Workspace, jobs: str) -> None:
+    """poll() takes at most 2**31-1 ms (~24.8 days): a longer timeout was an internal
+    error that left the test running after buildtool exited."""
+    workspace.build_file("", 'test(name="t", cmd="sleep 0.3; echo ok", timeout=10**20)\n'
+                         'test(name="u", cmd="sleep 0.3; echo ok", timeout=3000000)')
+    r = workspace.build("//...", "-j", jobs, command="test")
+    assert r.rc == 0 and r.by_label["//:t"]["test"] == r.by_label["//:u"]["test"] == "passed", r.output
+
+
 def test_test_output_modes(workspace: Workspace, tmp_path: Path) -> None:
     workspace.build_file(
         "",
