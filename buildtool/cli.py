@@ -347,12 +347,17 @@ def _check_build_flags(args: argparse.Namespace) -> None:
         from buildtool.remote.options import flags_of
 
         flags_of(args)  # the --remote-* values (their own module: no import for a plain build)
+    named: dict[str, str] = {}
     for flag, path in (("--events", getattr(args, "events", None)), ("--profile", getattr(args, "profile", None)),
                        ("--junit", getattr(args, "junit", None))):
         if path is not None:
             problem = _unwritable(path)
             if problem:
                 msg = f"{flag} {path}: {problem}"
+                raise UserError(msg)
+            other = named.setdefault(os.path.realpath(path), flag)
+            if other != flag:  # the second report would replace the first
+                msg = f"{flag} {path}: {other} writes that file too; give each report its own file"
                 raise UserError(msg)
 
 

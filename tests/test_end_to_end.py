@@ -971,6 +971,8 @@ def test_a_package_in_a_cache_directory_is_no_package_by_any_path(workspace: Wor
     (["test", "//:t", "--profile", "out.txt"], "--profile out.txt: that file holds something else than a report"),
     (["test", "//:t", "--junit", "rec.xml"], "--junit rec.xml: that is in the workspace's state directory"),
     (["test", "//:t", "--events", "notes.txt"], "--events notes.txt: that file holds something else"),
+    (["test", "--junit", "r/same", "--profile", "r/same"], "--junit r/same: --profile writes that file too"),
+    (["test", "--events", "r/x", "--junit", "./r/../r/x"], "--junit ./r/../r/x: --events writes that file too"),
 ])
 def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     workspace: Workspace, args: list[str], needle: str,
@@ -978,7 +980,8 @@ def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     """--junit in.txt replaced the source with XML; --events on an output was overwritten
     by the restored output (events lost, exit 0); --junit .buildtool/record (here through a
     link) replaced the build record; --profile on the output of a target outside the
-    tests' graph replaced it; any file but an earlier report is kept."""
+    tests' graph replaced it; any file but an earlier report is kept; of two reports given
+    one file, the second replaced the first (exit 0)."""
     workspace.write("in.txt", "precious\n")
     workspace.write("notes.txt", "mine\n")
     workspace.build_file("", 'genrule(name="g", outs=["out.txt"], cmd="echo > $@")\n'
