@@ -170,8 +170,7 @@ def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
     parts = path.split("/")
     if ".." in parts:
         raise _err(decl, f"{attr} path {path!r} must stay inside the package (no '..')")
-    if "\0" in path:
-        raise _err(decl, f"{attr} path {path!r} contains a NUL byte")
+    _text(decl, f"{attr} path", path)
     norm = posixpath.normpath(path)
     if norm in (".", "") or path.endswith("/"):
         raise _err(decl, f"{attr} path {path!r} must name a file")
@@ -179,6 +178,21 @@ def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
     if full == STATE_DIR or full.startswith(STATE_DIR + "/"):
         raise _err(decl, f"{attr} path {path!r} is inside buildtool's state directory")
     return full
+
+
+def _text(decl: Declaration, what: str, s: str) -> str:
+    """``s``, refused when no command line, environment or file name can hold it: a NUL
+    byte, or a lone surrogate (a str no encoding turns into bytes; a file name that is not
+    UTF-8, as os.listdir decodes it, is fine)."""
+    if "\0" in s:
+        raise _err(decl, f"{what} {s!r} contains a NUL byte")
+    try:
+        s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start]
+        raise _err(decl, f"{what} {s!r} contains a lone surrogate {bad!r}, which no command or file name "
+                         "can hold") from None
+    return s
 
 
 def _str_list(decl: Declaration, attr: str) -> list[Any]:
@@ -193,6 +207,9 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
     first = path.split("/", 1)[0]
     if first in ALWAYS_SKIPPED:
         return f"inside {first}/, which buildtool never writes into"
+    inner = next((d for d in path.split("/")[1:-1] if d in ALWAYS_SKIPPED), None)
+    if inner is not None:  # a nested repository (a submodule's .git/) or workspace's state
+        return f"inside a {inner}/ directory, which buildtool never writes into"
     if path.rsplit("/", 1)[-1] == BUILDFILE:
         return f"a {BUILDFILE} file"
     if path in (MARKER, IGNORE_FILE):
@@ -856,6 +873,9 @@ class GraphBuilder:
         outs = tuple(_norm_rel(decl, pkg, o, "outs") for o in _str_list(decl, "outs"))
         if len(set(outs)) != len(outs):
             raise _err(decl, "outs lists the same file twice")
+        for o in outs:  # (a newline in $@ or in `query` output's one path per line)
+            if any(c < " " or c == "\x7f" for c in o):
+                raise _err(decl, f"output path {o!r} contains a control character; outputs need printable names")
         for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
             sub = self._subpackage_on_the_way(pkg, o)
             if sub is not None:
@@ -866,15 +886,17 @@ class GraphBuilder:
             isinstance(k, str) and isinstance(v, str) for k, v in env_raw.items()
         ):
             raise _err(decl, f"attribute 'env' must be a dict of str to str (got {env_raw!r})")
-        for k in env_raw:
+        for k, v in env_raw.items():
             if not k or not set(k) <= _ENV_NAME_OK or k[0].isdigit():
                 raise _err(decl, f"env variable name {k!r} is not a valid name")
+            _text(decl, f"env value of {k}", v)
         pass_env = tuple(_str_list(decl, "pass_env"))
         tools = tuple(_str_list(decl, "tools"))
         for lst, what in ((pass_env, "pass_env"), (tools, "tools")):
             for item in lst:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
+                _text(decl, f"{what} entry", item)
         for k in pass_env:
             if not set(k) <= _ENV_NAME_OK or k[0].isdigit():
                 hint = " (a value goes in env={...})" if "=" in k else ""
@@ -918,6 +940,7 @@ class GraphBuilder:
             raw = a["cmd"]
             if not isinstance(raw, str) or not raw.strip():
                 raise _err(decl, f"attribute 'cmd' must be a non-empty string (got {raw!r})")
+            _text(decl, "cmd", raw)
 
             def locations(x: str) -> list[str]:
                 return [rel(p) for p in self._location(decl, pkg, x, refs, index, outs_of, outs)]

@@ -124,8 +124,10 @@ def find_workspace(start: str) -> Workspace:
 
 
 def read_ignore(root: str) -> tuple[str, ...]:
+    """The patterns of ``.buildtoolignore``.  Bytes that are not UTF-8 (a Latin-1 directory
+    name) are decoded as os.listdir decodes such a name, so the pattern still matches it."""
     try:
-        with open(os.path.join(root, IGNORE_FILE), encoding="utf-8") as f:
+        with open(os.path.join(root, IGNORE_FILE), encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()
     except OSError:
         return ()

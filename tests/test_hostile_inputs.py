@@ -33,6 +33,7 @@ def outside_snapshot(tmp: Path, ws: Workspace) -> dict[str, int]:
     return out
 
 
+RAN = 'genrule(name="r", outs=["r"], cmd="touch {outside}/ran; echo > $@")\n'  # (nothing may run)
 CATALOGUE = [
     ("dotdot-output", 'genrule(name="t", outs=["../evil.txt"], cmd="echo x > $@")', "no '..'", None),
     ("absolute-output", 'genrule(name="t", outs=["{outside}/evil.txt"], cmd="echo x > $@")', "not absolute", None),
@@ -102,6 +103,23 @@ CATALOGUE = [
      'threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()\n'
      'genrule(name="t", outs=["o"], cmd="sleep 1; echo > $@")', "left 1 thread(s) running", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
+    ("output-in-a-nested-git", 'genrule(name="t", outs=["sub/.git/config"], cmd="true")',
+     "inside a .git/ directory", "keep"),
+    # Each below crashed when its action key was taken (a traceback; a NUL: an "internal
+    # error" failing the target at run time, after others had run): refused up front.
+    ("lone-surrogate-in-cmd", RAN + 'genrule(name="t", outs=["o"], cmd="echo \\ud800 > $@")',
+     "cmd 'echo \\ud800 > $@' contains a lone surrogate '\\ud800'", None),
+    ("lone-surrogate-in-an-output", RAN + 'genrule(name="t", outs=["x\\ud800"], cmd="echo > $@")',
+     "contains a lone surrogate", None),
+    ("lone-surrogate-in-env", RAN + 'genrule(name="t", outs=["o"], cmd="echo > $@", env={"A": "\\ud800"})',
+     "env value of A", None),
+    ("lone-surrogate-in-tools", RAN + 'genrule(name="t", outs=["o"], cmd="echo > $@", tools=["\\ud800"])',
+     "tools entry", None),
+    ("nul-in-cmd", RAN + 'genrule(name="t", outs=["o"], cmd="echo \\0 > $@")', "contains a NUL byte", None),
+    ("nul-in-env", RAN + 'genrule(name="t", outs=["o"], cmd="echo > $@", env={"A": "a\\0b"})',
+     "env value of A 'a\\x00b' contains a NUL byte", None),
+    ("newline-in-an-output", RAN + 'genrule(name="t", outs=["x\\n.txt"], cmd="echo > $@")',
+     "contains a control character", None),
     # Not an Exception: it went through as a traceback and exit 1.
     ("raises-a-base-exception", 'class Odd(BaseException):\n    pass\n\nraise Odd("odd")', "BUILD.py:4", None),
     ("raises-generator-exit", 'raise GeneratorExit("g")', "GeneratorExit", None),
@@ -510,3 +528,15 @@ def test_an_error_points_at_the_buildfile_when_buildtool_is_installed_inside_the
     r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=workspace.root, capture_output=True,
                        text=True, env=env, timeout=60)
     assert r.returncode == 2 and "pkg/BUILD.py:2:" in r.stderr, r.stderr
+
+
+def test_a_buildtoolignore_that_is_not_utf8_still_ignores_what_it_names(workspace: Workspace) -> None:
+    """A Latin-1 directory name in .buildtoolignore: every command was a traceback."""
+    workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="echo > $@")')
+    bad = os.fsencode(workspace.root) + b"/caf\xe9"
+    os.mkdir(bad)
+    with open(bad + b"/BUILD.py", "wb") as f:
+        f.write(b"raise RuntimeError('an ignored package was loaded')\n")
+    (workspace.root / ".buildtoolignore").write_bytes(b"# caf\xe9 is a vendored tree\ncaf\xe9\n")
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "Traceback" not in err, (out, err)
