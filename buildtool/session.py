@@ -808,12 +808,28 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
         if hit is not None:
             raise UserError(f"{hit[0]} {hit[1]}: that is {f}, which loading the BUILD.py files reads; "
                             "name another file")
+    # A report below an output (x/ev for an output x not built yet) or holding one (d for
+    # an output d/x): its directory or file took the output's place, and the reverse.
+    above = {os.path.dirname(rel) for rel in inside}
+    while "" in above:
+        above.remove("")
+    for rel in list(above):
+        while rel := os.path.dirname(rel):
+            above.add(rel)
     for t in graph.targets if inside else ():  # (no report in the workspace: no pass over 100,000 targets)
         for f in (*t.srcs, *t.outs):
             hit = inside.get(f)
             if hit is not None:
                 what = "a source" if f in t.srcs else "an output"
                 raise UserError(f"{hit[0]} {hit[1]}: that is {what} of {t.label}; name another file")
+        for o in t.outs:
+            if o in above:
+                flag, path = next(v for r, v in inside.items() if r.startswith(o + "/"))
+                raise UserError(f"{flag} {path}: that is below {o}, an output of {t.label}; name another file")
+            for rel, (flag, path) in inside.items():
+                if o.startswith(rel + "/"):
+                    raise UserError(f"{flag} {path}: {o}, an output of {t.label}, is below that path; "
+                                    "name another file")
     for flag, path in reports:
         if not replaceable(path, flag):
             raise UserError(f"{flag} {path}: that file holds something else than a report of its kind "

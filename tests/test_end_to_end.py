@@ -973,6 +973,9 @@ def test_a_package_in_a_cache_directory_is_no_package_by_any_path(workspace: Wor
     (["test", "//:t", "--events", "notes.txt"], "--events notes.txt: that file holds something else"),
     (["test", "--junit", "r/same", "--profile", "r/same"], "--junit r/same: --profile writes that file too"),
     (["test", "--events", "r/x", "--junit", "./r/../r/x"], "--junit ./r/../r/x: --events writes that file too"),
+    # Not built yet: the report's directory took the output's place, or the reverse.
+    (["build", "//:g", "//:h", "--events", "later/ev"], "--events later/ev: that is below later, an output of //:h"),
+    (["build", "//:g", "//:h", "--profile", "d"], "--profile d: d/x, an output of //:h, is below that path"),
 ])
 def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     workspace: Workspace, args: list[str], needle: str,
@@ -987,6 +990,8 @@ def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     workspace.build_file("", 'genrule(name="g", outs=["out.txt"], cmd="echo > $@")\n'
                              'test(name="t", srcs=["in.txt"], cmd="true")\n')
     assert workspace.run("build")[0] == 0
+    with open(workspace.root / "BUILD.py", "a") as f:
+        f.write('genrule(name="h", outs=["later", "d/x"], cmd="echo > later; echo > d/x")\n')
     os.symlink(".buildtool/record", workspace.root / "rec.xml")
     record = workspace.read(".buildtool/record")
     rc, out, err = workspace.run(*args)
