@@ -411,11 +411,10 @@ class TargetRunner:
         """Warn when a discovered input (a header the depfile names) is the output of a
         target that is not among ``t``'s dependencies: nothing orders the two, so ``t`` may
         read it before it is made or while it is rewritten (Bazel refuses such an
-        inclusion; Ninja says nothing).  Only when ``t``'s inputs are not the ones of its
-        last run, so an edit-and-rebuild does not pay for the map of every output."""
-        old = desc_of(self.record.get(t.label))
-        if old is not None and isinstance(old.get("inputs"), dict) and old["inputs"].keys() == fdesc["inputs"].keys():
-            return
+        inclusion; Ninja says nothing).  On every run of ``t``, not only when its inputs
+        changed: a header it always read may have become another target's output (a genrule
+        added to make it), and the next build may then compile it before it is remade.  (The
+        map of every output is built once per build: ~3 ms at 10,000 targets.)"""
         ancestors: set[int] | None = None
         for p in fdesc["discovered"]:
             owner = self._owner.get(p)
