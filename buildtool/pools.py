@@ -4,7 +4,9 @@ A target popped from the plan while its pool is full waits here, ordered as the 
 orders (priority, then longest remaining critical path, then id).  Every slot that comes
 free sends the best waiter back to the plan: a pooled target's lane released, and also
 an admitted target settled without taking a lane (up to date, restored inline, a group
-in a pool), whose turn would otherwise be lost and its waiters stranded.  Per-run state,
+in a pool), whose turn would otherwise be lost and its waiters stranded.  A target that
+can be settled without a lane is settled at once, full pool or not (the scheduler asks
+``would_wait`` first): it waited for a slot it would not use, and its dependents with it.  Per-run state,
 shared by the scheduler and ``buildtool plan``'s simulation, so both follow one rule.
 """
 
@@ -38,6 +40,11 @@ class Pools:
             return True
         heapq.heappush(self.waiting.setdefault(pool, []), (self.plan.priority[t], -self.plan.critical[t], t))
         return False
+
+    def would_wait(self, t: int) -> bool:
+        """Whether ``admit(t)`` would make ``t`` wait (its pool is full), without queueing it."""
+        pool = self.pool_of[t] if self.pool_of else None
+        return pool is not None and not self._has_room(pool)
 
     def take(self, t: int) -> None:
         """``t`` starts on a lane: it holds a slot of its pool until ``release``."""

@@ -151,11 +151,8 @@ class Scheduler:
                     if t is None:
                         break
                     start = self.clock() - self.t0
-                    inline = self.runner.try_inline(t)
-                    if inline is not None:
-                        inline.start = inline.end = start
+                    if self._settled_inline(t):
                         self.pools.settled(t)
-                        self._finish(t, inline)
                         continue
                     if self.exclusive is not None and self.exclusive[t]:
                         self._alone = t
@@ -341,13 +338,27 @@ class Scheduler:
             t = self.plan.pop()
             if t is None:
                 return None
+            if (self.pools.would_wait(t) or self._must_wait_alone(t, running)) and self._settled_inline(t):
+                continue  # up to date: it needs neither a pool's slot nor the machine to itself
             if self.pools.admit(t):
                 return self._unless_exclusive(t, running)
+
+    def _settled_inline(self, t: int) -> bool:
+        """Settle ``t`` on this thread if the runner can (up to date, restored, a group)."""
+        inline = self.runner.try_inline(t)
+        if inline is None:
+            return False
+        inline.start = inline.end = self.clock() - self.t0
+        self._finish(t, inline)
+        return True
+
+    def _must_wait_alone(self, t: int, running: int) -> bool:
+        return bool(running) and self.exclusive is not None and self.exclusive[t]
 
     def _unless_exclusive(self, t: int, running: int) -> int | None:
         """An exclusive target popped while others run is held until they finish (it is
         the best ready target, so nothing else may overtake it)."""
-        if running and self.exclusive is not None and self.exclusive[t]:
+        if self._must_wait_alone(t, running):
             self._held = t
             return None
         return t

@@ -108,9 +108,11 @@ def simulate(
             t = plan.pop()
             if t is None:
                 return None
+            if t in c.free:
+                return t  # settled at once: it needs neither a pool's slot nor the machine alone
             if not pools.admit(t):
                 continue
-            if exclusive is not None and exclusive[t] and running and t not in c.free:
+            if exclusive is not None and exclusive[t] and running:
                 held = t
                 return None
             return t
@@ -123,7 +125,6 @@ def simulate(
             pred.start[t] = now
             if t in c.free:
                 pred.end[t] = now
-                pools.settled(t)
                 plan.finished(t)
                 continue
             pools.take(t)

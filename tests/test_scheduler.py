@@ -209,6 +209,28 @@ def test_a_pool_waiter_settled_inline_passes_its_turn_on() -> None:
     assert not sched.failed
 
 
+def test_an_up_to_date_target_does_not_wait_for_a_full_pool() -> None:
+    # Depth 1: 0 holds the slot for 0.3 s; 1 (same pool) is up to date, and 2, outside the
+    # pool, needs 1.  1 waited for 0's slot, and 2 with it: three lanes, one busy.
+    pool_of = ["p", "p", None]
+    sched, runner, _ = make([[], [], [1]], jobs=3, pool_of=pool_of, pool_depth={"p": 1}, inline={1}, sleep=0.3,
+                            priority=[0, 1, 2])  # (0 first, then 1: it finds the slot taken)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "up_to_date", 2: "ran"}
+    assert runner.max_total == 2, "2 should run beside 0"
+
+
+def test_an_up_to_date_exclusive_target_does_not_drain_the_build() -> None:
+    # 1 is exclusive but runs nothing (a cached test): it waited for 0 to end, and so did
+    # 2 and 3, which 1 outranks; they run beside 0 now.
+    plan = make_plan([[], [], [], []], [0, 1, 2, 2], None)
+    runner = FakeRunner([[], [], [], []], inline={1}, sleep=0.3)
+    sched = Scheduler(plan, runner, Recorder(), jobs=3, exclusive=[False, True, False, False])
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "up_to_date", 2: "ran", 3: "ran"}
+    assert runner.max_total == 3
+
+
 def test_a_target_the_scheduler_never_started_fails_the_build() -> None:
     # 1 leaves the ready heap without being started (a scheduling bug stands in here):
     # the build must fail, not pass with 1 not run.

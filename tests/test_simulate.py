@@ -57,14 +57,13 @@ def test_unknown_durations_count_as_the_median_and_free_targets_cost_nothing() -
     assert c.cost == [1.0] * 5
 
 
-def test_a_free_pool_waiter_passes_its_turn_on() -> None:
-    # Pool depth 1: A runs, B (free: up to date) and C wait.  B settles without a lane when
-    # A ends; C must still run after it (the simulation left it out: 0.5 s predicted where
-    # the pool forces 0.5 + 0.1 in series).
+def test_a_free_target_takes_no_pool_slot_and_the_waiter_still_runs() -> None:
+    # Pool depth 1: A runs, B (free: up to date) settles at once without a slot, C waits
+    # for A (once left out: 0.5 s predicted where the pool forces 0.5 + 0.1 in series).
     g = _graph([[], [], []], [0, 1, 2], pool="p")
     c = costs_from_record(g, {"//:A": 0.5, "//:B": 0.3, "//:C": 0.1}, free={1})
     p = simulate(g, c, 3, pool_depth={"p": 1})
-    assert p.start == {0: 0.0, 1: 0.5, 2: 0.5}
+    assert p.start == {0: 0.0, 1: 0.0, 2: 0.5}
     assert p.makespan == 0.6
 
 
