@@ -351,6 +351,8 @@ class Session:
             if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
                 jobs = max(jobs, cfg.remote_jobs)
             console.estimate(weights, jobs)
+            if jobs > FDS_SURELY_ENOUGH_FOR:
+                jobs = _fit_fd_limit(jobs, _warn)
             load_limit: LoadLimit | None = None
             if req.load is not None:
                 from buildtool.loadlimit import LoadLimit
@@ -777,6 +779,35 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
                 out.add(c)
                 stack.append(c)
     return out
+
+
+FDS_PER_ACTION = 4  # a pidfd, the capture files of stdout and stderr, a pipe end while spawning
+FDS_SURELY_ENOUGH_FOR = 128  # jobs the usual soft limit (1,024 descriptors) holds with room to spare
+
+
+def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
+    """The jobs the limit on open files allows, raising its soft value toward the hard one
+    when ``-j jobs`` needs more (as Bazel does): under the common 1,024, -j 400 failed
+    targets with EMFILE ("Too many open files").  Where the hard limit is too low as well,
+    fewer commands run at once, with a warning."""
+    import resource
+
+    reserve = 256  # (the cache, the state, the remote connections)
+    need = jobs * FDS_PER_ACTION + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return jobs
+    new = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ValueError, OSError):
+        new = soft
+    if new >= need:
+        return jobs
+    fits = max(1, (new - reserve) // FDS_PER_ACTION)
+    warn(f"-j {jobs} needs about {need} open files and the limit is {new} (ulimit -n): "
+         f"running at most {fits} commands at once")
+    return fits
 
 
 def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iterable[str]) -> None:

@@ -1054,3 +1054,31 @@ def test_clean_empties_the_state_dir_under_the_lock_and_keeps_the_lock_file(work
     assert sorted(os.listdir(workspace.path(".buildtool"))) == [".gitignore", "lock"]
     rc, out, err = workspace.run("build")
     assert rc == 0 and "1 restored" in out, out + err
+
+
+@pytest.mark.parametrize("hard", ["as-is", "low"])
+def test_a_large_j_fits_the_open_files_limit(workspace: Workspace, hard: str) -> None:
+    """-j 300 under a soft limit of 512 open files: targets failed with EMFILE ("Too many
+    open files") and the rest were cancelled.  The soft limit is raised toward the hard one;
+    where the hard one is low too, fewer commands run at once, with a warning."""
+    import resource
+    import subprocess
+
+    from conftest import BUILDTOOL, _clean_env
+
+    workspace.build_file("", 'for i in range(300):\n    genrule(name=f"t{i}", outs=[f"o{i}"], '
+                             'cmd="sleep 0.5; echo $@ > $@")\n')
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard == "as-is" else 512
+    if hard == "as-is" and limit != resource.RLIM_INFINITY and limit < 2000:
+        pytest.skip(f"this machine's hard limit on open files is {limit}")
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, limit if hard == "as-is" else 512))
+
+    r = subprocess.run([BUILDTOOL, "build", "-j", "300"], cwd=workspace.root, capture_output=True, text=True,
+                       env=_clean_env(workspace.cache, workspace.home), preexec_fn=lower, timeout=120)
+    assert r.returncode == 0 and "300 ran" in r.stdout, r.stdout[-2000:] + r.stderr
+    if hard == "low":
+        assert "-j 300 needs about 1456 open files and the limit is 512 (ulimit -n): running at most 64" in r.stderr
+    else:
+        assert "open files" not in r.stderr, r.stderr
