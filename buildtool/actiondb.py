@@ -45,6 +45,7 @@ SCHEMA_VERSION = 3
 _CREATE = "CREATE TABLE {name} (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)"
 _CREATE_HITS = "CREATE TABLE IF NOT EXISTS hits (key TEXT PRIMARY KEY, used INTEGER NOT NULL) WITHOUT ROWID"
 BUSY_TIMEOUT_S = 10.0
+IMPATIENT_MS = 20  # the busy timeout of a build that has already waited out BUSY_TIMEOUT_S once
 _TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_SCHEMA", "SQLITE_MISMATCH")
 
@@ -198,15 +199,22 @@ class ActionDB:
             try:
                 with self._mu:
                     return fn(self._connection())
-            except (sqlite3.Error, _OtherVersion) as e:
+            except (sqlite3.Error, _OtherVersion, UnicodeDecodeError) as e:
                 name = getattr(e, "sqlite_errorname", "")
                 if name in _TRANSIENT:
                     if not self._busy_warned:
                         self._busy_warned = True
                         self._warn(f"the cache database is busy (another build holds it); could not {what} it, "
                                    "treating that as a miss")
+                    if what != "read" and self._conn is not None:  # each store would wait
+                        # BUSY_TIMEOUT_S again, holding the lock lookups wait for: from now on
+                        # a store that finds the database busy is skipped at once
+                        with self._mu:
+                            self._conn.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS}")
                     return default
-                damaged = name in _DAMAGED or (name == "SQLITE_CANTOPEN" and os.path.isdir(self.path))
+                # (UnicodeDecodeError: sqlite3 decoding an error message that quotes a damaged name)
+                damaged = name in _DAMAGED or isinstance(e, UnicodeDecodeError) \
+                    or (name == "SQLITE_CANTOPEN" and os.path.isdir(self.path))
                 if (isinstance(e, _OtherVersion) or damaged) and attempt == 1 and not self._reset_done:
                     why = "of another version" if isinstance(e, _OtherVersion) else "damaged"
                     self._warn(f"the cache database {self.path} is {why} ({_describe(e)}); starting it afresh")

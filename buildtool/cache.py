@@ -104,6 +104,14 @@ class ActionEntry:
         return hash(self._fields())
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_digest(d: object) -> bool:
+    """Whether ``d`` is a BLAKE3 digest as the cache writes one: 64 lowercase hex digits."""
+    return isinstance(d, str) and len(d) == 64 and _HEX.issuperset(d)
+
+
 def safe_rel_path(p: Any) -> bool:
     """True for a normalised, relative path that stays inside the workspace."""
     return (
@@ -170,8 +178,8 @@ class Cache:
     def _disable(self, why: str) -> None:
         if self.writable:
             self.writable = False
-            off = "caching is off" if not self.actions.readable else "nothing is stored in the cache for the rest"
-            self._warn(f"{why}; {off} of this build")
+            off = "caching is off for" if not self.actions.readable else "nothing is stored in the cache for the rest of"
+            self._warn(f"{why}; {off} this build")
 
     def _blob_path(self, digest: str) -> str:
         return os.path.join(self.dir, "cas", digest[:2], digest)
@@ -219,16 +227,20 @@ class Cache:
                     self._warn(f"cache entry {key[:12]} names a path outside the workspace ({p!r}); deleting it")
                     self.actions.remove([key])  # (kept, it was warned about twice a build, every build)
                     return None
-                if not isinstance(d, str) or len(d) != 64 or m not in (0o644, 0o755):
+                # (a digest names a blob's file: anything but 64 hex digits could name another path)
+                if not is_digest(d) or type(m) is not int or m not in (0o644, 0o755):
                     raise ValueError("output")
                 outs.append(CachedOutput(p, d, m))
             inline = {}
             for d, text in (obj.get("inline") or {}).items():
-                if not isinstance(d, str) or len(d) != 64 or not isinstance(text, str):
+                if not is_digest(d) or not isinstance(text, str):
                     raise ValueError("inline")
                 inline[d] = binascii.a2b_base64(text)  # binascii.Error is a ValueError
-            entry = ActionEntry(tuple(outs), float(obj["duration"]), obj.get("stdout"), obj.get("stderr"), inline)
-        except (ValueError, KeyError, TypeError, AttributeError):
+            streams = obj.get("stdout"), obj.get("stderr")
+            if not all(d is None or d == "" or is_digest(d) for d in streams):
+                raise ValueError("stdout/stderr")
+            entry = ActionEntry(tuple(outs), float(obj["duration"]), streams[0], streams[1], inline)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             self._warn(f"cache entry {key[:12]} is corrupt or of another version; treating it as a miss")
             self.actions.remove([key])
             return None
@@ -277,17 +289,20 @@ class Cache:
                 return False
         return True
 
-    def put_bytes(self, data: bytes, digest: str) -> None:
-        if self.writable and not self.has_blob(digest):
-            self._write_atomic(self._blob_path(digest), data, mode=0o444)
-
-    def put_file(self, src: str, digest: str) -> None:
-        """Store a file's content under its (already computed) digest."""
+    def put_bytes(self, data: bytes, digest: str) -> bool:
+        """Store ``data`` under its digest; whether the blob is in the cache now."""
         if not self.writable:
-            return
+            return False
+        return self.has_blob(digest) or self._write_atomic(self._blob_path(digest), data, mode=0o444)
+
+    def put_file(self, src: str, digest: str) -> bool:
+        """Store a file's content under its (already computed) digest; whether the blob is
+        in the cache now (an entry must never point at a blob that could not be written)."""
+        if not self.writable:
+            return False
         dest = self._blob_path(digest)
         if os.path.exists(dest):
-            return
+            return True
         tmp = self._tmp()
         try:
             self._mkparent(dest)
@@ -297,9 +312,11 @@ class Cache:
             finally:
                 os.close(fd)
             self._added(st.st_size)
+            return True
         except OSError as e:
             remove_path(tmp)
-            self._write_failed(e)
+            self._write_failed(e, dest)
+            return False
 
     @staticmethod
     def read_small(path: str) -> bytes | None:
@@ -330,8 +347,22 @@ class Cache:
     def read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)
         try:
-            data = _read_file(path)
+            fd = os.open(path, BLOB_OPEN)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a symbolic link where a blob belongs
+                self._warn(f"cache blob {digest[:12]} is not a file; removing it")
+                remove_path(path)
+            return None
+        try:
+            st = os.fstat(fd)
+            data = _read_fd(fd, st.st_size) if stat.S_ISREG(st.st_mode) else None
         except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if data is None:
+            self._warn(f"cache blob {digest[:12]} is not a file; removing it")
+            remove_path(path)
             return None
         if hash_bytes(data) != digest:
             self._warn(f"cache blob {digest[:12]} is corrupt; removing it")
@@ -350,8 +381,11 @@ class Cache:
             return self._place(dest, mode, None, lambda out: _write_all(out, inline))
         blob = self._blob_path(digest)
         try:
-            src = os.open(blob, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            src = os.open(blob, BLOB_OPEN)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a symbolic link where a blob belongs: never restored as one
+                self._warn(f"cache blob {digest[:12]} is not a file; removing it and rerunning")
+                remove_path(blob)
             return None  # not stored, or evicted by GC meanwhile
         try:
             return self._restore_from(src, blob, digest, dest, mode)
@@ -446,22 +480,31 @@ class Cache:
         finally:
             os.close(fd)
 
-    def _write_atomic(self, dest: str, data: bytes, mode: int = 0o644) -> None:
+    def _write_atomic(self, dest: str, data: bytes, mode: int = 0o644) -> bool:
         tmp = self._tmp()
         try:
             self._mkparent(dest)
             self._write_new(tmp, dest, mode, lambda fd: _write_all(fd, data))
             self._added(len(data))
+            return True
         except OSError as e:
             remove_path(tmp)
-            self._write_failed(e)
+            self._write_failed(e, dest)
+            return False
 
-    def _write_failed(self, e: OSError) -> None:
+    def _write_failed(self, e: OSError, dest: str) -> None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
             self._disable(f"cannot write to the cache ({e.strerror})")
         else:
-            self._warn(f"cache write failed ({e.strerror}); continuing without it")
+            where = e.filename if isinstance(e.filename, str) else dest
+            self._warn(f"cache write failed ({e.strerror}: {where}); that action is not cached")
 
+
+
+# How a blob is opened: a named pipe put in the cache must not block the build (it would
+# wait for a writer, past Ctrl-C), and a symbolic link is no blob (hardlink mode would
+# restore the link itself).  The descriptor's fstat then says whether it is a regular file.
+BLOB_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 
 
 # Raw descriptors, not io.open: for the small files of a cache, io's extra fstat, ioctl and
@@ -481,14 +524,6 @@ def _read_fd(fd: int, size: int) -> bytes:
     while len(data) < size and (more := os.read(fd, size - len(data))):
         data += more
     return data
-
-
-def _read_file(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return _read_fd(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -21,12 +21,15 @@ checkout restores everything.  Spec: docs/formats.md#manifests
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import time
 
 from buildtool import keys
-from buildtool.cache import ActionEntry, Cache, safe_rel_path
+from buildtool.atomic import remove_path
+from buildtool.cache import BLOB_OPEN, ActionEntry, Cache, safe_rel_path
 from buildtool.depfile import DepfileError, parse_file, workspace_inputs
 from buildtool.record import desc_of
 
@@ -80,6 +83,27 @@ def final_key(desc: Mapping[str, Any], paths: list[str], digest_of: DigestOf) ->
     return keys.key_of(fdesc), fdesc
 
 
+def _read_regular(path: str) -> bytes | None:
+    """The content of the regular file at ``path``; None for anything else (a directory, a
+    named pipe, a symbolic link: opened without waiting or following)."""
+    try:
+        fd = os.open(path, BLOB_OPEN)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR):
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class Manifests:
     """Manifests under ``<cache>/v2/mf/<P[:2]>/<P>``: the discovered path sets seen for P."""
 
@@ -94,14 +118,15 @@ class Manifests:
     def read(self, primary: str) -> list[list[str]]:
         path = self._path(primary)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = _read_regular(path)  # (a named pipe put there: not waited for)
         except FileNotFoundError:
             return []
         except OSError as e:
             self._warn(f"cache manifest {primary[:12]} unreadable ({e.strerror}); treating it as a miss")
             return []
         try:
+            if raw is None:
+                raise ValueError("not a file")
             obj = json.loads(raw)
             if not isinstance(obj, dict) or obj.get("v") != MANIFEST_VERSION:
                 raise ValueError("version")
@@ -117,12 +142,9 @@ class Manifests:
                         f"cache manifest {primary[:12]} names a path outside the workspace ({bad!r}); ignoring it"
                     )
                     return []
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             self._warn(f"cache manifest {primary[:12]} is corrupt or of another version; treating it as a miss")
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            remove_path(path)
             return []
         return variants
 

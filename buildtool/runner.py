@@ -1115,16 +1115,16 @@ class TargetRunner:
             if data is not None and len(data) <= room:
                 inline[digest] = data
                 room -= len(data)
-            else:
-                cache.put_file(full, digest)
+            elif not cache.put_file(full, digest):
+                return  # (said) an entry must never point at a blob that is not there
         streams: list[str | None] = []
         for data in (res.stdout, res.stderr):
             d = hash_bytes(data) if data else None
             if d is not None and len(data) <= min(INLINE_MAX, room):
                 inline[d] = data
                 room -= len(data)
-            elif d is not None:
-                cache.put_bytes(data, d)
+            elif d is not None and not cache.put_bytes(data, d):
+                return
             streams.append(d)
         if cache.writable:
             outs = tuple(CachedOutput(p, d, m) for p, d, m in outputs)

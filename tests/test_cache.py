@@ -478,3 +478,85 @@ def test_a_dangling_link_in_the_cache_layout_is_left_alone(tmp_path: Path) -> No
     c = cache_mod.Cache(str(tmp_path / "c"), warnings.append)
     assert not c.writable and cas.is_symlink()
     assert len(warnings) == 1 and f"not usable (File exists at {cas})" in warnings[0], warnings
+
+
+VICTIM = "../../../../../../../../victim/"  # padded below to 64 characters: a "digest" that is a path
+
+
+@pytest.mark.parametrize("field", ["output", "stdout", "stderr", "inline", "mode-float", "nested"])
+def test_an_entry_whose_digest_is_not_hex_is_a_miss_that_touches_no_other_path(tmp_path: Path, field: str) -> None:
+    """A digest names a blob's file: an entry with "../../victim/" as a digest made the
+    restore check, then delete, a file or directory outside the cache; a float mode, a
+    list as stdout or JSON nested 100,000 deep failed every build as an internal error."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file.txt").write_text("precious\n")
+    bad = (VICTIM + "/" * 64)[:64]
+    warned: list[str] = []
+    root = tmp_path / "a" / "b" / "c" / "d"  # deep enough for the ../ to reach tmp_path
+    c = Cache(str(root), warned.append)
+    good = hash_bytes(b"x")
+    c.put_action("k" * 64, ActionEntry((CachedOutput("o", good, 0o644),), 1.0, None, None))
+    obj = cv.entry(root, "k" * 64)
+    raw = None
+    if field == "output":
+        obj["outputs"][0][1] = bad
+    elif field in ("stdout", "stderr"):
+        obj[field] = bad
+    elif field == "inline":
+        obj["inline"] = {bad: "eA=="}
+    elif field == "mode-float":
+        obj["outputs"][0][2] = 420.0
+    else:
+        raw = b'{"v":1,"outputs":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    cv.write_entry(root, "k" * 64, raw if raw is not None else json.dumps(obj).encode())
+    assert c.get_action("k" * 64) is None
+    assert any("corrupt" in w for w in warned), warned
+    assert (victim / "file.txt").read_text() == "precious\n"
+
+
+def test_a_named_pipe_in_place_of_a_blob_is_removed_not_waited_for(tmp_path: Path) -> None:
+    """open() of a FIFO waits for a writer: the build hung, past Ctrl-C and SIGTERM."""
+    for read in ("restore", "read_blob"):
+        c, d, warned = _restore_cache(tmp_path / read, b"bytes\n" * 1000)
+        blob = Path(c._blob_path(d))
+        blob.unlink()
+        os.mkfifo(blob)
+        if read == "restore":
+            assert c.restore(d, str(tmp_path / read / "ws" / "f"), 0o644) is None
+        else:
+            assert c.read_blob(d) is None
+        assert not blob.exists() and any("removing it" in w for w in warned), (read, warned)
+
+
+def test_a_symbolic_link_in_place_of_a_blob_is_never_restored_as_one(tmp_path: Path) -> None:
+    """Hardlink mode linked the symbolic link itself into the workspace: the output was a
+    link out of it, and every later build exit 2."""
+    c, d, warned = _restore_cache(tmp_path, b"shared\n", restore_mode="hardlink")
+    blob = Path(c._blob_path(d))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"shared\n")
+    blob.unlink()
+    blob.symlink_to(elsewhere)
+    dest = tmp_path / "ws" / "a"
+    assert c.restore(d, str(dest), 0o644) is None
+    assert not dest.is_symlink() and not os.path.lexists(blob)
+    assert any("not a file" in w for w in warned), warned
+
+
+def test_a_blob_that_cannot_be_written_leaves_the_action_without_an_entry(workspace: Workspace) -> None:
+    """A file where the blob's shard directory belongs (EEXIST, not a full disk): the blob
+    was not written but the entry was, pointing at nothing ("the cache entry was damaged"
+    on every later build)."""
+    workspace.write("in.txt", "big\n" * 5000)
+    workspace.build_file("", 'genrule(name="g", srcs=["in.txt"], outs=["g.out"], cmd="cp $< $@")')
+    digest = hash_bytes(("big\n" * 5000).encode())
+    shard = workspace.cache / "v2" / "cas" / digest[:2]
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.write_text("in the way\n")
+    r = workspace.build()
+    assert r.rc == 0 and "cache write failed" in r.stderr and str(shard) in r.stderr, r.output
+    shard.unlink()
+    os.unlink(workspace.path("g.out"))
+    fresh = workspace.build("--explain")
+    assert fresh.rc == 0 and fresh.status("//:g") == "ran" and "damaged" not in fresh.output, fresh.output

@@ -183,6 +183,27 @@ def test_manifest_corrupt_other_version_or_escaping_paths_is_a_miss(tmp_path: Pa
     assert any("outside the workspace" in w for w in warnings)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "nested"])
+def test_a_manifest_that_is_not_a_json_file_is_removed_not_waited_for(tmp_path: Path, kind: str) -> None:
+    """A named pipe there hung the build (open waits for a writer, past Ctrl-C); a directory
+    was warned about three times a build, forever; JSON nested 100,000 deep was a crash."""
+    warnings: list[str] = []
+    mf = discovered.Manifests(_cache(tmp_path, warnings), warnings.append)
+    primary = "ef" * 32
+    path = Path(mf.dir) / primary[:2] / primary
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        (path / "x").mkdir(parents=True)
+    else:
+        path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert mf.read(primary) == []
+    assert not os.path.lexists(path) and len(warnings) == 1, warnings
+    mf.add(primary, ["a.h"])
+    assert mf.read(primary) == [["a.h"]]
+
+
 def test_manifest_keeps_a_bounded_most_recent_first_list(tmp_path: Path) -> None:
     warnings: list[str] = []
     mf = discovered.Manifests(_cache(tmp_path, warnings), warnings.append)
