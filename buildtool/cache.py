@@ -178,8 +178,8 @@ class Cache:
     def _disable(self, why: str) -> None:
         if self.writable:
             self.writable = False
-            off = "caching is off for" if not self.actions.readable else "nothing is stored in the cache for the rest of"
-            self._warn(f"{why}; {off} this build")
+            off = "caching is off" if not self.actions.readable else "nothing is stored in the cache"
+            self._warn(f"{why}; {off} for the rest of this build")
 
     def _blob_path(self, digest: str) -> str:
         return os.path.join(self.dir, "cas", digest[:2], digest)
