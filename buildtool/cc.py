@@ -39,11 +39,18 @@ if TYPE_CHECKING:
 __all__ = ["cc_binary", "cc_library", "cc_test", "compiler", "have_compiler"]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C", ".S", ".s")
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".C")
 
 
 def compiler() -> str:
     """The C compiler command: ``$CC`` or ``cc`` (also for a blank ``$CC``)."""
     return (getenv("CC") or "").strip() or "cc"
+
+
+def cxx_linker() -> str:
+    """The C++ driver that links a binary with C++ sources: ``$CXX`` or ``c++`` (the C
+    driver leaves out the C++ standard library: undefined __gxx_personality_v0)."""
+    return (getenv("CXX") or "").strip() or "c++"
 
 
 def have_compiler(cc: str | None = None) -> bool:
@@ -127,6 +134,11 @@ def _name_part(key: str) -> str:
     return f"{safe}~{hashlib.blake2b(key.encode(), digest_size=4).hexdigest()}"
 
 
+def _literal(path: str) -> str:
+    """``path`` as a genrule command holds it literally: shell-quoted, '$' doubled."""
+    return shlex.quote(path).replace("$", "$$")
+
+
 def _compile(
     name: str,
     srcs: Sequence[str],
@@ -158,9 +170,13 @@ def _compile(
         obj = f"_objs/{name}/{stem}.o"
         dep = f"_objs/{name}/{stem}.d"
         label = f"{name}@{key}"
+        # A path goes into the command quoted for the shell and with its '$' doubled (a file
+        # named m$x.c is no substitution); a label, which holds neither, as $(location).
+        loc = f"$(location {src})" if generated else _literal(src)
+        mf = _literal(dep)
         # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
-        assemble = f"{cc} {flags} -c $(location {src}) -o $@ && printf '%s:\\n' $@ > {shlex.quote(dep)}"
-        compile_ = f"{cc} {flags} -MD -MF {shlex.quote(dep)} -c $(location {src}) -o $@"
+        assemble = f"{cc} {flags} -c {loc} -o $@ && printf '%s:\\n' $@ > {mf}"
+        compile_ = f"{cc} {flags} -MD -MF {mf} -c {loc} -o $@"
         if not generated:
             cmd = assemble if src.endswith(".s") else compile_
         else:  # its output's name is known only once the graph is: the command looks at it
@@ -229,6 +245,8 @@ def cc_binary(
     cc = compiler()
     common = _common(cc, common)
     objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
+    cpp = any(not s.startswith((":", "//")) and s.endswith(CXX_SUFFIXES) for s in srcs)
+    linker = cxx_linker() if cpp else cc
     gnu = sys.platform.startswith("linux")
     start, end = ("-Wl,--start-group ", " -Wl,--end-group") if gnu else ("", "")
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
@@ -236,8 +254,8 @@ def cc_binary(
         name=name,
         srcs=[*objs, *deps],
         outs=[name],
-        tools=[_tool(cc)],
-        cmd=f"{cc} -o $@ {start}$(SRCS){end} {links}".rstrip(),
+        tools=[_tool(linker)],
+        cmd=f"{linker} -o $@ {start}$(SRCS){end} {links}".rstrip(),
         **common,
     )
 

@@ -366,3 +366,37 @@ def test_a_header_that_becomes_another_targets_output_is_warned_about(workspace:
                                     'cmd="echo \'#define LV \'$$(cat $<) > $@")\n')
     rc, out, err = workspace.run("build", "-j1", "//:gen", "//:main.o")
     assert rc == 0 and "its depfile names local.h, an output of //:gen, which is not among its" in err, out + err
+
+
+def test_sources_whose_names_hold_substitution_characters_compile(workspace: Workspace) -> None:
+    """The cc macros put a source's path into the command as text: m$x.c lost its $x to
+    substitution ("did not write its depfile"), x$@.c got $@ expanded, a).c and x$(y).c
+    were exit 2 about a $(location) or $(y) the user never wrote."""
+    names = ["m$x.c", "x$@.c", "a).c", "x$(y).c"]
+    for i, n in enumerate(names):
+        workspace.write(n, f"int f{i}(void) {{ return {i}; }}\n")
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", "from buildtool.cc import cc_binary\n"
+                             f"cc_binary(name='b', srcs={['main.c', *names]!r})\n")
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    workspace.write("m$x.c", "int f0(void) { return 7; }\n")
+    r = workspace.build()
+    assert r.rc == 0 and len(r.ran) == 2 and "//:b" in r.ran, (r.ran, r.output)
+    assert next(iter(r.ran - {"//:b"})).startswith("//:b@m_x.c~"), r.ran  # (only m$x.c's object)
+
+
+def test_a_cpp_binary_links_with_the_cpp_driver(workspace: Workspace) -> None:
+    """The link ran `cc`, which leaves out the C++ standard library: undefined reference to
+    __gxx_personality_v0 for any program using <iostream>."""
+    import shutil
+
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler here")
+    workspace.write("hello.cpp", '#include <iostream>\nint main() { std::cout << "hi from c++" << std::endl; }\n')
+    workspace.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="hello", srcs=["hello.cpp"])\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    import subprocess
+
+    assert subprocess.run([str(workspace.root / "hello")], capture_output=True, text=True).stdout == "hi from c++\n"
