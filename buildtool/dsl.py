@@ -98,11 +98,26 @@ class PackageContext:
 _current: ContextVar[PackageContext | None] = ContextVar("buildtool_package", default=None)
 
 
+# Calls made with no evaluation in their thread: a thread a BUILD.py started does not
+# inherit the context, and its exception may be swallowed (threading prints it and the
+# target is silently missing): the loader looks here after each evaluation.
+misplaced_calls: list[str] = []
+
+
+class OutsideEvaluation(RuntimeError):
+    """A buildtool.dsl function called with no BUILD.py evaluation in its thread."""
+
+
 def current_context() -> PackageContext:
     ctx = _current.get()
     if ctx is None:
-        msg = "buildtool.dsl functions can only be called while a BUILD.py is evaluated"
-        raise RuntimeError(msg)
+        frame, name = sys._getframe(1), "a buildtool.dsl function"
+        while frame is not None and frame.f_code.co_filename == __file__:  # the outermost one: genrule
+            name, frame = frame.f_code.co_name, frame.f_back
+        misplaced_calls.append(name)
+        msg = ("buildtool.dsl functions can only be called while a BUILD.py is evaluated, "
+               "in the thread evaluating it")
+        raise OutsideEvaluation(msg)
     return ctx
 
 

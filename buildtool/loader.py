@@ -62,6 +62,13 @@ class _ExitGuard:
         self.before: set[int] = set()  # the threads there were when that evaluation began
         self.started: set[int] = set()  # threads a BUILD.py started that outlived its evaluation
         self.calls: list[str] = []
+        prior_hook = threading.excepthook
+
+        def hook(args: Any) -> None:  # (its traceback would only repeat the loader's exit-2 error)
+            if not isinstance(args.exc_value, dsl.OutsideEvaluation):
+                prior_hook(args)
+
+        threading.excepthook = hook
         for m in (os, sys.modules.get(os.name)):  # os's functions are posix's, reachable both ways
             for name in _PROCESS_ENDS:
                 if m is not None and hasattr(m, name):
@@ -287,10 +294,15 @@ class Loader:
         probe = _ImportProbes(self.ws.root, self.probes)
         sys.meta_path.insert(0, probe)
         no_pyc, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the sources
+        misplaced = len(dsl.misplaced_calls)
         try:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
             left, ended = guard.end(outer), True
+            if len(dsl.misplaced_calls) > misplaced:  # (a thread's exception may have been swallowed)
+                msg = (f"evaluating {rel_bf} called {dsl.misplaced_calls[misplaced]}() in another thread; "
+                       "declare targets in the thread evaluating the BUILD.py")
+                raise BuildfileError(msg, rel_bf, None)
             if guard.calls:  # called in a thread the BUILD.py started (this thread raises)
                 msg = (f"evaluating {rel_bf} called {guard.calls[0]} (in another thread); "
                        "a BUILD.py may only declare targets")

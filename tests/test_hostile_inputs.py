@@ -103,6 +103,9 @@ CATALOGUE = [
      'threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()\n'
      'genrule(name="t", outs=["o"], cmd="sleep 1; echo > $@")', "left 1 thread(s) running", None),
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
+    # The thread's RuntimeError was printed by threading, //:t was missing, and the build passed.
+    ("declares-in-a-thread", RAN + 'import threading\ndef f():\n    genrule(name="t", outs=["o"], cmd="true")\n'
+     'th = threading.Thread(target=f)\nth.start()\nth.join()', "called genrule() in another thread", None),
     ("output-in-a-nested-git", 'genrule(name="t", outs=["sub/.git/config"], cmd="true")',
      "inside a .git/ directory", "keep"),
     # Each below crashed when its action key was taken (a traceback; a NUL: an "internal
