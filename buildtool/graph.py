@@ -322,6 +322,8 @@ class GraphBuilder:
             below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
             if self.loader.package_exists(below):
                 meant.append(f"'//{below}' (a package)")
+            elif (producer := self._producer_of(below)) is not None:  # `make foo.o` typed as is
+                meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         elif ":" in text and labels._parses(f"//{text}"):
             p, n = labels.parse_label(f"//{text}", "")
             if self.loader.package_exists(p) and n in self.loader.load(p):
@@ -403,9 +405,13 @@ class GraphBuilder:
         msg = f"unknown target {text!r}: package //{pkg} has no target named {name!r}"
         import difflib  # (error messages only)
 
-        close = [d for d in decls if d.lower() == name.lower()] or difflib.get_close_matches(name, list(decls), n=1)
+        same = [d for d in decls if d.lower() == name.lower()]
+        producer = None if same else self._producer_of(f"{pkg}/{name}" if pkg else name)
+        close = same or ([] if producer else difflib.get_close_matches(name, list(decls), n=1))
         if close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
+        elif producer is not None:  # //lib:out.txt for the output out.txt of //lib:gen
+            msg += f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"
         elif (slashed := self._slash_for_colon(pkg, name)) is not None:
             msg += f"; did you mean {slashed}?"
         return msg

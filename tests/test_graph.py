@@ -138,18 +138,23 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     ("lib:core", "did you mean '//lib/core:core'?"),
     ("lib:other", "did you mean '//lib:other'?"),
     ("obj/none.o", None),
+    # An output beside the BUILD.py, as `make x` names it: no hint came (no '/' in it).
+    ("x.txt", "did you mean '//:x.txt.gen' (the target that makes it; patterns name targets, not files)?"),
 ])
 def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     workspace: Workspace, typed: str, hint: str | None,
 ) -> None:
     workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
     workspace.build_file("lib", 'genrule(name="other", outs=["x"], cmd="echo > $@")\n')
-    workspace.build_file("", 'genrule(name="main.o", outs=["obj/main.o"], cmd="echo > $@")\n')
+    workspace.build_file("", 'genrule(name="main.o", outs=["obj/main.o"], cmd="echo > $@")\n'
+                             'genrule(name="x.txt.gen", outs=["x.txt"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, typed)
     assert f"a label must start with '//' or ':' (got {typed!r})" in err, err
     assert (hint in err) if hint else ("did you mean" not in err), err
     err = expect_invalid(workspace, "//lib:core")  # lib is a package, without that target
     assert "package //lib has no target named 'core'; did you mean //lib/core:core?" in err, err
+    err = expect_invalid(workspace, "//lib:x")  # a file label of an output: its target
+    assert "no target named 'x'; did you mean '//lib:other' (the target that makes that file" in err, err
 
 
 def test_dep_on_missing_package(workspace: Workspace) -> None:
