@@ -226,7 +226,8 @@ class Session:
                 request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
                 verdict = noop.check(state, self.ws.root, request)
             prior_graph = noop.load_graph(state, _warn) if verdict is not None else None
-        noop.invalidate(state)
+        if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
+            noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self._open_record(state)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)

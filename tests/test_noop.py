@@ -102,6 +102,16 @@ def test_other_patterns_do_not_reuse_the_snapshot(ws: Path, tmp_path: Path) -> N
     assert "(nothing changed)" not in r.stdout
 
 
+def test_a_dry_run_explain_or_plan_leaves_the_snapshot_armed(ws: Path, tmp_path: Path) -> None:
+    """They change no file, but deleted the snapshot: the next build lost its fast path."""
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    for args in (["build", "-n", "//:up"], ["explain", "//:up"], ["plan"]):
+        assert bt(ws, cache, *args).returncode == 0, args
+        r = bt(ws, cache, "build")
+        assert "(nothing changed)" in r.stdout, (args, r.stdout + r.stderr)
+
+
 def test_only_changed_sources_are_replanned_from_the_snapshot(ws: Path, tmp_path: Path) -> None:
     """A source edit reuses the snapshot's graph and plans only the targets reading it;
     every other kind of change still goes through the full evaluation."""
