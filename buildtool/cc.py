@@ -40,6 +40,7 @@ __all__ = ["cc_binary", "cc_library", "cc_test", "compiler", "have_compiler"]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C", ".S", ".s")
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".C")
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".H", ".inc", ".inl")
 
 
 def compiler() -> str:
@@ -154,7 +155,12 @@ def _compile(
     labels = []
     for src in srcs:
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
+        if generated and src.endswith(HEADER_SUFFIXES) and "/" in src.rpartition(":")[2]:
+            continue  # a header's file label (//q:include/q.h): found through depfiles, as its path is
         if not generated and not src.endswith(SOURCE_SUFFIXES):
+            if src.startswith("/") or ".." in src.split("/"):  # (as for a .c: paths stay in the package)
+                raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "
+                                 "(a header elsewhere is found through includes, not srcs)")
             # Headers listed in srcs are discovered through depfiles, not compiled; but one
             # that is not there is an error, as a missing source is.  (A plain lookup: glob
             # leaves out ignored dirs, subpackages, links, outputs, and made the package a

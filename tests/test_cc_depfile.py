@@ -400,3 +400,18 @@ def test_a_cpp_binary_links_with_the_cpp_driver(workspace: Workspace) -> None:
     import subprocess
 
     assert subprocess.run([str(workspace.root / "hello")], capture_output=True, text=True).stdout == "hi from c++\n"
+
+
+@pytest.mark.parametrize("entry", ["../up.h", "/usr/include/stdio.h", "//q:include/q.h"])
+def test_a_header_in_srcs_is_checked_like_a_source(workspace: Workspace, entry: str) -> None:
+    """Headers in srcs are skipped (depfiles find them), but one outside the package was
+    taken silently, and a header's file label was compiled ('not a C source', exit 1)."""
+    workspace.write("q/include/q.h", "int q(void);\n")
+    workspace.build_file("q", "")
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", f"from buildtool.cc import cc_binary\ncc_binary(name='b', srcs=['main.c', {entry!r}])\n")
+    rc, out, err = workspace.run("build")
+    if entry.startswith("//"):
+        assert rc == 0, out + err
+    else:
+        assert rc == 2 and "must be a path inside the package" in err and "BUILD.py:2" in err, out + err
