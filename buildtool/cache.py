@@ -152,6 +152,7 @@ class Cache:
         self.restore_mode = restore_mode
         self.writable = True
         self._reflink = True
+        self._said_unreadable = False
         self._made: set[str] = set()  # directories known to exist (cleared when one vanishes)
         self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
         self._count_mu = threading.Lock()
@@ -386,6 +387,10 @@ class Cache:
             if e.errno == errno.ELOOP:  # a symbolic link where a blob belongs: never restored as one
                 self._warn(f"cache blob {digest[:12]} is not a file; removing it and rerunning")
                 remove_path(blob)
+            elif e.errno in (errno.EACCES, errno.EPERM) and not self._said_unreadable:
+                self._said_unreadable = True  # (once a build: a shared cache with others' modes)
+                self._warn(f"cache blob {blob} cannot be read ({e.strerror}); its targets rerun "
+                           "(another user's cache entries?)")
             return None  # not stored, or evicted by GC meanwhile
         try:
             return self._restore_from(src, blob, digest, dest, mode)

@@ -560,3 +560,20 @@ def test_a_blob_that_cannot_be_written_leaves_the_action_without_an_entry(worksp
     os.unlink(workspace.path("g.out"))
     fresh = workspace.build("--explain")
     assert fresh.rc == 0 and fresh.status("//:g") == "ran" and "damaged" not in fresh.output, fresh.output
+
+
+def test_a_blob_this_user_may_not_read_is_a_miss_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared cache holding another user's mode-000 blob: every build reran its targets
+    and never said why.  (Root reads anything: the refusal is simulated at os.open.)"""
+    c, d, warned = _restore_cache(tmp_path, b"theirs\n" * 1000)
+    real_open = os.open
+
+    def refusing(path: str, *a: object, **kw: object) -> int:
+        if "/cas/" in str(path):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.os, "open", refusing)
+    for _ in range(2):
+        assert c.restore(d, str(tmp_path / "ws" / "f"), 0o644) is None
+    assert len(warned) == 1 and "cannot be read (Permission denied)" in warned[0], warned
