@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from conftest import Workspace
 
+from buildtool.digest import hash_bytes
+
 pytest.importorskip("grpc", reason="the 'remote' extra (grpcio, protobuf) is not installed: pip install '.[remote]'")
 pytest.importorskip("google.protobuf", reason="the 'remote' extra (protobuf) is not installed")
 
@@ -549,3 +551,24 @@ def test_ctrl_c_breaks_off_a_download_in_progress(make_workspace: Callable[..., 
         assert time.monotonic() - t0 < 5, (out, err)
     finally:
         server.close()
+
+
+def test_a_remote_hit_the_local_cache_cannot_hold_is_a_miss(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The blob downloaded from the remote could not be written to the local cache (a file
+    where its shard directory belongs): the entry was stored anyway, pointing at nothing,
+    and every later build said 'the cache entry was damaged'."""
+    a, b = _checkouts(make_workspace, f"shard-{time.time_ns()}")
+    assert a.build("--remote-cache", nginx.url).rc == 0
+    digest = hash_bytes(a.path("data/big.copy").read_bytes())
+    shard = b.cache / "v2" / "cas" / digest[:2]
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.write_text("in the way\n")
+    r = b.build("--remote-cache", nginx.url)
+    assert r.rc == 0 and r.status("//data:pack") == "ran", r.output
+    assert "cache write failed" in r.stderr, r.stderr
+    shard.unlink()
+    b.path("data/big.copy").unlink()
+    again = b.build("--explain")
+    assert again.rc == 0 and "damaged" not in again.output, again.output

@@ -222,7 +222,8 @@ class RemoteCache:
                 f = files[p]
                 path = got[Digest.of(f.digest)]
                 local = hash_file(path)
-                self.cache.put_file(path, local)
+                if not self.cache.put_file(path, local):
+                    return None  # (said) restored from the local cache only: a miss, never an entry without it
                 with self._lock:
                     self._remote_digest[local] = Digest.of(f.digest)
                 outputs.append(CachedOutput(p, local, 0o755 if f.is_executable else 0o644))
@@ -234,7 +235,8 @@ class RemoteCache:
                         data = fh.read()
                 if data:
                     local = hash_bytes(data)
-                    self.cache.put_bytes(data, local)
+                    if not self.cache.put_bytes(data, local):
+                        return None
                     streams.append(local)
                 else:
                     streams.append(None)
