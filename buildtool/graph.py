@@ -157,6 +157,9 @@ class Graph:
         return self.inputs[tid]
 
 
+MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits every timer
+
+
 def _err(decl: Declaration, msg: str) -> BuildfileError:
     return BuildfileError(msg, decl.path, decl.line)
 
@@ -207,9 +210,12 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
     first = path.split("/", 1)[0]
     if first in ALWAYS_SKIPPED:
         return f"inside {first}/, which buildtool never writes into"
-    inner = next((d for d in path.split("/")[1:-1] if d in ALWAYS_SKIPPED), None)
+    parts = path.split("/")
+    inner = next((d for d in parts[1:-1] if d in ALWAYS_SKIPPED), None)
     if inner is not None:  # a nested repository (a submodule's .git/) or workspace's state
         return f"inside a {inner}/ directory, which buildtool never writes into"
+    if len(parts) > 1 and parts[-1] in ALWAYS_SKIPPED:  # (a submodule's .git is a file)
+        return f"a nested repository's or workspace's {parts[-1]}, which buildtool never writes"
     if path.rsplit("/", 1)[-1] == BUILDFILE:
         return f"a {BUILDFILE} file"
     if path in (MARKER, IGNORE_FILE):
@@ -879,8 +885,8 @@ class GraphBuilder:
         outs = tuple(_norm_rel(decl, pkg, o, "outs") for o in _str_list(decl, "outs"))
         if len(set(outs)) != len(outs):
             raise _err(decl, "outs lists the same file twice")
-        for o in outs:  # (a newline in $@ or in `query` output's one path per line)
-            if any(c < " " or c == "\x7f" for c in o):
+        for o in outs:  # (a newline in $@, or in `query`'s one path per line; U+2028 splits lines too)
+            if not o.isprintable() and any(not c.isprintable() and not "\udc80" <= c <= "\udcff" for c in o):
                 raise _err(decl, f"output path {o!r} contains a control character; outputs need printable names")
         for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
             sub = self._subpackage_on_the_way(pkg, o)
@@ -994,7 +1000,8 @@ class GraphBuilder:
             priority=priority,
             manual=manual or always,
             pool=pool,
-            timeout=float(timeout) if timeout is not None else None,
+            # (beyond ~3 years a timeout never fires: clamped, so that no timer overflows)
+            timeout=min(float(timeout), MAX_TIMEOUT_S) if timeout is not None else None,
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",

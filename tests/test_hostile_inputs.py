@@ -108,6 +108,8 @@ CATALOGUE = [
      'th = threading.Thread(target=f)\nth.start()\nth.join()', "called genrule() in another thread", None),
     ("output-in-a-nested-git", 'genrule(name="t", outs=["sub/.git/config"], cmd="true")',
      "inside a .git/ directory", "keep"),
+    ("output-is-a-submodules-git-file", 'genrule(name="t", outs=["sub/.git"], cmd="true")',
+     "a nested repository's or workspace's .git", "keep"),
     # Each below crashed when its action key was taken (a traceback; a NUL: an "internal
     # error" failing the target at run time, after others had run): refused up front.
     ("lone-surrogate-in-cmd", RAN + 'genrule(name="t", outs=["o"], cmd="echo \\ud800 > $@")',
@@ -122,6 +124,10 @@ CATALOGUE = [
     ("nul-in-env", RAN + 'genrule(name="t", outs=["o"], cmd="echo > $@", env={"A": "a\\0b"})',
      "env value of A 'a\\x00b' contains a NUL byte", None),
     ("newline-in-an-output", RAN + 'genrule(name="t", outs=["x\\n.txt"], cmd="echo > $@")',
+     "contains a control character", None),
+    ("line-separator-in-an-output", RAN + 'genrule(name="t", outs=["x\\u2028.txt"], cmd="echo > $@")',
+     "contains a control character", None),
+    ("c1-control-in-an-output", RAN + 'genrule(name="t", outs=["x\\x85.txt"], cmd="echo > $@")',
      "contains a control character", None),
     # Not an Exception: it went through as a traceback and exit 1.
     ("raises-a-base-exception", 'class Odd(BaseException):\n    pass\n\nraise Odd("odd")', "BUILD.py:4", None),

@@ -187,9 +187,11 @@ def test_a_timeout_of_years_is_a_timeout_that_never_fires(workspace: Workspace, 
     """poll() takes at most 2**31-1 ms (~24.8 days): a longer timeout was an internal
     error that left the test running after buildtool exited."""
     workspace.build_file("", 'test(name="t", cmd="sleep 0.3; echo ok", timeout=10**20)\n'
-                         'test(name="u", cmd="sleep 0.3; echo ok", timeout=3000000)')
+                         'test(name="u", cmd="sleep 0.3; echo ok", timeout=3000000)\n'
+                         'test(name="v", cmd="sleep 0.3; echo v", timeout=1e306)')
     r = workspace.build("//...", "-j", jobs, command="test")
-    assert r.rc == 0 and r.by_label["//:t"]["test"] == r.by_label["//:u"]["test"] == "passed", r.output
+    assert r.rc == 0, r.output
+    assert [r.by_label[t]["test"] for t in ("//:t", "//:u", "//:v")] == ["passed"] * 3, r.output
 
 
 def test_test_output_modes(workspace: Workspace, tmp_path: Path) -> None:
