@@ -350,7 +350,7 @@ class Cache:
         try:
             fd = os.open(path, BLOB_OPEN)
         except OSError as e:
-            if e.errno == errno.ELOOP:  # a symbolic link where a blob belongs
+            if e.errno in NOT_A_FILE:  # a symbolic link or a socket where a blob belongs
                 self._warn(f"cache blob {digest[:12]} is not a file; removing it")
                 remove_path(path)
             return None
@@ -384,7 +384,7 @@ class Cache:
         try:
             src = os.open(blob, BLOB_OPEN)
         except OSError as e:
-            if e.errno == errno.ELOOP:  # a symbolic link where a blob belongs: never restored as one
+            if e.errno in NOT_A_FILE:  # a symbolic link (never restored as one), a socket
                 self._warn(f"cache blob {digest[:12]} is not a file; removing it and rerunning")
                 remove_path(blob)
             elif e.errno in (errno.EACCES, errno.EPERM) and not self._said_unreadable:
@@ -510,6 +510,7 @@ class Cache:
 # wait for a writer, past Ctrl-C), and a symbolic link is no blob (hardlink mode would
 # restore the link itself).  The descriptor's fstat then says whether it is a regular file.
 BLOB_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
+NOT_A_FILE = (errno.ELOOP, errno.ENXIO, errno.EISDIR)  # what opening a link, a socket, a directory gives
 
 
 # Raw descriptors, not io.open: for the small files of a cache, io's extra fstat, ioctl and

@@ -21,7 +21,6 @@ checkout restores everything.  Spec: docs/formats.md#manifests
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
@@ -29,7 +28,7 @@ import time
 
 from buildtool import keys
 from buildtool.atomic import remove_path
-from buildtool.cache import BLOB_OPEN, ActionEntry, Cache, safe_rel_path
+from buildtool.cache import BLOB_OPEN, NOT_A_FILE, ActionEntry, Cache, safe_rel_path
 from buildtool.depfile import DepfileError, parse_file, workspace_inputs
 from buildtool.record import desc_of
 
@@ -89,7 +88,7 @@ def _read_regular(path: str) -> bytes | None:
     try:
         fd = os.open(path, BLOB_OPEN)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EISDIR):
+        if e.errno in NOT_A_FILE:
             return None
         raise
     try:

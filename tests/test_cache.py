@@ -515,13 +515,27 @@ def test_an_entry_whose_digest_is_not_hex_is_a_miss_that_touches_no_other_path(t
     assert (victim / "file.txt").read_text() == "precious\n"
 
 
-def test_a_named_pipe_in_place_of_a_blob_is_removed_not_waited_for(tmp_path: Path) -> None:
-    """open() of a FIFO waits for a writer: the build hung, past Ctrl-C and SIGTERM."""
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_named_pipe_or_socket_in_place_of_a_blob_is_removed_not_waited_for(tmp_path: Path, kind: str) -> None:
+    """open() of a FIFO waits for a writer: the build hung, past Ctrl-C and SIGTERM; a
+    socket (ENXIO) was a silent miss on every build, never removed."""
+    import socket
+
     for read in ("restore", "read_blob"):
         c, d, warned = _restore_cache(tmp_path / read, b"bytes\n" * 1000)
         blob = Path(c._blob_path(d))
         blob.unlink()
-        os.mkfifo(blob)
+        if kind == "fifo":
+            os.mkfifo(blob)
+        else:
+            here = os.getcwd()
+            os.chdir(blob.parent)  # (a socket's path is limited to 108 bytes)
+            try:
+                sock = socket.socket(socket.AF_UNIX)
+                sock.bind(blob.name)
+                sock.close()
+            finally:
+                os.chdir(here)
         if read == "restore":
             assert c.restore(d, str(tmp_path / read / "ws" / "f"), 0o644) is None
         else:
