@@ -848,6 +848,7 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
     for rel in list(above):
         while rel := os.path.dirname(rel):
             above.add(rel)
+    below = tuple(rel + "/" for rel in inside)  # (one startswith per output: 100,000 targets)
     for t in graph.targets if inside else ():  # (no report in the workspace: no pass over 100,000 targets)
         for f in (*t.srcs, *t.outs):
             hit = inside.get(f)
@@ -858,10 +859,10 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
             if o in above:
                 flag, path = next(v for r, v in inside.items() if r.startswith(o + "/"))
                 raise UserError(f"{flag} {path}: that is below {o}, an output of {t.label}; name another file")
-            for rel, (flag, path) in inside.items():
-                if o.startswith(rel + "/"):
-                    raise UserError(f"{flag} {path}: {o}, an output of {t.label}, is below that path; "
-                                    "name another file")
+            if o.startswith(below):
+                flag, path = next(v for r, v in inside.items() if o.startswith(r + "/"))
+                raise UserError(f"{flag} {path}: {o}, an output of {t.label}, is below that path; "
+                                "name another file")
     for flag, path in reports:
         if not replaceable(path, flag):
             raise UserError(f"{flag} {path}: that file holds something else than a report of its kind "
