@@ -250,7 +250,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         if unknown and hasattr(args, "patterns") and not any(u.startswith("-") and u != "-" for u in unknown):
             args.patterns = [*args.patterns, *unknown]
         elif unknown:
-            p.error(f"unrecognized arguments: {' '.join(unknown)}")
+            where = " (-C DIR goes before the command: buildtool -C DIR build ...)" \
+                if any(u.startswith("-C") for u in unknown) else ""
+            p.error(f"unrecognized arguments: {' '.join(unknown)}{where}")
         return args
     cut = argv.index("--") if "--" in argv else len(argv)
     args, unknown = p.parse_known_args(argv[:cut])

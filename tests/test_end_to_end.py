@@ -668,7 +668,9 @@ def test_patterns_may_stand_on_both_sides_of_an_option(workspace: Workspace) -> 
     rc, out, err = workspace.run("explain", "//:a", "--no-wait", "//:b")
     assert rc == 0 and "//:a" in out and "//:b" in out, out + err
     rc, out, err = workspace.run("build", "//:a", "--bogus", "//:b")
-    assert rc == 2 and "unrecognized arguments: --bogus" in err, err
+    assert rc == 2 and "unrecognized arguments: --bogus" in err and "goes before" not in err, err
+    rc, out, err = workspace.run("build", "-C", ".", "//:a")  # (a global option after the command)
+    assert rc == 2 and "-C DIR goes before the command: buildtool -C DIR build" in err, err
 
 
 def test_an_old_output_file_may_become_a_directory_of_outputs(workspace: Workspace) -> None:
