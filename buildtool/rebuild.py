@@ -33,7 +33,7 @@ def outputs_match(recorded: list[list[Any]], digest_of: DigestOf) -> tuple[bool,
 def up_to_date(entry: Mapping[str, Any] | None, key: str, digest_of: DigestOf) -> tuple[bool, Reason, str]:
     """The verifying-trace check: same key as last time and outputs intact."""
     if entry is None:
-        return False, Reason.NEW, "never built in this workspace"
+        return False, Reason.NEW, "never built in this workspace, or its last run failed"
     if entry.get("k") != key:
         return False, Reason.DEFINITION_CHANGED, "the action key changed"
     ok, reason, msg = outputs_match(entry.get("o", []), digest_of)
@@ -57,7 +57,7 @@ def why_changed(
     """Compare the recorded action description with the new one; the first difference
     decides the reason code, and the message lists up to a few differences."""
     if old is None:
-        return Reason.NEW, "never built in this workspace"
+        return Reason.NEW, "never built in this workspace, or its last run failed"
     found: list[tuple[Reason, str]] = []
     if old.get("cmd") != new.get("cmd"):
         was, now = _clip_pair(str(old.get("cmd")), str(new.get("cmd")))

@@ -76,6 +76,18 @@ def test_explain_without_record_and_without_cache(workspace: Workspace, tmp_path
     assert "never built in this workspace" in out
 
 
+def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Workspace) -> None:
+    """A failure drops the target's record entry; the next reason said "never built in this
+    workspace" of a target that had been built twice."""
+    workspace.write("d.txt", "A\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["d.txt"], outs=["g.out"], cmd="grep -q A d.txt; cp d.txt $@")')
+    assert workspace.run("build")[0] == 0
+    workspace.write("d.txt", "B\n")
+    assert workspace.run("build")[0] == 1
+    rc, out, _ = workspace.run("explain", "//:g")
+    assert rc == 0 and "never built in this workspace, or its last run failed" in out, out
+
+
 def test_build_explain_prints_each_reason(workspace: Workspace) -> None:
     _setup(workspace)
     workspace.write("pkg/other.txt", "y\n")
