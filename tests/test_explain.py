@@ -77,15 +77,20 @@ def test_explain_without_record_and_without_cache(workspace: Workspace, tmp_path
 
 
 def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Workspace) -> None:
-    """A failure drops the target's record entry; the next reason said "never built in this
-    workspace" of a target that had been built twice."""
+    """A failing test drops its record entry (its earlier pass must not answer); the next
+    reason said "never built in this workspace" of a test that had run twice."""
     workspace.write("d.txt", "A\n")
-    workspace.build_file("", 'genrule(name="g", srcs=["d.txt"], outs=["g.out"], cmd="grep -q A d.txt; cp d.txt $@")')
-    assert workspace.run("build")[0] == 0
+    workspace.build_file("", 'test(name="t", srcs=["d.txt"], cmd="test ! -e ../flag")')
+    assert workspace.run("test")[0] == 0
+    (workspace.root.parent / "flag").write_text("")
+    try:
+        assert workspace.run("test", "--no-cache-tests")[0] == 1
+    finally:
+        (workspace.root.parent / "flag").unlink()
     workspace.write("d.txt", "B\n")
-    assert workspace.run("build")[0] == 1
-    rc, out, _ = workspace.run("explain", "//:g")
-    assert rc == 0 and "never built in this workspace, or its last run failed" in out, out
+    r = workspace.build(command="test")
+    assert r.rc == 0 and "never built in this workspace, or its last run failed" in r.by_label["//:t"]["reason"], \
+        r.by_label["//:t"]
 
 
 def test_build_explain_prints_each_reason(workspace: Workspace) -> None:
