@@ -948,25 +948,26 @@ def predict_fresh(
 def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int, Outcome]:
     """What a build would do, without running anything."""
     out: dict[int, Outcome] = {}
-    would: set[int] = set()
+    would: dict[int, str] = {}  # target that would run, or a group holding one -> that runnable's label
     from buildtool import rebuild
 
     for i in graph.topo_order():
         t = graph.targets[i]
         if t.kind == "group" or (t.kind == "test" and not runner.opt.run_tests):
             out[i] = runner.try_inline(i) if t.kind == "test" else Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
-            if any(d in would for d in t.deps):
-                would.add(i)
+            member = next((would[d] for d in t.deps if d in would), None)
+            if member is not None:  # (a group runs nothing: its member is the reason)
+                would[i] = member
             continue
-        blocking = [graph.targets[d].label for d in t.deps if d in would]
+        blocking = [would[d] for d in t.deps if d in would]
         if blocking:
-            would.add(i)
+            would[i] = t.label
             out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: dependency {blocking[0]} would run")
             continue
         try:
             inputs = runner._input_digests(t, None)
         except OSError as e:
-            would.add(i)
+            would[i] = t.label
             out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would fail: cannot read {e.filename}")
             continue
         key, desc = runner.describe(t, inputs)
@@ -985,7 +986,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
             for c in hit.outputs:
                 runner.out_digests[c.path] = c.digest
         else:
-            would.add(i)
+            would[i] = t.label
         out[i] = o
     return out
 

@@ -169,3 +169,16 @@ def test_tests_are_said_cached_or_not_run_and_counted_so(workspace: Workspace, t
     assert rc == 0, out + err
     assert "//:t  PASSED (cached): same action key as its last pass in this workspace" in out, out
     assert "explain: 2 targets: 1 up to date, 1 cached pass (nothing was run)" in out, out
+
+
+def test_a_group_between_is_not_named_as_what_would_run(workspace: Workspace) -> None:
+    """//:b depends on the group //:g of //:a: "dependency //:g would run", while //:g's own
+    line said it runs nothing."""
+    workspace.write("s", "a\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["s"], outs=["a.out"], cmd="cp s $@")\n'
+                             'group(name="g", deps=[":a"])\n'
+                             'genrule(name="b", srcs=[":g"], outs=["b.out"], cmd="cat $(SRCS) > $@")\n')
+    assert workspace.run("build")[0] == 0
+    workspace.write("s", "b\n")
+    rc, out, _ = workspace.run("explain")
+    assert rc == 0 and "//:b  WOULD RUN: dependency //:a would run" in out, out
