@@ -53,6 +53,10 @@ def substitute(
         elif nxt == "@":
             out.append(quote_path(_single(outs, "$@", "output", "outs")))
             i = j + 2
+        elif nxt == "(" and cmd[j + 2 : j + 3] == "(":  # $(( ... )): the shell's arithmetic
+            msg = (f"$(( in cmd at offset {j} is the shell's arithmetic, which buildtool would expand "
+                   "first: write $$(( ... ))")
+            raise SubstError(msg)
         elif nxt == "(":
             k = cmd.find(")", j + 2)
             if k < 0:
@@ -76,6 +80,18 @@ def _single(paths: list[str], token: str, what: str, attr: str) -> str:
     return paths[0]
 
 
+def _located(word: str, arg: str, locations: Callable[[str], list[str]]) -> list[str]:
+    """``locations(arg)``; when ``arg`` names nothing and holds spaces, the error also says
+    that $(location) takes one label or path (a file name with spaces is taken whole)."""
+    try:
+        return locations(arg)
+    except SubstError as e:
+        if len(arg.split()) < 2:
+            raise
+        msg = f"{e}; $({word} X) takes one label or path: write one $({word} X) for each"
+        raise SubstError(msg) from None
+
+
 def _expand(
     body: str, srcs: list[str], outs: list[str], locations: Callable[[str], list[str]]
 ) -> str:
@@ -86,13 +102,13 @@ def _expand(
     word, _, arg = body.partition(" ")
     arg = arg.strip()
     if word == "location" and arg:
-        paths = locations(arg)
+        paths = _located(word, arg, locations)
         if len(paths) != 1:
             msg = f"$(location {arg}) must name exactly one file (got {len(paths)}); use $(locations {arg})"
             raise SubstError(msg)
         return quote_path(paths[0])
     if word == "locations" and arg:
-        return quote_all(locations(arg))
+        return quote_all(_located(word, arg, locations))
     msg = (
         f"unknown substitution $({body}) in cmd: the supported ones are $(SRCS), $(OUTS), "
         f"$<, $@, $(location X), $(locations X) and $$; write $$( for shell command substitution"

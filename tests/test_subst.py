@@ -187,3 +187,17 @@ def test_dollar_lt_with_several_inputs_names_them_and_where_they_come_from() -> 
         sub("cp $< $@", srcs=["a.txt", "../x/y.out"])
     assert str(e.value) == ("$< needs exactly one input but the target has 2 in srcs and the outputs of deps "
                             "(a.txt, ../x/y.out); name one with $(location ...)")
+
+
+@pytest.mark.parametrize(("cmd", "needle"), [
+    # It said "unknown substitution $(( 1+2)", which is not what was written.
+    ("echo $(( 1+2 ))", "is the shell's arithmetic, which buildtool would expand first: write $$(( ... ))"),
+    # It said "a.txt b.txt is not listed in srcs".
+    ("cat $(location a.txt b.txt)", "$(location X) takes one label or path: write one $(location X) for each"),
+    ("cat $(locations a.txt :gen)", "$(locations X) takes one label or path"),
+])
+def test_misused_substitutions_say_what_was_written(cmd: str, needle: str) -> None:
+    with pytest.raises(SubstError) as e:
+        sub(cmd)
+    assert needle in str(e.value), str(e.value)
+    assert sub(cmd.replace("$((", "$$((")) if "$((" in cmd else True
