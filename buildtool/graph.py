@@ -275,7 +275,13 @@ class GraphBuilder:
                         # A typo, not "no tests here" (exit 4): bad input for build and test
                         # alike.  (`test //...` in a workspace without packages has no tests.)
                         msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
-                        if pat.pkg and self.loader.in_cache_dir(pat.pkg) \
+                        below = [ig for ig in self.loader.ws.ignore_patterns
+                                 if not pat.pkg or ig.startswith(pat.pkg + "/")]
+                        if pat.pkg and self.loader.ws.is_ignored(pat.pkg):
+                            msg = f"pattern {text!r} matches no package: {pat.pkg} is left out by .buildtoolignore"
+                        elif below:
+                            msg += f" that buildtool loads (.buildtoolignore leaves out {', '.join(below[:3])})"
+                        elif pat.pkg and self.loader.in_cache_dir(pat.pkg) \
                                 and os.path.isdir(os.path.join(self.loader.ws.root, pat.pkg)):
                             msg += f" that buildtool loads; {self._cache_dir_why(pat.pkg)}"
                         raise UserError(msg)
@@ -474,6 +480,8 @@ class GraphBuilder:
                         p, n = found  # a file in a directory below its package (//lib:include/x.h)
                     if not self.loader.package_exists(p):
                         msg = f"{attr} refers to {item!r} but there is no package //{p}"
+                        if p and self.loader.ws.is_ignored(p):
+                            raise _err(decl, f"{msg}: {p} is left out by .buildtoolignore")
                         if p and self._hidden_by_cache_tag(p):
                             raise _err(decl, f"{msg}: {self._cache_dir_why(p)}")
                         raise _err(decl, msg + self._package_hint(p, item))

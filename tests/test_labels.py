@@ -196,6 +196,15 @@ def test_an_ignored_package_is_said_to_be_ignored(workspace: Workspace) -> None:
     assert rc == 2 and "ign/p is left out by .buildtoolignore" in err, err  # (it said "there is no BUILD.py")
     rc, _, err = workspace.run("build", ":y", cwd=workspace.root / "ign" / "p")  # (it said "no package //")
     assert rc == 2 and "the working directory ign/p is left out by .buildtoolignore" in err, err
+    # In a BUILD.py, and as a pattern: both said there was no package or no BUILD.py, no more.
+    rc, _, err = workspace.run("build", "//ign/...")
+    assert rc == 2 and "matches no package: ign is left out by .buildtoolignore" in err, err
+    workspace.write(".buildtoolignore", "ign/p\n")
+    rc, _, err = workspace.run("build", "//ign/...")
+    assert rc == 2 and "that buildtool loads (.buildtoolignore leaves out ign/p)" in err, err
+    workspace.build_file("", 'genrule(name="u", srcs=["//ign/p:y"], outs=["u"], cmd="true")')
+    rc, _, err = workspace.run("build", "//:u")
+    assert rc == 2 and "BUILD.py:1" in err and "no package //ign/p: ign/p is left out by .buildtoolignore" in err, err
 
 
 def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
