@@ -570,7 +570,7 @@ class TargetRunner:
         """The build-record line of a successful outcome, serialised before commit()."""
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         described = self._texts.pop(tid, None)
-        if outcome.ok and outcome.extra.get("record", not fresh_by_record):
+        if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
             text = described[1] if described is not None and described[0] is desc else None
@@ -580,8 +580,9 @@ class TargetRunner:
             # timestamps), else the record's.
             duration = outcome.duration if outcome.status is Status.RAN else \
                 outcome.extra.get("ran_for") or (prev or {}).get("d", outcome.duration)
-            # always=True: recorded (outputs, duration) under an empty key that never matches.
-            key = "" if self.graph.targets[tid].always else outcome.key
+            # always=True, or an input changed while it ran: recorded (outputs, duration) under
+            # an empty key that never matches, so it runs next time and its outputs are known.
+            key = "" if self.graph.targets[tid].always or outcome.extra.get("dirty") else outcome.key
             outputs = outcome.extra.get("outputs")
             if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text):
                 return  # a restore of what the record says already: no line (W6 appends none)
@@ -1020,6 +1021,8 @@ class TargetRunner:
             self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {}))
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
+        if not record:  # its outputs are still the build's (clean removes them): kept under a key that never matches
+            extra["dirty"] = True
         if record and not t.always and left_remote is None:  # always=True: never cached
 
             def store() -> None:

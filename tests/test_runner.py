@@ -84,6 +84,27 @@ def test_dependency_output_edited_while_running_is_not_recorded(tmp_path: Path) 
     assert (ws / "o.txt").read_text() == (ws / "g.txt").read_text() == "gen\n"
 
 
+def test_an_output_whose_result_was_not_recorded_is_still_the_builds_to_clean(tmp_path: Path) -> None:
+    """A result not recorded (an input changed while the command ran) left the record with the
+    old run's output digest, so `clean` kept the output buildtool had just written: "its
+    content is not what the build wrote (edited since?)".  It stays dirty all the same."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="t", srcs=["in.txt"], outs=["o.txt"],\n'
+        '        cmd="cat in.txt > $@; if [ -e ../flag ]; then rm ../flag; echo B > in.txt; fi")\n',
+        {"in.txt": "A\n"},
+    )
+    assert bt(ws, "build").returncode == 0
+    (tmp_path / "flag").write_text("")
+    (ws / "in.txt").write_text("C\n")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "result not recorded" in r.stderr, r.stdout + r.stderr
+    r = bt(ws, "explain")
+    assert "WOULD RUN" in r.stdout and "input in.txt changed" in r.stdout, r.stdout + r.stderr
+    r = bt(ws, "clean")
+    assert r.returncode == 0 and "kept" not in r.stderr and not (ws / "o.txt").exists(), r.stdout + r.stderr
+
+
 def test_dependency_output_untouched_while_running_is_recorded(tmp_path: Path) -> None:
     ws = make_ws(
         tmp_path,
