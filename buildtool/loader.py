@@ -382,10 +382,12 @@ class Loader:
             if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
                 p = os.fsdecode(file)
                 absp = os.path.abspath(p)  # what open() opens: a relative path is from the working directory
+                # (also one that leads out of the workspace: its file is not tracked, but the
+                # graph depends on the directory it was read from)
+                self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
                 if absp.startswith(root + os.sep):
                     rel = os.path.relpath(absp, root)
                     self.read_files.add(rel)
-                    self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
                     f = real(file, mode, *args, **kwargs)  # (the caller closes it)
                     try:
                         self.read_stats.setdefault(rel, stat_row(os.fstat(f.fileno())))

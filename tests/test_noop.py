@@ -441,6 +441,27 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
 
 
+def test_a_relative_open_that_leads_out_of_the_workspace_ties_the_graph_to_its_directory(tmp_path: Path) -> None:
+    """Started from outside the workspace (-C), open("data.txt") read a file outside it:
+    the snapshot was not tied to that directory, and a build started in the workspace
+    said "nothing changed" with the other directory's output."""
+    ws = new_workspace(tmp_path, (
+        'n = open("data.txt").read().strip()\n'
+        'genrule(name="t", outs=["t.out"], cmd="echo " + n + " > $@")\n'
+    ), {"data.txt": "ws\n"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data.txt").write_text("else\n")
+    cache = tmp_path / "cache"
+    assert _bt_in(ws, cache, "build").returncode == 0
+    for _ in range(2):
+        assert _bt_in(elsewhere, cache, "-C", str(ws), "build").returncode == 0
+        time.sleep(0.1)
+    assert (ws / "t.out").read_text() == "else\n"
+    r = _bt_in(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "t.out").read_text() == "ws\n", r.stdout + r.stderr
+
+
 def test_a_graph_read_through_a_relative_open_holds_for_its_directory_only(tmp_path: Path) -> None:
     """open("data.txt") in a BUILD.py reads from the working directory: started from
     another directory of the same package, the snapshot's graph is not reused.  And a
