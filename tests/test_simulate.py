@@ -146,3 +146,16 @@ def test_incremental_counts_fresh_targets_as_free(workspace: Workspace) -> None:
     assert data["to_run"] == 0 and data["rows"][0]["makespan_s"] == 0
     rc, out, err = workspace.run("plan", "-j", "2", "--jobs-range", "0-2")
     assert rc == 2 and "--jobs-range" in err
+
+
+def test_a_plan_of_build_leaves_out_the_tests_build_reaches(workspace: Workspace) -> None:
+    """`build` never runs a test, also one reached through a group; plan (without --test)
+    counted it as 1 s of work on the critical path."""
+    workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="sleep 0.2; echo > $@")\n'
+                             'test(name="t", srcs=[":a"], cmd="sleep 1")\ngroup(name="g", deps=[":t"])\n')
+    assert workspace.build(command="test").rc == 0
+    rc, out, err = workspace.run("plan", "//:g", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["to_run"] == 1, out
+    rc, out, err = workspace.run("plan", "--test", "//:g", "--json")
+    assert rc == 0 and json.loads(out)["to_run"] == 2, out
