@@ -520,8 +520,8 @@ class GraphBuilder:
                             if not isinstance(item, Globbed) and producer is not None and producer != me:
                                 # written by hand, or a glob result made anew (str(p)): cannot tell which
                                 print(f"buildtool: warning: {decl.path}:{decl.line}: {me}'s srcs entry {item!r} "
-                                      f"is an output of {producer} (a glob() found a copy on disk): left out; "
-                                      f"refer to '{producer}' to read it", file=sys.stderr)
+                                      f"is an output of {producer} (a glob() of this package found a copy of it "
+                                      f"on disk): left out; refer to '{producer}' to read it", file=sys.stderr)
                             continue
                         if producer is not None and producer != me:
                             # (its producer may be outside this build: a stale copy on disk is no source)

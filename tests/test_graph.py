@@ -436,8 +436,8 @@ def test_an_output_in_srcs_that_a_glob_took_in_place_is_left_out_with_a_warning(
         """)
     rc, out, err = workspace.run("build", "//:docs", "//:c", "//:d")
     assert rc == 0, out + err
-    assert "warning: BUILD.py:3: //:c's srcs entry 'gen.txt' is an output of //:a (a glob() found a copy on disk)" \
-        in err, err
+    assert ("warning: BUILD.py:3: //:c's srcs entry 'gen.txt' is an output of //:a (a glob() of this package "
+            "found a copy of it on disk)") in err, err
     assert "BUILD.py:1" not in err, err  # the glob's own result: no word
     assert workspace.read("docs.out") == workspace.read("c.out") == workspace.read("d.out") == "hello\n"
 
