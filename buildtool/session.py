@@ -597,6 +597,39 @@ class Session:
                 raise UserError(msg)
 
     # -- clean -----------------------------------------------------------------------
+    def _sources_now(self) -> set[str]:
+        """Every file the BUILD.py files name in ``srcs`` as they are now (a label's name may
+        be a file: taken too, since keeping is the safe side), for ``clean``: an output of a
+        rule since removed may have become a source, the user's.  BUILD.py files that cannot
+        be evaluated: a warning, and only the packages that could are known."""
+        from buildtool.loader import Loader
+
+        found: set[str] = set()
+        loader = Loader(self.ws)
+        try:
+            packages = loader.all_packages()
+        except BuildtoolError as e:
+            _warn(f"could not list the packages ({e}); an output that became a source is kept only if found")
+            return found
+        for pkg in packages:
+            try:
+                decls = loader.load(pkg)
+            except BuildtoolError as e:
+                _warn(f"could not evaluate //{pkg} ({e}); outputs it may read as sources are not known to clean")
+                continue
+            for decl in decls.values():
+                items = decl.attrs.get("srcs", ())
+                for item in items if isinstance(items, (list, tuple)) else ():
+                    if not isinstance(item, str) or not item:
+                        continue
+                    if item.startswith(("//", ":")):
+                        lp, _, name = (item[2:] if item.startswith("//") else f"{pkg}{item}").partition(":")
+                        item, base = name, lp
+                    else:
+                        base = pkg
+                    found.add(os.path.normpath(f"{base}/{item}") if base else os.path.normpath(item))
+        return found
+
     def clean(self) -> int:
         state = self.ws.state_dir
         if not os.path.isdir(state):
@@ -613,12 +646,18 @@ class Session:
             n = 0
             recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+            sources: set[str] | None = None
             for p in sorted(record.all_outputs()):
                 full = os.path.join(self.ws.root, p)
                 if os.path.isfile(full) or os.path.islink(full):
                     o = recorded.get(p)
                     if o is not None and not _as_written(self.ws.root, p, o[1], stats):
                         _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
+                        continue
+                    if sources is None:
+                        sources = self._sources_now()
+                    if p in sources:  # a removed rule's output that a BUILD.py reads as a source now
+                        _warn(f"kept {p}: an output before, it is a source now")
                         continue
                     os.unlink(full)
                     n += 1

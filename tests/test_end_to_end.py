@@ -744,6 +744,20 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
 
 
+@pytest.mark.parametrize("spelling", ["vend/vendored.txt", "//:vend/vendored.txt", ":vend/vendored.txt"])
+def test_clean_keeps_a_removed_rules_output_that_is_a_source_now(workspace: Workspace, spelling: str) -> None:
+    """A generated file kept as a source and its rule dropped, then clean before any build:
+    clean deleted the only copy (a build in between would have kept it, with a warning)."""
+    workspace.build_file("", 'genrule(name="gen", outs=["vend/vendored.txt"], cmd="echo once > $@")\n'
+                             'genrule(name="other", outs=["o.txt"], cmd="echo > $@")')
+    assert workspace.build().rc == 0
+    workspace.build_file("", f'genrule(name="use", srcs=["{spelling}"], outs=["u.txt"], cmd="cat $< > $@")\n'
+                             'genrule(name="other", outs=["o.txt"], cmd="echo > $@")')
+    rc, _, err = workspace.run("clean")
+    assert rc == 0 and workspace.read("vend/vendored.txt") == "once\n", err
+    assert "kept vend/vendored.txt: an output before, it is a source now" in err and not workspace.exists("o.txt")
+
+
 def test_an_output_may_replace_the_directory_of_earlier_outputs(workspace: Workspace) -> None:
     """``outs=["x/y/z"]`` becomes ``outs=["x"]``: the directory holds only what the build
     wrote, so it goes like any dead output; with a file of the user's in it, exit 2."""
