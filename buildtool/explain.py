@@ -55,6 +55,12 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
             v = CACHED
             why = why.replace("; the cache has this key, so it would be restored", "") + \
                 "; its pass with this key is in the cache, so it would not run"
+        elif v == FRESH and o.reason is Reason.ADOPTED:  # the key changed, the outputs are the entry's
+            why = why.removeprefix("up to date: ")
+            if graph.targets[t].kind == "test":  # (a test has no outputs: the entry is its pass)
+                v = CACHED
+                why = why.split(", but the outputs")[0] + \
+                    "; its pass with this key is in the cache, so it would not run"
         elif v == FRESH and graph.targets[t].kind == "test":  # as `test` prints it
             v = CACHED
             why = "same action key as its last pass in this workspace, so it would not run"

@@ -1149,7 +1149,14 @@ class TargetRunner:
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
-        if self.dry_hit(t, key, desc) is not None:
+        hit = self.dry_hit(t, key, desc)
+        if hit is not None and sorted(o.path for o in hit.outputs) == sorted(t.outs) \
+                and all(self._disk_digest(o.path) == o.digest for o in hit.outputs):
+            # (as _restore finds it: the build adopts the entry, restoring nothing)
+            return Outcome(Status.UP_TO_DATE, Reason.ADOPTED,
+                           f"up to date: {why}, but the outputs on disk already match the cache entry of this key",
+                           key=key)
+        if hit is not None:
             why += "; would restore from the cache"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
 

@@ -160,9 +160,12 @@ def test_tests_are_said_cached_or_not_run_and_counted_so(workspace: Workspace, t
     rc, out, err = workspace.run("explain", "--test")
     assert rc == 0, out + err
     assert "//:t  PASSED (cached): " in out and "its pass with this key is in the cache" in out, out
-    assert "explain: 2 targets: 1 restore, 1 cached pass (nothing was run)" in out, out
+    # (//:b's output on disk is the cache entry's: the build adopts it, restoring nothing)
+    assert "explain: 2 targets: 1 up to date, 1 cached pass (nothing was run)" in out, out
     rc, out, err = workspace.run("explain", "//:t")
-    assert rc == 0 and "explain: 2 targets: 1 restore, 1 not run (nothing was run)" in out, out + err
+    assert rc == 0 and "explain: 2 targets: 1 up to date, 1 not run (nothing was run)" in out, out + err
+    r = workspace.build("//:t", command="test")
+    assert r.rc == 0 and r.by_label["//:b"]["reason_code"] == "adopted", r.by_label["//:b"]
     # In the workspace that ran it, as `test` says it: PASSED (cached), not "up to date".
     assert workspace.build(command="test").rc == 0
     rc, out, err = workspace.run("explain", "--test")
@@ -182,3 +185,24 @@ def test_a_group_between_is_not_named_as_what_would_run(workspace: Workspace) ->
     workspace.write("s", "b\n")
     rc, out, _ = workspace.run("explain")
     assert rc == 0 and "//:b  WOULD RUN: dependency //:a would run" in out, out
+
+
+def test_a_reverted_edit_whose_outputs_match_the_cache_is_up_to_date_not_a_restore(workspace: Workspace) -> None:
+    """The build adopts such an entry (restores nothing); explain and -n said WOULD RESTORE,
+    also of every outs-less stamp target after any reverted edit."""
+    workspace.write("in.txt", "one\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["in.txt"], outs=["out.txt"], cmd="cat $< > $@")\n'
+                             'genrule(name="stamp", srcs=["in.txt"], cmd="true")\n')
+    assert workspace.run("build")[0] == 0
+    saved = workspace.read("out.txt")
+    workspace.write("in.txt", "two\n")
+    assert workspace.run("build")[0] == 0
+    workspace.write("in.txt", "one\n")
+    workspace.write("out.txt", saved)
+    rc, out, _ = workspace.run("explain")
+    assert rc == 0 and "2 up to date" in out and "RESTORE" not in out, out
+    assert "but the outputs on disk already match the cache entry of this key" in out, out
+    rc, out, _ = workspace.run("build", "-n")
+    assert rc == 0 and "0 of 2 targets would run or be restored" in out, out
+    r = workspace.build("--explain")
+    assert r.rc == 0 and {e["reason_code"] for e in r.events} == {"adopted"}, r.events
