@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
+    from buildtool.graph import Target
     from buildtool.loader import Loader
     from buildtool.loadlimit import LoadLimit
 
@@ -1001,7 +1002,9 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
         blocking = [would[d] for d in t.deps if d in would]
         if blocking:
             would[i] = t.label
-            out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: dependency {blocking[0]} would run")
+            own = _own_changes(t, record, runner)  # (its key waits for the dependency; its sources do not)
+            out[i] = Outcome(Status.SKIPPED, Reason.DRY_RUN,
+                             f"would run: dependency {blocking[0]} would run" + "".join(f"; {c}" for c in own))
             continue
         try:
             inputs = runner._input_digests(t, None)
@@ -1028,6 +1031,22 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
             would[i] = t.label
         out[i] = o
     return out
+
+
+def _own_changes(t: Target, record: BuildRecord, runner: TargetRunner, limit: int = 3) -> list[str]:
+    """Up to ``limit`` of ``t``'s own sources whose content differs from its last run's:
+    said beside "dependency X would run", which alone hid an edit of the target's own."""
+    old = desc_of(record.get(t.label))
+    recorded = old.get("inputs") if isinstance(old, dict) else None
+    if not isinstance(recorded, dict):
+        return []
+    found = []
+    for p in t.srcs:
+        if p in recorded and runner._disk_digest(p) != recorded[p]:
+            found.append(f"input {p} changed")
+            if len(found) == limit:
+                break
+    return found
 
 
 def _test_session(root: str, state: str, graph: Graph, req: BuildRequest) -> Any:

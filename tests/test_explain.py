@@ -206,3 +206,16 @@ def test_a_reverted_edit_whose_outputs_match_the_cache_is_up_to_date_not_a_resto
     assert rc == 0 and "0 of 2 targets would run or be restored" in out, out
     r = workspace.build("--explain")
     assert r.rc == 0 and {e["reason_code"] for e in r.events} == {"adopted"}, r.events
+
+
+def test_a_target_behind_a_dependency_that_would_run_still_says_its_own_edits(workspace: Workspace) -> None:
+    """//:B's own b.txt was edited too: explain said only "dependency //:A would run"."""
+    workspace.write("a.txt", "a\n")
+    workspace.write("b.txt", "b\n")
+    workspace.build_file("", 'genrule(name="A", srcs=["a.txt"], outs=["A.out"], cmd="cat $< > $@")\n'
+                             'genrule(name="B", srcs=[":A", "b.txt"], outs=["B.out"], cmd="cat $(SRCS) > $@")\n')
+    assert workspace.run("build")[0] == 0
+    workspace.write("a.txt", "a2\n")
+    workspace.write("b.txt", "b2\n")
+    rc, out, _ = workspace.run("explain")
+    assert rc == 0 and "//:B  WOULD RUN: dependency //:A would run; input b.txt changed" in out, out
