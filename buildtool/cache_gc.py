@@ -435,7 +435,9 @@ def stats_report(cache_dir: str, max_size: int | None) -> str:
     s = scan(v_dir)
     builds = recent_builds(v_dir)
     ran = sum(int(b.get("ran", 0)) for b in builds)
-    hits = sum(int(b.get("restored", 0)) + int(b.get("adopted", 0)) for b in builds)
+    restored = sum(int(b.get("restored", 0)) for b in builds)
+    adopted = sum(int(b.get("adopted", 0)) for b in builds)  # outputs already there: a hit, nothing copied
+    hits = restored + adopted
     lines = [
         f"cache dir:   {cache_dir}",
         f"entries:     {len(s.entries)}",
@@ -445,7 +447,8 @@ def stats_report(cache_dir: str, max_size: int | None) -> str:
     ]
     if builds:
         rate = f"{100.0 * hits / (hits + ran):.1f}%" if hits + ran else "n/a (nothing needed to run)"
-        lines.append(f"hit rate:    {rate} over the last {len(builds)} builds ({hits} restored, {ran} ran)")
+        lines.append(f"hit rate:    {rate} over the last {len(builds)} builds ({restored} restored, "
+                     f"{adopted} adopted, {ran} ran)")
     else:
         lines.append("hit rate:    n/a (no builds recorded yet)")
     return "\n".join(lines)

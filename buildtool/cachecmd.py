@@ -43,6 +43,8 @@ def run_command(args: argparse.Namespace) -> int:
     cfg = _config(args)
     try:
         return _run(args, cfg)
+    except BrokenPipeError:
+        raise  # (the reader of the report went away: 141, as for every listing, cli.main)
     except OSError as e:  # (ActionDBError too: an unreadable database stops GC, said in one line)
         text = e.strerror or str(e)
         where = f": {e.filename}" if e.filename and str(e.filename) not in text else ""

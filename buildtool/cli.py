@@ -292,7 +292,9 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 
-        return run_cache_command(args)
+        rc = run_cache_command(args)
+        sys.stdout.flush()  # (a report: a reader gone is 141, as for the listings)
+        return rc
     if args.command == "monitor":
         from buildtool.monitorcmd import run_command as run_monitor_command
 

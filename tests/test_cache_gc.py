@@ -4,6 +4,7 @@ and GC running while a build restores from the same cache."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -149,7 +150,11 @@ def test_cache_stats_reports_entries_bytes_and_hit_rate(workspace: Workspace) ->
     assert "entries:     2" in out
     total = cache_bytes(workspace.cache)
     assert f"bytes:       {total} " in out and total >= 3000
-    assert "hit rate:    50.0% over the last 2 builds (2 restored, 2 ran)" in out
+    assert "hit rate:    50.0% over the last 2 builds (2 restored, 0 adopted, 2 ran)" in out
+    shutil.rmtree(workspace.root / ".buildtool")  # a fresh checkout's state: its outputs are the entries'
+    assert workspace.build().rc == 0  # 2 adopted (it said "restored" of them)
+    rc, out, _ = workspace.run("cache", "stats")
+    assert rc == 0 and "66.7% over the last 3 builds (2 restored, 2 adopted, 2 ran)" in out, out
 
 
 def test_cache_commands_work_outside_a_workspace(tmp_path: Path, workspace: Workspace) -> None:

@@ -185,7 +185,7 @@ def test_a_closed_stdout_drops_the_output_not_the_build(workspace: Workspace, un
 @pytest.mark.parametrize("unbuffered", [False, True])
 def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace, unbuffered: bool) -> None:
     workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="echo > $@")')
-    for args in (("graph",), ("query", "deps(//...)"), ("explain",)):
+    for args in (("graph",), ("query", "deps(//...)"), ("explain",), ("cache", "stats"), ("cache", "gc")):
         rc, err = _with_closed_stdout(workspace, *args, unbuffered=unbuffered)
         assert rc == 141, (args, rc, err)  # 128 + SIGPIPE
         assert err == "", (args, err)
