@@ -102,8 +102,8 @@ def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
 def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
     """The graph of the query's universe and the result (labels or output paths)."""
     if q.fn == "rdeps":
-        universe = roots(builder, [q.args[0]])
-        target = roots(builder, [q.args[1]])
+        universe = roots(builder, q.args[0].split())
+        target = roots(builder, q.args[1].split())
         graph = builder.build(list(dict.fromkeys([*universe, *target])))
         wanted = {graph.by_label[lab] for lab in target}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
@@ -116,7 +116,8 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
                     seen.add(c)
                     stack.append(c)
         return graph, [t.label for t in graph.targets if t.id in seen and (t.id in in_universe or t.id in wanted)]
-    matched = roots(builder, q.args)
+    # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
+    matched = roots(builder, [p for a in q.args for p in a.split()])
     graph = builder.build(matched)
     if q.fn == "pattern":
         return graph, matched

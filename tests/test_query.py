@@ -36,6 +36,10 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
     assert _q(workspace, "outputs(//app:app)") == ["app/app.bin", "lib/gen.h", "lib/lib.a", "lib/lib.idx"]
     assert sorted(_q(workspace, "//app:all")) == ["//app:app", "//app:app_test", "//app:other"]
     assert not workspace.exists("app/app.bin")  # nothing was built
+    # Several patterns in one argument: their union, as the bare form takes them (it was
+    # "bad label '//app:other //lib:gen'").
+    assert sorted(_q(workspace, "deps(//app:other //lib:gen)")) == ["//app:other", "//lib:gen"]
+    assert sorted(_q(workspace, "rdeps(//app:app //app:other, //lib:gen)")) == ["//app:app", "//lib:gen", "//lib:lib"]
 
 
 def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
