@@ -825,13 +825,18 @@ class GraphBuilder:
                 if ok and real != os.path.normpath(probe):  # through a symlinked directory of the workspace
                     self._check_real_package(o, lab, os.path.relpath(real, root), where)
             full = os.path.join(root, o)
+            link_out = False
             if ok and os.path.islink(full):
                 real = os.path.realpath(full)
-                ok = real.startswith(root + os.sep)
+                link_out = not real.startswith(root + os.sep)
+                ok = not link_out
             if not ok:
                 pkg, name = labels.split_label(lab)
                 d = self.loader.load(pkg)[name]
                 msg = f"output {o!r} of {lab} resolves (through a symlink) outside the workspace"
+                if link_out:  # (the file at the output path, not the BUILD.py, is what is wrong)
+                    msg = (f"output {o!r} of {lab} is a symbolic link to {os.readlink(full)!r}, outside the "
+                           "workspace: remove the link (buildtool does not replace a link that leads out)")
                 raise _err(d, msg)
             if os.path.isdir(full) and not os.path.islink(full):
                 if self._holds_only_recorded_outputs(o, full):
