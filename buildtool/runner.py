@@ -448,20 +448,23 @@ class TargetRunner:
                            extra={"record": True})
         return None
 
-    def try_inline(self, tid: int) -> Outcome | None:
-        done = self._try_inline(tid)
+    def try_inline(self, tid: int, waiting: bool = False) -> Outcome | None:
+        done = self._try_inline(tid, waiting)
         if done is not None:
             self._key_stats.pop(tid, None)
         return done
 
-    def _try_inline(self, tid: int) -> Outcome | None:
+    def _try_inline(self, tid: int, waiting: bool = False) -> Outcome | None:
+        """``waiting``: the target would otherwise wait (a full pool, an exclusive test while
+        others run): a local cache hit is looked up here even without a record entry (a
+        fresh checkout's cached test), as it would need neither the slot nor the machine."""
         t = self.graph.targets[tid]
         fixed = self.runs_nothing(tid)
         if fixed is not None:
             return fixed
         if self._never_fresh(t):
             return None  # always=True or --no-cache-tests: a worker runs it
-        if not self.opt.dry_run and t.label not in self.record.entries:
+        if not self.opt.dry_run and not waiting and t.label not in self.record.entries:
             return None  # never built here: the key is computed by a worker, off this thread
         try:
             inputs = self._input_digests(t, INLINE_HASH_LIMIT, keep_stats=True)
@@ -494,11 +497,14 @@ class TargetRunner:
             )
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
-        if entry is not None and entry.get("k") == key and t.depfile is None:
+        same = entry is not None and entry.get("k") == key
+        if (same or waiting) and t.depfile is None:
             # Same action as last time, outputs missing or edited: a restore from the local
             # cache of small blobs costs less than the hop to a worker thread (W6).
             hit = self.cache.get_action(key)
             if hit is not None and self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
+                if not same and entry is not None:  # (the reason the worker would give)
+                    why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))[1]
                 done = self._restored(t, hit, key, desc, why, "local", on_disk)
                 if done is not None:
                     self._prepare_record(tid, done)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         target's outcome would make a dependent ready waits for that outcome, so the next
         target it takes is the one the heap would give without the hook."""
 
-        def try_inline(self, t: int) -> Outcome | None: ...
+        def try_inline(self, t: int, waiting: bool = False) -> Outcome | None: ...
         def run(self, t: int, lane: int) -> Outcome: ...
         def cancel_all(self) -> None: ...
 
@@ -338,14 +338,15 @@ class Scheduler:
             t = self.plan.pop()
             if t is None:
                 return None
-            if (self.pools.would_wait(t) or self._must_wait_alone(t, running)) and self._settled_inline(t):
+            if (self.pools.would_wait(t) or self._must_wait_alone(t, running)) and self._settled_inline(t, True):
                 continue  # up to date: it needs neither a pool's slot nor the machine to itself
             if self.pools.admit(t):
                 return self._unless_exclusive(t, running)
 
-    def _settled_inline(self, t: int) -> bool:
-        """Settle ``t`` on this thread if the runner can (up to date, restored, a group)."""
-        inline = self.runner.try_inline(t)
+    def _settled_inline(self, t: int, waiting: bool = False) -> bool:
+        """Settle ``t`` on this thread if the runner can (up to date, restored, a group);
+        ``waiting``: it would wait otherwise, so the runner may look further (the cache)."""
+        inline = self.runner.try_inline(t, waiting) if waiting else self.runner.try_inline(t)
         if inline is None:
             return False
         inline.start = inline.end = self.clock() - self.t0

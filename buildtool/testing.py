@@ -232,8 +232,8 @@ class TestRunner:
     # No set_lane_hook: a flaky test runs again on the lane it holds, so its lane is only
     # free when its outcome is (scheduler.Runner).
 
-    def try_inline(self, tid: int) -> Outcome | None:
-        o = self.inner.try_inline(tid)
+    def try_inline(self, tid: int, waiting: bool = False) -> Outcome | None:
+        o = self.inner.try_inline(tid, waiting)
         t = self.graph.targets[tid]
         if o is not None and t.kind == "test" and o.ok:
             self._keep_cached_log(t, o)

@@ -53,7 +53,7 @@ class FakeRunner:
     def deps_of(self, t: int) -> Sequence[int]:
         return self.deps[t]
 
-    def try_inline(self, t: int) -> Outcome | None:
+    def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
         self.inline_checked.append(t)
         if t in self.inline:
             return Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "fake: up to date")

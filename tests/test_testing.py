@@ -524,3 +524,18 @@ def test_a_flaky_test_reruns_for_real_not_from_a_pass_stored_meanwhile(
     go.touch()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and "//:racy" in out and "FAILED" in out and "cached" not in out, out + err
+
+
+def test_a_fresh_checkouts_cached_exclusive_test_does_not_drain_the_build(workspace: Workspace, tmp_path: Path) -> None:
+    """With no build record (a fresh checkout sharing the cache), a cached exclusive test
+    was looked up by a worker only when its turn to run alone came: every lane drained
+    first.  It is settled from the cache while //:busy still runs."""
+    workspace.build_file("", 'test(name="busy", srcs=["stamp.txt"], cmd="sleep 1")\n'
+                             'test(name="ex", cmd="sleep 0.3", exclusive=True, priority=1)\n')
+    workspace.write("stamp.txt", "1\n")
+    assert workspace.build("-j", "2", command="test").rc == 0
+    fresh = workspace.copy_to(tmp_path / "fresh")  # same cache, no state
+    fresh.write("stamp.txt", "2\n")  # busy must run
+    r = fresh.build("-j", "2", command="test")
+    assert r.rc == 0 and r.by_label["//:ex"]["test"] == "cached", r.output
+    assert r.by_label["//:ex"]["end"] < r.by_label["//:busy"]["end"], (r.by_label["//:ex"], r.by_label["//:busy"])
