@@ -214,7 +214,11 @@ def discover(
         try:
             st = os.stat(os.path.join(root, p))
         except OSError:
-            continue  # listed but gone (a temporary file): nothing to track
+            # Listed but not there (a temporary file gone, `gcc -MG`'s header to be made):
+            # tracked as missing, so that a file appearing there later changes the key, as
+            # it changes what the command would read.
+            found[p] = MISSING
+            continue
         d = digest_of(p)
         if d is None:
             continue

@@ -1066,8 +1066,9 @@ class TargetRunner:
                     return p
                 continue
             was = at_key.get(p)
-            if was is None:  # (a key computed elsewhere: content only)
-                if self._disk_digest(p) != d:
+            if was is None:  # (a key computed elsewhere: content only; a discovered file the
+                # depfile listed but that is not there is "missing" until it appears)
+                if (self._disk_digest(p) or discovered.MISSING) != d:
                     return p
                 continue
             try:

@@ -415,3 +415,21 @@ def test_a_header_in_srcs_is_checked_like_a_source(workspace: Workspace, entry: 
         assert rc == 0, out + err
     else:
         assert rc == 2 and "must be a path inside the package" in err and "BUILD.py:2" in err, out + err
+
+
+def test_a_depfile_entry_missing_at_run_time_is_tracked_until_it_appears(workspace: Workspace) -> None:
+    """A depfile may list a file that is not there (gcc -MG's header still to be made, a
+    file the command tried): it was dropped, so the file appearing later never reran the
+    target, which stayed stale for good."""
+    workspace.write("main.c", "main\n")
+    workspace.build_file("", 'genrule(name="use", srcs=["main.c"], outs=["use.out"], depfile="use.d",\n'
+                             '        cmd="cat main.c $$(ls extra.h 2>/dev/null) > $@; '
+                             "printf 'use.out: main.c extra.h\\\\n' > use.d\")\n")
+    assert workspace.build().rc == 0
+    assert workspace.read("use.out") == "main\n"
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:use") == "up_to_date", r.output  # still missing: nothing changed
+    workspace.write("extra.h", "extra\n")
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:use") == "ran", r.output
+    assert workspace.read("use.out") == "main\nextra\n"
