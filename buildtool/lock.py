@@ -1,7 +1,13 @@
-"""Lock: one buildtool at a time per workspace (an flock on ``.buildtool/lock``).
+"""Lock: one buildtool at a time per workspace (an flock on ``.buildtool/lock``, and one on
+the workspace's root directory).
 
 The kernel releases the lock when the process dies, even by ``kill -9``, so a crash
 never leaves a stale lock.  The holder's pid is written into the file for the message.
+The root directory's lock is what holds when the state directory is deleted under a
+running build (``rm -rf .buildtool``): a second build would make a new lock file, lock it,
+and run beside the first, the two writing the same outputs.  It is taken second, after
+the file's (whose holder the waiting message names), so that two builds never wait on
+each other in opposite orders.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ class LockBusy(BuildtoolError):
 class WorkspaceLock:
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(state_dir, "lock")
+        self.root = os.path.dirname(os.path.abspath(state_dir))  # the workspace root
         self.fd: int | None = None
+        self.root_fd: int | None = None
 
     def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
         """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
@@ -70,6 +78,11 @@ class WorkspaceLock:
         if not _still_at(fd, self.path):
             os.close(fd)
             return False
+        try:
+            self.root_fd = _lock_root(self.root, wait, say)
+        except BaseException:
+            os.close(fd)
+            raise
         try:  # the pid is only for the waiting message: a full disk must not fail (or leak) the lock
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -87,6 +100,35 @@ class WorkspaceLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+        if self.root_fd is not None:
+            os.close(self.root_fd)  # (closing the last descriptor releases its flock)
+            self.root_fd = None
+
+
+def _lock_root(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
+    """The workspace root's flock, on a descriptor of the directory; None where the
+    directory cannot be opened or locked (a file system without flock: the lock file's
+    alone then).  Busy means a build whose lock file was deleted under it still runs."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            why = "its .buildtool/lock was deleted while it ran"
+            if not wait:
+                raise LockBusy(f"another buildtool is running on this workspace ({why}; --no-wait given)") from None
+            say(f"waiting for another buildtool on this workspace ({why})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # no flock on directories here
+            os.close(fd)
+            return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _still_at(fd: int, path: str) -> bool:

@@ -42,3 +42,29 @@ def test_a_lock_file_gone_while_waiting_is_not_what_the_waiter_holds(tmp_path: P
     b.release()
     c.acquire(False, lambda _m: None)
     c.release()
+
+
+def test_a_build_whose_lock_file_was_deleted_still_holds_the_workspace(tmp_path: Path) -> None:
+    """rm -rf .buildtool while A runs: B made a new lock file, locked it and ran beside A,
+    both writing the same outputs (a mixed output recorded as up to date, and cached).
+    The workspace root's own lock still holds A's place."""
+    root = tmp_path / "ws"
+    state = root / ".buildtool"
+    state.mkdir(parents=True)
+    a = WorkspaceLock(str(state))
+    a.acquire(False, lambda _m: None)
+    shutil.rmtree(state)
+    state.mkdir()
+    b = WorkspaceLock(str(state))
+    with pytest.raises(LockBusy, match="deleted while it ran"):
+        b.acquire(False, lambda _m: None)
+    said: list[str] = []
+    waiting = threading.Event()
+    t = threading.Thread(target=b.acquire, args=(True, lambda m: (said.append(m), waiting.set())), daemon=True)
+    t.start()
+    assert waiting.wait(10) and "its .buildtool/lock was deleted while it ran" in said[0], said
+    assert t.is_alive()
+    a.release()
+    t.join(10)
+    assert not t.is_alive() and b.fd is not None and b.root_fd is not None
+    b.release()
