@@ -175,6 +175,7 @@ class BuildRecord:
         self.lines = 0
         self._warn = warn
         self._fh: Any = None
+        self._said_failed = False  # a write failed this build: warned once
         self._upgrade = False  # a v1 file: compacted into v2 on close
         self._load()
 
@@ -286,7 +287,23 @@ class BuildRecord:
         try:
             self._write_line(line)
         except OSError as e:
-            self._warn(f"could not write the build record ({e.strerror})")
+            self._write_failed(e)
+
+    def _write_failed(self, e: OSError) -> None:
+        """A line could not be written (a full disk, a file-size limit, a file made
+        immutable): warned once a build.  The file is let go of, with whatever its buffer
+        held (a flush would fail again at every later line and at close); the next write
+        reopens it, first cutting a torn last line."""
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError:
+                pass
+        if not self._said_failed:
+            self._said_failed = True
+            self._warn(f"could not write the build record ({e.strerror}); the next build redoes or restores "
+                       "what is not recorded")
 
     def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
         self.put_prepared(self.prepare(label, key, outputs, duration, desc))
@@ -296,11 +313,15 @@ class BuildRecord:
             try:
                 self._append({"l": label, "x": 1})
             except OSError as e:
-                self._warn(f"could not write the build record ({e.strerror})")
+                self._write_failed(e)
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError as e:  # (the last flush)
+                self._fh = None
+                self._write_failed(e)
             self._fh = None
         if self._upgrade or (self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1)):
             self.compact()

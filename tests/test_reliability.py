@@ -466,3 +466,30 @@ def test_read_only_cache_dir_still_builds(workspace: Workspace, tmp_path: Path) 
         assert r.rc == 0 and not r.ran
     finally:
         subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+def test_a_build_record_that_stops_growing_mid_build_is_one_warning_not_a_failure(workspace: Workspace) -> None:
+    """A file-size limit (standing in for a full disk) reached by .buildtool/record during a
+    build: one warning per action, then 'OK' and exit 1 ('File too large') from the last
+    flush, which also skipped the build's cleanup (.buildtool/tmp/ left behind)."""
+    import resource
+
+    workspace.write("s.txt", "a\n")
+    workspace.build_file("", "for i in range(8):\n"
+                             "    genrule(name=f't{i}', srcs=['s.txt'], outs=[f'o{i}'], cmd='cat $< > $@')\n")
+    assert workspace.build().rc == 0
+    workspace.write("s.txt", "b\n")
+    limit = os.path.getsize(workspace.path(".buildtool/record")) + 1024
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, capture_output=True, text=True,
+                       env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr.count("could not write the build record") == 1, r.stderr
+    assert "Traceback" not in r.stderr and not os.path.exists(workspace.path(".buildtool/tmp")), r.stderr
+    for i in range(8):
+        assert workspace.read(f"o{i}") == "b\n"
+    r2 = workspace.build()
+    assert r2.rc == 0 and all(workspace.read(f"o{i}") == "b\n" for i in range(8)), r2.output
