@@ -19,24 +19,34 @@ if TYPE_CHECKING:
     DigestOf = Callable[[str], str | None]  # path -> digest on disk, None if missing
 
 
-def outputs_match(recorded: list[list[Any]], digest_of: DigestOf) -> tuple[bool, Reason | None, str]:
-    """Do the files on disk still hold the recorded outputs?"""
-    for path, digest, *_ in recorded:
+def outputs_match(
+    recorded: list[list[Any]], digest_of: DigestOf, mode_of: Callable[[str], int | None] | None = None,
+) -> tuple[bool, Reason | None, str]:
+    """Do the files on disk still hold the recorded outputs?  ``mode_of``: the st_mode the
+    last ``digest_of`` call saw (None: not known), to hold the executable bit too."""
+    for path, digest, *rest in recorded:
         now = digest_of(path)
         if now is None:
             return False, Reason.OUTPUT_MISSING, f"output {path} is missing"
         if now != digest:
             return False, Reason.OUTPUT_MODIFIED, f"output {path} was modified since it was built"
+        mode = mode_of(path) if mode_of is not None and rest else None
+        if mode is not None and bool(mode & 0o100) != bool(rest[0] & 0o100):  # (chmod -x of a built tool)
+            how = "lost" if rest[0] & 0o100 else "gained"
+            return False, Reason.OUTPUT_MODIFIED, f"output {path} {how} its executable bit since it was built"
     return True, None, ""
 
 
-def up_to_date(entry: Mapping[str, Any] | None, key: str, digest_of: DigestOf) -> tuple[bool, Reason, str]:
+def up_to_date(
+    entry: Mapping[str, Any] | None, key: str, digest_of: DigestOf,
+    mode_of: Callable[[str], int | None] | None = None,
+) -> tuple[bool, Reason, str]:
     """The verifying-trace check: same key as last time and outputs intact."""
     if entry is None:
         return False, Reason.NEW, "never built in this workspace, or its last run failed"
     if entry.get("k") != key:
         return False, Reason.DEFINITION_CHANGED, "the action key changed"
-    ok, reason, msg = outputs_match(entry.get("o", []), digest_of)
+    ok, reason, msg = outputs_match(entry.get("o", []), digest_of, mode_of)
     if ok:
         return True, Reason.UP_TO_DATE, "up to date: same action key as the last build and outputs unchanged"
     assert reason is not None

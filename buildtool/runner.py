@@ -131,6 +131,7 @@ class TargetRunner:
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
         self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
+        self.disk_modes: dict[str, int] = {}  # path -> st_mode the last _disk_digest of it saw
         self._lane_dirs: set[int] = set()
         self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
         self._lane_hook: Callable[[int], None] | None = None  # scheduler.Runner's set_lane_hook
@@ -348,6 +349,7 @@ class TargetRunner:
             st = os.stat(os.path.join(self.root, p))
         except OSError:
             return None
+        self.disk_modes[p] = st.st_mode  # (rebuild.outputs_match's mode_of: no second stat)
         if not stat.S_ISREG(st.st_mode):
             return None
         d = self.stats.lookup(p, st)
@@ -484,7 +486,8 @@ class TargetRunner:
             return d
 
         # (An entry with outputs left remote checks them otherwise: its findings are not kept.)
-        ok, _, why = rebuild.up_to_date(entry, key, noted if base == self._disk_digest else base)
+        ok, _, why = rebuild.up_to_date(entry, key, noted if base == self._disk_digest else base,
+                                        self.disk_modes.get)
         if ok:
             assert entry is not None
             self._texts.pop(tid, None)  # not recorded again
@@ -613,7 +616,7 @@ class TargetRunner:
             self._desc[tid] = pre
             entry = self.record.get(t.label)
             fkey = self.final_key(t, *pre, entry)[0]
-            ok, _, _ = rebuild.up_to_date(entry, fkey, self._outputs_digest(t, entry))
+            ok, _, _ = rebuild.up_to_date(entry, fkey, self._outputs_digest(t, entry), self.disk_modes.get)
             if ok and entry is not None and not self._never_fresh(t):
                 return Outcome(
                     Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=fkey, extra={"outputs": entry["o"]}
@@ -631,7 +634,8 @@ class TargetRunner:
             cache_skip = True
             reason, why = Reason.FAILED_BEFORE, FAILED_BEFORE_WHY
         elif entry is not None and entry.get("k") == key:
-            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._outputs_digest(t, entry))
+            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._outputs_digest(t, entry),
+                                                   self.disk_modes.get)
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
@@ -1152,7 +1156,7 @@ class TargetRunner:
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {FAILED_BEFORE_WHY}", key=key,
                            extra={"dry_reason": Reason.FAILED_BEFORE})
         if entry is not None and entry.get("k") == key:
-            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest)
+            _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest, self.disk_modes.get)
             assert reason is not None
         else:
             reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))

@@ -1015,7 +1015,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
         key, desc = runner.describe(t, inputs)
         entry = record.get(t.label)
         key, desc = runner.final_key(t, key, desc, entry)
-        ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest)
+        ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest, runner.disk_modes.get)
         never_fresh = runner._never_fresh(t)  # always=True, a test under --no-cache-tests: runs, as the build would
         if ok and entry is not None and not never_fresh:
             out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)

@@ -1098,3 +1098,16 @@ def test_a_large_j_fits_the_open_files_limit(workspace: Workspace, hard: str) ->
         assert "-j 300 needs about 1456 open files and the limit is 512 (ulimit -n): running at most 64" in r.stderr
     else:
         assert "open files" not in r.stderr, r.stderr
+
+
+def test_an_output_that_lost_its_executable_bit_gets_it_back(workspace: Workspace) -> None:
+    """chmod -x of a built tool: the next build called it up to date and left it unusable
+    (content equal, mode not looked at); restores already set the mode."""
+    workspace.build_file("", 'genrule(name="tool", outs=["tool.sh"], '
+                             'cmd="printf \'#!/bin/sh\\\\necho hi\\\\n\' > $@ && chmod +x $@")')
+    assert workspace.build().rc == 0 and os.access(workspace.path("tool.sh"), os.X_OK)
+    os.chmod(workspace.path("tool.sh"), 0o644)
+    r = workspace.build()
+    assert r.rc == 0 and os.access(workspace.path("tool.sh"), os.X_OK), r.output
+    assert r.by_label["//:tool"]["reason_code"] == "adopted", r.by_label["//:tool"]
+    assert "lost its executable bit" in r.by_label["//:tool"]["reason"], r.by_label["//:tool"]
