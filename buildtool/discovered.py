@@ -172,14 +172,14 @@ class Manifests:
     def lookup(
         self, primary: str, desc: Mapping[str, Any], digest_of: DigestOf
     ) -> tuple[ActionEntry, str, dict[str, Any]] | None:
-        """(entry, F, final description) of the listed path set whose files exist and whose
-        F is in the cache, if exactly one is.  Two that both match the tree (x.h found in
+        """(entry, F, final description) of the listed path set whose F, with its files as
+        they are now (a missing one as ``missing``), is in the cache, if exactly one is.  Two that both match the tree (x.h found in
         inc2/ once, in inc1/ after a header shadowing it appeared) cannot both be what the
         compiler would read now: that is a miss, and the compiler decides."""
         found: tuple[ActionEntry, str, dict[str, Any]] | None = None
         for paths in self.read(primary):
-            if any(p not in desc["inputs"] and digest_of(p) is None for p in paths):
-                continue
+            # (a path missing now enters the key as "missing": it matches an entry stored
+            # with that file missing too, as a depfile may list one, and no other)
             key, fdesc = final_key(desc, paths, digest_of)
             if found is not None and key == found[1]:
                 continue

@@ -501,7 +501,7 @@ class TargetRunner:
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
         same = entry is not None and entry.get("k") == key
-        if (same or waiting) and t.depfile is None:
+        if (same or waiting) and t.depfile is None and not self._failed_before(t, key):
             # Same action as last time, outputs missing or edited: a restore from the local
             # cache of small blobs costs less than the hop to a worker thread (W6).
             hit = self.cache.get_action(key)

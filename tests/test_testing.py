@@ -539,3 +539,21 @@ def test_a_fresh_checkouts_cached_exclusive_test_does_not_drain_the_build(worksp
     r = fresh.build("-j", "2", command="test")
     assert r.rc == 0 and r.by_label["//:ex"]["test"] == "cached", r.output
     assert r.by_label["//:ex"]["end"] < r.by_label["//:busy"]["end"], (r.by_label["//:ex"], r.by_label["//:busy"])
+
+
+def test_a_waiting_exclusive_test_that_failed_here_is_not_taken_from_anothers_pass(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """The inline lookup for a waiting target skipped the failed-before rule: another
+    checkout's pass for the same key answered a test that had just failed here."""
+    flag = tmp_path / "flag"
+    workspace.build_file("", 'test(name="slow", cmd="sleep 1", priority=-5, always=True)\n'
+                             f'test(name="ex", cmd="test ! -e {flag}", exclusive=True)\n')
+    other = workspace.copy_to(tmp_path / "other")  # same cache
+    flag.write_text("")
+    assert workspace.build("//:ex", command="test").rc == 1
+    flag.unlink()
+    assert other.build("//:ex", command="test").rc == 0  # a pass for the key, in the shared cache
+    flag.write_text("")
+    r = workspace.build("-j", "2", "//:slow", "//:ex", command="test")
+    assert r.rc == 1 and r.by_label["//:ex"]["test"] == "failed", r.output
