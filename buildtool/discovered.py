@@ -173,9 +173,10 @@ class Manifests:
         self, primary: str, desc: Mapping[str, Any], digest_of: DigestOf
     ) -> tuple[ActionEntry, str, dict[str, Any]] | None:
         """(entry, F, final description) of the listed path set whose F, with its files as
-        they are now (a missing one as ``missing``), is in the cache, if exactly one is.  Two that both match the tree (x.h found in
-        inc2/ once, in inc1/ after a header shadowing it appeared) cannot both be what the
-        compiler would read now: that is a miss, and the compiler decides."""
+        they are now (a missing one as ``missing``), is in the cache, if exactly one is.
+        Two that both match the tree (x.h found in inc2/ once, in inc1/ after a header
+        shadowing it appeared) cannot both be what the compiler would read now: that is a
+        miss, and the compiler decides."""
         found: tuple[ActionEntry, str, dict[str, Any]] | None = None
         for paths in self.read(primary):
             # (a path missing now enters the key as "missing": it matches an entry stored
