@@ -1,13 +1,14 @@
 """Lock: one buildtool at a time per workspace (an flock on ``.buildtool/lock``, and one on
-the workspace's root directory).
+the workspace marker, ``buildtool.toml``).
 
 The kernel releases the lock when the process dies, even by ``kill -9``, so a crash
 never leaves a stale lock.  The holder's pid is written into the file for the message.
-The root directory's lock is what holds when the state directory is deleted under a
-running build (``rm -rf .buildtool``): a second build would make a new lock file, lock it,
-and run beside the first, the two writing the same outputs.  It is taken second, after
-the file's (whose holder the waiting message names), so that two builds never wait on
-each other in opposite orders.
+The marker's lock is what holds when the state directory is deleted under a running
+build (``rm -rf .buildtool``): a second build would make a new lock file, lock it, and run
+beside the first, the two writing the same outputs.  Not the root directory's: a command
+of the root package locking its own directory (``flock . cmd``) would wait for the build
+forever.  It is taken second, after the file's (whose holder the waiting message names),
+and let go of first, so that two builds never wait on each other in opposite orders.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import fcntl
 import os
 
 from buildtool.errors import BuildtoolError
+from buildtool.workspace import MARKER
 
 TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc
 if TYPE_CHECKING:
@@ -31,9 +33,9 @@ class LockBusy(BuildtoolError):
 class WorkspaceLock:
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(state_dir, "lock")
-        self.root = os.path.dirname(os.path.abspath(state_dir))  # the workspace root
+        self.marker = os.path.join(os.path.dirname(os.path.abspath(state_dir)), MARKER)
         self.fd: int | None = None
-        self.root_fd: int | None = None
+        self.marker_fd: int | None = None
 
     def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
         """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
@@ -78,39 +80,44 @@ class WorkspaceLock:
         if not _still_at(fd, self.path):
             os.close(fd)
             return False
-        try:
-            self.root_fd = _lock_root(self.root, wait, say)
-        except BaseException:
-            os.close(fd)
-            raise
         try:  # the pid is only for the waiting message: a full disk must not fail (or leak) the lock
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass
+        try:
+            self.marker_fd = _lock_marker(self.marker, wait, say)
+        except BaseException:
+            _let_go(fd)
+            raise
         self.fd = fd
         return True
 
     def release(self) -> None:
+        if self.marker_fd is not None:  # (first: a waiter woken by the file finds the marker free)
+            os.close(self.marker_fd)  # (closing the last descriptor releases its flock)
+            self.marker_fd = None
         if self.fd is not None:
-            try:
-                os.ftruncate(self.fd, 0)
-            except OSError:
-                pass
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
+            _let_go(self.fd)
             self.fd = None
-        if self.root_fd is not None:
-            os.close(self.root_fd)  # (closing the last descriptor releases its flock)
-            self.root_fd = None
 
 
-def _lock_root(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
-    """The workspace root's flock, on a descriptor of the directory; None where the
-    directory cannot be opened or locked (a file system without flock: the lock file's
-    alone then).  Busy means a build whose lock file was deleted under it still runs."""
+def _let_go(fd: int) -> None:
+    """Empty the lock file (no pid of a build that is gone), unlock and close it."""
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def _lock_marker(marker: str, wait: bool, say: Callable[[str], None]) -> int | None:
+    """The workspace marker's flock; None where it cannot be opened or locked (gone, a file
+    system without flock: the lock file's alone then).  Busy means a build whose lock file
+    was deleted under it still runs."""
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # (a FIFO there: no wait)
     except OSError:
         return None
     try:
@@ -122,7 +129,7 @@ def _lock_root(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
                 raise LockBusy(f"another buildtool is running on this workspace ({why}; --no-wait given)") from None
             say(f"waiting for another buildtool on this workspace ({why})")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # no flock on directories here
+        except OSError:  # no flock on this file system
             os.close(fd)
             return None
     except BaseException:

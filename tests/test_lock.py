@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import Workspace
 
 from buildtool.lock import LockBusy, WorkspaceLock
 
@@ -47,10 +48,11 @@ def test_a_lock_file_gone_while_waiting_is_not_what_the_waiter_holds(tmp_path: P
 def test_a_build_whose_lock_file_was_deleted_still_holds_the_workspace(tmp_path: Path) -> None:
     """rm -rf .buildtool while A runs: B made a new lock file, locked it and ran beside A,
     both writing the same outputs (a mixed output recorded as up to date, and cached).
-    The workspace root's own lock still holds A's place."""
+    The workspace marker's lock still holds A's place."""
     root = tmp_path / "ws"
     state = root / ".buildtool"
     state.mkdir(parents=True)
+    (root / "buildtool.toml").write_text("")
     a = WorkspaceLock(str(state))
     a.acquire(False, lambda _m: None)
     shutil.rmtree(state)
@@ -66,5 +68,15 @@ def test_a_build_whose_lock_file_was_deleted_still_holds_the_workspace(tmp_path:
     assert t.is_alive()
     a.release()
     t.join(10)
-    assert not t.is_alive() and b.fd is not None and b.root_fd is not None
+    assert not t.is_alive() and b.fd is not None and b.marker_fd is not None
     b.release()
+
+
+def test_a_command_of_the_root_package_may_lock_its_own_directory(workspace: Workspace) -> None:
+    """The workspace lock once held the root directory's flock: `flock . cmd` in a command
+    of the root package waited for the build that waited for it."""
+    if shutil.which("flock") is None:
+        pytest.skip("no flock(1) here")
+    workspace.build_file("", 'genrule(name="g", outs=["o.txt"], cmd="flock -w 5 . echo locked > $@")')
+    r = workspace.build()
+    assert r.rc == 0 and workspace.read("o.txt") == "locked\n", r.output
