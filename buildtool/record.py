@@ -289,6 +289,10 @@ class BuildRecord:
         except OSError as e:
             self._write_failed(e)
 
+    def begin_build(self) -> None:
+        """A new build with this (watch mode's reused) record: a failed write is said again."""
+        self._said_failed = False
+
     def _write_failed(self, e: OSError) -> None:
         """A line could not be written (a full disk, a file-size limit, a file made
         immutable): warned once a build.  The file is let go of, with whatever its buffer

@@ -512,6 +512,7 @@ class Session:
             try:
                 st = os.stat(path)
                 if (st.st_size, st.st_mtime_ns, st.st_ino) == memo[0]:
+                    memo[1].begin_build()
                     return memo[1]
             except OSError:
                 pass

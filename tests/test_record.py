@@ -108,3 +108,19 @@ def test_compaction_keeps_every_live_entry_parsed_or_not(tmp_path: Path) -> None
     assert {lab: e["k"] for lab, e in third.entries.items()} == {
         **{f"//:t{i}": "k3" for i in range(300) if i != 7}, "//:new": "kn"}
     assert desc_of(third.get("//:t9")) == DESC
+
+
+def test_a_record_that_cannot_be_written_is_said_once_a_build(tmp_path: Path) -> None:
+    """Once per build, not per action (each line failed again on the buffered one) and not
+    once per watch session (the record object is reused there)."""
+    warned: list[str] = []
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), warned.append)
+    path.mkdir()  # (any write now fails)
+    for i in range(3):
+        rec.put(f"//:t{i}", "k", [], 0.1, {"cmd": "x"})
+    assert len(warned) == 1 and "could not write the build record" in warned[0], warned
+    rec.begin_build()
+    rec.put("//:t9", "k", [], 0.1, {"cmd": "x"})
+    rec.close()
+    assert len(warned) == 2, warned
