@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     DigestOf = Callable[[str], str | None]  # path -> digest on disk, None if missing
 
 
+KEY_CHANGED = "the action key changed"  # why_changed when no part of the description differs
+
+
 def outputs_match(
     recorded: list[list[Any]], digest_of: DigestOf, mode_of: Callable[[str], int | None] | None = None,
 ) -> tuple[bool, Reason | None, str]:
@@ -45,7 +48,7 @@ def up_to_date(
     if entry is None:
         return False, Reason.NEW, "never built in this workspace, or its last run failed"
     if entry.get("k") != key:
-        return False, Reason.DEFINITION_CHANGED, "the action key changed"
+        return False, Reason.DEFINITION_CHANGED, KEY_CHANGED
     ok, reason, msg = outputs_match(entry.get("o", []), digest_of, mode_of)
     if ok:
         return True, Reason.UP_TO_DATE, "up to date: same action key as the last build and outputs unchanged"
@@ -127,7 +130,7 @@ def why_changed(
     if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
         found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))
     if not found:
-        return Reason.DEFINITION_CHANGED, "the action key changed"
+        return Reason.DEFINITION_CHANGED, KEY_CHANGED
     msgs = [m for _, m in found[:4]]
     if len(found) > 4:
         msgs.append(f"and {len(found) - 4} more differences")

@@ -638,7 +638,7 @@ class TargetRunner:
                                                    self.disk_modes.get)
             assert reason is not None
         else:
-            reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
+            reason, why = self._why_changed(t, entry, desc)
         if self.opt.dry_run:
             return self._dry_run(t, key, desc, entry)
         if entry is not None and entry.get("k") == key and not cache_skip and self.remote_exec is not None:
@@ -1144,6 +1144,15 @@ class TargetRunner:
             outs = tuple(CachedOutput(p, d, m) for p, d, m in outputs)
             cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
+    def _why_changed(self, t: Target, entry: dict[str, Any] | None, desc: dict[str, Any]) -> tuple[Reason, str]:
+        """rebuild.why_changed, and for an entry recorded under the empty key without being
+        always=True (its result not recorded: an input changed while it ran) that reason
+        when nothing else differs."""
+        reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
+        if entry is not None and entry.get("k") == "" and not t.always and why == rebuild.KEY_CHANGED:
+            why = "its last result was not recorded (an input changed while its command ran)"
+        return reason, why
+
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
         if t.always:  # (the reasons the build gives, in the same order)
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
@@ -1159,7 +1168,7 @@ class TargetRunner:
             _, reason, why = rebuild.outputs_match(entry.get("o", []), self._disk_digest, self.disk_modes.get)
             assert reason is not None
         else:
-            reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
+            reason, why = self._why_changed(t, entry, desc)
         hit = self.dry_hit(t, key, desc)
         if hit is not None and sorted(o.path for o in hit.outputs) == sorted(t.outs) \
                 and all(self._disk_digest(o.path) == o.digest for o in hit.outputs):

@@ -101,6 +101,10 @@ def test_an_output_whose_result_was_not_recorded_is_still_the_builds_to_clean(tm
     assert r.returncode == 0 and "result not recorded" in r.stderr, r.stdout + r.stderr
     r = bt(ws, "explain")
     assert "WOULD RUN" in r.stdout and "input in.txt changed" in r.stdout, r.stdout + r.stderr
+    (ws / "in.txt").write_text("C\n")  # put back: no input differs from the run's, yet it reruns
+    r = bt(ws, "explain")
+    assert "WOULD RUN: its last result was not recorded (an input changed while its command ran)" in r.stdout, \
+        r.stdout + r.stderr
     r = bt(ws, "clean")
     assert r.returncode == 0 and "kept" not in r.stderr and not (ws / "o.txt").exists(), r.stdout + r.stderr
 
