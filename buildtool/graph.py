@@ -198,6 +198,14 @@ def _text(decl: Declaration, what: str, s: str) -> str:
     return s
 
 
+def _breaks_lines(s: str) -> bool:
+    """Does ``s`` hold a control character (C0, DEL, C1) or a line or paragraph separator?
+    Format characters (a zero-width non-joiner in a Persian word) and spaces are fine."""
+    import unicodedata  # (only for a name str.isprintable refused: rare)
+
+    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in s)
+
+
 def _str_list(decl: Declaration, attr: str) -> list[Any]:
     v = decl.attrs.get(attr, [])
     if isinstance(v, str) or not isinstance(v, (list, tuple)):
@@ -899,7 +907,7 @@ class GraphBuilder:
         if len(set(outs)) != len(outs):
             raise _err(decl, "outs lists the same file twice")
         for o in outs:  # (a newline in $@, or in `query`'s one path per line; U+2028 splits lines too)
-            if not o.isprintable() and any(not c.isprintable() and not "\udc80" <= c <= "\udcff" for c in o):
+            if not o.isprintable() and _breaks_lines(o):
                 raise _err(decl, f"output path {o!r} contains a control character; outputs need printable names")
         for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
             sub = self._subpackage_on_the_way(pkg, o)

@@ -549,3 +549,12 @@ def test_a_buildtoolignore_that_is_not_utf8_still_ignores_what_it_names(workspac
     (workspace.root / ".buildtoolignore").write_bytes(b"# caf\xe9 is a vendored tree\ncaf\xe9\n")
     rc, out, err = workspace.run("build")
     assert rc == 0 and "Traceback" not in err, (out, err)
+
+
+def test_output_names_with_format_characters_and_odd_spaces_are_fine(workspace: Workspace) -> None:
+    """The control-character check refused U+200C (a zero-width non-joiner, in Persian
+    words) and a no-break space: str.isprintable says no to them, yet they are no control."""
+    names = ["\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.txt", "no\u00a0break.txt"]
+    workspace.build_file("", f"genrule(name='t', outs={names!r}, cmd='for f in $(OUTS); do echo > $$f; done')")
+    r = workspace.build()
+    assert r.rc == 0 and all(workspace.exists(n) for n in names), r.output
