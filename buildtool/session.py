@@ -599,15 +599,18 @@ class Session:
                 raise UserError(msg)
 
     # -- clean -----------------------------------------------------------------------
-    def _sources_now(self) -> set[str]:
-        """Every file the BUILD.py files name in ``srcs`` as they are now (a label's name may
-        be a file: taken too, since keeping is the safe side), for ``clean``: an output of a
-        rule since removed may have become a source, the user's.  BUILD.py files that cannot
-        be evaluated: a warning, and only the packages that could are known."""
+    def _sources_now(self, recorded: Iterable[str]) -> set[str]:
+        """Every file the BUILD.py files name in ``srcs`` as they are now and that no target
+        declares in ``outs`` (a label's name counts when its package has no such target: a
+        file label), for ``clean``: an output of a rule since removed may have become a
+        source, the user's.  ``recorded``: the build record's outputs, which glob() leaves
+        out as a build does.  BUILD.py files that cannot be evaluated: a warning, and only
+        the packages that could are known."""
         from buildtool.loader import Loader
 
         found: set[str] = set()
-        loader = Loader(self.ws)
+        declared: set[str] = set()
+        loader = Loader(self.ws, recorded)
         try:
             packages = loader.all_packages()
         except BuildtoolError as e:
@@ -620,17 +623,21 @@ class Session:
                 _warn(f"could not evaluate //{pkg} ({e}); outputs it may read as sources are not known to clean")
                 continue
             for decl in decls.values():
+                outs = decl.attrs.get("outs", ())
+                for o in outs if isinstance(outs, (list, tuple)) else ():
+                    if isinstance(o, str) and o:
+                        declared.add(os.path.normpath(f"{pkg}/{o}" if pkg else o))
                 items = decl.attrs.get("srcs", ())
                 for item in items if isinstance(items, (list, tuple)) else ():
                     if not isinstance(item, str) or not item:
                         continue
+                    base = pkg
                     if item.startswith(("//", ":")):
-                        lp, _, name = (item[2:] if item.startswith("//") else f"{pkg}{item}").partition(":")
-                        item, base = name, lp
-                    else:
-                        base = pkg
+                        base, _, item = (item[2:] if item.startswith("//") else f"{pkg}{item}").partition(":")
+                        if "/" not in item and _declares(loader, base, item):
+                            continue  # a target's label, not a file
                     found.add(os.path.normpath(f"{base}/{item}") if base else os.path.normpath(item))
-        return found
+        return found - declared
 
     def clean(self) -> int:
         state = self.ws.state_dir
@@ -657,7 +664,7 @@ class Session:
                         _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
                         continue
                     if sources is None:
-                        sources = self._sources_now()
+                        sources = self._sources_now(recorded)
                     if p in sources:  # a removed rule's output that a BUILD.py reads as a source now
                         _warn(f"kept {p}: an output before, it is a source now")
                         continue
@@ -1032,6 +1039,14 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
             would[i] = t.label
         out[i] = o
     return out
+
+
+def _declares(loader: Loader, pkg: str, name: str) -> bool:
+    """Does package ``pkg`` declare a target ``name`` (False where it cannot be loaded)?"""
+    try:
+        return loader.package_exists(pkg) and name in loader.load(pkg)
+    except BuildtoolError:
+        return False
 
 
 def _own_changes(t: Target, record: BuildRecord, runner: TargetRunner, limit: int = 3) -> list[str]:

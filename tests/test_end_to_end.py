@@ -758,6 +758,21 @@ def test_clean_keeps_a_removed_rules_output_that_is_a_source_now(workspace: Work
     assert "kept vend/vendored.txt: an output before, it is a source now" in err and not workspace.exists("o.txt")
 
 
+def test_clean_still_removes_live_outputs_that_globs_or_labels_reach(workspace: Workspace) -> None:
+    """The first version of the check above took every file a glob matched on disk, and
+    every label's name, as a source: live outputs (gen.txt, sub/tool) were kept, with a
+    false 'it is a source now'."""
+    workspace.write("notes.txt", "a\n")
+    workspace.build_file("sub", 'genrule(name="tool", outs=["tool"], cmd="echo > $@")')
+    workspace.build_file("", 'genrule(name="gen", outs=["gen.txt"], cmd="echo hi > $@")\n'
+                             'genrule(name="pack", srcs=glob(["*.txt"]) + [":gen", "//sub:tool"], outs=["pack.out"],\n'
+                             '        cmd="cat $(SRCS) > $@")')
+    assert workspace.build().rc == 0
+    rc, _, err = workspace.run("clean")
+    assert rc == 0 and "source now" not in err, err
+    assert not workspace.exists("gen.txt") and not workspace.exists("sub/tool") and workspace.exists("notes.txt")
+
+
 def test_an_output_may_replace_the_directory_of_earlier_outputs(workspace: Workspace) -> None:
     """``outs=["x/y/z"]`` becomes ``outs=["x"]``: the directory holds only what the build
     wrote, so it goes like any dead output; with a file of the user's in it, exit 2."""
