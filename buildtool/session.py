@@ -518,6 +518,19 @@ class Session:
                 pass
         return BuildRecord(path, _warn)
 
+    def record_unchanged(self) -> bool:
+        """Whether the build record on disk is the one the last build of this session left
+        (watch mode: another buildtool, `clean`, `rm -rf .buildtool` may have changed it
+        between cycles, and then what the watcher knows to be clean is not)."""
+        memo = self._record_memo
+        if memo is None:
+            return False
+        try:
+            st = os.stat(os.path.join(self.ws.state_dir, "record"))
+        except OSError:
+            return False
+        return (st.st_size, st.st_mtime_ns, st.st_ino) == memo[0]
+
     def _remember_record(self, state: str, record: BuildRecord) -> None:
         try:
             st = os.stat(os.path.join(state, "record"))

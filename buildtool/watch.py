@@ -744,6 +744,9 @@ class Watcher:
         reuse = g is not None and not (self.dirty_pkgs or self.reload_all or self.rescan or self.broken)
         if not reuse or self.clean_graph is not g or not changes or any(c.kind != "content" for c in changes):
             return None
+        if not self.session.record_unchanged():  # another buildtool wrote (or removed) the record
+            self.clean = set()
+            return None
         assert g is not None
         if self._src_index[0] is not g:
             m: dict[str, list[int]] = {}

@@ -1009,3 +1009,19 @@ def test_a_source_deleted_while_its_command_runs_cancels_the_cycle(watch, ws: Pa
     assert c2.status == "CANCELLED", w.log()
     c3 = w.wait_cycle(3)
     assert c3.status == "ERROR" and "source file 'k/b.txt' does not exist" in w.log(), w.log()
+
+
+def test_a_record_another_buildtool_changed_makes_the_next_cycle_check_everything(watch, ws: Path, cache: Path) -> None:
+    """`buildtool clean` between two cycles: the next cycle, focused on the changed source,
+    counted //:x up to date (the watcher's memory said so), and x.out stayed missing."""
+    write(ws / "BUILD.py", 'genrule(name="x", srcs=["a.txt"], outs=["x.out"], cmd="cat a.txt > x.out")\n'
+                           'genrule(name="y", srcs=["b.txt"], outs=["y.out"], cmd="cat b.txt > y.out")\n')
+    w = watch()
+    w.wait_cycle(1)
+    r = subprocess.run([sys.executable, "-m", "buildtool", "clean"], cwd=ws, env=run_env(cache),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and not (ws / "x.out").exists(), r.stdout + r.stderr
+    write(ws / "b.txt", "b2\n")
+    w.wait_settled(lambda cs: len(cs) >= 2 and cs[-1].status == "OK", "the cycle after clean")
+    assert read(ws / "y.out") == "b2\n" and read(ws / "x.out") == "a1\n", w.log()
+    assert w.stop() == 0
