@@ -130,6 +130,7 @@ class Session:
         # these and their dependents are planned; the rest keep last cycle's results.
         self.focus: set[int] | None = None
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
+        self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
 
@@ -230,7 +231,7 @@ class Session:
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
             noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
-        record = self._open_record(state)
+        record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         stats.begin_build()
         loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated

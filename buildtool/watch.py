@@ -259,6 +259,9 @@ class _Collector:
             for s in t.srcs:
                 m.setdefault(s, []).append(t.id)
         self.graph, self.src_targets = graph, m
+        if self.w.graph is graph:  # headers its depfiles found (by the record: the same graph's ids)
+            for p, ids in self.w._discovered().items():
+                m.setdefault(p, []).extend(ids)
         self.sched = sched
         if self.w.stop_signal is not None:
             sched.request_stop(self.w.stop_signal)
@@ -762,10 +765,10 @@ class Watcher:
     def _discovered(self) -> dict[str, list[int]]:
         """Headers found through depfiles (from the build record) -> the targets reading them."""
         g = self.graph
-        memo = getattr(self.session, "_record_memo", None)
-        if g is None or memo is None:
+        memo = getattr(self.session, "_record_memo", None)  # (between cycles; during one, the record in use)
+        record = memo[1] if memo is not None else getattr(self.session, "record_in_use", None)
+        if g is None or record is None:
             return {}
-        record = memo[1]
         out: dict[str, list[int]] = {}
         for t in g.targets:
             if getattr(t, "depfile", None) is None:

@@ -1025,3 +1025,26 @@ def test_a_record_another_buildtool_changed_makes_the_next_cycle_check_everythin
     w.wait_settled(lambda cs: len(cs) >= 2 and cs[-1].status == "OK", "the cycle after clean")
     assert read(ws / "y.out") == "b2\n" and read(ws / "x.out") == "a1\n", w.log()
     assert w.stop() == 0
+
+
+def test_editing_a_discovered_header_during_its_compile_cancels_the_cycle(tmp_path: Path, cache: Path) -> None:
+    """Only declared sources cancelled a running cycle: a header saved again while its
+    includer compiled let the cycle finish with an object of the old header (not recorded,
+    but linked into what followed), and the next cycle started seconds later."""
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "a.h", "#define A 1\n")
+    write(root / "a.c", '#include "a.h"\nint fa(void) { return A; }\n')
+    write(root / "BUILD.py", 'genrule(name="a", srcs=["a.c"], outs=["a.o"], depfile="a.d", tools=["cc"],\n'
+                             '        cmd="cc -c a.c -o a.o -MD -MF a.d && if grep -q SLOW a.h; then sleep 41.5; fi")\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        write(root / "a.h", "#define A 2 /* SLOW */\n")
+        wait_for(lambda: procs_with("sleep 41.5"), what="the slow compile to start")
+        write(root / "a.h", "#define A 3\n")
+        cycles = w.wait_settled(lambda cs: len(cs) >= 3 and cs[-1].status == "OK", "the cycle after the cancel")
+        assert cycles[1].status == "CANCELLED", w.log()
+        wait_for(lambda: not procs_with("sleep 41.5"), what="the cancelled compile to be gone")
+    finally:
+        w.stop()
