@@ -1,14 +1,17 @@
 """Lock: one buildtool at a time per workspace (an flock on ``.buildtool/lock``, and one on
-the workspace marker, ``buildtool.toml``).
+a lock file of this user's runtime directory named after the workspace).
 
 The kernel releases the lock when the process dies, even by ``kill -9``, so a crash
 never leaves a stale lock.  The holder's pid is written into the file for the message.
-The marker's lock is what holds when the state directory is deleted under a running
-build (``rm -rf .buildtool``): a second build would make a new lock file, lock it, and run
-beside the first, the two writing the same outputs.  Not the root directory's: a command
-of the root package locking its own directory (``flock . cmd``) would wait for the build
-forever.  It is taken second, after the file's (whose holder the waiting message names),
-and let go of first, so that two builds never wait on each other in opposite orders.
+The second lock is what holds when the state directory is deleted under a running build
+(``rm -rf .buildtool``): a second build would make a new lock file, lock it, and run beside
+the first, the two writing the same outputs.  It is outside the workspace: the root
+directory's own flock made a command of the root package that locks its directory
+(``flock . cmd``) wait for the build forever, and the marker ``buildtool.toml`` may be a
+link shared by several workspaces, or be replaced by an editor.  It is taken second,
+after the file's (whose holder the waiting message names), and let go of first, so that
+two builds never wait on each other in opposite orders.  Two users building one workspace
+each have their own (the lock file alone orders them).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import fcntl
 import os
 
 from buildtool.errors import BuildtoolError
-from buildtool.workspace import MARKER
 
 TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc
 if TYPE_CHECKING:
@@ -33,9 +35,9 @@ class LockBusy(BuildtoolError):
 class WorkspaceLock:
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(state_dir, "lock")
-        self.marker = os.path.join(os.path.dirname(os.path.abspath(state_dir)), MARKER)
+        self.root = os.path.dirname(os.path.abspath(state_dir))
         self.fd: int | None = None
-        self.marker_fd: int | None = None
+        self.second_fd: int | None = None
 
     def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
         """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
@@ -86,7 +88,7 @@ class WorkspaceLock:
         except OSError:
             pass
         try:
-            self.marker_fd = _lock_marker(self.marker, wait, say)
+            self.second_fd = _lock_second(self.root, wait, say)
         except BaseException:
             _let_go(fd)
             raise
@@ -94,9 +96,9 @@ class WorkspaceLock:
         return True
 
     def release(self) -> None:
-        if self.marker_fd is not None:  # (first: a waiter woken by the file finds the marker free)
-            os.close(self.marker_fd)  # (closing the last descriptor releases its flock)
-            self.marker_fd = None
+        if self.second_fd is not None:  # (first: a waiter woken by the file finds it free)
+            os.close(self.second_fd)  # (closing the last descriptor releases its flock)
+            self.second_fd = None
         if self.fd is not None:
             _let_go(self.fd)
             self.fd = None
@@ -112,12 +114,38 @@ def _let_go(fd: int) -> None:
     os.close(fd)
 
 
-def _lock_marker(marker: str, wait: bool, say: Callable[[str], None]) -> int | None:
-    """The workspace marker's flock; None where it cannot be opened or locked (gone, a file
-    system without flock: the lock file's alone then).  Busy means a build whose lock file
-    was deleted under it still runs."""
+def second_lock_path(root: str) -> str | None:
+    """This user's lock file for the workspace at ``root``: in ``$XDG_RUNTIME_DIR/buildtool/``
+    (else ``/tmp/buildtool-<uid>/``, made 0700 and used only if it is this user's own
+    directory), named after the root's real path; None where there is no such place."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    d = os.path.join(runtime, "buildtool") if os.path.isabs(runtime) else f"/tmp/buildtool-{os.getuid()}"
     try:
-        fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # (a FIFO there: no wait)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(d)
+    except OSError:
+        return None
+    if not (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()):  # (a directory, ours)
+        return None
+    from binascii import crc32  # (the no-op path imports it for its snapshot anyway)
+
+    real = os.path.realpath(root)
+    name = os.path.basename(real)[:64] or "root"
+    return os.path.join(d, f"{name}-{crc32(os.fsencode(real)):08x}-{len(real)}.lock")
+
+
+def _lock_second(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
+    """The second lock's descriptor; None where it cannot be made or locked (no runtime
+    place, a file system without flock: the lock file's alone then).  Busy means a build
+    whose lock file was deleted under it still runs."""
+    path = second_lock_path(root)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError:
         return None
     try:

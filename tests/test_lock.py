@@ -48,7 +48,7 @@ def test_a_lock_file_gone_while_waiting_is_not_what_the_waiter_holds(tmp_path: P
 def test_a_build_whose_lock_file_was_deleted_still_holds_the_workspace(tmp_path: Path) -> None:
     """rm -rf .buildtool while A runs: B made a new lock file, locked it and ran beside A,
     both writing the same outputs (a mixed output recorded as up to date, and cached).
-    The workspace marker's lock still holds A's place."""
+    The second lock (in this user's runtime directory) still holds A's place."""
     root = tmp_path / "ws"
     state = root / ".buildtool"
     state.mkdir(parents=True)
@@ -68,7 +68,7 @@ def test_a_build_whose_lock_file_was_deleted_still_holds_the_workspace(tmp_path:
     assert t.is_alive()
     a.release()
     t.join(10)
-    assert not t.is_alive() and b.fd is not None and b.marker_fd is not None
+    assert not t.is_alive() and b.fd is not None and b.second_fd is not None
     b.release()
 
 
@@ -80,3 +80,21 @@ def test_a_command_of_the_root_package_may_lock_its_own_directory(workspace: Wor
     workspace.build_file("", 'genrule(name="g", outs=["o.txt"], cmd="flock -w 5 . echo locked > $@")')
     r = workspace.build()
     assert r.rc == 0 and workspace.read("o.txt") == "locked\n", r.output
+
+
+def test_workspaces_sharing_a_linked_marker_do_not_lock_each_other(tmp_path: Path) -> None:
+    """The second lock was once the marker's flock: workspaces whose buildtool.toml links
+    to one shared file waited for each other (a nested build run by a command hung)."""
+    common = tmp_path / "common.toml"
+    common.write_text("")
+    states = []
+    for name in ("a", "b"):
+        (tmp_path / name / ".buildtool").mkdir(parents=True)
+        (tmp_path / name / "buildtool.toml").symlink_to(common)
+        states.append(str(tmp_path / name / ".buildtool"))
+    a, b = WorkspaceLock(states[0]), WorkspaceLock(states[1])
+    a.acquire(False, lambda _m: None)
+    b.acquire(False, lambda _m: None)  # (LockBusy before)
+    assert a.second_fd is not None and b.second_fd is not None
+    b.release()
+    a.release()
