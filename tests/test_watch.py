@@ -1036,7 +1036,8 @@ def test_editing_a_discovered_header_during_its_compile_cancels_the_cycle(tmp_pa
     write(root / "a.h", "#define A 1\n")
     write(root / "a.c", '#include "a.h"\nint fa(void) { return A; }\n')
     write(root / "BUILD.py", 'genrule(name="a", srcs=["a.c"], outs=["a.o"], depfile="a.d", tools=["cc"],\n'
-                             '        cmd="cc -c a.c -o a.o -MD -MF a.d && if grep -q SLOW a.h; then sleep 41.5; fi")\n')
+                             '        cmd="cc -c a.c -o a.o -MD -MF a.d && '
+                             'if grep -q SLOW a.h; then sleep 41.5; fi")\n')
     w = Watch(root, cache)
     try:
         assert w.wait_cycle(1).status == "OK", w.log()
