@@ -908,7 +908,8 @@ class GraphBuilder:
             raise _err(decl, "outs lists the same file twice")
         for o in outs:  # (a newline in $@, or in `query`'s one path per line; U+2028 splits lines too)
             if not o.isprintable() and _breaks_lines(o):
-                raise _err(decl, f"output path {o!r} contains a control character; outputs need printable names")
+                raise _err(decl, f"output path {o!r} contains a control character or a line separator, "
+                                 "which break commands and one-path-per-line listings")
         for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
             sub = self._subpackage_on_the_way(pkg, o)
             if sub is not None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
+DIRTY_KEY = "dirty"  # the record's key of a result not recorded (an input changed while it ran): never a key
 INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
 
 
@@ -507,7 +508,7 @@ class TargetRunner:
             hit = self.cache.get_action(key)
             if hit is not None and self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
                 if not same and entry is not None:  # (the reason the worker would give)
-                    why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))[1]
+                    why = self._why_changed(t, entry, desc)[1]
                 done = self._restored(t, hit, key, desc, why, "local", on_disk)
                 if done is not None:
                     self._prepare_record(tid, done)
@@ -590,8 +591,8 @@ class TargetRunner:
             duration = outcome.duration if outcome.status is Status.RAN else \
                 outcome.extra.get("ran_for") or (prev or {}).get("d", outcome.duration)
             # always=True, or an input changed while it ran: recorded (outputs, duration) under
-            # an empty key that never matches, so it runs next time and its outputs are known.
-            key = "" if self.graph.targets[tid].always or outcome.extra.get("dirty") else outcome.key
+            # a key that never matches, so it runs next time and its outputs are known.
+            key = "" if self.graph.targets[tid].always else DIRTY_KEY if outcome.extra.get("dirty") else outcome.key
             outputs = outcome.extra.get("outputs")
             if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text):
                 return  # a restore of what the record says already: no line (W6 appends none)
@@ -1145,11 +1146,10 @@ class TargetRunner:
             cache.put_action(key, ActionEntry(outs, res.duration, streams[0], streams[1], inline))
 
     def _why_changed(self, t: Target, entry: dict[str, Any] | None, desc: dict[str, Any]) -> tuple[Reason, str]:
-        """rebuild.why_changed, and for an entry recorded under the empty key without being
-        always=True (its result not recorded: an input changed while it ran) that reason
-        when nothing else differs."""
+        """rebuild.why_changed, and for an entry recorded under DIRTY_KEY (its result not
+        recorded: an input changed while it ran) that reason when nothing else differs."""
         reason, why = rebuild.why_changed(desc_of(entry), desc, self._producer_for(t))
-        if entry is not None and entry.get("k") == "" and not t.always and why == rebuild.KEY_CHANGED:
+        if entry is not None and entry.get("k") == DIRTY_KEY and why == rebuild.KEY_CHANGED:
             why = "its last result was not recorded (an input changed while its command ran)"
         return reason, why
 

@@ -956,13 +956,16 @@ def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, st
 
 
 def _outputs_differ(outs: Sequence[str], entry: dict[str, Any] | None, stats: StatCache) -> bool:
-    """Is any of ``outs`` missing, or of another digest than its record ``entry`` holds
-    (by stat data, hashing only a file whose stat changed)?"""
-    recorded = {o[0]: o[1] for o in entry["o"]} if entry else {}
+    """Is any of ``outs`` missing, or of another digest or executable bit than its record
+    ``entry`` holds (by stat data, hashing only a file whose stat changed)?"""
+    recorded = {o[0]: o for o in entry["o"]} if entry else {}
     for rel in outs:
+        o = recorded.get(rel)
         try:
-            if stats.digest(rel) != recorded.get(rel):
+            if o is None or stats.digest(rel) != o[1]:
                 return True
+            if len(o) > 2 and bool(os.stat(os.path.join(stats.root, rel)).st_mode & 0o100) != bool(o[2] & 0o100):
+                return True  # (chmod -x of a built tool: the build adopts it again, which sets the bit)
         except OSError:  # gone (or not a file to hash)
             return True
     return False

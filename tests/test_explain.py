@@ -219,3 +219,13 @@ def test_a_target_behind_a_dependency_that_would_run_still_says_its_own_edits(wo
     workspace.write("b.txt", "b2\n")
     rc, out, _ = workspace.run("explain")
     assert rc == 0 and "//:B  WOULD RUN: dependency //:A would run; input b.txt changed" in out, out
+
+
+def test_a_target_that_was_always_true_is_not_said_to_be_unrecorded(workspace: Workspace) -> None:
+    """always=True records under the empty key; the 'not recorded' reason took that key for
+    a dirty run's, and explained a removed always=True as an input changing during a run."""
+    workspace.build_file("", 'genrule(name="v", outs=["v.txt"], always=True, cmd="echo 1 > $@")')
+    assert workspace.run("build", "//:v")[0] == 0
+    workspace.build_file("", 'genrule(name="v", outs=["v.txt"], cmd="echo 1 > $@")')
+    rc, out, _ = workspace.run("explain", "//:v")
+    assert rc == 0 and "not recorded" not in out, out

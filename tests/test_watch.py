@@ -1049,3 +1049,20 @@ def test_editing_a_discovered_header_during_its_compile_cancels_the_cycle(tmp_pa
         wait_for(lambda: not procs_with("sleep 41.5"), what="the cancelled compile to be gone")
     finally:
         w.stop()
+
+
+def test_a_dependency_that_lost_its_executable_bit_is_set_right_before_its_user_runs(watch, ws: Path) -> None:
+    """A focused cycle checked the outputs of dependencies outside it by digest only: after
+    chmod -x of a built tool, its user failed with 'Permission denied' (exit 126)."""
+    write(ws / "BUILD.py", 'genrule(name="tool", outs=["tool.sh"], '
+                           'cmd="printf \'#!/bin/sh\\\\ncat \\"$$1\\"\\\\n\' > $@ && chmod +x $@")\n'
+                           'genrule(name="use", srcs=["a.txt", ":tool"], outs=["use.out"],\n'
+                           '        cmd="./tool.sh a.txt > $@")\n')
+    w = watch()
+    assert w.wait_cycle(1).status == "OK", w.log()
+    os.chmod(ws / "tool.sh", 0o644)
+    write(ws / "a.txt", "a2\n")
+    cycles = w.wait_settled(lambda cs: len(cs) >= 2 and cs[-1].status in ("OK", "FAILED"), "the next cycle")
+    assert cycles[-1].status == "OK" and read(ws / "use.out") == "a2\n", w.log()
+    assert os.access(ws / "tool.sh", os.X_OK)
+    assert w.stop() == 0
