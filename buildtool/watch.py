@@ -815,6 +815,8 @@ class Watcher:
             if e.signum != CANCEL_SIGNUM:
                 self.stop_signal = e.signum
             status = "CANCELLED"
+        except _Stop:  # Ctrl-C/SIGTERM while the BUILD.py files were evaluated: said as mid-build
+            status = "CANCELLED"
         except UserError as e:
             status, error = "ERROR", str(e)
             if self.partial is not None or self.graph is None:
