@@ -796,6 +796,12 @@ def test_classify_rules() -> None:
     assert classify(broken, "missing.txt", "created", False).kind == "retry"
     assert classify(broken, "tools/defs.py", "modified", False).kind == "retry"
     assert classify(broken, "buildtool.toml", "modified", False).kind == "config"  # (read again, then retried)
+    # A write to a source of the last good graph mends nothing (it ran the same ERROR cycle
+    # again); the source appearing (a deleted one back) may.
+    broken_src = WatchSet(sources=frozenset({"a.txt"}), glob_dirs=frozenset({""}), packages=frozenset({""}),
+                          broken=True)
+    assert classify(broken_src, "a.txt", "modified", False) is None
+    assert classify(broken_src, "a.txt", "created", False) is not None
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
