@@ -1,5 +1,5 @@
 """Lock: one buildtool at a time per workspace (an flock on ``.buildtool/lock``, and one on
-a lock file of this user's runtime directory named after the workspace).
+a lock file of this user's in ``/tmp/buildtool-<uid>/`` named after the workspace root).
 
 The kernel releases the lock when the process dies, even by ``kill -9``, so a crash
 never leaves a stale lock.  The holder's pid is written into the file for the message.
@@ -8,10 +8,13 @@ The second lock is what holds when the state directory is deleted under a runnin
 the first, the two writing the same outputs.  It is outside the workspace: the root
 directory's own flock made a command of the root package that locks its directory
 (``flock . cmd``) wait for the build forever, and the marker ``buildtool.toml`` may be a
-link shared by several workspaces, or be replaced by an editor.  It is taken second,
+link shared by several workspaces, or be replaced by an editor.  Its name is the root
+directory's device and inode (not a path: one workspace reached through two paths, or two
+through one path in different mount namespaces), its place fixed by the user id (not by
+the environment, which differs between a terminal, cron and an IDE).  It is taken second,
 after the file's (whose holder the waiting message names), and let go of first, so that
-two builds never wait on each other in opposite orders.  Two users building one workspace
-each have their own (the lock file alone orders them).
+two builds never wait on each other in opposite orders; the holder removes it then.  Two
+users building one workspace each have their own (the lock file alone orders them).
 """
 
 from __future__ import annotations
@@ -97,6 +100,12 @@ class WorkspaceLock:
 
     def release(self) -> None:
         if self.second_fd is not None:  # (first: a waiter woken by the file finds it free)
+            path = second_lock_path(self.root)
+            if path is not None and _still_at(self.second_fd, path):
+                try:  # (no file left per workspace; a waiter on it locks the next one)
+                    os.unlink(path)
+                except OSError:
+                    pass
             os.close(self.second_fd)  # (closing the last descriptor releases its flock)
             self.second_fd = None
         if self.fd is not None:
@@ -115,32 +124,28 @@ def _let_go(fd: int) -> None:
 
 
 def second_lock_path(root: str) -> str | None:
-    """This user's lock file for the workspace at ``root``: in ``$XDG_RUNTIME_DIR/buildtool/``
-    (else ``/tmp/buildtool-<uid>/``, made 0700 and used only if it is this user's own
-    directory), named after the root's real path; None where there is no such place."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    d = os.path.join(runtime, "buildtool") if os.path.isabs(runtime) else f"/tmp/buildtool-{os.getuid()}"
+    """This user's lock file for the workspace at ``root``: ``/tmp/buildtool-<uid>/``
+    (made 0700, and used only if it is this user's own directory), named after the root
+    directory's device and inode; None where there is no such place."""
+    d = f"/tmp/buildtool-{os.getuid()}"
     try:
         try:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
         st = os.lstat(d)
+        at = os.stat(root)
     except OSError:
         return None
     if not (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()):  # (a directory, ours)
         return None
-    from binascii import crc32  # (the no-op path imports it for its snapshot anyway)
-
-    real = os.path.realpath(root)
-    name = os.path.basename(real)[:64] or "root"
-    return os.path.join(d, f"{name}-{crc32(os.fsencode(real)):08x}-{len(real)}.lock")
+    return os.path.join(d, f"{at.st_dev:x}-{at.st_ino:x}.lock")
 
 
 def _lock_second(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
-    """The second lock's descriptor; None where it cannot be made or locked (no runtime
-    place, a file system without flock: the lock file's alone then).  Busy means a build
-    whose lock file was deleted under it still runs."""
+    """The second lock's descriptor; None where it cannot be made or locked (no place for
+    it, a file system without flock: the lock file's alone then).  Busy means a build whose
+    lock file was deleted under it still runs."""
     path = second_lock_path(root)
     if path is None:
         return None
@@ -163,6 +168,9 @@ def _lock_second(root: str, wait: bool, say: Callable[[str], None]) -> int | Non
     except BaseException:
         os.close(fd)
         raise
+    if not _still_at(fd, path):  # the holder let go of it and removed it: this one locks nothing
+        os.close(fd)
+        return _lock_second(root, wait, say)
     return fd
 
 

@@ -167,8 +167,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     if rel in ws.sources:
         if event_type in ("deleted", "moved_from"):  # gone: validating the graph says so (exit 2's message)
             return Change(rel, "package", _owner(ws.packages, parent) or "")
-        if ws.broken and not structural:  # (a write mends no BUILD.py: the same error again)
-            return None
+        if ws.broken and not structural and not name.endswith(".py"):  # (a write to a data file mends no
+            return None  # BUILD.py: the same error again; a .py source, a pyrule's module, may)
         return Change(rel, "content")
     if rel in ws.aliases:  # the file a symlinked source really is
         return Change(ws.aliases[rel][0], "content")

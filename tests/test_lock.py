@@ -98,3 +98,31 @@ def test_workspaces_sharing_a_linked_marker_do_not_lock_each_other(tmp_path: Pat
     assert a.second_fd is not None and b.second_fd is not None
     b.release()
     a.release()
+
+
+def test_the_second_lock_is_the_workspaces_whatever_the_path_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It was named after the root's path in $XDG_RUNTIME_DIR: a build reached through a
+    symlinked path, or started with another XDG_RUNTIME_DIR (cron, an IDE), ran beside the
+    first after rm -rf .buildtool.  And it is removed once let go of."""
+    root = tmp_path / "ws"
+    (root / ".buildtool").mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(root)
+    a = WorkspaceLock(str(root / ".buildtool"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    a.acquire(False, lambda _m: None)
+    shutil.rmtree(root / ".buildtool")
+    (root / ".buildtool").mkdir()
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    b = WorkspaceLock(str(tmp_path / "alias" / ".buildtool"))
+    with pytest.raises(LockBusy, match="deleted while it ran"):
+        b.acquire(False, lambda _m: None)
+    from buildtool.lock import second_lock_path
+
+    path = second_lock_path(str(root))
+    assert path is not None and os.path.exists(path)
+    a.release()
+    assert not os.path.exists(path)
+    b.acquire(False, lambda _m: None)
+    b.release()

@@ -803,6 +803,9 @@ def test_classify_rules() -> None:
                           broken=True)
     assert classify(broken_src, "a.txt", "modified", False) is None
     assert classify(broken_src, "a.txt", "created", False) is not None
+    broken_py = WatchSet(sources=frozenset({"gen.py"}), glob_dirs=frozenset({""}), packages=frozenset({""}),
+                         broken=True)  # (a pyrule's module: the edit that mends fn="gen:main2")
+    assert classify(broken_py, "gen.py", "modified", False) is not None
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
