@@ -5,7 +5,9 @@ The kernel releases the lock when the process dies, even by ``kill -9``, so a cr
 never leaves a stale lock.  The holder's pid is written into the file for the message.
 The second lock is what holds when the state directory is deleted under a running build
 (``rm -rf .buildtool``): a second build would make a new lock file, lock it, and run beside
-the first, the two writing the same outputs.  It is outside the workspace: the root
+the first, the two writing the same outputs (a workspace directory moved or replaced
+under a running build, or a process with a private /tmp, is beyond it).  It is outside the
+workspace: the root
 directory's own flock made a command of the root package that locks its directory
 (``flock . cmd``) wait for the build forever, and the marker ``buildtool.toml`` may be a
 link shared by several workspaces, or be replaced by an editor.  Its name is the root
@@ -41,6 +43,7 @@ class WorkspaceLock:
         self.root = os.path.dirname(os.path.abspath(state_dir))
         self.fd: int | None = None
         self.second_fd: int | None = None
+        self.second_path: str | None = None
 
     def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
         """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
@@ -91,7 +94,8 @@ class WorkspaceLock:
         except OSError:
             pass
         try:
-            self.second_fd = _lock_second(self.root, wait, say)
+            self.second_path = second_lock_path(self.root)
+            self.second_fd = _lock_second(self.second_path, wait, say) if self.second_path else None
         except BaseException:
             _let_go(fd)
             raise
@@ -100,7 +104,7 @@ class WorkspaceLock:
 
     def release(self) -> None:
         if self.second_fd is not None:  # (first: a waiter woken by the file finds it free)
-            path = second_lock_path(self.root)
+            path = self.second_path  # (as locked: the root may be gone or replaced by now)
             if path is not None and _still_at(self.second_fd, path):
                 try:  # (no file left per workspace; a waiter on it locks the next one)
                     os.unlink(path)
@@ -142,13 +146,10 @@ def second_lock_path(root: str) -> str | None:
     return os.path.join(d, f"{at.st_dev:x}-{at.st_ino:x}.lock")
 
 
-def _lock_second(root: str, wait: bool, say: Callable[[str], None]) -> int | None:
-    """The second lock's descriptor; None where it cannot be made or locked (no place for
-    it, a file system without flock: the lock file's alone then).  Busy means a build whose
-    lock file was deleted under it still runs."""
-    path = second_lock_path(root)
-    if path is None:
-        return None
+def _lock_second(path: str, wait: bool, say: Callable[[str], None]) -> int | None:
+    """The descriptor of the second lock at ``path``; None where it cannot be made or
+    locked (a file system without flock: the lock file's alone then).  Busy means a build
+    whose lock file was deleted under it still runs."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError:
@@ -170,7 +171,7 @@ def _lock_second(root: str, wait: bool, say: Callable[[str], None]) -> int | Non
         raise
     if not _still_at(fd, path):  # the holder let go of it and removed it: this one locks nothing
         os.close(fd)
-        return _lock_second(root, wait, say)
+        return _lock_second(path, wait, say)
     return fd
 
 

@@ -126,3 +126,17 @@ def test_the_second_lock_is_the_workspaces_whatever_the_path_or_environment(
     assert not os.path.exists(path)
     b.acquire(False, lambda _m: None)
     b.release()
+
+
+def test_the_second_lock_file_goes_with_its_holder_even_if_the_root_went_first(tmp_path: Path) -> None:
+    """The path was worked out again at release, from the root: with the root deleted (or
+    replaced) meanwhile, the file stayed in /tmp for good."""
+    root = tmp_path / "ws"
+    (root / ".buildtool").mkdir(parents=True)
+    a = WorkspaceLock(str(root / ".buildtool"))
+    a.acquire(False, lambda _m: None)
+    path = a.second_path
+    assert path is not None and os.path.exists(path)
+    shutil.rmtree(root)
+    a.release()
+    assert not os.path.exists(path)
