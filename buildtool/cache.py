@@ -345,15 +345,28 @@ class Cache:
             return data if hash_bytes(data) == digest else None
         return self.read_blob(digest)
 
-    def read_blob(self, digest: str) -> bytes | None:
+    def _open_blob(self, digest: str) -> tuple[int, str] | None:
+        """(descriptor, path) of the blob of ``digest``, or None: not there (not stored, or
+        evicted by GC meanwhile), not a file (a symbolic link, a socket: removed, said), or
+        not readable by this user (said once a build)."""
         path = self._blob_path(digest)
         try:
-            fd = os.open(path, BLOB_OPEN)
+            return os.open(path, BLOB_OPEN), path
         except OSError as e:
-            if e.errno in NOT_A_FILE:  # a symbolic link or a socket where a blob belongs
+            if e.errno in NOT_A_FILE:  # (a link is never restored as one)
                 self._warn(f"cache blob {digest[:12]} is not a file; removing it")
                 remove_path(path)
+            elif e.errno in (errno.EACCES, errno.EPERM) and not self._said_unreadable:
+                self._said_unreadable = True  # (a shared cache with others' modes)
+                self._warn(f"cache blob {path} cannot be read ({e.strerror}); its targets rerun "
+                           "(another user's cache entries?)")
             return None
+
+    def read_blob(self, digest: str) -> bytes | None:
+        opened = self._open_blob(digest)
+        if opened is None:
+            return None
+        fd, path = opened
         try:
             st = os.fstat(fd)
             data = _read_fd(fd, st.st_size) if stat.S_ISREG(st.st_mode) else None
@@ -380,18 +393,10 @@ class Cache:
                 self._warn(f"cache entry content {digest[:12]} does not match its digest; rerunning")
                 return None
             return self._place(dest, mode, None, lambda out: _write_all(out, inline))
-        blob = self._blob_path(digest)
-        try:
-            src = os.open(blob, BLOB_OPEN)
-        except OSError as e:
-            if e.errno in NOT_A_FILE:  # a symbolic link (never restored as one), a socket
-                self._warn(f"cache blob {digest[:12]} is not a file; removing it and rerunning")
-                remove_path(blob)
-            elif e.errno in (errno.EACCES, errno.EPERM) and not self._said_unreadable:
-                self._said_unreadable = True  # (once a build: a shared cache with others' modes)
-                self._warn(f"cache blob {blob} cannot be read ({e.strerror}); its targets rerun "
-                           "(another user's cache entries?)")
-            return None  # not stored, or evicted by GC meanwhile
+        opened = self._open_blob(digest)
+        if opened is None:
+            return None
+        src, blob = opened
         try:
             return self._restore_from(src, blob, digest, dest, mode)
         finally:
