@@ -4,6 +4,7 @@ phases; the critical path of what ran is printed at the end of every build."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from conftest import Workspace
@@ -53,6 +54,10 @@ def test_profile_has_a_span_per_executed_target_on_its_lane(workspace: Workspace
     # The critical path of what ran: a (the long one) then c.
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("critical path:"))
     assert line.index("//:a") < line.index("//:c") and "//:b" not in line, line
+    m = re.match(r"critical path: (\d+\.\d\d)s of (\d+\.\d\d)s wall: //:a (\d+\.\d\d)s -> //:c (\d+\.\d\d)s$", line)
+    assert m, line
+    busy, wall, a, c = map(float, m.groups())
+    assert a >= 0.3 and c >= 0.1 and abs(busy - (a + c)) <= 0.011 and busy <= wall, line
 
 
 def test_profile_of_a_restore_and_of_a_noop(workspace: Workspace, tmp_path: Path) -> None:
