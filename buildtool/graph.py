@@ -405,8 +405,9 @@ class GraphBuilder:
 
     def _package_hint(self, pkg: str, text: str) -> str:
         """A "did you mean" for a label of a package that does not exist: ``//lib:core`` for
-        the target ``core`` of package ``lib/core`` (a ':' for a '/'), else the closest
-        package's name to the package or to package and name together (``//lb:core``)."""
+        the target ``core`` of package ``lib/core`` (a ':' for a '/'), else the one package
+        of the same directory name (moved), else the closest package's name to the package
+        or to package and name together (``//lb:core``)."""
         import difflib  # (error messages only)
 
         name = text.rpartition(":")[2] if ":" in text else ""
@@ -415,6 +416,10 @@ class GraphBuilder:
             return f"; did you mean {slashed}?"
         joined = f"{pkg}/{name}" if pkg and name else name
         packages = self.loader.all_packages()
+        base = pkg.rpartition("/")[2]
+        moved = [p for p in packages if p.rpartition("/")[2] == base] if base else []
+        if len(moved) == 1:  # the same directory name elsewhere: moved (//pkgs/p20 -> //pkgs/group/p20)
+            return f"; did you mean //{moved[0]}?"
         for wanted in (pkg, joined):
             close = difflib.get_close_matches(wanted, packages, n=1) if wanted else []
             if close:

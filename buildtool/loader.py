@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
+_LOOKS = ("stat", "lstat", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
 # would end a build that built nothing with success), or split it: a forked child goes on
@@ -169,6 +170,9 @@ class Loader:
         # files in a package's directories could change what a glob() returns (watch mode).
         self.glob_rules: dict[str, list[tuple[str, Any]]] = {}
         self.env_reads: dict[str, str | None] = {}
+        # Files a glob() matched but left out as outputs of an earlier build: one that is
+        # no output any more and stays (edited since) is a source, so the graph is redone.
+        self.glob_hidden: dict[str, str] = {}  # path -> the package whose glob() left it out
         self._listed: dict[str, list[str]] = {}  # package -> its files, listed once (its glob() calls)
         self._present: dict[str, frozenset[str]] = {}  # the same as sets, for literal patterns
 
@@ -291,6 +295,9 @@ class Loader:
         ended = False
         opens = (builtins.open, io.open)
         builtins.open = io.open = self._tracking_open()
+        looks = {name: getattr(os, name) for name in _LOOKS}
+        for name, fn in self._tracking_looks().items():
+            setattr(os, name, fn)
         probe = _ImportProbes(self.ws.root, self.probes)
         sys.meta_path.insert(0, probe)
         no_pyc, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the sources
@@ -345,6 +352,8 @@ class Loader:
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
             builtins.open, io.open = opens
+            for name, fn in looks.items():
+                setattr(os, name, fn)
             if not ended:
                 guard.end(outer)
             sys.stdout = stdout
@@ -397,6 +406,56 @@ class Loader:
             return real(file, mode, *args, **kwargs)
 
         return tracking_open
+
+    def _tracking_looks(self) -> dict[str, Any]:
+        """Stand-ins for ``os.stat``/``os.lstat`` (so ``os.path.exists``, ``isfile``,
+        ``pathlib.Path.exists``, ...) and ``os.listdir``/``os.scandir`` (``Path.iterdir``,
+        ``Path.glob``, ``glob.glob``) while a BUILD.py is evaluated: a workspace path looked
+        at becomes a probe, a directory listed a listed directory, so a file appearing,
+        going or changing later re-evaluates the BUILD.py files.  Only the evaluating
+        thread's calls count (watch mode's observer threads stat files meanwhile)."""
+        import threading
+
+        root = self.ws.root
+        me = threading.get_ident()
+        state = os.path.join(root, ".buildtool")
+
+        def rel_of(path: Any) -> str | None:
+            if isinstance(path, int) or threading.get_ident() != me:
+                return None  # (a file descriptor: what it is was noted when it was opened)
+            try:
+                p = os.fsdecode(path)
+            except TypeError:
+                return None
+            if not os.path.isabs(p):
+                self.cwd_relative = True  # (as for open(): the graph holds for this directory only)
+            absp = os.path.abspath(p)
+            if absp == root:
+                return ""
+            if not absp.startswith(root + os.sep) or absp == state or absp.startswith(state + os.sep):
+                return None
+            return os.path.relpath(absp, root)
+
+        def looked(real: Any) -> Any:
+            def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
+                rel = rel_of(path)
+                if rel:
+                    self.probes.add(rel)
+                return real(path, *args, **kwargs)
+
+            return stat
+
+        def listed(real: Any) -> Any:
+            def listing(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
+                rel = rel_of(path)
+                if rel is not None:
+                    self.glob_dirs.add(rel)
+                return real(path, *args, **kwargs)
+
+            return listing
+
+        return {"stat": looked(os.stat), "lstat": looked(os.lstat),
+                "listdir": listed(os.listdir), "scandir": listed(os.scandir)}
 
     def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
         return {
@@ -453,6 +512,7 @@ class Loader:
             if not any(r.match(rel) for r in inc) or any(r.match(rel) for r in exc):
                 continue
             if prefix + rel in self.recorded_outputs:
+                self.glob_hidden[prefix + rel] = pkg
                 continue
             out.append(rel)
         out.sort()

@@ -391,20 +391,32 @@ def _graph_sum(data: bytes) -> bytes:
 
 def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
     """A fingerprint of a directory's entries, leaving out outputs and state: what package
-    discovery and glob() see.  (Its mtime would change each time an output is rewritten.)"""
+    discovery and glob() see.  (Its mtime would change each time an output is rewritten.)
+    A symbolic link counts with what it leads to now (glob() takes a link to a file, not
+    one to a directory or to nothing), and then starts with ``LINKED``: such a listing can
+    change with no change to the directory, so its stat never vouches for it."""
     prefix = f"{rel}/" if rel else ""
+    names = []
+    links = False
     try:
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
-            names = sorted(
-                e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
-                for e in it
-                if prefix + e.name not in outputs and e.name not in (".buildtool", ".git")
-            )
+            for e in it:
+                if prefix + e.name in outputs or e.name in (".buildtool", ".git"):
+                    continue
+                if e.is_symlink():
+                    links = True
+                    names.append(e.name + ("@f" if e.is_file() else "@d" if e.is_dir() else "@"))
+                else:
+                    names.append(e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
     except OSError:
         return None
     import blake3  # (here, not at the top: a no-op lists no directory unless one changed)
 
-    return blake3.blake3("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest(length=16)
+    fp = blake3.blake3("\0".join(sorted(names)).encode("utf-8", "surrogateescape")).hexdigest(length=16)
+    return LINKED + fp if links else fp
+
+
+LINKED = "L"  # starts the fingerprint of a listing with a symbolic link in it
 
 
 def _dir_sig(
@@ -420,8 +432,8 @@ def _dir_sig(
     if old is not None and old[1] is not None and old[1:] == [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
         return old
     fp = _listing(root, rel, outputs)
-    if _recent(st.st_mtime_ns, st.st_ctime_ns, now):
-        return [fp, None, None, None]  # changed too recently to vouch for by stat
+    if _recent(st.st_mtime_ns, st.st_ctime_ns, now) or (fp or "").startswith(LINKED):
+        return [fp, None, None, None]  # changed too recently (or linked) to vouch for by stat
     return [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
@@ -446,7 +458,8 @@ def _dirs_differ(
             outputs = set(outs)
         if _listing(root, rel, outputs) != fp:
             return True
-        if st is not None and not _recent(st.st_mtime_ns, st.st_ctime_ns, now):  # (stat before listing)
+        if st is not None and not _recent(st.st_mtime_ns, st.st_ctime_ns, now) \
+                and not (fp or "").startswith(LINKED):  # (stat before listing)
             settled[rel] = [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     return False
 

@@ -123,7 +123,8 @@ class Session:
         self.stats: StatCache | None = None
         self.cache: Cache | None = None
         # (record, request) -> (loader, graph): lets watch mode reuse or partly reload the graph.
-        self.graph_source: Callable[[BuildRecord, BuildRequest], tuple[Loader, Graph]] | None = None
+        # Watch mode's graph: (record, request, packages to evaluate again) -> (loader, graph).
+        self.graph_source: Callable[[BuildRecord, BuildRequest, set[str]], tuple[Loader, Graph]] | None = None
         # Extra reporter; also gets ``started(graph, scheduler)`` before the scheduler runs.
         self.observer: Any = None
         # Watch mode: targets that may be dirty this cycle (None: check everything).  Only
@@ -237,32 +238,45 @@ class Session:
         loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
-        if isinstance(prior_graph, Graph):
-            graph = prior_graph
-        elif self.graph_source is not None:
-            loader, graph = self.graph_source(record, req)
-        else:
+
+        def evaluate(stale: set[str]) -> tuple[Loader, Graph]:
+            if self.graph_source is not None:
+                return self.graph_source(record, req, stale)
             from buildtool.loader import Loader
 
-            loader = Loader(self.ws, record.all_outputs())
-            graph = self._graph(loader, req.patterns, req.mode)
-        # What the evaluation read, as it was then: an edit later in the build refuses the snapshot.
-        struct = self._struct_of(loader)[0] if loader is not None else verdict.struct if verdict is not None else []
-        struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, struct)
-        listed = None if loader is None or self.focus is not None or req.mode != "build" \
-            else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
+            new = Loader(self.ws, record.all_outputs())
+            return new, self._graph(new, req.patterns, req.mode)
+
+        def read_then(loader: Loader | None) -> tuple[list[str], dict[str, Any], dict[str, str | None] | None]:
+            """What the evaluation read, as it was then: an edit later in the build refuses the snapshot."""
+            struct = self._struct_of(loader)[0] if loader is not None else verdict.struct if verdict is not None else []
+            struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, struct)
+            listed = None if loader is None or self.focus is not None or req.mode != "build" \
+                else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
+            return struct, struct_seen, listed
+
+        if isinstance(prior_graph, Graph):
+            graph = prior_graph
+        else:
+            loader, graph = evaluate(set())
+        struct, struct_seen, listed = read_then(loader)
         phases.end("load buildfiles and graph")
         _check_report_paths(req, graph, self.ws.root, struct)
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
+        if focus is None and not req.dry_run and loader is not None:  # a dry run changes nothing
+            phases.begin("clean dead outputs")
+            hidden = loader.glob_hidden
+            kept = [p for p in self._clean_dead(graph, loader, record, stats) if p in hidden]
+            if kept:  # a glob() left them out as outputs of a rule that is gone: sources now
+                loader, graph = evaluate({hidden[p] for p in kept})
+                struct, struct_seen, listed = read_then(loader)
+                _check_report_paths(req, graph, self.ws.root, struct)
+            phases.end("clean dead outputs")
         if from_snapshot:
             assert verdict is not None
             changed = set(verdict.changed)
             focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
-        if focus is None and not req.dry_run and loader is not None:  # a dry run changes nothing
-            phases.begin("clean dead outputs")
-            self._clean_dead(graph, loader, record, stats)
-            phases.end("clean dead outputs")
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
         from buildtool.staging import Stage
 
@@ -569,12 +583,14 @@ class Session:
                 weights[i] = max(default, FRESH_WEIGHT)
         return weights
 
-    def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> None:
+    def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> set[str]:
         """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``), but
-        never a file that is a source now or that is no longer what the build wrote."""
+        never a file that is a source now or that is no longer what the build wrote.
+        Returns the dead outputs kept."""
         live_outputs = {o for t in graph.targets for o in t.outs}
         sources: set[str] | None = None
         loaded = set(loader.loaded_packages())
+        kept: set[str] = set()
 
         def dead(lab: str, o: list[Any]) -> None:
             nonlocal sources
@@ -582,7 +598,8 @@ class Session:
                 return
             if sources is None:
                 sources = {s for t in graph.targets for s in t.srcs}
-            _remove_dead(self.ws.root, lab, o, o[0] in sources, stats)
+            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats):
+                kept.add(o[0])
 
         for lab in list(record.entries):
             pkg, name = labels.split_label(lab)
@@ -611,6 +628,7 @@ class Session:
                 t = next(t for t in graph.targets if d in t.outs)
                 msg = f"{t.where}: output {d!r} of {t.label} is an existing directory; outputs are files"
                 raise UserError(msg)
+        return kept
 
     # -- clean -----------------------------------------------------------------------
     def _sources_now(self, recorded: Iterable[str]) -> set[str]:
@@ -670,6 +688,7 @@ class Session:
             recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
             sources: set[str] | None = None
+            failed = 0
             for p in sorted(record.all_outputs()):
                 full = os.path.join(self.ws.root, p)
                 if os.path.isfile(full) or os.path.islink(full):
@@ -682,7 +701,12 @@ class Session:
                     if p in sources:  # a removed rule's output that a BUILD.py reads as a source now
                         _warn(f"kept {p}: an output before, it is a source now")
                         continue
-                    os.unlink(full)
+                    try:
+                        os.unlink(full)
+                    except OSError as e:  # (a read-only directory, say): the state stays to try again
+                        _warn(f"could not remove {p}: {e.strerror}")
+                        failed += 1
+                        continue
                     n += 1
                     _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             record.close()
@@ -701,6 +725,10 @@ class Session:
                 except OSError:
                     pass
 
+            if failed:
+                msg = (f"{failed} output(s) could not be removed (see above); the build state is kept, "
+                       "so a later `buildtool clean` tries them again")
+                raise BuildtoolError(msg)
             for name in os.listdir(state):
                 if name not in ("lock", ".gitignore"):
                     remove_path(os.path.join(state, name))
@@ -736,8 +764,10 @@ def _write_profile(path: str, graph: Graph, outcomes: dict[int, Outcome], phases
 def _remove(root: str, rel: str, stats: StatCache) -> None:
     try:
         os.unlink(os.path.join(root, rel))
-    except OSError:
+    except FileNotFoundError:
         pass
+    except OSError as e:  # it stays, and no record remembers it: say so
+        _warn(f"could not remove {rel}, an output no target declares any more: {e.strerror}")
     stats.forget(rel)
 
 
@@ -759,22 +789,24 @@ def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
         return True
 
 
-def _remove_dead(root: str, label: str, o: list[Any], is_source: bool, stats: StatCache) -> None:
+def _remove_dead(root: str, label: str, o: list[Any], is_source: bool, stats: StatCache) -> bool:
     """Delete ``o`` (a record's [path, digest, ...]), a dead output of ``label``, unless it
-    became a source or someone changed it since: those are the user's now, kept (warned)."""
+    became a source or someone changed it since: those are the user's now, kept (warned).
+    Whether it is gone."""
     rel = o[0]
     full = os.path.join(root, rel)
     if not os.path.lexists(full):
         stats.forget(rel)
-        return
+        return True
     if is_source:
         _warn(f"kept {rel}: an output of {label} before, it is a source now")
     elif not _as_written(root, rel, o[1], stats):
         _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")
     else:
         _remove(root, rel, stats)
-        return
+        return True
     stats.forget(rel)
+    return False
 
 
 def _median(values: list[float]) -> float:

@@ -377,7 +377,8 @@ class Watcher:
                 raise _Stop  # loading the graph or waiting for the lock: leave now
 
     # -- graph (called by Session.build, lock held) ------------------------------------------
-    def graph_source(self, record: BuildRecord, req: Any) -> tuple[Loader, Graph]:
+    def graph_source(self, record: BuildRecord, req: Any, stale: set[str]) -> tuple[Loader, Graph]:
+        self.dirty_pkgs |= stale
         if self.graph is not None and self.loader is not None and not (
             self.dirty_pkgs or self.reload_all or self.rescan or self.broken
         ):

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import shutil
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -742,6 +743,36 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     workspace.write("y.txt", "also edited\n")
     rc, _, err = workspace.run("clean")
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
+
+
+def _immutable(path: Path) -> None:
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
+
+
+def test_an_output_that_cannot_be_removed_is_said_and_clean_keeps_the_state(workspace: Workspace) -> None:
+    """A dead output whose unlink fails is warned about (it stays); `clean` failing to
+    remove an output says so, exits 1 and keeps the record, so a later clean tries again."""
+    workspace.build_file("", 'genrule(name="a", outs=["a.out"], cmd="echo a > $@")\n'
+                             'genrule(name="b", outs=["b.out"], cmd="echo b > $@")\n')
+    assert workspace.build().rc == 0
+    _immutable(workspace.root / "a.out")
+    try:
+        workspace.build_file("", 'genrule(name="b", outs=["b.out"], cmd="echo b > $@")\n')
+        r = workspace.build()
+        assert r.rc == 0 and "could not remove a.out, an output no target declares any more" in r.stderr, r.output
+        workspace.build_file("", 'genrule(name="a", outs=["a.out"], cmd="echo a > $@")\n'
+                                 'genrule(name="b", outs=["b.out"], cmd="echo b > $@")\n')
+        subprocess.run(["chattr", "-i", str(workspace.root / "a.out")], check=True)
+        assert workspace.build().rc == 0
+        _immutable(workspace.root / "a.out")
+        rc, out, err = workspace.run("clean")
+        assert rc == 1 and "could not remove a.out" in err and "the build state is kept" in err, out + err
+        assert not workspace.exists("b.out") and workspace.exists(".buildtool/record")
+    finally:
+        subprocess.run(["chattr", "-i", str(workspace.root / "a.out")], check=False)
+    rc, _, err = workspace.run("clean")
+    assert rc == 0 and not workspace.exists("a.out"), err
 
 
 @pytest.mark.parametrize("spelling", ["vend/vendored.txt", "//:vend/vendored.txt", ":vend/vendored.txt"])

@@ -104,6 +104,14 @@ def test_a_missing_package_gets_the_closest_one(workspace: Workspace, written: s
     assert f"app/BUILD.py:1: deps refers to '{written}' but there is no package" in err and hint in err
 
 
+def test_a_moved_package_is_suggested_by_its_directory_name(workspace: Workspace) -> None:
+    """After `mv pkgs/p20 pkgs/group/p20`, //pkgs/p20 is closest by spelling to //pkgs/p42."""
+    for pkg in ("pkgs/p42", "pkgs/group/p20"):
+        workspace.build_file(pkg, 'genrule(name="x", outs=["c"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//pkgs/p20:x")
+    assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20?" in err, err
+
+
 @pytest.mark.parametrize("attr", ["srcs", "deps"])
 def test_a_label_written_without_its_slashes_gets_them_suggested(workspace: Workspace, attr: str) -> None:
     workspace.build_file("lib", 'genrule(name="core", outs=["c"], cmd="touch ../ran-marker; echo > $@")\n')

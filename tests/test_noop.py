@@ -1130,3 +1130,95 @@ def test_evaluating_writes_no_bytecode_into_the_workspace(tmp_path: Path) -> Non
         assert r.returncode == 0, r.stdout + r.stderr
     assert not list(ws.rglob("__pycache__"))
     assert "pyc" not in (ws / "o").read_text()
+
+
+@pytest.mark.parametrize("marker", ["BUILD.py", "buildtool.toml"])
+def test_a_subpackage_that_stops_being_one_joins_its_parents_glob(tmp_path: Path, marker: str) -> None:
+    """glob() skips a subdirectory holding a BUILD.py (or a nested buildtool.toml); that
+    file going away puts the subdirectory's files in the glob, also in a label build."""
+    ws = new_workspace(tmp_path, "")
+    (ws / "lib" / "src" / "sub").mkdir(parents=True)
+    (ws / "lib" / "src" / "a.txt").write_text("a\n")
+    (ws / "lib" / "src" / "sub" / "b.txt").write_text("b\n")
+    (ws / "lib" / "BUILD.py").write_text(
+        'genrule(name="lib", srcs=glob(["src/**/*.txt"]), outs=["lib.out"], cmd="cat $(SRCS) > $@")\n')
+    (ws / "lib" / "src" / "sub" / marker).write_text("")
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//lib")
+    assert (ws / "lib" / "lib.out").read_text() == "a\n"
+    (ws / "lib" / "src" / "sub" / marker).unlink()
+    r = _bt_in(ws, cache, "build", "//lib")
+    assert r.returncode == 0 and (ws / "lib" / "lib.out").read_text() == "a\nb\n", r.stdout + r.stderr
+
+
+def test_an_edited_output_of_a_removed_rule_is_a_globbed_source_at_once(tmp_path: Path) -> None:
+    """A glob() leaves out what an earlier build wrote; once its rule is gone and the file
+    stays (edited: the user's now), the same build takes it as a source, and later ones
+    agree with a fresh checkout."""
+    ws = new_workspace(tmp_path, (
+        'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n'
+        'genrule(name="gen", outs=["gen.txt"], cmd="echo generated > $@")\n'))
+    (ws / "a.txt").write_text("a\n")
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//...")
+    assert (ws / "all.out").read_text() == "a\n"
+    (ws / "BUILD.py").write_text(
+        'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    (ws / "gen.txt").write_text("checked in\n")
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and "kept gen.txt" in r.stderr, r.stdout + r.stderr
+    assert (ws / "all.out").read_text() == "a\nchecked in\n"
+    time.sleep(0.1)
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and (ws / "all.out").read_text() == "a\nchecked in\n", r.stdout + r.stderr
+    assert "kept" not in r.stderr
+
+
+def test_a_globbed_symlink_that_now_leads_to_a_file_is_a_source(tmp_path: Path) -> None:
+    """glob() takes a link to a file, not one to a directory or to nothing: re-pointing a
+    link, or making what a dangling one names, changes the glob without any change to the
+    directory holding the link."""
+    ws = new_workspace(tmp_path,
+                       'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    data = tmp_path / "data"
+    (data / "d").mkdir(parents=True)
+    (data / "x.txt").write_text("x\n")
+    (ws / "a.txt").write_text("a\n")
+    os.symlink(data / "d", ws / "l.txt")
+    os.symlink(data / "y.txt", ws / "y.txt")  # dangling
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//...")
+    assert (ws / "all.out").read_text() == "a\n"
+    (ws / "l.txt").unlink()
+    os.symlink(data / "x.txt", ws / "l.txt")
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and (ws / "all.out").read_text() == "a\nx\n", r.stdout + r.stderr
+    _settled(ws, cache, "//...")
+    (data / "y.txt").write_text("y\n")  # the dangling link's file made: not in the workspace's directory
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and (ws / "all.out").read_text() == "a\nx\ny\n", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("look", ["exists", "listdir", "pathlib"])
+def test_what_a_buildfile_looks_at_without_opening_is_tracked(tmp_path: Path, look: str) -> None:
+    """os.path.exists (os.stat), os.listdir and pathlib's glob in a BUILD.py: a file
+    appearing there re-evaluates it, in a label build too (which lists no directory)."""
+    here = "os.path.dirname(__file__)"
+    code = {
+        "exists": f"import os\nN = 'on' if os.path.exists(os.path.join({here}, 'FEATURE')) else 'off'\n",
+        "listdir": f"import os\nN = ','.join(sorted(os.listdir(os.path.join({here}, 'items'))))\n",
+        "pathlib": "from pathlib import Path\n"
+                   "N = ','.join(sorted(p.name for p in Path(__file__).parent.glob('items/*')))\n",
+    }[look]
+    ws = new_workspace(tmp_path, "")
+    pkg = ws / "pkg"
+    (pkg / "items").mkdir(parents=True)
+    (pkg / "items" / "one").write_text("")
+    (pkg / "BUILD.py").write_text(code + 'genrule(name="t", outs=["o"], cmd="echo %s > $@" % N)\n')
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//pkg:t")
+    before = (pkg / "o").read_text()
+    (pkg / ("FEATURE" if look == "exists" else "items/two")).write_text("")
+    r = _bt_in(ws, cache, "build", "//pkg:t")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (pkg / "o").read_text() == ("on\n" if look == "exists" else "one,two\n") != before
