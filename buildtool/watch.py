@@ -307,6 +307,8 @@ class Watcher:
         self.collector: _Collector | None = None
         self.cycle_no = 0
         self.cycle_start_ns = 0
+        self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
+        self.followed_up = False  # the last cycle was one more for such results
         # graph kept between cycles, and what must be re-evaluated before the next one
         self.loader: Loader | None = None
         self.graph: Graph | None = None
@@ -763,6 +765,8 @@ class Watcher:
         idx = self._src_index[1]
         disc = self._discovered()
         affected = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
+        if any(c.path.endswith(".py") for c in changes):  # a pyrule's module, or one it imports
+            affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
         return affected | (set(range(len(g.targets))) - self.clean)
 
     def _discovered(self) -> dict[str, list[int]]:
@@ -835,6 +839,22 @@ class Watcher:
         if error is not None:
             print(f"buildtool: error: {error}", file=sys.stderr, flush=True)
         self._summary(col, status, wall, changes)
+        g = col.graph
+        self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
+                           if o.extra.get("record", True) is False] if g is not None and status == "OK" else []
+
+    def _follow_up(self) -> None:
+        """A result not recorded (an input changed while its command ran) gets one more
+        cycle of its own: the file that changed may be one no event could report (a header
+        its depfile names for the first time).  Only one in a row: a command that changes
+        its own input every time is warned about, not rebuilt forever."""
+        if self.unrecorded and not self.followed_up:
+            _say(f"{self.unrecorded[0]}{f' (and {len(self.unrecorded) - 1} more)' if len(self.unrecorded) > 1 else ''}"
+                 " not recorded (an input changed while it ran): checking again")
+            self.q.put(Change(self.unrecorded[0], "content"))
+            self.followed_up = True
+        else:
+            self.followed_up = False
 
     def _summary(self, col: _Collector, status: str, wall: float, changes: list[Change]) -> None:
         n: dict[Status, int] = {}
@@ -878,6 +898,7 @@ class Watcher:
                 if self.stop_signal is not None:
                     break
                 self.sync_watches(self.cycle_start_ns)
+                self._follow_up()
                 if self.cycle_no == 1:
                     mode = "polling" if self.poll else "inotify"
                     _say(f"watching {len(self.ws.sources)} sources and {len(self.ws.dirs)} directories ({mode}); "

@@ -1077,3 +1077,58 @@ def test_a_dependency_that_lost_its_executable_bit_is_set_right_before_its_user_
     assert cycles[-1].status == "OK" and read(ws / "use.out") == "a2\n", w.log()
     assert os.access(ws / "tool.sh", os.X_OK)
     assert w.stop() == 0
+
+
+def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: Path, cache: Path) -> None:
+    """A pyrule's module and the workspace modules it imports are watched (docs/watch.md);
+    an edit of either was seen, but the cycle planned no target and called the old output
+    up to date."""
+    root = tmp_path / "pws"
+    write(root / "buildtool.toml", "")
+    write(root / "gen" / "__init__.py", "")
+    write(root / "gen" / "rules.py", "from gen import helper\n\n\ndef make(srcs, outs):\n"
+                                     "    text = open(srcs[0]).read().strip() + ' ' + helper.TAG\n"
+                                     "    open(outs[0], 'w').write(text + '\\n')\n")
+    write(root / "gen" / "helper.py", 'TAG = "old"\n')
+    write(root / "in.txt", "v1\n")
+    write(root / "BUILD.py", 'pyrule(name="p", fn="gen.rules:make", srcs=["in.txt"], outs=["out.txt"])\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "gen" / "helper.py", 'TAG = "NEW"\n')
+        wait_for(lambda: read(root / "out.txt") == "v1 NEW\n", what="the pyrule to rerun after helper.py")
+        rules = (root / "gen" / "rules.py").read_text().replace("helper.TAG", "helper.TAG + '!'")
+        write(root / "gen" / "rules.py", rules)
+        wait_for(lambda: read(root / "out.txt") == "v1 NEW!\n", what="the pyrule to rerun after rules.py")
+    finally:
+        w.stop()
+
+
+def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) -> None:
+    """A header named by a depfile for the first time and edited while that command ran:
+    no event could report it (it was no source yet) and the result was not recorded, so
+    watch sat idle with the old header's output.  It now checks such a target once more."""
+    root = tmp_path / "dws"
+    write(root / "buildtool.toml", "")
+    write(root / "main.txt", "old.h\n")
+    write(root / "old.h", "old\n")
+    write(root / "new.h", "new1\n")
+    write(root / "BUILD.py", 'genrule(name="o", srcs=["main.txt"], outs=["out.txt"], depfile="out.d",\n'
+                             '        cmd="cat $$(cat main.txt) > out.txt; '
+                             'if [ -e ../slow ]; then rm ../slow; sleep 1.75; fi; '
+                             'echo out.txt: main.txt $$(cat main.txt) > out.d")\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(tmp_path / "slow", "")
+        write(root / "main.txt", "new.h\n")
+        wait_for(lambda: procs_with("sleep 1.75"), what="the slow command to start")
+        write(root / "new.h", "new2\n")
+        try:
+            wait_for(lambda: read(root / "out.txt") == "new2\n", what="out.txt to have the edited header")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{w.log()}") from None
+    finally:
+        w.stop()
