@@ -126,6 +126,7 @@ class TargetRunner:
         self._key_stats: dict[int, dict[str, tuple[int, int, int, int]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
+        self._tool_paths: dict[int, list[str]] = {}  # per target: where its declared tools were found
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
         self._checkout_root: str | None = None
@@ -241,6 +242,8 @@ class TargetRunner:
             return out
         import shutil  # (only for declared tools: ~4 ms of import)
 
+        found = self._tool_paths[t.id] = []
+
         # Found as the command finds it: a relative PATH entry from the package directory.
         cwd = os.path.join(self.root, t.pkg)
         search = [os.path.normpath(os.path.join(cwd, e)) for e in env.get("PATH", os.defpath).split(os.pathsep)]
@@ -258,6 +261,7 @@ class TargetRunner:
                     self._tool_dirs[d] = None
             if path is not None:
                 path = os.path.abspath(path)
+                found.append(path)
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:
@@ -897,8 +901,11 @@ class TargetRunner:
                 import shutil
 
                 shutil.rmtree(full, ignore_errors=True)
-            except OSError:
-                pass
+            except NotADirectoryError:
+                pass  # (a file where a directory on the way should be: no output there)
+            except OSError as e:
+                if before_run:  # it would stay, and be taken for what the command wrote
+                    return f"could not delete the old output {o!r} of {t.label} before its command: {e.strerror}"
             self.stats.forget(o)
         if t.depfile is not None:
             try:
@@ -1029,7 +1036,8 @@ class TargetRunner:
             size += st.st_size
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
-            self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {}))
+            self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {})) \
+            or self._helpers_changed(t, desc)
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if not record:  # its outputs are still the build's (clean removes them): kept under a key that never matches
@@ -1087,11 +1095,31 @@ class TargetRunner:
                 return p
         return None
 
+    def _helpers_changed(self, t: Target, desc: dict[str, Any]) -> str | None:
+        """The first file besides the inputs that the key covers and that changed while the
+        command ran: a pyrule's module (or one it imports), by content; a declared tool, by
+        its stat against the one taken when it was hashed (its digest is then forgotten, so
+        the next target using it hashes it again)."""
+        for k, d in desc.get("extra", {}).items():
+            if k.startswith("module:") and self._disk_digest(k[7:]) != d:
+                return k[7:]
+        for path in self._tool_paths.get(t.id, ()):
+            try:
+                now = stat_row(os.stat(path))
+            except OSError:
+                now = None
+            if now != self.tool_stats.get(path):
+                self._tool_digests.pop(path, None)
+                return path
+        return None
+
     def _output_edited(self, p: str, made: str) -> bool:
         """Is a dependency's output no longer what it made (``made``), edited or deleted by
         hand while this command ran?  One stat: while it matches the one the digest was
         taken at, the file is unchanged (outputs were just written, so the stat cache's
-        racy-entry rule would re-hash every one of them); a differing stat is hashed."""
+        racy-entry rule would re-hash every one of them).  A size, mtime or inode not that
+        one's: rewritten, even with its content back (the command may have read the other
+        content), as for sources; a ctime alone (chmod, a hard link) is judged by content."""
         if is_remote(made):
             return False  # left in the remote executor's CAS: there is no local file
         full = os.path.join(self.root, p)
@@ -1100,10 +1128,11 @@ class TargetRunner:
         except OSError:
             return True
         e = self.stats.entries.get(p)
-        if e is not None and e[5] == made and (e[0], e[1], e[2], e[3]) == (
-            st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
-        ):
-            return False
+        if e is not None and e[5] == made:
+            if (e[0], e[1], e[2]) != (st.st_size, st.st_mtime_ns, st.st_ino):
+                return True
+            if e[3] == st.st_ctime_ns:
+                return False
         try:
             return hash_file(full) != made
         except OSError:

@@ -334,3 +334,81 @@ def test_a_flaky_tests_rerun_still_sees_a_source_changed_and_put_back(tmp_path: 
     assert "//:fl: input s.txt changed while the command ran; result not recorded" in r.stderr, r.stdout + r.stderr
     r = bt(ws, "test", "//:fl")
     assert "PASSED (cached)" not in r.stdout, r.stdout
+
+
+def test_a_dependency_output_rewritten_and_put_back_while_running_is_not_recorded(tmp_path: Path) -> None:
+    """A hand edit of g.txt and its undo, both while //:use runs: the content is back, but
+    the command read the edit; recorded, o.txt kept the edit for good (and in the cache)."""
+    ws = make_ws(
+        tmp_path,
+        'genrule(name="gen", outs=["g.txt"], cmd="echo gen > $@")\n'
+        'genrule(name="use", srcs=[":gen"], outs=["o.txt"],\n'
+        '        cmd="if [ ! -e once ]; then touch once; cp g.txt keep; echo HANDEDIT > g.txt; cat g.txt > $@; '
+        'sleep 0.02; cp keep g.txt; else cat g.txt > $@; fi")\n',
+    )
+    r = bt(ws, "build", "//:use")
+    assert r.returncode == 0 and "//:use: input g.txt changed while the command ran" in r.stderr, r.stdout + r.stderr
+    r = bt(ws, "build", "//:use")
+    assert r.returncode == 0 and (ws / "o.txt").read_text() == "gen\n", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("what", ["pyrule module", "tool"])
+def test_a_pyrule_module_or_tool_changed_while_running_is_not_recorded(tmp_path: Path, what: str) -> None:
+    """The key covers a pyrule's modules and the declared tools as well as the sources; one
+    of them edited while the command ran, then put back: recorded, the output of the edit
+    was up to date for good and went into the cache."""
+    if what == "tool":
+        build = ('genrule(name="t", srcs=["in.txt"], outs=["out.txt"], tools=["mytool"],\n'
+                 '        env={"PATH": "bin:/usr/bin:/bin"},\n'
+                 '        cmd="if [ ! -e once ]; then touch once; '
+                 'printf \'#!/bin/sh\\\\necho NEW\\\\n\' > bin/mytool; fi; { cat in.txt; mytool; } > $@")\n')
+        (tmp_path / "ws" / "bin").mkdir(parents=True)
+        tool = tmp_path / "ws" / "bin" / "mytool"
+        tool.write_text("#!/bin/sh\necho old\n")
+        tool.chmod(0o755)
+        edited, original = tool, "#!/bin/sh\necho old\n"
+    else:
+        (tmp_path / "ws" / "gen").mkdir(parents=True)
+        (tmp_path / "ws" / "gen" / "__init__.py").write_text("")
+        (tmp_path / "ws" / "gen" / "helper.py").write_text('TAG = "old"\n')
+        (tmp_path / "ws" / "gen" / "rules.py").write_text(
+            "import importlib\nimport os\n\n\ndef make(srcs, outs):\n"
+            "    if not os.path.exists('once'):\n"
+            "        open('once', 'w').close()\n"
+            "        open('gen/helper.py', 'w').write('TAG = \"NEW\"\\n')\n"
+            "    from gen import helper\n"
+            "    importlib.reload(helper)\n"
+            "    open(outs[0], 'w').write(open(srcs[0]).read() + helper.TAG + '\\n')\n")
+        build = 'pyrule(name="t", fn="gen.rules:make", srcs=["in.txt"], outs=["out.txt"])\n'
+        edited, original = tmp_path / "ws" / "gen" / "helper.py", 'TAG = "old"\n'
+    (tmp_path / "ws" / "buildtool.toml").write_text("")
+    (tmp_path / "ws" / "BUILD.py").write_text(build)
+    (tmp_path / "ws" / "in.txt").write_text("in\n")
+    ws = tmp_path / "ws"
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "changed while the command ran; result not recorded" in r.stderr, r.stdout + r.stderr
+    assert (ws / "out.txt").read_text() == "in\nNEW\n"
+    edited.write_text(original)
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "out.txt").read_text() == "in\nold\n", r.stdout + r.stderr
+
+
+def test_an_old_output_that_cannot_be_deleted_fails_the_target(tmp_path: Path) -> None:
+    """The delete before the command failed silently (a read-only directory, an immutable
+    file); a command that then wrote nothing had the old output recorded and cached under
+    the new key."""
+    import shutil
+
+    ws = make_ws(tmp_path, 'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp $< $@")\n', {"a.txt": "one\n"})
+    assert bt(ws, "build").returncode == 0
+    out = ws / "a.out"
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
+    try:
+        (ws / "a.txt").write_text("two\n")
+        (ws / "BUILD.py").write_text('genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="true")\n')
+        r = bt(ws, "build")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "could not delete the old output 'a.out' of //:a before its command" in r.stdout + r.stderr
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=False)
