@@ -691,6 +691,8 @@ class GraphBuilder:
                     raise _err(decl, msg)
                 out_owner[o] = lab
         self._check_loaded_duplicates(out_owner)
+        linked: list[str] = []  # sources that are symbolic links
+        real_root = os.path.realpath(root)
         for src, user in src_users.items():
             if src in out_owner:
                 pkg, name = labels.split_label(out_owner[src])
@@ -702,20 +704,37 @@ class GraphBuilder:
                            f"{user}; refer to the target's label instead")
                 raise _err(d, msg)
             full = os.path.join(root, src)
-            if not os.path.lexists(full):
+            try:
+                if stat.S_ISLNK(os.lstat(full).st_mode):
+                    linked.append(src)
+            except OSError as e:
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
-                raise _err(d, f"{user}: source file {src!r} does not exist")
+                if isinstance(e, FileNotFoundError):
+                    raise _err(d, f"{user}: source file {src!r} does not exist") from None
+                raise _err(d, f"{user}: source file {src!r} cannot be looked at: {e.strerror}") from None
+            why = None
             try:
                 mode = os.stat(full).st_mode
-            except OSError:
-                mode = None
+            except OSError as e:
+                mode, why = None, e
             if mode is None or not stat.S_ISREG(mode):
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
-                what = ("a symlink to nothing" if mode is None else "a directory" if stat.S_ISDIR(mode)
+                what = ("a symlink to nothing" if isinstance(why, FileNotFoundError)
+                        else f"a symlink that cannot be followed ({why.strerror})" if why is not None
+                        else "a directory" if stat.S_ISDIR(mode)
                         else "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket")
                 raise _err(d, f"{user}: source {src!r} is {what}, not a file")
+        for src in linked:  # a link to another target's output: that target must come first
+            real = os.path.realpath(os.path.join(root, src))
+            if real.startswith(real_root + os.sep) and (o := os.path.relpath(real, real_root)) in out_owner:
+                user = src_users[src]
+                pkg, name = labels.split_label(user)
+                raise _err(self.loader.load(pkg)[name],
+                           f"source {src!r} of {user} is a symbolic link to {o!r}, an output of {out_owner[o]}: "
+                           f"refer to '{out_owner[o]}' instead (a link orders nothing: it may be read before "
+                           "it is made)")
         self._check_output_paths(out_owner)
         self._check_same_files(out_owner, src_users)
         final = [t for t in targets if t is not None]

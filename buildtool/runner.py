@@ -127,6 +127,8 @@ class TargetRunner:
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         self._tool_paths: dict[int, list[str]] = {}  # per target: where its declared tools were found
+        self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
+        self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
         self._checkout_root: str | None = None
@@ -662,7 +664,7 @@ class TargetRunner:
                 done = self._restored(t, hit, key, desc, why, "local")
                 if done is not None:
                     return done
-                corrupt = True
+                corrupt = self._leads_elsewhere(t) is None  # (else the entry is fine, the place is not)
         if self.remote is not None and not cache_skip and t.depfile is None:
             done = self._remote_restore(t, key, desc, why)
             if done is not None:
@@ -843,12 +845,47 @@ class TargetRunner:
             for o in hit.outputs:
                 self._fix_mode(o)
             return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
+        if self._leads_elsewhere(t) is not None:
+            return None  # (and the command is not run either: _execute says why)
         for o in stale:
             st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
             if st is None:
                 return None
             self.stats.remember(o.path, st, o.digest, time.time_ns(), produced=True)
         return Status.RESTORED, "restored from the local cache"
+
+    def _leads_elsewhere(self, t: Target) -> str | None:
+        """Why ``t``'s outputs may not be written where they are declared, or None: a
+        directory on the way that is a symbolic link now (made after the graph was checked:
+        a watch cycle or a no-op snapshot reuses the graph) and takes an output outside the
+        workspace or onto a source or another target's output, which deleting and writing
+        the output would destroy.  One realpath per output directory a build writes in."""
+        root = self.root
+        for o in t.outs:
+            parent = o.rpartition("/")[0]
+            if not parent:
+                continue
+            real = self._real_dirs.get(parent)
+            if real is None:
+                probe, rest = os.path.join(root, parent), ""
+                while not os.path.lexists(probe) and probe != root:  # (not made yet: its existing part)
+                    probe, tail = os.path.split(probe)
+                    rest = os.path.join(tail, rest) if rest else tail
+                resolved = os.path.realpath(probe)
+                real = self._real_dirs[parent] = os.path.join(resolved, rest) if rest else resolved
+            if real == os.path.join(root, parent):
+                continue  # no symbolic link on the way
+            if not real.startswith(root + os.sep):
+                return f"output {o!r} of {t.label} leads (through a symbolic link) outside the workspace, to {real}"
+            where = os.path.relpath(os.path.join(real, o.rpartition("/")[2]), root)
+            if self._claimed is None:  # (built once, and only when a link is on the way)
+                self._claimed = {p: f"an output of {u.label}" for u in self.graph.targets for p in u.outs}
+                self._claimed.update({p: f"a source of {u.label}" for u in self.graph.targets for p in u.srcs})
+            what = self._claimed.get(where)
+            if what is not None and what != f"an output of {t.label}":
+                return (f"output {o!r} of {t.label} is really {where!r} (through a symbolic link made since the "
+                        f"graph was checked), {what}: remove the link")
+        return None
 
     def _fix_mode(self, o: CachedOutput) -> None:
         full = os.path.join(self.root, o.path)
@@ -926,7 +963,7 @@ class TargetRunner:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
         env["TMPDIR"] = tmp
         env["HOME"] = tmp
-        blocked = self._delete_outputs(t, before_run=True)
+        blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:
             return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key)
         try:

@@ -3,6 +3,7 @@ and a message naming the file (and line) or the label."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -470,3 +471,23 @@ def test_patterns_name_targets_and_get_the_one_meant(workspace: Workspace) -> No
     assert "did you mean '//:x' (the target that makes it; patterns name targets, not files)?" in err, err
     err = expect_invalid(workspace, ":X")
     assert "package // has no target named 'X'; did you mean //:x?" in err, err
+
+
+def test_a_source_that_links_to_another_targets_output_is_refused(workspace: Workspace) -> None:
+    """alias.txt -> g.out: no edge from //p:g to //p:u, so u could read g.out before g made
+    it (or while g rewrote it), and an edit of g's input left u stale with "OK"."""
+    workspace.write("p/a.txt", "a\n")
+    os.symlink("g.out", workspace.root / "p" / "alias.txt")
+    workspace.build_file("p", 'genrule(name="g", srcs=["a.txt"], outs=["g.out"], cmd="touch ../ran-marker; cp $< $@")\n'
+                              'genrule(name="u", srcs=["alias.txt"], outs=["u.out"], cmd="cp $< $@")\n')
+    (workspace.root / "p" / "g.out").write_text("old\n")
+    err = expect_invalid(workspace)
+    assert "p/BUILD.py:2: source 'p/alias.txt' of //p:u is a symbolic link to 'p/g.out', an output of //p:g: " \
+           "refer to '//p:g' instead" in err, err
+
+
+def test_a_source_link_that_cannot_be_followed_says_why(workspace: Workspace) -> None:
+    os.symlink("loop.txt", workspace.root / "loop.txt")
+    workspace.build_file("", 'genrule(name="u", srcs=["loop.txt"], outs=["u.out"], cmd="cp $< $@")\n')
+    err = expect_invalid(workspace)
+    assert "source 'loop.txt' is a symlink that cannot be followed (Too many levels of symbolic links)" in err, err

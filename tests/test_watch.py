@@ -1132,3 +1132,29 @@ def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) 
             raise AssertionError(f"{e}\n{w.log()}") from None
     finally:
         w.stop()
+
+
+def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_through(
+        tmp_path: Path, cache: Path) -> None:
+    """gen/ (outputs only) replaced by a link to src/ between cycles: the cycle a source
+    edit started reused the graph (events under gen/ are an output directory's), deleted
+    gen/x.txt before the command and so the source src/x.txt."""
+    root = tmp_path / "lws"
+    write(root / "buildtool.toml", "")
+    write(root / "src" / "x.txt", "hand-written\n")
+    write(root / "BUILD.py", 'genrule(name="c", srcs=["src/x.txt"], outs=["gen/x.txt"], cmd="cp $< $@")\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        shutil.rmtree(root / "gen")
+        os.symlink("src", root / "gen")
+        time.sleep(0.5)
+        n = w.cycles()[-1].n
+        write(root / "src" / "x.txt", "hand-written, edited\n")
+        w.wait_settled(lambda cs: cs[-1].n > n and cs[-1].status in ("FAILED", "ERROR"), "a cycle that refuses")
+        assert (root / "src" / "x.txt").read_text() == "hand-written, edited\n", w.log()
+        assert any("is really 'src/x.txt'" in line or "through a symlinked directory" in line
+                   for line in w.out + w.err), w.log()
+    finally:
+        w.stop()
