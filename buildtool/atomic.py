@@ -112,10 +112,33 @@ def _through_a_descriptor(path: str) -> bool:
     return False
 
 
+NAME_MAX = 255  # bytes in one file name, on every filesystem Linux has
+
+
+def temp_path(path: str, suffix: str) -> str:
+    """The name of a temp file beside ``path`` (to be renamed over it): ``path`` + ``suffix``,
+    unless that name is longer than NAME_MAX bytes (while ``path``'s own name may fit: a
+    test log named after a long target, an output restored from the cache); then
+    ``path``'s name is cut and ``~`` and 16 hex digits of its hash put before ``suffix``.
+    Either way the same name for the same ``path`` and ``suffix`` (a fixed suffix: the
+    temp file a killed build left is the one the next write of ``path`` replaces) and
+    different ones for different paths."""
+    head, name = os.path.split(path)
+    raw = os.fsencode(name)
+    if len(raw) + len(os.fsencode(suffix)) <= NAME_MAX:
+        return path + suffix
+    import hashlib  # (only for a name this long)
+
+    tag = "~" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+    keep = max(NAME_MAX - len(os.fsencode(suffix)) - len(tag), 0)
+    return os.path.join(head, os.fsdecode(raw[:keep]) + tag + suffix)  # (a cut UTF-8 character stays its bytes)
+
+
 def write_atomic(path: str, data: bytes | str, *, errors: str = "strict") -> None:
-    """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``)."""
+    """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``); the temp
+    file is ``<path>.tmp.<pid>.<thread id>``, cut as ``temp_path`` says for a long name."""
     raw = data if isinstance(data, bytes) else data.encode("utf-8", errors)
-    tmp = f"{path}.tmp.{os.getpid()}.{get_ident()}"
+    tmp = temp_path(path, f".tmp.{os.getpid()}.{get_ident()}")
     try:
         with open(tmp, "wb") as f:
             f.write(raw)

@@ -49,6 +49,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from buildtool import discovered, keys, labels
+from buildtool.atomic import temp_path
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError
 from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
@@ -70,7 +71,14 @@ EVENT_TYPES = [
 ]
 
 
-_ATOMIC_TEMP = re.compile(r"\.tmp\.\d+\.\d+$")  # atomic.write_atomic's temp name: <name>.tmp.<pid>.<thread>
+_ATOMIC_TEMP = re.compile(r"\.tmp\.\d+\.\d+$")  # the end of atomic.write_atomic's temp name: .tmp.<pid>.<thread>
+
+
+def is_own_temp(rel: str, own: frozenset[str] | set[str]) -> bool:
+    """Is ``rel`` the temp file ``atomic.write_atomic`` renames over one of the files ``own``
+    (``<name>.tmp.<pid>.<thread>``, or the shorter name it takes when that is too long)?"""
+    m = _ATOMIC_TEMP.search(rel)
+    return m is not None and any(temp_path(p, m.group()) == rel for p in own)
 
 
 def is_editor_temp(name: str) -> bool:
@@ -350,7 +358,7 @@ class Watcher:
             return
         if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes
             return
-        if _ATOMIC_TEMP.search(parts[-1]) and rel.rsplit(".tmp.", 1)[0] in self.own_streams:
+        if is_own_temp(rel, self.own_streams):
             return  # the temp file of one of them, renamed over it (atomic.write_atomic)
         if is_dir and event_type == "created" and rel in self.own_dirs:  # made for one (--profile out/p.json)
             return

@@ -389,6 +389,24 @@ def test_restore_beside_dest_replaces_a_stale_temp_file(tmp_path: Path) -> None:
     assert not warned
 
 
+def test_restore_beside_dest_of_an_output_with_the_longest_name(tmp_path: Path) -> None:
+    """An output named with 255 bytes (NAME_MAX) is restored too: its temp file beside it
+    gets a cut name, which still ends in .buildtool-tmp and is the same each time (the
+    one a killed build left is replaced, not left to pile up)."""
+    c, d, warned = _restore_cache(tmp_path, b"fresh\n")
+    c.stage = None  # as when the state dir is on another filesystem
+    dest = tmp_path / "ws" / ("\u00e9" * 127 + "x")  # 255 bytes; a cut may fall inside a character
+    dest.parent.mkdir(parents=True)
+    stale = Path(c._restore_tmp(str(dest)))
+    assert stale.parent == dest.parent and stale.name.endswith(".buildtool-tmp")
+    assert len(os.fsencode(stale.name)) <= 255
+    stale.write_bytes(b"left by a killed build")
+    assert c.restore(d, str(dest), 0o644)
+    assert dest.read_bytes() == b"fresh\n"
+    assert sorted(p.name for p in dest.parent.iterdir()) == [dest.name], "a temp file was left"
+    assert not warned
+
+
 def test_hardlink_mode_links_plain_outputs_and_copies_executables(tmp_path: Path) -> None:
     c, d, _ = _restore_cache(tmp_path, b"shared\n", restore_mode="hardlink")
     plain, tool = tmp_path / "ws" / "a", tmp_path / "ws" / "b"

@@ -131,6 +131,21 @@ def test_failing_test_exits_1_shows_output_and_is_never_cached(workspace: Worksp
     assert _runs(counter) == 2
 
 
+def test_the_log_of_a_test_with_a_long_name_is_written(workspace: Workspace, tmp_path: Path) -> None:
+    """A name whose log fits in NAME_MAX (255 bytes) but whose temp file
+    ``<name>.log.tmp.<pid>.<thread>`` would not: the temp file gets a shorter name."""
+    name = "F" * 240
+    workspace.build_file("p", f'test(name="{name}", cmd="echo long-output-marker; exit 1")')
+    junit = tmp_path / "junit.xml"
+    rc, out, err = workspace.run("test", "//p/...", "--junit", str(junit))
+    assert rc == 1, out + err
+    log = workspace.root / ".buildtool" / "testlogs" / "p" / f"{name}.log"
+    assert log.read_text() == "long-output-marker\n"
+    assert f"log: .buildtool/testlogs/p/{name}.log" in out and "could not write" not in err, out + err
+    assert sorted(p.name for p in log.parent.iterdir()) == [log.name]  # no temp file left
+    assert "long-output-marker" in junit.read_text()
+
+
 def test_a_test_that_failed_with_a_key_is_not_served_a_cached_pass_of_it(
     workspace: Workspace, tmp_path: Path
 ) -> None:

@@ -492,16 +492,18 @@ def test_its_own_log_in_the_workspace_does_not_retrigger_a_broken_watch(ws: Path
         assert proc.wait(timeout=TIMEOUT) == 0
 
 
-def test_reports_it_writes_in_the_workspace_start_no_cycle(watch, ws: Path) -> None:
+@pytest.mark.parametrize("junit", ["junit.xml", "j" * 240 + ".xml"], ids=["short", "long-name"])
+def test_reports_it_writes_in_the_workspace_start_no_cycle(watch, ws: Path, junit: str) -> None:
     """--junit and --profile files in the workspace are rewritten (temp file + rename) by
-    every cycle: they must not start the next one."""
+    every cycle: they must not start the next one (a name too long for the temp file's
+    ``<name>.tmp.<pid>.<thread>`` is written too: its temp file is named shorter)."""
     write(ws / "BUILD.py", 'test(name="t", srcs=["a.txt"], cmd="true")\n'
                            'genrule(name="g", srcs=["a.txt"], outs=["g.out"], cmd="cp $< $@")\n')
-    w = watch("--junit", "junit.xml", "--profile", "reports/trace.json", command=("test", "--watch"))
+    w = watch("--junit", junit, "--profile", "reports/trace.json", command=("test", "--watch"))
     assert w.wait_cycle(1).status == "OK", w.log()
     time.sleep(1.0)  # many debounce periods: a self-triggered loop would add cycles
     assert len(w.cycles()) == 1, w.log()
-    assert (ws / "junit.xml").is_file() and (ws / "reports" / "trace.json").is_file()
+    assert (ws / junit).is_file() and (ws / "reports" / "trace.json").is_file()
     assert w.stop() == 0
 
 
@@ -761,7 +763,8 @@ def test_watch_limit_falls_back_to_polling(ws: Path, cache: Path, monkeypatch, c
 
 
 def test_classify_rules() -> None:
-    from buildtool.watch import WatchSet, classify, is_editor_temp
+    from buildtool.atomic import temp_path
+    from buildtool.watch import WatchSet, classify, is_editor_temp, is_own_temp
 
     ws = WatchSet(sources=frozenset({"p/a.c"}), loader_files=frozenset({"defs.py"}),
                   glob_dirs=frozenset({"p", "p/sub", ""}), packages=frozenset({"", "p"}), outputs=frozenset({"p/a.o"}),
@@ -791,6 +794,14 @@ def test_classify_rules() -> None:
     for name in ("a.c.swp", "a.c~", ".#a.c", "4913", "#a.c#"):
         assert is_editor_temp(name)
     assert not is_editor_temp("a.c")
+    # The temp files of watch's own reports (atomic.write_atomic), also one whose name was cut.
+    long_name = "r/" + "j" * 240 + ".xml"
+    own = frozenset({"junit.xml", long_name})
+    assert is_own_temp("junit.xml.tmp.12.34", own) and not is_own_temp("junit.xml", own)
+    cut = temp_path(long_name, ".tmp.123456.140234567890123")
+    assert cut != long_name + ".tmp.123456.140234567890123" and is_own_temp(cut, own)
+    assert not is_own_temp("r/" + "j" * 200 + ".tmp.123456.140234567890123", own)
+    assert not is_own_temp("other.xml.tmp.12.34", own)
     # While the graph is broken: what can mend it retries, a log being appended to does not.
     broken = WatchSet(glob_dirs=frozenset({""}), packages=frozenset({""}), broken=True)
     assert classify(broken, "watch.log", "modified", False) is None
