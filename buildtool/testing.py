@@ -2,10 +2,11 @@
 
 ``buildtool test`` wraps the target runner in a :class:`TestRunner`, which reruns a failing
 ``flaky=N`` test up to N times (in the worker thread that ran it) and keeps each test's
-stdout and stderr in ``.buildtool/testlogs/<pkg>/<name>.log``: the latest run, or for a
-cached result the log of the run that passed (replayed from the cache's blobs when the log
-on disk is not that run's).  :meth:`TestRunner.finish` prints the per-test results, the
-output asked for by ``--test-output``, flakiness warnings, and writes ``--junit``.
+stdout and stderr in ``.buildtool/testlogs/<pkg>/<name>.log`` (``other_log_rel_path``
+when another test's log is in the way): the latest run, or for a cached result the log of
+the run that passed (replayed from the cache's blobs when the log on disk is not that
+run's).  :meth:`TestRunner.finish` prints the per-test results, the output asked for by
+``--test-output``, flakiness warnings, and writes ``--junit``.
 Spec: docs/user-guide.md#tests and docs/formats.md#test-logs--buildtooltestlogs-and-buildtooltestlogs-index
 """
 
@@ -79,6 +80,21 @@ def log_rel_path(target: Target) -> str:
     return os.path.join(LOG_DIR, target.pkg, f"{name}.log") if target.pkg else os.path.join(LOG_DIR, f"{name}.log")
 
 
+def other_log_rel_path(target: Target) -> str:
+    """Where a test's log goes when another test's log stands in the way of
+    ``log_rel_path`` (the log ``a/b.log`` of //a:b and the directory ``a/b.log/`` of the
+    package //a/b.log): ``testlogs/<each package directory>#/<name>.log``, or
+    ``testlogs/#/<name>.log`` for the root package.  No label's name has a ``#``, so these
+    directories are no other test's log nor package."""
+    name = target.label.rsplit(":", 1)[1]
+    dirs = [f"{part}#" for part in target.pkg.split("/")] if target.pkg else ["#"]
+    return os.path.join(LOG_DIR, *dirs, f"{name}.log")
+
+
+def _attempt_path(path: str, attempt: int) -> str:
+    return f"{path[: -len('.log')]}#attempt-{attempt}.log" if attempt else path
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, data)
@@ -102,7 +118,11 @@ class TestLogs:
         self.failed: dict[str, str] = {}
         self._index: dict[str, str] = self._load_index()
         self._dirty = False
-        self._warned = False
+        # label -> the output of its latest run in this build: what its log holds, or would
+        # hold had it been written (the report shows this, not whatever file is there).
+        self._output: dict[str, bytes] = {}
+        self._moved: dict[str, str] = {}  # label -> its log's path when another log took log_rel_path's
+        self.unwritten: dict[str, str] = {}  # label -> why its latest log could not be written
 
     @property
     def index_path(self) -> str:
@@ -127,36 +147,74 @@ class TestLogs:
         return logs
 
     def path(self, target: Target) -> str:
-        return os.path.join(self.state_dir, log_rel_path(target))
+        """The test's log: at ``log_rel_path``, or ``other_log_rel_path`` when it had to go there."""
+        moved = self._moved.get(target.label)
+        return moved if moved is not None else os.path.join(self.state_dir, log_rel_path(target))
 
     def holds(self, target: Target, key: str) -> bool:
         """Does the log on disk hold the passing run of ``key``?"""
         with self._lock:
             known = self._index.get(target.label)
-        return bool(key) and known == key and os.path.isfile(self.path(target))
+        if not key or known != key:
+            return False
+        if os.path.isfile(self.path(target)):
+            return True
+        other = os.path.join(self.state_dir, other_log_rel_path(target))
+        if os.path.isfile(other):  # (written there by an earlier build)
+            self._moved[target.label] = other
+            return True
+        return False
+
+    def output(self, target: Target) -> bytes | None:
+        """The output of the test's latest run: the one this build had, else (a cached pass
+        whose log on disk holds it) its log."""
+        with self._lock:
+            held = self._output.get(target.label)
+        return held if held is not None else self.read(target)
 
     def write(self, target: Target, stdout: bytes, stderr: bytes, passed_key: str | None, attempt: int = 0) -> None:
         """Write a run's log (stdout, then stderr).  ``attempt`` > 0 names an earlier failed
         attempt of a flaky test (``<name>#attempt-<n>.log``); ``passed_key`` is the key of a
-        passing run (None for a failure)."""
-        path = self.path(target)
-        if attempt:
-            path = f"{path[: -len('.log')]}#attempt-{attempt}.log"
+        passing run (None for a failure).  A log that cannot be written is warned about,
+        each one (and its test's summary line says so)."""
+        data = stdout + stderr
+        label = target.label
+        if not attempt:
+            with self._lock:
+                self._output[label] = data
+        where = _attempt_path(os.path.join(self.state_dir, log_rel_path(target)), attempt)
         try:
-            _write_atomic(path, stdout + stderr)
+            _write_atomic(where, data)
+        except (IsADirectoryError, NotADirectoryError, FileExistsError) as e:  # another test's log is in the way
+            other = _attempt_path(os.path.join(self.state_dir, other_log_rel_path(target)), attempt)
+            try:
+                _write_atomic(other, data)
+            except OSError as e2:
+                self._not_written(target, attempt, f"{where} ({e.strerror}), nor at {other}", e2.strerror)
+                return
+            where = other
         except OSError as e:
-            if not self._warned:
-                self._warned = True
-                self.warn(f"could not write the test log {path} ({e.strerror})")
+            self._not_written(target, attempt, where, e.strerror)
             return
         if attempt:
             return
         with self._lock:
-            if passed_key:
-                self._index[target.label] = passed_key
+            self.unwritten.pop(label, None)
+            if where != os.path.join(self.state_dir, log_rel_path(target)):
+                self._moved[label] = where
             else:
-                self._index.pop(target.label, None)
+                self._moved.pop(label, None)
+            if passed_key:
+                self._index[label] = passed_key
+            else:
+                self._index.pop(label, None)
             self._dirty = True
+
+    def _not_written(self, target: Target, attempt: int, path: str, why: str | None) -> None:
+        self.warn(f"could not write the test log {path} ({why})")
+        if not attempt:
+            with self._lock:
+                self.unwritten[target.label] = str(why)
 
     def ran(self, target: Target, key: str, passed: bool) -> None:
         """A test ran to a verdict with ``key``: remember a failure, forget it on a pass."""
@@ -169,19 +227,20 @@ class TestLogs:
 
     def remove_attempts(self, target: Target) -> None:
         """Delete the logs of earlier attempts left by a previous run of a flaky test."""
-        base = self.path(target)[: -len(".log")] + "#attempt-"
-        d = os.path.dirname(base)
-        try:
-            names = os.listdir(d)
-        except OSError:
-            return
-        prefix = os.path.basename(base)
-        for n in names:
-            if n.startswith(prefix) and n.endswith(".log"):
-                try:
-                    os.unlink(os.path.join(d, n))
-                except OSError:
-                    pass
+        for rel in (log_rel_path(target), other_log_rel_path(target)):
+            base = os.path.join(self.state_dir, rel)[: -len(".log")] + "#attempt-"
+            d = os.path.dirname(base)
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            prefix = os.path.basename(base)
+            for n in names:
+                if n.startswith(prefix) and n.endswith(".log"):
+                    try:
+                        os.unlink(os.path.join(d, n))
+                    except OSError:
+                        pass
 
     def read(self, target: Target) -> bytes | None:
         try:
@@ -311,7 +370,7 @@ class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
     __test__ = False
-    __slots__ = ("failures", "label", "log", "log_path", "message", "pkg", "result", "time")
+    __slots__ = ("failures", "label", "log", "log_lost", "log_path", "message", "pkg", "result", "time")
 
     def __init__(
         self,
@@ -323,6 +382,7 @@ class TestCase:
         log: bytes,
         log_path: str,  # relative to the workspace root
         failures: list[str] | None = None,  # earlier failed attempts (flaky); None: []
+        log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
     ) -> None:
         self.label = label
         self.pkg = pkg
@@ -332,6 +392,7 @@ class TestCase:
         self.log = log
         self.log_path = log_path
         self.failures = [] if failures is None else failures
+        self.log_lost = log_lost
 
 
 class OutputFilter:
@@ -349,7 +410,7 @@ class OutputFilter:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
-        if target.kind == "test" and o.status is Status.FAILED:
+        if target.kind == "test" and o.status is Status.FAILED and target.label not in self.logs.unwritten:
             rel = os.path.relpath(self.logs.path(target), self.root)
             import copy
 
@@ -408,11 +469,12 @@ class TestSession:
             if o is None:
                 continue
             r = test_result(t, o)
-            log = self.logs.read(t) if r is not None else None
+            log = self.logs.output(t) if r is not None else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
             rel = os.path.relpath(self.logs.path(t), self.root)
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
-            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures))
+            lost = self.logs.unwritten.get(t.label) if r is not None else None
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost))
         return out
 
     def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:
@@ -441,7 +503,7 @@ class TestSession:
                 timing = f" in {c.time:.2f}s"
             extra = ""
             if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
-                extra = f"  log: {c.log_path}"
+                extra = f"  log: {c.log_path}" if c.log_lost is None else f"  log: could not be written ({c.log_lost})"
             elif c.result is None:
                 extra = f"  ({c.message})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)

@@ -8,9 +8,11 @@ appending to a file outside the workspace (an absolute path passed through ``env
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from conftest import BUILDTOOL, Workspace, _clean_env
 
 from buildtool.graph import Target
 from buildtool.outcome import Outcome, Reason, Status
-from buildtool.testing import TestLogs, TestResult, log_rel_path, test_result
+from buildtool.testing import TestLogs, TestResult, log_rel_path, other_log_rel_path, test_result
 
 
 def _runs(p: Path) -> int:
@@ -64,6 +66,8 @@ def test_result_of_each_outcome() -> None:
 def test_log_paths_and_index(tmp_path: Path) -> None:
     assert log_rel_path(_target(label="//a/b:t", pkg="a/b")) == "testlogs/a/b/t.log"
     assert log_rel_path(_target(label="//:t", pkg="")) == "testlogs/t.log"
+    assert other_log_rel_path(_target(label="//a/b:t", pkg="a/b")) == "testlogs/a#/b#/t.log"
+    assert other_log_rel_path(_target(label="//:t", pkg="")) == "testlogs/#/t.log"
     warnings: list[str] = []
     logs = TestLogs(str(tmp_path), warnings.append)
     t = _target()
@@ -81,6 +85,20 @@ def test_log_paths_and_index(tmp_path: Path) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------
+def test_a_log_moved_by_another_in_its_way_is_found_there_by_the_next_build(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    logs = TestLogs(str(tmp_path), warnings.append)
+    t = _target(label="//a:b", pkg="a")
+    (tmp_path / "testlogs" / "a" / "b.log").mkdir(parents=True)  # the package //a/b.log's logs
+    logs.write(t, b"passed\n", b"", "key1")
+    assert logs.path(t) == str(tmp_path / "testlogs" / "a#" / "b.log") and not warnings
+    assert logs.output(t) == b"passed\n"
+    logs.save()
+    again = TestLogs(str(tmp_path), warnings.append)
+    assert again.holds(t, "key1") and again.output(t) == b"passed\n"  # a cached pass keeps it, unreplayed
+    assert again.path(t) == logs.path(t)
+
+
 def test_passing_test_runs_once_then_is_cached(workspace: Workspace, tmp_path: Path) -> None:
     counter = _counting_test(workspace, tmp_path)
     r1 = workspace.build("//t:unit", command="test")
@@ -144,6 +162,50 @@ def test_the_log_of_a_test_with_a_long_name_is_written(workspace: Workspace, tmp
     assert f"log: .buildtool/testlogs/p/{name}.log" in out and "could not write" not in err, out + err
     assert sorted(p.name for p in log.parent.iterdir()) == [log.name]  # no temp file left
     assert "long-output-marker" in junit.read_text()
+
+
+@pytest.mark.parametrize("first", ["//a:b", "//a/b.log:t"])
+def test_two_tests_whose_logs_claim_one_path_both_keep_theirs(workspace: Workspace, tmp_path: Path, first: str) -> None:
+    """//a:b's log is the file testlogs/a/b.log, the package //a/b.log's the directory of that
+    name: whichever comes second is written at testlogs/a#/... instead, the summary names
+    where each is, and the JUnit report has each test's own output."""
+    workspace.build_file("a", 'test(name="b", cmd="echo I am a:b; exit 1")')
+    workspace.build_file("a/b.log", 'test(name="t", cmd="echo I am b.log:t; exit 1")')
+    assert workspace.run("test", first)[0] == 1  # it takes testlogs/a/b.log
+    junit = tmp_path / "junit.xml"
+    for _ in range(2):  # (the second time, the moved log is where the first put it)
+        rc, out, err = workspace.run("test", "//a/...", "-k", "--junit", str(junit))
+        assert rc == 1 and "could not write" not in err, out + err
+        paths = dict(re.findall(r"^(//\S+)\s+FAILED .*  log: (\S+)$", out, re.M))
+        assert set(paths) == {"//a:b", "//a/b.log:t"}, out
+        assert (workspace.root / paths["//a:b"]).read_text() == "I am a:b\n"
+        assert (workspace.root / paths["//a/b.log:t"]).read_text() == "I am b.log:t\n"
+        moved = {".buildtool/testlogs/a#/b.log", ".buildtool/testlogs/a#/b.log#/t.log"}
+        assert len(moved & set(paths.values())) == 1, paths
+        cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+        assert (cases["//a:b"].findtext("failure") or "") == "I am a:b\n"
+        assert (cases["//a/b.log:t"].findtext("failure") or "") == "I am b.log:t\n"
+
+
+def test_a_log_that_cannot_be_written_is_said_for_each_test(workspace: Workspace, tmp_path: Path) -> None:
+    """Names of 253 characters: <name>.log is longer than a file name may be.  Each test
+    gets its warning, the summary says its log could not be written (it names no file
+    that is not there), and the JUnit report still has its output."""
+    n1, n2 = "x" * 253, "y" * 253
+    workspace.build_file("p", f'test(name="{n1}", cmd="echo out-1; exit 1")\n'
+                              f'test(name="{n2}", cmd="echo out-2; exit 1")')
+    junit = tmp_path / "junit.xml"
+    rc, out, err = workspace.run("test", "//p/...", "-k", "--junit", str(junit))
+    assert rc == 1, out + err
+    assert err.count("could not write the test log") == 2, err
+    assert out.count("log: could not be written (File name too long)") == 2, out
+    assert ".log\n" not in out and "log: .buildtool" not in out, out
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert (cases[f"//p:{n1}"].findtext("failure") or "") == "out-1\n"
+    assert (cases[f"//p:{n2}"].findtext("system-out") or "") == "out-2\n"
+    # --test-output=none keeps a failure's output off the console only when its log has it.
+    rc, out, err = workspace.run("test", "//p/...", "-k", "--test-output=none")
+    assert rc == 1 and "out-1" in out + err and "output in" not in out + err, out + err
 
 
 def test_a_test_that_failed_with_a_key_is_not_served_a_cached_pass_of_it(
