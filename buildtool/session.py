@@ -105,11 +105,14 @@ class BuildResult:
 
 
 def _warn(msg: str) -> None:
-    print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+    _say(f"warning: {msg}")
 
 
 def _say(msg: str) -> None:
-    print(f"buildtool: {msg}", file=sys.stderr, flush=True)
+    # One write of the whole line (print writes the text and the newline apart): worker
+    # threads warn at once (remote lookups), and their lines must not run into each other.
+    sys.stderr.write(f"buildtool: {msg}\n")
+    sys.stderr.flush()
 
 
 class Session:

@@ -237,6 +237,27 @@ def test_an_entry_recording_a_failed_run_is_a_miss_with_a_warning(
     assert "remote cache entry not used: the entry records a failed run (exit code 1)" in r.stderr, r.stderr
 
 
+def test_an_empty_entry_is_a_miss_not_a_passing_test(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], tmp_path: Path
+) -> None:
+    """Zero bytes parse as an ActionResult with exit code 0 and no outputs: a test (which
+    declares none) was "PASSED (cached)" without running, failing as it would have."""
+    flag = tmp_path / "make-it-fail"
+    a, b = _checkouts(make_workspace, f"empty-{time.time_ns()}")
+    for ws in (a, b):
+        ws.build_file("t", f'test(name="t", cmd="test ! -e {flag}")\n')
+    url = f"{nginx.url}/empty-entry"
+    assert a.build("--remote-cache", url, command="test").rc == 0
+    entries = list((nginx.workdir / "cache" / "empty-entry" / "ac").iterdir())
+    assert entries
+    for f in entries:
+        f.write_bytes(b"")
+    flag.write_text("")
+    r = b.build("--remote-cache", url, command="test")
+    assert r.rc == 1 and r.status("//t:t") == "failed", r.output
+    assert "the entry is empty or has no execution_metadata" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("bad", ["not hex", "ab cd\nef", "A" * 64, "a" * 63, "a" * 64 + "/../x"])
 def test_a_malformed_digest_in_an_entry_is_a_miss_for_that_target_only(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], bad: str

@@ -533,3 +533,31 @@ def test_a_chain_left_remote_and_lost_is_rebuilt_on_the_next_build_not_one_level
     again = ws.build(*args)  # the executor is unreachable: both run here, then use
     assert again.rc == 0 and again.ran == {"//:p", "//:gen", "//:use"}, again.output
     assert ws.read("u.txt") == "p\ng\n"
+
+
+def test_a_server_busy_through_every_retry_is_left_for_the_rest_of_the_build(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    """RESOURCE_EXHAUSTED after every retry (a used-up quota) cost each action ~12 s before
+    it ran here; the first such action now trips the breaker: one warning, the rest local.
+    (A unit test of the retry policy: the server is faked, nothing is contacted.)"""
+    from buildtool.remote import exec_layer
+    from buildtool.remote.options import RemoteOptions, parse_endpoint
+    from buildtool.remote.store import RemoteError
+
+    said: list[str] = []
+    ex = exec_layer.RemoteExecutor(parse_endpoint("grpc://127.0.0.1:9", grpc_only=True), RemoteOptions(),
+                                   str(tmp_path), str(tmp_path / "tmp"), said.append)
+    calls: list[str] = []
+
+    def busy(*_: object) -> None:
+        calls.append("run")
+        raise RemoteError("Execute: RESOURCE_EXHAUSTED: too many concurrent requests")
+
+    monkeypatch.setattr(ex, "_get", lambda: object())
+    monkeypatch.setattr(ex, "_run", busy)
+    monkeypatch.setattr(exec_layer.time, "sleep", lambda s: None)
+    t = type("T", (), {"label": "//:a", "local": False, "depfile": None, "pool": None})()
+    assert ex.run(t, None, {}, "//:a") is None
+    assert len(calls) == exec_layer.BUSY_RETRIES + 1
+    assert not ex.wants(t)  # the breaker tripped: the next actions run here at once
+    assert len(said) == 1 and "remote execution unavailable (still busy after 6 retries" in said[0], said

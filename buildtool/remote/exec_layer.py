@@ -42,7 +42,7 @@ from buildtool.remote.store import checked_digest as _checked
 
 CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
 WAIT_RETRIES = 5  # WaitExecution attempts after a broken Operation stream
-BUSY_RETRIES = 6  # attempts while the server answers RESOURCE_EXHAUSTED (about 8 s of backoff)
+BUSY_RETRIES = 6  # attempts while the server answers RESOURCE_EXHAUSTED (about 12 s of backoff)
 DEFAULT_EXEC_DEADLINE_S = 3600.0  # an action without a timeout: how long we wait for it at most
 TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 CODE_DEADLINE_EXCEEDED = 4
@@ -222,7 +222,8 @@ class RemoteExecutor:
         self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
     ) -> RemoteResult:
         """A busy server (RESOURCE_EXHAUSTED, e.g. BuildGrid's concurrent-RPC limit) is retried
-        with backoff before the action falls back to local execution."""
+        with backoff; still busy after that, it is unavailable for the rest of the build (a
+        quota used up would otherwise cost every action the same ~12 s before running here)."""
         for attempt in range(BUSY_RETRIES):
             try:
                 return self._run(st, t, inputs, desc, started, skip_cache)
@@ -230,7 +231,12 @@ class RemoteExecutor:
                 if "RESOURCE_EXHAUSTED" not in str(e) or self.cancelled:
                     raise
             time.sleep(min(0.25 * 2**attempt, 4.0))
-        return self._run(st, t, inputs, desc, started, skip_cache)
+        try:
+            return self._run(st, t, inputs, desc, started, skip_cache)
+        except RemoteError as e:
+            if "RESOURCE_EXHAUSTED" in str(e) and not isinstance(e, Unavailable):
+                raise Unavailable(f"still busy after {BUSY_RETRIES} retries: {e}") from None
+            raise
 
     def _run(
         self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
