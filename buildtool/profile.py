@@ -49,10 +49,9 @@ class Phases:
         self.spans.append((name, start_abs - self.t0, end_abs - self.t0))
 
 
-def trace_events(
-    graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases, sched_offset: float
-) -> list[dict[str, object]]:
-    """The trace's events; ``sched_offset`` = scheduler start minus build start (seconds)."""
+def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) -> list[dict[str, object]]:
+    """The trace's events.  Outcomes' start and end count from when the build began (the
+    session gives the scheduler that origin), as the phases' spans and --events do."""
     pid = os.getpid()
 
     def us(s: float) -> int:
@@ -73,25 +72,23 @@ def trace_events(
         lanes.add(lane)
         evs.append({
             "ph": "X", "name": graph.targets[t].label, "cat": "target", "pid": pid, "tid": lane + 1,
-            "ts": us(sched_offset + o.start), "dur": max(us(o.end - o.start), 1),
+            "ts": us(o.start), "dur": max(us(o.end - o.start), 1),
             "args": {"status": o.status.value, "cache": o.cache, "reason": o.message,
                      "reason_code": o.reason.value},
         })
         hashed = o.extra.get("hash_s")
         if isinstance(hashed, float) and hashed > 0:  # the hash phase of this target, nested in its span
             evs.append({"ph": "X", "name": "hash inputs", "cat": "hash", "pid": pid, "tid": lane + 1,
-                        "ts": us(sched_offset + o.start), "dur": max(us(min(hashed, o.end - o.start)), 1)})
+                        "ts": us(o.start), "dur": max(us(min(hashed, o.end - o.start)), 1)})
     for lane in sorted(lanes):
         evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1, "args": {"name": f"worker {lane}"}})
     return evs
 
 
-def write_profile(
-    path: str, graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases, sched_offset: float, wall: float
-) -> None:
+def write_profile(path: str, graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases, wall: float) -> None:
     """Write the trace atomically (temp file + rename)."""
     doc = {
-        "traceEvents": trace_events(graph, outcomes, phases, sched_offset),
+        "traceEvents": trace_events(graph, outcomes, phases),
         "displayTimeUnit": "ms",
         "otherData": {"buildtool_profile_version": PROFILE_VERSION, "wall_s": round(wall, 6)},
     }

@@ -83,6 +83,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         can_start: Callable[[], bool] | None = None,
         exclusive: Sequence[bool] | None = None,
+        origin: float | None = None,
     ) -> None:
         self.plan = plan
         self.runner = runner
@@ -110,6 +111,9 @@ class Scheduler:
         self._lane_of: dict[int, int] = {}  # target -> the lane it holds (until its lane is released)
         self._freed_at: dict[int, float] = {}  # target -> when its command's lane was released early
         self._running = 0  # lanes in use
+        # The clock's reading that outcomes' start and end count from: when the build began
+        # (the session's, so --events and --profile share one zero), or None: when run() starts.
+        self.origin = origin
         self.t0 = 0.0
         # Commands started on this thread (runner.start): pidfd -> (target, lane, start, handle),
         # polled with the read end of a pipe that workers write to after each result.
@@ -137,7 +141,7 @@ class Scheduler:
         self._wake_up()
 
     def run(self) -> dict[int, Outcome]:
-        self.t0 = self.clock()
+        self.t0 = self.clock() if self.origin is None else self.origin
         plan = self.plan
         starter = getattr(self.runner, "start", None)
         if starter is not None:

@@ -387,6 +387,7 @@ class Session:
                 pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
                 can_start=load_limit.can_start if load_limit else None,
                 exclusive=[t.exclusive for t in graph.targets],
+                origin=t_begin,  # (start and end in --events count from when the build began, as --profile's)
             )
             if self.observer is not None:
                 self.observer.started(graph, sched)
@@ -408,7 +409,7 @@ class Session:
             wall = time.monotonic() - t_begin
             console.critical_path(format_critical_path(graph, outcomes, wall))
             if req.profile:
-                lost_report = _write_profile(req.profile, graph, outcomes, phases, sched.t0 - t_begin, wall)
+                lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
             cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always
                 kept = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
@@ -753,11 +754,11 @@ class _Committer:
         self.runner.commit(t, o)
 
 
-def _write_profile(path: str, graph: Graph, outcomes: dict[int, Outcome], phases: Phases, offset: float,
+def _write_profile(path: str, graph: Graph, outcomes: dict[int, Outcome], phases: Phases,
                    wall: float) -> str | None:
     """Write the --profile file; what went wrong, or None."""
     try:
-        write_profile(path, graph, outcomes, phases, offset, wall)
+        write_profile(path, graph, outcomes, phases, wall)
     except OSError as e:
         _warn(f"could not write the profile {path}: {e.strerror}")
         return f"--profile {path} could not be written ({e.strerror})"

@@ -88,6 +88,20 @@ def test_profile_is_written_for_a_failed_build(workspace: Workspace, tmp_path: P
     assert [s["args"]["status"] for s in spans] == ["failed"]
 
 
+def test_events_and_profile_count_from_the_same_zero(workspace: Workspace, tmp_path: Path) -> None:
+    """Both say "since the build began": the events' start and end counted from the
+    scheduler's start instead, so a slow BUILD.py put the profile's spans 0.3 s later than
+    the same targets' events."""
+    workspace.build_file("", 'import time\ntime.sleep(0.3)\ntest(name="t", cmd="sleep 0.2")\n')
+    prof = tmp_path / "p.json"
+    r = workspace.build("--no-cache-tests", "--profile", str(prof), command="test")
+    assert r.rc == 0, r.output
+    ev = r.by_label["//:t"]
+    [span] = [e for e in _load(prof)["traceEvents"] if e.get("cat") == "target"]
+    assert ev["start"] >= 0.3, ev  # (after the BUILD.py's evaluation, which the build's time includes)
+    assert abs(span["ts"] / 1e6 - ev["start"]) < 0.001 and abs(span["dur"] / 1e6 - (ev["end"] - ev["start"])) < 0.001
+
+
 def test_the_console_shows_a_long_critical_path_cut_in_the_middle(workspace: Workspace) -> None:
     n = 60  # a chain: every step is on the critical path
     workspace.build_file("", "\n".join(
