@@ -163,8 +163,7 @@ def run() -> None:
     try:
         code = main()
     except KeyboardInterrupt as e:  # Ctrl-C while starting up (imports, parsing, the no-op check)
-        _say_interrupted(e)
-        code = 130
+        code = _interrupted(e)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -173,12 +172,38 @@ def run() -> None:
     os._exit(code)
 
 
-def _say_interrupted(e: KeyboardInterrupt) -> None:
-    """Name the BUILD.py that Ctrl-C stopped, if one was running (an endless loop in one
-    otherwise ended the command without a word)."""
+def _interrupted(e: KeyboardInterrupt) -> int:
+    """Name the BUILD.py that Ctrl-C (or SIGTERM, SIGHUP) stopped, if one was running (an
+    endless loop in one otherwise ended the command without a word), and the signal if it
+    was not Ctrl-C (whose ^C the terminal shows); the exit code, 128 + the signal."""
+    signum = getattr(e, "signum", 2)  # (a plain KeyboardInterrupt: SIGINT)
+    by = "" if signum == 2 else f" by signal {signum}"
     where = getattr(e, "where", None)
     if where:
-        print(f"buildtool: interrupted while evaluating {where}", file=sys.stderr)
+        print(f"buildtool: interrupted{by} while evaluating {where}", file=sys.stderr)
+    elif by:  # (as a build interrupted while its commands ran says it)
+        print(f"buildtool: error: interrupted{by}", file=sys.stderr)
+    return 128 + signum
+
+
+def _on_termination(signum: int, frame: Any) -> None:
+    from buildtool.errors import Terminated
+
+    raise Terminated(signum)
+
+
+def _leave_on_termination() -> None:
+    """SIGTERM and SIGHUP (a terminal closed, an ssh connection dropped) end the command as
+    Ctrl-C does: through its ``finally`` blocks, which release the locks and remove the lock
+    file in /tmp, with a word and exit 128 + the signal, rather than at once by their
+    default action.  While a build's commands run and its reports are written, the
+    session's own handlers take over (session.py).  A SIGHUP ignored from the start
+    (``nohup buildtool build``) stays ignored."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_termination)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _on_termination)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     checked: Any = False  # False: not checked yet; None or a verdict: the snapshot's answer
     args = _plain_build(argv)
     if args is not None:
+        _leave_on_termination()  # (the no-op check takes the lock)
         import gc
 
         gc.disable()  # a one-shot build: see Session.build for when it collects cycles
@@ -220,8 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"buildtool: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
-        _say_interrupted(e)
-        return 130
+        return _interrupted(e)
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
     except OSError as e:
@@ -289,6 +314,7 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     if args.command not in ("monitor", "worker"):  # (those check their own flags and signals)
         _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
         args.sigint_ignored = _interruptible()
+        _leave_on_termination()
     if args.command == "cache":
         from buildtool.cachecmd import run_command as run_cache_command
 

@@ -5,9 +5,10 @@
     |   +-- BuildfileError         ... with a file and line
     |   +-- NoTestsError (exit 4)  ``buildtool test`` matched no test target
     +-- BuildFailed (exit 1)       a command or a test failed
-    +-- Interrupted (130/143)      SIGINT / SIGTERM during a build
+    +-- Interrupted (130/143/129)  SIGINT / SIGTERM / SIGHUP while the scheduler ran or reports were written
     KeyboardInterrupt
-    +-- EvaluationInterrupted      Ctrl-C while a BUILD.py ran (names it: an endless loop)
+    +-- EvaluationInterrupted      Ctrl-C (or SIGTERM, SIGHUP) while a BUILD.py ran (names it: an endless loop)
+    +-- Terminated                 SIGTERM or SIGHUP elsewhere (loading, waiting for the lock): leave as on Ctrl-C
     StopRequested (BaseException)  raised by buildtool's own signal handlers (watch): leave now
 
 Only ``cli.py`` decides how to print them.  Cache and state trouble is never an
@@ -65,11 +66,24 @@ class Interrupted(BuildtoolError):
 class EvaluationInterrupted(KeyboardInterrupt):
     """Ctrl-C while a BUILD.py (or a module it imported) was running; ``where`` is the
     deepest workspace file and line, so a BUILD.py stuck in a loop is named on the way out.
-    Still a KeyboardInterrupt: every caller that stops on Ctrl-C stops on it."""
+    Still a KeyboardInterrupt: every caller that stops on Ctrl-C stops on it.  ``signum``:
+    SIGINT, or the SIGTERM or SIGHUP a ``Terminated`` stood for (the exit is 128 + it)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, signum: int = 2) -> None:
         self.where = where
+        self.signum = signum
         super().__init__(where)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``signum``) outside the scheduler's loop: raised by the CLI's
+    handler so that the command leaves as on Ctrl-C, its ``finally`` blocks releasing the
+    locks, rather than dying at once (the default action) with its lock file in /tmp left
+    behind.  A KeyboardInterrupt, so it passes wherever Ctrl-C passes."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"signal {signum}")
 
 
 class StopRequested(BaseException):

@@ -340,7 +340,8 @@ class Loader:
         except KeyboardInterrupt as e:
             path, line = self._locate(e, buildfile)
             at = f"{path}:{line}" if line else path
-            raise EvaluationInterrupted(at if path == rel_bf else f"{rel_bf} (at {at})") from None
+            raise EvaluationInterrupted(at if path == rel_bf else f"{rel_bf} (at {at})",
+                                        getattr(e, "signum", 2)) from None  # (2: Ctrl-C; a Terminated's)
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"

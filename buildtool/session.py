@@ -211,19 +211,30 @@ class Session:
         # during the scheduling only, with what was loaded frozen out of its way.
         collecting = gc.isenabled()
         gc.disable()
+        signals = _Signals()
         try:
-            self.tests_missing = None
-            result = self._build_locked(req, cfg, state, t_begin, out)
-            if self.tests_missing is not None:
-                raise NoTestsError(self.tests_missing)
-            return result
-        finally:
-            gc.unfreeze()
-            if collecting:
-                gc.enable()
-            lock.release()
+            try:
+                self.tests_missing = None
+                result = self._build_locked(req, cfg, state, t_begin, out, signals)
+                if self.tests_missing is not None:
+                    raise NoTestsError(self.tests_missing)
+            finally:
+                gc.unfreeze()
+                if collecting:
+                    gc.enable()
+                lock.release()
+                signals.restore()
+        except BuildtoolError as e:  # (a failed test, a lost report: the user stopped the build all the same)
+            if signals.held is None or isinstance(e, Interrupted):
+                raise
+            raise Interrupted(signals.held) from None
+        if signals.held is not None:  # it came while the reports were written: they are whole
+            raise Interrupted(signals.held)
+        return result
 
-    def _build_locked(self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any) -> BuildResult:
+    def _build_locked(
+        self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any, signals: _Signals
+    ) -> BuildResult:
         verdict, prior_graph = None, None
         if req.prior is not None and self.focus is None and self.graph_source is None:
             # The snapshot vouches for the graph, only files changed; checked under this lock.
@@ -393,7 +404,7 @@ class Session:
                 self.observer.started(graph, sched)
             children = orphans.Tracker(state)
             runner.executor.on_spawn = children.add
-            restore = _install_signals(sched.request_stop)
+            signals.install(sched.request_stop)
             t_sched = time.monotonic()
             gc.freeze()
             gc.enable()
@@ -401,7 +412,7 @@ class Session:
                 outcomes = sched.run()
             finally:
                 gc.disable()
-                restore()
+                signals.hold()  # (what follows writes the reports and the state: it is not cut short)
                 runner.executor.kill_remaining()
                 children.close()
                 console.close()
@@ -439,7 +450,7 @@ class Session:
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
-                and sched.interrupt is None \
+                and sched.interrupt is None and signals.held is None \
                 and not any(t.always for t in graph.targets) \
                 and not (runner.remote_exec is not None and runner.remote_exec.download != "all") \
                 and all(o.extra.get("record", True) is not False for o in outcomes.values()):
@@ -850,23 +861,48 @@ def _prune_empty_dirs(root: str, rel_dir: str) -> None:
         rel_dir = os.path.dirname(rel_dir)
 
 
-def _install_signals(handler: Callable[[int], None]) -> Callable[[], None]:
-    prev = {}
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP (a terminal closed, an ssh connection dropped) from the
+    scheduler's start to the build's end.  While the scheduler runs, one stops it (running
+    commands' groups are killed, nothing partial is recorded).  Once it returned, one is
+    ``held`` until the reports (--profile, --junit, --events) and the state are written and
+    the lock is released, which takes moments: cut short there, a report was half a temp
+    file, or the last run's was left in its place, with no word; the build then ends
+    interrupted all the same.  A SIGHUP ignored from the start (``nohup``) stays ignored."""
 
-    def on_signal(signum: int, frame: Any) -> None:
-        handler(signum)
+    __slots__ = ("_prev", "_stop", "held")
 
-    for s in (signal.SIGINT, signal.SIGTERM):
-        try:
-            prev[s] = signal.signal(s, on_signal)
-        except ValueError:  # not the main thread
-            pass
+    def __init__(self) -> None:
+        self._prev: dict[int, Any] = {}
+        self._stop: Callable[[int], None] | None = None
+        self.held: int | None = None  # the signal that came after the scheduler returned
 
-    def restore() -> None:
-        for s, h in prev.items():
+    def install(self, stop: Callable[[int], None]) -> None:
+        self._stop = stop
+        wanted = [signal.SIGINT, signal.SIGTERM]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            wanted.append(signal.SIGHUP)
+        for s in wanted:
+            try:
+                self._prev[s] = signal.signal(s, self._on_signal)
+            except ValueError:  # not the main thread
+                pass
+
+    def hold(self) -> None:
+        """The scheduler returned: a signal from now on waits for the end of the build."""
+        self._stop = None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop is not None:
+            self._stop(signum)
+        elif self.held is None:
+            self.held = signum
+
+    def restore(self) -> None:
+        """The handlers from before ``install`` back (the CLI's, or watch mode's)."""
+        for s, h in self._prev.items():
             signal.signal(s, h)
-
-    return restore
+        self._prev.clear()
 
 
 def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:

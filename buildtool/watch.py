@@ -890,7 +890,10 @@ class Watcher:
                 labels.parse_pattern(text, self.session.ws.cwd_pkg_dir)
             except labels.LabelError as e:
                 raise UserError(str(e)) from None
-        prev = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        stops = [signal.SIGINT, signal.SIGTERM]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (a terminal closed; not under nohup)
+            stops.append(signal.SIGHUP)
+        prev = {s: signal.signal(s, self._on_signal) for s in stops}
         s = self.session
         s.stats = s.stats or _stat_cache(s)
         if s.cache is None:
@@ -920,7 +923,7 @@ class Watcher:
             for sig, h in prev.items():
                 signal.signal(sig, h)
             s.stats.save() if s.stats is not None else None
-        return 143 if self.stop_signal == signal.SIGTERM else 0
+        return 0 if self.stop_signal in (None, signal.SIGINT) else 128 + self.stop_signal  # SIGTERM 143, SIGHUP 129
 
 
 class _Forward:
@@ -996,5 +999,5 @@ def _warn(msg: str) -> None:
 
 
 def watch(session: Any, req: Any, *, poll: bool = False, debounce_ms: float | None = None) -> int:
-    """``buildtool watch``: build, then rebuild on every relevant change until SIGINT/SIGTERM."""
+    """``buildtool watch``: build, then rebuild on every relevant change until SIGINT/SIGTERM/SIGHUP."""
     return Watcher(session, req, poll=poll, debounce_ms=debounce_ms).run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -36,8 +37,15 @@ def _signal_once_started(p: subprocess.Popen, marker: Path, sig: int, what: str)
     return p.communicate(timeout=20)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def _hup_default() -> None:
+    """In the child: SIGHUP at its default, whatever this test run inherited (``nohup``)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) -> None:
+    """SIGHUP too (a terminal closed, an ssh connection dropped): it killed buildtool at
+    once, and its commands, each in a session of its own, ran on."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "buildtool.toml").write_text("")
@@ -54,6 +62,7 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_hup_default,
     )
     with _reaped(p):
         _signal_once_started(p, marker, sig, "the command never started")
@@ -67,6 +76,22 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     (ws / "BUILD.py").write_text('genrule(name="slow", outs=["s.txt"], cmd="echo > $@")\n')
     r = subprocess.run(["buildtool", "-C", str(ws), "build"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "1 ran" in r.stdout
+
+
+def test_sighup_ignored_from_the_start_stays_ignored(tmp_path: Path) -> None:
+    """``nohup buildtool build``: the build goes on when the terminal goes."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "started"
+    (ws / "BUILD.py").write_text(f'genrule(name="g", outs=["g.txt"], cmd="touch {marker}; sleep 0.5; echo > $@")\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    with _reaped(p):
+        out, err = _signal_once_started(p, marker, signal.SIGHUP, "the command never started")
+    assert p.returncode == 0, (out, err)
+    assert (ws / "g.txt").exists()
 
 
 @pytest.mark.parametrize("how", ["sigterm", "timeout"])
@@ -129,6 +154,69 @@ def test_ctrl_c_in_an_endless_buildfile_names_it(tmp_path: Path, where: str, inh
     assert "Traceback" not in err
 
 
+def _second_lock(ws: Path) -> Path:
+    """The build's lock file outside the workspace (lock.second_lock_path)."""
+    st = ws.stat()
+    return Path(f"/tmp/buildtool-{os.getuid()}/{st.st_dev:x}-{st.st_ino:x}.lock")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_in_an_endless_buildfile_names_it_and_releases_the_locks(tmp_path: Path, sig: int, code: int) -> None:
+    """As Ctrl-C does: SIGTERM and SIGHUP while a BUILD.py ran took their default action,
+    no word (a Python parent saw -15), and the lock file in /tmp was left behind."""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "evaluating"
+    (ws / "pkg" / "BUILD.py").write_text(f"open({str(marker)!r}, 'w').close()\nwhile True:\n    pass\n")
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "//..."], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_hup_default)
+    with _reaped(p):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the BUILD.py never ran"
+            time.sleep(0.05)
+        assert _second_lock(ws).exists()  # (held while the BUILD.py runs)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=20)
+    assert p.returncode == code, err
+    assert f"buildtool: interrupted by signal {sig} while evaluating pkg/BUILD.py:2" in err, err
+    assert "Traceback" not in err
+    assert not _second_lock(ws).exists()
+
+
+def test_sigterm_while_waiting_for_the_lock_is_exit_143(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "started"
+    (ws / "BUILD.py").write_text(f'genrule(name="g", outs=["g.txt"], cmd="touch {marker}; sleep 30; echo > $@")\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    first = subprocess.Popen(["buildtool", "-C", str(ws), "build"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    with _reaped(first):
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        log = tmp_path / "second.err"
+        with open(log, "w") as err_f:
+            second = subprocess.Popen(["buildtool", "-C", str(ws), "build", "--events", str(tmp_path / "ev")],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=err_f)
+        with _reaped(second):
+            while "waiting for another buildtool" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            second.send_signal(signal.SIGTERM)
+            second.wait(20)
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=20)
+    assert second.returncode == 143, log.read_text()
+    assert "buildtool: error: interrupted by signal 15" in log.read_text()
+    assert first.returncode == 130
+
+
 @pytest.mark.parametrize("command", ["build", "test"])
 def test_a_command_that_exits_0_on_sigterm_is_not_recorded(tmp_path: Path, command: str) -> None:
     """A command that traps SIGTERM, writes half its output and exits 0 was recorded and
@@ -180,3 +268,41 @@ def test_ctrl_c_while_the_command_is_imported_is_exit_130_without_a_traceback(en
     r = subprocess.run([sys.executable, "-c", _IMPORT_INTERRUPTED, str(script)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_while_the_reports_are_written_lets_them_finish(tmp_path: Path, sig: int, code: int) -> None:
+    """The signal handlers were put back to the defaults as soon as the scheduler returned:
+    Ctrl-C while the JUnit file was written left the last run's (or, on SIGTERM, half a temp
+    file) and no word.  Now the reports are finished, then the build ends interrupted.
+    The JUnit file is a FIFO here, read only once the signal is sent: its writer is then
+    surely in the middle of writing it (it is larger than a pipe holds)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text(
+        'test(name="big", cmd="head -c 300000 /dev/zero | tr \'\\\\0\' x | fold -w 1000; exit 1")\n'
+        'test(name="ok", cmd="true")\n')
+    junit = tmp_path / "j.xml"
+    os.mkfifo(junit)
+    reader = os.open(junit, os.O_RDONLY | os.O_NONBLOCK)  # (so that buildtool's open does not wait)
+    events = tmp_path / "ev.jsonl"
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "-k", "--junit", str(junit), "--events", str(events),
+                          "--test-output", "none"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # (not nohup's)
+    with _reaped(p), os.fdopen(reader, "rb") as f:
+        poller = select.poll()
+        poller.register(reader, select.POLLIN)
+        assert poller.poll(60_000), "the JUnit file was never written"
+        p.send_signal(sig)
+        time.sleep(0.2)  # (the signal is taken while the writer waits for room in the pipe)
+        os.set_blocking(reader, True)
+        written = f.read()
+        _, err = p.communicate(timeout=20)
+    assert p.returncode == code, err
+    assert f"interrupted by signal {sig}".encode() in err, err
+    assert written.rstrip().endswith(b"</testsuites>") and written.count(b'<testcase ') == 2, written[-200:]
+    statuses = {e["label"]: e["status"] for e in map(json.loads, events.read_text().splitlines()[1:])}
+    assert statuses == {"//:big": "failed", "//:ok": "ran"}  # (the events file is whole as well)
+    assert not (ws / ".buildtool" / "tmp").exists()

@@ -61,6 +61,7 @@ class Watch:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "buildtool", *command, *args],
             cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # (whatever this run inherited)
         )
         self.out: list[str] = []
         self.err: list[str] = []
@@ -639,6 +640,16 @@ def test_sigint_exits_0_and_kills_running_command(watch, ws: Path) -> None:
     wait_for(lambda: procs_with("sleep 43.25"), what="the long command to start")
     assert w.stop(signal.SIGINT) == 0
     wait_for(lambda: not procs_with("sleep 43.25"), timeout=5, what="no orphan sleep")
+
+
+def test_sighup_exits_129_and_kills_running_command(watch, ws: Path) -> None:
+    """A terminal closed: SIGHUP killed watch at once, and its command ran on."""
+    bf = read(ws / "BUILD.py").replace('cmd="cat a.txt', 'cmd="sleep 43.75; cat a.txt')
+    write(ws / "BUILD.py", bf)
+    w = watch()
+    wait_for(lambda: procs_with("sleep 43.75"), what="the long command to start")
+    assert w.stop(signal.SIGHUP) == 129
+    wait_for(lambda: not procs_with("sleep 43.75"), timeout=5, what="no orphan sleep")
 
 
 def test_sigterm_exits_143_when_idle(watch, ws: Path) -> None:
