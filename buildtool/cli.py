@@ -381,7 +381,7 @@ def _check_build_flags(args: argparse.Namespace) -> None:
     for flag, path in (("--events", getattr(args, "events", None)), ("--profile", getattr(args, "profile", None)),
                        ("--junit", getattr(args, "junit", None))):
         if path is not None:
-            problem = _unwritable(path)
+            problem = _unwritable(path, flag)
             if problem:
                 msg = f"{flag} {path}: {problem}"
                 raise UserError(msg)
@@ -391,22 +391,57 @@ def _check_build_flags(args: argparse.Namespace) -> None:
                 raise UserError(msg)
 
 
-def _unwritable(path: str) -> str | None:
-    """Why a report file cannot be written at ``path``, or None."""
+def _unwritable(path: str, flag: str) -> str | None:
+    """Why the report of ``flag`` cannot be written at ``path``, or None: checked before
+    anything runs (exit 2), where a --junit or --profile file was found unwritable only
+    once the whole build was done.  Nothing is created or truncated here."""
+    import stat
+
     if not path:
         return "the file name is empty"
     if os.path.isdir(path):
         return "is a directory; name a file"
+    try:
+        regular: bool | None = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = None  # nothing there yet (or a link to nothing yet): made
+    # --junit and --profile replace a regular file, or make one, through a temp file beside
+    # the file a link there names (atomic.write_report), in a directory that must take new
+    # files (the temp file's name is cut to fit: atomic.temp_path).  --events writes into
+    # the file itself.
+    through_temp = flag != "--events" and regular is not False
+    target = os.path.realpath(path) if through_temp else os.path.abspath(path)
     # Missing parent directories are created when the file is written (CI jobs name
     # ``reports/junit.xml`` in a fresh checkout); what must hold is that the nearest existing
-    # ancestor is a writable directory.
-    parent = os.path.dirname(os.path.abspath(path))
+    # ancestor is a writable directory, and that the names below it fit its file system.
+    parent = os.path.dirname(target)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         return f"{parent} is not a directory"
-    if not os.access(path if os.path.exists(path) else parent, os.W_OK):
-        return "not writable"
+    problem = _too_long(parent, target)
+    if problem:
+        return problem
+    if regular is not None and not through_temp:
+        return None if os.access(path, os.W_OK) else "not writable"
+    where = parent if regular is None else os.path.dirname(target)  # (where the new file is made)
+    return None if os.access(where, os.W_OK | os.X_OK) else f"{where} is not writable"
+
+
+def _too_long(parent: str, target: str) -> str | None:
+    """Why ``target``, a file to make below the existing directory ``parent``, has a name,
+    or a directory on its way, or a path too long for the file system; or None."""
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+        path_max = os.pathconf(parent, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # (Linux's)
+    for part in target[len(parent):].strip("/").split("/"):
+        n = len(os.fsencode(part))
+        if n > name_max:
+            return f"the name {part[:20]}... is {n} bytes long, more than the {name_max} its file system allows"
+    if len(os.fsencode(target)) >= path_max:
+        return f"the path is longer than the {path_max - 1} bytes its file system allows"
     return None
 
 

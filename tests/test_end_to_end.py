@@ -619,6 +619,9 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     (["--events", "/dev/null/e.jsonl"], {}, "/dev/null is not a directory"),
     (["--events", "{tmp}"], {}, "is a directory"),
     (["--profile", "{tmp}"], {}, "--profile"),
+    # A name too long for the file system: --profile (and --junit) failed only once the build was done.
+    (["--profile", "{tmp}/" + "p" * 300], {}, "its file system allows"),
+    (["--events", "{tmp}/new/" + "e" * 300], {}, "its file system allows"),
     (["--cache-dir="], {}, "--cache-dir"),
     (["--action-env", "=x"], {}, "--action-env"),
     (["--action-env", "1A=2"], {}, "--action-env"),
@@ -634,6 +637,7 @@ def test_bad_flag_values_are_exit_2_before_anything_runs(
     assert rc == 2, (rc, out, err)
     assert needle in err and "Traceback" not in err, err
     assert not workspace.exists("g")
+    assert not (tmp_path / "new").exists()  # (nothing made for a report that cannot be written)
 
 
 @pytest.mark.parametrize("args", [["--cache-dir="], ["-j", "0"], ["--events", ""], ["--action-env", "=x"]])

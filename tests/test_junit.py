@@ -188,6 +188,19 @@ def test_a_junit_file_that_cannot_be_written_leaves_no_stale_report(workspace: W
     assert not junit.exists()
 
 
+def test_a_junit_name_too_long_is_exit_2_before_any_test_runs(workspace: Workspace, tmp_path: Path) -> None:
+    """It ran every test, then warned and exited 1, where --events with the same name is
+    refused up front (exit 2).  A name that fits is written, though the temp file's
+    name beside it would not (it is cut to fit)."""
+    workspace.build_file("", f'test(name="t", cmd="touch {tmp_path}/ran")\n')
+    rc, out, err = workspace.run("test", "--junit", str(tmp_path / ("j" * 300)))
+    assert rc == 2 and "its file system allows" in err, (rc, out, err)
+    assert not (tmp_path / "ran").exists()
+    rc, out, err = workspace.run("test", "--junit", str(tmp_path / ("j" * 250)))
+    assert rc == 0 and (tmp_path / ("j" * 250)).is_file() and (tmp_path / "ran").exists(), (rc, out, err)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("j") and p.name != "j" * 250]  # no temp left
+
+
 def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
     """After a failed write, the stale report goes; a source (also through a link), a log,
     or an empty file never does."""
