@@ -195,6 +195,8 @@ class Loader:
         self.glob_dirs.add(rel)
         try:
             it = os.scandir(absdir)
+        except PermissionError:
+            raise UserError(_unlistable(rel, "finding the packages")) from None
         except OSError:
             return
         subdirs = []
@@ -531,6 +533,8 @@ class Loader:
         absdir = os.path.join(self.ws.root, wrel)
         try:
             it = os.scandir(absdir)
+        except PermissionError:
+            raise UserError(_unlistable(wrel, f"glob() of //{pkg}")) from None
         except OSError:
             return
         dirs = []
@@ -559,6 +563,12 @@ class Loader:
                     continue
         for d in dirs:
             self._list_package_files(pkg, d, out)
+
+
+def _unlistable(rel: str, doing: str) -> str:
+    """An unreadable directory: its packages or sources would silently drop out."""
+    return (f"{doing}: cannot list the directory {rel or '.'} (Permission denied); make it readable, "
+            f"or name it in .buildtoolignore to leave it out")
 
 
 class _PrintsToStderr:

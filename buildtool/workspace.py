@@ -102,6 +102,9 @@ def find_workspace(start: str) -> Workspace:
         what = "is not a directory" if os.path.exists(start_abs) else "does not exist"
         msg = f"directory {start!r} {what}"
         raise UserError(msg)
+    if not os.access(start_abs, os.X_OK):  # (a directory one cannot enter: its buildtool.toml looked absent)
+        msg = f"directory {start!r} cannot be entered (Permission denied)"
+        raise UserError(msg)
     d = start_abs
     while True:
         marker = os.path.join(d, MARKER)
@@ -129,8 +132,11 @@ def read_ignore(root: str) -> tuple[str, ...]:
     try:
         with open(os.path.join(root, IGNORE_FILE), encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return ()
+    except OSError as e:  # (taken as empty, the packages it leaves out were built)
+        msg = f"cannot read {os.path.join(root, IGNORE_FILE)}: {e.strerror}"
+        raise UserError(msg) from None
     pats = []
     for line in lines:
         line = line.strip()

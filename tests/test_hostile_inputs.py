@@ -558,3 +558,41 @@ def test_output_names_with_format_characters_and_odd_spaces_are_fine(workspace: 
     workspace.build_file("", f"genrule(name='t', outs={names!r}, cmd='for f in $(OUTS); do echo > $$f; done')")
     r = workspace.build()
     assert r.rc == 0 and all(workspace.exists(n) for n in names), r.output
+
+
+def _without_dac_override(workspace: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run buildtool as root without the capabilities that let root read anything, so a
+    chmod 000 directory is unreadable to it as to any user."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to take away root's override of file permissions")
+    cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", shutil.which("buildtool") or "buildtool",
+           "-C", str(workspace.root), *args]
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(workspace.cache))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("where", ["package", "globbed", "ignore file"])
+def test_an_unreadable_directory_or_ignore_file_is_exit_2_not_silently_left_out(
+        workspace: Workspace, where: str) -> None:
+    """A package directory or a globbed one that cannot be listed dropped out with exit 0
+    (//q not built, a glob without the hidden sources); an unreadable .buildtoolignore was
+    taken as empty, so the packages it leaves out were built."""
+    workspace.build_file("q", 'genrule(name="q", outs=["q.out"], cmd="touch $@")\n')
+    workspace.build_file("p", 'genrule(name="p", srcs=glob(["src/**/*.c"]), outs=["p.out"], cmd="cat $(SRCS) > $@")\n')
+    workspace.write("p/src/one.c", "1\n")
+    workspace.write("p/src/hidden/two.c", "2\n")
+    workspace.write(".buildtoolignore", "q\n")
+    blocked = {"package": workspace.root / "q", "globbed": workspace.root / "p" / "src" / "hidden",
+               "ignore file": workspace.root / ".buildtoolignore"}[where]
+    if where == "package":
+        workspace.write(".buildtoolignore", "")
+    blocked.chmod(0)
+    try:
+        r = _without_dac_override(workspace, "build")
+    finally:
+        blocked.chmod(0o755)
+    assert r.returncode == 2, r.stdout + r.stderr
+    rel = os.path.relpath(blocked, workspace.root)
+    assert (f"cannot list the directory {rel} (Permission denied)" in r.stderr if where != "ignore file"
+            else "cannot read" in r.stderr and ".buildtoolignore: Permission denied" in r.stderr), r.stderr
+    assert not workspace.exists("p/p.out") and not workspace.exists("q/q.out")
