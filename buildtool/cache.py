@@ -387,7 +387,8 @@ class Cache:
     def restore(self, digest: str, dest: str, mode: int, inline: bytes | None = None) -> os.stat_result | None:
         """Copy (or reflink / hardlink) a verified blob to ``dest``: the restored file's stat
         (taken after the rename, for the stat cache), or None on a miss.  ``inline``: the
-        content kept in the action entry, written instead of a blob's."""
+        content kept in the action entry, written instead of a blob's.  CannotPlace: the
+        cache was fine, ``dest`` could not be written (a read-only directory, a name too long)."""
         if inline is not None:
             if hash_bytes(inline) != digest:
                 self._warn(f"cache entry content {digest[:12]} does not match its digest; rerunning")
@@ -446,8 +447,7 @@ class Cache:
                 if isinstance(e, FileNotFoundError) and not retry:
                     self._forget_dirs()  # a directory memoised as existing was removed: make it again
                     continue
-                self._warn(f"could not restore {dest} from the cache ({e.strerror}); rerunning")
-                return None
+                raise CannotPlace(e.strerror or str(e)) from None
         return None
 
     def _restore_tmp(self, dest: str) -> str:
@@ -535,6 +535,11 @@ def _read_fd(fd: int, size: int) -> bytes:
     while len(data) < size and (more := os.read(fd, size - len(data))):
         data += more
     return data
+
+
+class CannotPlace(Exception):
+    """A cache hit whose content could not be put at its destination (the reason): not the
+    cache's fault, so no damaged entry."""
 
 
 def _write_all(fd: int, data: bytes) -> None:

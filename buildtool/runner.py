@@ -16,7 +16,7 @@ import sys
 import time
 
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
-from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput
+from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
 from buildtool.graph import Graph, Target
@@ -128,6 +128,7 @@ class TargetRunner:
         self._tool_digests: dict[str, str] = {}
         self._tool_paths: dict[int, list[str]] = {}  # per target: where its declared tools were found
         self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
+        self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
@@ -664,7 +665,8 @@ class TargetRunner:
                 done = self._restored(t, hit, key, desc, why, "local")
                 if done is not None:
                     return done
-                corrupt = self._leads_elsewhere(t) is None  # (else the entry is fine, the place is not)
+                # (the entry was fine where its outputs could not be put: no damage)
+                corrupt = self._leads_elsewhere(t) is None and t.id not in self._unplaceable
         if self.remote is not None and not cache_skip and t.depfile is None:
             done = self._remote_restore(t, key, desc, why)
             if done is not None:
@@ -777,7 +779,7 @@ class TargetRunner:
         A test whose log (stdout/stderr) the cache no longer has is unusable: the log is
         what a test's result is read from, so the test runs again."""
         out, err = self.cache.stream(hit, hit.stdout), self.cache.stream(hit, hit.stderr)
-        if t.kind == "test" and (out is None or err is None):
+        if (t.kind == "test" and (out is None or err is None)) or t.id in self._unplaceable:
             return None
         got = self._restore(t, hit, on_disk)
         if got is None:
@@ -848,7 +850,12 @@ class TargetRunner:
         if self._leads_elsewhere(t) is not None:
             return None  # (and the command is not run either: _execute says why)
         for o in stale:
-            st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
+            try:
+                st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
+            except CannotPlace as e:
+                self._unplaceable.add(t.id)  # (said once: the worker does not try again, nor call it damage)
+                self.warn(f"{t.label}: could not restore {o.path} from the cache ({e}); running its command")
+                return None
             if st is None:
                 return None
             self.stats.remember(o.path, st, o.digest, time.time_ns(), produced=True)
@@ -934,7 +941,12 @@ class TargetRunner:
                 pass
             except IsADirectoryError:
                 if before_run:
-                    return f"output {o!r} of {t.label} is an existing directory; outputs are files (left as it is)"
+                    try:
+                        os.rmdir(full)  # an empty one goes, as the graph check lets it (nothing in it is lost)
+                    except OSError:
+                        return f"output {o!r} of {t.label} is an existing directory; outputs are files (left as it is)"
+                    self.stats.forget(o)
+                    continue
                 import shutil
 
                 shutil.rmtree(full, ignore_errors=True)
@@ -1038,13 +1050,16 @@ class TargetRunner:
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
         made: list[tuple[str, os.stat_result]] = []
         for o in t.outs if left_remote is None else ():
+            lost = None
             try:
                 st = os.lstat(os.path.join(self.root, o))
-            except OSError:
-                st = None
+            except OSError as e:
+                st, lost = None, e
             if st is None or not stat.S_ISREG(st.st_mode):
                 self._delete_outputs(t)
-                what = "was not created" if st is None else "is not a regular file"
+                what = ("was not created" if st is None and isinstance(lost, FileNotFoundError)
+                        else f"cannot be looked at ({lost.strerror})" if lost is not None
+                        else "is not a regular file")
                 return Outcome(
                     Status.FAILED, Reason.FAILED, f"declared output {o} {what}", key=key,
                     duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
@@ -1069,7 +1084,14 @@ class TargetRunner:
         size = len(res.stdout) + len(res.stderr)
         for o, st in made:
             mode = 0o755 if st.st_mode & 0o100 else 0o644
-            outputs.append([o, self.stats.digest(o, st, produced=True), mode])
+            try:
+                outputs.append([o, self.stats.digest(o, st, produced=True), mode])
+            except OSError as e:  # (the command made it unreadable: chmod 000)
+                self._delete_outputs(t)
+                return Outcome(
+                    Status.FAILED, Reason.FAILED, f"declared output {o} cannot be read ({e.strerror})", key=key,
+                    duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
+                )
             size += st.st_size
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \

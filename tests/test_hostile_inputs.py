@@ -596,3 +596,14 @@ def test_an_unreadable_directory_or_ignore_file_is_exit_2_not_silently_left_out(
     assert (f"cannot list the directory {rel} (Permission denied)" in r.stderr if where != "ignore file"
             else "cannot read" in r.stderr and ".buildtoolignore: Permission denied" in r.stderr), r.stderr
     assert not workspace.exists("p/p.out") and not workspace.exists("q/q.out")
+
+
+def test_an_output_its_command_made_unreadable_fails_the_target_with_a_reason(workspace: Workspace) -> None:
+    """chmod 000 of an output (as a user, not root) was "internal error: PermissionError"
+    and the file stayed."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="z", srcs=["a.txt"], outs=["z.out"], cmd="cp $< $@ && chmod 000 $@")\n')
+    r = _without_dac_override(workspace, "build")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "declared output z.out cannot be read (Permission denied)" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "internal error" not in r.stdout + r.stderr and not workspace.exists("z.out")
