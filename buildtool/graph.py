@@ -322,6 +322,9 @@ class GraphBuilder:
                        "above it); build it from there")
             elif pkg and self._hidden_by_cache_tag(pkg):
                 msg = f"no package //{pkg} for {text!r}: {self._cache_dir_why(pkg)}"
+            elif pkg and os.path.isfile(os.path.join(self.loader.ws.root, pkg, "BUILD.py")):
+                msg = (f"no package //{pkg} for {text!r}: {pkg}/BUILD.py is reached through a symbolic link, and "
+                       "packages are not (a package of two names would be built twice); use the real directory")
             elif text.startswith(":") and self.cwd_pkg != pkg and self.loader.ws.is_ignored(self.cwd_pkg):
                 msg += (f" (the working directory {self.cwd_pkg} is left out by .buildtoolignore, so {text!r} "
                         f"names a target of //{pkg}, its nearest package)")
@@ -850,7 +853,9 @@ class GraphBuilder:
                 if probe != root and not os.path.isdir(probe) and where not in self.loader.recorded_outputs:
                     pkg, name = labels.split_label(lab)
                     d = self.loader.load(pkg)[name]
-                    raise _err(d, f"output {o!r} of {lab} needs the directory {where!r}, which is an existing file")
+                    what = (f"a symbolic link to {os.readlink(probe)!r}, which does not exist"
+                            if os.path.islink(probe) else "an existing file")
+                    raise _err(d, f"output {o!r} of {lab} needs the directory {where!r}, which is {what}")
                 real = os.path.realpath(probe)
                 ok = real == root or real.startswith(root + os.sep)
                 checked[parent] = ok

@@ -491,3 +491,18 @@ def test_a_source_link_that_cannot_be_followed_says_why(workspace: Workspace) ->
     workspace.build_file("", 'genrule(name="u", srcs=["loop.txt"], outs=["u.out"], cmd="cp $< $@")\n')
     err = expect_invalid(workspace)
     assert "source 'loop.txt' is a symlink that cannot be followed (Too many levels of symbolic links)" in err, err
+
+
+def test_an_output_under_a_dangling_link_says_so(workspace: Workspace) -> None:
+    os.symlink("/nonexistent-dir-of-buildtool-tests", workspace.root / "gen")
+    workspace.build_file("", 'genrule(name="g", outs=["gen/x.txt"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "needs the directory 'gen', which is a symbolic link to '/nonexistent-dir-of-buildtool-tests', " \
+           "which does not exist" in err, err
+
+
+def test_a_package_named_through_a_symlinked_directory_says_so(workspace: Workspace) -> None:
+    workspace.build_file("real", 'genrule(name="l", outs=["l.out"], cmd="touch ../ran-marker; echo > $@")\n')
+    os.symlink("real", workspace.root / "lnpkg")
+    err = expect_invalid(workspace, "//lnpkg:l")
+    assert "no package //lnpkg for '//lnpkg:l': lnpkg/BUILD.py is reached through a symbolic link" in err, err
