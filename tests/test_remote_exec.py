@@ -27,9 +27,10 @@ BIG = 3 * 1024 * 1024 + 77  # over the batch cap: inputs and outputs go through 
 
 
 class Stack:
-    def __init__(self, url: str, workers: list[remote_servers.Server]) -> None:
+    def __init__(self, url: str, workers: list[remote_servers.Server], server: remote_servers.Server) -> None:
         self.url = url
         self.workers = workers
+        self.server = server
 
     def worker_logs(self) -> str:
         return "".join(w.log_tail() for w in self.workers)
@@ -54,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         except remote_servers.Unavailable as e:
             pytest.skip(f"BuildGrid {remote_servers.BGD_VERSION} with execution unavailable: {e}")
         workers = [rx.start_worker(work, server.url, n, capacity=2) for n in range(2)]
-        yield Stack(server.url, workers)
+        yield Stack(server.url, workers, server)
     finally:
         for w in workers or []:
             rx.stop_gracefully(w)
@@ -411,6 +412,55 @@ def test_an_action_no_worker_takes_gets_one_note(stack: Stack, make_workspace: C
     assert all("after 3 s (no worker connected, or all busy)" in n for n in notes), notes
     assert "running it locally" not in r.stderr
     assert [ws.read(f"q{i}.txt") for i in range(6)] == [f"{i}\n" for i in range(6)]
+
+
+def test_an_action_longer_than_the_remote_timeout_is_followed_to_its_end(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The Operation stream is followed in segments of --remote-timeout (WaitExecution after
+    each): an action that runs longer is neither run again, nor locally, nor cancelled."""
+    ws = make_workspace("long")
+    ws.build_file("", 'genrule(name="long", outs=["l.txt"], cmd="sleep 3.5; echo long > $@")\n')
+    seen = stack.cancellations()
+    r = ws.build("--remote-executor", stack.url, "--remote-timeout", "1")
+    assert r.rc == 0 and ws.read("l.txt") == "long\n", r.output
+    assert "running it locally" not in r.stderr and "unavailable" not in r.stderr, r.stderr
+    assert "executed remotely" in r.by_label["//:long"]["reason"], r.by_label["//:long"]
+    assert stack.cancellations() == seen, stack.worker_logs()
+
+
+def test_a_server_that_stops_answering_mid_action_is_left_for_local_runs(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The execution server frozen (SIGSTOP) while an action ran there: the build waited in
+    silence for the action's whole deadline (an hour).  Now a --remote-timeout segment with
+    no word from the server trips the breaker: one warning, the action runs here."""
+    ws = make_workspace("frozen")
+    ws.home.mkdir(parents=True, exist_ok=True)
+    marker = ws.home / "remote-started"
+    ws.build_file("", f'genrule(name="f", outs=["f.txt"], cmd="touch {marker}; sleep 3; echo f > $@")\n')
+    env = conftest_env(ws)
+    p = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-executor", stack.url, "--remote-timeout", "2"],
+                         cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = stack.server.proc.pid
+    stopped = False
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        os.killpg(pid, signal.SIGSTOP)
+        stopped = True
+        out, err = p.communicate(timeout=40)
+    finally:
+        if stopped:
+            os.killpg(pid, signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert p.returncode == 0, out + err
+    assert "remote execution unavailable" in err and "said nothing for 2 s" in err, err
+    assert ws.read("f.txt") == "f\n"
 
 
 def test_broken_operation_stream_is_resumed_with_wait_execution(

@@ -303,18 +303,28 @@ class RemoteExecutor:
     def _follow(
         self, st: GrpcStore, action: Digest, t: Any, names: list[str], skip_cache: bool, queued: _QueuedNote,
     ) -> Any:
+        """The Operation stream, in segments of ``--remote-timeout`` seconds: a segment that
+        ends with the action still running is followed by ``WaitExecution``, which a live
+        server answers at once with the current state (REAPI); a segment in which the server
+        said nothing at all means it stopped answering (frozen, or a connection that went
+        dead without a reset), and the action runs here, rather than the build waiting in
+        silence for the action's whole deadline (an hour)."""
         req = re_pb2.ExecuteRequest(instance_name=st.instance, action_digest=action.proto(),
                                     skip_cache_lookup=skip_cache, digest_function=st._fn)
-        deadline = (t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S
+        end = time.monotonic() + ((t.timeout + 600.0) if t.timeout else DEFAULT_EXEC_DEADLINE_S)
+        segment = max(self.opt.timeout, 1.0)
         name = ""
-        stream = self._exec.Execute(req, timeout=deadline, metadata=st.metadata)
-        for attempt in range(WAIT_RETRIES + 1):
+        broken = 0  # streams that broke (not segments that ended): WAIT_RETRIES of them at most
+        stream = self._exec.Execute(req, timeout=min(segment, end - time.monotonic()), metadata=st.metadata)
+        while True:
+            heard, before = False, broken
             with self._lock:
                 if self.cancelled:
                     stream.cancel()
                 self._calls.add(stream)
             try:
                 for op in stream:
+                    heard = True
                     queued.seen(op)
                     if op.name and op.name != name:
                         name = op.name
@@ -329,21 +339,31 @@ class RemoteExecutor:
                             raise RemoteError(f"Execute answered a {op.response.type_url}, not an ExecuteResponse")
                         return resp
                 err: Any = RemoteError("the Operation stream ended before the action was done")
+                broken += 1
             except grpc.RpcError as e:
                 err = rpc_error(st.name, "Execute", e)
                 if self.cancelled:
                     raise RemoteError("cancelled") from None
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    if time.monotonic() >= end:
+                        raise err from None
+                    if not heard:  # (a live server answers WaitExecution at once)
+                        raise Unavailable(f"{st.name} said nothing for {segment:g} s (--remote-timeout) "
+                                          "while an action ran there") from None
+                elif e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+                    broken += 1
+                else:
                     raise err from None
             finally:
                 with self._lock:
                     self._calls.discard(stream)
-            if not name or attempt == WAIT_RETRIES:
+            if not name or broken > WAIT_RETRIES:
                 raise err
-            time.sleep(min(0.5 * (attempt + 1), 2.0))
-            stream = self._exec.WaitExecution(re_pb2.WaitExecutionRequest(name=name), timeout=deadline,
+            if broken > before:  # (a segment that ended is followed at once)
+                time.sleep(min(0.5 * broken, 2.0))
+            stream = self._exec.WaitExecution(re_pb2.WaitExecutionRequest(name=name),
+                                              timeout=min(segment, max(end - time.monotonic(), 0.1)),
                                               metadata=st.metadata)
-        raise RemoteError("unreachable")
 
     def _streams(self, st: GrpcStore, r: Any, tmp: str) -> tuple[bytes, bytes]:
         out = []
