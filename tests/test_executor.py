@@ -290,3 +290,50 @@ def test_a_spawned_child_is_waited_for_by_polling_when_no_pidfd_can_be_opened(tm
     assert executor._polled_until(pid, time.monotonic() + 10) is True
     assert child.returncode is None  # not reaped by the polling
     assert child.wait() == 0
+
+
+def _pid_in(path: Path, timeout: float = 20) -> int:
+    """The pid a command wrote to ``path`` (waiting for it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n"):
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was not written")
+
+
+def _kill_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def test_a_daemon_writes_nothing_into_the_next_commands_output_on_its_lane(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The lane's capture files were reused: a daemon (a session of its own, left running)
+    kept writing into the next command's log, JUnit entry and cached output."""
+    junit = tmp_path / "junit.xml"
+    pid = tmp_path / "d.pid"  # (a waits for it: written once the daemon leads its own session)
+    workspace.build_file("", f"""
+        test(name="a", priority=-1, cmd="setsid sh -c 'echo $$$$ > {pid}; sleep 0.3; echo DAEMON-OUT; "
+                                        + "echo DAEMON-ERR >&2' & while ! [ -s {pid} ]; do sleep 0.01; done")
+        test(name="b", cmd="sleep 1.2; echo b-done")
+        """)
+    r = workspace.build("//...", "-j", "1", "--test-output=all", "--junit", str(junit), command="test")
+    daemon = _pid_in(pid)
+    try:
+        assert r.rc == 0, r.output
+        assert r.by_label["//:a"]["end"] <= r.by_label["//:b"]["start"]  # (one lane, a first)
+        assert workspace.read(".buildtool/testlogs/b.log") == "b-done\n"
+        assert "DAEMON" not in r.output and "DAEMON" not in junit.read_text()
+        assert _ends(daemon)
+        workspace.path(".buildtool").rename(tmp_path / "state")  # b from the cache, with what it printed
+        r = workspace.build("//:b", "--test-output=all", command="test")
+        assert r.by_label["//:b"]["test"] == "cached" and "b-done" in r.stdout and "DAEMON" not in r.output
+    finally:
+        _kill_if_alive(daemon)
