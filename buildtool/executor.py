@@ -81,7 +81,7 @@ class Running:
         capture: str | None = None,
     ) -> None:
         self._executor = executor
-        self._capture = capture  # captured: it leads a session (and process group) of its own
+        self._capture = capture  # captured: it leads a session of its own (else only a process group)
         self.proc = proc  # None: cancelled before it started
         self._out_fd = out_fd
         self._err_fd = err_fd
@@ -126,7 +126,7 @@ class Running:
         if proc is None:
             return ProcessResult(-signal.SIGTERM, b"", b"cancelled before start\n", False, 0.0, True)
         try:
-            if self._capture is not None and proc.returncode is None:
+            if proc.returncode is None:
                 with self._executor._lock:
                     in_grace = proc.pid in self._executor._terminated
                 if not in_grace:  # (sent SIGTERM, by a timeout or Ctrl-C: its grace period runs on)
@@ -316,6 +316,10 @@ if TYPE_CHECKING:
     Child = Spawned | Popened
 # Reset to their defaults in every child, as Popen's restore_signals does: Python ignores them.
 _DEFAULT_IN_CHILD = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, n))
+# Blocked in a console-pool command (inherited from the starting thread's mask): it is a
+# background job of the terminal, and these would stop it until its timeout when it writes
+# under `stty tostop` (then the write goes through) or reads /dev/tty (then the read fails).
+_TTY_STOPS = (signal.SIGTTIN, signal.SIGTTOU)
 _DEVNULL: list[int] = []
 _NO_SETSID: list[bool] = []  # this libc's posix_spawn cannot start a new session
 
@@ -348,7 +352,8 @@ def _inherited_fds() -> tuple[int, ...]:
 
 
 class SubprocessExecutor:
-    """Starts commands in new sessions and can kill them all."""
+    """Starts commands in new sessions (a ``console``-pool one in a new process group of
+    buildtool's session: it keeps the terminal) and can kill them all."""
 
     def __init__(self) -> None:
         self._procs: dict[int, Child] = {}
@@ -360,8 +365,8 @@ class SubprocessExecutor:
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
         self.cancelled = False
-        # Called with the pgid of each command started in its own session and the boot
-        # clock read before it was started (orphans.py).
+        # Called with the pgid of each command started (each leads a process group) and the
+        # boot clock read before it was started (orphans.py).
         self.on_spawn: Callable[[int, float | None], None] | None = None
         # (program, PATH) -> its path, for commands started without a shell: found once,
         # not by a failed exec per PATH entry before it on every start (as sh's hash).
@@ -400,9 +405,10 @@ class SubprocessExecutor:
     ) -> Running:
         """Start the command and return at once.  ``capture`` is a path prefix for the
         stdout/stderr files (new ones for each command, unlinked when it ends: no pipes and
-        no poll loop); None lets the child use the terminal (the ``console`` pool).  ``direct``: the same command as
-        ``argv``'s shell line, started without the shell (simplecmd.py); if it cannot be
-        started, ``argv`` runs instead, so the shell reports the problem.  OSError: the
+        no poll loop); None lets the child use the terminal (the ``console`` pool), in a
+        process group of its own.  ``direct``: the same command as ``argv``'s shell line,
+        started without the shell (simplecmd.py); if it cannot be started, ``argv`` runs
+        instead, so the shell reports the problem.  OSError: the
         command could not be started at all."""
         start = time.monotonic()
         if self.cancelled:
@@ -417,6 +423,7 @@ class SubprocessExecutor:
                 os.close(out_fd)
                 _unlink_capture(capture)
                 raise
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _TTY_STOPS) if capture is None else None
         try:
             proc = None
             if direct is not None:
@@ -438,6 +445,7 @@ class SubprocessExecutor:
                         stdout=out_fd,
                         stderr=err_fd,
                         start_new_session=capture is not None,
+                        process_group=None if capture is not None else 0,
                         close_fds=True,
                     )
                 )
@@ -448,9 +456,12 @@ class SubprocessExecutor:
             if capture is not None:
                 _unlink_capture(capture)
             raise
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         with self._lock:
             self._procs[proc.pid] = proc
-        if self.on_spawn is not None and capture is not None:
+        if self.on_spawn is not None:
             self.on_spawn(proc.pid, booted)
         if self.cancelled:
             self._kill(proc, interrupt=True)
@@ -542,37 +553,22 @@ class SubprocessExecutor:
         return found
 
     def _kill(self, proc: Child, interrupt: bool = False) -> None:
-        """SIGTERM the command's process group, SIGKILL once the grace period is over.
-        ``interrupt`` (cancel_all): its result counts as cut short, unless it had exited
-        before the signal.  A console-pool command leads no group (it is in the terminal's,
-        buildtool's own): it alone is signalled."""
+        """SIGTERM the command's process group (every command leads one, a console-pool
+        command too), SIGKILL once the grace period is over.  ``interrupt`` (cancel_all):
+        its result counts as cut short, unless it had exited before the signal."""
         ended = _ended(proc.pid)
-        group = _killpg(proc.pid, signal.SIGTERM)
-        if not group:
-            if ended:
-                return
-            try:
-                os.kill(proc.pid, signal.SIGTERM)
-            except OSError:
-                return
-        if interrupt and not ended:
-            with self._lock:
+        if not _killpg(proc.pid, signal.SIGTERM):
+            return  # reaped already: nothing of its group is left to signal
+        with self._lock:
+            if interrupt and not ended:
                 self._interrupted.add(proc.pid)
-        if group:
-            with self._lock:
-                self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
+            self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
 
         def hard_kill() -> None:
             time.sleep(KILL_GRACE_S)
-            if group:
-                with self._lock:
-                    self._terminated.pop(proc.pid, None)
-                _killpg(proc.pid, signal.SIGKILL)
-            elif not _ended(proc.pid):  # (not reaped either: the pid is still this child's)
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            with self._lock:
+                self._terminated.pop(proc.pid, None)
+            _killpg(proc.pid, signal.SIGKILL)
 
         threading.Thread(target=hard_kill, daemon=True).start()
 
@@ -686,6 +682,7 @@ def _start_direct(
                 stdout=stdout,
                 stderr=err_fd,
                 start_new_session=session,
+                process_group=None if session else 0,
                 close_fds=True,
             )
         )
@@ -707,8 +704,9 @@ def _spawn(
 ) -> Spawned | None:
     """``os.posix_spawn`` in this process's directory, with Popen's set-up: stdin from
     /dev/null, stdout and stderr given (None: inherited), inherited descriptors closed,
-    Python's ignored signals back to their defaults, a new session if asked.  None when
-    it cannot (a descriptor among 0-2 to move, which dup2 would not move)."""
+    Python's ignored signals back to their defaults, a new session if asked (else a new
+    process group in this one).  None when it cannot (a descriptor among 0-2 to move,
+    which dup2 would not move)."""
     if _NO_SETSID and session:
         return None
     stdin = _devnull()
@@ -721,7 +719,10 @@ def _spawn(
         actions.append((os.POSIX_SPAWN_DUP2, stderr, 2))
     actions.extend((os.POSIX_SPAWN_CLOSE, fd) for fd in closing)
     try:
-        pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=session, setsigdef=_DEFAULT_IN_CHILD)
+        # (setpgroup=None is not "unset" to CPython: a TypeError)
+        group = {} if session else {"setpgroup": 0}
+        pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=session, setsigdef=_DEFAULT_IN_CHILD,
+                             **group)
     except NotImplementedError:  # no POSIX_SPAWN_SETSID in this libc: Popen from now on
         _NO_SETSID.append(True)
         return None

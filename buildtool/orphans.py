@@ -1,15 +1,15 @@
 """Orphans: commands a killed buildtool left running, found and killed by the next build.
 
-Every command runs in its own session (its own process group), so a buildtool killed by
-``kill -9`` cannot take its children with it; they keep running and may still be writing
-outputs.  The build holding the workspace lock therefore records each command's process
-group id and the window of boot-clock ticks in which it was started (read from the clock
-around the spawn: reading /proc/PID/stat of a child that is still in its exec blocks for
-~0.5 ms, on the path of every command) in ``.buildtool/children`` (one line per spawn,
-appended).  The next build, once it holds the lock, SIGKILLs every recorded group that is
-still alive — checking that its leader's start time (/proc) lies in the recorded window, so
-a recycled pid is never hit — and waits (bounded) until none
-of their processes can run any more, before it touches a single output.
+Every command runs in its own session (a console-pool one in its own process group of
+buildtool's session), so a buildtool killed by ``kill -9`` cannot take its children with
+it; they keep running and may still be writing outputs.  The build holding the workspace
+lock therefore records each command's process group id and the window of boot-clock ticks
+in which it was started (read from the clock around the spawn: reading /proc/PID/stat of a
+child that is still in its exec blocks for ~0.5 ms, on the path of every command) in
+``.buildtool/children`` (one line per spawn, appended).  The next build, once it holds the
+lock, SIGKILLs every recorded group that is still alive — checking that its leader's start
+time (/proc) lies in the recorded window, so a recycled pid is never hit — and waits
+(bounded) until none of their processes can run any more, before it touches a single output.
 
 A pid is known only once the child exists, and recording it may first wait milliseconds for
 the GIL: a kill in between leaves a command nobody recorded.  Such a command is still found
@@ -192,11 +192,12 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
     environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stdout or
     stderr is one of those lanes' capture files: the commands that build started, recorded
     or not.  The start time excludes a process that an earlier build with the same pid left
-    running; the session rule, a console-pool command, which runs in the group of whoever
-    started buildtool; the capture rule, a daemon a command started (it inherits TMPDIR,
-    leads a session of its own and would have outlived a build that ended cleanly).  (A command
-    whose pid went unrecorded and whose own process has exited, leaving children, is not
-    found.)  Only this user's processes can be read, and that is all a build starts."""
+    running; the session rule, a console-pool command, which leads a process group in the
+    session of whoever started buildtool (recorded all the same); the capture rule, a daemon
+    a command started (it inherits TMPDIR, leads a session of its own and would have outlived
+    a build that ended cleanly).  (A command whose pid went unrecorded and whose own process
+    has exited, leaving children, is not found.)  Only this user's processes can be read, and
+    that is all a build starts."""
     needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
     out: set[int] = set()
     captures = _capture_files(state_dir, holder)

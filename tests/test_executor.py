@@ -263,6 +263,29 @@ def test_exit_status_signal_and_deadline_either_way(where: str, tmp_path: Path, 
     assert running.wait().exit_code == -signal.SIGTERM
 
 
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+def test_a_console_command_leads_a_process_group_in_buildtools_session(
+    where: str, tmp_path: Path, monkeypatch
+) -> None:
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    line = "cat /proc/self/stat > stat.txt"
+    ex = executor.SubprocessExecutor()
+    running = ex.start(executor.shell_argv("sh", line, False), str(tmp_path / where), {"PATH": "/usr/bin:/bin"},
+                       capture=None, direct=simplecmd.parse(line))
+    assert type(running.proc).__name__ == ("Spawned" if where == "here" and executor.pidfds_work() else "Popened")
+    assert running.wait().exit_code == 0
+    fields = (tmp_path / where / "stat.txt").read_text().rsplit(")", 1)[1].split()
+    assert int(fields[2]) == running.proc.pid  # its own group (what a timeout or Ctrl-C kills)...
+    assert int(fields[3]) == os.getsid(0)  # ...in this session: the terminal stays its own
+    # A background job of the terminal: its writes under `stty tostop` and its reads of
+    # /dev/tty must not stop it (until its timeout); these two are blocked in it.
+    blocked = int(fields[29])  # (field 32: the blocked signals)
+    assert blocked & (1 << (signal.SIGTTIN - 1)) and blocked & (1 << (signal.SIGTTOU - 1)), hex(blocked)
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGTTIN, signal.SIGTTOU}  # (not here)
+
+
 def _ends(pid: int) -> bool:
     """Whether ``pid`` is gone or a zombie within 5 s (a SIGKILL takes a moment to land;
     a killed orphan then waits for init to reap it)."""
@@ -292,6 +315,8 @@ def test_a_spawned_child_is_waited_for_by_polling_when_no_pidfd_can_be_opened(tm
     assert child.wait() == 0
 
 
+# -- the console pool: its command leads a process group of its own (in buildtool's session,
+# so it keeps the terminal), and a timeout, Ctrl-C or SIGTERM ends all of it.
 def _pid_in(path: Path, timeout: float = 20) -> int:
     """The pid a command wrote to ``path`` (waiting for it)."""
     import time
@@ -310,6 +335,102 @@ def _kill_if_alive(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def test_a_timed_out_console_command_is_killed_with_what_it_started(workspace: Workspace, tmp_path: Path) -> None:
+    """Its children outlived buildtool (re-parented to init): only the shell was signalled;
+    what it leaves running in its group when it exits ends with it, as for any command.
+    (Their output goes elsewhere: one on buildtool's stdout would keep the pipe read here open.)"""
+    workspace.build_file("", f"""
+        test(name="slow", pool="console", timeout=1,
+             cmd="echo console-out; sleep 30 >/dev/null 2>&1 & echo $! > {tmp_path}/slow.pid; wait")
+        test(name="deaf", pool="console", timeout=1,
+             cmd="trap '' TERM; sleep 31 >/dev/null 2>&1 & echo $! > {tmp_path}/deaf.pid; wait")
+        test(name="left", pool="console", cmd="sleep 32 >/dev/null 2>&1 & echo $! > {tmp_path}/left.pid")
+        """)
+    r = workspace.build("//...", "-k", command="test")
+    pids = [_pid_in(tmp_path / f"{n}.pid") for n in ("slow", "deaf", "left")]
+    try:
+        assert r.rc == 1 and r.by_label["//:slow"]["test"] == r.by_label["//:deaf"]["test"] == "timeout", r.output
+        assert "console-out" in r.stdout  # (its output still goes to buildtool's own stdout)
+        assert all(_ends(p) for p in pids)
+    finally:
+        for p in pids:
+            _kill_if_alive(p)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_ends_everything_a_console_command_started(
+    workspace: Workspace, tmp_path: Path, sig: int
+) -> None:
+    from conftest import BUILDTOOL, _clean_env
+
+    pid_file = tmp_path / "child.pid"
+    workspace.build_file("", f"""
+        test(name="t", pool="console", cmd="sleep 30 >/dev/null 2>&1 & echo $! > {pid_file}; wait")
+        """)
+    p = subprocess.Popen([BUILDTOOL, "test", "//:t"], cwd=workspace.root, env=_clean_env(workspace.cache,
+                         workspace.home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        child = _pid_in(pid_file)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=20)
+        assert p.returncode == 128 + sig, (out, err)
+        assert _ends(child)
+    finally:
+        p.kill()
+        p.wait()
+        if pid_file.exists():
+            _kill_if_alive(int(pid_file.read_text()))
+
+
+def test_ctrl_c_on_the_terminal_cancels_a_console_command_that_printed_there(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """In a process group of its own the command is no longer in the terminal's foreground
+    group: Ctrl-C reaches buildtool alone, which ends the command's group."""
+    import pty
+    import select
+    import time
+
+    from conftest import BUILDTOOL, _clean_env
+
+    pid_file = tmp_path / "child.pid"
+    workspace.build_file("", f"""
+        test(name="t", pool="console", cmd="echo on-the-terminal; sleep 30 & echo $! > {pid_file}; wait")
+        """)
+    env = {**_clean_env(workspace.cache, workspace.home), "CI": "", "TERM": "xterm"}
+    pid, master = pty.fork()  # (the pty is buildtool's controlling terminal: \x03 is SIGINT)
+    if pid == 0:
+        try:
+            os.chdir(workspace.root)
+            os.execve(BUILDTOOL, [BUILDTOOL, "test", "//:t"], env)
+        finally:
+            os._exit(127)
+    out = b""
+    child = None
+    try:
+        child = _pid_in(pid_file)
+        os.write(master, b"\x03")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # (EIO: every writer of the terminal is gone)
+                    break
+                if not data:
+                    break
+                out += data
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 130, out
+        assert b"on-the-terminal" in out and b"interrupted" in out, out
+        assert _ends(child)
+    finally:
+        os.close(master)
+        _kill_if_alive(pid)
+        if child is not None:
+            _kill_if_alive(child)
 
 
 def test_a_daemon_writes_nothing_into_the_next_commands_output_on_its_lane(
