@@ -380,7 +380,7 @@ class TestCase:
         time: float,  # seconds spent in this build (0 for a cached result)
         message: str,
         log: bytes,
-        log_path: str,  # relative to the workspace root
+        log_path: str,  # relative to the workspace root; "": none (console pool: output on the terminal)
         failures: list[str] | None = None,  # earlier failed attempts (flaky); None: []
         log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
     ) -> None:
@@ -397,7 +397,7 @@ class TestCase:
 
 class OutputFilter:
     """Sits in front of the console: with ``--test-output=none`` a failing test's output
-    is not printed (it stays in its log)."""
+    is not printed (it stays in its log; a console-pool test's went to the terminal)."""
 
     def __init__(self, console: Any, graph: Graph, logs: TestLogs, root: str) -> None:
         self.console = console
@@ -410,7 +410,8 @@ class OutputFilter:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
-        if target.kind == "test" and o.status is Status.FAILED and target.label not in self.logs.unwritten:
+        if target.kind == "test" and o.status is Status.FAILED and target.label not in self.logs.unwritten \
+                and target.pool != "console":
             rel = os.path.relpath(self.logs.path(target), self.root)
             import copy
 
@@ -471,7 +472,8 @@ class TestSession:
             r = test_result(t, o)
             log = self.logs.output(t) if r is not None else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
-            rel = os.path.relpath(self.logs.path(t), self.root)
+            # A console-pool test's output went to the terminal: its log is empty, named nowhere.
+            rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
             lost = self.logs.unwritten.get(t.label) if r is not None else None
             out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost))
@@ -503,7 +505,12 @@ class TestSession:
                 timing = f" in {c.time:.2f}s"
             extra = ""
             if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
-                extra = f"  log: {c.log_path}" if c.log_lost is None else f"  log: could not be written ({c.log_lost})"
+                if not c.log_path:
+                    extra = "  (output on the terminal: console pool)"
+                elif c.log_lost is not None:
+                    extra = f"  log: could not be written ({c.log_lost})"
+                else:
+                    extra = f"  log: {c.log_path}"
             elif c.result is None:
                 extra = f"  ({c.message})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
@@ -514,9 +521,10 @@ class TestSession:
         for c in cases:
             if c.result is TestResult.FLAKY:
                 n = len(c.failures)
+                logs = f"; logs of the failed attempts: {c.log_path[:-4]}#attempt-*.log" if c.log_path else ""
                 self.warn(
                     f"{c.label} is FLAKY: it failed {n} time{'s' if n > 1 else ''} ({'; '.join(c.failures)}) "
-                    f"and passed on attempt {n + 1}; logs of the failed attempts: {c.log_path[:-4]}#attempt-*.log"
+                    f"and passed on attempt {n + 1}{logs}"
                 )
         if self.junit:
             from buildtool.junit import write_junit

@@ -356,6 +356,18 @@ def test_a_timed_out_tests_processes_get_their_grace_period(workspace: Workspace
     assert flag.read_text() == "yes"
 
 
+@pytest.mark.parametrize("mode", ["errors", "none"])
+def test_a_console_pool_tests_output_is_on_the_terminal_and_no_empty_log_is_named(
+    workspace: Workspace, mode: str
+) -> None:
+    workspace.build_file("", 'test(name="c", pool="console", cmd="echo console-says; exit 3")')
+    r = workspace.build("//:c", f"--test-output={mode}", command="test")
+    assert r.rc == 1 and r.by_label["//:c"]["test"] == "failed", r.output
+    assert "console-says" in r.stdout  # (buildtool's own stdout: the terminal)
+    assert "testlogs" not in r.output  # its log holds nothing
+    assert re.search(r"//:c +FAILED in [0-9.]+s  \(output on the terminal: console pool\)", r.stdout), r.stdout
+
+
 def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Workspace, tmp_path: Path) -> None:
     counter = tmp_path / "attempts.txt"
     workspace.build_file(
