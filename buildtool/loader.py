@@ -13,6 +13,7 @@ import builtins
 import io
 import os
 import re
+import stat as stat_mod
 import sys
 
 from buildtool import dsl
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
 _LOOKS = ("stat", "lstat", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
+# Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
+# buildtool's own modules, whose looks while a BUILD.py runs (glob(), package checks) are
+# noted by what they do with them.
+_PATH_MODULES = frozenset({"os", "posixpath", "genericpath", "pathlib", "glob", "shutil", "fnmatch"})
+_STAND_INS = frozenset({"stat", "stat_or_missing", "listing"})  # Loader._tracking_looks's functions
+_OWN_MODULES = frozenset({"buildtool.loader", "buildtool.dsl", "buildtool.workspace", "buildtool.noop"})
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
 # would end a build that built nothing with success), or split it: a forked child goes on
@@ -439,19 +446,41 @@ class Loader:
                 return None
             return os.path.relpath(absp, root)
 
+        def ours() -> bool:
+            """Is the call buildtool's own (glob(), the package checks)?  Those note what
+            they look at themselves, and only what shapes the graph."""
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_name in _STAND_INS and f.f_globals.get("__name__") == __name__:
+                f = f.f_back
+            while f is not None and f.f_globals.get("__name__") in _PATH_MODULES:
+                f = f.f_back  # (os.path.exists -> os.stat: the caller of genericpath counts)
+            return f is not None and f.f_globals.get("__name__") in _OWN_MODULES
+
         def looked(real: Any) -> Any:
             def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
+                st = real(path, *args, **kwargs)  # (raises for a missing path: noted below)
                 rel = rel_of(path)
-                if rel:
-                    self.probes.add(rel)
-                return real(path, *args, **kwargs)
+                if rel and not ours():
+                    # A directory by its listing (its mtime moves whenever an output in it is
+                    # rewritten), anything else by its stat.
+                    (self.glob_dirs if stat_mod.S_ISDIR(st.st_mode) else self.probes).add(rel)
+                return st
 
-            return stat
+            def stat_or_missing(path: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return stat(path, *args, **kwargs)
+                except OSError:
+                    rel = rel_of(path)
+                    if rel and not ours():
+                        self.probes.add(rel)  # (missing: one appearing changes the graph)
+                    raise
+
+            return stat_or_missing
 
         def listed(real: Any) -> Any:
             def listing(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
                 rel = rel_of(path)
-                if rel is not None:
+                if rel is not None and not ours():
                     self.glob_dirs.add(rel)
                 return real(path, *args, **kwargs)
 
@@ -555,7 +584,10 @@ class Loader:
                             continue
                         if os.path.exists(os.path.join(entry.path, BUILDFILE)) \
                                 or os.path.exists(os.path.join(entry.path, MARKER)):
-                            continue  # a sub-package (or a nested workspace) owns its files
+                            # A sub-package (or a nested workspace) owns its files: until the
+                            # file that makes it one goes (its listing is not taken: probed).
+                            self.probes.update((f"{child}/{BUILDFILE}", f"{child}/{MARKER}"))
+                            continue
                         dirs.append(rel)
                     elif entry.is_file():  # follows a file symlink; dir symlinks are skipped
                         out.append(rel)

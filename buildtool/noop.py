@@ -47,8 +47,9 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 7  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
-# v7: the length line also carries the CRC-32 of the body
+FORMAT_VERSION = 8  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+# v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
+# (an older snapshot's listings would vouch for a directory whose link changed its target)
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle

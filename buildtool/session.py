@@ -126,6 +126,7 @@ class Session:
         self.stats: StatCache | None = None
         self.cache: Cache | None = None
         # (record, request) -> (loader, graph): lets watch mode reuse or partly reload the graph.
+        self.unhidden: set[str] = set()  # this build's recorded outputs that glob() may return (recorded_outputs)
         # Watch mode's graph: (record, request, packages to evaluate again) -> (loader, graph).
         self.graph_source: Callable[[BuildRecord, BuildRequest, set[str]], tuple[Loader, Graph]] | None = None
         # Extra reporter; also gets ``started(graph, scheduler)`` before the scheduler runs.
@@ -232,9 +233,15 @@ class Session:
             raise Interrupted(signals.held)
         return result
 
+    def recorded_outputs(self, record: BuildRecord) -> set[str]:
+        """The outputs earlier builds wrote, which glob() leaves out: all the record holds but
+        those this build found edited after their target stopped declaring them."""
+        return record.all_outputs() - self.unhidden
+
     def _build_locked(
         self, req: BuildRequest, cfg: Config, state: str, t_begin: float, out: Any, signals: _Signals
     ) -> BuildResult:
+        self.unhidden = set()
         verdict, prior_graph = None, None
         if req.prior is not None and self.focus is None and self.graph_source is None:
             # The snapshot vouches for the graph, only files changed; checked under this lock.
@@ -258,7 +265,7 @@ class Session:
                 return self.graph_source(record, req, stale)
             from buildtool.loader import Loader
 
-            new = Loader(self.ws, record.all_outputs())
+            new = Loader(self.ws, self.recorded_outputs(record))
             return new, self._graph(new, req.patterns, req.mode)
 
         def read_then(loader: Loader | None) -> tuple[list[str], dict[str, Any], dict[str, str | None] | None]:
@@ -282,7 +289,8 @@ class Session:
             phases.begin("clean dead outputs")
             hidden = loader.glob_hidden
             kept = [p for p in self._clean_dead(graph, loader, record, stats) if p in hidden]
-            if kept:  # a glob() left them out as outputs of a rule that is gone: sources now
+            if kept:  # a glob() left them out as outputs no target declares now: sources now
+                self.unhidden = set(kept)  # (a live target's is still in its record entry)
                 loader, graph = evaluate({hidden[p] for p in kept})
                 struct, struct_seen, listed = read_then(loader)
                 _check_report_paths(req, graph, self.ws.root, struct)
@@ -421,7 +429,8 @@ class Session:
             console.critical_path(format_critical_path(graph, outcomes, wall))
             if req.profile:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
-            cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
+            if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
+                cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always
                 kept = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
                                "up to date: none of its inputs changed since the last build",

@@ -120,7 +120,7 @@ class WatchSet:
 @dataclass(slots=True)
 class Change:
     path: str
-    kind: str  # content | package | all | config | rescan | retry
+    kind: str  # content | package | all | config | rescan | retry | recheck (path: a label not recorded)
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
@@ -393,7 +393,7 @@ class Watcher:
             self.dirty_pkgs or self.reload_all or self.rescan or self.broken
         ):
             return self.loader, self.graph
-        new = Loader(self.session.ws, record.all_outputs())
+        new = Loader(self.session.ws, self.session.recorded_outputs(record))
         old = self.loader
         if self.reload_all:
             _forget_workspace_modules(self.root)
@@ -758,7 +758,8 @@ class Watcher:
         those reading a changed file plus whatever did not end clean last cycle."""
         g = self.graph
         reuse = g is not None and not (self.dirty_pkgs or self.reload_all or self.rescan or self.broken)
-        if not reuse or self.clean_graph is not g or not changes or any(c.kind != "content" for c in changes):
+        if not reuse or self.clean_graph is not g or not changes \
+                or any(c.kind not in ("content", "recheck") for c in changes):
             return None
         if not self.session.record_unchanged():  # another buildtool wrote (or removed) the record
             self.clean = set()
@@ -859,7 +860,7 @@ class Watcher:
         if self.unrecorded and not self.followed_up:
             _say(f"{self.unrecorded[0]}{f' (and {len(self.unrecorded) - 1} more)' if len(self.unrecorded) > 1 else ''}"
                  " not recorded (an input changed while it ran): checking again")
-            self.q.put(Change(self.unrecorded[0], "content"))
+            self.q.put(Change(self.unrecorded[0], "recheck"))
             self.followed_up = True
         else:
             self.followed_up = False
@@ -879,9 +880,12 @@ class Watcher:
         for st in (Status.SKIPPED, Status.CANCELLED):
             if n.get(st):
                 line += f", {st.value} {n[st]}"
-        paths = list(dict.fromkeys(c.path for c in changes))
+        paths = list(dict.fromkeys(c.path for c in changes if c.kind != "recheck"))
         if paths:
             line += "; changed: " + " ".join(paths[:5]) + (f" +{len(paths) - 5} more" if len(paths) > 5 else "")
+        again = [c.path for c in changes if c.kind == "recheck"]  # (a label: its result was not recorded)
+        if again:
+            line += "; checking again: " + again[0]
         print(line, file=self.out, flush=True)
 
     def run(self) -> int:

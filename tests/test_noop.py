@@ -1222,3 +1222,61 @@ def test_what_a_buildfile_looks_at_without_opening_is_tracked(tmp_path: Path, lo
     r = _bt_in(ws, cache, "build", "//pkg:t")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (pkg / "o").read_text() == ("on\n" if look == "exists" else "one,two\n") != before
+
+
+def test_an_edited_output_a_live_rule_stopped_declaring_is_a_globbed_source_at_once(tmp_path: Path) -> None:
+    """As for a removed rule, when the rule stays but declares another output: its record
+    entry still listed the old one, so the re-evaluation hid it from the glob again and the
+    snapshot vouched for that graph."""
+    ws = new_workspace(tmp_path, (
+        'genrule(name="gen", outs=["a.txt"], cmd="echo gen > $@")\n'
+        'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n'))
+    (ws / "s.txt").write_text("src\n")
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//...")
+    (ws / "BUILD.py").write_text(
+        'genrule(name="gen", outs=["b.dat"], cmd="echo gen > $@")\n'
+        'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    (ws / "a.txt").write_text("user edit\n")
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and "kept a.txt" in r.stderr, r.stdout + r.stderr
+    assert (ws / "all.out").read_text() == "user edit\nsrc\n"
+    time.sleep(0.1)
+    for _ in range(2):
+        r = _bt_in(ws, cache, "build", "//...")
+        assert r.returncode == 0 and (ws / "all.out").read_text() == "user edit\nsrc\n", r.stdout + r.stderr
+
+
+def test_looking_at_a_directory_from_a_buildfile_keeps_the_no_op(tmp_path: Path) -> None:
+    """Path(__file__).resolve() stats every directory up to the root; noted by their stat,
+    every output rewritten in them made the next build evaluate every BUILD.py again."""
+    ws = new_workspace(tmp_path, "")
+    (ws / "pkg" / "sub").mkdir(parents=True)
+    (ws / "pkg" / "sub" / "s.txt").write_text("s\n")
+    (ws / "pkg" / "sub" / "BUILD.py").write_text(
+        "from pathlib import Path\nHERE = Path(__file__).resolve().parent\n"
+        'genrule(name="cat", srcs=["s.txt"], outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//...")
+    (ws / "pkg" / "sub" / "s.txt").write_text("s2\n")
+    r = _bt_in(ws, cache, "build", "//...")
+    assert r.returncode == 0 and "1 ran" in r.stdout, r.stdout + r.stderr
+    time.sleep(0.1)
+    r = _bt_in(ws, cache, "build", "//...")  # (all.out was rewritten in pkg/sub: no change to the graph)
+    assert "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_glob_over_many_directories_notes_no_probe_per_directory(tmp_path: Path) -> None:
+    """glob()'s own look for a BUILD.py in each subdirectory went into the snapshot as two
+    probes a directory (4,000 for 2,000 directories); only a subpackage it skips needs them."""
+    from buildtool.loader import Loader
+    from buildtool.workspace import Workspace
+
+    ws = new_workspace(tmp_path, 'genrule(name="g", srcs=glob(["src/**/*.txt"]), outs=["g.out"], cmd="true")\n')
+    for i in range(20):
+        (ws / "src" / f"d{i}").mkdir(parents=True)
+        (ws / "src" / f"d{i}" / "f.txt").write_text("")
+    (ws / "src" / "d0" / "BUILD.py").write_text("")
+    loader = Loader(Workspace(str(ws), "", ()))
+    loader.load("")
+    assert loader.probes == {"src/d0/BUILD.py", "src/d0/buildtool.toml"}, loader.probes

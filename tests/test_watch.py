@@ -24,7 +24,7 @@ TIMEOUT = 10.0
 REPO = str(Path(__file__).resolve().parents[1])  # run this checkout's buildtool, not an installed copy
 CYCLE_RE = re.compile(
     r"^watch: cycle (\d+) (\w+) in ([\d.]+)s: ran (\d+) \[(.*?)\], restored (\d+), up-to-date (\d+), failed (\d+)"
-    r"(?:, skipped \d+)?(?:, cancelled \d+)?(?:; changed: (.*))?$"
+    r"(?:, skipped \d+)?(?:, cancelled \d+)?(?:; changed: (.*?))?(?:; checking again: \S+)?$"
 )
 
 
@@ -1152,6 +1152,7 @@ def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) 
             wait_for(lambda: read(root / "out.txt") == "new2\n", what="out.txt to have the edited header")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_settled(lambda cs: any("; checking again: //:o" in line for line in w.out), "the summary to say it")
     finally:
         w.stop()
 
