@@ -447,7 +447,7 @@ class Cache:
                 if isinstance(e, FileNotFoundError) and not retry:
                     self._forget_dirs()  # a directory memoised as existing was removed: make it again
                     continue
-                raise CannotPlace(e.strerror or str(e)) from None
+                raise CannotPlace(e.strerror or str(e), e.errno) from None
         return None
 
     def _restore_tmp(self, dest: str) -> str:
@@ -538,8 +538,12 @@ def _read_fd(fd: int, size: int) -> bytes:
 
 
 class CannotPlace(Exception):
-    """A cache hit whose content could not be put at its destination (the reason): not the
-    cache's fault, so no damaged entry."""
+    """A cache hit whose content could not be put at its destination (the reason, and the
+    errno): not the cache's fault, so no damaged entry."""
+
+    def __init__(self, why: str, errno: int | None) -> None:
+        super().__init__(why)
+        self.errno = errno
 
 
 def _write_all(fd: int, data: bytes) -> None:

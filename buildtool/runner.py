@@ -8,6 +8,7 @@ in the build record and makes the outputs' digests visible to dependents.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -126,7 +127,8 @@ class TargetRunner:
         self._key_stats: dict[int, dict[str, tuple[int, int, int, int]]] = {}
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
-        self._tool_paths: dict[int, list[str]] = {}  # per target: where its declared tools were found
+        # Per target: where its declared tools were found, and the stat each one's digest in its key was taken at.
+        self._tool_paths: dict[int, dict[str, list[int] | None]] = {}
         self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
@@ -245,7 +247,7 @@ class TargetRunner:
             return out
         import shutil  # (only for declared tools: ~4 ms of import)
 
-        found = self._tool_paths[t.id] = []
+        found = self._tool_paths[t.id] = {}  # path -> the stat its digest was taken at
 
         # Found as the command finds it: a relative PATH entry from the package directory.
         cwd = os.path.join(self.root, t.pkg)
@@ -264,7 +266,6 @@ class TargetRunner:
                     self._tool_dirs[d] = None
             if path is not None:
                 path = os.path.abspath(path)
-                found.append(path)
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:
@@ -281,6 +282,7 @@ class TargetRunner:
                     d = "unreadable"
                 self._tool_digests[path] = d
             out[name] = d
+            found[path] = self.tool_stats.get(path)  # (None: it could not be read; nothing to compare)
         return out
 
     def _input_digests(self, t: Target, budget: int | None, keep_stats: bool = False) -> dict[str, str] | None:
@@ -840,6 +842,8 @@ class TargetRunner:
         if sorted(o.path for o in hit.outputs) != sorted(t.outs):
             self.warn(f"cache entry for {t.label} lists other outputs than the target; ignoring it")
             return None
+        if self._leads_elsewhere(t) is not None:
+            return None  # (nor adopted, nor run: _execute says why)
         found = on_disk or {}  # (a 10,000-target restore stats each missing output once, not twice)
         stale = [o for o in hit.outputs
                  if (found[o.path] if o.path in found else self._disk_digest(o.path)) != o.digest]
@@ -847,11 +851,9 @@ class TargetRunner:
             for o in hit.outputs:
                 self._fix_mode(o)
             return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
-        if self._leads_elsewhere(t) is not None:
-            return None  # (and the command is not run either: _execute says why)
         for o in stale:
             try:
-                st = self.cache.restore(o.digest, os.path.join(self.root, o.path), o.mode, hit.inline.get(o.digest))
+                st = self._restore_one(o, hit)
             except CannotPlace as e:
                 self._unplaceable.add(t.id)  # (said once: the worker does not try again, nor call it damage)
                 self.warn(f"{t.label}: could not restore {o.path} from the cache ({e}); running its command")
@@ -860,6 +862,19 @@ class TargetRunner:
                 return None
             self.stats.remember(o.path, st, o.digest, time.time_ns(), produced=True)
         return Status.RESTORED, "restored from the local cache"
+
+    def _restore_one(self, o: CachedOutput, hit: ActionEntry) -> os.stat_result | None:
+        dest = os.path.join(self.root, o.path)
+        try:
+            return self.cache.restore(o.digest, dest, o.mode, hit.inline.get(o.digest))
+        except CannotPlace as e:
+            if e.errno != errno.EISDIR:
+                raise
+            try:
+                os.rmdir(dest)  # an empty directory where it goes: nothing in it is lost (as _delete_outputs)
+            except OSError:
+                raise e from None
+            return self.cache.restore(o.digest, dest, o.mode, hit.inline.get(o.digest))
 
     def _leads_elsewhere(self, t: Target) -> str | None:
         """Why ``t``'s outputs may not be written where they are declared, or None: a
@@ -882,13 +897,15 @@ class TargetRunner:
                 real = self._real_dirs[parent] = os.path.join(resolved, rest) if rest else resolved
             if real == os.path.join(root, parent):
                 continue  # no symbolic link on the way
-            if not real.startswith(root + os.sep):
+            if real != root and not real.startswith(root + os.sep):
                 return f"output {o!r} of {t.label} leads (through a symbolic link) outside the workspace, to {real}"
             where = os.path.relpath(os.path.join(real, o.rpartition("/")[2]), root)
-            if self._claimed is None:  # (built once, and only when a link is on the way)
-                self._claimed = {p: f"an output of {u.label}" for u in self.graph.targets for p in u.outs}
-                self._claimed.update({p: f"a source of {u.label}" for u in self.graph.targets for p in u.srcs})
-            what = self._claimed.get(where)
+            claimed = self._claimed
+            if claimed is None:  # (built once, and only when a link is on the way; whole before it is shared)
+                claimed = {p: f"an output of {u.label}" for u in self.graph.targets for p in u.outs}
+                claimed.update({p: f"a source of {u.label}" for u in self.graph.targets for p in u.srcs})
+                self._claimed = claimed
+            what = claimed.get(where)
             if what is not None and what != f"an output of {t.label}":
                 return (f"output {o!r} of {t.label} is really {where!r} (through a symbolic link made since the "
                         f"graph was checked), {what}: remove the link")
@@ -953,6 +970,8 @@ class TargetRunner:
             except NotADirectoryError:
                 pass  # (a file where a directory on the way should be: no output there)
             except OSError as e:
+                if before_run and e.errno == errno.ENAMETOOLONG:
+                    return f"output {o!r} of {t.label}: the name is too long for the file system"
                 if before_run:  # it would stay, and be taken for what the command wrote
                     return f"could not delete the old output {o!r} of {t.label} before its command: {e.strerror}"
             self.stats.forget(o)
@@ -1157,18 +1176,21 @@ class TargetRunner:
     def _helpers_changed(self, t: Target, desc: dict[str, Any]) -> str | None:
         """The first file besides the inputs that the key covers and that changed while the
         command ran: a pyrule's module (or one it imports), by content; a declared tool, by
-        its stat against the one taken when it was hashed (its digest is then forgotten, so
-        the next target using it hashes it again)."""
+        its stat against the one its digest in this target's key was taken at (that digest
+        is then forgotten, so the next target using the tool hashes it again)."""
         for k, d in desc.get("extra", {}).items():
             if k.startswith("module:") and self._disk_digest(k[7:]) != d:
                 return k[7:]
-        for path in self._tool_paths.get(t.id, ()):
+        for path, then in self._tool_paths.get(t.id, {}).items():
+            if then is None:
+                continue  # (unreadable when it was hashed: "unreadable" is in the key, not content)
             try:
                 now = stat_row(os.stat(path))
             except OSError:
                 now = None
-            if now != self.tool_stats.get(path):
-                self._tool_digests.pop(path, None)
+            if now != then:
+                if self.tool_stats.get(path) == then:  # (not hashed again since, by another target)
+                    self._tool_digests.pop(path, None)
                 return path
         return None
 

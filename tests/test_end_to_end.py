@@ -857,6 +857,21 @@ def test_an_empty_directory_where_an_output_goes_is_replaced_as_the_graph_check_
     assert rc == 0 and workspace.read("g.out") == "a2\n", out + err
 
 
+def test_an_empty_directory_where_a_restored_output_goes_is_replaced_without_a_word(workspace: Workspace) -> None:
+    """On the snapshot's graph the restore hit the directory: a warning and a rerun, where
+    a checked graph restored it silently."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["a.txt"], outs=["g.out"], cmd="cat $< > $@")\n')
+    assert workspace.build().rc == 0
+    time.sleep(0.1)
+    assert workspace.build().rc == 0
+    workspace.path("g.out").unlink()
+    workspace.path("g.out").mkdir()
+    rc, out, err = workspace.run("build")  # (no --events: the snapshot's graph is used)
+    assert rc == 0 and workspace.read("g.out") == "a\n" and "1 restored" in out, out + err
+    assert "warning" not in err, err
+
+
 def test_a_directory_made_where_an_output_goes_is_never_deleted(workspace: Workspace) -> None:
     """After a no-op (the graph is then reused from the snapshot, unchecked), someone puts
     a directory with files where an output goes: the build must fail on it, not rmtree it."""

@@ -607,3 +607,18 @@ def test_an_output_its_command_made_unreadable_fails_the_target_with_a_reason(wo
     assert r.returncode == 1, r.stdout + r.stderr
     assert "declared output z.out cannot be read (Permission denied)" in r.stdout + r.stderr, r.stdout + r.stderr
     assert "internal error" not in r.stdout + r.stderr and not workspace.exists("z.out")
+
+
+def test_a_tool_that_can_be_run_but_not_read_is_up_to_date_the_second_time(workspace: Workspace) -> None:
+    """Its digest is "unreadable" and no stat was kept for it: the check after the command
+    compared a stat with nothing, so every build ran the target and recorded nothing."""
+    tool = workspace.root / "bin" / "xonly"
+    tool.parent.mkdir()
+    shutil.copy("/bin/true", tool)
+    tool.chmod(0o111)
+    workspace.build_file("", 'genrule(name="a", outs=["a.out"], tools=["xonly"], env={"PATH": "bin:/usr/bin:/bin"}, '
+                             'cmd="xonly && echo a > $@")\n')
+    r = _without_dac_override(workspace, "build")
+    assert r.returncode == 0 and "changed while the command ran" not in r.stderr, r.stdout + r.stderr
+    r = _without_dac_override(workspace, "build")
+    assert r.returncode == 0 and "1 up_to_date" in r.stdout, r.stdout + r.stderr

@@ -412,3 +412,37 @@ def test_an_old_output_that_cannot_be_deleted_fails_the_target(tmp_path: Path) -
         assert "could not delete the old output 'a.out' of //:a before its command" in r.stdout + r.stderr
     finally:
         subprocess.run(["chattr", "-i", str(out)], check=False)
+
+
+def test_a_tool_rewritten_while_a_target_runs_is_seen_even_when_another_target_hashed_it_again(
+        tmp_path: Path) -> None:
+    """//:u saw the tool change and dropped its digest; //:x then hashed the new tool, and
+    //:w, started with the old digest in its key, compared the new stat with the new stat
+    and was recorded (and cached) with what the new tool printed."""
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    tool = ws / "bin" / "mytool"
+    tool.write_text("#!/bin/sh\necho old\n")
+    tool.chmod(0o755)
+    e = '{"PATH": "bin:/usr/bin:/bin"}'
+    (ws / "BUILD.py").write_text(
+        'genrule(name="e", outs=["e.out"], cmd="sleep 0.5; printf \'#!/bin/sh\\\\necho NEW\\\\n\' > bin/t.tmp; '
+        'chmod +x bin/t.tmp; mv bin/t.tmp bin/mytool; echo > $@")\n'
+        f'genrule(name="u", outs=["u.out"], tools=["mytool"], env={e}, cmd="sleep 1; echo u > $@")\n'
+        f'genrule(name="w", outs=["w.out"], tools=["mytool"], env={e}, cmd="sleep 2.5; mytool > $@")\n'
+        f'genrule(name="x", deps=[":u"], outs=["x.out"], tools=["mytool"], env={e}, cmd="echo x > $@")\n')
+    r = bt(ws, "build", "-j", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "//:w: input" in r.stderr and "mytool changed while the command ran" in r.stderr, r.stderr
+    tool.write_text("#!/bin/sh\necho old\n")
+    (ws / "w.out").unlink()
+    r = bt(ws, "build", "//:w")
+    assert r.returncode == 0 and (ws / "w.out").read_text() == "old\n", r.stdout + r.stderr
+
+
+def test_an_output_under_a_link_to_the_workspace_root_is_written(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="c", outs=["gen/x.txt"], cmd="echo hi > $@")\n')
+    os.symlink(".", ws / "gen")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "x.txt").read_text() == "hi\n", r.stdout + r.stderr
