@@ -30,9 +30,9 @@ HEAVY = {"dataclasses", "inspect", "typing", "statistics", "shutil", "argparse",
          "random", "tempfile", "ast", "difflib", "traceback", "tomllib", "pickletools", "copy"}
 # What only the full path (BUILD.py evaluation) or a build that runs commands may add.
 BUILD_ONLY = {"buildtool.session", "buildtool.runner", "subprocess"}
-# What the no-op path does without (json would bring re and enum, array collections.abc):
-# it is Python's start-up plus a few milliseconds, and each of these is one or more of them.
-NOOP_NEVER = {"json", "re", "enum", "array", "collections", "threading", "fnmatch", "pickle", "_pickle"}
+# What the no-op path does without (json would bring re and enum, array collections.abc,
+# signal enum): it is Python's start-up plus a few milliseconds, and each of these is one or more of them.
+NOOP_NEVER = {"json", "re", "enum", "array", "collections", "threading", "fnmatch", "pickle", "_pickle", "signal"}
 
 # Only what buildtool adds counts: the interpreter's start-up may already hold some of HEAVY
 # (a site-packages .pth hook can import certifi -> importlib.resources -> tempfile, typing).
