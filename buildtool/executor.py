@@ -38,7 +38,11 @@ MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is
 KILL_GRACE_S = 2.0
 
 PYRULE_MAIN = (
-    "import importlib, json, sys\n"
+    "import sys\n"
+    # -c puts the working directory (the package) first on sys.path: its modules would
+    # shadow the workspace root's (PYTHONPATH) that the key tracks, and the stdlib's.
+    "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+    "import importlib, json\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
     "f = getattr(importlib.import_module(mod), fn)\n"
     "f(srcs=json.loads(sys.argv[2]), outs=json.loads(sys.argv[3]), **json.loads(sys.argv[4]))\n"

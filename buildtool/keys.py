@@ -170,12 +170,23 @@ def pyrule_module_files(root: str, fn: str) -> list[str]:
                 tree = ast.parse(f.read(), path)
         except (OSError, SyntaxError, ValueError):
             continue
+        # A relative import (``from . import x``, ``from .sub import y``) is from this
+        # module's package: the module itself for a package's __init__.py.
+        package = mod if os.path.basename(path) == "__init__.py" else mod.rpartition(".")[0]
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 todo.extend(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                todo.append(node.module)
-                todo.extend(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".") if package else []
+                    if node.level - 1 > len(up) or (node.level - 1 == len(up) and not base):
+                        continue  # (beyond the top package: an ImportError when it runs)
+                    base = ".".join([*up[:len(up) - (node.level - 1)], *([base] if base else [])])
+                if not base:
+                    continue
+                todo.append(base)
+                todo.extend(f"{base}.{a.name}" for a in node.names)
         # Parent packages' __init__ run on import too.
         parts = mod.split(".")
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))

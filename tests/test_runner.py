@@ -205,6 +205,36 @@ def test_pyrule_runs_in_a_process_and_tracks_its_module(tmp_path: Path) -> None:
     assert not (ws / "tools" / "__pycache__").exists()
 
 
+def test_a_pyrule_tracks_its_relative_imports_and_sees_the_workspace_root_first(tmp_path: Path) -> None:
+    """`from . import relmod` / `from .sub import leaf` were not tracked (an edit left the
+    output stale, "up to date"), and the package's own directory was first on sys.path: its
+    helper.py shadowed the root's that the key tracks (and pkg/json.py broke the runner)."""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "gen" / "sub").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    (ws / "gen" / "__init__.py").write_text("")
+    (ws / "gen" / "sub" / "__init__.py").write_text("from .leaf import V as LEAF\n")
+    (ws / "gen" / "relmod.py").write_text('V = "rel1"\n')
+    (ws / "gen" / "sub" / "leaf.py").write_text('V = "leaf1"\n')
+    (ws / "helper.py").write_text('WHO = "root helper"\n')
+    (ws / "pkg" / "helper.py").write_text('WHO = "pkg helper"\n')
+    (ws / "pkg" / "json.py").write_text("raise SystemExit('the package shadowed the stdlib')\n")
+    (ws / "gen" / "main.py").write_text(
+        "import helper\nfrom . import relmod\nfrom .sub import LEAF\n\n\n"
+        "def run(srcs, outs):\n    open(outs[0], 'w').write(' '.join([relmod.V, LEAF, helper.WHO]) + '\\n')\n")
+    (ws / "pkg" / "BUILD.py").write_text('pyrule(name="p", fn="gen.main:run", outs=["o.txt"])\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel1 leaf1 root helper\n", r.stdout + r.stderr
+    (ws / "gen" / "relmod.py").write_text('V = "rel2"\n')
+    (ws / "gen" / "sub" / "leaf.py").write_text('V = "leaf2"\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel2 leaf2 root helper\n", r.stdout + r.stderr
+    (ws / "helper.py").write_text('WHO = "root edited"\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel2 leaf2 root edited\n", r.stdout + r.stderr
+
+
 # -- commands started on the scheduler's thread, and the worker threads beside them ----------
 def test_large_inputs_go_to_a_worker_and_large_outputs_are_stored(tmp_path: Path) -> None:
     # big.bin (2 MiB) is more than the scheduler's thread hashes itself: that target runs on a
