@@ -44,8 +44,11 @@ PYRULE_MAIN = (
     "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
     "import importlib, json\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
+    # srcs, outs and kwargs as JSON texts: three arguments, or one '@FILE' holding the three
+    # when they are too long for the command line (the runner's choice, MAX_ARG)
+    "a = sys.argv[2:] if len(sys.argv) > 3 else json.load(open(sys.argv[2][1:], encoding='utf-8'))\n"
     "f = getattr(importlib.import_module(mod), fn)\n"
-    "f(srcs=json.loads(sys.argv[2]), outs=json.loads(sys.argv[3]), **json.loads(sys.argv[4]))\n"
+    "f(srcs=json.loads(a[0]), outs=json.loads(a[1]), **json.loads(a[2]))\n"
 )
 
 

@@ -1007,7 +1007,13 @@ class TargetRunner:
                 rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in self.graph.inputs[t.id]]
                 rel_outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
-                argv += [json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
+                texts = [json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
+                if sum(map(len, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
+                    args = os.path.join(tmp, "pyrule-args.json")
+                    with open(args, "w", encoding="utf-8") as f:
+                        json.dump(texts, f)
+                    texts = ["@" + args]
+                argv += texts
             elif len(t.cmd) > MAX_ARG:
                 script = os.path.join(tmp, "cmd.sh")
                 with open(script, "w") as f:

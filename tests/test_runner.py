@@ -476,3 +476,18 @@ def test_an_output_under_a_link_to_the_workspace_root_is_written(tmp_path: Path)
     os.symlink(".", ws / "gen")
     r = bt(ws, "build")
     assert r.returncode == 0 and (ws / "x.txt").read_text() == "hi\n", r.stdout + r.stderr
+
+
+def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs(tmp_path: Path) -> None:
+    """3,000 globbed srcs (or big kwargs): "could not start the command: Argument list too
+    long", where a genrule with the same srcs ran."""
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="mk:run", outs=["o.txt"], srcs=glob(["many/*.txt"]), '
+                           'kwargs={"big": "x" * 150000})\n')
+    (ws / "mk.py").write_text("def run(srcs, outs, big):\n"
+                              "    open(outs[0], 'w').write(f'{len(srcs)} {len(big)} {srcs[0]}\\n')\n")
+    (ws / "many").mkdir()
+    for i in range(3000):
+        (ws / "many" / f"file_with_a_fairly_long_name_number_{i:04}.txt").write_text("")
+    r = bt(ws, "build")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    assert (ws / "o.txt").read_text() == "3000 150000 many/file_with_a_fairly_long_name_number_0000.txt\n"
