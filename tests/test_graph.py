@@ -506,3 +506,14 @@ def test_a_package_named_through_a_symlinked_directory_says_so(workspace: Worksp
     os.symlink("real", workspace.root / "lnpkg")
     err = expect_invalid(workspace, "//lnpkg:l")
     assert "no package //lnpkg for '//lnpkg:l': lnpkg/BUILD.py is reached through a symbolic link" in err, err
+
+
+@pytest.mark.parametrize("kwargs", ['{"srcs": 1}', '{"outs": []}', '{1: 2}', '{"a-b": 1}'])
+def test_pyrule_kwargs_that_cannot_be_keyword_arguments_are_exit_2(workspace: Workspace, kwargs: str) -> None:
+    """{"srcs": ...} failed at run time ("multiple values for keyword argument"); {1: 2}
+    reached the function as the keyword "1"."""
+    workspace.write("mk.py", "def run(srcs, outs, **kw):\n    open(outs[0], 'w').write('x')\n")
+    workspace.build_file("", f'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={kwargs})\n'
+                             'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1: //:p: kwargs key" in err and "cannot be a keyword argument of fn" in err, err
