@@ -169,13 +169,19 @@ def run() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed pipe: nothing more can be said anyway
         pass
-    os._exit(code)
+    except KeyboardInterrupt:  # (a signal that came before the handlers were set to ignore them)
+        pass
+    _EXIT(code)
+
+
+_EXIT = os._exit  # (as imported: a BUILD.py evaluation cut short may have left os._exit guarded)
 
 
 def _interrupted(e: KeyboardInterrupt) -> int:
     """Name the BUILD.py that Ctrl-C (or SIGTERM, SIGHUP) stopped, if one was running (an
     endless loop in one otherwise ended the command without a word), and the signal if it
     was not Ctrl-C (whose ^C the terminal shows); the exit code, 128 + the signal."""
+    _leaving()
     signum = getattr(e, "signum", 2)  # (a plain KeyboardInterrupt: SIGINT)
     by = "" if signum == 2 else f" by signal {signum}"
     where = getattr(e, "where", None)
@@ -189,7 +195,25 @@ def _interrupted(e: KeyboardInterrupt) -> int:
 def _on_termination(signum: int, frame: Any) -> None:
     from buildtool.errors import Terminated
 
+    _leaving()
     raise Terminated(signum)
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    _leaving()
+    raise KeyboardInterrupt
+
+
+def _leaving() -> None:
+    """The command is on its way out: a second signal (Ctrl-C twice, a supervisor repeating
+    SIGTERM) must not cut the ``finally`` blocks that release the locks, nor the exit."""
+    import _signal
+
+    for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+        try:
+            _signal.signal(s, _signal.SIG_IGN)
+        except (ValueError, OSError):  # (not the main thread)
+            pass
 
 
 def _leave_on_termination() -> None:
@@ -198,13 +222,17 @@ def _leave_on_termination() -> None:
     file in /tmp, with a word and exit 128 + the signal, rather than at once by their
     default action.  While a build's commands run and its reports are written, the
     session's own handlers take over (session.py).  A SIGHUP ignored from the start
-    (``nohup buildtool build``) stays ignored.  Through ``_signal``, not ``signal``: that
-    one imports enum, ~2 ms of every no-op build."""
+    (``nohup buildtool build``) stays ignored, as does a SIGTERM ignored from the start
+    (``buildtool run`` hands it on ignored).  Ctrl-C raises KeyboardInterrupt as Python's
+    own handler does, and like the others ignores any further signal on the way out.
+    Through ``_signal``, not ``signal``: that one imports enum, ~2 ms of every no-op build."""
     import _signal
 
-    _signal.signal(_signal.SIGTERM, _on_termination)
-    if _signal.getsignal(_signal.SIGHUP) != _signal.SIG_IGN:
-        _signal.signal(_signal.SIGHUP, _on_termination)
+    for s in (_signal.SIGTERM, _signal.SIGHUP):
+        if _signal.getsignal(s) != _signal.SIG_IGN:
+            _signal.signal(s, _on_termination)
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _on_interrupt)
 
 
 def main(argv: list[str] | None = None) -> int:

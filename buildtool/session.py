@@ -877,13 +877,15 @@ class _Signals:
     ``held`` until the reports (--profile, --junit, --events) and the state are written and
     the lock is released, which takes moments: cut short there, a report was half a temp
     file, or the last run's was left in its place, with no word; the build then ends
-    interrupted all the same.  A SIGHUP ignored from the start (``nohup``) stays ignored."""
+    interrupted all the same; a second one there leaves at once (a write that blocks).  A
+    SIGHUP ignored from the start (``nohup``) stays ignored."""
 
-    __slots__ = ("_prev", "_stop", "held")
+    __slots__ = ("_prev", "_stop", "_stopping", "held")
 
     def __init__(self) -> None:
         self._prev: dict[int, Any] = {}
         self._stop: Callable[[int], None] | None = None
+        self._stopping = False  # the scheduler was told to stop (once is enough)
         self.held: int | None = None  # the signal that came after the scheduler returned
 
     def install(self, stop: Callable[[int], None]) -> None:
@@ -903,9 +905,18 @@ class _Signals:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._stop is not None:
-            self._stop(signum)
+            if not self._stopping:  # (again, from inside the first's cancel_all: threads half started)
+                self._stopping = True
+                self._stop(signum)
         elif self.held is None:
             self.held = signum
+        else:  # a second one while a report is written: that write blocks (a FIFO, a hung mount)
+            from buildtool.errors import Terminated
+
+            for s in self._prev:  # (on the way out: a third must not cut the finally blocks)
+                signal.signal(s, signal.SIG_IGN)
+            self._prev.clear()
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
     def restore(self) -> None:
         """The handlers from before ``install`` back (the CLI's, or watch mode's)."""

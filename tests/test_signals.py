@@ -306,3 +306,87 @@ def test_a_signal_while_the_reports_are_written_lets_them_finish(tmp_path: Path,
     statuses = {e["label"]: e["status"] for e in map(json.loads, events.read_text().splitlines()[1:])}
     assert statuses == {"//:big": "failed", "//:ok": "ran"}  # (the events file is whole as well)
     assert not (ws / ".buildtool" / "tmp").exists()
+
+
+def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Path) -> None:
+    """The first signal is held while the reports are written; a write that blocks (a FIFO
+    nobody reads, a hung mount) left only kill -9.  A second signal leaves at once."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text('test(name="t", cmd="echo hi")\n')
+    junit = tmp_path / "j.xml"
+    os.mkfifo(junit)  # (no reader: the write waits for one)
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "--junit", str(junit)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
+    lines: list[str] = []
+    with _reaped(p):
+        import threading
+
+        assert p.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)  # type: ignore[arg-type]
+        reader.start()
+        deadline = time.monotonic() + 30
+        while not any("PASSED" in ln for ln in lines):  # (the results table: the JUnit file is next)
+            assert p.poll() is None and time.monotonic() < deadline, "the test never passed"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert p.poll() is None  # (held: the report is being written)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        assert p.stderr is not None
+        err = p.stderr.read()
+    assert p.returncode == 143, err
+    assert "Traceback" not in err, err
+    assert not _second_lock(ws).exists()
+
+
+def test_a_burst_of_sigterms_leaves_once_with_no_traceback_and_no_lock(tmp_path: Path) -> None:
+    """A supervisor repeating SIGTERM: a second one cut the finally blocks that release the
+    locks (the lock file in /tmp was left), or the exit itself (a traceback, -15)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    marker = tmp_path / "evaluating"
+    (ws / "BUILD.py").write_text(f"open({str(marker)!r}, 'w').close()\nwhile True:\n    pass\n")
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
+    for _ in range(15):  # (a race: one run in six or so hit it)
+        marker.unlink(missing_ok=True)
+        p = subprocess.Popen(["buildtool", "-C", str(ws), "build"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env, preexec_fn=_hup_default)
+        with _reaped(p):
+            deadline = time.monotonic() + 20
+            while not marker.exists():
+                assert time.monotonic() < deadline, "the BUILD.py never ran"
+                time.sleep(0.02)
+            for _ in range(30):
+                if p.poll() is not None:
+                    break
+                p.send_signal(signal.SIGTERM)
+                time.sleep(0.0005)
+            _, err = p.communicate(timeout=20)
+        assert p.returncode == 143, err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert not _second_lock(ws).exists()
+
+
+def test_run_hands_an_ignored_sigterm_on_to_the_program(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text(
+        'genrule(name="r", outs=["r.sh"], cmd="printf \'#!/bin/sh\\\\ngrep SigIgn /proc/$$$$/status\\\\n\' > $@; '
+        'chmod +x $@")\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
+
+    def ignore_term() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    r = subprocess.run(["buildtool", "-C", str(ws), "run", "//:r"], capture_output=True, text=True, env=env,
+                       preexec_fn=ignore_term, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    mask = int(r.stdout.split()[-1], 16)
+    assert mask & (1 << (signal.SIGTERM - 1)), r.stdout
