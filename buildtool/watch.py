@@ -115,6 +115,7 @@ class WatchSet:
     # The file a source reached through a symlink (to it, or to a directory on its way)
     # really is, in the workspace -> those sources: an event there is theirs.
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    pyrules: bool = False  # the graph has pyrules: a new .py may be a module one imports (it did not exist)
 
 
 @dataclass(slots=True)
@@ -180,6 +181,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         return Change(rel, "content")
     if rel in ws.aliases:  # the file a symlinked source really is
         return Change(ws.aliases[rel][0], "content")
+    if appears and ws.pyrules and name.endswith(".py"):  # (a module a pyrule tried to import, in vain)
+        return Change(rel, "content")
     if ws.broken and (structural or name.endswith(".py") or name in (MARKER, IGNORE_FILE)):
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
         # created (a missing source), the configuration; not a log written next to it.
@@ -514,7 +517,7 @@ class Watcher:
         return WatchSet(
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
-            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
+            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles),
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:

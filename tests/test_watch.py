@@ -1181,3 +1181,26 @@ def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_thro
                    for line in w.out + w.err), w.log()
     finally:
         w.stop()
+
+
+def test_a_module_a_pyrule_imports_in_vain_is_seen_when_made(tmp_path: Path, cache: Path) -> None:
+    """try: import opt_helper / except ImportError: the module made later started no cycle
+    (it was no source, nothing watched it), and the output stayed "no helper"."""
+    root = tmp_path / "ows"
+    write(root / "buildtool.toml", "")
+    write(root / "mk.py", "try:\n    import opt_helper\n    WHO = opt_helper.WHO\nexcept ImportError:\n"
+                          "    WHO = 'no helper'\n\n\n"
+                          "def run(srcs, outs):\n    open(outs[0], 'w').write(WHO + '\\n')\n")
+    write(root / "BUILD.py", 'pyrule(name="p", fn="mk:run", outs=["o.txt"])\n')
+    w = Watch(root, cache)
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        assert read(root / "o.txt") == "no helper\n"
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "opt_helper.py", 'WHO = "helper"\n')
+        try:
+            wait_for(lambda: read(root / "o.txt") == "helper\n", what="the pyrule to rerun with the new module")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{w.log()}") from None
+    finally:
+        w.stop()
