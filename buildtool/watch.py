@@ -275,6 +275,9 @@ class _Collector:
         if self.w.graph is graph:  # headers its depfiles found (by the record: the same graph's ids)
             for p, ids in self.w._discovered().items():
                 m.setdefault(p, []).extend(ids)
+            if self.w.pymods[0] is graph:  # pyrules' modules: an edit cancels a running pyrule
+                for p, ids in self.w.pymods[1].items():
+                    m.setdefault(p, []).extend(ids)
         self.sched = sched
         if self.w.stop_signal is not None:
             sched.request_stop(self.w.stop_signal)
@@ -336,7 +339,9 @@ class Watcher:
         self.watches: dict[tuple[str, bool], Any] = {}
         self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
         self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
-        self._synced_for: tuple[int, int, int, bool, frozenset[str]] | None = None
+        self._synced_for: tuple[int, int, int, bool, frozenset[str], frozenset[str]] | None = None
+        self.pymods: tuple[Graph | None, dict[str, list[int]]] = (None, {})  # (graph, module file -> pyrules)
+        self._pyrules: tuple[Graph | None, list[str]] = (None, [])  # (graph, its pyrules' fn)
         self.cache_rel = self._cache_rel()
         self.said_outside: set[str] = set()  # sources linking outside the workspace, said once
         self.own_streams = _own_streams(self.root) | _own_reports(self.root, req)
@@ -463,6 +468,7 @@ class Watcher:
         sources: set[str] = set()
         outputs: set[str] = set()
         pyfiles: set[str] = set()
+        pymods: dict[str, list[int]] = {}  # a pyrule's module file -> the pyrules importing it
         if graph is not None:
             for t in graph.targets:
                 sources.update(t.srcs)
@@ -470,7 +476,10 @@ class Watcher:
                 if getattr(t, "depfile", None):  # written and deleted by every compile: not a change
                     outputs.add(t.depfile)
                 if t.kind == "pyrule" and t.fn:
-                    pyfiles.update(keys.pyrule_module_files(self.root, t.fn))
+                    for f in keys.pyrule_module_files(self.root, t.fn):
+                        pyfiles.add(f)
+                        pymods.setdefault(f, []).append(t.id)
+        self.pymods = (graph, pymods)
         sources |= pyfiles
         sources |= set(self._discovered())  # headers found through depfiles are inputs too
         aliases = self._aliases(sources)
@@ -574,7 +583,8 @@ class Watcher:
         """Recompute the watch set and (un)schedule directories.  Files in directories that
         were not watched yet and that changed after ``since_ns`` (the start of the cycle that
         read them) are queued as changes: no event could have reported them."""
-        key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()))
+        key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()),
+               self._pyrule_modules())
         replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         if key == self._synced_for and not self.ws.missing_dirs and not replaced:
             return
@@ -781,6 +791,16 @@ class Watcher:
             affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
         return affected | (set(range(len(g.targets))) - self.clean)
 
+    def _pyrule_modules(self) -> frozenset[str]:
+        """The module files the graph's pyrules import now (a module edited to import another
+        one changes them with no change to the graph)."""
+        g = self.graph
+        if g is None:
+            return frozenset()
+        if self._pyrules[0] is not g:
+            self._pyrules = (g, [t.fn for t in g.targets if t.kind == "pyrule" and t.fn])
+        return frozenset(f for fn in self._pyrules[1] for f in keys.pyrule_module_files(self.root, fn))
+
     def _discovered(self) -> dict[str, list[int]]:
         """Headers found through depfiles (from the build record) -> the targets reading them."""
         g = self.graph
@@ -817,6 +837,8 @@ class Watcher:
             except OSError:
                 pass
         self._apply(changes)
+        if any(os.path.islink(os.path.join(self.root, c.path)) for c in changes if c.kind == "content"):
+            self._synced_for = None  # a symlinked source saved: it may lead to another file now (aliases)
         self.session.focus = focus = self._focus(changes)
         t0 = time.monotonic()
         self.collector = col = _Collector(self)
@@ -853,7 +875,8 @@ class Watcher:
         self._summary(col, status, wall, changes)
         g = col.graph
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
-                           if o.extra.get("record", True) is False] if g is not None and status == "OK" else []
+                           if o.extra.get("record", True) is False] if g is not None and status in ("OK", "FAILED") \
+            else []
 
     def _follow_up(self) -> None:
         """A result not recorded (an input changed while its command ran) gets one more
