@@ -130,8 +130,10 @@ class Scheduler:
 
     # -- public ----------------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
-        """Called from a signal handler: stop starting work and cancel running commands."""
-        self.interrupt = signum
+        """Called from a signal handler: stop starting work and cancel running commands.
+        A signal is never overwritten by watch mode's 0 ("an input changed") that came after it."""
+        if not self.interrupt:
+            self.interrupt = signum
         self.stopping = True
         self.runner.cancel_all()
         interrupted = getattr(self.runner, "interrupted", None)

@@ -610,3 +610,21 @@ def test_small_stores_run_on_the_scheduler_thread_and_heavy_ones_on_the_store_th
     assert len(stores) == 6  # all done before run() returned
     assert stores.count(threading.current_thread().name) == 3  # the even ids
     assert stores.count("buildtool-store") == 3  # the odd ("heavy") ones
+
+
+def test_a_signal_is_not_overwritten_by_a_later_input_change_stop() -> None:
+    """Watch mode: Ctrl-C stopped the scheduler (interrupt=2), then a file event asked it
+    to stop with 0 ("an input changed"): the cycle took the 0 and watch went on running."""
+    from buildtool.scheduler import Scheduler
+
+    class Runner:
+        def cancel_all(self) -> None:
+            pass
+
+    s = Scheduler.__new__(Scheduler)
+    s.interrupt, s.stopping, s.runner = None, False, Runner()
+    s._results = type("Q", (), {"put": lambda self, x: None})()
+    s._wake_up = lambda: None
+    s.request_stop(2)
+    s.request_stop(0)
+    assert s.interrupt == 2

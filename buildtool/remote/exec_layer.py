@@ -291,7 +291,8 @@ class RemoteExecutor:
     def _execute(self, st: GrpcStore, action: Digest, t: Any, skip_cache: bool) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
         names: list[str] = []
-        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout)
+        # (after 1.5 segments: a server silent for one is unavailable, not "queued")
+        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout * 1.5)
         try:
             return self._follow(st, action, t, names, skip_cache, queued)
         finally:
