@@ -6,6 +6,7 @@ On failure the temp file is removed and the error (an ``OSError``) is raised.
 
 from __future__ import annotations
 
+import errno
 import os
 from _thread import get_ident  # not threading's: the no-op path does not import threading
 
@@ -134,20 +135,31 @@ def temp_path(path: str, suffix: str) -> str:
     return os.path.join(head, os.fsdecode(raw[:keep]) + tag + suffix)  # (a cut UTF-8 character stays its bytes)
 
 
-def write_atomic(path: str, data: bytes | str, *, errors: str = "strict") -> None:
+def write_atomic(path: str, data: bytes | str, *, errors: str = "strict", tmp_dir: str | None = None) -> None:
     """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``); the temp
-    file is ``<path>.tmp.<pid>.<thread id>``, cut as ``temp_path`` says for a long name."""
+    file is ``<path>.tmp.<pid>.<thread id>``, cut as ``temp_path`` says for a long name, or
+    in ``tmp_dir`` (on the same filesystem; the state dir's tmp/, which the next build
+    empties: a kill -9 between the write and the rename leaves nothing beside ``path``)."""
     raw = data if isinstance(data, bytes) else data.encode("utf-8", errors)
-    tmp = temp_path(path, f".tmp.{os.getpid()}.{get_ident()}")
+    if tmp_dir is not None:
+        try:
+            os.makedirs(tmp_dir, exist_ok=True)
+        except OSError:
+            tmp_dir = None
+    tmp = temp_path(path, f".tmp.{os.getpid()}.{get_ident()}") if tmp_dir is None \
+        else os.path.join(tmp_dir, f"atomic.{os.getpid()}.{get_ident()}")
     try:
         with open(tmp, "wb") as f:
             f.write(raw)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if tmp_dir is not None and isinstance(e, OSError) and e.errno == errno.EXDEV:
+            write_atomic(path, raw)  # (another filesystem after all: beside it)
+            return
         raise
 
 

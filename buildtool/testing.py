@@ -95,9 +95,9 @@ def _attempt_path(path: str, attempt: int) -> str:
     return f"{path[: -len('.log')]}#attempt-{attempt}.log" if attempt else path
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def _write_atomic(path: str, data: bytes, state_dir: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, data)
+    write_atomic(path, data, tmp_dir=os.path.join(state_dir, "tmp"))  # (a kill -9 leaves no temp log)
 
 
 class TestLogs:
@@ -184,11 +184,11 @@ class TestLogs:
                 self._output[label] = data
         where = _attempt_path(os.path.join(self.state_dir, log_rel_path(target)), attempt)
         try:
-            _write_atomic(where, data)
+            _write_atomic(where, data, self.state_dir)
         except (IsADirectoryError, NotADirectoryError, FileExistsError) as e:  # another test's log is in the way
             other = _attempt_path(os.path.join(self.state_dir, other_log_rel_path(target)), attempt)
             try:
-                _write_atomic(other, data)
+                _write_atomic(other, data, self.state_dir)
             except OSError as e2:
                 self._not_written(target, attempt, f"{where} ({e.strerror}), nor at {other}", e2.strerror)
                 return
@@ -259,7 +259,7 @@ class TestLogs:
             data = json.dumps(body, sort_keys=True, separators=(",", ":"))
             self._dirty = False
         try:
-            _write_atomic(self.index_path, data.encode())
+            _write_atomic(self.index_path, data.encode(), self.state_dir)
         except OSError as e:
             self.warn(f"could not write the test log index ({e.strerror})")
 

@@ -8,6 +8,7 @@ appending to a file outside the workspace (an absolute path passed through ``env
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -646,3 +647,26 @@ def test_a_waiting_exclusive_test_that_failed_here_is_not_taken_from_anothers_pa
     flag.write_text("")
     r = workspace.build("-j", "2", "//:slow", "//:ex", command="test")
     assert r.rc == 1 and r.by_label["//:ex"]["test"] == "failed", r.output
+
+
+def test_test_logs_are_written_through_the_state_dirs_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill -9 between a log's write and its rename left <name>.log.tmp.<pid>.<thread> in
+    testlogs/ for good; through the state dir's tmp/ (which the next build empties) nothing
+    is left beside the logs.  (The rename is watched, not replaced: the file is written.)"""
+    import buildtool.atomic as atomic
+    from buildtool.testing import _write_atomic
+
+    renamed: list[str] = []
+    real = atomic.os.replace
+
+    def spy(src: str, dst: str) -> None:
+        renamed.append(src)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", spy)
+    state = tmp_path / ".buildtool"
+    log = state / "testlogs" / "pkg" / "t.log"
+    _write_atomic(str(log), b"out\n", str(state))
+    assert log.read_bytes() == b"out\n"
+    assert len(renamed) == 1 and os.path.dirname(renamed[0]) == str(state / "tmp"), renamed
+    assert os.listdir(log.parent) == ["t.log"]
