@@ -268,6 +268,7 @@ class GraphBuilder:
             except labels.LabelError as e:
                 raise UserError(self._bare_name_msg(text, cur) or self._file_label_msg(text, cur, str(e))) from None
             matched: list[str] = []
+            tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
             if pat.kind == "target":
                 decls = self._load_pkg_for(pat.pkg, text)
                 if pat.name not in decls:
@@ -302,10 +303,13 @@ class GraphBuilder:
                         if d.attrs.get("manual", False) or d.attrs.get("always", False):
                             continue
                         if (d.kind == "test") != want_tests:
+                            tests_left += d.kind == "test"
                             continue
                         matched.append(labels.label_str(pkg, name))
             if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
-                raise UserError(f"pattern {text!r} matches no targets")
+                why = (f" to build ({tests_left} test target(s) only: `buildtool test {text}` runs them)"
+                       if tests_left else "")
+                raise UserError(f"pattern {text!r} matches no targets{why}")
             for lab in matched:
                 if lab not in seen:
                     seen.add(lab)

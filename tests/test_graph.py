@@ -517,3 +517,10 @@ def test_pyrule_kwargs_that_cannot_be_keyword_arguments_are_exit_2(workspace: Wo
                              'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
     err = expect_invalid(workspace)
     assert "BUILD.py:1: //:p: kwargs key" in err and "cannot be a keyword argument of fn" in err, err
+
+
+def test_a_build_pattern_that_matches_only_tests_says_so(workspace: Workspace) -> None:
+    workspace.build_file("", 'test(name="t", cmd="touch ran-marker")\n')
+    err = expect_invalid(workspace)
+    assert "pattern '//...' matches no targets to build (1 test target(s) only: `buildtool test //...` runs them)" \
+        in err, err
