@@ -1028,10 +1028,10 @@ class GraphBuilder:
             kw = a.get("kwargs", {})
             if not isinstance(kw, dict):
                 raise _err(decl, f"attribute 'kwargs' must be a dict (got {kw!r})")
-            bad = [k for k in kw if not isinstance(k, str) or k in ("srcs", "outs") or not k.isidentifier()]
+            bad = [k for k in kw if not isinstance(k, str) or k in ("srcs", "outs")]
             if bad:  # (JSON would make 1 the keyword "1"; srcs/outs are passed already: a TypeError at run time)
                 raise _err(decl, f"{lab}: kwargs key {bad[0]!r} cannot be a keyword argument of fn: keys are "
-                                 "identifiers other than 'srcs' and 'outs' (which fn receives anyway)")
+                                 "strings other than 'srcs' and 'outs' (which fn receives anyway)")
             try:
                 kwargs_json = json.dumps(kw, sort_keys=True, separators=(",", ":"))
             except (TypeError, ValueError):

@@ -798,7 +798,7 @@ class Watcher:
         if g is None:
             return frozenset()
         if self._pyrules[0] is not g:
-            self._pyrules = (g, [t.fn for t in g.targets if t.kind == "pyrule" and t.fn])
+            self._pyrules = (g, list(dict.fromkeys(t.fn for t in g.targets if t.kind == "pyrule" and t.fn)))
         return frozenset(f for fn in self._pyrules[1] for f in keys.pyrule_module_files(self.root, fn))
 
     def _discovered(self) -> dict[str, list[int]]:

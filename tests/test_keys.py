@@ -216,3 +216,26 @@ def test_two_clones_with_their_own_venv_on_path_share_the_cache(tmp_path: Path) 
         assert (repo / "proj" / "hi.txt").read_text() == "hello\n"
         runs.append(out)
     assert "1 ran" in runs[0] and "1 restored" in runs[1], runs
+
+
+def test_a_module_is_parsed_once_while_it_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """150 pyrules of one module tree parsed it 150 times per build and per watch cycle
+    (15 s); an edit is still seen."""
+    import ast
+
+    from buildtool import keys
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "gen.py").write_text("from . import h\n")
+    (tmp_path / "tools" / "h.py").write_text("X = 1\n")
+    parsed: list[str] = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda src, name="<unknown>", *a, **k: (parsed.append(name), real(src, name))[1])
+    for _ in range(150):
+        assert keys.pyrule_module_files(str(tmp_path), "tools.gen:f") == [
+            "tools/__init__.py", "tools/gen.py", "tools/h.py"]
+    assert len(parsed) == 3, parsed
+    (tmp_path / "tools" / "h.py").write_text("from tools import k\n")
+    (tmp_path / "tools" / "k.py").write_text("")
+    assert "tools/k.py" in keys.pyrule_module_files(str(tmp_path), "tools.gen:f")

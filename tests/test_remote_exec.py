@@ -612,3 +612,16 @@ def test_a_server_busy_through_every_retry_is_left_for_the_rest_of_the_build(
     assert len(calls) == exec_layer.BUSY_RETRIES + 1
     assert not ex.wants(t)  # the breaker tripped: the next actions run here at once
     assert len(said) == 1 and "remote execution unavailable (still busy after 6 retries" in said[0], said
+
+
+def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs_here(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A worker's command line refused them (exit 127, "Argument list too long"): the
+    action runs here, where they go through a file."""
+    ws = make_workspace("longargs")
+    ws.write("mk.py", "def run(srcs, outs, x):\n    open(outs[0], 'w').write(str(len(x)))\n")
+    ws.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={"x": "y" * 150000})\n')
+    r = ws.build("--remote-executor", stack.url)
+    assert r.rc == 0 and ws.read("o.txt") == "150000", r.output
+    assert "too long for a remote command line; running it here" in r.stderr, r.stderr

@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from buildtool.digest import REMOTE_MARK
+from buildtool.executor import MAX_ARG
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, TargetView
 from buildtool.remote.grpc_store import GrpcStore, rpc_error
@@ -242,6 +243,9 @@ class RemoteExecutor:
         self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
     ) -> RemoteResult:
         view = TargetView.of(t, inputs)
+        if t.kind == "pyrule" and sum(map(len, ra.pyrule_texts(view))) > MAX_ARG:
+            # (here they go through a file: executor.PYRULE_MAIN; a worker's command line refuses them)
+            raise RemoteError("its srcs, outs and kwargs are too long for a remote command line; running it here")
         act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc),
                        self.kept_modes.get)
         blobs: dict[Digest, Source] = dict(act.blobs)
