@@ -100,6 +100,18 @@ class Watch:
             raise AssertionError(f"{e}\n{self.log()}") from None
         return self.cycles()
 
+    def wait_watching(self) -> None:
+        """The first cycle ended OK and the watches are set: an edit from now on is seen."""
+        assert self.wait_cycle(1).status == "OK", self.log()
+        self.wait_settled(lambda cs: any("watching" in line for line in self.err), "the watcher to start")
+
+    def wait_file(self, path: Path, text: str, what: str) -> None:
+        """Wait until ``path`` holds ``text`` (watch's log in the message otherwise)."""
+        try:
+            wait_for(lambda: read(path) == text, what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.log()}") from None
+
     def log(self) -> str:
         return "--- stdout\n" + "\n".join(self.out) + "\n--- stderr\n" + "\n".join(self.err)
 
@@ -846,8 +858,7 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
     ))
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         time.sleep(0.5)  # let any stray event play out: only the edit below may run //:a
         first = w.cycles()[-1]
         write(root / "a.h", "#define A 3\n")
@@ -1116,8 +1127,7 @@ def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: P
     write(root / "BUILD.py", 'pyrule(name="p", fn="gen.rules:make", srcs=["in.txt"], outs=["out.txt"])\n')
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         write(root / "gen" / "helper.py", 'TAG = "NEW"\n')
         wait_for(lambda: read(root / "out.txt") == "v1 NEW\n", what="the pyrule to rerun after helper.py")
         rules = (root / "gen" / "rules.py").read_text().replace("helper.TAG", "helper.TAG + '!'")
@@ -1142,16 +1152,12 @@ def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) 
                              'echo out.txt: main.txt $$(cat main.txt) > out.d")\n')
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         write(tmp_path / "slow", "")
         write(root / "main.txt", "new.h\n")
         wait_for(lambda: procs_with("sleep 1.75"), what="the slow command to start")
         write(root / "new.h", "new2\n")
-        try:
-            wait_for(lambda: read(root / "out.txt") == "new2\n", what="out.txt to have the edited header")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_file(root / "out.txt", "new2\n", "out.txt to have the edited header")
         w.wait_settled(lambda cs: any("; checking again: //:o" in line for line in w.out), "the summary to say it")
     finally:
         w.stop()
@@ -1168,8 +1174,7 @@ def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_thro
     write(root / "BUILD.py", 'genrule(name="c", srcs=["src/x.txt"], outs=["gen/x.txt"], cmd="cp $< $@")\n')
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         shutil.rmtree(root / "gen")
         os.symlink("src", root / "gen")
         time.sleep(0.5)
@@ -1198,10 +1203,7 @@ def test_a_module_a_pyrule_imports_in_vain_is_seen_when_made(tmp_path: Path, cac
         assert read(root / "o.txt") == "no helper\n"
         w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
         write(root / "opt_helper.py", 'WHO = "helper"\n')
-        try:
-            wait_for(lambda: read(root / "o.txt") == "helper\n", what="the pyrule to rerun with the new module")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_file(root / "o.txt", "helper\n", "the pyrule to rerun with the new module")
     finally:
         w.stop()
 
@@ -1217,17 +1219,13 @@ def test_a_module_a_pyrule_newly_imports_is_watched(tmp_path: Path, cache: Path)
     write(root / "BUILD.py", 'pyrule(name="py", fn="tools.gen:make", outs=["py.out"])\n')
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         write(root / "tools" / "gen.py",
               "from tools import h2\n\n\ndef make(srcs, outs):\n    open(outs[0], 'w').write(h2.X + '\\n')\n")
         wait_for(lambda: read(root / "py.out") == "x1\n", what="the pyrule to use h2")
         time.sleep(0.3)
         write(root / "tools" / "h2.py", "X = 'x2'\n")
-        try:
-            wait_for(lambda: read(root / "py.out") == "x2\n", what="an edit of the new import to rerun it")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_file(root / "py.out", "x2\n", "an edit of the new import to rerun it")
     finally:
         w.stop()
 
@@ -1242,18 +1240,14 @@ def test_a_re_pointed_symlinked_source_is_watched_by_its_new_file(tmp_path: Path
     write(root / "BUILD.py", 'genrule(name="l", srcs=["k/l.txt"], outs=["l.out"], cmd="cp $< $@")\n')
     w = Watch(root, cache)
     try:
-        assert w.wait_cycle(1).status == "OK", w.log()
-        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        w.wait_watching()
         tmp_link = root / "k" / "l.tmp"
         os.symlink("../shared/real2.txt", tmp_link)
         os.replace(tmp_link, root / "k" / "l.txt")
         wait_for(lambda: read(root / "l.out") == "r2\n", what="the re-pointed link's content")
         time.sleep(0.3)
         write(root / "shared" / "real2.txt", "r2b\n")
-        try:
-            wait_for(lambda: read(root / "l.out") == "r2b\n", what="an edit of the new target to rerun it")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_file(root / "l.out", "r2b\n", "an edit of the new target to rerun it")
     finally:
         w.stop()
 
@@ -1276,9 +1270,6 @@ def test_a_result_not_recorded_in_a_failed_cycle_gets_one_more_cycle(tmp_path: P
     try:
         wait_for(lambda: procs_with("sleep 1.5"), what="the slow first compile")
         write(root / "h.h", "h2\n")  # (not known as an input yet: no event reports it)
-        try:
-            wait_for(lambda: read(root / "d.out") == "dc\nh2\n", what="d.out with the edited header")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{w.log()}") from None
+        w.wait_file(root / "d.out", "dc\nh2\n", "d.out with the edited header")
     finally:
         w.stop()
