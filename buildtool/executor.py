@@ -29,7 +29,7 @@ from buildtool.orphans import boot_clock, live_groups
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from buildtool.simplecmd import SimpleCommand
     from buildtool.staging import Stage
@@ -50,6 +50,17 @@ PYRULE_MAIN = (
     "f = getattr(importlib.import_module(mod), fn)\n"
     "f(srcs=json.loads(a[0]), outs=json.loads(a[1]), **json.loads(a[2]))\n"
 )
+
+
+def pyrule_texts(pkg: str, inputs: Iterable[str], outs: Iterable[str], kwargs_json: str | None) -> list[str]:
+    """A pyrule's srcs, outs (relative to its package) and kwargs as the JSON texts
+    PYRULE_MAIN takes (here and on a remote worker)."""
+    import json
+    import posixpath
+
+    rel = [posixpath.relpath(p, pkg) if pkg else p for p in inputs]
+    rel_outs = [posixpath.relpath(p, pkg) if pkg else p for p in outs]
+    return [json.dumps(rel), json.dumps(rel_outs), kwargs_json or "{}"]
 
 
 class ProcessResult:

@@ -19,7 +19,16 @@ import time
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
-from buildtool.executor import MAX_ARG, PYRULE_MAIN, Running, SubprocessExecutor, pidfds_work, shell_argv, shell_for
+from buildtool.executor import (
+    MAX_ARG,
+    PYRULE_MAIN,
+    Running,
+    SubprocessExecutor,
+    pidfds_work,
+    pyrule_texts,
+    shell_argv,
+    shell_for,
+)
 from buildtool.graph import Graph, Target
 from buildtool.noop import stat_row
 from buildtool.outcome import Outcome, Reason, Status
@@ -1004,10 +1013,8 @@ class TargetRunner:
             if t.kind == "pyrule":
                 env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
-                rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in self.graph.inputs[t.id]]
-                rel_outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
-                texts = [json.dumps(rel), json.dumps(rel_outs), t.kwargs_json or "{}"]
+                texts = pyrule_texts(t.pkg, self.graph.inputs[t.id], t.outs, t.kwargs_json)
                 if sum(map(len, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
                     args = os.path.join(tmp, "pyrule-args.json")
                     with open(args, "w", encoding="utf-8") as f:

@@ -125,9 +125,9 @@ class Session:
         # Watch mode (watch.py) keeps these across build cycles; None: fresh per build.
         self.stats: StatCache | None = None
         self.cache: Cache | None = None
-        # (record, request) -> (loader, graph): lets watch mode reuse or partly reload the graph.
         self.unhidden: set[str] = set()  # this build's recorded outputs that glob() may return (recorded_outputs)
-        # Watch mode's graph: (record, request, packages to evaluate again) -> (loader, graph).
+        # Watch mode's graph, reused or partly reloaded: (record, request, packages to evaluate
+        # again) -> (loader, graph).
         self.graph_source: Callable[[BuildRecord, BuildRequest, set[str]], tuple[Loader, Graph]] | None = None
         # Extra reporter; also gets ``started(graph, scheduler)`` before the scheduler runs.
         self.observer: Any = None

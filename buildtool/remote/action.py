@@ -87,19 +87,12 @@ class RemoteAction:
     out_prefix: str = ""  # the package, to map output paths back to workspace paths
 
 
-def pyrule_texts(t: Any) -> list[str]:
-    """A pyrule's srcs, outs and kwargs as the JSON texts its runner takes."""
-    rel = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.inputs]
-    outs = [posixpath.relpath(p, t.pkg) if t.pkg else p for p in t.outs]
-    return [json.dumps(rel), json.dumps(outs), t.kwargs_json or "{}"]
-
-
 def command_arguments(t: Any, shell: str) -> list[str]:
     """The argv of a genrule/test/pyrule, independent of this machine's paths."""
     if t.kind == "pyrule":
-        from buildtool.executor import PYRULE_MAIN
+        from buildtool.executor import PYRULE_MAIN, pyrule_texts
 
-        return [PYRULE_PYTHON, "-c", PYRULE_MAIN, t.fn or "", *pyrule_texts(t)]
+        return [PYRULE_PYTHON, "-c", PYRULE_MAIN, t.fn or "", *pyrule_texts(t.pkg, t.inputs, t.outs, t.kwargs_json)]
     if shell == "bash":
         return ["bash", "-e", "-o", "pipefail", "-c", t.cmd]
     argv = ["/bin/sh", "-e"]

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from buildtool.digest import REMOTE_MARK
-from buildtool.executor import MAX_ARG
+from buildtool.executor import MAX_ARG, pyrule_texts
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, TargetView
 from buildtool.remote.grpc_store import GrpcStore, rpc_error
@@ -243,7 +243,8 @@ class RemoteExecutor:
         self, st: GrpcStore, t: Any, inputs: Any, desc: dict[str, Any], started: float, skip_cache: bool
     ) -> RemoteResult:
         view = TargetView.of(t, inputs)
-        if t.kind == "pyrule" and sum(map(len, ra.pyrule_texts(view))) > MAX_ARG:
+        if t.kind == "pyrule" and \
+                sum(map(len, pyrule_texts(view.pkg, view.inputs, view.outs, view.kwargs_json))) > MAX_ARG:
             # (here they go through a file: executor.PYRULE_MAIN; a worker's command line refuses them)
             raise RemoteError("its srcs, outs and kwargs are too long for a remote command line; running it here")
         act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc),
