@@ -881,8 +881,8 @@ class Watcher:
     def _follow_up(self) -> None:
         """A result not recorded (an input changed while its command ran) gets one more
         cycle of its own: the file that changed may be one no event could report (a header
-        its depfile names for the first time).  Only one in a row: a command that changes
-        its own input every time is warned about, not rebuilt forever."""
+        its depfile names for the first time).  Only one in a row: a result unrecorded again
+        right after waits for the next save (no cycles of their own without end)."""
         if self.unrecorded and not self.followed_up:
             _say(f"{self.unrecorded[0]}{f' (and {len(self.unrecorded) - 1} more)' if len(self.unrecorded) > 1 else ''}"
                  " not recorded (an input changed while it ran): checking again")
