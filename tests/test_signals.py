@@ -37,6 +37,14 @@ def _signal_once_started(p: subprocess.Popen, marker: Path, sig: int, what: str)
     return p.communicate(timeout=20)
 
 
+def _workspace(tmp_path: Path) -> Path:
+    """An empty workspace (its buildtool.toml) in ``tmp_path``/ws."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    return ws
+
+
 def _hup_default() -> None:
     """In the child: SIGHUP at its default, whatever this test run inherited (``nohup``)."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -46,9 +54,7 @@ def _hup_default() -> None:
 def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) -> None:
     """SIGHUP too (a terminal closed, an ssh connection dropped): it killed buildtool at
     once, and its commands, each in a session of its own, ran on."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     nap = f"{60 + (os.getpid() % 1000) / 1000 + sig / 10000:.4f}"  # unique to this test run
     (ws / "BUILD.py").write_text(
@@ -80,9 +86,7 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
 
 def test_sighup_ignored_from_the_start_stays_ignored(tmp_path: Path) -> None:
     """``nohup buildtool build``: the build goes on when the terminal goes."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     (ws / "BUILD.py").write_text(f'genrule(name="g", outs=["g.txt"], cmd="touch {marker}; sleep 0.5; echo > $@")\n')
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
@@ -98,9 +102,7 @@ def test_sighup_ignored_from_the_start_stays_ignored(tmp_path: Path) -> None:
 def test_a_member_that_ignores_sigterm_is_killed_before_buildtool_exits(tmp_path: Path, how: str) -> None:
     """The command's leader exits on SIGTERM, a member of its group ignores it: the SIGKILL
     after the grace period must not die with buildtool's own exit."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     nap = f"{70 + (os.getpid() % 1000) / 1000 + len(how) / 10000:.4f}"  # unique to this test run
     timeout = ", timeout=1" if how == "timeout" else ""
@@ -187,9 +189,7 @@ def test_sigterm_in_an_endless_buildfile_names_it_and_releases_the_locks(tmp_pat
 
 
 def test_sigterm_while_waiting_for_the_lock_is_exit_143(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     (ws / "BUILD.py").write_text(f'genrule(name="g", outs=["g.txt"], cmd="touch {marker}; sleep 30; echo > $@")\n')
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
@@ -222,9 +222,7 @@ def test_a_command_that_exits_0_on_sigterm_is_not_recorded(tmp_path: Path, comma
     """A command that traps SIGTERM, writes half its output and exits 0 was recorded and
     cached: the next build called the partial output up to date (and restored it in other
     checkouts), and a test cut short this way became PASSED (cached)."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     cut = f"touch {marker}; trap 'echo partial > out.txt; exit 0' TERM; sleep 30 & wait"
     (ws / "BUILD.py").write_text(
@@ -277,9 +275,7 @@ def test_a_signal_while_the_reports_are_written_lets_them_finish(tmp_path: Path,
     file) and no word.  Now the reports are finished, then the build ends interrupted.
     The JUnit file is a FIFO here, read only once the signal is sent: its writer is then
     surely in the middle of writing it (it is larger than a pipe holds)."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     (ws / "BUILD.py").write_text(
         'test(name="big", cmd="head -c 300000 /dev/zero | tr \'\\\\0\' x | fold -w 1000; exit 1")\n'
         'test(name="ok", cmd="true")\n')
@@ -311,9 +307,7 @@ def test_a_signal_while_the_reports_are_written_lets_them_finish(tmp_path: Path,
 def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Path) -> None:
     """The first signal is held while the reports are written; a write that blocks (a FIFO
     nobody reads, a hung mount) left only kill -9.  A second signal leaves at once."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     (ws / "BUILD.py").write_text('test(name="t", cmd="echo hi")\n')
     junit = tmp_path / "j.xml"
     os.mkfifo(junit)  # (no reader: the write waits for one)
@@ -347,9 +341,7 @@ def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Pa
 def test_a_burst_of_sigterms_leaves_once_with_no_traceback_and_no_lock(tmp_path: Path) -> None:
     """A supervisor repeating SIGTERM: a second one cut the finally blocks that release the
     locks (the lock file in /tmp was left), or the exit itself (a traceback, -15)."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     marker = tmp_path / "evaluating"
     (ws / "BUILD.py").write_text(f"open({str(marker)!r}, 'w').close()\nwhile True:\n    pass\n")
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
@@ -374,9 +366,7 @@ def test_a_burst_of_sigterms_leaves_once_with_no_traceback_and_no_lock(tmp_path:
 
 
 def test_run_hands_an_ignored_sigterm_on_to_the_program(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "buildtool.toml").write_text("")
+    ws = _workspace(tmp_path)
     (ws / "BUILD.py").write_text(
         'genrule(name="r", outs=["r.sh"], cmd="printf \'#!/bin/sh\\\\ngrep SigIgn /proc/$$$$/status\\\\n\' > $@; '
         'chmod +x $@")\n')
