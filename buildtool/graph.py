@@ -476,8 +476,38 @@ class GraphBuilder:
                     index.setdefault(value, -1)
                     queue.append(value)
         del stack
+        self._check_sources_written(order)
         self._check_cycles(order, refs)
         return self._instantiate(order, index, refs, roots)
+
+    def _check_sources_written(self, order: list[str]) -> None:
+        """Refuse a build that would write a file another target of the writer's package lists
+        in ``srcs`` as a source, whether or not that reader is part of this build (as Bazel
+        refuses a generated file that conflicts with a source file of its package): building
+        the writer alone would overwrite what the reader takes for a hand-written source."""
+        from buildtool.dsl import Globbed  # (as in _resolve_refs)
+
+        building = set(order)
+        for pkg in sorted({labels.split_label(lab)[0] for lab in order}):
+            outs = self._declared_outs(pkg)
+            if not outs:
+                continue
+            in_place = self.loader.globbed(pkg)  # what _resolve_refs leaves out with a warning
+            for name, decl in self.loader.load(pkg).items():
+                srcs = decl.attrs.get("srcs")
+                if not isinstance(srcs, (list, tuple)):
+                    continue  # (said when that target is built)
+                for item in srcs:
+                    if not isinstance(item, str) or isinstance(item, Globbed) or item.startswith(("//", ":")):
+                        continue
+                    full = posixpath.normpath(f"{pkg}/{item}" if pkg else item)
+                    if full not in outs or full in in_place:
+                        continue
+                    producer, me = self._producer_of(full), labels.label_str(pkg, name)
+                    if producer is not None and producer != me and producer in building:
+                        raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}: building "
+                                         f"{producer} would overwrite that source; refer to '{producer}' instead, "
+                                         "or rename the output")
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
         from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)

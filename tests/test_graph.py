@@ -414,13 +414,18 @@ def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_th
     workspace: Workspace,
 ) -> None:
     """r1's srcs name g's output by path (or by a file label, with outs written './gen/x');
-    built alone after g, the stale copy on disk was taken as a source and r1 stayed up to
-    date when g's command changed."""
+    built alone with a copy of g's output on disk, that stale copy was taken as a source and
+    r1 stayed up to date when g's command changed.  Nor may g be built while r1 takes its
+    output for a source: g would write over what r1 calls hand-written."""
     workspace.build_file("p2", 'genrule(name="g", outs=["./gen/o.txt"], cmd="echo G1 > gen/o.txt")\n'
                                'genrule(name="r1", srcs=["gen/o.txt"], outs=["r1.txt"], cmd="cat $< > $@")\n'
                                'genrule(name="r2", srcs=[":gen/o.txt"], outs=["r2.txt"], cmd="cat $< > $@")\n'
                                'genrule(name="me", srcs=[":m/x"], outs=["m/x"], cmd="touch $@")\n')
-    assert workspace.run("build", "//p2:g")[0] == 0
+    workspace.write("p2/gen/o.txt", "G0\n")
+    err = expect_invalid(workspace, "//p2:g")
+    assert ("p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g: building //p2:g would "
+            "overwrite that source") in err, err
+    assert workspace.read("p2/gen/o.txt") == "G0\n"
     err = expect_invalid(workspace, "//p2:r1")
     assert "p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g: refer to '//p2:g' instead" \
         in err, err
@@ -428,6 +433,20 @@ def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_th
     assert "p2/BUILD.py:3: srcs refers to ':gen/o.txt', an output of //p2:g: refer to '//p2:g' instead" in err, err
     err = expect_invalid(workspace, "//p2:me")
     assert "'p2/m/x' is both an output and a source of //p2:me: a target cannot read what it writes" in err, err
+
+
+def test_building_a_writer_alone_never_overwrites_a_source_another_target_reads(workspace: Workspace) -> None:
+    """b declares the hand-written in.txt, which a reads, as its output: building b alone
+    overwrote it (the check ran only when a was in the build).  Refused before anything runs;
+    the package's other targets still build."""
+    workspace.write("in.txt", "precious\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["in.txt"], outs=["a.txt"], cmd="cp $< $@")\n'
+                             'genrule(name="b", outs=["in.txt"], cmd="echo clobbered > $@ && touch ran-marker")\n'
+                             'genrule(name="c", outs=["c.txt"], cmd="echo c > $@")\n')
+    err = expect_invalid(workspace, "//:b")
+    assert "BUILD.py:1: srcs entry 'in.txt' of //:a is an output of //:b: building //:b would overwrite" in err, err
+    assert workspace.read("in.txt") == "precious\n"
+    assert workspace.run("build", "//:c")[0] == 0
 
 
 def test_an_output_in_srcs_that_a_glob_took_in_place_is_left_out_with_a_warning(workspace: Workspace) -> None:
