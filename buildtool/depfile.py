@@ -164,18 +164,22 @@ def workspace_inputs(prereqs: Iterable[str], root: str, pkg: str) -> list[str]:
     """Workspace-relative, normalised paths of the prerequisites that lie inside the
     workspace (relative ones are relative to the package directory, where the command
     ran); system headers and anything under the state directory are left out."""
-    roots = {root, os.path.realpath(root)}
+    real_root = os.path.realpath(root)
+    roots = {root, real_root}
+    real_dirs: dict[str, str] = {}  # a directory outside both spellings -> where it really is
     out: set[str] = set()
     for p in prereqs:
         if not p:
             continue
         if os.path.isabs(p):
             ap = os.path.normpath(p)
-            rel = None
-            for r in roots:
-                if ap.startswith(r + os.sep):
-                    rel = os.path.relpath(ap, r).replace(os.sep, "/")
-                    break
+            rel = _under(ap, roots)
+            if rel is None:  # (-I/link/include, with /link -> the workspace: its headers count)
+                d, _, name = ap.rpartition(os.sep)
+                real = real_dirs.get(d)
+                if real is None:
+                    real = real_dirs[d] = os.path.realpath(d or os.sep)
+                rel = _under(os.path.join(real, name), (real_root,))
             if rel is None:
                 continue
         else:
@@ -186,3 +190,11 @@ def workspace_inputs(prereqs: Iterable[str], root: str, pkg: str) -> list[str]:
             continue
         out.add(rel)
     return sorted(out)
+
+
+def _under(path: str, roots: Iterable[str]) -> str | None:
+    """``path`` (absolute, normalised) relative to the first of ``roots`` it lies under."""
+    for r in roots:
+        if path.startswith(r + os.sep):
+            return os.path.relpath(path, r).replace(os.sep, "/")
+    return None

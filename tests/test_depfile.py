@@ -102,6 +102,19 @@ def test_workspace_inputs_root_package_and_symlinked_root(tmp_path: Path) -> Non
     assert got == ["x.h", "y.h", "z.h"]
 
 
+
+def test_workspace_inputs_through_a_link_from_outside_into_the_workspace(tmp_path: Path) -> None:
+    """-I/elsewhere/inc, /elsewhere/inc a link into the workspace (or the workspace reached
+    by another link): those headers are the workspace's, and were taken for system headers
+    (edits to them rebuilt nothing)."""
+    ws = tmp_path / "ws"
+    (ws / "third_party" / "inc").mkdir(parents=True)
+    (tmp_path / "inc-link").symlink_to(ws / "third_party" / "inc")
+    (tmp_path / "ws-link").symlink_to(ws)
+    got = workspace_inputs([f"{tmp_path}/inc-link/a.h", f"{tmp_path}/ws-link/third_party/inc/b.h",
+                            f"{tmp_path}/elsewhere/c.h", "/usr/include/stdio.h"], str(ws), "")
+    assert got == ["third_party/inc/a.h", "third_party/inc/b.h"]
+
 # -- two-level keys ------------------------------------------------------------------------
 def _desc(inputs: dict[str, str]) -> dict[str, object]:
     return keys.action_description("genrule", "", "cc -c a.c", "sh", {}, {}, inputs, ("a.o",),
