@@ -16,7 +16,7 @@ import stat
 import sys
 
 from buildtool import labels
-from buildtool.errors import BuildfileError, UserError
+from buildtool.errors import BuildfileError, BuildtoolError, UserError
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
@@ -381,6 +381,18 @@ class GraphBuilder:
             return labels.label_str(joined, name)
         return None
 
+    def _colon_for_slash(self, pkg: str) -> str | None:
+        """``//app:calc`` for ``//app/calc`` when package app has a target calc (a '/' typed
+        for a ':'), or None; a parent whose BUILD.py does not load gives no hint."""
+        parent, _, name = pkg.rpartition("/")
+        if not name or not self.loader.package_exists(parent):
+            return None
+        try:
+            found = name in self.loader.load(parent)
+        except BuildtoolError:
+            return None
+        return labels.label_str(parent, name) if found else None
+
     def _producer_of(self, path: str) -> str | None:
         """The label of the target declaring the output ``path`` (workspace-relative), found
         in the package that owns the path's directory, or None."""
@@ -421,6 +433,9 @@ class GraphBuilder:
         slashed = self._slash_for_colon(pkg, name) if name else None
         if slashed is not None:
             return f"; did you mean {slashed}?"
+        colon = self._colon_for_slash(pkg) if not name else None
+        if colon is not None:
+            return f"; did you mean {colon}?"
         joined = f"{pkg}/{name}" if pkg and name else name
         packages = self.loader.all_packages()
         base = pkg.rpartition("/")[2]

@@ -445,8 +445,8 @@ class TargetRunner:
                 ancestors = self.graph.closure(t.deps)
             if self.graph.by_label[owner] not in ancestors:
                 self.warn(f"{t.label}: its depfile names {p}, an output of {owner}, which is not among its "
-                          f"dependencies; add {owner} to its deps, or {p} may be read before it is made "
-                          "or while it is rewritten")
+                          f"dependencies; add {owner} to its deps (hdr_deps of a cc_* macro), or {p} may be "
+                          "read before it is made or while it is rewritten")
 
     def discovered_inputs(self) -> list[str]:
         """Every recorded discovered input of this graph's depfile targets (no-op snapshot)."""

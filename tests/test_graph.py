@@ -94,6 +94,7 @@ def test_unknown_target_on_command_line_with_did_you_mean(workspace: Workspace) 
         ("//lib:core", "did you mean //lib/core:core?"),  # a ':' for a '/'
         ("//lb:core", "did you mean //lib/core?"),  # a typo in the package of package and name
         ("//lib/cre:core", "did you mean //lib/core?"),
+        ("//lib/core/core", "did you mean //lib/core:core?"),  # a '/' for a ':'
     ],
 )
 def test_a_missing_package_gets_the_closest_one(workspace: Workspace, written: str, hint: str) -> None:
