@@ -336,32 +336,49 @@ class GraphBuilder:
         return self.loader.load(pkg)
 
     def _bare_name_msg(self, text: str, cur: str) -> str | None:
-        """For a pattern typed without ``//`` or ``:`` (``lib``, ``lib:core``,
-        ``obj/main.o``): the readings that exist -- a target of the package here, a package
-        below the working directory, the label with ``//`` put in front, the target whose
-        output that path is -- or None (the label parser's own message stands)."""
-        if not isinstance(text, str) or text.startswith(("//", ":", "/")) or not text or " " in text:
+        """For a pattern typed without ``//`` or ``:`` (``lib``, ``lib:core``, ``core/``,
+        ``obj/main.o``, an absolute path): the readings that exist -- a target of the
+        package here, a package (below the working directory, or the path's own), the label
+        with ``//`` put in front (from here, or from the root), the target whose output that
+        path is -- or None for text that is no such slip (the label parser's message stands)."""
+        if not isinstance(text, str) or text.startswith(("//", ":")) or not text or " " in text \
+                or text.endswith("..."):  # (a pattern: the parser says what is wrong with it)
             return None
+        ws_root, here = self.loader.ws.root, self.cwd_pkg
+        if text.startswith("/"):  # a path inside the workspace, typed whole
+            rel = os.path.relpath(text, ws_root)
+            if rel == ".." or rel.startswith("../") or ":" in rel:
+                return None
+            text_rel, here = ("" if rel == "." else rel), ""
+        else:
+            text_rel = text
         meant: list[str] = []
-        if labels._NAME_RE.fullmatch(text) and text not in (".", ".."):
-            if self.loader.package_exists(cur) and text in self.loader.load(cur):
-                meant.append(f"':{text}' (a target of the package here)")
-            below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
+        bare = text_rel.rstrip("/") if text_rel.endswith("/") else text_rel
+        if bare and labels._NAME_RE.fullmatch(bare) and bare not in (".", ".."):
+            if bare == text and self.loader.package_exists(cur) and bare in self.loader.load(cur):
+                meant.append(f"':{bare}' (a target of the package here)")
+            below = f"{here}/{bare}" if here else bare
             if self.loader.package_exists(below):
                 meant.append(f"'//{below}' (a package)")
             elif (producer := self._producer_of(below)) is not None:  # `make foo.o` typed as is
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
-        elif ":" in text and labels._parses(f"//{text}"):
-            p, n = labels.parse_label(f"//{text}", "")
-            if self.loader.package_exists(p) and n in self.loader.load(p):
-                meant.append(f"'//{text}'")
-            elif (slashed := self._slash_for_colon(p, n)) is not None:
-                meant.append(f"'{slashed}'")
+        elif ":" in text_rel:
+            pkg_part, _, name = text_rel.partition(":")
+            readings = [posixpath.normpath(f"{here}/{pkg_part}") if here else pkg_part, pkg_part]
+            for p in dict.fromkeys(r for r in readings if r != "." and not r.startswith("..")):
+                if not labels._parses(f"//{p}:{name}"):
+                    continue
+                if self.loader.package_exists(p) and name in self.loader.load(p):
+                    meant.append(f"'//{p}:{name}'")
+                elif (slashed := self._slash_for_colon(p, name)) is not None:
+                    meant.append(f"'{slashed}'")
         else:
-            producer = self._producer_of(posixpath.normpath(f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text))
-            if producer is not None:
+            path = posixpath.normpath(f"{here}/{bare}" if here else bare)
+            if path != "." and not path.startswith("..") and self.loader.package_exists(path):
+                meant.append(f"'//{path}' (a package)")
+            elif (producer := self._producer_of(path)) is not None:
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
-        hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
+        hint = f"; did you mean {' or '.join(meant)}?" if meant else ""  # (no guess at what does not exist)
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
 
     def _file_label_msg(self, text: str, cur: str, msg: str) -> str:

@@ -70,6 +70,8 @@ def parse_label(text: str, current_pkg: str, cwd_dir: str | None = None) -> tupl
                 bare = body.rstrip("/")
                 last = bare.rsplit("/", 1)[-1]
                 msg = f"label {text!r} ends with '/': write '//{bare}' (its target named {last!r}) or '//{bare}:NAME'"
+                if last == "...":  # a pattern with a '/' after it
+                    msg = f"label {text!r} ends with '/': write '//{bare}'"
                 raise LabelError(msg)
         if "..." in pkg.split("/"):
             msg = f"{text!r} is not a label: '...' ends a pattern (//... or //pkg/...), it is no package name"
@@ -83,8 +85,6 @@ def parse_label(text: str, current_pkg: str, cwd_dir: str | None = None) -> tupl
             here = f"//{cwd_dir}/{text}" if cwd_dir else ""
             msg += f"; did you mean '{here}' (from this directory) or '//{text}'?" if here and _parses(here) \
                 else f"; did you mean '//{text}'?"
-        elif text and cwd_dir is not None and _NAME_RE.fullmatch(text) and text not in (".", ".."):
-            msg += f"; did you mean ':{text}' (a target of the package here)?"
         raise LabelError(msg)
     try:
         check_package(pkg)
@@ -146,8 +146,17 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
         base = text[:-4]
         if base.startswith("//"):
             base = base[2:]
-        elif here:
-            base = f"{here}/{base}"
+        else:
+            if "." in base.split("/") or ".." in base.split("/"):  # ./... and ../... from a subdirectory
+                import posixpath
+
+                base = posixpath.normpath(f"{here}/{base}" if here else base)
+                if base == ".." or base.startswith("../"):
+                    msg = f"bad pattern {text!r}: it leads out of the workspace"
+                    raise LabelError(msg)
+                here, base = "", "" if base == "." else base
+            if here:
+                base = f"{here}/{base}"
         try:
             check_package(base)
         except LabelError as e:

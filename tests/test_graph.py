@@ -167,6 +167,41 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     assert "no target named 'x'; did you mean '//lib:other' (the target that makes that file" in err, err
 
 
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("core:core", "did you mean '//lib/core:core'?"),  # from lib/: relative to here first
+    ("core/", "did you mean '//lib/core' (a package)?"),
+    ("../app:app", "did you mean '//app:app'?"),
+    ("../app", "did you mean '//app' (a package)?"),
+    ("{root}/lib/l.txt", "did you mean '//lib:l' (the target that makes it"),
+    ("{root}/app/", "did you mean '//app' (a package)?"),
+    ("nothing:here", None),
+])
+def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(
+    workspace: Workspace, typed: str, hint: str | None,
+) -> None:
+    """From lib/, `core:core` got a bare "must start with '//'" (the label parser's hint was
+    dropped), `core/`, `../app` and absolute paths no hint at all."""
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch ../ran-marker; echo > $@")\n')
+    workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="echo > $@")\n')
+    workspace.build_file("app", 'genrule(name="app", outs=["a"], cmd="echo > $@")\n')
+    typed = typed.format(root=workspace.root)
+    rc, _, err = workspace.run("build", typed, cwd=workspace.root / "lib")
+    assert rc == 2 and f"a label must start with '//' or ':' (got {typed!r})" in err, err
+    assert (hint in err) if hint else ("did you mean" not in err), err
+
+
+def test_dot_patterns_from_a_subdirectory(workspace: Workspace) -> None:
+    """`./...` and `../...` from lib/ were "bad pattern" (lib/. is no package name)."""
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="echo > $@")\n')
+    workspace.build_file("app", 'genrule(name="app", outs=["a"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", "./...", cwd=workspace.root / "lib")
+    assert rc == 0 and workspace.exists("lib/l.txt") and not workspace.exists("app/a"), out + err
+    rc, out, err = workspace.run("build", "../...", cwd=workspace.root / "lib")
+    assert rc == 0 and workspace.exists("app/a"), out + err
+    rc, _, err = workspace.run("build", "../../...", cwd=workspace.root / "lib")
+    assert rc == 2 and "bad pattern '../../...': it leads out of the workspace" in err, err
+
+
 def test_dep_on_missing_package(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="t", deps=["//nope:x"], outs=["o"], cmd="echo > $@")\n')
     err = expect_invalid(workspace)

@@ -64,7 +64,8 @@ def test_a_label_without_slashes_hints_at_the_absolute_one(text: str, hint: str 
 
 @pytest.mark.parametrize(("text", "cwd", "needle"), [
     ("core:core", "lib", "did you mean '//lib/core:core' (from this directory) or '//core:core'?"),
-    ("core", "lib/core", "did you mean ':core' (a target of the package here)?"),
+    ("core", "lib/core", "(got 'core')"),  # the graph knows whether :core exists, and hints then
+    ("//lib/.../", "", "ends with '/': write '//lib/...'"),
     ("//lib/core/", "", "ends with '/': write '//lib/core' (its target named 'core') or '//lib/core:NAME'"),
     ("//...:all", "", "'...' ends a pattern (//... or //pkg/...), it is no package name"),
     ("//a/.../b:c", "", "'...' ends a pattern"),
