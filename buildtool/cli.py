@@ -13,7 +13,7 @@ from buildtool import __version__
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing alone costs ~15 ms of start-up
 if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --version stays fast
     import argparse
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 def _add_build_flags(p: argparse.ArgumentParser) -> None:
@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="buildtool", description="Build targets declared in BUILD.py files.")
     ap.add_argument("--version", action="version", version=f"buildtool {__version__}")
-    ap.add_argument("-C", dest="directory", default=".", metavar="DIR", help="run as if started in DIR")
+    ap.add_argument("-C", dest="directory", action="append", metavar="DIR",
+                    help="run as if started in DIR (repeated: each relative to the one before, as make -C)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     b = sub.add_parser("build", help="build targets (never runs tests)")
     _add_build_flags(b)
@@ -84,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
     from buildtool.remote.workercmd import add_parser as add_worker_parser
 
     add_worker_parser(sub)
+    ap.commands = sub.choices  # type: ignore[attr-defined]  # (_usage_error: a command's own usage)
     return ap
 
 
@@ -112,7 +114,7 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
         a = argv[i]
         name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
         if not seen_build and a == "-C" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            directory, i = argv[i + 1], i + 2
+            directory, i = argv[i + 1] if directory == "." else os.path.join(directory, argv[i + 1]), i + 2
             continue
         if not seen_build and a == "build":
             seen_build = True
@@ -306,15 +308,24 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         elif unknown:
             where = " (-C DIR goes before the command: buildtool -C DIR build ...)" \
                 if any(u.startswith("-C") for u in unknown) else ""
-            p.error(f"unrecognized arguments: {' '.join(unknown)}{where}")
+            _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)}{where}")
+        args.directory = os.path.join(*(args.directory or ["."]))
         return args
     cut = argv.index("--") if "--" in argv else len(argv)
     args, unknown = p.parse_known_args(argv[:cut])
     if unknown:
-        p.error(f"unrecognized arguments: {' '.join(unknown)} (the program's own arguments go after "
-                f"'--': buildtool run TARGET -- ARGS)")
+        _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)} (the program's own arguments go "
+                              "after '--': buildtool run TARGET -- ARGS)")
     args.args = [*args.args, *argv[cut + 1:]]
+    args.directory = os.path.join(*(args.directory or ["."]))
     return args
+
+
+def _usage_error(p: argparse.ArgumentParser, args: argparse.Namespace, msg: str) -> NoReturn:
+    """Exit 2 with ``msg`` under the usage of the command it concerns (``build``'s, not
+    buildtool's), as argparse does for the errors it finds itself."""
+    sub = getattr(p, "commands", {}).get(getattr(args, "command", None))
+    (sub or p).error(msg)
 
 
 def _nothing_changed(n: int, secs: float) -> int:
@@ -339,7 +350,19 @@ def _interruptible() -> bool:
     return True
 
 
+def _from_directory(args: argparse.Namespace) -> None:
+    """``-C DIR``: relative report and cache paths are taken from DIR too, as if buildtool
+    had been started there (make -C, git -C)."""
+    if os.path.normpath(args.directory) == ".":
+        return
+    for name in ("cache_dir", "events", "profile", "junit"):
+        path = getattr(args, name, None)
+        if path and not os.path.isabs(path) and not path.startswith("~"):
+            setattr(args, name, os.path.join(args.directory, path))
+
+
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
+    _from_directory(args)
     if args.command not in ("monitor", "worker"):  # (those check their own flags and signals)
         _check_build_flags(args)  # before the no-op answer too: a bad flag is exit 2 either way
         args.sigint_ignored = _interruptible()

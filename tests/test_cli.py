@@ -10,9 +10,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from buildtool.cli import _plain_build, parser
+from buildtool.cli import _parse, _plain_build
 
-HEADS = [[], ["build"], ["-C", "ws", "build"], ["-C", "-x", "build"], ["-C"], ["test"], ["--color", "never", "build"]]
+HEADS = [[], ["build"], ["-C", "ws", "build"], ["-C", "ws", "-C", "sub", "build"], ["-C", "-x", "build"], ["-C"],
+         ["test"], ["--color", "never", "build"]]
 WORDS = ["build", "-C", "ws", "-j", "-j2", "-j0", "2", "0", "--jobs", "--jobs=3", "--cache-dir", "--cache-dir=/c",
          "/d", "//...", "//a:b", ":c", "-x", "-k", "--", "", "-", "--explain", "\u0663", "\u00b2"]
 
@@ -21,7 +22,7 @@ def _parsed(argv: list[str]) -> dict[str, object] | None:
     """vars() of the real parser's result, None where it exits (an error or --help)."""
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         try:
-            return vars(parser().parse_args(argv))
+            return vars(_parse(argv))
         except SystemExit:
             return None
 

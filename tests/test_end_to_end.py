@@ -678,6 +678,21 @@ def test_patterns_may_stand_on_both_sides_of_an_option(workspace: Workspace) -> 
     assert rc == 2 and "-C DIR goes before the command: buildtool -C DIR build" in err, err
 
 
+def test_dash_C_runs_as_if_started_there(workspace: Workspace, tmp_path: Path) -> None:
+    """-C DIR is "as if started in DIR": a relative --events/--cache-dir went to the
+    directory buildtool was started in, and a second -C replaced the first instead of
+    going on from it (make -C, git -C).  A flag the command lacks shows its own usage."""
+    workspace.build_file("lib", 'genrule(name="lib", outs=["l"], cmd="echo > $@")\n')
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    rc, out, err = workspace.run("-C", str(workspace.root), "-C", "lib", "build", ":lib", "--events", "ev.jsonl",
+                                 "--cache-dir", "c", cwd=outside)
+    assert rc == 0, out + err
+    assert workspace.exists("lib/ev.jsonl") and workspace.exists("lib/c") and not list(outside.iterdir())
+    rc, out, err = workspace.run("build", "--bogus")
+    assert rc == 2 and err.startswith("usage: buildtool build "), err
+
+
 def test_an_old_output_file_may_become_a_directory_of_outputs(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="g", outs=["gen"], cmd="echo one > $@")\n')
     assert workspace.build().rc == 0
