@@ -21,6 +21,8 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: usable CPUs)")
     p.add_argument("-k", "--keep-going", action="store_true", default=None,
                    help="keep building what does not depend on a failure")
+    p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
+                   help="stop at the first failure, whatever keep_going the config or environment sets")
     p.add_argument("-n", "--dry-run", action="store_true", help="show what would run, and why; run nothing")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")

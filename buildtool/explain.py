@@ -24,7 +24,7 @@ def verdict(o: Outcome) -> str:
         return GROUP
     if o.status is Status.UP_TO_DATE:
         return FRESH
-    if o.extra.get("would_restore") or o.message.endswith("; would restore from the cache"):
+    if o.extra.get("would_restore"):
         return RESTORE
     if o.message.startswith("would fail"):
         return FAIL
@@ -33,11 +33,11 @@ def verdict(o: Outcome) -> str:
 
 def reason_text(o: Outcome) -> str:
     msg = o.message
-    for prefix in ("would run: ", "would fail: "):
+    for prefix in ("would run: ", "would fail: ", "would restore from the cache: "):
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
-    if msg.endswith("; would restore from the cache"):
-        msg = msg[: -len("; would restore from the cache")] + "; the cache has this key, so it would be restored"
+    if o.extra.get("would_restore") and o.status is not Status.UP_TO_DATE:
+        msg += "; the cache has this key, so it would be restored"
     return msg
 
 

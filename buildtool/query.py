@@ -38,7 +38,7 @@ def parse(text: str) -> Query:
         raise UserError(msg)
     m = _EXPR.match(text)
     if m is None:
-        if opened:
+        if opened or not text.split():  # ('' meant //... silently; say //... for that)
             raise UserError(f"query {text!r}: expected {_FORMS}")
         return Query("pattern", text.split())
     fn, inner = m.group(1), m.group(2)
@@ -53,7 +53,7 @@ def parse(text: str) -> Query:
     if len(args) != want:
         msg = f"query {text!r}: {fn}() takes {want} argument{'s' if want > 1 else ''}, got {len(args)}"
         if len(args) > want:
-            msg += " (a label with a comma in it goes in quotes: deps(\"//:a,b\"))"
+            msg += f" (a label with a comma in it goes in quotes: {fn}(\"//:a,b\"{', ...' if want > 1 else ''}))"
         raise UserError(msg)
     return Query(fn, args)
 

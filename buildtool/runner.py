@@ -1299,8 +1299,9 @@ class TargetRunner:
             return Outcome(Status.UP_TO_DATE, Reason.ADOPTED,
                            f"up to date: {why}, but the outputs on disk already match the cache entry of this key",
                            key=key)
-        if hit is not None:
-            why += "; would restore from the cache"
+        if hit is not None:  # (the cache has the key: `build -n` and `explain` say so, not "would run")
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would restore from the cache: {why}", key=key,
+                           extra={"dry_reason": reason, "would_restore": True})
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
 
     def dry_hit(self, t: Target, key: str, desc: dict[str, Any]) -> ActionEntry | None:

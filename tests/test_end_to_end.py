@@ -526,6 +526,30 @@ def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace:
         assert rc == 0 and "always=True: runs on every build, never cached" in out, out + err
 
 
+def test_small_command_line_contracts(workspace: Workspace) -> None:
+    """-n said "would run: ...; would restore from the cache" of a target it would restore;
+    keep_going from the environment could not be turned off for one build; `query ''`
+    listed every target (the empty pattern is exit 2 everywhere else)."""
+    workspace.write("in", "1\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["in"], outs=["g.out"], cmd="cat in > $@")\n'
+                             'genrule(name="bad", outs=["bad.out"], cmd="exit 3")\n'
+                             'genrule(name="after", deps=[":bad"], outs=["after.out"], cmd="touch $@")\n'
+                             'genrule(name="other", outs=["other.out"], cmd="sleep 0.3; touch $@")\n')
+    assert workspace.run("build", "//:g")[0] == 0
+    workspace.write("in", "2\n")
+    assert workspace.run("build", "//:g")[0] == 0
+    workspace.write("in", "1\n")  # the first key again: its entry is in the cache
+    rc, out, err = workspace.run("build", "-n", "//:g")
+    assert rc == 0 and "//:g: would restore from the cache: input in changed" in out, out + err
+    rc, out, err = workspace.run("build", "-j1", "--no-keep-going", "//:bad", "//:other",
+                                 env_extra={"BUILDTOOL_KEEP_GOING": "1"})
+    assert rc == 1 and not workspace.exists("other.out"), out + err
+    rc, out, err = workspace.run("build", "-j1", "//:bad", "//:other", env_extra={"BUILDTOOL_KEEP_GOING": "1"})
+    assert rc == 1 and workspace.exists("other.out"), out + err
+    rc, out, err = workspace.run("query", "")
+    assert rc == 2 and "query '': expected" in err, out + err
+
+
 def test_environment_is_scrubbed(workspace: Workspace) -> None:
     workspace.build_file(
         "",

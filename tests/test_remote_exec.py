@@ -277,6 +277,16 @@ def test_an_executor_or_worker_url_that_is_not_grpc_gets_the_forms_it_may_take(
     assert rc == 2 and f"--server {want}" in err, err
 
 
+@pytest.mark.parametrize("timeout", ["-5", "0", "nan", "inf"])
+def test_a_worker_refuses_a_timeout_that_is_no_positive_number(
+    make_workspace: Callable[..., Workspace], timeout: str,
+) -> None:
+    """`build --remote-timeout -1` was exit 2, `worker --remote-timeout -5` started serving."""
+    ws = make_workspace("wt")
+    rc, _, err = ws.run("worker", "--server", "grpc://127.0.0.1:1", "--remote-timeout", timeout)
+    assert rc == 2 and "--remote-timeout must be a positive, finite number of seconds" in err, err
+
+
 def test_undeclared_input_fails_remotely_and_passes_locally(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:
