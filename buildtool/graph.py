@@ -447,6 +447,11 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         name = text.rpartition(":")[2] if ":" in text else ""
+        producer = self._producer_of(pkg) if pkg and not name else None  # //lib/x.o: a file path
+        if producer is not None:
+            return f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"
+        if not name and pkg and os.path.isfile(os.path.join(self.loader.ws.root, pkg)):
+            return f" ({pkg} is a source file: labels to build name targets)"
         slashed = self._slash_for_colon(pkg, name) if name else None
         if slashed is not None:
             return f"; did you mean {slashed}?"
@@ -470,9 +475,12 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         same = [d for d in decls if d.lower() == name.lower()]
-        producer = None if same else self._producer_of(f"{pkg}/{name}" if pkg else name)
+        path = f"{pkg}/{name}" if pkg else name
+        producer = None if same else self._producer_of(path)
         close = same or ([] if producer else difflib.get_close_matches(name, list(decls), n=1))
-        if close:
+        if not same and producer is None and os.path.isfile(os.path.join(self.loader.ws.root, path)):
+            msg += f" ({path} is a source file: labels to build name targets)"  # (no guess at a look-alike)
+        elif close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
         elif producer is not None:  # //lib:out.txt for the output out.txt of //lib:gen
             msg += f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"

@@ -157,6 +157,16 @@ def test_cache_stats_reports_entries_bytes_and_hit_rate(workspace: Workspace) ->
     assert rc == 0 and "66.7% over the last 3 builds (2 restored, 2 adopted, 2 ran)" in out, out
 
 
+@pytest.mark.parametrize("command", ["stats", "gc"])
+def test_a_cache_dir_that_does_not_exist_is_said_and_not_made(
+    tmp_path: Path, workspace: Workspace, command: str,
+) -> None:
+    """A mistyped --cache-dir read as an empty cache, without a word."""
+    typo = tmp_path / "typo"
+    rc, out, err = workspace.run("cache", command, "--cache-dir", str(typo))
+    assert rc == 0 and f"note: there is no cache at {typo}" in err and not typo.exists(), out + err
+
+
 def test_cache_commands_work_outside_a_workspace(tmp_path: Path, workspace: Workspace) -> None:
     sized_targets(workspace, {"a": 1000})
     assert workspace.build().rc == 0

@@ -190,6 +190,20 @@ def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(
     assert (hint in err) if hint else ("did you mean" not in err), err
 
 
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("//lib:x.c", "package //lib has no target named 'x.c' (lib/x.c is a source file: labels to build name targets)"),
+    ("//lib/x.c", "there is no lib/x.c/BUILD.py (lib/x.c is a source file: labels to build name targets)"),
+    ("//lib/l.txt", "there is no lib/l.txt/BUILD.py; did you mean '//lib:l' (the target that makes that file"),
+])
+def test_a_file_typed_as_a_label_is_called_a_file(workspace: Workspace, typed: str, hint: str) -> None:
+    """`//lib/x.c` was offered the unrelated //lib/core; `//lib:x.c` said nothing of the file."""
+    workspace.write("lib/x.c", "int x;\n")
+    workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch ../ran-marker; echo > $@")\n')
+    workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, typed)
+    assert hint in err and "lib/core" not in err, err
+
+
 def test_dot_patterns_from_a_subdirectory(workspace: Workspace) -> None:
     """`./...` and `../...` from lib/ were "bad pattern" (lib/. is no package name)."""
     workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="echo > $@")\n')
