@@ -136,13 +136,15 @@ def _exit_guard() -> _ExitGuard:
 
 
 def _check_package_dir(rel: str) -> None:
-    """A directory holding a BUILD.py is a package; one whose path has a ``:`` or a control
-    character would make labels that parse as something else or split the console's lines.
+    """A directory holding a BUILD.py is a package; one whose path has a ``:``, a control
+    character or a ``...`` directory would make labels that parse as something else (or as
+    a pattern) or split the console's lines.
     (Other characters that labels do not take, a space or an ``é``, are let through as
     before: ``//...`` builds such a package, though no label on a command line names it.)"""
-    if ":" in rel or any(ord(c) < 32 or ord(c) == 127 for c in rel):
+    if ":" in rel or any(ord(c) < 32 or ord(c) == 127 for c in rel) or "..." in rel.split("/"):
         msg = (f"{rel!r}: a directory holding a {BUILDFILE} is a package, and a package path cannot contain "
-               "':' or control characters; rename it, or list it in .buildtoolignore")
+               "':', control characters or a directory named '...' (it ends a pattern); rename it, or list it "
+               "in .buildtoolignore")
         raise UserError(msg)
 
 

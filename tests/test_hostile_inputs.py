@@ -505,7 +505,7 @@ def test_a_full_stdout_loses_the_output_not_the_build(make_workspace) -> None:
     assert rc == 0 and "up_to_date" in out, out  # the first build was recorded in full
 
 
-@pytest.mark.parametrize("dirname", ["a:b", "nl\nx"])
+@pytest.mark.parametrize("dirname", ["a:b", "nl\nx", "odd/..."])
 def test_a_buildfile_in_a_directory_no_label_can_name_is_exit_2(make_workspace, dirname: str) -> None:
     ws = make_workspace("odd-package")
     ws.write("BUILD.py", 'genrule(name="ok", outs=["o"], cmd="echo > $@")\n')
