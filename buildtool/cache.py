@@ -158,7 +158,7 @@ class Cache:
         self._count_mu = threading.Lock()
         # Set by the session: restores create their temp files in the state dir (staging.py).
         self.stage: Stage | None = None
-        self._guard = StoreGuard(self.dir)
+        self._guard = StoreGuard(self.dir, warn)
         self.actions = ActionDB(self.dir, warn, self._disable)
         try:
             new = not os.path.isdir(self.dir)
@@ -199,8 +199,9 @@ class Cache:
         if self.stage is not None:
             self.stage.forget()
 
-    def storing(self) -> contextlib.AbstractContextManager[None]:
-        """Hold while one action's blobs and then its entry are written: GC waits for it."""
+    def storing(self) -> contextlib.AbstractContextManager[bool]:
+        """Hold while one action's blobs and then its entry are written: GC waits for it.
+        False (store nothing) while a running GC keeps the cache (cache_gc.StoreGuard)."""
         return self._guard.shared()
 
     def _added(self, n: int) -> None:

@@ -71,35 +71,70 @@ def human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+STORE_WAIT_S = 2.0  # how long a store waits for a running gc before the build stores nothing
+
+
 class StoreGuard:
     """The shared side of ``gc.lock``, counted across the worker threads of one build
-    (flock locks belong to an open file, so one fd is shared and locked 0->1, unlocked 1->0)."""
+    (flock locks belong to an open file, so one fd is shared and locked 0->1, unlocked 1->0).
 
-    def __init__(self, v_dir: str) -> None:
+    While a gc holds the lock (a large or stopped ``cache gc``), a store waits at most
+    ``STORE_WAIT_S`` and then yields False: the result is not stored (cache trouble is a
+    miss, never a hang: the wait ran on the scheduler's thread, where no signal could stop
+    it).  After one such wait, stores only try the lock until it is free again."""
+
+    def __init__(self, v_dir: str, warn: Callable[[str], None] | None = None) -> None:
         self.path = os.path.join(v_dir, "gc.lock")
+        self._warn = warn
         self._mu = threading.Lock()
         self._count = 0
         self._fd: int | None = None
+        self._busy = False  # the last attempt found a gc holding the lock
 
     @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self) -> Iterator[bool]:
+        """Yields True while the lock is held (or cannot be had at all: a read-only cache,
+        where nothing is written anyway), False if a gc kept it for the whole wait."""
         with self._mu:
-            if self._count == 0:
-                try:
-                    if self._fd is None:
-                        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                    fcntl.flock(self._fd, fcntl.LOCK_SH)
-                except OSError:
-                    pass  # a read-only cache: nothing will be written anyway
-            self._count += 1
+            held = self._count > 0 or self._take()
+            if held:
+                self._count += 1
+        if not held:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._mu:
                 self._count -= 1
                 if self._count == 0 and self._fd is not None:
                     with contextlib.suppress(OSError):
                         fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _take(self) -> bool:
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return True  # a read-only cache: nothing will be written anyway
+        deadline = time.monotonic() + (0.0 if self._busy else STORE_WAIT_S)
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                if not self._busy and self._warn is not None:
+                    self._warn(f"cache: a cache gc holds {self.path}; results are not stored until it is done")
+                self._busy = True
+                return False
+            except OSError:
+                return True  # (as a read-only cache)
+            if self._busy and self._warn is not None:
+                self._warn("cache: the cache gc is done; storing results again")
+            self._busy = False
+            return True
 
 
 @contextlib.contextmanager

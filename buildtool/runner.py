@@ -1233,8 +1233,9 @@ class TargetRunner:
             return True
 
     def _store(self, t: Target, key: str, outputs: list[list[Any]], res: Any) -> None:
-        with self.cache.storing():  # cache GC (cache_gc.py) waits until the entry is written
-            self._store_blobs_then_entry(key, outputs, res)
+        with self.cache.storing() as free:  # cache GC (cache_gc.py) waits until the entry is written
+            if free:  # (else a GC holds the cache: not stored, said once by the cache)
+                self._store_blobs_then_entry(key, outputs, res)
 
     def _store_blobs_then_entry(self, key: str, outputs: list[list[Any]], res: Any) -> None:
         cache = self.cache

@@ -222,3 +222,30 @@ def test_gc_and_stats_on_an_unreadable_database_say_so_in_one_line(workspace: Wo
     (v2 / "gc.lock").mkdir()
     rc, out, err = workspace.run("cache", "gc")
     assert rc == 1 and "stayed busy" not in err and "Is a directory" in err and "Traceback" not in err, err
+
+
+def test_a_build_does_not_hang_on_a_gc_that_holds_the_cache(workspace: Workspace) -> None:
+    """A stopped (or slow) `cache gc` holding gc.lock: the build waited on it for good, on
+    the scheduler's thread, where Ctrl-C could not stop it.  It now waits a moment, says
+    so, and builds without storing: the result is right, and the cache a miss."""
+    sized_targets(workspace, {"a": 100, "b": 200})
+    assert workspace.build("//:a").rc == 0  # the cache's layout exists
+    lock = layout_dir(workspace.cache) / "gc.lock"
+    holder = subprocess.Popen(  # a real process holding the lock, as a gc does
+        ["python3", "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        r = workspace.build("//:b")
+        assert r.rc == 0 and time.monotonic() - started < 30, r.output
+        assert r.stderr.count(f"a cache gc holds {lock}; results are not stored until it is done") == 1, r.stderr
+        assert workspace.read("b.bin").startswith("b")
+    finally:
+        holder.kill()
+        holder.wait()
+    (workspace.root / "b.bin").unlink()
+    r = workspace.build("//:b")  # not stored then: it runs again (and is stored now)
+    assert r.rc == 0 and r.status("//:b") == "ran" and "cache gc holds" not in r.stderr, r.output
