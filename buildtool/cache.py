@@ -241,8 +241,11 @@ class Cache:
             streams = obj.get("stdout"), obj.get("stderr")
             if not all(d is None or d == "" or is_digest(d) for d in streams):
                 raise ValueError("stdout/stderr")
-            entry = ActionEntry(tuple(outs), float(obj["duration"]), streams[0], streams[1], inline)
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            duration = float(obj["duration"])  # (an int too large for a float: OverflowError)
+            if not 0 <= duration < float("inf"):  # NaN and Infinity went on into the record and plans
+                raise ValueError("duration")
+            entry = ActionEntry(tuple(outs), duration, streams[0], streams[1], inline)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
             self._warn(f"cache entry {key[:12]} is corrupt or of another version; treating it as a miss")
             self.actions.remove([key])
             return None

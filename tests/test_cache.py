@@ -111,8 +111,13 @@ def test_truncated_blob_is_never_restored(workspace: Workspace, size: str) -> No
         lambda obj: json.dumps({**obj, "v": 999}).encode(),
         lambda obj: json.dumps({**obj, "outputs": "nope"}).encode(),
         lambda obj: json.dumps({k: v for k, v in obj.items() if k != "duration"}).encode(),
+        lambda obj: json.dumps({**obj, "duration": 10 ** 400}).encode(),  # (OverflowError: a traceback)
+        lambda obj: json.dumps({**obj, "duration": float("nan")}).encode(),  # (NaN went into the record)
+        lambda obj: json.dumps({**obj, "duration": float("inf")}).encode(),
+        lambda obj: json.dumps({**obj, "duration": -1}).encode(),
     ],
-    ids=["garbage", "other-version", "bad-outputs", "missing-field"],
+    ids=["garbage", "other-version", "bad-outputs", "missing-field", "huge-duration", "nan-duration",
+         "infinite-duration", "negative-duration"],
 )
 def test_corrupt_or_foreign_action_entry_is_a_miss_with_a_warning(
     workspace: Workspace, mutate: Callable[[dict], bytes]
