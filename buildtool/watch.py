@@ -6,7 +6,7 @@ matter for the requested closure (sources, BUILD.py files, glob directories, wor
 modules the BUILD.py files import), debounced, and turned into "these packages must be
 re-evaluated" / "run a cycle"; a cycle is the ordinary ``Session.build`` (which takes
 the workspace lock for the cycle only).  Content hashes decide what runs, so a touch or
-an identical rewrite runs nothing.  The stat cache, the shared cache object, the loader
+an identical rewrite runs nothing.  The stat cache, the loader
 and the graph stay in memory between cycles.  Docs: docs/watch.md.
 
 Summary line printed (on stdout) after every cycle::
@@ -449,6 +449,23 @@ class Watcher:
         rel = os.path.relpath(os.path.realpath(self.req.cache_dir or self.session.config.cache_dir), self.root)
         return None if rel.startswith("..") else rel
 
+    def _fresh_cache(self) -> None:
+        """A new cache object for each cycle, as each build gets: one that turned itself off
+        (a full disk, a database that refused a store) or that remembers directories since
+        deleted (the cache removed by hand) stayed so for the whole session, though trouble
+        is "a miss for the rest of this build" (reliability.md).  Cheap: nothing is opened
+        until used."""
+        s = self.session
+        if s.cache is None:
+            return
+        from buildtool.cache import Cache
+
+        try:
+            s.cache.actions.close()
+        except Exception:  # (its trouble was said when it happened; this one starts afresh)
+            pass
+        s.cache = Cache(self.req.cache_dir or s.config.cache_dir, _warn, s.config.restore_mode)
+
     def _reload_config(self) -> None:
         """buildtool.toml or .buildtoolignore changed: read the configuration again, with a
         new cache if its directory or restore mode changed."""
@@ -840,6 +857,7 @@ class Watcher:
         if any(os.path.islink(os.path.join(self.root, c.path)) for c in changes if c.kind == "content"):
             self._synced_for = None  # a symlinked source saved: it may lead to another file now (aliases)
         self.session.focus = focus = self._focus(changes)
+        self._fresh_cache()
         t0 = time.monotonic()
         self.collector = col = _Collector(self)
         status, error = "OK", None

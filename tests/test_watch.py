@@ -1273,3 +1273,18 @@ def test_a_result_not_recorded_in_a_failed_cycle_gets_one_more_cycle(tmp_path: P
         w.wait_file(root / "d.out", "dc\nh2\n", "d.out with the edited header")
     finally:
         w.stop()
+
+
+def test_a_cycle_after_the_cache_was_deleted_stores_into_a_new_one(watch, ws: Path, cache: Path) -> None:
+    """watch kept one cache object for the session: after `rm -rf` of the cache, every
+    cycle warned "cache write failed", and small entries went into the deleted database
+    (a cache that turned itself off, on a full disk, stayed off the same way)."""
+    w = watch()
+    w.wait_watching()
+    shutil.rmtree(cache)
+    write(ws / "a.txt", "a2\n")
+    w.wait_settled(lambda cs: "//:ab" in ran_since(w, 1), "ab rebuilt")
+    assert "cache write failed" not in w.log() and "warning" not in "\n".join(w.err), w.log()
+    r = subprocess.run([sys.executable, "-m", "buildtool", "cache", "stats"], cwd=ws, env=run_env(cache),
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "entries:     2" in r.stdout, r.stdout + r.stderr  # //:a and //:ab
