@@ -114,6 +114,10 @@ def _through_a_descriptor(path: str) -> bool:
 
 
 NAME_MAX = 255  # bytes in one file name, on every filesystem Linux has
+# Ends the temp file a restore writes beside its output when the state dir is on another
+# file system (cache.Cache._restore_tmp): never a source (loader), removed before the output's
+# command runs (runner) when a kill -9 left it.
+RESTORE_TMP_SUFFIX = ".buildtool-tmp"
 
 
 def temp_path(path: str, suffix: str) -> str:

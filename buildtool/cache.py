@@ -28,7 +28,7 @@ import threading
 import time
 
 from buildtool.actiondb import ActionDB
-from buildtool.atomic import remove_path, temp_path, write_atomic
+from buildtool.atomic import RESTORE_TMP_SUFFIX, remove_path, temp_path, write_atomic
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 from buildtool.keys import compact_loads
@@ -464,7 +464,7 @@ class Cache:
         stage = self.stage
         if stage is not None and (where := stage.dir_for(ddir)) is not None:
             return stage.new_name(where)
-        return temp_path(dest, ".buildtool-tmp")
+        return temp_path(dest, RESTORE_TMP_SUFFIX)
 
     # -- helpers ---------------------------------------------------------------------
     def _clone_or_copy(self, src: int, dest: int) -> None:

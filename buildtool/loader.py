@@ -17,6 +17,7 @@ import stat as stat_mod
 import sys
 
 from buildtool import dsl
+from buildtool.atomic import RESTORE_TMP_SUFFIX
 from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequested, UserError
 from buildtool.noop import stat_row
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag
@@ -591,8 +592,8 @@ class Loader:
                             self.probes.update((f"{child}/{BUILDFILE}", f"{child}/{MARKER}"))
                             continue
                         dirs.append(rel)
-                    elif entry.is_file():  # follows a file symlink; dir symlinks are skipped
-                        out.append(rel)
+                    elif entry.is_file() and not name.endswith(RESTORE_TMP_SUFFIX):  # (buildtool's own temp)
+                        out.append(rel)  # (follows a file symlink; dir symlinks are skipped)
                 except OSError:
                     continue
         for d in dirs:

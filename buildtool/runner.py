@@ -8,6 +8,7 @@ in the build record and makes the outputs' digests visible to dependents.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -17,6 +18,7 @@ import sys
 import time
 
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
+from buildtool.atomic import RESTORE_TMP_SUFFIX, temp_path
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import (
@@ -961,6 +963,9 @@ class TargetRunner:
         when the graph is evaluated; a graph reused from the no-op snapshot was not)."""
         for o in t.outs:
             full = os.path.join(self.root, o)
+            if before_run:  # a restore beside it that a kill -9 cut short (atomic.RESTORE_TMP_SUFFIX)
+                with contextlib.suppress(OSError):
+                    os.unlink(temp_path(full, RESTORE_TMP_SUFFIX))
             try:
                 os.unlink(full)
             except FileNotFoundError:

@@ -550,6 +550,22 @@ def test_small_command_line_contracts(workspace: Workspace) -> None:
     assert rc == 2 and "query '': expected" in err, out + err
 
 
+def test_a_restore_temp_file_a_kill_left_is_no_source_and_goes_when_its_output_is_made(
+    workspace: Workspace,
+) -> None:
+    """A restore beside its output (the state dir on another file system) killed with -9
+    left data/x.bin.buildtool-tmp: a glob took it for a source, and it stayed for good
+    when the command ran instead of a restore."""
+    workspace.write("data/src.txt", "s\n")
+    workspace.write("data/x.bin.buildtool-tmp", "half a restore")
+    workspace.build_file("", 'genrule(name="t", outs=["data/x.bin"], cmd="echo x > $@")\n'
+                             'genrule(name="list", srcs=glob(["data/*"]), outs=["list.txt"], cmd="echo $(SRCS) > $@")\n')
+    assert workspace.build("//:list").rc == 0
+    assert workspace.read("list.txt") == "data/src.txt\n"
+    assert workspace.build("//:t").rc == 0
+    assert not workspace.exists("data/x.bin.buildtool-tmp") and workspace.read("data/x.bin") == "x\n"
+
+
 def test_environment_is_scrubbed(workspace: Workspace) -> None:
     workspace.build_file(
         "",
