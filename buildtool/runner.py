@@ -1316,7 +1316,10 @@ class TargetRunner:
         cache holds)."""
         if self._never_fresh(t):
             return None
-        return self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
+        hit = self.cache.get_action(key) if t.depfile is None else self._discovered_lookup(t, key, desc)[2]
+        if hit is not None and not all(o.digest in hit.inline or self.cache.has_blob(o.digest) for o in hit.outputs):
+            return None  # a blob is gone (GC, a hand): the build would rerun it, not restore it
+        return hit
 
 
 def _make_dir(d: str) -> None:

@@ -559,7 +559,8 @@ def test_a_restore_temp_file_a_kill_left_is_no_source_and_goes_when_its_output_i
     workspace.write("data/src.txt", "s\n")
     workspace.write("data/x.bin.buildtool-tmp", "half a restore")
     workspace.build_file("", 'genrule(name="t", outs=["data/x.bin"], cmd="echo x > $@")\n'
-                             'genrule(name="list", srcs=glob(["data/*"]), outs=["list.txt"], cmd="echo $(SRCS) > $@")\n')
+                             'genrule(name="list", srcs=glob(["data/*"]), outs=["list.txt"],\n'
+                             '        cmd="echo $(SRCS) > $@")\n')
     assert workspace.build("//:list").rc == 0
     assert workspace.read("list.txt") == "data/src.txt\n"
     assert workspace.build("//:t").rc == 0

@@ -229,3 +229,22 @@ def test_a_target_that_was_always_true_is_not_said_to_be_unrecorded(workspace: W
     workspace.build_file("", 'genrule(name="v", outs=["v.txt"], cmd="echo 1 > $@")')
     rc, out, _ = workspace.run("explain", "//:v")
     assert rc == 0 and "not recorded" not in out, out
+
+
+def test_explain_and_dry_run_do_not_promise_a_restore_whose_blob_is_gone(workspace: Workspace) -> None:
+    """Its blob deleted (a GC, a hand), an entry cannot be restored: the build reruns the
+    target, while explain said WOULD RESTORE and -n "would restore from the cache"."""
+    import cache_verify as cv
+
+    workspace.build_file("", 'genrule(name="big", outs=["big.bin"], cmd="head -c 100000 /dev/zero > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    key = r.by_label["//:big"]["key"]
+    cv.blob_path(workspace.cache, cv.entry(workspace.cache, key)["outputs"][0][1]).unlink()
+    (workspace.root / "big.bin").unlink()
+    rc, out, _ = workspace.run("explain", "//:big")
+    assert rc == 0 and "WOULD RUN" in out and "WOULD RESTORE" not in out, out
+    rc, out, _ = workspace.run("build", "-n", "//:big")
+    assert rc == 0 and "//:big: would run: " in out, out
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:big") == "ran", r.output
