@@ -122,14 +122,18 @@ def boot_clock() -> float | None:
 class Tracker:
     """Appends ``<pgid> <first tick> <last tick>`` for every command this build starts."""
 
+    _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+
     def __init__(self, state_dir: str) -> None:
         self.path = _path(state_dir)
         self._fd: int | None = None
+        self._lines: list[bytes] = []  # what the file holds: written again if it is deleted
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, self._FLAGS, 0o644)
             booted = boot_clock()
             since = f" since={int(booted * _TICKS) - 1}" if booted is not None else ""  # before any spawn
-            os.write(fd, f"{HEADER_PREFIX}{os.getpid()}{since}\n".encode())
+            self._lines.append(f"{HEADER_PREFIX}{os.getpid()}{since}\n".encode())
+            os.write(fd, self._lines[0])
             self._fd = fd
         except OSError:
             pass  # no tracking: the next build cannot reap, but nothing else changes
@@ -145,8 +149,23 @@ class Tracker:
             lo, hi = int(started_after * _TICKS) - 1, int(now * _TICKS) + 1
         else:
             lo = hi = start_time(pgid) or 0
+        self._lines.append(f"{pgid} {lo} {hi}\n".encode())
         with contextlib.suppress(OSError):
-            os.write(self._fd, f"{pgid} {lo} {hi}\n".encode())
+            if os.fstat(self._fd).st_nlink == 0:
+                self._write_again()
+            else:
+                os.write(self._fd, self._lines[-1])
+
+    def _write_again(self) -> None:
+        """The file was deleted under the build (``rm -rf .buildtool``, ``git clean -xfd``):
+        lines appended to it went nowhere the next build looks, and a kill -9 then left
+        orphans writing beside that build.  Written again whole, at its path."""
+        assert self._fd is not None
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, self._FLAGS, 0o644)
+        os.close(self._fd)
+        self._fd = fd
+        os.write(fd, b"".join(self._lines))
 
     def close(self) -> None:
         """Every child is dead or killed: forget them."""

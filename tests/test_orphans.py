@@ -159,3 +159,25 @@ def test_the_tracker_header_holds_the_pid_and_the_tick_before_any_command(tmp_pa
     header = (tmp_path / "children").read_text().splitlines()[0]
     pid, _, since = header.removeprefix(orphans.HEADER_PREFIX).partition(" since=")
     assert int(pid) == os.getpid() and before - 1 <= int(since) <= _tick_now()
+
+
+def test_a_children_file_deleted_under_the_build_is_written_again(tmp_path: Path) -> None:
+    """`rm -rf .buildtool` (git clean -xfd) under a build, then its kill -9: the lines went on
+    into the deleted file, and the next build killed nothing (its orphans wrote beside it)."""
+    state = tmp_path / ".buildtool"
+    state.mkdir()
+    tracker = orphans.Tracker(str(state))
+    first, second = _sleeper(), _sleeper()
+    try:
+        tracker.add(first.pid, orphans.boot_clock())
+        (state / "children").unlink()
+        state.rmdir()
+        tracker.add(second.pid, orphans.boot_clock())
+        assert [line[0] for line in _lines(state)] == [first.pid, second.pid]
+        _as_if_killed(state)
+        assert orphans.reap(str(state), lambda _m: None, wait_s=5) == 2
+        assert first.wait(timeout=5) == second.wait(timeout=5) == -9
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait()
