@@ -173,13 +173,17 @@ class Cache:
                 start_counter(self.dir)
         except OSError as e:
             where = f" at {e.filename}" if e.filename else ""
-            self._disable(f"cache dir {directory} is not usable ({e.strerror}{where})")
+            db = os.path.join(self.dir, "actions.db")  # (a read-only cache that has one is still read)
+            self._disable(f"cache dir {directory} is not usable ({e.strerror}{where})",
+                          reads_too=not (os.path.isfile(db) and os.access(db, os.R_OK)))
         _tag(directory)
 
-    def _disable(self, why: str) -> None:
+    def _disable(self, why: str, reads_too: bool = False) -> None:
+        """Store nothing more this build, said once; ``reads_too``: nothing will be found in
+        it either (its layout could not be made, and it holds no readable database)."""
         if self.writable:
             self.writable = False
-            off = "caching is off" if not self.actions.readable else "nothing is stored in the cache"
+            off = "caching is off" if reads_too or not self.actions.readable else "nothing is stored in the cache"
             self._warn(f"{why}; {off} for the rest of this build")
 
     def _blob_path(self, digest: str) -> str:
