@@ -1002,7 +1002,11 @@ class TargetRunner:
         """Start ``t``'s command (or run it remotely): a Pending for ``_landed``, or the
         Outcome when it could not start."""
         cwd = os.path.join(self.root, t.pkg)
-        tmp = self._tmpdir(lane)
+        try:
+            tmp = self._tmpdir(lane)
+        except OSError as e:  # (the state dir made read-only or immutable under the build)
+            return Outcome(Status.FAILED, Reason.FAILED, f"cannot make the command's temp directory "
+                           f"{e.filename or 'in ' + self.state_dir}: {e.strerror}", key=key)
         env = dict(desc["env"])
         if "PATH" in env:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)

@@ -493,3 +493,22 @@ def test_a_build_record_that_stops_growing_mid_build_is_one_warning_not_a_failur
         assert workspace.read(f"o{i}") == "b\n"
     r2 = workspace.build()
     assert r2.rc == 0 and all(workspace.read(f"o{i}") == "b\n" for i in range(8)), r2.output
+
+
+def test_a_state_dir_that_takes_no_new_directory_fails_the_target_in_words(workspace: Workspace) -> None:
+    """.buildtool immutable (or read-only, for a user without root) and its tmp/ gone: the
+    command's temp directory cannot be made, which said `internal error: PermissionError`."""
+    workspace.write("in", "x\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["in"], outs=["a"], cmd="cat in > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.write("in", "y\n")
+    state = workspace.root / ".buildtool"
+    shutil.rmtree(state / "tmp", ignore_errors=True)
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(state)], capture_output=True).returncode:
+        pytest.skip("cannot make a directory immutable here (chattr, root, a filesystem that has the flag)")
+    try:
+        r = workspace.build()
+    finally:
+        subprocess.run(["chattr", "-i", str(state)], check=False)
+    assert r.rc == 1 and "internal error" not in r.output, r.output
+    assert f"cannot make the command's temp directory {state / 'tmp'}" in r.output, r.output
