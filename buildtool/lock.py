@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 
 from buildtool.errors import BuildtoolError
 
@@ -76,6 +77,11 @@ class WorkspaceLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_pid(fd)
+                for _ in range(5):  # a holder that just took the lock writes its pid after it
+                    if holder:
+                        break
+                    time.sleep(0.01)
+                    holder = _read_pid(fd)
                 who = f"pid {holder}" if holder else "unknown pid"
                 if not wait:
                     msg = f"another buildtool ({who}) is running on this workspace (--no-wait given)"
