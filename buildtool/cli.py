@@ -422,6 +422,10 @@ def _check_build_flags(args: argparse.Namespace) -> None:
     if debounce is not None and not 0 <= debounce < float("inf"):
         msg = f"--debounce-ms must be a number of milliseconds, 0 or more (got {debounce})"
         raise UserError(msg)
+    if getattr(args, "watch", True) is False and (getattr(args, "poll", False) or debounce is not None):
+        flag = "--poll" if getattr(args, "poll", False) else "--debounce-ms"  # (it would change nothing)
+        msg = f"{flag} is for watch mode: add --watch (buildtool {args.command} --watch {flag} ...)"
+        raise UserError(msg)
     cache_dir = getattr(args, "cache_dir", None)
     if cache_dir is not None and not cache_dir:
         msg = "--cache-dir must name a directory (got an empty string)"

@@ -529,7 +529,8 @@ def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace:
 def test_small_command_line_contracts(workspace: Workspace) -> None:
     """-n said "would run: ...; would restore from the cache" of a target it would restore;
     keep_going from the environment could not be turned off for one build; `query ''`
-    listed every target (the empty pattern is exit 2 everywhere else)."""
+    listed every target (the empty pattern is exit 2 everywhere else); --poll without
+    --watch did nothing, silently."""
     workspace.write("in", "1\n")
     workspace.build_file("", 'genrule(name="g", srcs=["in"], outs=["g.out"], cmd="cat in > $@")\n'
                              'genrule(name="bad", outs=["bad.out"], cmd="exit 3")\n'
@@ -548,6 +549,8 @@ def test_small_command_line_contracts(workspace: Workspace) -> None:
     assert rc == 1 and workspace.exists("other.out"), out + err
     rc, out, err = workspace.run("query", "")
     assert rc == 2 and "query '': expected" in err, out + err
+    rc, out, err = workspace.run("build", "--poll", "//:g")  # (it changed nothing, unsaid)
+    assert rc == 2 and "--poll is for watch mode: add --watch" in err, out + err
 
 
 def test_a_restore_temp_file_a_kill_left_is_no_source_and_goes_when_its_output_is_made(
