@@ -26,6 +26,8 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--dry-run", action="store_true", help="show what would run, and why; run nothing")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print the command of each target that runs (or, with -n, would run), as ninja -v")
     p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
     p.add_argument("--profile", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing) to FILE")
     p.add_argument("-l", "--load-average", type=float, metavar="LOAD", dest="load",
@@ -95,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
 # -j, --cache-dir and --action-env (tests/test_cli.py keeps the two in step).
 _PLAIN_BUILD_DEFAULTS: dict[str, object] = {
     "command": "build", "keep_going": None, "dry_run": False, "explain": False, "events": None,
-    "profile": None, "load": None, "color": "auto", "replay_output": False, "no_wait": False,
+    "profile": None, "load": None, "color": "auto", "replay_output": False, "no_wait": False, "verbose": False,
     "remote_cache": None, "remote_executor": None, "remote_instance": None, "remote_header": None,
     "remote_timeout": None, "remote_jobs": None, "remote_download": None, "remote_upload": None,
     "watch": False, "poll": False, "debounce_ms": None,
@@ -544,6 +546,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         load=args.load or None,  # -l 0: no limit, as in Ninja
         color=args.color,
         replay_output=args.replay_output,
+        verbose=args.verbose,
     )
     if args.command == "watch" or getattr(args, "watch", False):
         from buildtool.watch import watch

@@ -127,8 +127,10 @@ class Console:
         explain: bool = False,
         color: str = "auto",
         replay_output: bool = False,
+        verbose: bool = False,
     ) -> None:
         self.graph = graph
+        self.verbose = verbose  # -v: the command of every target that ran, after its line
         self.total = total
         stream = out or sys.stdout
         self.tty = is_live_terminal(stream) if tty is None else tty
@@ -196,6 +198,8 @@ class Console:
             dur = f" ({o.duration:.2f}s)" if o.status is Status.RAN else ""
             word = self._paint(status, _STATUS_COLOR.get(status))
             self._line(f"[{self.done}/{self.total}] {word} {label}{dur}")
+        if self.verbose and o.status is Status.RAN:
+            self.command_of(t)
         if o.status is Status.RAN and self.graph.targets[t].kind != "test":
             # What a command that succeeded printed (a compiler's warnings) follows its line,
             # as Make and Ninja show it; a test's output is --test-output's to show.
@@ -211,11 +215,19 @@ class Console:
                 self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))
                 self.text(data)
 
+    def command_of(self, t: int) -> None:
+        """The line that shows target ``t``'s command, as a user would type it in its package
+        directory (a pyrule's function; nothing for a group)."""
+        target = self.graph.targets[t]
+        if target.cmd:
+            self._line(f"command (in //{target.pkg}): {target.cmd}")
+        elif target.fn:
+            self._line(f"pyrule (in //{target.pkg}): {target.fn}")
+
     def _print_failure(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
         self._line(self._paint(f"FAILED: {target.label} ({target.where}): {o.message}", "red"))
-        if target.cmd:
-            self._line(f"command (in //{target.pkg}): {target.cmd}")
+        self.command_of(t)
         for data in (o.stdout, o.stderr):
             if data:
                 self.text(data)

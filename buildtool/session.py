@@ -47,7 +47,7 @@ class BuildRequest:
 
     __slots__ = ("action_env", "cache_dir", "cache_tests", "color", "dry_run", "events", "explain", "jobs", "junit",
                  "keep_going", "load", "mode", "patterns", "prior", "profile", "replay_output", "test_output",
-                 "wait", "want_files")
+                 "verbose", "wait", "want_files")
 
     def __init__(
         self,
@@ -70,6 +70,7 @@ class BuildRequest:
         junit: str | None = None,  # --junit FILE (junit.py)
         prior: Any = None,  # a noop.Verdict from the CLI: try the snapshot's graph (only files changed)
         want_files: bool = False,  # the requested targets' outputs must be on disk (`buildtool run`)
+        verbose: bool = False,  # -v: each command that runs (or would run) is printed
     ) -> None:
         self.patterns = patterns
         self.mode = mode
@@ -90,6 +91,7 @@ class BuildRequest:
         self.junit = junit
         self.prior = prior
         self.want_files = want_files
+        self.verbose = verbose
 
 
 class BuildResult:
@@ -345,7 +347,7 @@ class Session:
                 for o in entry["o"] if entry else ():
                     runner.publish_output(o[0], o[1], o[2] if len(o) > 2 else None)
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
-                          replay_output=req.replay_output)
+                          replay_output=req.replay_output, verbose=req.verbose)
         events = EventsWriter(req.events, graph) if req.events else None
         lost_report: str | None = None  # a report file (--profile, --junit, --events) that could not be written
         try:
@@ -366,6 +368,8 @@ class Session:
                         continue
                     if o.reason not in (Reason.UP_TO_DATE, Reason.GROUP, Reason.TEST_NOT_RUN):  # (what would run)
                         print(f"{graph.targets[t].label}: {o.message}", file=console.out)
+                        if req.verbose and not o.extra.get("would_restore"):
+                            console.command_of(t)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
                 if not req.explain:
                     print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=console.out)

@@ -1261,3 +1261,18 @@ def test_a_restore_the_destination_refuses_is_not_called_a_damaged_entry(workspa
     assert r.stderr.count("could not restore gen/g.out from the cache (Operation not permitted)") == 1, r.stderr
     ev = next(e for e in r.events if e["label"] == "//:g")
     assert ev["reason_code"] != "cache_corrupt" and "damaged" not in ev["reason"], ev
+
+
+def test_verbose_prints_each_command_that_runs(workspace: Workspace) -> None:
+    """A Make user sees every command; here there was no way to (ninja -v, bazel -s)."""
+    workspace.write("in", "1\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["in"], outs=["g.out"], cmd="cat in > $@")\n'
+                             'genrule(name="h", outs=["h.out"], cmd="echo h > $@")\n')
+    assert workspace.run("build", "//:h")[0] == 0
+    rc, out, err = workspace.run("build", "-v")
+    assert rc == 0 and "command (in //): cat in > g.out" in out and "echo h" not in out, out + err
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "command (in" not in out, out + err
+    workspace.write("in", "2\n")
+    rc, out, err = workspace.run("build", "-nv")
+    assert rc == 0 and "//:g: would run: " in out and "command (in //): cat in > g.out" in out, out + err
