@@ -248,3 +248,25 @@ def test_explain_and_dry_run_do_not_promise_a_restore_whose_blob_is_gone(workspa
     assert rc == 0 and "//:big: would run: " in out, out
     r = workspace.build()
     assert r.rc == 0 and r.status("//:big") == "ran", r.output
+
+
+def test_a_gone_blob_matters_to_explain_only_where_the_build_reads_it(workspace: Workspace) -> None:
+    """Outputs on disk that match the entry are adopted without its blobs (explain said
+    WOULD RUN once blobs were checked); a test's log is always read (explain said PASSED
+    (cached) while `test` ran it again)."""
+    import shutil
+
+    import cache_verify as cv
+
+    workspace.build_file("", 'genrule(name="big", outs=["big.bin"], cmd="head -c 100000 /dev/zero > $@")\n'
+                             'test(name="t", cmd="head -c 10000 /dev/zero | tr \\"\\\\\\\\0\\" y; echo")\n')
+    assert workspace.build().rc == 0
+    assert workspace.run("test", "//:t")[0] == 0
+    shutil.rmtree(workspace.root / ".buildtool")  # a fresh checkout's state, outputs still on disk
+    for p in (cv.layout_dir(workspace.cache) / "cas").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    rc, out, _ = workspace.run("explain", "//:big")
+    assert rc == 0 and "WOULD RUN" not in out and "already match the cache entry" in out, out
+    rc, out, _ = workspace.run("explain", "--test", "//:t")
+    assert rc == 0 and "cached" not in out.lower(), out
