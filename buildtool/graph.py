@@ -522,9 +522,13 @@ class GraphBuilder:
 
     def _check_sources_written(self, order: list[str]) -> None:
         """Refuse a build that would write a file another target of the writer's package lists
-        in ``srcs`` as a source, whether or not that reader is part of this build (as Bazel
-        refuses a generated file that conflicts with a source file of its package): building
-        the writer alone would overwrite what the reader takes for a hand-written source."""
+        in ``srcs`` as a source (by path, ``./x``, or a file label ``:x``/``//pkg:x``), whether
+        or not that reader is part of this build (as Bazel refuses a generated file that
+        conflicts with a source file of its package): building the writer alone would
+        overwrite what the reader takes for a hand-written source.  A file a glob() of the
+        package also found on disk may be an earlier output copy, as ``_resolve_refs`` takes it
+        (a Makefile's output left in place), but a target names it as a source: refused
+        all the same (nothing written by hand is lost), the message says to delete a leftover."""
         from buildtool.dsl import Globbed  # (as in _resolve_refs)
 
         building = set(order)
@@ -532,22 +536,37 @@ class GraphBuilder:
             outs = self._declared_outs(pkg)
             if not outs:
                 continue
-            in_place = self.loader.globbed(pkg)  # what _resolve_refs leaves out with a warning
-            for name, decl in self.loader.load(pkg).items():
+            in_place, decls = self.loader.globbed(pkg), self.loader.load(pkg)
+            for name, decl in decls.items():
                 srcs = decl.attrs.get("srcs")
                 if not isinstance(srcs, (list, tuple)):
                     continue  # (said when that target is built)
                 for item in srcs:
-                    if not isinstance(item, str) or isinstance(item, Globbed) or item.startswith(("//", ":")):
+                    if not isinstance(item, str) or isinstance(item, Globbed) or not item:
                         continue
-                    full = posixpath.normpath(f"{pkg}/{item}" if pkg else item)
-                    if full not in outs or full in in_place:
+                    if item.startswith(("//", ":")):  # a file label of this package
+                        try:
+                            p, n = labels.parse_label(item, pkg)
+                        except labels.LabelError:
+                            found = labels.file_label(item, pkg)
+                            if found is None:
+                                continue
+                            p, n = found
+                        if p != pkg or n in decls:  # (another package's file; a target)
+                            continue
+                        full = posixpath.normpath(f"{pkg}/{n}" if pkg else n)
+                    else:
+                        full = posixpath.normpath(f"{pkg}/{item}" if pkg else item)
+                    if full not in outs:
                         continue
                     producer, me = self._producer_of(full), labels.label_str(pkg, name)
-                    if producer is not None and producer != me and producer in building:
-                        raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}: building "
-                                         f"{producer} would overwrite that source; refer to '{producer}' instead, "
-                                         "or rename the output")
+                    if producer is None or producer == me or producer not in building:
+                        continue
+                    left = (f" (if {full} on disk is an output another tool left, delete it)"
+                            if full in in_place else "")
+                    raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}: building "
+                                     f"{producer} would overwrite that source; refer to '{producer}' instead, "
+                                     f"or rename the output{left}")
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
         from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)

@@ -497,6 +497,19 @@ def test_building_a_writer_alone_never_overwrites_a_source_another_target_reads(
     assert "BUILD.py:1: srcs entry 'in.txt' of //:a is an output of //:b: building //:b would overwrite" in err, err
     assert workspace.read("in.txt") == "precious\n"
     assert workspace.run("build", "//:c")[0] == 0
+    for spelling in (":in.txt", "//:in.txt", "./in.txt"):  # a file label was let through
+        workspace.build_file("", f'genrule(name="a", srcs=["{spelling}"], outs=["a.txt"], cmd="cp $< $@")\n'
+                                 'genrule(name="b", outs=["in.txt"], cmd="echo clobbered > $@ && touch ran-marker")\n')
+        err = expect_invalid(workspace, "//:b")
+        assert f"srcs entry '{spelling}' of //:a is an output of //:b: building //:b would overwrite" in err, err
+        assert workspace.read("in.txt") == "precious\n"
+    # An unrelated glob() that also finds in.txt took it for an output copy and let it through.
+    workspace.build_file("", 'genrule(name="a", srcs=["in.txt"], outs=["a.out"], cmd="cp $< $@")\n'
+                             'genrule(name="b", outs=["in.txt"], cmd="echo clobbered > $@ && touch ran-marker")\n'
+                             'genrule(name="c", srcs=glob(["*.txt"]), outs=["c.out"], cmd="cat $(SRCS) > $@")\n')
+    err = expect_invalid(workspace, "//:b")
+    assert "building //:b would overwrite that source" in err and "delete it" in err, err
+    assert workspace.read("in.txt") == "precious\n"
 
 
 def test_an_output_in_srcs_that_a_glob_took_in_place_is_left_out_with_a_warning(workspace: Workspace) -> None:
