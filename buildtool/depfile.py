@@ -180,6 +180,8 @@ def workspace_inputs(prereqs: Iterable[str], root: str, pkg: str) -> list[str]:
                 if real is None:
                     real = real_dirs[d] = os.path.realpath(d or os.sep)
                 rel = _under(os.path.join(real, name), (real_root,))
+                if rel is None and os.path.islink(ap):  # (-I/elsewhere, elsewhere/a.h -> the workspace's)
+                    rel = _under(os.path.realpath(ap), (real_root,))
             if rel is None:
                 continue
         else:

@@ -111,9 +111,12 @@ def test_workspace_inputs_through_a_link_from_outside_into_the_workspace(tmp_pat
     (ws / "third_party" / "inc").mkdir(parents=True)
     (tmp_path / "inc-link").symlink_to(ws / "third_party" / "inc")
     (tmp_path / "ws-link").symlink_to(ws)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "d.h").symlink_to(ws / "third_party" / "inc" / "d.h")  # a link to one header
     got = workspace_inputs([f"{tmp_path}/inc-link/a.h", f"{tmp_path}/ws-link/third_party/inc/b.h",
-                            f"{tmp_path}/elsewhere/c.h", "/usr/include/stdio.h"], str(ws), "")
-    assert got == ["third_party/inc/a.h", "third_party/inc/b.h"]
+                            f"{tmp_path}/elsewhere/c.h", f"{tmp_path}/files/d.h", "/usr/include/stdio.h"],
+                           str(ws), "")
+    assert got == ["third_party/inc/a.h", "third_party/inc/b.h", "third_party/inc/d.h"]
 
 # -- two-level keys ------------------------------------------------------------------------
 def _desc(inputs: dict[str, str]) -> dict[str, object]:
