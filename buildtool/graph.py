@@ -374,7 +374,9 @@ class GraphBuilder:
                     meant.append(f"'{slashed}'")
         else:
             path = posixpath.normpath(f"{here}/{bare}" if here else bare)
-            if path != "." and not path.startswith("..") and self.loader.package_exists(path):
+            if path == "." or path == ".." or path.startswith("../"):
+                pass  # (outside the workspace: no package there, and no BUILD.py there is evaluated)
+            elif self.loader.package_exists(path):
                 meant.append(f"'//{path}' (a package)")
             elif (producer := self._producer_of(path)) is not None:
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")

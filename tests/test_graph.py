@@ -175,6 +175,7 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     ("{root}/lib/l.txt", "did you mean '//lib:l' (the target that makes it"),
     ("{root}/app/", "did you mean '//app' (a package)?"),
     ("nothing:here", None),
+    ("../../x.txt", None),  # (it evaluated a BUILD.py above the workspace, and offered '//..:o')
 ])
 def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(
     workspace: Workspace, typed: str, hint: str | None,
@@ -184,10 +185,13 @@ def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(
     workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch ../ran-marker; echo > $@")\n')
     workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="echo > $@")\n')
     workspace.build_file("app", 'genrule(name="app", outs=["a"], cmd="echo > $@")\n')
+    outside = workspace.root.parent / "BUILD.py"  # above the workspace: never evaluated
+    outside.write_text('genrule(name="o", outs=["x.txt"], cmd="echo > $@")\nprint("EVALUATED")\n')
     typed = typed.format(root=workspace.root)
-    rc, _, err = workspace.run("build", typed, cwd=workspace.root / "lib")
+    rc, out, err = workspace.run("build", typed, cwd=workspace.root / "lib")
     assert rc == 2 and f"a label must start with '//' or ':' (got {typed!r})" in err, err
     assert (hint in err) if hint else ("did you mean" not in err), err
+    assert "EVALUATED" not in out + err
 
 
 @pytest.mark.parametrize(("typed", "hint"), [
