@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
@@ -128,6 +129,7 @@ class Tracker:
         self.path = _path(state_dir)
         self._fd: int | None = None
         self._lines: list[bytes] = []  # what the file holds: written again if it is deleted
+        self._mu = threading.Lock()  # spawns come from the scheduler's thread and worker threads
         try:
             fd = os.open(self.path, self._FLAGS, 0o644)
             booted = boot_clock()
@@ -149,12 +151,15 @@ class Tracker:
             lo, hi = int(started_after * _TICKS) - 1, int(now * _TICKS) + 1
         else:
             lo = hi = start_time(pgid) or 0
-        self._lines.append(f"{pgid} {lo} {hi}\n".encode())
-        with contextlib.suppress(OSError):
+        line = f"{pgid} {lo} {hi}\n".encode()
+        with self._mu, contextlib.suppress(OSError):
+            if self._fd is None:  # (closed meanwhile)
+                return
+            self._lines.append(line)
             if os.fstat(self._fd).st_nlink == 0:
                 self._write_again()
             else:
-                os.write(self._fd, self._lines[-1])
+                os.write(self._fd, line)
 
     def _write_again(self) -> None:
         """The file was deleted under the build (``rm -rf .buildtool``, ``git clean -xfd``):
@@ -169,10 +174,11 @@ class Tracker:
 
     def close(self) -> None:
         """Every child is dead or killed: forget them."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        with self._mu:
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
