@@ -266,7 +266,7 @@ class GraphBuilder:
             try:
                 pat = labels.parse_pattern(text, cur, self.cwd_pkg)
             except labels.LabelError as e:
-                raise UserError(self._bare_name_msg(text, cur) or self._file_label_msg(text, cur, str(e))) from None
+                raise self.pattern_error(text, e) from None
             matched: list[str] = []
             tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
             if pat.kind == "target":
@@ -334,6 +334,12 @@ class GraphBuilder:
                         f"names a target of //{pkg}, its nearest package)")
             raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
+
+    def pattern_error(self, text: str, e: labels.LabelError) -> UserError:
+        """The error for a command-line pattern the label parser refused (``e``), with the
+        readings of it that exist (``build core`` typed in lib/: '//lib/core')."""
+        cur = self.current_package()
+        return UserError(self._bare_name_msg(text, cur) or self._file_label_msg(text, cur, str(e)))
 
     def _bare_name_msg(self, text: str, cur: str) -> str | None:
         """For a pattern typed without ``//`` or ``:`` (``lib``, ``lib:core``, ``core/``,
@@ -472,7 +478,9 @@ class GraphBuilder:
                 return f"; did you mean //{close[0]}?"
         return ""
 
-    def _unknown_msg(self, pkg: str, name: str, text: str, decls: dict[str, Declaration]) -> str:
+    def _unknown_msg(
+        self, pkg: str, name: str, text: str, decls: dict[str, Declaration], attr: str | None = None,
+    ) -> str:
         msg = f"unknown target {text!r}: package //{pkg} has no target named {name!r}"
         import difflib  # (error messages only)
 
@@ -481,7 +489,8 @@ class GraphBuilder:
         producer = None if same else self._producer_of(path)
         close = same or ([] if producer else difflib.get_close_matches(name, list(decls), n=1))
         if not same and producer is None and os.path.isfile(os.path.join(self.loader.ws.root, path)):
-            msg += f" ({path} is a source file: labels to build name targets)"  # (no guess at a look-alike)
+            msg += (f" ({path} is a source file: a file goes in srcs)" if attr == "deps"  # (no look-alike guess)
+                    else f" ({path} is a source file: labels to build name targets)")
         elif close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
         elif producer is not None:  # //lib:out.txt for the output out.txt of //lib:gen
@@ -617,7 +626,7 @@ class GraphBuilder:
                         elif "/" in n:  # (a file label: a target's name has no '/')
                             msg = f"{attr} refers to {item!r}, but there is no file {path}"
                         else:
-                            msg = self._unknown_msg(p, n, item, decls)
+                            msg = self._unknown_msg(p, n, item, decls, attr)
                             msg = f"{attr} refers to an {msg[0].lower()}{msg[1:]}"
                         raise _err(decl, msg)
                 elif attr == "deps":

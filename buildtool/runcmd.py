@@ -34,6 +34,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="arguments for the program, after -- (buildtool's own options may come before it)")
     r.add_argument("-j", "--jobs", type=int, help="parallel jobs for the build (default: usable CPUs)")
     r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
+    r.add_argument("--no-keep-going", dest="keep_going", action="store_false",
+                   help="stop at the first failure, whatever keep_going the config or environment sets")
     r.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     r.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
     r.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
@@ -72,9 +74,9 @@ def run_command(ns: argparse.Namespace) -> int:
     builder = GraphBuilder(Loader(ws, record.all_outputs()), ws.cwd_pkg_dir)
     record.close()
     try:
-        pat = labels.parse_pattern(ns.target, builder.current_package())
+        pat = labels.parse_pattern(ns.target, builder.current_package(), ws.cwd_pkg_dir)
     except labels.LabelError as e:
-        raise UserError(str(e)) from None
+        raise builder.pattern_error(ns.target, e) from None
     if pat.kind != "target":
         msg = f"`buildtool run` needs one target label, not the pattern {ns.target!r}"
         raise UserError(msg)

@@ -549,6 +549,11 @@ def test_small_command_line_contracts(workspace: Workspace) -> None:
     assert rc == 1 and workspace.exists("other.out"), out + err
     rc, out, err = workspace.run("query", "")
     assert rc == 2 and "query '': expected" in err, out + err
+    workspace.build_file("sub", 'genrule(name="sub", outs=["s"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("run", "sub", cwd=workspace.root / "sub")  # (build and run: the same hint)
+    assert rc == 2 and "did you mean ':sub' (a target of the package here)?" in err, out + err
+    rc, out, err = workspace.run("run", "//:bad", "--no-keep-going")
+    assert rc == 1 and "unrecognized" not in err, out + err
     rc, out, err = workspace.run("build", "--poll", "//:g")  # (it changed nothing, unsaid)
     assert rc == 2 and "--poll is for watch mode: add --watch" in err, out + err
 

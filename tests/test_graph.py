@@ -206,6 +206,9 @@ def test_a_file_typed_as_a_label_is_called_a_file(workspace: Workspace, typed: s
     workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, typed)
     assert hint in err and "lib/core" not in err, err
+    workspace.build_file("app", 'genrule(name="app", deps=["//lib:x.c"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app")  # in deps, the way out is srcs
+    assert "no target named 'x.c' (lib/x.c is a source file: a file goes in srcs)" in err, err
 
 
 def test_dot_patterns_from_a_subdirectory(workspace: Workspace) -> None:
