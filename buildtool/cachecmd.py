@@ -56,7 +56,9 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
 
     if os.path.exists(cfg.cache_dir) and not os.path.isdir(cfg.cache_dir):  # (it read as an empty cache)
         raise UserError(f"the cache dir {cfg.cache_dir} is not a directory")
-    if not os.path.lexists(cfg.cache_dir):  # (a mistyped --cache-dir read as an empty cache, unsaid)
+    from buildtool.cache import LAYOUT
+
+    if not os.path.isdir(os.path.join(cfg.cache_dir, LAYOUT)):  # (a mistyped --cache-dir read as an empty cache)
         print(f"buildtool: note: there is no cache at {cfg.cache_dir} (no build has used it)", file=sys.stderr)
 
     if args.cache_command == "stats":

@@ -355,13 +355,14 @@ def _interruptible() -> bool:
 
 
 def _from_directory(args: argparse.Namespace) -> None:
-    """``-C DIR``: relative report and cache paths are taken from DIR too, as if buildtool
-    had been started there (make -C, git -C)."""
-    if os.path.normpath(args.directory) == ".":
-        return
+    """``-C DIR``: relative report and cache paths given as flags are taken from DIR too, as
+    if buildtool had been started there (make -C, git -C); ``~`` is the home directory."""
+    here = os.path.normpath(args.directory) == "."
     for name in ("cache_dir", "events", "profile", "junit"):
         path = getattr(args, name, None)
-        if path and not os.path.isabs(path) and not path.startswith("~"):
+        if path and path.startswith("~"):  # (--events=~/x reaches us unexpanded: no shell does it after '=')
+            setattr(args, name, os.path.expanduser(path))
+        elif path and not here and not os.path.isabs(path):
             setattr(args, name, os.path.join(args.directory, path))
 
 

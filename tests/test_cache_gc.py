@@ -165,6 +165,9 @@ def test_a_cache_dir_that_does_not_exist_is_said_and_not_made(
     typo = tmp_path / "typo"
     rc, out, err = workspace.run("cache", command, "--cache-dir", str(typo))
     assert rc == 0 and f"note: there is no cache at {typo}" in err and not typo.exists(), out + err
+    rc, out, err = workspace.run("cache", command, "--cache-dir", str(workspace.root))  # a directory, no cache
+    assert rc == 0 and f"note: there is no cache at {workspace.root}" in err, out + err
+    assert not (workspace.root / "v2").exists()
 
 
 def test_cache_commands_work_outside_a_workspace(tmp_path: Path, workspace: Workspace) -> None:
