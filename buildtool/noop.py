@@ -47,9 +47,10 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 8  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+FORMAT_VERSION = 9  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
 # v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
-# (an older snapshot's listings would vouch for a directory whose link changed its target)
+# (an older snapshot's listings would vouch for a directory whose link changed its target);
+# v9: listings leave out the directories on the way to outputs, which are listed themselves
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -222,10 +223,62 @@ def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
     return {rel: _sig(root, rel) for rel in files}
 
 
-def dir_listings(root: str, dirs: Iterable[str], outputs: Container[str]) -> dict[str, str | None]:
+def dir_listings(
+    root: str, dirs: Iterable[str], outputs: Iterable[str], dead: Iterable[str] = (),
+) -> dict[str, str | None]:
     """The listing fingerprints of the directories the evaluation listed, right after it:
-    a source or package that appears later in the build then refuses the snapshot."""
-    return {d: _listing(root, d, outputs) for d in set(dirs)}
+    a source or package that appears later in the build then refuses the snapshot.
+    ``dead``: the last build's outputs, which this one deletes if no target declares them
+    now (they and their directories are left out: their going is no change)."""
+    hidden = hidden_entries([*outputs, *dead])
+    return {d: _listing(root, d, hidden) for d in set(dirs)}
+
+
+def hidden_entries(outputs: Iterable[str]) -> set[str]:
+    """What a listing leaves out: the outputs, and every directory on the way to one (a
+    build makes those; the snapshot follows such a directory by its own listing instead,
+    ``_output_dirs``, so a BUILD.py or source put in it is still seen)."""
+    out = set(outputs)
+    for o in list(out):
+        d = o.rpartition("/")[0]
+        while d and d + "/" not in out:
+            out.add(d + "/")  # ("gen/": the directory gen, not a link named gen: that one counts)
+            d = d.rpartition("/")[0]
+    return out
+
+
+class _Lazy:
+    """A set made on the first membership test (a 10,000-output incremental build whose
+    directories' stats all match lists none of them, and makes none)."""
+
+    __slots__ = ("_make", "_set")
+
+    def __init__(self, make: Callable[[], set[str]]) -> None:
+        self._make = make
+        self._set: set[str] | None = None
+
+    def __contains__(self, item: object) -> bool:
+        if self._set is None:
+            self._set = self._make()
+        return item in self._set
+
+
+def _output_dirs(root: str, outs: Iterable[str], listed: Iterable[str]) -> list[str]:
+    """The directories on the way to outputs that a listed directory's listing leaves out
+    (``hidden_entries``) and that exist: each is then listed itself, down the chain."""
+    tracked = set(listed)
+    found: list[str] = []
+    dirs = {d for o in outs for d in _ancestors(o)}
+    for d in sorted(dirs, key=lambda p: p.count("/")):  # parents first
+        if d.rpartition("/")[0] in tracked and d not in tracked and os.path.isdir(os.path.join(root, d)):
+            tracked.add(d)
+            found.append(d)
+    return found
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def write(
@@ -303,8 +356,11 @@ def write(
         struct_sigs = {**keep.body["files"], **struct_sigs}
         old_dirs = keep.body["dirs"]
         n = keep.targets
-    outputs = set(out_paths)
-    dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in set(dirs)}
+    outputs = _Lazy(lambda: hidden_entries(out_paths))  # (built only if a directory is listed)
+    dirs = set(dirs)
+    if keep is None:  # (an incremental build keeps the directories its check verified)
+        dirs.update(_output_dirs(root, out_paths, dirs))
+    dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in dirs}
     expected = {d: s[0] for d, s in old_dirs.items()} if keep is not None else (listed or {})
     if any(d in expected and sig[0] != expected[d] for d, sig in dir_sigs.items()):
         invalidate(state_dir)  # an entry appeared or went away during the build
@@ -391,8 +447,9 @@ def _graph_sum(data: bytes) -> bytes:
 
 
 def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
-    """A fingerprint of a directory's entries, leaving out outputs and state: what package
-    discovery and glob() see.  (Its mtime would change each time an output is rewritten.)
+    """A fingerprint of a directory's entries, leaving out outputs, the directories on the
+    way to them (``hidden_entries``) and state: what package discovery and glob() see.
+    (Its mtime would change each time an output is rewritten.)
     A symbolic link counts with what it leads to now (glob() takes a link to a file, not
     one to a directory or to nothing), and then starts with ``LINKED``: such a listing can
     change with no change to the directory, so its stat never vouches for it."""
@@ -402,8 +459,11 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
     try:
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
             for e in it:
-                if prefix + e.name in outputs or e.name in (".buildtool", ".git"):
+                path = prefix + e.name
+                if path in outputs or e.name in (".buildtool", ".git"):
                     continue
+                if path + "/" in outputs and e.is_dir(follow_symlinks=False):
+                    continue  # a directory on the way to outputs: listed itself (_output_dirs)
                 if e.is_symlink():
                     links = True
                     names.append(e.name + ("@f" if e.is_file() else "@d" if e.is_dir() else "@"))
@@ -456,7 +516,7 @@ def _dirs_differ(
             if (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (mtime, ctime, ino):
                 continue  # no entry was added, removed or renamed since
         if outputs is None:
-            outputs = set(outs)
+            outputs = hidden_entries(outs)
         if _listing(root, rel, outputs) != fp:
             return True
         if st is not None and not _recent(st.st_mtime_ns, st.st_ctime_ns, now) \

@@ -275,7 +275,8 @@ class Session:
             struct = self._struct_of(loader)[0] if loader is not None else verdict.struct if verdict is not None else []
             struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, struct)
             listed = None if loader is None or self.focus is not None or req.mode != "build" \
-                else noop.dir_listings(self.ws.root, loader.glob_dirs, {o for t in graph.targets for o in t.outs})
+                else noop.dir_listings(self.ws.root, loader.glob_dirs, [o for t in graph.targets for o in t.outs],
+                                       loader.recorded_outputs)  # (dead ones go during the build)
             return struct, struct_seen, listed
 
         if isinstance(prior_graph, Graph):

@@ -1280,3 +1280,35 @@ def test_a_glob_over_many_directories_notes_no_probe_per_directory(tmp_path: Pat
     loader = Loader(Workspace(str(ws), "", ()))
     loader.load("")
     assert loader.probes == {"src/d0/BUILD.py", "src/d0/buildtool.toml"}, loader.probes
+
+
+def test_the_build_that_makes_an_output_directory_or_removes_dead_outputs_arms_the_fast_path(
+    tmp_path: Path,
+) -> None:
+    """A build that made out/ (or deleted a dead output) saw its listing change and wrote no
+    snapshot: the next no-op evaluated every BUILD.py (1.3 s where 0.05 s would do, in an
+    8,000-target tree).  The directory on the way to outputs is listed itself instead, so
+    a BUILD.py or a source put in it later is still seen."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="a", srcs=["a.txt"], outs=["out/sub/a.out"], cmd="cp $< $@")\n'
+                                 'genrule(name="b", srcs=["a.txt"], outs=["b.out"], cmd="cp $< $@")\n'
+                                 'genrule(name="g", srcs=glob(["**/*.txt"]), outs=["g.out"], cmd="cat $(SRCS) > $@")\n',
+                       {"a.txt": "a\n"})
+    time.sleep(0.1)  # (BUILD.py no longer racily clean)
+    assert bt(ws, cache, "build").returncode == 0
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (ws / "out" / "sub" / "hand.txt").write_text("h\n")  # a source in the output directory: globbed
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout and (ws / "g.out").read_text() == "a\nh\n", \
+        r.stdout + r.stderr
+    (ws / "out" / "sub" / "hand.txt").unlink()
+    (ws / "BUILD.py").write_text('genrule(name="a", srcs=["a.txt"], outs=["out/sub/a.out"], cmd="cp $< $@")\n')
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0  # b.out and g.out are dead now: deleted
+    assert not (ws / "b.out").exists()
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (ws / "out" / "BUILD.py").write_text('genrule(name="x", outs=["x"], cmd="touch $@")\n')  # a package in it
+    r = bt(ws, cache, "build")
+    assert r.returncode == 2 and "is in package //out" in r.stderr, r.stdout + r.stderr
