@@ -628,3 +628,25 @@ def test_a_signal_is_not_overwritten_by_a_later_input_change_stop() -> None:
     s.request_stop(2)
     s.request_stop(0)
     assert s.interrupt == 2
+
+
+def test_a_command_that_ends_while_many_targets_are_settled_inline_is_seen_then() -> None:
+    """Thousands of up-to-date targets settled on the scheduler's thread (0.3 s) kept it
+    from looking at the running command, whose end (and recorded duration, plan's critical
+    path) moved to the end of them; its lane and dependents waited as long."""
+    n = 400
+
+    class SlowSettling(StartingRunner):
+        def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
+            if t in self.inline:
+                time.sleep(0.001)  # (a settled target's checks: a record lookup, stats)
+            return super().try_inline(t, waiting)
+
+    deps: list[list[int]] = [[] for _ in range(n)]
+    plan = make_plan(deps, [0] + [1] * (n - 1))  # the command first, then the settled ones
+    runner = SlowSettling(deps, inline=set(range(1, n)), sleep=0.02)
+    sched = Scheduler(plan, runner, Recorder(), jobs=2)
+    outcomes = sched.run()
+    assert outcomes[0].status is Status.RAN
+    last_settled = max(outcomes[t].end for t in range(1, n))
+    assert outcomes[0].end < last_settled / 2, (outcomes[0].end, last_settled)
