@@ -1090,9 +1090,14 @@ class GraphBuilder:
                                     or not 0 < timeout < float("inf")):  # (NaN compares false)
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
 
-        # Package-relative views for substitution.
+        # Package-relative views for substitution (both paths normalised: a file of the
+        # package is its tail; relpath, ~5 us a call, only for another package's).
+        inside = f"{pkg}/"
+
         def rel(p: str) -> str:
-            return posixpath.relpath(p, pkg) if pkg else p
+            if not pkg:
+                return p
+            return p[len(inside):] if p.startswith(inside) else posixpath.relpath(p, pkg)
 
         src_paths: list[str] = []
         seen: set[str] = set()
