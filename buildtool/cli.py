@@ -177,6 +177,8 @@ def run() -> None:
         pass
     except KeyboardInterrupt:  # (a signal that came before the handlers were set to ignore them)
         pass
+    if sys.getprofile() is not None or sys.gettrace() is not None:  # (python -m cProfile/coverage ...
+        raise SystemExit(code)  # $(which buildtool): their report is written at the normal exit)
     _EXIT(code)
 
 

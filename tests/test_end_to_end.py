@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BuildRun, Workspace
+from conftest import BUILDTOOL, BuildRun, Workspace
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -1281,3 +1281,16 @@ def test_verbose_prints_each_command_that_runs(workspace: Workspace) -> None:
     workspace.write("in", "2\n")
     rc, out, err = workspace.run("build", "-nv")
     assert rc == 0 and "//:g: would run: " in out and "command (in //): cat in > g.out" in out, out + err
+
+
+def test_the_command_under_cprofile_leaves_its_profile(workspace: Workspace, tmp_path: Path) -> None:
+    """`python -m cProfile -o X $(which buildtool) build` exited 0 and wrote no X: the
+    command leaves through os._exit (no teardown), which skipped cProfile's report."""
+    import sys
+
+    workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n')
+    prof = tmp_path / "build.prof"
+    r = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), BUILDTOOL, "build"], cwd=workspace.root,
+                       env=dict(os.environ, BUILDTOOL_CACHE_DIR=str(workspace.cache)), capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 0 and prof.stat().st_size > 0, r.stdout + r.stderr
