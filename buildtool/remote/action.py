@@ -96,7 +96,9 @@ def command_arguments(t: Any, shell: str) -> list[str]:
     if shell == "bash":
         return ["bash", "-e", "-o", "pipefail", "-c", t.cmd]
     argv = ["/bin/sh", "-e"]
-    if "|" in t.cmd:
+    from buildtool.executor import has_pipe
+
+    if has_pipe(t.cmd):
         argv += ["-o", "pipefail"]
     return [*argv, "-c", t.cmd]
 
