@@ -269,7 +269,7 @@ def _output_dirs(root: str, outs: Iterable[str], listed: Iterable[str]) -> list[
     (``hidden_entries``) and that exist: each is then listed itself, down the chain."""
     tracked = set(listed)
     found: list[str] = []
-    dirs = {d for o in outs for d in _ancestors(o)}
+    dirs = {d for parent in {o.rpartition("/")[0] for o in outs} if parent for d in _ancestors(parent + "/")}
     for d in sorted(dirs, key=lambda p: p.count("/")):  # parents first
         if d.rpartition("/")[0] in tracked and d not in tracked and os.path.isdir(os.path.join(root, d)):
             tracked.add(d)
