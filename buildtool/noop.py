@@ -228,10 +228,13 @@ def dir_listings(
 ) -> dict[str, str | None]:
     """The listing fingerprints of the directories the evaluation listed, right after it:
     a source or package that appears later in the build then refuses the snapshot.
-    ``dead``: the last build's outputs, which this one deletes if no target declares them
-    now (they and their directories are left out: their going is no change)."""
-    hidden = hidden_entries([*outputs, *dead])
-    return {d: _listing(root, d, hidden) for d in set(dirs)}
+    ``dead``: the outputs this build deletes because no target declares them now (left
+    out: their going is no change; not their directories, which stay unless emptied)."""
+    outputs = list(outputs)
+    hidden = hidden_entries(outputs) | set(dead)  # (a dead output's directory stays, unless emptied)
+    dirs = set(dirs)
+    dirs.update(_output_dirs(root, outputs, dirs))  # (as write() lists them: compared there)
+    return {d: _listing(root, d, hidden) for d in dirs}
 
 
 def hidden_entries(outputs: Iterable[str]) -> set[str]:
@@ -359,10 +362,14 @@ def write(
         n = keep.targets
     outputs = _Lazy(lambda: hidden_entries(out_paths))  # (built only if a directory is listed)
     dirs = set(dirs)
+    made: list[str] = []
     if keep is None:  # (an incremental build keeps the directories its check verified)
-        dirs.update(_output_dirs(root, out_paths, dirs))
+        made = _output_dirs(root, out_paths, dirs)
+        dirs.update(made)
     dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in dirs}
-    expected = {d: s[0] for d, s in old_dirs.items()} if keep is not None else (listed or {})
+    expected = {d: s[0] for d, s in old_dirs.items()} if keep is not None else dict(listed or {})
+    for d in made:  # a directory the build made for outputs holds nothing else (a command that
+        expected.setdefault(d, EMPTY_LISTING)  # put a BUILD.py or a source there changed the tree)
     if any(d in expected and sig[0] != expected[d] for d, sig in dir_sigs.items()):
         invalidate(state_dir)  # an entry appeared or went away during the build
         return False
@@ -479,6 +486,7 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
 
 
 LINKED = "L"  # starts the fingerprint of a listing with a symbolic link in it
+EMPTY_LISTING = "af1349b9f5f9a1a6a0404dea36dcc949"  # _listing of a directory of outputs only (blake3-128 of b"")
 
 
 def _dir_sig(

@@ -270,13 +270,19 @@ class Session:
             new = Loader(self.ws, self.recorded_outputs(record))
             return new, self._graph(new, req.patterns, req.mode)
 
+        cleans = self.focus is None and not req.dry_run  # (dead outputs are deleted after a full evaluation)
+        dead: tuple[list[tuple[str, list[Any]]], list[str]] = ([], [])
+
         def read_then(loader: Loader | None) -> tuple[list[str], dict[str, Any], dict[str, str | None] | None]:
             """What the evaluation read, as it was then: an edit later in the build refuses the snapshot."""
+            nonlocal dead
             struct = self._struct_of(loader)[0] if loader is not None else verdict.struct if verdict is not None else []
             struct_seen = {} if loader is None else noop.struct_sigs(self.ws.root, struct)
+            if loader is not None and cleans:
+                dead = self._dead_outputs(graph, loader, record)
             listed = None if loader is None or self.focus is not None or req.mode != "build" \
                 else noop.dir_listings(self.ws.root, loader.glob_dirs, [o for t in graph.targets for o in t.outs],
-                                       loader.recorded_outputs)  # (dead ones go during the build)
+                                       [o[0] for _, o in dead[0]])  # (those go during the build)
             return struct, struct_seen, listed
 
         if isinstance(prior_graph, Graph):
@@ -288,10 +294,10 @@ class Session:
         _check_report_paths(req, graph, self.ws.root, struct)
         focus = self.focus
         from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
-        if focus is None and not req.dry_run and loader is not None:  # a dry run changes nothing
+        if cleans and loader is not None:  # a dry run changes nothing
             phases.begin("clean dead outputs")
             hidden = loader.glob_hidden
-            kept = [p for p in self._clean_dead(graph, loader, record, stats) if p in hidden]
+            kept = [p for p in self._clean_dead(graph, loader, record, stats, dead) if p in hidden]
             if kept:  # a glob() left them out as outputs no target declares now: sources now
                 self.unhidden = set(kept)  # (a live target's is still in its record entry)
                 loader, graph = evaluate({hidden[p] for p in kept})
@@ -612,40 +618,49 @@ class Session:
                 weights[i] = max(default, FRESH_WEIGHT)
         return weights
 
-    def _clean_dead(self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache) -> set[str]:
-        """Delete outputs of targets that no longer exist (as ``ninja -t cleandead``), but
-        never a file that is a source now or that is no longer what the build wrote.
-        Returns the dead outputs kept."""
+    @staticmethod
+    def _dead_outputs(
+        graph: Graph, loader: Loader, record: BuildRecord,
+    ) -> tuple[list[tuple[str, list[Any]]], list[str]]:
+        """The outputs of targets that no longer exist, or no longer declare them: (label,
+        record row) each, and the labels whose record entries go with them.  Nothing is
+        deleted here (``_clean_dead`` does; the listing taken after the evaluation leaves
+        these out, since their going is no change to the workspace)."""
         live_outputs = {o for t in graph.targets for o in t.outs}
-        sources: set[str] | None = None
         loaded = set(loader.loaded_packages())
-        kept: set[str] = set()
-
-        def dead(lab: str, o: list[Any]) -> None:
-            nonlocal sources
-            if o[0] in live_outputs:
-                return
-            if sources is None:
-                sources = {s for t in graph.targets for s in t.srcs}
-            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats):
-                kept.add(o[0])
-
+        rows: list[tuple[str, list[Any]]] = []
+        gone: list[str] = []
         for lab in list(record.entries):
             pkg, name = labels.split_label(lab)
             tid = graph.by_label.get(lab)
             if tid is not None:
                 declared = set(graph.targets[tid].outs)
-                for o in record.entries[lab].get("o", []):
-                    if o[0] not in declared:
-                        dead(lab, o)
+                rows.extend((lab, o) for o in record.entries[lab].get("o", [])
+                            if o[0] not in declared and o[0] not in live_outputs)
                 continue
             if pkg in loaded:
                 if name in loader.load(pkg):
                     continue
             elif loader.package_exists(pkg):
                 continue
-            for o in record.entries[lab].get("o", []):
-                dead(lab, o)
+            rows.extend((lab, o) for o in record.entries[lab].get("o", []) if o[0] not in live_outputs)
+            gone.append(lab)
+        return rows, gone
+
+    def _clean_dead(
+        self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache,
+        dead: tuple[list[tuple[str, list[Any]]], list[str]],
+    ) -> set[str]:
+        """Delete ``dead`` (``_dead_outputs``: outputs of targets that no longer exist, as
+        ``ninja -t cleandead``), but never a file that is a source now or that is no longer
+        what the build wrote.  Returns the dead outputs kept."""
+        rows, gone = dead
+        sources = {s for t in graph.targets for s in t.srcs} if rows else set()
+        kept: set[str] = set()
+        for lab, o in rows:
+            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats):
+                kept.add(o[0])
+        for lab in gone:
             record.drop(lab)
         for d in sorted(loader.dirs_of_dead_outputs):  # an output now, a directory of outputs before
             for sub, _dirs, _files in os.walk(os.path.join(self.ws.root, d), topdown=False):

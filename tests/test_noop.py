@@ -1312,3 +1312,67 @@ def test_the_build_that_makes_an_output_directory_or_removes_dead_outputs_arms_t
     (ws / "out" / "BUILD.py").write_text('genrule(name="x", outs=["x"], cmd="touch $@")\n')  # a package in it
     r = bt(ws, cache, "build")
     assert r.returncode == 2 and "is in package //out" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_command_that_puts_more_than_outputs_in_the_directory_it_made_refuses_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    """gen/ made by the build holds its output and, put there by the command, a BUILD.py
+    and a globbed file: the snapshot vouched for them (the parent's listing leaves gen/
+    out, and gen/ was not there to be listed after evaluation)."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="g", outs=["gen/data.txt"], cmd="echo data > $@ && mkdir -p gen/sub '
+                                 '&& echo side > gen/side.txt && printf \'genrule(name=\\"extra\\", '
+                                 'outs=[\\"e.txt\\"], cmd=\\"echo e > $$@\\")\\n\' > gen/sub/BUILD.py")\n'
+                                 'genrule(name="cat", srcs=glob(["**/*.txt"]), outs=["all.list"], '
+                                 'cmd="echo $(SRCS) > $@")\n', {"in.txt": "i\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (ws / "gen" / "sub" / "e.txt").read_text() == "e\n"  # the new package was built
+    assert (ws / "all.list").read_text() == "gen/side.txt in.txt\n"
+
+
+def test_outputs_of_targets_outside_the_build_do_not_keep_the_snapshot_away(tmp_path: Path) -> None:
+    """A manual target built once, or a label build beside other targets' outputs: their
+    outputs were taken for dead ones (left out of the listing after evaluation, there at the
+    end), and no build wrote a snapshot again."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="docs", srcs=["in.txt"], outs=["docs.html"], cmd="cp $< $@", '
+                                 'manual=True)\n'
+                                 'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.list"], '
+                                 'cmd="echo $(SRCS) > $@")\n'
+                                 'genrule(name="other", outs=["other.out"], cmd="echo o > $@")\n', {"in.txt": "i\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", "//:docs").returncode == 0
+    for args in (["//..."], ["//:cat"]):
+        assert bt(ws, cache, "build", *args).returncode == 0
+        r = bt(ws, cache, "build", *args)
+        assert r.returncode == 0 and "(nothing changed)" in r.stdout, (args, r.stdout + r.stderr)
+
+
+def test_the_empty_listing_constant_is_what_a_listing_of_outputs_only_gives(tmp_path: Path) -> None:
+    from buildtool import noop
+
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "a").write_text("")
+    assert noop._listing(str(tmp_path), "o", {"o/a"}) == noop.EMPTY_LISTING
+
+
+def test_a_deleted_package_whose_sources_stay_leaves_a_snapshot(tmp_path: Path) -> None:
+    """Its BUILD.py removed, pkg/'s outputs are dead and deleted while its sources stay: the
+    listing after evaluation left pkg/ itself out (a directory of dead outputs), the final
+    one had it, and no snapshot was written."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="top", outs=["top.out"], cmd="echo t > $@")\n')
+    (ws / "pkg").mkdir()
+    (ws / "pkg" / "src.txt").write_text("s\n")
+    (ws / "pkg" / "BUILD.py").write_text('genrule(name="p", srcs=["src.txt"], outs=["p.out"], cmd="cp $< $@")\n')
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0 and (ws / "pkg" / "p.out").exists()
+    (ws / "pkg" / "BUILD.py").unlink()
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0 and not (ws / "pkg" / "p.out").exists()
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
