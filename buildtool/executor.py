@@ -239,26 +239,36 @@ def has_pipe(cmd: str) -> bool:
     """Whether ``cmd`` may hold a pipeline: a ``|`` that is not ``||`` and not inside
     single quotes or escaped (``sed 's|a|b|'`` has none, and ran under bash, ~1 ms more a
     command, for a pipefail it did not need).  Anything less plain counts as one: a ``|``
-    in double quotes (it may be in a ``$(...)``), a quote left open."""
+    in double quotes (it may be in a ``$(...)``), a quote left open, and any ``|`` at all
+    in a command with a comment or a here-document (whose text is not shell syntax: an
+    apostrophe there opens no quote)."""
     if "|" not in cmd:
         return False
-    i, n = 0, len(cmd)
+    if "#" in cmd or "<<" in cmd:
+        return True
+    i, n, double = 0, len(cmd), False
     while i < n:
         c = cmd[i]
         if c == "\\":
             i += 2
             continue
-        if c == "'":
+        if double:
+            if c == '"':
+                double = False
+            elif c == "|":
+                return True
+        elif c == '"':
+            double = True
+        elif c == "'":
             end = cmd.find("'", i + 1)
             if end < 0:
                 return True
             i = end + 1
             continue
-        if c == "|":
-            if cmd.startswith("||", i):
-                i += 2
-                continue
-            return True
+        elif c == "|":
+            if not cmd.startswith("||", i):
+                return True
+            i += 1
         i += 1
     return False
 

@@ -463,6 +463,13 @@ def test_a_daemon_writes_nothing_into_the_next_commands_output_on_its_lane(
 @pytest.mark.parametrize(("cmd", "pipe"), [
     ("a | b", True), ("a||b|c", True), ('sed "s|a|b|" x', True),  # (double quotes: it may be in a $(...))
     ("echo 'x | y", True), ("x='|'; a | b", True),
+    # An apostrophe that opens no quote (reviewer: each made a real pipe pass for none, so a
+    # failing stage went unnoticed under dash):
+    ('echo "it\'s" > o; grep p missing | sort >> o; echo "that\'s all"', True),
+    ("# don't stop\nfalse | cat > o\n# won't", True),
+    ('x="\'"; false | cat; y="\'"', True),
+    ("cat <<EOF | sort\nit's\nEOF", True),
+    ('a "||" b', True), ("a || b || c", False),
     ("a || b", False), ("sed 's|a|b|' x > y", False), ("echo \\| x", False), ("cat a > b", False),
 ])
 def test_a_pipe_is_told_from_a_bar_in_single_quotes(cmd: str, pipe: bool) -> None:
