@@ -177,9 +177,18 @@ def run() -> None:
         pass
     except KeyboardInterrupt:  # (a signal that came before the handlers were set to ignore them)
         pass
-    if sys.getprofile() is not None or sys.gettrace() is not None:  # (python -m cProfile/coverage ...
-        raise SystemExit(code)  # $(which buildtool): their report is written at the normal exit)
+    if _observed():  # (python -m cProfile/coverage ... $(which buildtool): their report is written
+        raise SystemExit(code)  # at the normal exit)
     _EXIT(code)
+
+
+def _observed() -> bool:
+    """Whether a profiler, tracer or coverage tool watches this process (3.12's cProfile
+    and coverage use sys.monitoring, not sys.setprofile)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    mon = getattr(sys, "monitoring", None)
+    return mon is not None and any(mon.get_tool(i) is not None for i in range(6))  # (every tool id)
 
 
 _EXIT = os._exit  # (as imported: a BUILD.py evaluation cut short may have left os._exit guarded)
