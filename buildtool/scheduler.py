@@ -119,6 +119,7 @@ class Scheduler:
         # Commands started on this thread (runner.start): pidfd -> (target, lane, start, handle),
         # polled with the read end of a pipe that workers write to after each result.
         self._watched: dict[int, tuple[int, int, float, Started]] = {}
+        self._inline = 0  # targets settled on this thread: every INLINE_POLL of them, a look at the running
         self._poller: Any = None
         self._wake: tuple[int, int] | None = None
         self._idle: deque[Callable[[], None]] = deque()  # their cache stores, run when nothing is ready
@@ -150,7 +151,6 @@ class Scheduler:
         if starter is not None:
             self._open_poller()
         try:
-            inline = 0
             while True:
                 # A worker is busy with each target in flight; those past their command
                 # (lane released) finish their bookkeeping while the lanes run new ones.
@@ -161,9 +161,6 @@ class Scheduler:
                     start = self.clock() - self.t0
                     if self._settled_inline(t):
                         self.pools.settled(t)
-                        inline += 1
-                        if inline % INLINE_POLL == 0 and self._watched:
-                            self._poll_once(block=False)  # (a command that ended meanwhile: seen now)
                         continue
                     if self.exclusive is not None and self.exclusive[t]:
                         self._alone = t
@@ -364,6 +361,9 @@ class Scheduler:
             return False
         inline.start = inline.end = self.clock() - self.t0
         self._finish(t, inline)
+        self._inline += 1
+        if self._inline % INLINE_POLL == 0 and self._watched:
+            self._poll_once(block=False)  # a command that ended meanwhile is seen (and timed) now
         return True
 
     def _must_wait_alone(self, t: int, running: int) -> bool:

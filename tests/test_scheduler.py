@@ -650,3 +650,24 @@ def test_a_command_that_ends_while_many_targets_are_settled_inline_is_seen_then(
     assert outcomes[0].status is Status.RAN
     last_settled = max(outcomes[t].end for t in range(1, n))
     assert outcomes[0].end < last_settled / 2, (outcomes[0].end, last_settled)
+
+
+def test_a_command_is_seen_while_targets_waiting_for_a_full_pool_are_settled_inline() -> None:
+    """The same, when the settled targets are popped while their pool is full (they are
+    settled inside the pick, which did not look at the running command)."""
+    n = 400
+
+    class SlowSettling(StartingRunner):
+        def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
+            if t in self.inline:
+                time.sleep(0.001)
+            return super().try_inline(t, waiting)
+
+    deps: list[list[int]] = [[] for _ in range(n)]
+    plan = make_plan(deps, [0] + [1] * (n - 1))
+    runner = SlowSettling(deps, inline=set(range(1, n)), sleep=0.02, pool_of=["p"] * n)
+    sched = Scheduler(plan, runner, Recorder(), jobs=2, pool_of=["p"] * n, pool_depth={"p": 1})
+    outcomes = sched.run()
+    assert outcomes[0].status is Status.RAN
+    last_settled = max(outcomes[t].end for t in range(1, n))
+    assert outcomes[0].end < last_settled / 2, (outcomes[0].end, last_settled)
