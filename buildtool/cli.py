@@ -371,10 +371,13 @@ def _from_directory(args: argparse.Namespace) -> None:
     here = os.path.normpath(args.directory) == "."
     for name in ("cache_dir", "events", "profile", "junit"):
         path = getattr(args, name, None)
-        if path and path.startswith("~"):  # (--events=~/x reaches us unexpanded: no shell does it after '=')
-            setattr(args, name, os.path.expanduser(path))
-        elif path and not here and not os.path.isabs(path):
-            setattr(args, name, os.path.join(args.directory, path))
+        if not path:
+            continue
+        if path.startswith("~"):  # (--events=~/x reaches us unexpanded: no shell does it after '=')
+            path = os.path.expanduser(path)
+        if not here and not os.path.isabs(path):
+            path = os.path.join(args.directory, path)
+        setattr(args, name, path)
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:

@@ -539,7 +539,7 @@ class GraphBuilder:
         overwrite what the reader takes for a hand-written source.  A file a glob() of the
         package also found on disk may be an earlier output copy, as ``_resolve_refs`` takes it
         (a Makefile's output left in place), but a target names it as a source: refused
-        all the same (nothing written by hand is lost), the message says to delete a leftover."""
+        all the same (nothing written by hand is lost)."""
         from buildtool.dsl import Globbed  # (as in _resolve_refs)
 
         building = set(order)
@@ -547,7 +547,7 @@ class GraphBuilder:
             outs = self._declared_outs(pkg)
             if not outs:
                 continue
-            in_place, decls = self.loader.globbed(pkg), self.loader.load(pkg)
+            decls = self.loader.load(pkg)
             for name, decl in decls.items():
                 srcs = decl.attrs.get("srcs")
                 if not isinstance(srcs, (list, tuple)):
@@ -573,11 +573,9 @@ class GraphBuilder:
                     producer, me = self._producer_of(full), labels.label_str(pkg, name)
                     if producer is None or producer == me or producer not in building:
                         continue
-                    left = (f" (if {full} on disk is an output another tool left, delete it)"
-                            if full in in_place else "")
                     raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}: building "
                                      f"{producer} would overwrite that source; refer to '{producer}' instead, "
-                                     f"or rename the output{left}")
+                                     "or rename the output")
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
         from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)
