@@ -8,6 +8,7 @@ leaks in and tests never share state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +37,18 @@ def _clean_env(cache_dir: Path, home: Path) -> dict[str, str]:
         env.pop(k, None)
     env.pop("PYTHONPATH", None)
     return env
+
+
+@contextlib.contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``path`` immutable (``chattr +i``) for the block, as a read-only mount would make it
+    even for root; the test is skipped where that cannot be done."""
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
 def run_buildtool(

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import immutable
 
 from buildtool import actiondb
 from buildtool.actiondb import ActionDB, ActionDBError
@@ -259,15 +260,11 @@ def test_a_read_only_database_still_answers_after_a_store_is_refused(tmp_path: P
     job; here an immutable file): the first store is refused with one warning, and every
     later lookup still hits (it missed from then on, so which targets a build restored
     depended on the order they ran in)."""
-    import shutil
-
     db = Calls().db(tmp_path)
     assert db.put("k", b"entry")
     db.close()
     path = tmp_path / actiondb.FILENAME
-    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
-        pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
-    try:
+    with immutable(path):
         calls = Calls()
         db = calls.db(tmp_path)
         assert db.get("k") == b"entry"
@@ -277,8 +274,6 @@ def test_a_read_only_database_still_answers_after_a_store_is_refused(tmp_path: P
         assert db.get("k") == b"entry" and db.get("k2") is None
         db.close()
         assert len(calls.unusable) == 1 and calls.warned == [], (calls.unusable, calls.warned)
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
 def test_a_full_disk_stops_stores_not_lookups(tmp_path: Path) -> None:

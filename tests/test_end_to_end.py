@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BUILDTOOL, BuildRun, Workspace
+from conftest import BUILDTOOL, BuildRun, Workspace, immutable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -1256,12 +1256,8 @@ def test_a_restore_the_destination_refuses_is_not_called_a_damaged_entry(workspa
     assert workspace.build().rc == 0
     workspace.path("gen/g.out").unlink()
     gen = workspace.root / "gen"
-    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(gen)], capture_output=True).returncode:
-        pytest.skip("cannot make a directory immutable here (chattr, root, a filesystem that has the flag)")
-    try:
+    with immutable(gen):
         r = workspace.build()
-    finally:
-        subprocess.run(["chattr", "-i", str(gen)], check=False)
     assert r.rc == 1, r.output
     assert r.stderr.count("could not restore gen/g.out from the cache (Operation not permitted)") == 1, r.stderr
     ev = next(e for e in r.events if e["label"] == "//:g")

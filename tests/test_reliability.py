@@ -19,7 +19,7 @@ from pathlib import Path
 import cache_verify as cv
 import pytest
 from cache_verify import verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env, read_events
+from conftest import BUILDTOOL, Workspace, _clean_env, immutable, read_events
 
 MIB = 1 << 20
 
@@ -504,11 +504,7 @@ def test_a_state_dir_that_takes_no_new_directory_fails_the_target_in_words(works
     workspace.write("in", "y\n")
     state = workspace.root / ".buildtool"
     shutil.rmtree(state / "tmp", ignore_errors=True)
-    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(state)], capture_output=True).returncode:
-        pytest.skip("cannot make a directory immutable here (chattr, root, a filesystem that has the flag)")
-    try:
+    with immutable(state):
         r = workspace.build()
-    finally:
-        subprocess.run(["chattr", "-i", str(state)], check=False)
     assert r.rc == 1 and "internal error" not in r.output, r.output
     assert f"cannot make the command's temp directory {state / 'tmp'}" in r.output, r.output
