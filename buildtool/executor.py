@@ -239,9 +239,10 @@ def has_pipe(cmd: str) -> bool:
     """Whether ``cmd`` may hold a pipeline: a ``|`` that is not ``||`` and not inside
     single quotes or escaped (``sed 's|a|b|'`` has none, and ran under bash, ~1 ms more a
     command, for a pipefail it did not need).  Anything less plain counts as one: a ``|``
-    in double quotes (it may be in a ``$(...)``), a quote left open, and any ``|`` at all
-    in a command with a comment or a here-document (whose text is not shell syntax: an
-    apostrophe there opens no quote)."""
+    in double quotes, double quotes holding a ``'``, a backquote, ``$(`` or ``${`` (whose
+    own quoting is not followed), a quote left open, and any ``|`` at all in a command with
+    a comment or a here-document (whose text is not shell syntax: an apostrophe there
+    opens no quote)."""
     if "|" not in cmd:
         return False
     if "#" in cmd or "<<" in cmd:
@@ -255,8 +256,8 @@ def has_pipe(cmd: str) -> bool:
         if double:
             if c == '"':
                 double = False
-            elif c == "|":
-                return True
+            elif c in "|'`" or (c == "$" and cmd.startswith(("$(", "${"), i)):
+                return True  # (a '$(...)' in double quotes has quotes of its own: not followed)
         elif c == '"':
             double = True
         elif c == "'":

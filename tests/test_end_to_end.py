@@ -1292,10 +1292,14 @@ def test_the_command_under_cprofile_leaves_its_profile(workspace: Workspace, tmp
     assert r.returncode == 0 and prof.stat().st_size > 0, r.stdout + r.stderr
 
 
-def test_a_failing_pipeline_stage_fails_the_target_whatever_quotes_are_around(workspace: Workspace) -> None:
-    """An apostrophe inside double quotes was taken for a single quote: the pipe after it
-    was missed, the command ran without pipefail, and grep's failure passed (exit 0)."""
-    workspace.build_file("", 'genrule(name="g", outs=["o.txt"], cmd="""echo "it\'s made" > $@; '
-                             'grep pattern missing.txt | sort >> $@; echo "that\'s all" >> $@""")\n')
+@pytest.mark.parametrize("cmd", [
+    """echo "it's made" > $@; grep pattern missing.txt | sort >> $@; echo "that's all" >> $@""",
+    """v="$$(tr -d '"' < /dev/null)"; missing-tool "$$v" | sed "s/'//g" > $@""",
+])
+def test_a_failing_pipeline_stage_fails_the_target_whatever_quotes_are_around(workspace: Workspace, cmd: str) -> None:
+    """An apostrophe inside double quotes (or a '"' in single quotes in a "$(...)") was
+    taken to open or close a quote: the pipe after it was missed, the command ran without
+    pipefail, and the failing stage passed (exit 0)."""
+    workspace.build_file("", f"genrule(name='g', outs=['o.txt'], cmd={cmd!r})\n")
     r = workspace.build()
     assert r.rc == 1 and "//:g" in r.output, r.output

@@ -470,6 +470,11 @@ def test_a_daemon_writes_nothing_into_the_next_commands_output_on_its_lane(
     ('x="\'"; false | cat; y="\'"', True),
     ("cat <<EOF | sort\nit's\nEOF", True),
     ('a "||" b', True), ("a || b || c", False),
+    # A '"' in single quotes inside a "$(...)" is no closing quote (reviewer, again):
+    ('v="$(tr -d \'"\' < in)"; false "$v" | sed "s/\'//g" > out', True),
+    ('echo "$(printf \'%s"\' x)" | grep "it\'s"', True),
+    ('echo "${x%\'"\'}" | cat; echo "\'"', True),
+    ("sed 's|a|b|' x | sort", True), ('echo "a" > o; sed \'s|x|y|\' o > p', False),
     ("a || b", False), ("sed 's|a|b|' x > y", False), ("echo \\| x", False), ("cat a > b", False),
 ])
 def test_a_pipe_is_told_from_a_bar_in_single_quotes(cmd: str, pipe: bool) -> None:
