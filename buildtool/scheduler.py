@@ -345,13 +345,16 @@ class Scheduler:
         if self.can_start is not None and busy and self.plan.has_ready() and not self.can_start():
             return None
         while True:
+            if self.stopping:  # (a command that failed, seen by the look _settled_inline takes)
+                return None
             t = self.plan.pop()
             if t is None:
                 return None
-            if (self.pools.would_wait(t) or self._must_wait_alone(t, running)) and self._settled_inline(t, True):
+            # self._running, not ``running``: settling may have seen commands end meanwhile
+            if (self.pools.would_wait(t) or self._must_wait_alone(t, self._running)) and self._settled_inline(t, True):
                 continue  # up to date: it needs neither a pool's slot nor the machine to itself
             if self.pools.admit(t):
-                return self._unless_exclusive(t, running)
+                return self._unless_exclusive(t, self._running)
 
     def _settled_inline(self, t: int, waiting: bool = False) -> bool:
         """Settle ``t`` on this thread if the runner can (up to date, restored, a group);

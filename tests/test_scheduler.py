@@ -16,7 +16,7 @@ from plans import make_plan
 
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.plan import Plan
-from buildtool.scheduler import Scheduler
+from buildtool.scheduler import INLINE_POLL, Scheduler
 
 
 class FakeRunner:
@@ -671,3 +671,38 @@ def test_a_command_is_seen_while_targets_waiting_for_a_full_pool_are_settled_inl
     assert outcomes[0].status is Status.RAN
     last_settled = max(outcomes[t].end for t in range(1, n))
     assert outcomes[0].end < last_settled / 2, (outcomes[0].end, last_settled)
+
+
+class _SlowSettling(StartingRunner):
+    """Settling an up-to-date target takes 2 ms (a record lookup, stats)."""
+
+    def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
+        if t in self.inline:
+            time.sleep(0.002)
+        return super().try_inline(t, waiting)
+
+
+def test_an_exclusive_target_released_by_the_inline_look_still_starts() -> None:
+    """The look at running commands inside the pick saw the last one end, which released
+    an exclusive target; the pick judged it by the running count it was handed (one), held
+    it, and the build ended with it never started (reviewer)."""
+    n = INLINE_POLL
+    last = n + 1  # exclusive, after 0, and must run
+    deps: list[list[int]] = [[] for _ in range(n + 1)] + [[0]]
+    plan = make_plan(deps, [0] + [5] * (n + 1))
+    runner = _SlowSettling(deps, inline=set(range(1, n + 1)), sleep=0.02)
+    sched = Scheduler(plan, runner, Recorder(), jobs=2, exclusive=[False] + [True] * (n + 1))
+    outcomes = sched.run()
+    assert outcomes[last].status is Status.RAN, outcomes[last].message
+
+
+def test_after_a_failure_the_inline_look_saw_nothing_more_starts() -> None:
+    n = INLINE_POLL
+    late = n + 1  # needs a command, popped right after the settled ones
+    deps: list[list[int]] = [[] for _ in range(n + 2)]
+    pool_of = ["p"] * (n + 1) + [None]
+    plan = make_plan(deps, [0] + [5] * n + [9])
+    runner = _SlowSettling(deps, inline=set(range(1, n + 1)), sleep=0.02, fail={0}, pool_of=pool_of)
+    sched = Scheduler(plan, runner, Recorder(), jobs=2, pool_of=pool_of, pool_depth={"p": 1})
+    sched.run()
+    assert late not in runner.started
