@@ -225,6 +225,7 @@ def struct_sigs(root: str, files: Iterable[str]) -> dict[str, list[int] | None]:
 
 def dir_listings(
     root: str, dirs: Iterable[str], outputs: Iterable[str], dead: Iterable[str] = (),
+    skip: Callable[[str], bool] | None = None,
 ) -> dict[str, str | None]:
     """The listing fingerprints of the directories the evaluation listed, right after it:
     a source or package that appears later in the build then refuses the snapshot.
@@ -233,7 +234,7 @@ def dir_listings(
     outputs = list(outputs)
     hidden = hidden_entries(outputs) | set(dead)  # (a dead output's directory stays, unless emptied)
     dirs = set(dirs)
-    dirs.update(_output_dirs(root, outputs, dirs))  # (as write() lists them: compared there)
+    dirs.update(_output_dirs(root, outputs, dirs, skip))  # (as write() lists them: compared there)
     return {d: _listing(root, d, hidden) for d in dirs}
 
 
@@ -267,16 +268,25 @@ class _Lazy:
         return item in self._set
 
 
-def _output_dirs(root: str, outs: Iterable[str], listed: Iterable[str]) -> list[str]:
+def _output_dirs(
+    root: str, outs: Iterable[str], listed: Iterable[str], skip: Callable[[str], bool] | None = None,
+) -> list[str]:
     """The directories on the way to outputs that a listed directory's listing leaves out
-    (``hidden_entries``) and that exist: each is then listed itself, down the chain."""
+    (``hidden_entries``) and that exist: each is then listed itself, down the chain.  Not
+    one the evaluation never looks into: ``skip`` (.buildtoolignore).  (A package's is
+    listed too, though a label build's glob only probes it: a BUILD.py a command put there
+    must be seen.)"""
     tracked = set(listed)
     found: list[str] = []
     dirs = {d for parent in {o.rpartition("/")[0] for o in outs} if parent for d in _ancestors(parent + "/")}
     for d in sorted(dirs, key=lambda p: p.count("/")):  # parents first
-        if d.rpartition("/")[0] in tracked and d not in tracked and os.path.isdir(os.path.join(root, d)):
-            tracked.add(d)
-            found.append(d)
+        if d.rpartition("/")[0] not in tracked or d in tracked:
+            continue
+        full = os.path.join(root, d)
+        if not os.path.isdir(full) or (skip is not None and skip(d)):
+            continue
+        tracked.add(d)
+        found.append(d)
     return found
 
 
@@ -300,6 +310,7 @@ def write(
     listed: Mapping[str, str | None] | None = None,
     struct_seen: Seen = (),
     cwd: str | None = None,
+    skip: Callable[[str], bool] | None = None,
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
@@ -315,6 +326,7 @@ def write(
     the signatures that the check, under the same lock, found unchanged, and the pickled
     graph is left as it is.  ``cwd``: the working directory, when the evaluation opened a
     workspace file by a relative path (the graph then holds for that directory only).
+    ``skip``: directories the evaluation never looks into (``_output_dirs``).
     ``listed``: the directory fingerprints taken
     right after evaluation (``dir_listings``; after an incremental build, the ones the
     check verified): a directory whose listing differs now refuses the snapshot."""
@@ -364,7 +376,7 @@ def write(
     dirs = set(dirs)
     made: list[str] = []
     if keep is None:  # (an incremental build keeps the directories its check verified)
-        made = _output_dirs(root, out_paths, dirs)
+        made = _output_dirs(root, out_paths, dirs, skip)
         dirs.update(made)
     dir_sigs = {d: _dir_sig(root, d, outputs, now, old_dirs.get(d)) for d in dirs}
     expected = {d: s[0] for d, s in old_dirs.items()} if keep is not None else dict(listed or {})

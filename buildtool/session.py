@@ -282,7 +282,7 @@ class Session:
                 dead = self._dead_outputs(graph, loader, record)
             listed = None if loader is None or self.focus is not None or req.mode != "build" \
                 else noop.dir_listings(self.ws.root, loader.glob_dirs, [o for t in graph.targets for o in t.outs],
-                                       [o[0] for _, o in dead[0]])  # (those go during the build)
+                                       self._going(graph, dead[0], stats), self.ws.is_ignored)
             return struct, struct_seen, listed
 
         if isinstance(prior_graph, Graph):
@@ -551,7 +551,7 @@ class Session:
                 files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
-                   listed, relied, cwd)
+                   listed, relied, cwd, self.ws.is_ignored)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else
@@ -646,6 +646,14 @@ class Session:
             rows.extend((lab, o) for o in record.entries[lab].get("o", []) if o[0] not in live_outputs)
             gone.append(lab)
         return rows, gone
+
+    def _going(self, graph: Graph, rows: list[tuple[str, list[Any]]], stats: StatCache) -> list[str]:
+        """The dead outputs ``_clean_dead`` will delete (the listing after evaluation leaves
+        them out: their going is no change), not those it keeps: a source now, or edited."""
+        if not rows:
+            return []
+        sources = {s for t in graph.targets for s in t.srcs}
+        return [o[0] for _, o in rows if o[0] not in sources and _as_written(self.ws.root, o[0], o[1], stats)]
 
     def _clean_dead(
         self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache,

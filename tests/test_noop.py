@@ -1376,3 +1376,41 @@ def test_a_deleted_package_whose_sources_stay_leaves_a_snapshot(tmp_path: Path) 
     assert bt(ws, cache, "build").returncode == 0 and not (ws / "pkg" / "p.out").exists()
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+def test_kept_dead_outputs_and_ignored_output_directories_leave_a_snapshot(tmp_path: Path) -> None:
+    """A dead output kept because it was edited was left out of the listing after
+    evaluation though it stays; a .buildtoolignore'd output directory was listed and every
+    log file a command left there refused the snapshot (reviewer: neither can change the
+    graph).  A BUILD.py a command writes into the directory it made is still seen."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="a", outs=["a.gen", "b.gen"], cmd="echo a > a.gen; echo b > b.gen")\n'
+                                 'genrule(name="c", srcs=glob(["*.gen"]), outs=["c.out"], cmd="cat $(SRCS) > $@")\n'
+                                 'genrule(name="g", srcs=["x.txt"], outs=["out/a.log"], '
+                                 'cmd="cat $< > $@; touch out/side.$$$$")\n',
+                       {"x.txt": "x\n", ".buildtoolignore": "out\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    with open(ws / "b.gen", "a") as f:
+        f.write("edited\n")
+    (ws / "BUILD.py").write_text((ws / "BUILD.py").read_text().replace('"a.gen", "b.gen"', '"a.gen"')
+                                 .replace("; echo b > b.gen", ""))
+    time.sleep(0.1)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "kept b.gen" in r.stderr, r.stdout + r.stderr
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (ws / "x.txt").write_text("y\n")
+    assert bt(ws, cache, "build").returncode == 0  # another side.* in the ignored out/
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_build_py_a_command_writes_into_the_directory_it_made_is_seen(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="g", outs=["gen/data.txt"], cmd="echo data > $@ && '
+                                 'echo \'genrule(name=\\"x\\", outs=[\\"x\\"], cmd=\\"touch x\\")\' > gen/BUILD.py")\n')
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    r = bt(ws, cache, "build")  # gen is a package now, and holds //:g's output: exit 2
+    assert r.returncode == 2 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
