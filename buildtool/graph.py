@@ -1001,10 +1001,9 @@ class GraphBuilder:
 
     def _holds_only_recorded_outputs(self, rel: str, full: str) -> bool:
         """Is the directory ``full`` (``rel``) made only of outputs of earlier builds and
-        directories?  Then a declared output may take its place."""
+        directories (an empty one too, with or without a build record: a fresh checkout and
+        one with history must agree)?  Then a declared output may take its place."""
         recorded = self.loader.recorded_outputs
-        if not recorded:
-            return False
         for d, subdirs, files in os.walk(full):
             base = rel + d[len(full):].replace(os.sep, "/")
             if any(f"{base}/{f}" not in recorded for f in files):

@@ -1414,3 +1414,28 @@ def test_a_build_py_a_command_writes_into_the_directory_it_made_is_seen(tmp_path
     assert bt(ws, cache, "build").returncode == 0
     r = bt(ws, cache, "build")  # gen is a package now, and holds //:g's output: exit 2
     assert r.returncode == 2 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+
+
+def test_a_directory_where_an_output_was_is_judged_as_a_fresh_build_judges_it(tmp_path: Path) -> None:
+    """Found by the differential fuzzer: after a snapshot, a directory put where an output
+    was took the incremental path (the graph from the snapshot, no graph check): exit 1 and
+    'left as it is' where a fresh build says exit 2, and a BUILD.py in it was no package.
+    And an empty one was replaced with a build record, exit 2 without one (a fresh clone)."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="c", srcs=["x.txt"], outs=["c.txt"], cmd="cp $< $@")\n',
+                       {"x.txt": "hi\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    assert "(nothing changed)" in bt(ws, cache, "build").stdout
+    (ws / "c.txt").unlink()
+    (ws / "c.txt").mkdir()
+    (ws / "c.txt" / "keep").write_text("u\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 2 and "output 'c.txt' of //:c is an existing directory" in r.stderr, r.stdout + r.stderr
+    (ws / "c.txt" / "keep").unlink()  # empty now: the output takes its place, record or not
+    for state in ("kept", "gone"):
+        if state == "gone":
+            subprocess.run(["rm", "-rf", str(ws / ".buildtool"), str(ws / "c.txt")], check=True)
+            (ws / "c.txt").mkdir()
+        r = bt(ws, cache, "build")
+        assert r.returncode == 0 and (ws / "c.txt").read_text() == "hi\n", (state, r.stdout + r.stderr)
