@@ -239,13 +239,13 @@ def has_pipe(cmd: str) -> bool:
     """Whether ``cmd`` may hold a pipeline: a ``|`` that is not ``||`` and not inside
     single quotes or escaped (``sed 's|a|b|'`` has none, and ran under bash, ~1 ms more a
     command, for a pipefail it did not need).  Anything less plain counts as one: a ``|``
-    in double quotes, double quotes holding a ``'``, a backquote, ``$(`` or ``${`` (whose
-    own quoting is not followed), a quote left open, and any ``|`` at all in a command with
-    a comment or a here-document (whose text is not shell syntax: an apostrophe there
-    opens no quote)."""
+    in double quotes, double quotes holding a ``'``, ``$(`` or ``${`` (whose own quoting is
+    not followed), a quote left open, and any ``|`` at all in a command with a comment, a
+    here-document (whose text is not shell syntax: an apostrophe there opens no quote) or a
+    backquote (whose text is read twice, ``\\'`` becoming a plain ``'``)."""
     if "|" not in cmd:
         return False
-    if "#" in cmd or "<<" in cmd:
+    if "#" in cmd or "<<" in cmd or "`" in cmd:  # (a backquote's text is read again: its quotes too)
         return True
     i, n, double = 0, len(cmd), False
     while i < n:

@@ -546,12 +546,15 @@ def _dirs_differ(
     return False
 
 
-def _is_dir(path: str) -> bool:
-    """A directory, not a link to one (as the graph check sees an output path)."""
+def _odd_output(path: str) -> bool:
+    """Is what stands at an output path now other than a regular file, or nothing in a
+    directory: a directory, a symbolic link, something else on its way?"""
     try:
-        return (os.lstat(path).st_mode & 0o170000) == 0o040000
+        return (os.lstat(path).st_mode & 0o170000) != 0o100000  # (not S_IFREG)
+    except FileNotFoundError:
+        return not os.path.isdir(os.path.dirname(path))
     except OSError:
-        return False
+        return True
 
 
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
@@ -918,9 +921,10 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             found = _verify_racy(root, paths, found, racy, now, settled_rows)
         if any(not os.path.exists(os.path.join(root, paths[k])) for k in found if k < len(srcs)):
             return None  # a missing source is a graph error: the full path reports it
-        if any(_is_dir(os.path.join(root, paths[k])) for k in found if k >= len(srcs)):
-            return None  # a directory where an output goes: the graph check judges it (exit 2 or
-            # an earlier output's directory to empty), and a BUILD.py in it is a package
+        if any(_odd_output(os.path.join(root, paths[k])) for k in found if k >= len(srcs)):
+            return None  # a directory, a link or a file on the way where an output goes: the graph
+            # check judges it (exit 2, or an earlier output's directory to empty; a BUILD.py in it
+            # is a package), as a fresh build would
         if not found and (settled_dirs or settled_rows):
             _settle(state_dir, body, tail, paths, settled_dirs, settled_rows)
         changed = [paths[k] for k in found]

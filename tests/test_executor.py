@@ -475,6 +475,7 @@ def test_a_daemon_writes_nothing_into_the_next_commands_output_on_its_lane(
     ('echo "$(printf \'%s"\' x)" | grep "it\'s"', True),
     ('echo "${x%\'"\'}" | cat; echo "\'"', True),
     ("sed 's|a|b|' x | sort", True), ('echo "a" > o; sed \'s|x|y|\' o > p', False),
+    ("false `echo \\\\'` | echo ok `echo \\\\'`", True),  # (in backquotes \\' is a plain ')
     ("a || b", False), ("sed 's|a|b|' x > y", False), ("echo \\| x", False), ("cat a > b", False),
 ])
 def test_a_pipe_is_told_from_a_bar_in_single_quotes(cmd: str, pipe: bool) -> None:

@@ -1439,3 +1439,29 @@ def test_a_directory_where_an_output_was_is_judged_as_a_fresh_build_judges_it(tm
             (ws / "c.txt").mkdir()
         r = bt(ws, cache, "build")
         assert r.returncode == 0 and (ws / "c.txt").read_text() == "hi\n", (state, r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize("what", ["file on the way", "link out"])
+def test_a_file_on_the_way_or_a_link_out_at_an_output_is_judged_as_a_fresh_build_judges_it(
+    tmp_path: Path, what: str,
+) -> None:
+    """After a snapshot: a file where the output's directory was (exit 1, 'Directory
+    nonexistent', where a fresh build says exit 2), or a link out of the workspace at the
+    output path (replaced, exit 0, where a fresh build refuses it, exit 2)."""
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ws = new_workspace(tmp_path, 'genrule(name="g", outs=["d/x"], cmd="echo hi > $@")\n')
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", "//:g").returncode == 0  # (a label build: d/ is not listed)
+    assert "(nothing changed)" in bt(ws, cache, "build", "//:g").stdout
+    (ws / "d" / "x").unlink()
+    if what == "file on the way":
+        (ws / "d").rmdir()
+        (ws / "d").write_text("file\n")
+        needle = "needs the directory 'd', which is an existing file"
+    else:
+        (ws / "d" / "x").symlink_to(outside)
+        needle = "is a symbolic link to"
+    r = bt(ws, cache, "build", "//:g")
+    assert r.returncode == 2 and needle in r.stderr, r.stdout + r.stderr
