@@ -27,12 +27,17 @@ def _reaped(p: subprocess.Popen) -> Iterator[None]:  # type: ignore[type-arg]
             p.wait(10)
 
 
-def _signal_once_started(p: subprocess.Popen, marker: Path, sig: int, what: str) -> tuple:  # type: ignore[type-arg]
-    """Send ``sig`` once ``marker`` exists (what the build does made it); its output."""
+def _wait_for(marker: Path, what: str, poll: float = 0.05) -> None:
+    """Until ``marker`` exists (what the build does made it); ``what`` if not within 20 s."""
     deadline = time.monotonic() + 20
     while not marker.exists():
         assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+        time.sleep(poll)
+
+
+def _signal_once_started(p: subprocess.Popen, marker: Path, sig: int, what: str) -> tuple:  # type: ignore[type-arg]
+    """Send ``sig`` once ``marker`` exists (what the build does made it); its output."""
+    _wait_for(marker, what)
     p.send_signal(sig)
     return p.communicate(timeout=20)
 
@@ -112,10 +117,7 @@ def test_a_member_that_ignores_sigterm_is_killed_before_buildtool_exits(tmp_path
     p = subprocess.Popen(["buildtool", "-C", str(ws), "test"], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     with _reaped(p):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        _wait_for(marker, "the command never started")
         if how == "sigterm":
             p.send_signal(signal.SIGTERM)
         p.communicate(timeout=20)
@@ -175,10 +177,7 @@ def test_sigterm_in_an_endless_buildfile_names_it_and_releases_the_locks(tmp_pat
     p = subprocess.Popen(["buildtool", "-C", str(ws), "build", "//..."], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_hup_default)
     with _reaped(p):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the BUILD.py never ran"
-            time.sleep(0.05)
+        _wait_for(marker, "the BUILD.py never ran")
         assert _second_lock(ws).exists()  # (held while the BUILD.py runs)
         p.send_signal(sig)
         _, err = p.communicate(timeout=20)
@@ -196,15 +195,13 @@ def test_sigterm_while_waiting_for_the_lock_is_exit_143(tmp_path: Path) -> None:
     first = subprocess.Popen(["buildtool", "-C", str(ws), "build"], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     with _reaped(first):
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        _wait_for(marker, "the command never started")
         log = tmp_path / "second.err"
         with open(log, "w") as err_f:
             second = subprocess.Popen(["buildtool", "-C", str(ws), "build", "--events", str(tmp_path / "ev")],
                                       env=env, stdout=subprocess.DEVNULL, stderr=err_f)
         with _reaped(second):
+            deadline = time.monotonic() + 20
             while "waiting for another buildtool" not in log.read_text():
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
@@ -350,10 +347,7 @@ def test_a_burst_of_sigterms_leaves_once_with_no_traceback_and_no_lock(tmp_path:
         p = subprocess.Popen(["buildtool", "-C", str(ws), "build"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env, preexec_fn=_hup_default)
         with _reaped(p):
-            deadline = time.monotonic() + 20
-            while not marker.exists():
-                assert time.monotonic() < deadline, "the BUILD.py never ran"
-                time.sleep(0.02)
+            _wait_for(marker, "the BUILD.py never ran", poll=0.02)
             for _ in range(30):
                 if p.poll() is not None:
                     break

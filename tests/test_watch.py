@@ -6,6 +6,7 @@ counted with the per-cycle summary line documented in docs/watch.md.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,17 @@ class Watch:
         for t in self._threads:
             t.join(timeout=TIMEOUT)
         return rc
+
+
+@contextlib.contextmanager
+def watching(root: Path, cache: Path, *args: str) -> Iterator[Watch]:
+    """A watch on ``root`` whose first cycle ended OK and whose watches are set; stopped after."""
+    w = Watch(root, cache, *args)
+    try:
+        w.wait_watching()
+        yield w
+    finally:
+        w.stop()
 
 
 def read(p: Path) -> str | None:
@@ -856,16 +869,12 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
         f'genrule(name="{n}", srcs=["{n}.c"], outs=["{n}.o"], depfile="{n}.d", tools=["cc"],'
         f' cmd="cc -c {n}.c -o {n}.o -MD -MF {n}.d")\n' for n in ("a", "b")
     ))
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache) as w:
         time.sleep(0.5)  # let any stray event play out: only the edit below may run //:a
         first = w.cycles()[-1]
         write(root / "a.h", "#define A 3\n")
         cycles = w.wait_settled(lambda cs: "//:a" in ran_since(w, first.n), "a.o to rebuild")
         assert "//:b" not in ran_since(w, first.n), cycles
-    finally:
-        w.stop()
 
 
 def test_a_relative_open_keeps_its_directory_across_cycles(tmp_path: Path, cache: Path) -> None:
@@ -1126,16 +1135,12 @@ def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: P
     write(root / "gen" / "helper.py", 'TAG = "old"\n')
     write(root / "in.txt", "v1\n")
     write(root / "BUILD.py", 'pyrule(name="p", fn="gen.rules:make", srcs=["in.txt"], outs=["out.txt"])\n')
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache):
         write(root / "gen" / "helper.py", 'TAG = "NEW"\n')
         wait_for(lambda: read(root / "out.txt") == "v1 NEW\n", what="the pyrule to rerun after helper.py")
         rules = (root / "gen" / "rules.py").read_text().replace("helper.TAG", "helper.TAG + '!'")
         write(root / "gen" / "rules.py", rules)
         wait_for(lambda: read(root / "out.txt") == "v1 NEW!\n", what="the pyrule to rerun after rules.py")
-    finally:
-        w.stop()
 
 
 def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) -> None:
@@ -1151,17 +1156,13 @@ def test_a_result_not_recorded_gets_one_more_cycle(tmp_path: Path, cache: Path) 
                              '        cmd="cat $$(cat main.txt) > out.txt; '
                              'if [ -e ../slow ]; then rm ../slow; sleep 1.75; fi; '
                              'echo out.txt: main.txt $$(cat main.txt) > out.d")\n')
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache) as w:
         write(tmp_path / "slow", "")
         write(root / "main.txt", "new.h\n")
         wait_for(lambda: procs_with("sleep 1.75"), what="the slow command to start")
         write(root / "new.h", "new2\n")
         w.wait_file(root / "out.txt", "new2\n", "out.txt to have the edited header")
         w.wait_settled(lambda cs: any("; checking again: //:o" in line for line in w.out), "the summary to say it")
-    finally:
-        w.stop()
 
 
 def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_through(
@@ -1173,9 +1174,7 @@ def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_thro
     write(root / "buildtool.toml", "")
     write(root / "src" / "x.txt", "hand-written\n")
     write(root / "BUILD.py", 'genrule(name="c", srcs=["src/x.txt"], outs=["gen/x.txt"], cmd="cp $< $@")\n')
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache) as w:
         shutil.rmtree(root / "gen")
         os.symlink("src", root / "gen")
         time.sleep(0.5)
@@ -1185,8 +1184,6 @@ def test_an_output_directory_replaced_by_a_link_onto_sources_is_not_written_thro
         assert (root / "src" / "x.txt").read_text() == "hand-written, edited\n", w.log()
         assert any("is really 'src/x.txt'" in line or "through a symlinked directory" in line
                    for line in w.out + w.err), w.log()
-    finally:
-        w.stop()
 
 
 def test_a_module_a_pyrule_imports_in_vain_is_seen_when_made(tmp_path: Path, cache: Path) -> None:
@@ -1218,17 +1215,13 @@ def test_a_module_a_pyrule_newly_imports_is_watched(tmp_path: Path, cache: Path)
     write(root / "tools" / "gen.py", "def make(srcs, outs):\n    open(outs[0], 'w').write('v1\\n')\n")
     write(root / "tools" / "h2.py", "X = 'x1'\n")
     write(root / "BUILD.py", 'pyrule(name="py", fn="tools.gen:make", outs=["py.out"])\n')
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache) as w:
         write(root / "tools" / "gen.py",
               "from tools import h2\n\n\ndef make(srcs, outs):\n    open(outs[0], 'w').write(h2.X + '\\n')\n")
         wait_for(lambda: read(root / "py.out") == "x1\n", what="the pyrule to use h2")
         time.sleep(0.3)
         write(root / "tools" / "h2.py", "X = 'x2'\n")
         w.wait_file(root / "py.out", "x2\n", "an edit of the new import to rerun it")
-    finally:
-        w.stop()
 
 
 def test_a_re_pointed_symlinked_source_is_watched_by_its_new_file(tmp_path: Path, cache: Path) -> None:
@@ -1239,9 +1232,7 @@ def test_a_re_pointed_symlinked_source_is_watched_by_its_new_file(tmp_path: Path
     (root / "k").mkdir()
     os.symlink("../shared/real1.txt", root / "k" / "l.txt")
     write(root / "BUILD.py", 'genrule(name="l", srcs=["k/l.txt"], outs=["l.out"], cmd="cp $< $@")\n')
-    w = Watch(root, cache)
-    try:
-        w.wait_watching()
+    with watching(root, cache) as w:
         tmp_link = root / "k" / "l.tmp"
         os.symlink("../shared/real2.txt", tmp_link)
         os.replace(tmp_link, root / "k" / "l.txt")
@@ -1249,8 +1240,6 @@ def test_a_re_pointed_symlinked_source_is_watched_by_its_new_file(tmp_path: Path
         time.sleep(0.3)
         write(root / "shared" / "real2.txt", "r2b\n")
         w.wait_file(root / "l.out", "r2b\n", "an edit of the new target to rerun it")
-    finally:
-        w.stop()
 
 
 def test_a_result_not_recorded_in_a_failed_cycle_gets_one_more_cycle(tmp_path: Path, cache: Path) -> None:
