@@ -366,8 +366,9 @@ def _interruptible() -> bool:
 
 
 def _from_directory(args: argparse.Namespace) -> None:
-    """``-C DIR``: relative report and cache paths given as flags are taken from DIR too, as
-    if buildtool had been started there (make -C, git -C); ``~`` is the home directory."""
+    """``-C DIR``: relative report and cache paths given as flags, and a relative
+    ``BUILDTOOL_CACHE_DIR``, are taken from DIR too, as if buildtool had been started there
+    (make -C, git -C); ``~`` is the home directory."""
     here = os.path.normpath(args.directory) == "."
     for name in ("cache_dir", "events", "profile", "junit"):
         path = getattr(args, name, None)
@@ -378,6 +379,9 @@ def _from_directory(args: argparse.Namespace) -> None:
         if not here and not os.path.isabs(path):
             path = os.path.join(args.directory, path)
         setattr(args, name, path)
+    env_dir = os.environ.get("BUILDTOOL_CACHE_DIR", "")
+    if not here and env_dir and not env_dir.startswith("~") and not os.path.isabs(env_dir):
+        os.environ["BUILDTOOL_CACHE_DIR"] = os.path.join(args.directory, env_dir)  # (its commands see it so too)
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:

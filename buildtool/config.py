@@ -108,6 +108,17 @@ def _read_toml(path: str) -> dict[str, Any]:
         raise UserError(msg) from None
 
 
+def _file_layer(path: str) -> dict[str, Any]:
+    """A config file's settings; a relative ``cache_dir`` in it is taken from the file's own
+    directory (the workspace root for ``buildtool.toml``), whatever directory buildtool is
+    started in."""
+    layer = _check(path, _read_toml(path))
+    d = layer.get("cache_dir")
+    if d and not d.startswith("~") and not os.path.isabs(d):
+        layer["cache_dir"] = os.path.join(os.path.dirname(path), d)
+    return layer
+
+
 def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in raw.items():
@@ -227,13 +238,13 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     """Merge the layers; ``flags`` holds only the options given on the command line."""
     merged: dict[str, Any] = {}
     ws_toml = os.path.join(root, "buildtool.toml")
-    ws_layer = _check(ws_toml, _read_toml(ws_toml))
+    ws_layer = _file_layer(ws_toml)
     if "max_size" in ws_layer:
         msg = (f"{ws_toml}: max_size cannot be set by a workspace: the cache is shared by all "
                f"workspaces; set it in {user_config_path()} or BUILDTOOL_MAX_CACHE_SIZE")
         raise UserError(msg)
     for layer in (
-        _check(user_config_path(), _read_toml(user_config_path())),
+        _file_layer(user_config_path()),
         ws_layer,
         _env_layer(),
         {k: v for k, v in flags.items() if v is not None},

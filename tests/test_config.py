@@ -113,6 +113,27 @@ def test_tables_merge_key_by_key_and_a_higher_list_replaces(tmp_path: Path, monk
     assert cfg.action_env == ["FOO"]
 
 
+def test_a_relative_cache_dir_in_a_config_file_is_taken_from_the_file_s_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``cache_dir = "cache"`` in buildtool.toml went to ``sub/cache`` when buildtool was
+    started in ``ws/sub``: a second cache (inside the workspace) per directory of the tree."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for k in list(os.environ):
+        if k.startswith("BUILDTOOL_"):
+            monkeypatch.delenv(k)
+    _write(tmp_path / "ws" / "buildtool.toml", 'cache_dir = "cache"\n')
+    (tmp_path / "ws" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "ws" / "sub")
+    assert config.load_config(str(tmp_path / "ws"), {}).cache_dir == str(tmp_path / "ws" / "cache")
+    _write(tmp_path / "xdg" / "buildtool" / "config.toml", 'cache_dir = "../c"\n')
+    (tmp_path / "ws" / "buildtool.toml").unlink()
+    assert config.load_config(str(tmp_path / "ws"), {}).cache_dir == str(tmp_path / "xdg" / "c")
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", "e")  # the environment and the flag: from where it started
+    assert config.load_config(str(tmp_path / "ws"), {}).cache_dir == str(tmp_path / "ws" / "sub" / "e")
+    assert config.load_config(str(tmp_path / "ws"), {"cache_dir": "f"}).cache_dir == str(tmp_path / "ws" / "sub" / "f")
+
+
 def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

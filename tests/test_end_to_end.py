@@ -738,6 +738,9 @@ def test_dash_C_runs_as_if_started_there(workspace: Workspace, tmp_path: Path) -
                                  "--cache-dir", "c", cwd=outside)
     assert rc == 0, out + err
     assert workspace.exists("lib/ev.jsonl") and workspace.exists("lib/c") and not list(outside.iterdir())
+    rc, out, err = workspace.run("-C", str(workspace.root), "-C", "lib", "build", ":lib", "-n", cwd=outside,
+                                 env_extra={"BUILDTOOL_CACHE_DIR": "c2"})  # (the variable as well)
+    assert rc == 0 and workspace.exists("lib/c2") and not list(outside.iterdir()), out + err
     rc, out, err = workspace.run("build", "--bogus")
     assert rc == 2 and err.startswith("usage: buildtool build "), err
 
