@@ -176,6 +176,7 @@ class BuildRecord:
         self._warn = warn
         self._fh: Any = None
         self._said_failed = False  # a write failed this build: warned once
+        self.failed = False  # a write failed: the file no longer says what the builds did (close discards it)
         self._upgrade = False  # a v1 file: compacted into v2 on close
         self._load()
 
@@ -291,13 +292,17 @@ class BuildRecord:
 
     def begin_build(self) -> None:
         """A new build with this (watch mode's reused) record: a failed write is said again."""
-        self._said_failed = False
+        self._said_failed = self.failed = False
 
     def _write_failed(self, e: OSError) -> None:
         """A line could not be written (a full disk, a file-size limit, a file made
         immutable): warned once a build.  The file is let go of, with whatever its buffer
         held (a flush would fail again at every later line and at close); the next write
-        reopens it, first cutting a torn last line."""
+        reopens it, first cutting a torn last line.  ``close`` then deletes the file: an entry
+        that a lost line should have replaced or dropped would tell the next build of outputs
+        and a passing test that are no longer there (the no-op snapshot's incremental path
+        takes the outputs of targets it does not plan from it)."""
+        self.failed = True
         if self._fh is not None:
             fh, self._fh = self._fh, None
             try:
@@ -306,8 +311,8 @@ class BuildRecord:
                 pass
         if not self._said_failed:
             self._said_failed = True
-            self._warn(f"could not write the build record ({e.strerror}); the next build redoes or restores "
-                       "what is not recorded")
+            self._warn(f"could not write the build record ({e.strerror}); it is deleted at the end of this "
+                       "build: the next build checks every target anew (restoring from the cache what it can)")
 
     def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
         self.put_prepared(self.prepare(label, key, outputs, duration, desc))
@@ -327,6 +332,11 @@ class BuildRecord:
                 self._fh = None
                 self._write_failed(e)
             self._fh = None
+        if self.failed:
+            self._discard()
+            self.entries = Entries(self._warn)  # (watch mode's next cycle starts from nothing, as the file)
+            self.lines = 0
+            return
         if self._upgrade or (self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1)):
             self.compact()
 

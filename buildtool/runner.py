@@ -859,9 +859,9 @@ class TargetRunner:
         stale = [o for o in hit.outputs
                  if (found[o.path] if o.path in found else self._disk_digest(o.path)) != o.digest]
         if not stale:
-            for o in hit.outputs:
-                self._fix_mode(o)
-            return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
+            stale = [o for o in hit.outputs if not self._fix_mode(o)]  # (linked to a blob: placed anew)
+            if not stale:
+                return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
         for o in stale:
             try:
                 st = self._restore_one(o, hit)
@@ -922,13 +922,20 @@ class TargetRunner:
                         f"graph was checked), {what}: remove the link")
         return None
 
-    def _fix_mode(self, o: CachedOutput) -> None:
+    def _fix_mode(self, o: CachedOutput) -> bool:
+        """Give an adopted output the executable bits of its cache entry; False when it needs
+        them but is a hard link (to a cache blob, in hardlink mode: a chmod would change the
+        blob, and every output linked to it, too): it is then restored as a file of its own."""
         full = os.path.join(self.root, o.path)
         try:
-            if stat.S_IMODE(os.stat(full).st_mode) & 0o111 != o.mode & 0o111:
+            st = os.stat(full)
+            if stat.S_IMODE(st.st_mode) & 0o111 != o.mode & 0o111:
+                if st.st_nlink > 1:
+                    return False
                 os.chmod(full, o.mode)
         except OSError:
             pass
+        return True
 
     # -- subprocess layer --------------------------------------------------------------
     def _tmpdir(self, lane: int) -> str:

@@ -470,6 +470,7 @@ class Session:
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
         if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
+                and not record.failed \
                 and sched.interrupt is None and signals.held is None \
                 and not any(t.always for t in graph.targets) \
                 and not (runner.remote_exec is not None and runner.remote_exec.download != "all") \

@@ -124,3 +124,16 @@ def test_a_record_that_cannot_be_written_is_said_once_a_build(tmp_path: Path) ->
     rec.put("//:t9", "k", [], 0.1, {"cmd": "x"})
     rec.close()
     assert len(warned) == 2, warned
+
+
+def test_a_record_that_lost_a_line_is_deleted_at_close(tmp_path: Path) -> None:
+    """Its other lines would say what outputs and a passing test were before the lost one."""
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), lambda _m: None)
+    rec.put("//:a", "k1", [["a.out", "d1", 0o644]], 0.1, {"cmd": "x"})
+    rec.close()
+    rec = BuildRecord(str(path), lambda _m: None)
+    assert rec.get("//:a") is not None
+    rec._write_failed(OSError(27, "File too large"))  # (as a failed append of //:a's new line)
+    rec.close()
+    assert not path.exists() and rec.get("//:a") is None

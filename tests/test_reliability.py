@@ -12,6 +12,7 @@ import select
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -495,6 +496,36 @@ def test_a_build_record_that_stops_growing_mid_build_is_one_warning_not_a_failur
     assert r2.rc == 0 and all(workspace.read(f"o{i}") == "b\n" for i in range(8)), r2.output
 
 
+def test_a_build_record_that_lost_a_line_leaves_no_snapshot_to_trust_it(workspace: Workspace) -> None:
+    """A reviewer's sequence: a record append fails (a file-size limit for a full disk) in a
+    build that succeeds; its no-op snapshot was still written, so the next incremental build
+    took A's output digest from A's stale record line: B's key was the old one, and B's
+    missing output was restored from the cache with the old content of a.out."""
+    import resource
+
+    workspace.write("a.txt", "1\n")
+    workspace.write("b.txt", "x\n")
+    workspace.build_file("", 'genrule(name="A", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out", '
+                             'env={"PAD": "p" * 6000})\n'
+                             'genrule(name="B", srcs=[":A", "b.txt"], outs=["b.out"], cmd="cat a.out b.txt > b.out")\n')
+    time.sleep(0.1)
+    assert workspace.build().rc == 0
+    workspace.write("a.txt", "2\n")
+    limit = os.path.getsize(workspace.path(".buildtool/record")) + 1024
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, capture_output=True, text=True,
+                       env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=120)
+    assert r.returncode == 0 and "could not write the build record" in r.stderr, r.stdout + r.stderr
+    assert workspace.read("b.out") == "2\nx\n"
+    time.sleep(0.1)
+    os.unlink(workspace.path("b.out"))
+    rc, out, err = workspace.run("build")  # (no --events: the snapshot's path, if there is one)
+    assert rc == 0 and workspace.read("b.out") == "2\nx\n", out + err
+
+
 def test_a_state_dir_that_takes_no_new_directory_fails_the_target_in_words(workspace: Workspace) -> None:
     """.buildtool immutable (or read-only, for a user without root) and its tmp/ gone: the
     command's temp directory cannot be made, which said `internal error: PermissionError`."""
@@ -508,3 +539,27 @@ def test_a_state_dir_that_takes_no_new_directory_fails_the_target_in_words(works
         r = workspace.build()
     assert r.rc == 1 and "internal error" not in r.output, r.output
     assert f"cannot make the command's temp directory {state / 'tmp'}" in r.output, r.output
+
+
+def test_an_adopted_output_linked_to_a_blob_gets_its_mode_as_a_file_of_its_own(workspace: Workspace) -> None:
+    """hardlink mode: an output linked to a 0444 blob, adopted for a key whose entry says
+    0755, was chmod'ed in place: the blob became writable and executable, for every output
+    linked to it (a reviewer's sequence)."""
+    hard = {"BUILDTOOL_RESTORE_MODE": "hardlink"}
+    workspace.write("tool.sh", "#" * 5000 + "\n")  # (big enough to be a blob of its own, not inline)
+    workspace.build_file("", 'genrule(name="T", srcs=["tool.sh"], outs=["out.sh"], cmd="cp tool.sh out.sh")\n')
+    out = workspace.path("out.sh")
+    assert workspace.run("build", env_extra=hard)[0] == 0
+    os.chmod(workspace.path("tool.sh"), 0o755)
+    assert workspace.run("build", env_extra=hard)[0] == 0
+    os.chmod(workspace.path("tool.sh"), 0o644)
+    os.unlink(out)
+    assert workspace.run("build", env_extra=hard)[0] == 0
+    assert os.stat(out).st_nlink > 1  # restored as a link to the blob
+    blob = os.stat(out)
+    os.chmod(workspace.path("tool.sh"), 0o755)
+    rc, so, se = workspace.run("build", env_extra=hard)
+    assert rc == 0 and os.stat(out).st_mode & 0o111, so + se
+    linked = [p for p in Path(workspace.cache).rglob("*") if p.is_file() and os.stat(p).st_ino == blob.st_ino]
+    assert linked and all(stat.S_IMODE(os.stat(p).st_mode) == stat.S_IMODE(blob.st_mode) for p in linked)
+    assert os.stat(out).st_ino != blob.st_ino
