@@ -20,6 +20,11 @@ targets touching those files, and their dependents, are planned: an incremental 
 without evaluating any BUILD.py.  The pickle is only read after the snapshot's stat data
 (inode and ctime included, which no checkout can reproduce) matched, so a ``.buildtool``
 directory that came from elsewhere is never unpickled.
+
+When what changed shapes only the graph (a BUILD.py, a module it imports, a listed
+directory), not the actions (the config, tools, discovered headers, pyrule modules: the
+snapshot's ``hard`` entries), the verdict is a *regraph*: the build evaluates everything
+again and plans only what the new graph declares differently from the pickled one.
 Spec: docs/formats.md#no-op-snapshot--buildtoolnoop-and-buildtoolgraph
 
 Statting is the whole cost of a large no-op, so from ``SPLIT_MIN`` paths on a forked child
@@ -47,10 +52,11 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 9  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+FORMAT_VERSION = 10  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
 # v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
 # (an older snapshot's listings would vouch for a directory whose link changed its target);
-# v9: listings leave out the directories on the way to outputs, which are listed themselves
+# v9: listings leave out the directories on the way to outputs, which are listed themselves;
+# v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph")
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -74,19 +80,38 @@ def _graph_path(state_dir: str) -> str:
 class Verdict:
     """What the snapshot proves: a no-op, or a build where only ``changed`` files differ."""
 
-    __slots__ = ("body", "changed", "dirs", "env_names", "lock", "struct", "targets")
+    __slots__ = ("body", "changed", "dirs", "env_names", "lock", "regraph", "struct", "targets", "verified")
 
     def __init__(
         self, targets: int, changed: list[str], struct: list[str], dirs: list[str], env_names: list[str],
-        body: dict[str, Any],
+        body: dict[str, Any], regraph: bool = False,
     ) -> None:
         self.targets = targets
-        self.changed = changed  # sources and outputs whose stat differs ([] for a no-op)
+        self.changed = changed  # sources and outputs whose stat differs ([] for a no-op); for a
+        # regraph also the BUILD.py files, modules and listed directories that changed
+        self.regraph = regraph  # the graph must be evaluated again (nothing else that shapes actions changed)
         self.struct = struct  # the files that shape the graph, to snapshot again
         self.dirs = dirs  # the directories whose listings shape it
         self.env_names = env_names
         self.body = body  # the snapshot as read: its unchanged parts are kept
         self.lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
+        self.verified: dict[str, list[Any]] = {}  # racy rows whose content the check found unchanged
+
+    def rows(self) -> dict[str, list[Any] | None]:
+        """What the check found unchanged of each source and output of the snapshot (None:
+        did not exist; a racy row the check verified by content: that stat and digest, as a
+        stat cache entry), as ``seen`` for the snapshot written after a regraph build: a file
+        of a target that build did not plan is signed against what the check vouched for, so
+        an edit made since still counts as a change next time."""
+        paths = self.body["srcs"] + self.body["outs"]
+        cols = self.body["_cols"]
+        changed = set(self.changed)
+        out: dict[str, list[Any] | None] = {}
+        for k, p in enumerate(paths):
+            if p not in changed:
+                row = [c[k] for c in cols]
+                out[p] = self.verified.get(p) if row[0] == RACY[0] else None if row[0] == MISSING else row
+        return out
 
 
 def stat_row(st: os.stat_result) -> list[int]:
@@ -311,6 +336,8 @@ def write(
     struct_seen: Seen = (),
     cwd: str | None = None,
     skip: Callable[[str], bool] | None = None,
+    hard: Iterable[str] = (),
+    carry: Verdict | None = None,
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
@@ -327,6 +354,12 @@ def write(
     graph is left as it is.  ``cwd``: the working directory, when the evaluation opened a
     workspace file by a relative path (the graph then holds for that directory only).
     ``skip``: directories the evaluation never looks into (``_output_dirs``).
+    ``hard``: the ``struct`` files and ``dirs`` that shape actions, not only the graph (the
+    config, tools, the directories searched for them, discovered headers, pyrule modules):
+    a change to one of them is a full build; to any other, a regraph (``check``).
+    ``carry``: the verdict of the regraph build that ends here: the ``hard`` files and
+    directories of its snapshot that this build did not look at (the tools of targets it
+    did not plan) are kept as the check found them.
     ``listed``: the directory fingerprints taken
     right after evaluation (``dir_listings``; after an incremental build, the ones the
     check verified): a directory whose listing differs now refuses the snapshot."""
@@ -387,8 +420,18 @@ def write(
         return False
     if cwd is not None:
         request = {**request, "dir": cwd}
-    body = {"request": request, "env": env_view(env_names), "targets": n,
-            "files": struct_sigs, "dirs": dir_sigs, "srcs": src_paths, "outs": out_paths, "racy": racy}
+    hard = set(hard)
+    for v in (keep, carry):
+        if v is not None:
+            hard.update(v.body["hard"])
+    if carry is not None:
+        for p in carry.body["hard"]:
+            if p in carry.body["files"]:
+                struct_sigs.setdefault(p, carry.body["files"][p])
+            if p in carry.body["dirs"]:
+                dir_sigs.setdefault(p, carry.body["dirs"][p])
+    body = {"request": request, "env": env_view(env_names), "targets": n, "files": struct_sigs, "dirs": dir_sigs,
+            "hard": sorted(hard), "srcs": src_paths, "outs": out_paths, "racy": racy}
     pickle = _pickle()
     try:
         if keep is None:
@@ -521,29 +564,33 @@ def _dir_sig(
 
 def _dirs_differ(
     root: str, dirs: Mapping[str, list[object]], outs: list[str], now: int, settled: dict[str, list[object]],
-) -> bool:
-    """Whether a directory's listing differs.  One stored without its stat (racily clean
-    then) whose listing is the same and whose stat is no longer recent goes to ``settled``
-    with that stat: the snapshot can then vouch for it by stat (``_settle``)."""
+    stop: Container[str] | None = None,
+) -> list[str]:
+    """The directories whose listing differs, up to the first one in ``stop`` (None: up to
+    the first one at all).  One stored without its stat (racily clean then) whose listing is the
+    same and whose stat is no longer recent goes to ``settled`` with that stat: the
+    snapshot can then vouch for it by stat (``_settle``)."""
     outputs: set[str] | None = None  # built only if a directory must be listed again
+    found: list[str] = []
     for rel, (fp, mtime, ctime, ino) in dirs.items():
         try:
             st = os.stat(os.path.join(root, rel) if rel else root)
         except OSError:
             st = None
-        if mtime is not None:
-            if st is None:
-                return True
-            if (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (mtime, ctime, ino):
-                continue  # no entry was added, removed or renamed since
-        if outputs is None:
-            outputs = hidden_entries(outs)
-        if _listing(root, rel, outputs) != fp:
-            return True
-        if st is not None and not _recent(st.st_mtime_ns, st.st_ctime_ns, now) \
-                and not (fp or "").startswith(LINKED):  # (stat before listing)
-            settled[rel] = [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-    return False
+        if mtime is not None and st is not None and (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (mtime, ctime, ino):
+            continue  # no entry was added, removed or renamed since
+        if mtime is None or st is not None:
+            if outputs is None:
+                outputs = hidden_entries(outs)
+            if _listing(root, rel, outputs) == fp:
+                if st is not None and not _recent(st.st_mtime_ns, st.st_ctime_ns, now) \
+                        and not (fp or "").startswith(LINKED):  # (stat before listing)
+                    settled[rel] = [fp, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+                continue
+        found.append(rel)
+        if stop is None or rel in stop:
+            break
+    return found
 
 
 def _odd_output(path: str) -> bool:
@@ -777,6 +824,7 @@ VERIFY_BUDGET = 64 << 20  # bytes hashed by one check at most
 
 def _verify_racy(
     root: str, paths: list[str], found: list[int], racy: Mapping[str, str], now: int, settled: dict[int, list[int]],
+    verified: dict[str, list[Any]] | None = None,
 ) -> list[int]:
     """``found`` without the files that were stored as RACY only for having been written
     just before the snapshot (the clock might not have moved on from a later write, as in
@@ -784,7 +832,8 @@ def _verify_racy(
     build, the last outputs it wrote are always that recent, and without this the next
     no-op would take the incremental path.  Content, not stat, decides, so a rewrite in
     the same clock tick is still seen.  A verified file whose stat (taken before the read)
-    is no longer recent goes to ``settled``, by position, with that stat (``_settle``)."""
+    is no longer recent goes to ``settled``, by position, with that stat (``_settle``); every
+    verified file to ``verified``, by path, as a stat cache entry: its stat and digest."""
     out = []
     budget = VERIFY_BUDGET
     for k in found:
@@ -796,9 +845,12 @@ def _verify_racy(
                 budget -= len(data)
                 import blake3  # digest.hash_bytes's hash; digest.py itself brings json and array
 
-                if blake3.blake3(data).hexdigest() == want:
+                digest = blake3.blake3(data).hexdigest()
+                if digest == want:
                     if not _recent(st.st_mtime_ns, st.st_ctime_ns, now):
                         settled[k] = stat_row(st)
+                    if verified is not None:
+                        verified[paths[k]] = [*stat_row(st), 0, digest]
                     continue
         out.append(k)
     return out
@@ -906,29 +958,37 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         names = _same_env(body["env"])
         if names is None:
             return None
-        if _differs(root, body["files"]):
-            return None  # the graph itself may have changed
+        hard = body["hard"]  # (a list: looked into only when something changed)
+        regraph = _differs(root, body["files"])  # the graph itself may have changed
+        if regraph and not set(hard).isdisjoint(regraph):
+            return None  # and the actions too: a tool, a header, the config, a pyrule module
         now = time.time_ns()  # (before the stats that may settle a racily clean row)
         srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
         settled_dirs: dict[str, list[object]] = {}
-        if _dirs_differ(root, body["dirs"], outs, now, settled_dirs):
-            return None  # a file or package appeared or went away
+        listings = _dirs_differ(root, body["dirs"], outs, now, settled_dirs, hard)
+        if listings and not set(hard).isdisjoint(listings):
+            return None  # a tool may be found elsewhere now
+        regraph += listings  # a file or package appeared or went away: evaluate, and compare graphs
         paths = srcs + outs  # one pass over both (a split check forks once)
         found = _differs_cols(root, paths, cols, 0, len(paths))
         racy = body.get("racy")
         settled_rows: dict[int, list[int]] = {}
+        verified: dict[str, list[Any]] = {}
         if found and racy:
-            found = _verify_racy(root, paths, found, racy, now, settled_rows)
+            found = _verify_racy(root, paths, found, racy, now, settled_rows, verified)
         if any(not os.path.exists(os.path.join(root, paths[k])) for k in found if k < len(srcs)):
             return None  # a missing source is a graph error: the full path reports it
         if any(_odd_output(os.path.join(root, paths[k])) for k in found if k >= len(srcs)):
             return None  # a directory, a link or a file on the way where an output goes: the graph
             # check judges it (exit 2, or an earlier output's directory to empty; a BUILD.py in it
             # is a package), as a fresh build would
-        if not found and (settled_dirs or settled_rows):
+        if not found and not regraph and (settled_dirs or settled_rows):
             _settle(state_dir, body, tail, paths, settled_dirs, settled_rows)
         changed = [paths[k] for k in found]
-        return Verdict(int(body["targets"]), changed, list(body["files"]), list(body["dirs"]), names, body)
+        v = Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
+                    bool(regraph))
+        v.verified = verified
+        return v
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError):
         return None  # a body of the right shape but wrong contents: damaged, do the full build
 

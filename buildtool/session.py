@@ -285,7 +285,8 @@ class Session:
                                        self._going(graph, dead[0], stats), self.ws.is_ignored)
             return struct, struct_seen, listed
 
-        if isinstance(prior_graph, Graph):
+        regraph = verdict is not None and verdict.regraph  # a BUILD.py, module or listing changed
+        if isinstance(prior_graph, Graph) and not regraph:
             graph = prior_graph
         else:
             loader, graph = evaluate(set())
@@ -293,7 +294,8 @@ class Session:
         phases.end("load buildfiles and graph")
         _check_report_paths(req, graph, self.ws.root, struct)
         focus = self.focus
-        from_snapshot = isinstance(prior_graph, Graph) and verdict is not None
+        from_snapshot = isinstance(prior_graph, Graph) and verdict is not None and not regraph
+        rediff = isinstance(prior_graph, Graph) and regraph  # compared with the snapshot's graph
         if cleans and loader is not None:  # a dry run changes nothing
             phases.begin("clean dead outputs")
             hidden = loader.glob_hidden
@@ -304,10 +306,13 @@ class Session:
                 struct, struct_seen, listed = read_then(loader)
                 _check_report_paths(req, graph, self.ws.root, struct)
             phases.end("clean dead outputs")
-        if from_snapshot:
+        if from_snapshot or rediff:
             assert verdict is not None
             changed = set(verdict.changed)
             focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
+            if rediff:  # a target that is declared as it was, with no file of it changed, is as the
+                assert isinstance(prior_graph, Graph)  # last (wholly successful) build left it
+                focus |= graph.redefined(prior_graph)
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
         from buildtool.staging import Stage
 
@@ -337,7 +342,7 @@ class Session:
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
-            if not from_snapshot:  # (the snapshot's check already counts a changed output as changed)
+            if not (from_snapshot or rediff):  # (the snapshot's check already counts a changed output as changed)
                 _add_stale_producers(graph, wanted, record, stats)
             # What the rest produced last time, for the keys of the cone: the outputs of the
             # cone's dependencies outside it (other record entries are not even parsed).
@@ -469,8 +474,8 @@ class Session:
             _remove_tmp(os.path.join(state, "tmp"))
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
-        if req.mode == "build" and (focus is None or from_snapshot) and not req.dry_run and not sched.failed \
-                and not record.failed \
+        if req.mode == "build" and (focus is None or from_snapshot or rediff) and not req.dry_run \
+                and not sched.failed and not record.failed \
                 and sched.interrupt is None and signals.held is None \
                 and not any(t.always for t in graph.targets) \
                 and not (runner.remote_exec is not None and runner.remote_exec.download != "all") \
@@ -493,8 +498,12 @@ class Session:
                                      set(verdict.env_names), seen, relied, verdict, wanted)
             else:
                 assert loader is not None
+                carry = None
+                if rediff:  # the targets not planned: signed as the check found their files
+                    assert verdict is not None
+                    seen, carry = (stats.used, verdict.rows(), stats.entries), verdict
                 self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
-                                     listed=listed, cwd=os.getcwd() if loader.cwd_relative else None)
+                                     listed=listed, cwd=os.getcwd() if loader.cwd_relative else None, carry=carry)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
@@ -527,17 +536,25 @@ class Session:
         cone: range | set[int] | None = None,
         listed: dict[str, str | None] | None = None,
         cwd: str | None = None,
+        carry: noop.Verdict | None = None,
     ) -> None:
         """Record what this fully successful build depended on, for the no-op fast path:
         ``struct`` (what shapes the graph, tools, discovered headers) and every source and
         output — or, after an incremental build (``keep``), those of the planned ``cone``
-        (the snapshot's other signatures stay as the check found them)."""
+        (the snapshot's other signatures stay as the check found them).  ``carry``: the
+        verdict of the regraph build that ends here, whose unplanned targets' tools are kept
+        as the check found them."""
         from buildtool import keys
+        from buildtool.config import user_config_path
 
-        files = [*struct, *runner.tool_paths(), *runner.discovered_inputs()]  # + headers found by depfiles
+        # What shapes the actions too, not only the graph: a change to one is a full build.
+        hard = [*runner.tool_paths(), *runner.discovered_inputs(), "buildtool.toml", ".buildtoolignore",
+                user_config_path()]
+        files = [*struct, *hard]  # + the tools and the headers found by depfiles
         inside = self.ws.root + os.sep  # (a tool put in these would shadow the one used)
         searched = [d[len(inside):] if d.startswith(inside) else "" if d == self.ws.root else d
                     for d in runner.tool_dirs()]
+        hard.extend(searched)
         dirs = list(dict.fromkeys([*dirs, *searched]))
         env_names.update(item.partition("=")[0] for item in [*self.config.action_env, *req.action_env])
         srcs: list[str] = []
@@ -549,10 +566,12 @@ class Session:
         for t in graph.targets:
             env_names.update(t.pass_env)
             if t.fn:
-                files.extend(keys.pyrule_module_files(self.ws.root, t.fn))
+                modules = keys.pyrule_module_files(self.ws.root, t.fn)
+                files.extend(modules)
+                hard.extend(modules)
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
-                   listed, relied, cwd, self.ws.is_ignored)
+                   listed, relied, cwd, self.ws.is_ignored, hard, carry)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else
