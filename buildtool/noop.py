@@ -203,11 +203,24 @@ def _sigs(
                 return None
             if not moved and digests is not None and s is not None and s[0] <= VERIFY_MAX:
                 d = _digest_of(e)
-                if d is not None:
-                    digests[rel] = d
+                mark = _x_mark(root, rel)
+                if d is not None and mark is not None:
+                    digests[rel] = d + mark
             s = RACY
         sigs[rel] = s
     return sigs
+
+
+X_MARK = "+x"  # ends a ``racy`` digest of a file with its owner's executable bit (an action key has it)
+
+
+def _x_mark(root: str, rel: str) -> str | None:
+    """``X_MARK`` for a file with the owner's executable bit, "" without; None: no file."""
+    try:
+        st = os.stat(rel if rel[:1] == "/" else f"{root}/{rel}")
+    except OSError:
+        return None
+    return X_MARK if st.st_mode & 0o100 else ""
 
 
 def _recent(mtime_ns: int, ctime_ns: int, now: int) -> bool:
@@ -238,7 +251,7 @@ def _still(root: str, rel: str, digest: str, seen: Seen) -> bool:
     for m in seen:
         e = m.get(rel, _UNSEEN)
         if e is not _UNSEEN:
-            return _digest_of(e) == digest and not _differs_from(e, _sig(root, rel))
+            return _digest_of(e) == digest.removesuffix(X_MARK) and not _differs_from(e, _sig(root, rel))
     return True
 
 
@@ -830,8 +843,9 @@ def _verify_racy(
     just before the snapshot (the clock might not have moved on from a later write, as in
     git's racy-clean rule) and whose content is still the one the build recorded: after a
     build, the last outputs it wrote are always that recent, and without this the next
-    no-op would take the incremental path.  Content, not stat, decides, so a rewrite in
-    the same clock tick is still seen.  A verified file whose stat (taken before the read)
+    no-op would take the incremental path.  Content (and the owner's executable bit, which
+    action keys have), not stat, decides, so a rewrite or a chmod in the same clock tick is
+    still seen.  A verified file whose stat (taken before the read)
     is no longer recent goes to ``settled``, by position, with that stat (``_settle``); every
     verified file to ``verified``, by path, as a stat cache entry: its stat and digest."""
     out = []
@@ -846,7 +860,7 @@ def _verify_racy(
                 import blake3  # digest.hash_bytes's hash; digest.py itself brings json and array
 
                 digest = blake3.blake3(data).hexdigest()
-                if digest == want:
+                if digest + (X_MARK if st.st_mode & 0o100 else "") == want:  # (a chmod +x is a change too)
                     if not _recent(st.st_mtime_ns, st.st_ctime_ns, now):
                         settled[k] = stat_row(st)
                     if verified is not None:

@@ -1556,3 +1556,25 @@ def test_a_config_or_tool_change_is_no_regraph(tmp_path: Path) -> None:
     r = bt(ws, cache, "build", env=env)
     assert r.returncode == 0 and "unchanged" not in r.stdout and "2 up_to_date" in r.stdout, r.stdout + r.stderr
 
+
+def test_a_racy_file_verified_by_content_must_keep_its_executable_bit(tmp_path: Path) -> None:
+    """A source stored racy (written just before the snapshot) was verified by content
+    alone: a ``chmod +x`` after it, which an action key has (cp gives the output that bit),
+    was a no-op."""
+    from buildtool import noop
+    from buildtool.digest import hash_bytes
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    root.mkdir()
+    state.mkdir()
+    req = {"mode": "build"}
+    (root / "tool.sh").write_text("echo hi\n")
+    st = os.stat(root / "tool.sh")
+    seen = {"tool.sh": [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, time.time_ns(),
+                        hash_bytes((root / "tool.sh").read_bytes())]}
+    assert noop.write(str(state), str(root), req, [], [], [], ["tool.sh"], [], None, (seen,))
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []  # (verified by content)
+    os.chmod(root / "tool.sh", 0o755)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["tool.sh"]
