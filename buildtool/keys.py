@@ -147,9 +147,11 @@ def python_identity() -> str:
     return f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}"
 
 
-def pyrule_module_files(root: str, fn: str) -> list[str]:
+def pyrule_module_files(root: str, fn: str, missing: list[str] | None = None) -> list[str]:
     """Workspace-relative files of the pyrule's module and the workspace modules it
-    imports (found statically, transitively)."""
+    imports (found statically, transitively).  ``missing``: filled with the workspace files
+    an import looked for in vain (``m/__init__.py``, ``m.py``): one made later would be
+    imported instead (the no-op snapshot watches them)."""
     module = fn.partition(":")[0]
     todo = [module]
     seen_mods: set[str] = set()
@@ -161,6 +163,9 @@ def pyrule_module_files(root: str, fn: str) -> list[str]:
         seen_mods.add(mod)
         path = _module_file(root, mod)
         if path is None:
+            if missing is not None:
+                base = os.path.join(*mod.split("."))
+                missing.extend((os.path.join(base, "__init__.py"), base + ".py"))
             continue
         files.append(os.path.relpath(path, root))
         # A relative import (``from . import x``, ``from .sub import y``) is from this
@@ -272,8 +277,10 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
 
 
 def _module_file(root: str, mod: str) -> str | None:
+    """The workspace file that ``import mod`` runs: a package's ``__init__.py`` before a
+    ``mod.py`` beside it, as Python's path finder takes them."""
     base = os.path.join(root, *mod.split("."))
-    for cand in (base + ".py", os.path.join(base, "__init__.py")):
+    for cand in (os.path.join(base, "__init__.py"), base + ".py"):
         if os.path.isfile(cand):
             return cand
     return None

@@ -144,6 +144,7 @@ class TargetRunner:
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
+        self._tools_absent: dict[str, None] = {}  # tools named by a path that were not found there
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
         self._checkout_root: str | None = None
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
@@ -201,8 +202,9 @@ class TargetRunner:
         return made
 
     def tool_paths(self) -> list[str]:
-        """Absolute paths of the tool binaries resolved during this run."""
-        return list(self._tool_digests)
+        """Absolute paths of the tool binaries resolved during this run, and of the tools
+        named by a path that were not found there (or not executable)."""
+        return [*self._tool_digests, *self._tools_absent]
 
     def tool_dirs(self) -> list[str]:
         """The PATH directories searched in vain before each tool was found (all of them
@@ -277,6 +279,8 @@ class TargetRunner:
                     self._tool_dirs[d] = None
             if path is not None:
                 path = os.path.abspath(path)
+            elif "/" in name:  # (one made there, or made executable, would be found: the snapshot watches it)
+                self._tools_absent[os.path.normpath(os.path.join(cwd, name))] = None
             if path is None:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:

@@ -566,9 +566,10 @@ class Session:
         for t in graph.targets:
             env_names.update(t.pass_env)
             if t.fn:
-                modules = keys.pyrule_module_files(self.ws.root, t.fn)
-                files.extend(modules)
-                hard.extend(modules)
+                absent: list[str] = []  # (an import's candidates that do not exist: one made would be run)
+                modules = keys.pyrule_module_files(self.ws.root, t.fn, absent)
+                files.extend(modules + absent)
+                hard.extend(modules + absent)
         request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
                    listed, relied, cwd, self.ws.is_ignored, hard, carry)

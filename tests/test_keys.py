@@ -239,3 +239,18 @@ def test_a_module_is_parsed_once_while_it_is_unchanged(tmp_path: Path, monkeypat
     (tmp_path / "tools" / "h.py").write_text("from tools import k\n")
     (tmp_path / "tools" / "k.py").write_text("")
     assert "tools/k.py" in keys.pyrule_module_files(str(tmp_path), "tools.gen:f")
+
+
+def test_a_pyrule_s_module_is_the_package_python_imports_not_the_file_beside_it(tmp_path: Path) -> None:
+    """With gen.py and gen/__init__.py both there, Python runs the package; the key hashed
+    gen.py, so an edit of the package was no change (and a cache restored the old output)."""
+    from buildtool import keys
+
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "__init__.py").write_text("def run(srcs, outs): pass\n")
+    (tmp_path / "gen.py").write_text("def run(srcs, outs): pass\n")
+    absent: list[str] = []
+    assert keys.pyrule_module_files(str(tmp_path), "gen:run", absent) == ["gen/__init__.py"]
+    assert absent == []
+    assert keys.pyrule_module_files(str(tmp_path), "nothere:run", absent) == []
+    assert absent == ["nothere/__init__.py", "nothere.py"]

@@ -1578,3 +1578,39 @@ def test_a_racy_file_verified_by_content_must_keep_its_executable_bit(tmp_path: 
     os.chmod(root / "tool.sh", 0o755)
     v = noop.check(str(state), str(root), req)
     assert v is not None and v.changed == ["tool.sh"]
+
+
+@pytest.mark.parametrize("pattern", ["//...", "//:g"])
+def test_a_module_a_pyrule_looked_for_in_vain_that_appears_reruns_it(tmp_path: Path, pattern: str) -> None:
+    """A reviewer's sequence: a pyrule's ``try: from mygen import local_settings`` found
+    nothing; the file made later was a listing change only (a regraph: the target declared
+    as before was not planned), or, for a label build, no change at all."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'pyrule(name="g", fn="mygen.gen:run", outs=["out.txt"])\n'
+                                 'genrule(name="other", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n',
+                       {"a.txt": "a\n"})
+    (ws / "mygen").mkdir()
+    (ws / "mygen" / "gen.py").write_text(
+        "try:\n    from mygen import local_settings\n    V = local_settings.V\nexcept ImportError:\n"
+        "    V = 'none'\n\n\ndef run(srcs, outs):\n    open(outs[0], 'w').write(V + '\\n')\n")
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", pattern).returncode == 0 and (ws / "out.txt").read_text() == "none\n"
+    (ws / "mygen" / "local_settings.py").write_text('V = "yes"\n')
+    time.sleep(0.1)
+    r = bt(ws, cache, "build", pattern)
+    assert r.returncode == 0 and (ws / "out.txt").read_text() == "yes\n", r.stdout + r.stderr
+
+
+def test_a_tool_named_by_a_path_that_appears_reruns_its_target(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="t", outs=["t.out"], tools=["./gen.sh"], '
+                                 'cmd="if [ -x ./gen.sh ]; then ./gen.sh > t.out; else echo none > t.out; fi")\n'
+                                 'genrule(name="other", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n',
+                       {"a.txt": "a\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0 and (ws / "t.out").read_text() == "none\n"
+    (ws / "gen.sh").write_text("#!/bin/sh\necho from-gen.sh\n")
+    (ws / "gen.sh").chmod(0o755)
+    time.sleep(0.1)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "t.out").read_text() == "from-gen.sh\n", r.stdout + r.stderr
