@@ -298,10 +298,11 @@ class BuildRecord:
         """A line could not be written (a full disk, a file-size limit, a file made
         immutable): warned once a build.  The file is let go of, with whatever its buffer
         held (a flush would fail again at every later line and at close); the next write
-        reopens it, first cutting a torn last line.  ``close`` then deletes the file: an entry
-        that a lost line should have replaced or dropped would tell the next build of outputs
-        and a passing test that are no longer there (the no-op snapshot's incremental path
-        takes the outputs of targets it does not plan from it)."""
+        reopens it, first cutting a torn last line.  ``close`` then writes the file anew from
+        what this build holds in memory, or deletes it if that fails too: an entry that a lost
+        line should have replaced or dropped would tell the next build of outputs and a
+        passing test that are no longer there (the no-op snapshot's incremental path takes
+        the outputs of targets it does not plan from it)."""
         self.failed = True
         if self._fh is not None:
             fh, self._fh = self._fh, None
@@ -311,8 +312,8 @@ class BuildRecord:
                 pass
         if not self._said_failed:
             self._said_failed = True
-            self._warn(f"could not write the build record ({e.strerror}); it is deleted at the end of this "
-                       "build: the next build checks every target anew (restoring from the cache what it can)")
+            self._warn(f"could not write the build record ({e.strerror}); it is written anew at the end of "
+                       "this build, or deleted if that fails too (the next build then checks every target anew)")
 
     def put(self, label: str, key: str, outputs: list[list[Any]], duration: float, desc: dict[str, Any]) -> None:
         self.put_prepared(self.prepare(label, key, outputs, duration, desc))
@@ -333,14 +334,16 @@ class BuildRecord:
                 self._write_failed(e)
             self._fh = None
         if self.failed:
-            self._discard()
-            self.entries = Entries(self._warn)  # (watch mode's next cycle starts from nothing, as the file)
-            self.lines = 0
+            if not self.compact(quiet=True):  # (the list of outputs it keeps is worth keeping: globs skip them)
+                self._discard()
+                self.entries = Entries(self._warn)  # (watch mode's next cycle starts from nothing, as the file)
+                self.lines = 0
             return
         if self._upgrade or (self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1)):
             self.compact()
 
-    def compact(self) -> None:
+    def compact(self, quiet: bool = False) -> bool:
+        """Rewrite the file from memory (temp file + rename); False if that failed."""
         tmp = f"{self.path}.tmp.{os.getpid()}"
         try:
             with open(tmp, "w", encoding="utf-8", errors="surrogatepass") as f:  # non-UTF-8 file names
@@ -359,9 +362,12 @@ class BuildRecord:
             os.replace(tmp, self.path)
             self.lines = len(self.entries)
             self._upgrade = False
+            return True
         except OSError as e:
-            self._warn(f"could not compact the build record ({e.strerror})")
+            if not quiet:
+                self._warn(f"could not compact the build record ({e.strerror})")
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            return False

@@ -126,14 +126,27 @@ def test_a_record_that_cannot_be_written_is_said_once_a_build(tmp_path: Path) ->
     assert len(warned) == 2, warned
 
 
-def test_a_record_that_lost_a_line_is_deleted_at_close(tmp_path: Path) -> None:
-    """Its other lines would say what outputs and a passing test were before the lost one."""
+def test_a_record_that_lost_a_line_is_written_anew_at_close_or_deleted(tmp_path: Path) -> None:
+    """Its other lines would say what outputs and a passing test were before the lost one:
+    the file is rewritten from memory (which has the lost line), or deleted if that fails."""
     path = tmp_path / "record"
     rec = BuildRecord(str(path), lambda _m: None)
     rec.put("//:a", "k1", [["a.out", "d1", 0o644]], 0.1, {"cmd": "x"})
+    rec.put("//:b", "k1", [["b.out", "d1", 0o644]], 0.1, {"cmd": "x"})
     rec.close()
+
+    def lost(line: str) -> None:
+        raise OSError(27, "File too large")
+
     rec = BuildRecord(str(path), lambda _m: None)
-    assert rec.get("//:a") is not None
-    rec._write_failed(OSError(27, "File too large"))  # (as a failed append of //:a's new line)
+    rec._write_line = lost  # type: ignore[method-assign]
+    rec.put("//:a", "k2", [["a.out", "d2", 0o644]], 0.1, {"cmd": "x"})
+    rec.close()
+    again = BuildRecord(str(path), lambda _m: None)
+    assert again.get("//:a")["k"] == "k2" and again.get("//:b")["k"] == "k1"  # type: ignore[index]
+    rec = BuildRecord(str(path), lambda _m: None)
+    rec._write_line = lost  # type: ignore[method-assign]
+    rec.compact = lambda quiet=False: False  # type: ignore[method-assign]
+    rec.drop("//:b")
     rec.close()
     assert not path.exists() and rec.get("//:a") is None
