@@ -413,6 +413,7 @@ class Watcher:
             new.read_files |= old.read_files
             new.probes |= old.probes
             new.glob_dirs |= old.glob_dirs
+            new.env_reads.update(old.env_reads)  # (also a kept module's, read when it was imported)
             for pkg, rules in old.glob_rules.items():
                 if pkg not in self.dirty_pkgs:
                     new.glob_rules.setdefault(pkg, rules)

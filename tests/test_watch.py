@@ -914,6 +914,36 @@ def test_a_relative_open_keeps_its_directory_across_cycles(tmp_path: Path, cache
     assert read(root / "t.out") == "B\n"
 
 
+def test_a_kept_package_s_getenv_stays_in_the_snapshot_a_cycle_leaves(tmp_path: Path, cache: Path) -> None:
+    """A reviewer's sequence: a cycle re-evaluated another package only, and the snapshot it
+    wrote had lost the kept package's getenv("MSG"): MSG=hello then built "nothing changed"."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "a" / "BUILD.py",
+          'genrule(name="a", outs=["a.txt"], cmd="echo %s > $@" % (getenv("MSG") or "none"))\n')
+    write(root / "pkg" / "a.in", "p1\n")
+    write(root / "pkg" / "BUILD.py", 'genrule(name="p", srcs=glob(["*.in"]), outs=["p.out"], cmd="cat $(SRCS) > $@")\n')
+    w = Watch(root, cache, command=("watch", "//..."))
+    w.wait_cycle(1)
+    snapshot = root / ".buildtool" / "noop"
+    before = snapshot.stat().st_mtime_ns if snapshot.exists() else None
+    expected = "p1\n"
+    for n in range(2, 6):  # (a cycle within the snapshot's racy window of the new file writes none: again)
+        write(root / "pkg" / f"b{n}.in", f"p{n}\n")
+        expected += f"p{n}\n"
+        w.wait_settled(lambda cs, e=expected: read(root / "pkg" / "p.out") == e, "pkg re-evaluated")
+        time.sleep(0.2)
+        if snapshot.exists() and snapshot.stat().st_mtime_ns != before:
+            break
+    assert w.stop() == 0
+    assert snapshot.exists() and snapshot.stat().st_mtime_ns != before, "the cycle wrote no snapshot: nothing tested"
+    assert read(root / "a" / "a.txt") == "none\n"
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build", "//..."], cwd=root,
+                       env={**run_env(cache), "MSG": "hello"},
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and read(root / "a" / "a.txt") == "hello\n", r.stdout + r.stderr
+
+
 def test_a_directory_removed_and_made_again_is_watched_again(watch, ws: Path) -> None:
     """`git checkout` (or `rm -rf gen && regenerate`) replaces a directory within one batch:
     the watch on the old directory sees nothing of the new one."""
