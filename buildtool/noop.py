@@ -64,7 +64,8 @@ GRAPH_HEADER = b"# buildtool graph v4 "
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
-ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHOME")  # (the last
+# two: what a BUILD.py or a pyrule imports)
 # Variables that may carry credentials (docs/remote.md): the snapshot keeps a digest of them.
 ENV_SECRET = ("BUILDTOOL_REMOTE_CACHE", "BUILDTOOL_REMOTE_EXECUTOR", "BUILDTOOL_REMOTE_HEADERS")
 
@@ -1100,8 +1101,9 @@ def _same_request(stored: Any, request: Mapping[str, object]) -> bool:
 def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[str]) -> dict[str, object]:
     from buildtool import __version__
 
+    v = sys.version_info  # (a pyrule's key has the interpreter's version: keys.python_identity)
     return {"mode": mode, "patterns": list(patterns), "cwd": cwd_pkg, "action_env": list(action_env),
-            "version": __version__}
+            "version": __version__, "python": f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}"}
 
 
 def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[Verdict, float] | None:

@@ -1614,3 +1614,21 @@ def test_a_tool_named_by_a_path_that_appears_reruns_its_target(tmp_path: Path) -
     time.sleep(0.1)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and (ws / "t.out").read_text() == "from-gen.sh\n", r.stdout + r.stderr
+
+
+def test_the_interpreter_and_pythonpath_are_part_of_what_a_no_op_proves(tmp_path: Path) -> None:
+    """A pyrule's key has the Python version; a BUILD.py imports through PYTHONPATH. Neither
+    was in the snapshot: another interpreter, or no PYTHONPATH, was "nothing changed"."""
+    from buildtool import noop
+
+    assert noop.request_of("build", [], "", [])["python"] == noop.request_of("build", [], "", [])["python"]
+    assert "PYTHONPATH" in noop.env_view([])
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'import helpers\n'
+                                 'genrule(name="t", outs=["t.txt"], cmd="echo " + helpers.X + " > $@")\n')
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text('X = "x"\n')
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", env={"PYTHONPATH": str(tmp_path / "lib")}).returncode == 0
+    r = bt(ws, cache, "build", env={"PYTHONPATH": ""})
+    assert r.returncode == 2 and "helpers" in r.stderr, r.stdout + r.stderr
