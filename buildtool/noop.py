@@ -537,8 +537,8 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
             for e in it:
                 path = prefix + e.name
-                if path in outputs or e.name in (".buildtool", ".git"):
-                    continue
+                if path in outputs or e.name == ".buildtool" or (e.name == ".git" and e.is_dir(follow_symlinks=False)):
+                    continue  # (a .git file, a worktree's or a submodule's, is a file a glob() takes)
                 if path + "/" in outputs and e.is_dir(follow_symlinks=False):
                     continue  # a directory on the way to outputs: listed itself (_output_dirs)
                 if e.is_symlink():
@@ -607,15 +607,47 @@ def _dirs_differ(
     return found
 
 
-def _odd_output(path: str) -> bool:
+def _odd_output(root: str, rel: str) -> bool:
     """Is what stands at an output path now other than a regular file, or nothing in a
-    directory: a directory, a symbolic link, something else on its way?"""
+    directory: a directory, a symbolic link, something else on its way (a directory on
+    the way replaced by a link: the graph check refuses one that leads elsewhere)?"""
+    path = os.path.join(root, rel)
     try:
-        return (os.lstat(path).st_mode & 0o170000) != 0o100000  # (not S_IFREG)
+        if (os.lstat(path).st_mode & 0o170000) != 0o100000:  # (not S_IFREG)
+            return True
     except FileNotFoundError:
-        return not os.path.isdir(os.path.dirname(path))
+        if not os.path.isdir(os.path.dirname(path)):
+            return True
     except OSError:
         return True
+    return _linked_on_the_way(root, rel)
+
+
+def _odd_source(root: str, rel: str) -> bool:
+    """Is a changed source now missing, not a regular file, a link, or reached through
+    one: the graph check judges it (exit 2 for a named pipe or a directory), as a fresh
+    build would."""
+    if rel[:1] == "/":  # (out of the workspace: only its existence is the graph's business)
+        return not os.path.exists(rel)
+    try:
+        if (os.lstat(os.path.join(root, rel)).st_mode & 0o170000) != 0o100000:
+            return True
+    except OSError:
+        return True
+    return _linked_on_the_way(root, rel)
+
+
+def _linked_on_the_way(root: str, rel: str) -> bool:
+    """Whether a directory between the root and ``rel`` is a symbolic link (or gone)."""
+    d = rel.rpartition("/")[0]
+    while d:
+        try:
+            if (os.lstat(os.path.join(root, d)).st_mode & 0o170000) == 0o120000:  # (S_IFLNK)
+                return True
+        except OSError:
+            return True
+        d = d.rpartition("/")[0]
+    return False
 
 
 def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
@@ -991,9 +1023,9 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         verified: dict[str, list[Any]] = {}
         if found and racy:
             found = _verify_racy(root, paths, found, racy, now, settled_rows, verified)
-        if any(not os.path.exists(os.path.join(root, paths[k])) for k in found if k < len(srcs)):
-            return None  # a missing source is a graph error: the full path reports it
-        if any(_odd_output(os.path.join(root, paths[k])) for k in found if k >= len(srcs)):
+        if any(_odd_source(root, paths[k]) for k in found if k < len(srcs)):
+            return None  # a missing source (a pipe, a directory, a link now) is a graph error: the full path says so
+        if any(_odd_output(root, paths[k]) for k in found if k >= len(srcs)):
             return None  # a directory, a link or a file on the way where an output goes: the graph
             # check judges it (exit 2, or an earlier output's directory to empty; a BUILD.py in it
             # is a package), as a fresh build would
@@ -1094,7 +1126,10 @@ def _same_request(stored: Any, request: Mapping[str, object]) -> bool:
     also needs this process's working directory to be that one."""
     if isinstance(stored, dict) and "dir" in stored:
         rest = {k: v for k, v in stored.items() if k != "dir"}
-        return rest == request and stored["dir"] == os.getcwd()
+        try:
+            return rest == request and stored["dir"] == os.getcwd()
+        except OSError:  # (the working directory was deleted)
+            return False
     return stored == request
 
 
@@ -1117,7 +1152,7 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
 
     try:
         ws = find_workspace(start_dir)
-    except UserError:
+    except (UserError, OSError):
         return None  # the full path reports it
     if not os.path.exists(_path(ws.state_dir)):
         return None

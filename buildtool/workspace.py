@@ -97,7 +97,11 @@ class Workspace:
 
 def find_workspace(start: str) -> Workspace:
     """Find the workspace containing ``start`` (exit code 2 when there is none)."""
-    start_abs = os.path.realpath(start)
+    try:
+        start_abs = os.path.realpath(start)
+    except FileNotFoundError:  # (a relative start in a working directory that was deleted)
+        msg = "the current directory no longer exists (deleted after the shell entered it): cd to the workspace again"
+        raise UserError(msg) from None
     if not os.path.isdir(start_abs):
         what = "is not a directory" if os.path.exists(start_abs) else "does not exist"
         msg = f"directory {start!r} {what}"

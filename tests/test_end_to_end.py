@@ -1306,3 +1306,28 @@ def test_a_failing_pipeline_stage_fails_the_target_whatever_quotes_are_around(wo
     workspace.build_file("", f"genrule(name='g', outs=['o.txt'], cmd={cmd!r})\n")
     r = workspace.build()
     assert r.rc == 1 and "//:g" in r.output, r.output
+
+
+def test_a_working_directory_deleted_under_the_shell_is_an_error_not_a_traceback(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """`cd D; rmdir D; buildtool build` crashed in realpath (the no-op check and the full
+    path); with -C, the snapshot of a BUILD.py that opened a relative path crashed in getcwd."""
+    import shlex
+
+    from conftest import BUILDTOOL, _clean_env
+
+    workspace.write("data.txt", "a\n")
+    workspace.build_file("", 'n = open("data.txt").read().strip()\n'
+                             'genrule(name="t", outs=["t.out"], cmd="echo " + n + " > $@")\n')
+    d = tmp_path / "D"
+    d.mkdir()
+    (d / "data.txt").write_text("a\n")
+    time.sleep(0.1)
+    assert workspace.run("-C", str(workspace.root), "build", cwd=d)[0] == 0
+    gone = f"cd {shlex.quote(str(d))} && rm data.txt && cd . && rmdir {shlex.quote(str(d))}"
+    for args in (f"-C {shlex.quote(str(workspace.root))} build", "build"):
+        again = f"mkdir -p {shlex.quote(str(d))} && touch {shlex.quote(str(d))}/data.txt"
+        r = subprocess.run(["sh", "-c", f'{again} && {gone} && "$0" {args}', BUILDTOOL], cwd=tmp_path,
+                           capture_output=True, text=True, env=_clean_env(workspace.cache, workspace.home), timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stdout + r.stderr)

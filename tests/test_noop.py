@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -1632,3 +1633,60 @@ def test_the_interpreter_and_pythonpath_are_part_of_what_a_no_op_proves(tmp_path
     assert bt(ws, cache, "build", env={"PYTHONPATH": str(tmp_path / "lib")}).returncode == 0
     r = bt(ws, cache, "build", env={"PYTHONPATH": ""})
     assert r.returncode == 2 and "helpers" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("what", ["fifo", "dir", "link"])
+def test_a_source_that_is_no_longer_a_plain_file_takes_the_full_path(tmp_path: Path, what: str) -> None:
+    """A reviewer: the incremental path ran the target (exit 1, 'cannot read input') where
+    a fresh build refuses the graph (exit 2, 'is a named pipe, not a file')."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="t", srcs=["in.txt"], outs=["t.out"], cmd="cat $< > $@")\n'
+                                 'genrule(name="o", outs=["o.out"], cmd="echo o > $@")\n', {"in.txt": "x\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    (ws / "in.txt").unlink()
+    fresh = tmp_path / "fresh"
+    shutil.copytree(ws, fresh, symlinks=True, ignore=shutil.ignore_patterns(".buildtool"))
+    for w in (ws, fresh):
+        if what == "fifo":
+            os.mkfifo(w / "in.txt")
+        elif what == "dir":
+            (w / "in.txt").mkdir()
+        else:
+            (w / "in.txt").symlink_to("o.out")  # (another target's output, through a link)
+    r, f = bt(ws, cache, "build"), bt(fresh, tmp_path / "cache2", "build")
+    assert r.returncode == f.returncode and f.returncode == 2, (r.stdout + r.stderr, f.stdout + f.stderr)
+
+
+def test_an_output_directory_replaced_by_a_link_out_of_the_workspace_takes_the_full_path(tmp_path: Path) -> None:
+    """A label build (no listing of the root): the changed output was a regular file, the
+    link on its way unseen, and the target ran (exit 1) where a fresh build refuses the
+    graph (exit 2).  (A link to the very directory, moved, changes no output's stat: the
+    runner refuses to write through it, exit 1.)"""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="t", srcs=["in.txt"], outs=["gen/o.txt"], cmd="cp $< $@")\n',
+                       {"in.txt": "x\n"})
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", "//:t").returncode == 0
+    time.sleep(0.1)
+    assert "(nothing changed)" in bt(ws, cache, "build", "//:t").stdout  # (signs the output by stat: no racy row)
+    shutil.copytree(ws / "gen", tmp_path / "elsewhere")  # (a copy: the output's own stat changes)
+    shutil.rmtree(ws / "gen")
+    (ws / "gen").symlink_to(tmp_path / "elsewhere")
+    r = bt(ws, cache, "build", "//:t")
+    assert r.returncode == 2 and "outside the workspace" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_git_file_a_glob_takes_is_in_the_listing(tmp_path: Path) -> None:
+    """A reviewer: listings left out every '.git' entry, but a .git file (a worktree's, a
+    submodule's) is a file glob(["*"]) takes: made later, it was "nothing changed"."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="t", srcs=glob(["a/*"]), outs=["t.out"], cmd="ls -a a > $@")\n')
+    (ws / "a").mkdir()
+    (ws / "a" / "x.txt").write_text("x\n")
+    time.sleep(0.1)
+    assert bt(ws, cache, "build").returncode == 0
+    (ws / "a" / ".git").write_text("gitdir: /elsewhere\n")
+    time.sleep(0.1)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and ".git" in (ws / "t.out").read_text(), r.stdout + r.stderr
