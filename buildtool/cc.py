@@ -59,7 +59,26 @@ def have_compiler(cc: str | None = None) -> bool:
     import shutil  # (~4 ms of import: only for the BUILD.py files that ask)
 
     words = shlex.split(cc or compiler())
-    return bool(words) and shutil.which(words[0]) is not None
+    if not words:
+        return False
+    _look_for(words[0])
+    return shutil.which(words[0]) is not None
+
+
+def _look_for(name: str) -> None:
+    """Record, for the no-op snapshot, where ``which`` looks for ``name``: a compiler
+    installed (or made executable) after a build changes what the macros declare."""
+    from buildtool.dsl import evaluating
+
+    ctx = evaluating()
+    if ctx is None:
+        return
+    if "/" in name:
+        ctx.looked_for.add(os.path.abspath(name))
+        return
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if d:
+            ctx.looked_for.add(os.path.join(os.path.abspath(d), name))
 
 
 def _pkg_rel(path: str) -> str:

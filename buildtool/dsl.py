@@ -53,7 +53,8 @@ class Declaration:
 class PackageContext:
     """What the DSL functions need while one BUILD.py is evaluated."""
 
-    __slots__ = ("_lines", "_rel", "buildfile", "declarations", "env_reads", "glob_fn", "globbed", "pkg", "root")
+    __slots__ = ("_lines", "_rel", "buildfile", "declarations", "env_reads", "glob_fn", "globbed", "looked_for", "pkg",
+                 "root")
 
     def __init__(
         self, root: str, pkg: str, buildfile: str, glob_fn: Callable[[str, list[str], list[str]], list[str]]
@@ -65,6 +66,7 @@ class PackageContext:
         self.declarations: dict[str, Declaration] = {}
         self.globbed: set[str] = set()  # workspace-relative paths
         self.env_reads: dict[str, str | None] = {}
+        self.looked_for: set[str] = set()  # absolute paths outside the workspace a macro looked for (a compiler)
         self._rel: dict[str, str] = {}  # file -> workspace-relative (a BUILD.py declares thousands of targets)
         # id(code) -> (code, its line table): keyed by id, as hashing a code object hashes
         # all its constants (the value holds the code, so its id stays its own)
@@ -119,6 +121,12 @@ def current_context() -> PackageContext:
                "in the thread evaluating it")
         raise OutsideEvaluation(msg)
     return ctx
+
+
+def evaluating() -> PackageContext | None:
+    """The context of the BUILD.py this thread evaluates, or None (no error, unlike
+    ``current_context``: for helpers that also run outside an evaluation)."""
+    return _current.get()
 
 
 def set_context(ctx: PackageContext | None) -> object:

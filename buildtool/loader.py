@@ -374,6 +374,7 @@ class Loader:
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx
         self.env_reads.update(ctx.env_reads)
+        self.probes.update(ctx.looked_for)
         return ctx.declarations
 
     def globbed(self, pkg: str) -> set[str]:

@@ -437,3 +437,23 @@ def test_a_depfile_entry_missing_at_run_time_is_tracked_until_it_appears(workspa
     r = workspace.build()
     assert r.rc == 0 and r.status("//:use") == "ran", r.output
     assert workspace.read("use.out") == "main\nextra\n"
+
+
+def test_a_compiler_installed_after_a_build_is_seen_by_the_next(workspace: Workspace, tmp_path: Path) -> None:
+    """A reviewer: the macros ask `which` for the compiler, outside the workspace, which the
+    no-op snapshot never saw: once installed, the cc targets stayed out ("nothing changed")."""
+    real = shutil.which("cc") or shutil.which("gcc")
+    if real is None:
+        pytest.skip("no C compiler here")
+    bin_dir = tmp_path / "later-bin"
+    bin_dir.mkdir()
+    env = {"CC": "rv2cc", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="hello", srcs=["main.c"])\n'
+                             'genrule(name="other", outs=["o.txt"], cmd="echo o > $@")\n')
+    time.sleep(0.1)
+    rc, out, err = workspace.run("build", env_extra=env)
+    assert rc == 0 and not workspace.exists("hello"), out + err
+    (bin_dir / "rv2cc").symlink_to(real)
+    rc, out, err = workspace.run("build", env_extra=env)  # (no --events: the snapshot's path)
+    assert rc == 0 and workspace.exists("hello") and "nothing changed" not in out, out + err
