@@ -170,6 +170,9 @@ class Loader:
         # as Python's open() does, so the graph holds for that directory only.
         self.cwd_relative = False
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
+        # each listed directory's (mtime_ns, ctime_ns, ino) just before its first listing (None:
+        # no directory): one that differs after the evaluation changed while it was read
+        self.dir_stats: dict[str, tuple[int, int, int] | None] = {}
         # Workspace paths looked for and maybe not found: a package's BUILD.py or a nested
         # buildtool.toml asked for without discovery (`:name` from a subdirectory, a srcs
         # path's packages), a module an import looked for.  One appearing changes the graph.
@@ -200,9 +203,15 @@ class Loader:
         """Use ``other``'s package discovery (watch mode, when no directory came or went)."""
         self._all, self._all_set = other._all, other._all_set
 
+    def _listing(self, rel: str) -> None:
+        """``rel`` (workspace-relative) is about to be listed: a directory the graph depends on."""
+        self.glob_dirs.add(rel)
+        if rel not in self.dir_stats:
+            self.dir_stats[rel] = dir_stat(os.path.join(self.ws.root, rel) if rel else self.ws.root)
+
     def _walk(self, rel: str, found: list[str]) -> None:
         absdir = os.path.join(self.ws.root, rel) if rel else self.ws.root
-        self.glob_dirs.add(rel)
+        self._listing(rel)
         try:
             it = os.scandir(absdir)
         except PermissionError:
@@ -485,7 +494,7 @@ class Loader:
             def listing(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
                 rel = rel_of(path)
                 if rel is not None and not ours():
-                    self.glob_dirs.add(rel)
+                    self._listing(rel)
                 return real(path, *args, **kwargs)
 
             return listing
@@ -562,7 +571,7 @@ class Loader:
 
     def _list_package_files(self, pkg: str, sub: str, out: list[str]) -> None:
         wrel = "/".join(p for p in (pkg, sub) if p)
-        self.glob_dirs.add(wrel)
+        self._listing(wrel)
         absdir = os.path.join(self.ws.root, wrel)
         try:
             it = os.scandir(absdir)
@@ -599,6 +608,15 @@ class Loader:
                     continue
         for d in dirs:
             self._list_package_files(pkg, d, out)
+
+
+def dir_stat(path: str) -> tuple[int, int, int] | None:
+    """What tells that a directory's entries changed: (mtime_ns, ctime_ns, inode); None: none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def _unlistable(rel: str, doing: str) -> str:

@@ -277,6 +277,27 @@ def dir_listings(
     return {d: _listing(root, d, hidden) for d in dirs}
 
 
+MOVED = "~moved"  # a listing fingerprint no directory has: "changed while the evaluation read it"
+
+
+def unsettled_listings(
+    root: str, dir_stats: Mapping[str, tuple[int, int, int] | None], listed: dict[str, str | None],
+) -> None:
+    """Mark (``MOVED``) in ``listed`` each directory whose stat moved since the evaluation
+    listed it (a file made then may be in the fingerprint taken now though glob() never
+    saw it): the snapshot is then refused, and the next build evaluates again.  (Not one
+    whose change fell in the very clock tick of its listing, after it: the build's own
+    ``.buildtool`` made just before would refuse the first snapshot of every checkout.)"""
+    for d, before in dir_stats.items():
+        try:
+            st = os.stat(os.path.join(root, d) if d else root)
+            now: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            now = None
+        if now != before:
+            listed[d] = MOVED
+
+
 def hidden_entries(outputs: Iterable[str]) -> set[str]:
     """What a listing leaves out: the outputs, and every directory on the way to one (a
     build makes those; the snapshot follows such a directory by its own listing instead,

@@ -283,6 +283,8 @@ class Session:
             listed = None if loader is None or self.focus is not None or req.mode != "build" \
                 else noop.dir_listings(self.ws.root, loader.glob_dirs, [o for t in graph.targets for o in t.outs],
                                        self._going(graph, dead[0], stats), self.ws.is_ignored)
+            if listed is not None:  # (and as they were when they were listed)
+                noop.unsettled_listings(self.ws.root, loader.dir_stats, listed)
             return struct, struct_seen, listed
 
         regraph = verdict is not None and verdict.regraph  # a BUILD.py, module or listing changed

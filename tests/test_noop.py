@@ -1690,3 +1690,28 @@ def test_a_git_file_a_glob_takes_is_in_the_listing(tmp_path: Path) -> None:
     time.sleep(0.1)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and ".git" in (ws / "t.out").read_text(), r.stdout + r.stderr
+
+
+def test_a_file_made_in_a_globbed_directory_while_buildfiles_are_evaluated_is_seen_next_time(
+    tmp_path: Path,
+) -> None:
+    """A reviewer: the listings the snapshot keeps were taken after the whole evaluation, so
+    a file made in a/ after a/BUILD.py's glob() ran (while b/BUILD.py was still evaluated)
+    was in them, and the next build said "nothing changed" without the file in all.out."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, "")
+    (ws / "a").mkdir()
+    (ws / "a" / "one.txt").write_text("one\n")
+    (ws / "a" / "BUILD.py").write_text('genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], '
+                                       'cmd="cat $(SRCS) > $@")\n')
+    (ws / "b").mkdir()
+    (ws / "b" / "BUILD.py").write_text('import time\ntime.sleep(1.5)\n'
+                                       'genrule(name="b", outs=["b.out"], cmd="echo b > $@")\n')
+    time.sleep(0.1)
+    writer = subprocess.Popen(["sh", "-c", f"sleep 0.7; echo new > {ws / 'a' / 'new.txt'}"])
+    try:
+        assert bt(ws, cache, "build", "//...").returncode == 0
+    finally:
+        writer.wait()
+    r = bt(ws, cache, "build", "//...")
+    assert r.returncode == 0 and (ws / "a" / "all.out").read_text() == "new\none\n", r.stdout + r.stderr
