@@ -144,7 +144,7 @@ class TargetRunner:
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
-        self._tools_absent: dict[str, None] = {}  # tools named by a path that were not found there
+        self._tools_absent: dict[str, None] = {}  # where a tool was looked for in vain (or not executable)
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
         self._checkout_root: str | None = None
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
@@ -202,8 +202,9 @@ class TargetRunner:
         return made
 
     def tool_paths(self) -> list[str]:
-        """Absolute paths of the tool binaries resolved during this run, and of the tools
-        named by a path that were not found there (or not executable)."""
+        """Absolute paths of the tool binaries resolved during this run, and of the places
+        a tool was looked for in vain (nothing there, or not executable: a chmod +x there
+        changes which tool runs)."""
         return [*self._tool_digests, *self._tools_absent]
 
     def tool_dirs(self) -> list[str]:
@@ -276,7 +277,8 @@ class TargetRunner:
                     path = shutil.which(name, path=d)
                     if path is not None:
                         break
-                    self._tool_dirs[d] = None
+                    self._tool_dirs[d] = None  # (a tool put there would be found first)
+                    self._tools_absent[os.path.join(d, name)] = None  # (or one there made executable)
             if path is not None:
                 path = os.path.abspath(path)
             elif "/" in name:  # (one made there, or made executable, would be found: the snapshot watches it)

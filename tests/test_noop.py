@@ -1715,3 +1715,20 @@ def test_a_file_made_in_a_globbed_directory_while_buildfiles_are_evaluated_is_se
         writer.wait()
     r = bt(ws, cache, "build", "//...")
     assert r.returncode == 0 and (ws / "a" / "all.out").read_text() == "new\none\n", r.stdout + r.stderr
+
+
+def test_a_tool_made_executable_earlier_on_path_is_the_one_that_runs_next(tmp_path: Path) -> None:
+    """A reviewer: bin1/mytool was there but not executable, bin2/mytool ran; chmod +x of
+    bin1/mytool changes neither bin1's listing nor its stat: "nothing changed"."""
+    cache = tmp_path / "cache"
+    ws = new_workspace(tmp_path, 'genrule(name="t", outs=["t.txt"], tools=["mytool"], cmd="mytool > $@")\n')
+    for n, word in ((1, "one"), (2, "two")):
+        (tmp_path / f"bin{n}").mkdir()
+        (tmp_path / f"bin{n}" / "mytool").write_text(f"#!/bin/sh\necho {word}\n")
+    (tmp_path / "bin2" / "mytool").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin1'}:{tmp_path / 'bin2'}:{os.environ['PATH']}"}
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", env=env).returncode == 0 and (ws / "t.txt").read_text() == "two\n"
+    (tmp_path / "bin1" / "mytool").chmod(0o755)
+    r = bt(ws, cache, "build", env=env)
+    assert r.returncode == 0 and (ws / "t.txt").read_text() == "one\n", r.stdout + r.stderr
