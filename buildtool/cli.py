@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.disable()  # a one-shot build: see Session.build for when it collects cycles
         from buildtool import noop
 
+        _env_from_directory(args.directory)  # (before the snapshot's env view is compared)
         checked = noop.try_noop(args.directory, "build", args.patterns, [])
         if checked is not None and not checked[0].changed:
             return _nothing_changed(checked[0].targets, checked[1])
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser().print_help()
             return 2
+        _env_from_directory(args.directory)
     from buildtool.errors import BuildtoolError
 
     try:
@@ -366,9 +368,8 @@ def _interruptible() -> bool:
 
 
 def _from_directory(args: argparse.Namespace) -> None:
-    """``-C DIR``: relative report and cache paths given as flags, and a relative
-    ``BUILDTOOL_CACHE_DIR``, are taken from DIR too, as if buildtool had been started there
-    (make -C, git -C); ``~`` is the home directory."""
+    """``-C DIR``: relative report and cache paths given as flags are taken from DIR too,
+    as if buildtool had been started there (make -C, git -C); ``~`` is the home directory."""
     here = os.path.normpath(args.directory) == "."
     for name in ("cache_dir", "events", "profile", "junit"):
         path = getattr(args, name, None)
@@ -379,9 +380,14 @@ def _from_directory(args: argparse.Namespace) -> None:
         if not here and not os.path.isabs(path):
             path = os.path.join(args.directory, path)
         setattr(args, name, path)
+
+
+def _env_from_directory(directory: str) -> None:
+    """``-C DIR``: a relative ``BUILDTOOL_CACHE_DIR`` is taken from DIR, as the flags are
+    (once, before the no-op check compares the environment; the commands see it so too)."""
     env_dir = os.environ.get("BUILDTOOL_CACHE_DIR", "")
-    if not here and env_dir and not env_dir.startswith("~") and not os.path.isabs(env_dir):
-        os.environ["BUILDTOOL_CACHE_DIR"] = os.path.join(args.directory, env_dir)  # (its commands see it so too)
+    if os.path.normpath(directory) != "." and env_dir and not env_dir.startswith("~") and not os.path.isabs(env_dir):
+        os.environ["BUILDTOOL_CACHE_DIR"] = os.path.join(directory, env_dir)
 
 
 def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:

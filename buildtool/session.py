@@ -504,8 +504,13 @@ class Session:
                 if rediff:  # the targets not planned: signed as the check found their files
                     assert verdict is not None
                     seen, carry = (stats.used, verdict.rows(), stats.entries), verdict
-                self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
-                                     listed=listed, cwd=os.getcwd() if loader.cwd_relative else None, carry=carry)
+                try:  # (a graph read by relative paths holds for this working directory only)
+                    cwd = os.getcwd() if loader.cwd_relative else None
+                except OSError:  # deleted under the shell: no directory to tie a snapshot to
+                    pass
+                else:
+                    self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
+                                         listed=listed, cwd=cwd, carry=carry)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:

@@ -741,6 +741,11 @@ def test_dash_C_runs_as_if_started_there(workspace: Workspace, tmp_path: Path) -
     rc, out, err = workspace.run("-C", str(workspace.root), "-C", "lib", "build", ":lib", "-n", cwd=outside,
                                  env_extra={"BUILDTOOL_CACHE_DIR": "c2"})  # (the variable as well)
     assert rc == 0 and workspace.exists("lib/c2") and not list(outside.iterdir()), out + err
+    time.sleep(0.1)
+    for _ in range(3):  # (and the snapshot's environment holds it as moved: a no-op, not a full build each time)
+        rc, out, err = workspace.run("-C", str(workspace.root), "build", "//lib:lib", cwd=outside,
+                                     env_extra={"BUILDTOOL_CACHE_DIR": "c3"})
+    assert rc == 0 and "(nothing changed)" in out, out + err
     rc, out, err = workspace.run("build", "--bogus")
     assert rc == 2 and err.startswith("usage: buildtool build "), err
 
@@ -1331,3 +1336,10 @@ def test_a_working_directory_deleted_under_the_shell_is_an_error_not_a_traceback
         r = subprocess.run(["sh", "-c", f'{again} && {gone} && "$0" {args}', BUILDTOOL], cwd=tmp_path,
                            capture_output=True, text=True, env=_clean_env(workspace.cache, workspace.home), timeout=120)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stdout + r.stderr)
+    workspace.build_file("", 'import os\nx = os.path.exists("foo.txt")\n'  # (relative, and no error)
+                             'genrule(name="t", outs=["t.out"], cmd="echo %s > $@" % x)\n')
+    r = subprocess.run(["sh", "-c", f'mkdir -p {shlex.quote(str(d))} && cd {shlex.quote(str(d))} && cd . && '
+                       f'rmdir {shlex.quote(str(d))} && "$0" -C {shlex.quote(str(workspace.root))} build', BUILDTOOL],
+                       cwd=tmp_path, capture_output=True, text=True, env=_clean_env(workspace.cache, workspace.home),
+                       timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
