@@ -469,24 +469,30 @@ def test_read_only_cache_dir_still_builds(workspace: Workspace, tmp_path: Path) 
         subprocess.run(["umount", "-l", str(ro)], check=False)
 
 
-def test_a_build_record_that_stops_growing_mid_build_is_one_warning_not_a_failure(workspace: Workspace) -> None:
-    """A file-size limit (standing in for a full disk) reached by .buildtool/record during a
-    build: one warning per action, then 'OK' and exit 1 ('File too large') from the last
-    flush, which also skipped the build's cleanup (.buildtool/tmp/ left behind)."""
+def _build_while_the_record_may_grow_1_KiB(workspace: Workspace) -> subprocess.CompletedProcess[str]:
+    """``buildtool build`` under a file-size limit (standing in for a full disk) that lets
+    .buildtool/record grow by 1 KiB."""
     import resource
 
-    workspace.write("s.txt", "a\n")
-    workspace.build_file("", "for i in range(8):\n"
-                             "    genrule(name=f't{i}', srcs=['s.txt'], outs=[f'o{i}'], cmd='cat $< > $@')\n")
-    assert workspace.build().rc == 0
-    workspace.write("s.txt", "b\n")
     limit = os.path.getsize(workspace.path(".buildtool/record")) + 1024
 
     def small_files() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    r = subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, capture_output=True, text=True,
-                       env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=120)
+    return subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, capture_output=True, text=True,
+                          env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=120)
+
+
+def test_a_build_record_that_stops_growing_mid_build_is_one_warning_not_a_failure(workspace: Workspace) -> None:
+    """A file-size limit (standing in for a full disk) reached by .buildtool/record during a
+    build: one warning per action, then 'OK' and exit 1 ('File too large') from the last
+    flush, which also skipped the build's cleanup (.buildtool/tmp/ left behind)."""
+    workspace.write("s.txt", "a\n")
+    workspace.build_file("", "for i in range(8):\n"
+                             "    genrule(name=f't{i}', srcs=['s.txt'], outs=[f'o{i}'], cmd='cat $< > $@')\n")
+    assert workspace.build().rc == 0
+    workspace.write("s.txt", "b\n")
+    r = _build_while_the_record_may_grow_1_KiB(workspace)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stderr.count("could not write the build record") == 1, r.stderr
     assert "Traceback" not in r.stderr and not os.path.exists(workspace.path(".buildtool/tmp")), r.stderr
@@ -501,8 +507,6 @@ def test_a_build_record_that_lost_a_line_leaves_no_snapshot_to_trust_it(workspac
     build that succeeds; its no-op snapshot was still written, so the next incremental build
     took A's output digest from A's stale record line: B's key was the old one, and B's
     missing output was restored from the cache with the old content of a.out."""
-    import resource
-
     workspace.write("a.txt", "1\n")
     workspace.write("b.txt", "x\n")
     workspace.build_file("", 'genrule(name="A", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out", '
@@ -511,13 +515,7 @@ def test_a_build_record_that_lost_a_line_leaves_no_snapshot_to_trust_it(workspac
     time.sleep(0.1)
     assert workspace.build().rc == 0
     workspace.write("a.txt", "2\n")
-    limit = os.path.getsize(workspace.path(".buildtool/record")) + 1024
-
-    def small_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    r = subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, capture_output=True, text=True,
-                       env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=120)
+    r = _build_while_the_record_may_grow_1_KiB(workspace)
     assert r.returncode == 0 and "could not write the build record" in r.stderr, r.stdout + r.stderr
     assert workspace.read("b.out") == "2\nx\n"
     time.sleep(0.1)

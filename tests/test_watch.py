@@ -877,6 +877,23 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
         assert "//:b" not in ran_since(w, first.n), cycles
 
 
+def _until_a_cycle_writes_a_snapshot(w: Watch, root: Path) -> None:
+    """Add files pkg/bN.in (globbed into pkg/p.out, which holds p1 first) one by one until
+    a cycle that re-evaluated only //pkg leaves a new no-op snapshot; then stop the watch."""
+    snapshot = root / ".buildtool" / "noop"
+    before = snapshot.stat().st_mtime_ns if snapshot.exists() else None  # (none if a BUILD.py was racily new)
+    expected = "p1\n"
+    for n in range(2, 6):  # (a cycle within the snapshot's racy window of the new file writes none: again)
+        write(root / "pkg" / f"b{n}.in", f"p{n}\n")
+        expected += f"p{n}\n"
+        w.wait_settled(lambda cs, e=expected: read(root / "pkg" / "p.out") == e, "pkg re-evaluated")
+        time.sleep(0.2)
+        if snapshot.exists() and snapshot.stat().st_mtime_ns != before:
+            break
+    assert w.stop() == 0
+    assert snapshot.exists() and snapshot.stat().st_mtime_ns != before, "the cycle wrote no snapshot: nothing tested"
+
+
 def test_a_relative_open_keeps_its_directory_across_cycles(tmp_path: Path, cache: Path) -> None:
     """The root BUILD.py opens data.txt by a relative path (from the working directory);
     a watch cycle re-evaluates only another package.  The snapshot the watch leaves must
@@ -895,18 +912,7 @@ def test_a_relative_open_keeps_its_directory_across_cycles(tmp_path: Path, cache
     write(root / "pkg" / "BUILD.py", 'genrule(name="p", srcs=glob(["*.in"]), outs=["p.out"], cmd="cat $(SRCS) > $@")\n')
     w = Watch(root, cache, command=("-C", "sub", "watch", "//..."))
     w.wait_cycle(1)
-    snapshot = root / ".buildtool" / "noop"
-    before = snapshot.stat().st_mtime_ns if snapshot.exists() else None  # (none if a BUILD.py was racily new)
-    expected = "p1\n"
-    for n in range(2, 6):  # (a cycle within the snapshot's racy window of the new file writes none: again)
-        write(root / "pkg" / f"b{n}.in", f"p{n}\n")
-        expected += f"p{n}\n"
-        w.wait_settled(lambda cs, e=expected: read(root / "pkg" / "p.out") == e, "pkg re-evaluated")
-        time.sleep(0.2)
-        if snapshot.exists() and snapshot.stat().st_mtime_ns != before:
-            break
-    assert w.stop() == 0
-    assert snapshot.exists() and snapshot.stat().st_mtime_ns != before, "the cycle wrote no snapshot: nothing tested"
+    _until_a_cycle_writes_a_snapshot(w, root)
     assert read(root / "t.out") == "A\n"
     r = subprocess.run([sys.executable, "-m", "buildtool", "build", "//..."], cwd=root / "sub",
                        env=run_env(cache), capture_output=True, text=True, timeout=TIMEOUT)
@@ -925,18 +931,7 @@ def test_a_kept_package_s_getenv_stays_in_the_snapshot_a_cycle_leaves(tmp_path: 
     write(root / "pkg" / "BUILD.py", 'genrule(name="p", srcs=glob(["*.in"]), outs=["p.out"], cmd="cat $(SRCS) > $@")\n')
     w = Watch(root, cache, command=("watch", "//..."))
     w.wait_cycle(1)
-    snapshot = root / ".buildtool" / "noop"
-    before = snapshot.stat().st_mtime_ns if snapshot.exists() else None
-    expected = "p1\n"
-    for n in range(2, 6):  # (a cycle within the snapshot's racy window of the new file writes none: again)
-        write(root / "pkg" / f"b{n}.in", f"p{n}\n")
-        expected += f"p{n}\n"
-        w.wait_settled(lambda cs, e=expected: read(root / "pkg" / "p.out") == e, "pkg re-evaluated")
-        time.sleep(0.2)
-        if snapshot.exists() and snapshot.stat().st_mtime_ns != before:
-            break
-    assert w.stop() == 0
-    assert snapshot.exists() and snapshot.stat().st_mtime_ns != before, "the cycle wrote no snapshot: nothing tested"
+    _until_a_cycle_writes_a_snapshot(w, root)
     assert read(root / "a" / "a.txt") == "none\n"
     r = subprocess.run([sys.executable, "-m", "buildtool", "build", "//..."], cwd=root,
                        env={**run_env(cache), "MSG": "hello"},
