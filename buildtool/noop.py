@@ -85,7 +85,7 @@ class Verdict:
 
     def __init__(
         self, targets: int, changed: list[str], struct: list[str], dirs: list[str], env_names: list[str],
-        body: dict[str, Any], regraph: bool = False,
+        body: dict[str, Any], regraph: bool = False, verified: dict[str, list[Any]] | None = None,
     ) -> None:
         self.targets = targets
         self.changed = changed  # sources and outputs whose stat differs ([] for a no-op); for a
@@ -96,7 +96,7 @@ class Verdict:
         self.env_names = env_names
         self.body = body  # the snapshot as read: its unchanged parts are kept
         self.lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
-        self.verified: dict[str, list[Any]] = {}  # racy rows whose content the check found unchanged
+        self.verified = verified or {}  # racy rows whose content the check found unchanged: their stat and digest
 
     def rows(self) -> dict[str, list[Any] | None]:
         """What the check found unchanged of each source and output of the snapshot (None:
@@ -1053,10 +1053,8 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if not found and not regraph and (settled_dirs or settled_rows):
             _settle(state_dir, body, tail, paths, settled_dirs, settled_rows)
         changed = [paths[k] for k in found]
-        v = Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
-                    bool(regraph))
-        v.verified = verified
-        return v
+        return Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
+                       bool(regraph), verified)
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError):
         return None  # a body of the right shape but wrong contents: damaged, do the full build
 

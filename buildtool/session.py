@@ -522,10 +522,7 @@ class Session:
     @staticmethod
     def _struct_of(loader: Loader) -> tuple[list[str], list[str], set[str]]:
         """The files, listed directories and env vars the BUILD.py evaluation depended on."""
-        from buildtool.config import user_config_path
-
-        files = [*loader.read_files, *loader.probes, *loader.imported_workspace_modules(),
-                 "buildtool.toml", ".buildtoolignore", user_config_path()]
+        files = [*loader.read_files, *loader.probes, *loader.imported_workspace_modules(), *_config_files()]
         return files, sorted(loader.glob_dirs), set(loader.env_reads)
 
     def _write_snapshot(
@@ -552,11 +549,9 @@ class Session:
         verdict of the regraph build that ends here, whose unplanned targets' tools are kept
         as the check found them."""
         from buildtool import keys
-        from buildtool.config import user_config_path
 
         # What shapes the actions too, not only the graph: a change to one is a full build.
-        hard = [*runner.tool_paths(), *runner.discovered_inputs(), "buildtool.toml", ".buildtoolignore",
-                user_config_path()]
+        hard = [*runner.tool_paths(), *runner.discovered_inputs(), *_config_files()]
         files = [*struct, *hard]  # + the tools and the headers found by depfiles
         inside = self.ws.root + os.sep  # (a tool put in these would shadow the one used)
         searched = [d[len(inside):] if d.startswith(inside) else "" if d == self.ws.root else d
@@ -1019,6 +1014,13 @@ def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
     warn(f"-j {jobs} needs about {need} open files and the limit is {new} (ulimit -n): "
          f"running at most {fits} commands at once")
     return fits
+
+
+def _config_files() -> list[str]:
+    """The configuration a build reads: the workspace's (and its ignore file) and the user's."""
+    from buildtool.config import user_config_path
+
+    return ["buildtool.toml", ".buildtoolignore", user_config_path()]
 
 
 def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iterable[str]) -> None:
