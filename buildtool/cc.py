@@ -73,12 +73,13 @@ def _look_for(name: str) -> None:
     ctx = evaluating()
     if ctx is None:
         return
-    if "/" in name:
-        ctx.looked_for.add(os.path.abspath(name))
-        return
-    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        if d:
-            ctx.looked_for.add(os.path.join(os.path.abspath(d), name))
+    search = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    places = [name] if "/" in name else [os.path.join(d, name) for d in search if d]
+    for path in places:
+        try:
+            ctx.looked_for.add(os.path.abspath(path))
+        except OSError:  # (relative, from a working directory that was deleted: which() finds nothing there)
+            pass
 
 
 def _pkg_rel(path: str) -> str:

@@ -177,6 +177,9 @@ class Loader:
         # buildtool.toml asked for without discovery (`:name` from a subdirectory, a srcs
         # path's packages), a module an import looked for.  One appearing changes the graph.
         self.probes: set[str] = set()
+        # absolute paths outside the workspace a macro looked for (cc: the compiler on PATH):
+        # the no-op snapshot's business, not watch mode's (it would watch every PATH directory)
+        self.looked_for: set[str] = set()
         self._nested: dict[str, bool] = {}  # directory -> in a nested workspace (memo)
         self._in_cache: dict[str, bool] = {}  # directory -> in a cache directory (memo)
         # Package -> the include patterns of its glob() calls (text, compiled): which new
@@ -383,7 +386,7 @@ class Loader:
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx
         self.env_reads.update(ctx.env_reads)
-        self.probes.update(ctx.looked_for)
+        self.looked_for.update(ctx.looked_for)
         return ctx.declarations
 
     def globbed(self, pkg: str) -> set[str]:

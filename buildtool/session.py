@@ -522,7 +522,8 @@ class Session:
     @staticmethod
     def _struct_of(loader: Loader) -> tuple[list[str], list[str], set[str]]:
         """The files, listed directories and env vars the BUILD.py evaluation depended on."""
-        files = [*loader.read_files, *loader.probes, *loader.imported_workspace_modules(), *_config_files()]
+        files = [*loader.read_files, *loader.probes, *loader.looked_for, *loader.imported_workspace_modules(),
+                 *_config_files()]
         return files, sorted(loader.glob_dirs), set(loader.env_reads)
 
     def _write_snapshot(

@@ -412,6 +412,7 @@ class Watcher:
                     new._contexts[pkg] = old._contexts[pkg]
             new.read_files |= old.read_files
             new.probes |= old.probes
+            new.looked_for |= old.looked_for
             new.glob_dirs |= old.glob_dirs
             new.env_reads.update(old.env_reads)  # (also a kept module's, read when it was imported)
             for pkg, rules in old.glob_rules.items():

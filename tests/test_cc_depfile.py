@@ -457,3 +457,29 @@ def test_a_compiler_installed_after_a_build_is_seen_by_the_next(workspace: Works
     (bin_dir / "rv2cc").symlink_to(real)
     rc, out, err = workspace.run("build", env_extra=env)  # (no --events: the snapshot's path)
     assert rc == 0 and workspace.exists("hello") and "nothing changed" not in out, out + err
+
+
+def test_where_the_macros_looked_for_the_compiler_is_no_watch_and_no_error(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The candidates are snapshot files, not probes (watch mode watched every PATH
+    directory for them); a relative PATH entry, from a working directory that was deleted
+    (`-C`), is skipped, not a BUILD.py error (a reviewer's two findings)."""
+    from conftest import BUILDTOOL, _clean_env
+
+    from buildtool.loader import Loader
+    from buildtool.workspace import Workspace as Ws
+
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="hello", srcs=["main.c"])\n')
+    monkeypatch.setenv("PATH", f"/nonexistent-bin:{os.environ['PATH']}")
+    loader = Loader(Ws(str(workspace.root), "", ()))
+    loader.load("")
+    assert "/nonexistent-bin/cc" in loader.looked_for and not any(p.startswith("/") for p in loader.probes)
+    gone = tmp_path / "gone"
+    env = _clean_env(workspace.cache, workspace.home)
+    env["PATH"] = ".:" + env["PATH"]
+    r = subprocess.run(["sh", "-c", f'mkdir -p "{gone}" && cd "{gone}" && rmdir "{gone}" && '
+                       f'"$0" -C "{workspace.root}" build', BUILDTOOL], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
