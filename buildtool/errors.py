@@ -5,6 +5,7 @@
     |   +-- BuildfileError         ... with a file and line
     |   +-- NoTestsError (exit 4)  ``buildtool test`` matched no test target
     +-- BuildFailed (exit 1)       a command or a test failed
+    +-- LockBusy (exit 1)          another buildtool holds the workspace, and --no-wait was given
     +-- Interrupted (130/143/129)  SIGINT / SIGTERM / SIGHUP while the scheduler ran or reports were written
     KeyboardInterrupt
     +-- EvaluationInterrupted      Ctrl-C (or SIGTERM, SIGHUP) while a BUILD.py ran (names it: an endless loop)
@@ -50,6 +51,12 @@ class NoTestsError(UserError):
 
 class BuildFailed(BuildtoolError):
     """At least one command failed (exit code 1)."""
+
+    exit_code = 1
+
+
+class LockBusy(BuildtoolError):
+    """Another buildtool holds the workspace and ``--no-wait`` was given (exit 1)."""
 
     exit_code = 1
 

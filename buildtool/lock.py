@@ -25,17 +25,9 @@ import fcntl
 import os
 import time
 
-from buildtool.errors import BuildtoolError
-
-TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc
+TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc, no errors.py
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-
-class LockBusy(BuildtoolError):
-    """Another buildtool holds the workspace and ``--no-wait`` was given (exit 1)."""
-
-    exit_code = 1
 
 
 class WorkspaceLock:
@@ -84,6 +76,8 @@ class WorkspaceLock:
                     holder = _read_pid(fd)
                 who = f"pid {holder}" if holder else "unknown pid"
                 if not wait:
+                    from buildtool.errors import LockBusy
+
                     msg = f"another buildtool ({who}) is running on this workspace (--no-wait given)"
                     raise LockBusy(msg) from None
                 say(f"waiting for another buildtool ({who}) on this workspace")
@@ -166,6 +160,8 @@ def _lock_second(path: str, wait: bool, say: Callable[[str], None]) -> int | Non
         except BlockingIOError:
             why = "its .buildtool/lock was deleted while it ran"
             if not wait:
+                from buildtool.errors import LockBusy
+
                 raise LockBusy(f"another buildtool is running on this workspace ({why}; --no-wait given)") from None
             say(f"waiting for another buildtool on this workspace ({why})")
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import Workspace
 
-from buildtool.lock import LockBusy, WorkspaceLock
+from buildtool.errors import LockBusy
+from buildtool.lock import WorkspaceLock
 
 
 @pytest.mark.parametrize("how", ["deleted", "replaced"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool import monitor
+from buildtool import monitor, monitord
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the monitor needs inotify")
 
@@ -365,7 +365,7 @@ def test_symlink_resolution_must_stay_in_the_watched_tree(tmp_path: Path) -> Non
     (ws / "data" / "a.txt").write_text("a\n")
     (t / "x").mkdir()
     (t / "x" / "lnk").symlink_to(ws / "data" / "a.txt")  # a link outside that leads back in
-    mon = monitor.Monitor(str(ws), str(ws / ".buildtool"))
+    mon = monitord.Monitor(str(ws), str(ws / ".buildtool"))
     try:
         cases = [
             ("data/a.txt", True), (str(ws / "data" / "a.txt"), True), ("../ws/data/a.txt", True),
@@ -399,14 +399,47 @@ def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, da
     assert isinstance(clock, dict) and clock["token"]
     damaged = {**clock, **damage} if isinstance(damage, dict) else damage  # the rest as the monitor left it
     raw = marshal.dumps(damaged)  # with its right checksum: the reader must judge the content
-    path.write_bytes(header + b"%08x\n" % noop._crc(raw) + raw)
+    path.write_bytes(header + b"%08x\n" % noop._clock_sum(raw) + raw)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    path.write_bytes(header + b"%08x\n" % noop._crc(raw) + raw)
+    path.write_bytes(header + b"%08x\n" % noop._clock_sum(raw) + raw)
     (ws / "src" / "a.txt").write_text("changed under a damaged clock\n")
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert (ws / "up.txt").read_text() == "CHANGED UNDER A DAMAGED CLOCK\n"
+
+
+def test_a_clock_that_does_not_match_its_checksum_is_not_used(ws: Path, tmp_path: Path) -> None:
+    """A bit flipped in the clock's body on disk (here: its target count, which the no-op
+    would print) must not be believed: the checksum line says so, and the full check runs."""
+    import marshal
+
+    from buildtool import noop
+
+    cache = tmp_path / "cache"
+    armed(ws, cache)
+    path = ws / ".buildtool" / "noop-clock"
+    start = len(noop.CLOCK_HEADER) + 9
+    data = path.read_bytes()
+    clock = marshal.loads(data[start:])
+    n = clock["targets"]
+    path.write_bytes(data[:start] + marshal.dumps({**clock, "targets": n ^ 64}))  # (the old checksum line)
+    r = bt(ws, cache, "build")
+    assert f"OK: {n} targets" in r.stdout and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    assert path.read_bytes() == data or marshal.loads(path.read_bytes()[start:])["targets"] == n  # rewritten
+
+
+def test_the_clock_checksum_sees_flipped_bits_and_length() -> None:
+    from buildtool.noop import _clock_sum
+
+    raw = bytes(range(256)) * 3
+    base = _clock_sum(raw)
+    for i in range(0, len(raw) * 8, 7):
+        flipped = bytearray(raw)
+        flipped[i // 8] ^= 1 << (i % 8)
+        assert _clock_sum(bytes(flipped)) != base, i
+    assert _clock_sum(raw + b"\0") != base and _clock_sum(raw[:-1]) != base
+    assert 0 <= base < 1 << 32  # (it is written as 8 hex digits)
 
 
 @pytest.mark.parametrize(("paused", "into"), [(False, "outside"), (True, "outside"), (True, ".buildtool")],

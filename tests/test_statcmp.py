@@ -148,8 +148,11 @@ def test_compare_takes_the_c_loop_for_snapshot_columns(
     monkeypatch.setattr(noop, "_fast", counted)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        assert len(paths) < noop.C_LOOP_MIN  # a few paths: the Python loop (importing the C one costs more)
         found = noop._compare(fd, paths, _packed(rows), 0, 0, len(paths))
-        assert {paths[k] for k in found} == expected and calls == [1]
+        assert {paths[k] for k in found} == expected and calls == []
+        monkeypatch.setattr(noop, "C_LOOP_MIN", len(paths))
+        assert noop._compare(fd, paths, _packed(rows), 0, 0, len(paths)) == found and calls == [1]
         lists = noop._columns(rows)  # plain lists (the files' own rows): the Python loop
         assert noop._compare(fd, paths, lists, 0, 0, len(paths)) == found and calls == [1]
     finally:
