@@ -1,5 +1,5 @@
 """Monitor command: ``buildtool monitor start|stop|status`` (parsing and printing only;
-the daemon and its protocol are in monitor.py, the contract in docs/monitor.md)."""
+the client is monitor.py, the daemon monitord.py, the contract docs/monitor.md)."""
 
 from __future__ import annotations
 

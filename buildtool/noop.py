@@ -973,9 +973,9 @@ def _settle(
 
 
 def _crc(data: bytes) -> int:
-    """CRC-32 of a snapshot's or clock's body: a flipped bit in a path would otherwise leave
-    that file unchecked (a damaged stat column can only make a file look changed).  binascii
-    costs ~0.3 ms to import; blake3, ~1 ms more of every no-op."""
+    """CRC-32 of a snapshot's body (the clock has ``_clock_sum``): a flipped bit in a path
+    would otherwise leave that file unchecked (a damaged stat column can only make a file
+    look changed).  binascii costs ~0.3 ms to import; blake3, ~1 ms more of every no-op."""
     from binascii import crc32
 
     return crc32(data)
@@ -1059,15 +1059,16 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
 
 CLOCK_HEADER = b"# buildtool noop-clock v3\n"  # v2: a line with the body's CRC-32 follows; v3: _clock_sum, not CRC-32
 CLOCK_MOD = (1 << 30) - 35  # a prime below 2**30: CPython divides by one machine digit
-MONITOR_SOCKET = "monitor.sock"  # where a workspace's file monitor listens (monitor.py)
+MONITOR_SOCKET = "monitor.sock"  # where a workspace's file monitor listens (monitord.py; client: monitor.py)
 
 
 def _clock_sum(raw: bytes) -> int:
     """The clock's checksum: its bytes as one little-endian number plus their count, modulo
-    the prime ``CLOCK_MOD``.  It catches what CRC-32 is there for (any flipped bit: no power
-    of two is a multiple of the prime; a cut or a lengthened body), with builtins only, where
-    binascii's import was ~0.35 ms of a no-op the monitor vouches for (~14 ms in all).  Not
-    for the snapshot: on megabytes the division costs more than the import."""
+    the prime ``CLOCK_MOD``.  Any flipped bit, or burst of up to 29, changes it (no power of
+    two is a multiple of the prime); other damage, a cut or a lengthened body included, goes
+    unseen with odds of about 2**-30 (CRC-32: 2**-32).  Builtins only, where binascii's
+    import was ~0.35 ms of a no-op the monitor vouches for (~14 ms in all).  Not for the
+    snapshot: on megabytes the division costs more than the import."""
     return (int.from_bytes(raw, "little") + len(raw)) % CLOCK_MOD
 
 
@@ -1180,8 +1181,10 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
 
     try:
         ws = find_workspace(start_dir)
-    except Exception:  # (UserError, OSError: not errors.py's import on every no-op for it)
-        return None  # the full path reports it
+    except Exception as e:  # (UserError, OSError; by its module: not errors.py's import on every no-op)
+        if isinstance(e, OSError) or type(e).__module__ == "buildtool.errors":
+            return None  # the full path reports it
+        raise
     if not os.path.exists(_path(ws.state_dir)):
         return None
     lock = WorkspaceLock(ws.state_dir)
