@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
+CACHE = "__pycache__"
+_REAL_OPEN_CODE = io.open_code  # (what the import system and runpy read Python files with; _io's is the same)
 _LOOKS = ("stat", "lstat", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
 # Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
 # buildtool's own modules, whose looks while a BUILD.py runs (glob(), package checks) are
@@ -317,8 +319,11 @@ class Loader:
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
-        opens = (builtins.open, io.open)
+        import _io
+
+        opens = (builtins.open, io.open, io.open_code, _io.open_code)
         builtins.open = io.open = self._tracking_open()
+        io.open_code = _io.open_code = self._tracking_open_code()  # (a module loaded by its path)
         looks = {name: getattr(os, name) for name in _LOOKS}
         for name, fn in self._tracking_looks().items():
             setattr(os, name, fn)
@@ -376,7 +381,7 @@ class Loader:
             sys.dont_write_bytecode = no_pyc
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
-            builtins.open, io.open = opens
+            builtins.open, io.open, io.open_code, _io.open_code = opens
             for name, fn in looks.items():
                 setattr(os, name, fn)
             if not ended:
@@ -410,28 +415,65 @@ class Loader:
         """``open`` that notes each workspace file opened for reading (and its stat then):
         it stands in for ``builtins.open`` and ``io.open`` while a BUILD.py is evaluated, so
         reads by the modules it imports and through ``pathlib`` count as well."""
-        root = self.ws.root
         real = _REAL_OPEN
 
         def tracking_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
             if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
-                p = os.fsdecode(file)
-                absp = os.path.abspath(p)  # what open() opens: a relative path is from the working directory
-                # (also one that leads out of the workspace: its file is not tracked, but the
-                # graph depends on the directory it was read from)
-                self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
-                if absp.startswith(root + os.sep):
-                    rel = os.path.relpath(absp, root)
-                    self.read_files.add(rel)
-                    f = real(file, mode, *args, **kwargs)  # (the caller closes it)
-                    try:
-                        self.read_stats.setdefault(rel, stat_row(os.fstat(f.fileno())))
-                    except (OSError, AttributeError, ValueError):
-                        pass
-                    return f
+                rel = self._note_read(file)  # (first: a file that is missing now counts when it appears)
+                f = real(file, mode, *args, **kwargs)  # (the caller closes it)
+                if rel is not None:
+                    self._note_stat(rel, f)
+                return f
             return real(file, mode, *args, **kwargs)
 
         return tracking_open
+
+    def _tracking_open_code(self) -> Any:
+        """``io.open_code`` that notes the workspace files it opens, as ``open`` does: what
+        ``importlib.util.spec_from_file_location(...).loader.exec_module`` and
+        ``runpy.run_path`` read a module by its path with (no ``sys.modules`` entry, no
+        ``open`` call: the module's edits went unseen).  A compiled ``__pycache__`` file
+        stands for its source, which is noted instead."""
+        real = _REAL_OPEN_CODE
+
+        def tracking_open_code(path: str) -> Any:
+            source = None
+            if isinstance(path, str) and path.endswith(".pyc") and os.path.basename(os.path.dirname(path)) == CACHE:
+                import importlib.util
+
+                try:
+                    source = importlib.util.source_from_cache(path)
+                except ValueError:  # (not a name the import system writes)
+                    pass
+            rel = self._note_read(source or path)
+            f = real(path)
+            if rel is not None:
+                self._note_stat(rel, None if source else f)
+            return f
+
+        return tracking_open_code
+
+    def _note_read(self, file: Any) -> str | None:
+        """Note ``file``, about to be opened for reading, if it is in the workspace; its
+        workspace-relative path then."""
+        p = os.fsdecode(file)
+        absp = os.path.abspath(p)  # what open() opens: a relative path is from the working directory
+        # (also one that leads out of the workspace: its file is not tracked, but the
+        # graph depends on the directory it was read from)
+        self.cwd_relative = self.cwd_relative or not os.path.isabs(p)
+        if not absp.startswith(self.ws.root + os.sep):
+            return None
+        rel = os.path.relpath(absp, self.ws.root)
+        self.read_files.add(rel)
+        return rel
+
+    def _note_stat(self, rel: str, f: Any) -> None:
+        """The stat data of ``rel`` as it was read: from ``f``, the open file (None: stat the path)."""
+        try:
+            st = os.fstat(f.fileno()) if f is not None else os.stat(os.path.join(self.ws.root, rel))
+            self.read_stats.setdefault(rel, stat_row(st))
+        except (OSError, AttributeError, ValueError):
+            pass
 
     def _tracking_looks(self) -> dict[str, Any]:
         """Stand-ins for ``os.stat``/``os.lstat`` (so ``os.path.exists``, ``isfile``,

@@ -1071,6 +1071,39 @@ def test_a_file_read_by_a_macro_module_or_pathlib_is_tracked(tmp_path: Path, rea
     assert (ws / "v.txt").read_text() == "2.0\n"
 
 
+_BY_SPEC = ("import importlib.util, os\n"
+            "spec = importlib.util.spec_from_file_location('defs', os.path.join(os.path.dirname(__file__), 'tools', "
+            "'defs.py'))\n"
+            "m = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(m)\n"
+            "V = m.V\n")
+
+
+@pytest.mark.parametrize("how", ["spec", "spec-compiled", "runpy"])
+def test_a_module_loaded_by_its_path_is_tracked(tmp_path: Path, how: str) -> None:
+    """A module a BUILD.py loads by its path, not imported by name (no sys.modules entry)
+    and not opened with open(): through importlib.util.spec_from_file_location and
+    exec_module, the same with a compiled __pycache__ file beside it (which stands for the
+    source), or runpy.run_path.  Editing it must evaluate again (it was a stale no-op)."""
+    by_runpy = ("import os, runpy\n"
+                "V = runpy.run_path(os.path.join(os.path.dirname(__file__), 'tools', 'defs.py'))['V']\n")
+    build_py = _BY_SPEC if how.startswith("spec") else by_runpy
+    ws = new_workspace(tmp_path, build_py + 'genrule(name="v", outs=["v.txt"], cmd="echo " + V + " > $@")\n')
+    (ws / "tools").mkdir()
+    (ws / "tools" / "defs.py").write_text("V = '1.0'\n")
+    if how == "spec-compiled":
+        import py_compile
+
+        py_compile.compile(str(ws / "tools" / "defs.py"), doraise=True)  # (tools/__pycache__/defs.*.pyc)
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    assert (ws / "v.txt").read_text() == "1.0\n"
+    (ws / "tools" / "defs.py").write_text("V = '2.0.1'\n")  # (another size: Python's own check of a .pyc)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (ws / "v.txt").read_text() == "2.0.1\n"
+
+
 def _settled(ws: Path, cache: Path, *args: str, cwd: Path | None = None) -> None:
     """Build until a no-op says "(nothing changed)" (the snapshot is written)."""
     for _ in range(2):
