@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
-CACHE = "__pycache__"
 _REAL_OPEN_CODE = io.open_code  # (what the import system and runpy read Python files with; _io's is the same)
 _LOOKS = ("stat", "lstat", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
 # Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
@@ -322,16 +321,19 @@ class Loader:
         import _io
 
         opens = (builtins.open, io.open, io.open_code, _io.open_code)
-        builtins.open = io.open = self._tracking_open()
-        io.open_code = _io.open_code = self._tracking_open_code()  # (a module loaded by its path)
+        tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
         looks = {name: getattr(os, name) for name in _LOOKS}
-        for name, fn in self._tracking_looks().items():
-            setattr(os, name, fn)
+        stand_ins = self._tracking_looks()
         probe = _ImportProbes(self.ws.root, self.probes)
-        sys.meta_path.insert(0, probe)
-        no_pyc, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the sources
+        no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
-        try:
+        try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
+            builtins.open = io.open = tracking_open
+            io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
+            for name, fn in stand_ins.items():
+                setattr(os, name, fn)
+            sys.meta_path.insert(0, probe)
+            sys.dont_write_bytecode = True  # no __pycache__ among the sources
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
             left, ended = guard.end(outer), True
@@ -435,20 +437,26 @@ class Loader:
         ``open`` call: the module's edits went unseen).  A compiled ``__pycache__`` file
         stands for its source, which is noted instead."""
         real = _REAL_OPEN_CODE
+        try:  # (taken now: an import inside the stand-in would come back to it, half made)
+            from _frozen_importlib_external import source_from_cache
+        except ImportError:  # (not CPython)
+            from importlib.util import source_from_cache
 
         def tracking_open_code(path: str) -> Any:
+            if not isinstance(path, str):
+                return real(path)  # (which refuses it)
             source = None
-            if isinstance(path, str) and path.endswith(".pyc") and os.path.basename(os.path.dirname(path)) == CACHE:
-                import importlib.util
-
+            if path.endswith(".pyc"):  # (in __pycache__, or under sys.pycache_prefix)
                 try:
-                    source = importlib.util.source_from_cache(path)
-                except ValueError:  # (not a name the import system writes)
+                    source = source_from_cache(path)
+                except (ValueError, NotImplementedError):  # (not a name the import system writes)
                     pass
             rel = self._note_read(source or path)
+            if rel is not None and source:
+                self._note_stat(rel, None)  # (before the compiled file is read: as near as can be to the check of it)
             f = real(path)
-            if rel is not None:
-                self._note_stat(rel, None if source else f)
+            if rel is not None and not source:
+                self._note_stat(rel, f)
             return f
 
         return tracking_open_code
