@@ -311,15 +311,9 @@ class Loader:
         namespace = self._namespace(buildfile, ctx)
         if self.ws.root not in sys.path:
             sys.path.insert(0, self.ws.root)
-        token = dsl.set_context(ctx)
-        # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
-        # `query` answers and the build's own lines.
-        stdout, sys.stdout = sys.stdout, _PrintsToStderr(sys.stderr)
-        guard = _exit_guard()
-        outer = guard.begin()
-        ended = False
         import _io
 
+        # (made before any state is changed: what raises here leaves nothing to undo)
         opens = (builtins.open, io.open, io.open_code, _io.open_code)
         tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
         looks = {name: getattr(os, name) for name in _LOOKS}
@@ -327,6 +321,13 @@ class Loader:
         probe = _ImportProbes(self.ws.root, self.probes)
         no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
+        token = dsl.set_context(ctx)
+        # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
+        # `query` answers and the build's own lines.
+        stdout, sys.stdout = sys.stdout, _PrintsToStderr(sys.stderr)
+        guard = _exit_guard()
+        outer = guard.begin()
+        ended = False
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
@@ -451,6 +452,8 @@ class Loader:
                     source = source_from_cache(path)
                 except (ValueError, NotImplementedError):  # (not a name the import system writes)
                     pass
+                if source is not None and not os.path.exists(source):
+                    source = None  # (run by its path, without a source: the compiled file is what counts)
             rel = self._note_read(source or path)
             if rel is not None and source:
                 self._note_stat(rel, None)  # (before the compiled file is read: as near as can be to the check of it)

@@ -1079,26 +1079,36 @@ _BY_SPEC = ("import importlib.util, os\n"
             "V = m.V\n")
 
 
-@pytest.mark.parametrize("how", ["spec", "spec-compiled", "runpy"])
+@pytest.mark.parametrize("how", ["spec", "spec-compiled", "runpy", "runpy-compiled-only"])
 def test_a_module_loaded_by_its_path_is_tracked(tmp_path: Path, how: str) -> None:
     """A module a BUILD.py loads by its path, not imported by name (no sys.modules entry)
     and not opened with open(): through importlib.util.spec_from_file_location and
     exec_module, the same with a compiled __pycache__ file beside it (which stands for the
-    source), or runpy.run_path.  Editing it must evaluate again (it was a stale no-op)."""
-    by_runpy = ("import os, runpy\n"
-                "V = runpy.run_path(os.path.join(os.path.dirname(__file__), 'tools', 'defs.py'))['V']\n")
-    build_py = _BY_SPEC if how.startswith("spec") else by_runpy
+    source), or runpy.run_path, of the source or of a compiled file whose source is gone
+    (which then counts itself).  Editing it must evaluate again (it was a stale no-op)."""
+    import py_compile
+
+    path = "os.path.join(os.path.dirname(__file__), 'tools', 'defs.py')"
+    build_py = {"spec": _BY_SPEC, "spec-compiled": _BY_SPEC,
+                "runpy": f"import os, runpy\nV = runpy.run_path({path})['V']\n",
+                "runpy-compiled-only": f"import importlib.util, os, runpy\n"
+                                       f"V = runpy.run_path(importlib.util.cache_from_source({path}))['V']\n"}[how]
     ws = new_workspace(tmp_path, build_py + 'genrule(name="v", outs=["v.txt"], cmd="echo " + V + " > $@")\n')
     (ws / "tools").mkdir()
-    (ws / "tools" / "defs.py").write_text("V = '1.0'\n")
-    if how == "spec-compiled":
-        import py_compile
+    defs = ws / "tools" / "defs.py"
 
-        py_compile.compile(str(ws / "tools" / "defs.py"), doraise=True)  # (tools/__pycache__/defs.*.pyc)
+    def write(v: str) -> None:
+        defs.write_text(f"V = {v!r}\n")
+        if how.endswith(("compiled", "compiled-only")):
+            py_compile.compile(str(defs), doraise=True)  # (tools/__pycache__/defs.*.pyc)
+        if how.endswith("only"):
+            defs.unlink()
+
+    write("1.0")
     cache = tmp_path / "cache"
     settle(ws, cache)
     assert (ws / "v.txt").read_text() == "1.0\n"
-    (ws / "tools" / "defs.py").write_text("V = '2.0.1'\n")  # (another size: Python's own check of a .pyc)
+    write("2.0.1")  # (another size: Python's own check of a .pyc)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
     assert (ws / "v.txt").read_text() == "2.0.1\n"

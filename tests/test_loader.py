@@ -1,0 +1,76 @@
+"""Loader: evaluating a BUILD.py leaves the process as it found it, and its stand-ins for
+``open``/``io.open_code``/``os.stat`` never get in the way of the imports it makes."""
+
+from __future__ import annotations
+
+import _io
+import builtins
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildtool.errors import BuildfileError
+from buildtool.loader import Loader
+from buildtool.workspace import Workspace
+
+
+def _workspace(tmp_path: Path, build_py: str) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text(build_py)
+    return ws
+
+
+@pytest.mark.parametrize("build_py", [
+    "raise RuntimeError('no')\n",
+    "import os\nos.stat('nowhere')\n",
+    "open('nowhere.txt')\n",
+    "import runpy\nrunpy.run_path('nowhere.py')\n",
+], ids=["raises", "stat", "open", "open_code"])
+def test_an_evaluation_that_raises_puts_everything_back(tmp_path: Path, build_py: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = _workspace(tmp_path, build_py)
+    monkeypatch.chdir(ws)
+    before = (builtins.open, io.open, io.open_code, _io.open_code, os.stat, os.lstat, os.listdir, os.scandir,
+              sys.stdout, list(sys.meta_path), sys.dont_write_bytecode)
+    with pytest.raises(BuildfileError, match=r"evaluating BUILD\.py raised"):
+        Loader(Workspace(str(ws), "", ())).load("")
+    after = (builtins.open, io.open, io.open_code, _io.open_code, os.stat, os.lstat, os.listdir, os.scandir,
+             sys.stdout, list(sys.meta_path), sys.dont_write_bytecode)
+    assert after == before
+
+
+def test_a_compiled_module_imported_before_importlib_util_is(tmp_path: Path) -> None:
+    """The ``io.open_code`` stand-in maps a ``__pycache__`` file to its source without an
+    import of its own: one made there, while ``importlib.util`` was not loaded yet (a
+    regular install; an editable one's finder loads it at start-up), read importlib's own
+    compiled files through the stand-in again and failed the BUILD.py's import.  So this
+    runs buildtool in an interpreter started without site (no .pth hooks) that has
+    checked ``importlib.util`` is not loaded."""
+    import py_compile
+
+    import blake3
+
+    import buildtool
+
+    ws = _workspace(tmp_path, "from tools import defs\n"
+                              "genrule(name='t', outs=['t.txt'], cmd='echo ' + defs.V + ' > $@')\n")
+    (ws / "tools").mkdir()
+    (ws / "tools" / "defs.py").write_text("V = 'compiled'\n")
+    py_compile.compile(str(ws / "tools" / "defs.py"), doraise=True)  # (the import reads this .pyc)
+    paths = [os.path.dirname(os.path.dirname(m.__file__)) for m in (buildtool, blake3)]
+    script = (f"import sys\nsys.path[:0] = {paths!r}\n"
+              "from buildtool.cli import main\n"
+              "assert 'importlib.util' not in sys.modules, 'loaded at start-up: this test would prove nothing'\n"
+              f"sys.exit(main(['-C', {str(ws)!r}, 'build']))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDTOOL_", "PYTHON"))}
+    env.update(BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    p = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                       check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (ws / "t.txt").read_text() == "compiled\n"
