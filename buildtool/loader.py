@@ -150,6 +150,16 @@ def _check_package_dir(rel: str) -> None:
         raise UserError(msg)
 
 
+def _import_system() -> Any:
+    """The import system's path-based part (``importlib._bootstrap_external``), loaded at
+    start-up: importing it costs nothing, where ``importlib.util`` may not be loaded yet."""
+    try:
+        import _frozen_importlib_external as system
+    except ImportError:  # (not CPython)
+        import importlib._bootstrap_external as system
+    return system
+
+
 class Loader:
     """Evaluates BUILD.py files on demand and remembers what each evaluation read."""
 
@@ -316,6 +326,10 @@ class Loader:
         # (made before any state is changed: what raises here leaves nothing to undo)
         opens = (builtins.open, io.open, io.open_code, _io.open_code)
         tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
+        FileLoader = _import_system().FileLoader
+
+        get_data = FileLoader.get_data
+        tracking_get_data = self._tracking_get_data(get_data)
         looks = {name: getattr(os, name) for name in _LOOKS}
         stand_ins = self._tracking_looks()
         probe = _ImportProbes(self.ws.root, self.probes)
@@ -331,6 +345,7 @@ class Loader:
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
+            FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
             sys.meta_path.insert(0, probe)
@@ -385,6 +400,7 @@ class Loader:
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
             builtins.open, io.open, io.open_code, _io.open_code = opens
+            FileLoader.get_data = get_data
             for name, fn in looks.items():
                 setattr(os, name, fn)
             if not ended:
@@ -436,33 +452,49 @@ class Loader:
         ``importlib.util.spec_from_file_location(...).loader.exec_module`` and
         ``runpy.run_path`` read a module by its path with (no ``sys.modules`` entry, no
         ``open`` call: the module's edits went unseen).  A compiled ``__pycache__`` file
-        stands for its source, which is noted instead."""
+        counts with its source, which the import system checked it against."""
         real = _REAL_OPEN_CODE
-        try:  # (taken now: an import inside the stand-in would come back to it, half made)
-            from _frozen_importlib_external import source_from_cache
-        except ImportError:  # (not CPython)
-            from importlib.util import source_from_cache
+        source_from_cache = _import_system().source_from_cache  # (taken now: an import inside the
+        # stand-in would come back to it, half made)
 
         def tracking_open_code(path: str) -> Any:
             if not isinstance(path, str):
                 return real(path)  # (which refuses it)
-            source = None
             if path.endswith(".pyc"):  # (in __pycache__, or under sys.pycache_prefix)
                 try:
                     source = source_from_cache(path)
                 except (ValueError, NotImplementedError):  # (not a name the import system writes)
-                    pass
-                if source is not None and not os.path.exists(source):
-                    source = None  # (run by its path, without a source: the compiled file is what counts)
-            rel = self._note_read(source or path)
-            if rel is not None and source:
-                self._note_stat(rel, None)  # (before the compiled file is read: as near as can be to the check of it)
+                    source = None
+                if source is not None and os.path.exists(source):
+                    src = self._note_read(source)
+                    if src is not None:  # (stat-ed before the compiled file is read: near the check of it)
+                        self._note_stat(src, None)
+            rel = self._note_read(path)
             f = real(path)
-            if rel is not None and not source:
+            if rel is not None:
                 self._note_stat(rel, f)
             return f
 
         return tracking_open_code
+
+    def _tracking_get_data(self, real: Any) -> Any:
+        """The import system's ``FileLoader.get_data`` that notes what a sourceless loader
+        reads: a ``.pyc`` loaded by its path (``spec_from_file_location(name, "x.pyc")``)
+        is read with ``_io.FileIO``, not ``open_code``.  Source loaders go on through
+        ``open_code``, noted there."""
+        system = _import_system()
+        ExtensionFileLoader, SourceLoader = system.ExtensionFileLoader, system.SourceLoader
+
+        def get_data(loader: Any, path: str) -> Any:
+            if isinstance(loader, (SourceLoader, ExtensionFileLoader)):
+                return real(loader, path)
+            rel = self._note_read(path)
+            data = real(loader, path)
+            if rel is not None:
+                self._note_stat(rel, None)
+            return data
+
+        return get_data
 
     def _note_read(self, file: Any) -> str | None:
         """Note ``file``, about to be opened for reading, if it is in the workspace; its

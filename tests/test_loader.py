@@ -9,6 +9,7 @@ import io
 import os
 import subprocess
 import sys
+from importlib._bootstrap_external import FileLoader  # (what importlib's loaders read files with)
 from pathlib import Path
 
 import pytest
@@ -31,17 +32,19 @@ def _workspace(tmp_path: Path, build_py: str) -> Path:
     "import os\nos.stat('nowhere')\n",
     "open('nowhere.txt')\n",
     "import runpy\nrunpy.run_path('nowhere.py')\n",
-], ids=["raises", "stat", "open", "open_code"])
+    "import importlib.util\nspec = importlib.util.spec_from_file_location('m', 'nowhere.pyc')\n"
+    "spec.loader.get_data('nowhere.pyc')\n",
+], ids=["raises", "stat", "open", "open_code", "get_data"])
 def test_an_evaluation_that_raises_puts_everything_back(tmp_path: Path, build_py: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     ws = _workspace(tmp_path, build_py)
     monkeypatch.chdir(ws)
     before = (builtins.open, io.open, io.open_code, _io.open_code, os.stat, os.lstat, os.listdir, os.scandir,
-              sys.stdout, list(sys.meta_path), sys.dont_write_bytecode)
+              sys.stdout, list(sys.meta_path), sys.dont_write_bytecode, FileLoader.get_data)
     with pytest.raises(BuildfileError, match=r"evaluating BUILD\.py raised"):
         Loader(Workspace(str(ws), "", ())).load("")
     after = (builtins.open, io.open, io.open_code, _io.open_code, os.stat, os.lstat, os.listdir, os.scandir,
-             sys.stdout, list(sys.meta_path), sys.dont_write_bytecode)
+             sys.stdout, list(sys.meta_path), sys.dont_write_bytecode, FileLoader.get_data)
     assert after == before
 
 

@@ -1079,7 +1079,7 @@ _BY_SPEC = ("import importlib.util, os\n"
             "V = m.V\n")
 
 
-@pytest.mark.parametrize("how", ["spec", "spec-compiled", "runpy", "runpy-compiled-only"])
+@pytest.mark.parametrize("how", ["spec", "spec-compiled", "runpy", "runpy-compiled-only", "spec-compiled-only"])
 def test_a_module_loaded_by_its_path_is_tracked(tmp_path: Path, how: str) -> None:
     """A module a BUILD.py loads by its path, not imported by name (no sys.modules entry)
     and not opened with open(): through importlib.util.spec_from_file_location and
@@ -1090,6 +1090,7 @@ def test_a_module_loaded_by_its_path_is_tracked(tmp_path: Path, how: str) -> Non
 
     path = "os.path.join(os.path.dirname(__file__), 'tools', 'defs.py')"
     build_py = {"spec": _BY_SPEC, "spec-compiled": _BY_SPEC,
+                "spec-compiled-only": _BY_SPEC.replace("'defs.py'", "'defs.pyc'"),  # (a sourceless loader)
                 "runpy": f"import os, runpy\nV = runpy.run_path({path})['V']\n",
                 "runpy-compiled-only": f"import importlib.util, os, runpy\n"
                                        f"V = runpy.run_path(importlib.util.cache_from_source({path}))['V']\n"}[how]
@@ -1099,7 +1100,9 @@ def test_a_module_loaded_by_its_path_is_tracked(tmp_path: Path, how: str) -> Non
 
     def write(v: str) -> None:
         defs.write_text(f"V = {v!r}\n")
-        if how.endswith(("compiled", "compiled-only")):
+        if how.startswith("spec") and how.endswith("only"):
+            py_compile.compile(str(defs), cfile=str(defs.with_suffix(".pyc")), doraise=True)  # (tools/defs.pyc)
+        elif how.endswith(("compiled", "compiled-only")):
             py_compile.compile(str(defs), doraise=True)  # (tools/__pycache__/defs.*.pyc)
         if how.endswith("only"):
             defs.unlink()
