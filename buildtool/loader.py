@@ -22,6 +22,13 @@ from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequeste
 from buildtool.noop import stat_row
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag
 
+# The import system's path-based part (importlib._bootstrap_external), loaded at start-up:
+# nothing to import, where importlib.util may not be loaded yet (the stand-ins must import nothing).
+try:
+    import _frozen_importlib_external as _import_system
+except ImportError:  # (not CPython)
+    import importlib._bootstrap_external as _import_system
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -148,16 +155,6 @@ def _check_package_dir(rel: str) -> None:
                "':', control characters or a directory named '...' (it ends a pattern); rename it, or list it "
                "in .buildtoolignore")
         raise UserError(msg)
-
-
-def _import_system() -> Any:
-    """The import system's path-based part (``importlib._bootstrap_external``), loaded at
-    start-up: importing it costs nothing, where ``importlib.util`` may not be loaded yet."""
-    try:
-        import _frozen_importlib_external as system
-    except ImportError:  # (not CPython)
-        import importlib._bootstrap_external as system
-    return system
 
 
 class Loader:
@@ -326,8 +323,7 @@ class Loader:
         # (made before any state is changed: what raises here leaves nothing to undo)
         opens = (builtins.open, io.open, io.open_code, _io.open_code)
         tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
-        FileLoader = _import_system().FileLoader
-
+        FileLoader = _import_system.FileLoader
         get_data = FileLoader.get_data
         tracking_get_data = self._tracking_get_data(get_data)
         looks = {name: getattr(os, name) for name in _LOOKS}
@@ -454,8 +450,7 @@ class Loader:
         ``open`` call: the module's edits went unseen).  A compiled ``__pycache__`` file
         counts with its source, which the import system checked it against."""
         real = _REAL_OPEN_CODE
-        source_from_cache = _import_system().source_from_cache  # (taken now: an import inside the
-        # stand-in would come back to it, half made)
+        source_from_cache = _import_system.source_from_cache  # (not importlib.util's: see _import_system)
 
         def tracking_open_code(path: str) -> Any:
             if not isinstance(path, str):
@@ -482,11 +477,10 @@ class Loader:
         reads: a ``.pyc`` loaded by its path (``spec_from_file_location(name, "x.pyc")``)
         is read with ``_io.FileIO``, not ``open_code``.  Source loaders go on through
         ``open_code``, noted there."""
-        system = _import_system()
-        ExtensionFileLoader, SourceLoader = system.ExtensionFileLoader, system.SourceLoader
+        by_open_code = (_import_system.SourceLoader, _import_system.ExtensionFileLoader)
 
         def get_data(loader: Any, path: str) -> Any:
-            if isinstance(loader, (SourceLoader, ExtensionFileLoader)):
+            if isinstance(loader, by_open_code):
                 return real(loader, path)
             rel = self._note_read(path)
             data = real(loader, path)
