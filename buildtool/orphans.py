@@ -15,8 +15,10 @@ A pid is known only once the child exists, and recording it may first wait milli
 the GIL: a kill in between leaves a command nobody recorded.  Such a command is still found
 (``_lane_leaders``): its ``TMPDIR`` is its build's lane directory,
 ``<state>/tmp/<buildtool pid>-<lane>`` (``lane_dir``), its stdout or stderr that lane's
-capture file, it leads its own session and it started after the build did (the header's
-``since``); the next build kills those groups too.
+capture (a memory file named, before the command starts, in the lane's marker file
+``<lane dir>.capture``; or, where there are no memory files, the file
+``<lane dir>.capture.out``/``.err``), it leads its own session and it started after the
+build did (the header's ``since``); the next build kills those groups too.
 
 A cleanly ending build (success, failure, Ctrl-C) has already killed its children and
 removes the file.
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 HEADER_PREFIX = "# buildtool children v2 pid="
+MARK_PREFIX = b"capture v1"  # a lane's marker: "capture v1 <dev> <ino> <dev> <ino>" (stdout, stderr)
+MARK_SIZE = 128  # rewritten in place, padded with spaces; all spaces: no command on the lane
 V1_PREFIX = "# buildtool children v1 pid="  # "<pgid> <start>": still read (a killed older build)
 WAIT_S = 5.0
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -61,11 +65,13 @@ def capture_of(lane: str) -> str:
 
 
 def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
-    """(device, inode) of the capture files of ``holder``'s lanes (``<lane>.capture.out``
-    and ``.err``)."""
+    """(device, inode) of what captured the output of the commands ``holder``'s lanes were
+    running: the memory files their markers (``<lane>.capture``) name, and the files
+    ``<lane>.capture.out`` and ``.err`` (where there were no memory files)."""
     lanes = _lanes_of(state_dir, holder)
     tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
-    suffixes = (capture_of("") + ".out", capture_of("") + ".err")
+    marker = capture_of("")
+    suffixes = (marker + ".out", marker + ".err")
     out: set[tuple[int, int]] = set()
     try:
         names = os.listdir(tmp)
@@ -73,13 +79,36 @@ def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
         return out
     for name in names:
         lane, dot, rest = name.removeprefix(head).partition(".")
-        if name.startswith(head) and lane.isdigit() and dot + rest in suffixes:
+        if not (name.startswith(head) and lane.isdigit()):
+            continue
+        path = os.path.join(tmp, name)
+        if dot + rest == marker:
+            out |= _marked(path)
+        elif dot + rest in suffixes:
             try:
-                st = os.stat(os.path.join(tmp, name))
+                st = os.stat(path)
             except OSError:
                 continue
             out.add((st.st_dev, st.st_ino))
     return out
+
+
+def _marked(path: str) -> set[tuple[int, int]]:
+    """The (device, inode) pairs a lane's marker file names (none: no command was running
+    on the lane, or the file is not a marker)."""
+    try:
+        with open(path, "rb") as f:
+            fields = f.read(MARK_SIZE).split()
+    except OSError:
+        return set()
+    head = MARK_PREFIX.split()
+    if fields[: len(head)] != head or len(fields) != len(head) + 4:
+        return set()
+    try:
+        dev1, ino1, dev2, ino2 = (int(x) for x in fields[len(head) :])
+    except ValueError:
+        return set()
+    return {(dev1, ino1), (dev2, ino2)}
 
 
 def _writes_to(pid: str, files: set[tuple[int, int]]) -> bool:
@@ -130,6 +159,7 @@ class Tracker:
         self._fd: int | None = None
         self._lines: list[bytes] = []  # what the file holds: written again if it is deleted
         self._mu = threading.Lock()  # spawns come from the scheduler's thread and worker threads
+        self._marks: dict[str, int] = {}  # a lane's capture prefix -> its marker file, open
         try:
             fd = os.open(self.path, self._FLAGS, 0o644)
             booted = boot_clock()
@@ -161,6 +191,34 @@ class Tracker:
             else:
                 os.write(self._fd, line)
 
+    def capturing(self, lane: str, out_fd: int, err_fd: int) -> None:
+        """A command is about to start on the lane whose capture prefix is ``lane``
+        (``capture_of``), its stdout and stderr the memory files ``out_fd`` and ``err_fd``:
+        named in the lane's marker file before the child exists, so that a kill before its
+        pid is recorded still leaves it findable (``_lane_leaders``).  Best effort."""
+        if self._fd is None:
+            return
+        try:
+            a, b = os.fstat(out_fd), os.fstat(err_fd)
+        except OSError:
+            return
+        self._mark(lane, b"%s %d %d %d %d" % (MARK_PREFIX, a.st_dev, a.st_ino, b.st_dev, b.st_ino))
+
+    def captured(self, lane: str) -> None:
+        """The command on ``lane`` has ended: its marker names nothing (a daemon it started
+        that still holds its output files is left alone, as a cleanly ending build leaves it)."""
+        if lane in self._marks:
+            self._mark(lane, b"")
+
+    def _mark(self, lane: str, record: bytes) -> None:
+        with self._mu, contextlib.suppress(OSError):  # (under the lock: close() may not free fd meanwhile)
+            if self._fd is None:  # (closed meanwhile)
+                return
+            fd = self._marks.get(lane)
+            if fd is None:
+                fd = self._marks[lane] = os.open(lane, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            os.pwrite(fd, record.ljust(MARK_SIZE), 0)
+
     def _write_again(self) -> None:
         """The file was deleted under the build (``rm -rf .buildtool``, ``git clean -xfd``):
         lines appended to it went nowhere the next build looks, and a kill -9 then left
@@ -179,6 +237,10 @@ class Tracker:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
                 self._fd = None
+            marks, self._marks = self._marks, {}
+        for fd in marks.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 

@@ -429,7 +429,7 @@ class Session:
             if self.observer is not None:
                 self.observer.started(graph, sched)
             children = orphans.Tracker(state)
-            runner.executor.on_spawn = children.add
+            runner.executor.tracker = children
             signals.install(sched.request_stop)
             t_sched = time.monotonic()
             gc.freeze()
@@ -894,7 +894,7 @@ def _median(values: list[float]) -> float:
 
 def _remove_tmp(path: str) -> None:
     """Remove the state dir's tmp/: by the end of a build it normally holds the lanes'
-    output capture files and their emptied TMPDIRs, so one level is removed here and
+    capture markers (orphans.py) and their emptied TMPDIRs, so one level is removed here and
     shutil.rmtree (~4 ms to import) is only needed for what is left below that."""
     try:
         with os.scandir(path) as it:

@@ -484,3 +484,54 @@ def test_a_pipe_is_told_from_a_bar_in_single_quotes(cmd: str, pipe: bool) -> Non
     from buildtool.executor import has_pipe
 
     assert has_pipe(cmd) is pipe
+
+
+@pytest.mark.parametrize("kind", ["memory", "files"])
+def test_every_command_captures_into_new_descriptors_that_leave_nothing_behind(
+    kind: str, tmp_path: Path, monkeypatch
+) -> None:
+    """stdout and stderr go to memory files where the kernel has memfd_create (nothing is
+    created on disk per command), else to files at the lane's prefix, unlinked when the
+    command ends.  Either way never what the lane's previous command had: a daemon it left
+    running (a session of its own) writes into nothing the next command's result holds."""
+    if kind == "files":
+        monkeypatch.setattr(executor, "_NO_MEMFD", [True])
+    elif not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here")
+    ex = executor.SubprocessExecutor()
+    prefix = str(tmp_path / "lane.capture")
+    env = {"PATH": "/usr/bin:/bin"}
+    first = ex.start(["/bin/sh", "-c", "setsid sh -c 'sleep 0.4; echo DAEMON; echo DAEMON >&2' & echo first"],
+                     str(tmp_path), env, capture=prefix)
+    r = first.wait()
+    assert (r.exit_code, r.stdout, r.stderr) == (0, b"first\n", b"")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    second = ex.start(["/bin/sh", "-c", "sleep 1; echo second; echo err >&2"], str(tmp_path), env, capture=prefix)
+    on_disk = sorted(p.name for p in tmp_path.iterdir())
+    r = second.wait()
+    assert on_disk == ([] if kind == "memory" else ["lane.capture.err", "lane.capture.out"])
+    assert (r.exit_code, r.stdout, r.stderr) == (0, b"second\n", b"err\n")  # (the daemon wrote meanwhile)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_lanes_marker_names_a_running_commands_memory_files_until_it_ends(tmp_path: Path) -> None:
+    """What lets the next build find this command if this one is killed before its pid is
+    recorded (orphans.py): the marker is written before the child exists."""
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here: the capture files themselves are looked for")
+    from buildtool import orphans
+
+    state = tmp_path / "state"
+    (state / "tmp").mkdir(parents=True)
+    tracker = orphans.Tracker(str(state))
+    ex = executor.SubprocessExecutor()
+    ex.tracker = tracker
+    try:
+        lane = orphans.lane_dir(str(state), os.getpid(), 0)
+        running = ex.start(["sleep", "0.5"], str(tmp_path), {"PATH": "/usr/bin:/bin"}, capture=orphans.capture_of(lane))
+        held = {(st.st_dev, st.st_ino) for st in (os.stat(f"/proc/{running.proc.pid}/fd/{fd}") for fd in (1, 2))}
+        assert orphans._capture_files(str(state), os.getpid()) == held
+        assert running.wait().exit_code == 0
+        assert orphans._capture_files(str(state), os.getpid()) == set()
+    finally:
+        tracker.close()

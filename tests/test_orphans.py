@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from buildtool import orphans
 
 
@@ -179,5 +181,58 @@ def test_a_children_file_deleted_under_the_build_is_written_again(tmp_path: Path
         assert first.wait(timeout=5) == second.wait(timeout=5) == -9
     finally:
         for p in (first, second):
+            p.kill()
+            p.wait()
+
+
+def test_a_command_capturing_into_memory_files_is_found_through_its_lanes_marker(tmp_path: Path) -> None:
+    """Where output goes to memory files (memfd_create), there is no capture file to compare
+    with: the build names a command's memory files in its lane's marker before the child
+    exists and clears it when the command ends.  Killed between the spawn and the pid's
+    line, that command is still reaped; spared: a daemon that holds the memory files of a
+    command that ended (as a cleanly ending build leaves it), one holding memory files no
+    marker names, and anything a damaged marker seems to name."""
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here: commands capture into files (the test above)")
+    holder = _dead_pid()
+    state = tmp_path / ".buildtool"
+    (state / "tmp").mkdir(parents=True)
+    since = _tick_now() - 1
+    time.sleep(0.02)
+    tracker = orphans.Tracker(str(state))
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def command(lane: int, marked: bool | None) -> subprocess.Popen[bytes]:
+        tmpdir = orphans.lane_dir(str(state), holder, lane)
+        out, err = os.memfd_create("cap.out"), os.memfd_create("cap.err")
+        try:
+            if marked is not None:
+                tracker.capturing(orphans.capture_of(tmpdir), out, err)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir}
+            p = subprocess.Popen(["sleep", "30"], start_new_session=True, env=env, stdout=out, stderr=err)
+            procs.append(p)
+            if marked is False:
+                tracker.captured(orphans.capture_of(tmpdir))
+            return p
+        finally:
+            os.close(out)
+            os.close(err)
+
+    try:
+        running = command(0, True)
+        spared = [command(1, False), command(2, None), command(3, True)]
+        (state / "tmp" / f"{holder}-3.capture").write_bytes(b"capture v1 1 2 oops")  # damaged: names nothing
+        assert orphans._capture_files(str(state), holder) == {
+            (os.stat(f"/proc/{running.pid}/fd/{fd}").st_dev, os.stat(f"/proc/{running.pid}/fd/{fd}").st_ino)
+            for fd in (1, 2)
+        }
+        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{holder} since={since}\n")
+        warned: list[str] = []
+        assert orphans.reap(str(state), warned.append, wait_s=5) == 1
+        assert running.wait(timeout=5) == -9
+        assert all(p.poll() is None for p in spared)
+    finally:
+        tracker.close()
+        for p in procs:
             p.kill()
             p.wait()
