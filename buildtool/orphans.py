@@ -59,7 +59,8 @@ def lane_dir(state_dir: str, pid: int, lane: int) -> str:
 
 
 def capture_of(lane: str) -> str:
-    """The prefix of the files that capture the output of the commands run in lane
+    """The path of lane directory ``lane``'s capture marker, and the prefix of the files
+    that capture the output of the commands run in lane
     directory ``lane`` (the executor appends ``.out`` and ``.err``)."""
     return f"{lane}.capture"
 
@@ -215,8 +216,9 @@ class Tracker:
             if self._fd is None:  # (closed meanwhile)
                 return
             fd = self._marks.get(lane)
-            if fd is None:
-                fd = self._marks[lane] = os.open(lane, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if fd is None:  # (never through a link: a record is written at its start)
+                fd = os.open(lane, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                self._marks[lane] = fd
             os.pwrite(fd, record.ljust(MARK_SIZE), 0)
 
     def _write_again(self) -> None:
@@ -224,6 +226,10 @@ class Tracker:
         lines appended to it went nowhere the next build looks, and a kill -9 then left
         orphans writing beside that build.  Written again whole, at its path."""
         assert self._fd is not None
+        marks, self._marks = self._marks, {}  # gone with it: opened again at their paths
+        for mark in marks.values():
+            with contextlib.suppress(OSError):
+                os.close(mark)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, self._FLAGS, 0o644)
         os.close(self._fd)
@@ -277,7 +283,7 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
     environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stdout or
-    stderr is one of those lanes' capture files: the commands that build started, recorded
+    stderr is what one of those lanes was capturing into (``_capture_files``): the commands that build started, recorded
     or not.  The start time excludes a process that an earlier build with the same pid left
     running; the session rule, a console-pool command, which leads a process group in the
     session of whoever started buildtool (recorded all the same); the capture rule, a daemon

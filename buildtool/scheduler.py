@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         """What the scheduler needs to turn a target id into an Outcome.
 
         A runner may also have ``set_lane_hook(hook)``: it then calls ``hook(t)`` from
-        ``run`` once ``t``'s command has ended and its lane's resources (TMPDIR, capture
-        files) are free, and the lane takes the next target while ``t``'s outputs are
+        ``run`` once ``t``'s command has ended and its lane's resources (TMPDIR, output
+        captures) are free, and the lane takes the next target while ``t``'s outputs are
         still hashed and recorded on that worker thread: ``-j`` bounds commands, as in
         Make and Ninja, not the bookkeeping after them.  A runner that may use a lane
         again after the hook (a flaky test's rerun) must not offer it.  A lane whose

@@ -988,7 +988,7 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
     return out
 
 
-FDS_PER_ACTION = 4  # a pidfd, the capture files of stdout and stderr, a pipe end while spawning
+FDS_PER_ACTION = 5  # a pidfd, the captures of stdout and stderr, its lane's capture marker, a pipe end while spawning
 FDS_SURELY_ENOUGH_FOR = 128  # jobs the usual soft limit (1,024 descriptors) holds with room to spare
 
 

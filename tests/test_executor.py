@@ -494,10 +494,9 @@ def test_every_command_captures_into_new_descriptors_that_leave_nothing_behind(
     created on disk per command), else to files at the lane's prefix, unlinked when the
     command ends.  Either way never what the lane's previous command had: a daemon it left
     running (a session of its own) writes into nothing the next command's result holds."""
-    if kind == "files":
-        monkeypatch.setattr(executor, "_NO_MEMFD", [True])
-    elif not hasattr(os, "memfd_create"):
-        pytest.skip("no memfd_create here")
+    if kind == "memory":
+        _need_memfd()
+    monkeypatch.setattr(executor, "_NO_MEMFD", [True] if kind == "files" else [])
     ex = executor.SubprocessExecutor()
     prefix = str(tmp_path / "lane.capture")
     env = {"PATH": "/usr/bin:/bin"}
@@ -514,11 +513,25 @@ def test_every_command_captures_into_new_descriptors_that_leave_nothing_behind(
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_the_lanes_marker_names_a_running_commands_memory_files_until_it_ends(tmp_path: Path) -> None:
+def _need_memfd() -> None:
+    """Skip where memfd_create is missing or refused (a sandbox's seccomp): there commands
+    capture into files, which the tests with ``_NO_MEMFD`` set cover."""
+    try:
+        os.close(os.memfd_create("probe", os.MFD_CLOEXEC))
+    except (AttributeError, OSError) as e:
+        pytest.skip(f"no memfd_create here ({e})")
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_the_lanes_marker_names_a_running_commands_memory_files_until_it_ends(tmp_path: Path, monkeypatch) -> None:
     """What lets the next build find this command if this one is killed before its pid is
-    recorded (orphans.py): the marker is written before the child exists."""
-    if not hasattr(os, "memfd_create"):
-        pytest.skip("no memfd_create here: the capture files themselves are looked for")
+    recorded (orphans.py): the marker is written before the child exists.  A command that
+    cannot be started leaves the marker naming nothing and no descriptor open."""
+    _need_memfd()
+    monkeypatch.setattr(executor, "_NO_MEMFD", [])
     from buildtool import orphans
 
     state = tmp_path / "state"
@@ -533,5 +546,11 @@ def test_the_lanes_marker_names_a_running_commands_memory_files_until_it_ends(tm
         assert orphans._capture_files(str(state), os.getpid()) == held
         assert running.wait().exit_code == 0
         assert orphans._capture_files(str(state), os.getpid()) == set()
+        before = _open_fds()
+        with pytest.raises(OSError):  # (through Popen: no shell to report it)
+            ex.start([str(tmp_path / "missing")], str(tmp_path), {"PATH": "/usr/bin:/bin"},
+                     capture=orphans.capture_of(lane))
+        assert orphans._capture_files(str(state), os.getpid()) == set()
+        assert _open_fds() == before
     finally:
         tracker.close()
