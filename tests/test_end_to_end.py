@@ -1237,7 +1237,7 @@ def test_a_large_j_fits_the_open_files_limit(workspace: Workspace, hard: str) ->
                        env=_clean_env(workspace.cache, workspace.home), preexec_fn=lower, timeout=120)
     assert r.returncode == 0 and "300 ran" in r.stdout, r.stdout[-2000:] + r.stderr
     if hard == "low":
-        assert "-j 300 needs about 1456 open files and the limit is 512 (ulimit -n): running at most 64" in r.stderr
+        assert "-j 300 needs about 1756 open files and the limit is 512 (ulimit -n): running at most 51" in r.stderr
     else:
         assert "open files" not in r.stderr, r.stderr
 
