@@ -177,10 +177,7 @@ class Running:
         if self._out_fd is not None and self._capture is not None:
             # Whatever still holds them (a daemon it started, a group in its grace period)
             # writes on into these files, unlinked: never into the lane's next command's.
-            if self._on_disk:
-                _unlink_capture(self._capture)
-            elif self._executor.tracker is not None:
-                self._executor.tracker.captured(self._capture)
+            self._executor._captures_done(self._capture, self._on_disk)
         self._out_fd = self._err_fd = None
 
 
@@ -515,10 +512,8 @@ class SubprocessExecutor:
             for fd in (out_fd, err_fd):
                 if fd is not None:
                     os.close(fd)
-            if on_disk and capture is not None:
-                _unlink_capture(capture)
-            elif capture is not None and tracker is not None:
-                tracker.captured(capture)
+            if capture is not None:
+                self._captures_done(capture, on_disk)
             raise
         finally:
             if mask is not None:
@@ -531,6 +526,14 @@ class SubprocessExecutor:
             self._kill(proc, interrupt=True)
         deadline = None if timeout is None else start + timeout
         return Running(self, proc, out_fd, err_fd, start, deadline, capture, on_disk)
+
+    def _captures_done(self, capture: str, on_disk: bool) -> None:
+        """A command's captures (``_new_captures``) are closed: its files are unlinked, or
+        its lane's marker stops naming its memory files."""
+        if on_disk:
+            _unlink_capture(capture)
+        elif self.tracker is not None:
+            self.tracker.captured(capture)
 
     def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:
         """The descriptors to close in a child started by posix_spawn in ``cwd``; None when
