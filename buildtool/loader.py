@@ -67,8 +67,7 @@ class _ExitGuard:
     thread evaluating a BUILD.py, SystemExit (which ends a thread quietly) in a thread a
     BUILD.py started, with a warning when no evaluation is running any more.  Every other
     thread — buildtool's own, none of which calls these while loading, and the main thread
-    ending the process — and a forked child (buildtool's no-op child exits this way) get
-    the real function."""
+    ending the process — and a forked child get the real function."""
 
     def __init__(self) -> None:
         import threading

@@ -27,10 +27,9 @@ snapshot's ``hard`` entries), the verdict is a *regraph*: the build evaluates ev
 again and plans only what the new graph declares differently from the pickled one.
 Spec: docs/formats.md#no-op-snapshot--buildtoolnoop-and-buildtoolgraph
 
-Statting is the whole cost of a large no-op, so from ``SPLIT_MIN`` paths on a forked child
-stats half of them on the other core (only while the process has a single thread; any
-trouble with the child and the parent stats that half itself).  When the workspace's file
-monitor runs (monitor.py), a full check that found nothing changed leaves
+Statting is the whole cost of a large no-op: the C loop of ``_statcmp.c`` (where the
+install could build it) stats them on one thread per ``PER_THREAD`` paths, one per core at
+most.  When the workspace's file monitor runs (monitor.py), a full check that found nothing changed leaves
 ``.buildtool/noop-clock``: the monitor's position before that check, the request, the
 environment and the few paths the monitor cannot see.  While the monitor then answers
 "nothing changed since", a no-op stats only those (``_by_monitor``): constant time.
@@ -46,7 +45,7 @@ import time
 TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
 if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotations are strings here
     from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-    from typing import Any, NoReturn
+    from typing import Any
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
@@ -672,29 +671,21 @@ def _differs(root: str, sigs: Mapping[str, list[int] | None]) -> list[str]:
     return [paths[k] for k in _differs_cols(root, paths, cols, 0, len(paths))]
 
 
-# From this many paths on, a forked child stats half of them.  Measured on a 2-core VM
-# (docs/benchmarks.md): a whole no-op with the split breaks even at ~4,000 paths and
-# saves ~7% at 6,000, ~26% at 20,000; below, fork and waking the other core cost more.
-SPLIT_MIN = 5_000
-PARENT_SHARE = 0.5  # the parent's part of a split check (0.45-0.6 measured: 0.5 is best at 200,000 paths)
-CHUNK = 1024  # the child looks for its parent between chunks of this many paths
-_DONE = 0x6E6F6F70646F6E65  # ends a complete report of the child ("noopdone")
+# The C loop stats on one thread per this many paths (at most one per CPU this process may
+# run on).  Measured on a 2-core VM against the forked child this replaced
+# (docs/architecture.md): a 1,000-target no-op (2,000 paths, two threads) 14.6 -> 13.3 ms,
+# 10,000 targets 35 -> 30 ms.
+PER_THREAD = 500
+MAX_THREADS = 8
 
 
 def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo: int, hi: int) -> list[int]:
     """The positions in ``paths`` (increasing) whose stat data differs from columns ``lo:hi``.
     Relative paths are stat'ed against an open descriptor of the root (no string joins:
-    this loop is the whole no-op build).  From ``SPLIT_MIN`` paths on, in a process with a
-    single thread, a forked child stats the second part while this process stats the first
-    (``_split``): stat on two cores instead of one."""
+    this loop is the whole no-op build)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        n = hi - lo
-        if n >= SPLIT_MIN and _one_thread():
-            found = _split(fd, paths, cols, lo, n)
-            if found is not None:
-                return found
-        return _compare(fd, paths, cols, lo, 0, n)
+        return _compare(fd, paths, cols, lo, 0, hi - lo)
     finally:
         os.close(fd)
 
@@ -702,12 +693,25 @@ def _differs_cols(root: str, paths: list[str], cols: Sequence[Sequence[int]], lo
 def _compare(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, a: int, b: int) -> list[int]:
     """The positions ``a <= k < b`` whose file's stat differs from row ``lo + k`` of the columns.
     Columns read from a snapshot (int64 buffers) go to the C loop where it was built
-    (``_statcmp.c``: the same comparison without a ``stat_result`` per file)."""
+    (``_statcmp.c``: the same comparison without a ``stat_result`` per file, on
+    ``_threads`` threads)."""
     if b - a >= C_LOOP_MIN and all(isinstance(c, memoryview) and c.format == "q" for c in cols):
         fast = _accelerator()
         if fast is not None:
-            return fast(fd, paths, a, b, lo, *cols, MISSING)
+            return fast(fd, paths, a, b, lo, *cols, MISSING, _threads(b - a))
     return _compare_py(fd, paths, cols, lo, a, b)
+
+
+def _threads(n: int) -> int:
+    """How many threads the C loop stats ``n`` paths on: one per ``PER_THREAD`` paths, at
+    most one per CPU this process may run on and ``MAX_THREADS``."""
+    if n < 2 * PER_THREAD:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (no affinity outside Linux)
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_THREADS, n // PER_THREAD))
 
 
 def _compare_py(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, a: int, b: int) -> list[int]:
@@ -742,141 +746,6 @@ def _accelerator() -> Callable[..., list[int]] | None:
         except ImportError:
             _fast = None
     return _fast
-
-
-def _one_thread() -> bool:
-    """Whether this process has exactly one thread (any kind, Python's or a library's):
-    only then may it fork.  Where that cannot be told (no /proc), it may not."""
-    try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return False
-
-
-def _split(fd: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, n: int) -> list[int] | None:
-    """``_compare`` of positions ``0:n``, the part from ``mid`` on in a forked child that
-    reports through a pipe; None if no child could be started.  Whatever goes wrong with
-    the child (killed, exited early, a short or malformed report), this process stats its
-    part itself: the answer is never weaker than the single loop's."""
-    mid = int(n * PARENT_SHARE)
-    try:
-        r, w = os.pipe()
-    except OSError:
-        return None
-    parent = os.getpid()
-    try:
-        pid = os.fork()
-        if pid == 0:
-            _child(fd, r, w, paths, cols, lo, mid, n, parent)
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    finally:
-        if os.getpid() != parent:  # the child, whatever was raised in it: never return into the caller
-            os._exit(1)
-    os.close(w)
-    _steer(pid)
-    status: int | None = None
-    try:
-        mine = _compare(fd, paths, cols, lo, 0, mid)
-        data = _read_all(r)
-        status = _wait(pid)
-    finally:
-        os.close(r)
-        if status is None:  # interrupted before the child was waited for: end it here
-            _reap(pid)
-    theirs = _decode(data, mid, n) if status == 0 else None
-    if theirs is None:
-        theirs = _compare(fd, paths, cols, lo, mid, n)
-    return mine + theirs
-
-
-def _steer(pid: int) -> None:
-    """Move the child to another CPU than this process's, if it may run on one.  Linux
-    queues a forked child on its parent's CPU; with the other core idle, the child shares
-    this one until a load-balancing tick (~4 ms on the 2-core VMs measured, a quarter of a
-    10,000-target no-op), and both halves finish late.  Only the child's affinity is set:
-    it exits after its part, and this process's is left alone.  Any failure (no /proc, a
-    kernel without affinity) just leaves the child where it is."""
-    try:
-        allowed = os.sched_getaffinity(0)
-        if len(allowed) < 2:
-            return
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        cpu = int(stat[stat.rindex(b")") + 2 :].split()[36])  # field 39, "processor" (proc(5))
-        os.sched_setaffinity(pid, allowed - {cpu})
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-
-
-def _child(
-    fd: int, r: int, w: int, paths: list[str], cols: Sequence[Sequence[int]], lo: int, mid: int, n: int, parent: int,
-) -> NoReturn:
-    """The forked child: stat positions ``mid:n``, write their differing positions and
-    ``_DONE`` to ``w``, exit.  It leaves through ``os._exit`` only (no atexit handlers, no
-    flush of inherited stdio buffers, nothing of the caller's, such as the workspace lock),
-    and exits as soon as it finds its parent gone (the report would go nowhere)."""
-    code = 1
-    try:
-        os.close(r)
-        found: list[int] = []
-        for a in range(mid, n, CHUNK):
-            if os.getppid() != parent:
-                break
-            found += _compare(fd, paths, cols, lo, a, min(a + CHUNK, n))
-        else:
-            _report(w, found)
-            code = 0
-    finally:
-        os._exit(code)
-
-
-def _report(w: int, found: list[int]) -> None:
-    """Write the child's answer: the positions, their count and ``_DONE``, as int64."""
-    data = memoryview(b"".join(v.to_bytes(8, sys.byteorder, signed=True) for v in [*found, len(found), _DONE]))
-    while data:
-        data = data[os.write(w, data) :]
-
-
-def _read_all(r: int) -> bytes:
-    """Everything written to the pipe until the child closed it (by exiting)."""
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _wait(pid: int) -> int:
-    """The child's wait status once it ended (-1 if it was reaped elsewhere: SIGCHLD ignored)."""
-    try:
-        return os.waitpid(pid, 0)[1]
-    except ChildProcessError:
-        return -1
-
-
-def _decode(data: bytes, mid: int, n: int) -> list[int] | None:
-    """The positions in a complete report of the child, or None."""
-    if len(data) % 8 or len(data) < 16:
-        return None
-    got = memoryview(data).cast("q")
-    found = got[:-2].tolist()
-    if got[-1] != _DONE or got[-2] != len(found) or found != sorted(set(found)):
-        return None
-    if found and not (mid <= found[0] and found[-1] < n):
-        return None
-    return found
-
-
-def _reap(pid: int) -> None:
-    """End and reap a child whose answer will not be used (9: SIGKILL; the signal module
-    would cost an import)."""
-    try:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
 
 
 # A file stored as RACY with its digest is compared by content, up to these sizes; a
@@ -1035,7 +904,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if listings and not set(hard).isdisjoint(listings):
             return None  # a tool may be found elsewhere now
         regraph += listings  # a file or package appeared or went away: evaluate, and compare graphs
-        paths = srcs + outs  # one pass over both (a split check forks once)
+        paths = srcs + outs  # one pass over both (the threads start once)
         found = _differs_cols(root, paths, cols, 0, len(paths))
         racy = body.get("racy")
         settled_rows: dict[int, list[int]] = {}

@@ -124,13 +124,94 @@ def test_the_c_loop_finds_exactly_what_the_python_loop_finds(
         assert {paths[k] for k in want} == expected
         assert changed(fd, paths, 0, n, 0, *cols, noop.MISSING) == want
         assert changed(fd, paths, 0, n, 0, *_packed(rows, skew=0), noop.MISSING) == want
+        for threads in (-1, 0, 2, 3, 7, n, 10_000):  # (out of 1..MAX_THREADS, or more than paths: clamped)
+            assert changed(fd, paths, 0, n, 0, *cols, noop.MISSING, threads) == want
         for a, b in [(0, 0), (0, 5), (3, 9), (7, n), (n, n)]:
             assert changed(fd, paths, a, b, 0, *cols, noop.MISSING) == noop._compare_py(fd, paths, cols, 0, a, b)
-        # rows ``lo`` on in the columns (the child's part of a split check, by offset)
+            assert changed(fd, paths, a, b, 0, *cols, noop.MISSING, 4) == noop._compare_py(fd, paths, cols, 0, a, b)
+        # rows ``lo`` on in the columns (a snapshot's ``files``, then sources and outputs)
         pad = _packed([[0, 0, 0, 0]] * 3 + rows)
-        assert changed(fd, paths, 2, n, 3, *pad, noop.MISSING) == noop._compare_py(fd, paths, pad, 3, 2, n)
+        for threads in (1, 3):
+            got = changed(fd, paths, 2, n, 3, *pad, noop.MISSING, threads)
+            assert got == noop._compare_py(fd, paths, pad, 3, 2, n)
     finally:
         os.close(fd)
+
+
+def test_every_thread_finds_the_changes_in_its_share(changed: Callable[..., list[int]], tmp_path: Path) -> None:
+    """Thousands of files, one changed in every stretch of seven and at both ends: however
+    many threads share the loop (each takes the next few hundred positions left), the
+    answer is the one thread's, in order, and each of those files is in it."""
+    n = 3000
+    paths = [f"d{i % 3}/f{i}" for i in range(n)]
+    for d in range(3):
+        (tmp_path / f"d{d}").mkdir()
+    for p in paths:
+        (tmp_path / p).write_text(p)
+    rows = [_row(tmp_path / p) for p in paths]
+    edits = sorted({0, n - 1, *range(3, n, 7)})
+    time.sleep(0.05)  # past the coarse clock tick: an edit now gets a new ctime
+    for k in edits:
+        if k % 2:
+            (tmp_path / paths[k]).unlink()
+        else:
+            (tmp_path / paths[k]).write_text("edited")
+    cols = _packed(rows)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for threads in (1, 2, 3, 5, 16):
+            assert changed(fd, paths, 0, n, 0, *cols, noop.MISSING, threads) == edits, threads
+        assert changed(fd, paths, 100, 2600, 0, *cols, noop.MISSING, 4) == [k for k in edits if 100 <= k < 2600]
+    finally:
+        os.close(fd)
+
+
+def test_a_no_op_check_on_threads_gives_the_one_loops_verdict(
+    changed: Callable[..., list[int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """noop.write() -> noop.check() with the C loop and a thread per few paths: sources and
+    outputs are checked in one threaded pass and sorted back into the verdict, which is the
+    Python loop's."""
+    root, state = tmp_path / "ws", tmp_path / "state"
+    (root / "src").mkdir(parents=True)
+    (root / "out").mkdir()
+    state.mkdir()
+    srcs = [f"src/{i}" for i in range(1300)]
+    outs = [f"out/{i}" for i in range(700)]
+    for p in [*srcs, *outs]:
+        (root / p).write_text(p)
+    time.sleep(0.06)  # past the racy window
+    assert noop.write(str(state), str(root), {"mode": "build"}, [], [], [], srcs, outs, None)
+    (root / srcs[0]).write_text("edited source")
+    (root / srcs[1200]).write_text("edited source, far from the first")
+    (root / outs[-1]).unlink()
+    (root / outs[0]).write_text("tampered output")
+    calls: list[int] = []
+
+    def counted(*args: object) -> list[int]:
+        calls.append(int(args[-1]))  # type: ignore[call-overload]
+        return changed(*args)
+
+    def verdict(fast: object) -> list[str] | None:
+        monkeypatch.setattr(noop, "_fast", fast)
+        v = noop.check(str(state), str(root), {"mode": "build"})
+        return None if v is None else v.changed
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
+    assert verdict(None) == verdict(counted) == [srcs[0], srcs[1200], outs[0], outs[-1]]
+    assert calls == [4]  # one pass over the 2,000 sources and outputs, on as many threads as CPUs
+    (root / srcs[1250]).unlink()  # a missing source: the full path reports it
+    assert verdict(None) is None and verdict(counted) is None
+
+
+def test_the_threads_are_one_per_share_of_paths_and_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(32)), raising=False)
+    assert noop._threads(0) == noop._threads(2 * noop.PER_THREAD - 1) == 1
+    assert noop._threads(2 * noop.PER_THREAD) == 2
+    assert noop._threads(5 * noop.PER_THREAD + 1) == 5
+    assert noop._threads(10**9) == noop.MAX_THREADS
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {3}, raising=False)
+    assert noop._threads(10**9) == 1  # this process may run on one CPU only
 
 
 def test_compare_takes_the_c_loop_for_snapshot_columns(
