@@ -258,6 +258,9 @@ class Session:
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         stats.begin_build()
+        # Before the evaluation: a cache dir made in the workspace during the build would be a
+        # directory entry that appeared after the listings, refusing the no-op snapshot once.
+        cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
         loader: Loader | None = None  # None: the snapshot's graph, no BUILD.py evaluated
         phases = Phases(t_begin)
         phases.begin("load buildfiles and graph")
@@ -315,7 +318,6 @@ class Session:
             if rediff:  # a target that is declared as it was, with no file of it changed, is as the
                 assert isinstance(prior_graph, Graph)  # last (wholly successful) build left it
                 focus |= graph.redefined(prior_graph)
-        cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
         from buildtool.staging import Stage
 
         stage = Stage(os.path.join(state, "tmp"))  # new files are born here (staging.py)

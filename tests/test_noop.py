@@ -1499,3 +1499,23 @@ def test_a_tool_made_executable_earlier_on_path_is_the_one_that_runs_next(tmp_pa
     (tmp_path / "bin1" / "mytool").chmod(0o755)
     r = bt(ws, cache, "build", env=env)
     assert r.returncode == 0 and (ws / "t.txt").read_text() == "one\n", r.stdout + r.stderr
+
+
+def test_a_cache_dir_made_inside_the_workspace_does_not_cost_the_next_build_its_no_op(tmp_path: Path) -> None:
+    """A first build whose cache dir (CI's usual `--cache-dir .cache`) does not exist yet:
+    the directory it makes in the workspace is there before the listings are taken, so
+    the snapshot holds and the second build is already a no-op.  (The command takes 0.1 s,
+    as real builds do: the cache's CACHEDIR.TAG, which the evaluation reads, must be older
+    than the racy window when the snapshot is written, as every file the graph depends on.)"""
+    w = new_workspace(tmp_path, 'genrule(name="t", srcs=glob(["*.in"]), outs=["t.txt"], '
+                      'cmd="sleep 0.1 && cat $(SRCS) > $@")\n', {"a.in": "a\n"})
+    cache = w / ".cache"
+    time.sleep(0.1)  # the BUILD.py past the racy window: the first build may leave a snapshot
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and (cache / "CACHEDIR.TAG").is_file(), r.stdout + r.stderr
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (w / "b.in").write_text("b\n")  # the glob's directory is the one the cache dir is in: still watched
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (w / "t.txt").read_text() == "a\nb\n"
