@@ -1032,11 +1032,14 @@ def _same_request(stored: Any, request: Mapping[str, object]) -> bool:
     return stored == request
 
 
-def request_of(mode: str, patterns: list[str], cwd_pkg: str, action_env: list[str]) -> dict[str, object]:
+def request_of(mode: str, patterns: list[str], root: str, cwd_pkg: str, action_env: list[str]) -> dict[str, object]:
+    """What a build was asked, as the snapshot keeps it.  With the workspace's absolute
+    path: a workspace moved elsewhere keeps every file's stat, but a BUILD.py that builds
+    paths from ``__file__`` declares other commands there."""
     from buildtool import __version__
 
     v = sys.version_info  # (a pyrule's key has the interpreter's version: keys.python_identity)
-    return {"mode": mode, "patterns": list(patterns), "cwd": cwd_pkg, "action_env": list(action_env),
+    return {"mode": mode, "patterns": list(patterns), "root": root, "cwd": cwd_pkg, "action_env": list(action_env),
             "version": __version__, "python": f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}"}
 
 
@@ -1062,7 +1065,7 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
     except Exception:
         return None  # busy: the full path waits with a message
     try:
-        request = request_of(mode, patterns, ws.cwd_pkg_dir, action_env)
+        request = request_of(mode, patterns, ws.root, ws.cwd_pkg_dir, action_env)
         n, answer = _by_monitor(ws.state_dir, ws.root, request)
         if n is None:
             n = check(ws.state_dir, ws.root, request)

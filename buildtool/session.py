@@ -249,7 +249,7 @@ class Session:
             # The snapshot vouches for the graph, only files changed; checked under this lock.
             verdict = req.prior
             if verdict.lock is None:
-                request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
+                request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
                 verdict = noop.check(state, self.ws.root, request)
             prior_graph = noop.load_graph(state, _warn) if verdict is not None else None
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
@@ -575,7 +575,7 @@ class Session:
                 modules = keys.pyrule_module_files(self.ws.root, t.fn, absent)
                 files.extend(modules + absent)
                 hard.extend(modules + absent)
-        request = noop.request_of(req.mode, req.patterns, self.ws.cwd_pkg_dir, req.action_env)
+        request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
                    listed, relied, cwd, self.ws.is_ignored, hard, carry)
 

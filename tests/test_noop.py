@@ -1389,7 +1389,7 @@ def test_the_interpreter_and_pythonpath_are_part_of_what_a_no_op_proves(tmp_path
     was in the snapshot: another interpreter, or no PYTHONPATH, was "nothing changed"."""
     from buildtool import noop
 
-    assert noop.request_of("build", [], "", [])["python"] == noop.request_of("build", [], "", [])["python"]
+    assert noop.request_of("build", [], "/w", "", [])["python"] == noop.request_of("build", [], "/w", "", [])["python"]
     assert "PYTHONPATH" in noop.env_view([])
     cache = tmp_path / "cache"
     ws = new_workspace(tmp_path, 'import helpers\n'
@@ -1519,3 +1519,21 @@ def test_a_cache_dir_made_inside_the_workspace_does_not_cost_the_next_build_its_
     r = bt(w, cache, "build")
     assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
     assert (w / "t.txt").read_text() == "a\nb\n"
+
+
+def test_a_moved_workspace_is_evaluated_again(tmp_path: Path) -> None:
+    """`mv` keeps every file's inode and times, so the stats alone would say "nothing
+    changed"; a BUILD.py that builds paths from ``__file__`` (as the user guide shows)
+    declares other commands in the new place, and the build must run them."""
+    w = new_workspace(tmp_path, 'import os\nROOT = os.path.dirname(os.path.abspath(__file__))\n'
+                      'genrule(name="p", outs=["p.out"], cmd="echo " + ROOT + " > $@")\n')
+    cache = tmp_path / "cache"
+    settle(w, cache)
+    moved = tmp_path / "moved"
+    w.rename(moved)
+    r = bt(moved, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (moved / "p.out").read_text() == f"{moved}\n"
+    time.sleep(0.1)
+    r = bt(moved, cache, "build")  # and there, a no-op again
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
