@@ -37,12 +37,13 @@ if TYPE_CHECKING:
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
 _REAL_OPEN_CODE = io.open_code  # (what the import system and runpy read Python files with; _io's is the same)
-_LOOKS = ("stat", "lstat", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
+_REAL_FILE_IO = io.FileIO  # (_io's, which the import system reads compiled files with, is left as it is)
+_LOOKS = ("stat", "lstat", "access", "readlink", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
 # Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
 # buildtool's own modules, whose looks while a BUILD.py runs (glob(), package checks) are
 # noted by what they do with them.
 _PATH_MODULES = frozenset({"os", "posixpath", "genericpath", "pathlib", "glob", "shutil", "fnmatch"})
-_STAND_INS = frozenset({"stat", "stat_or_missing", "listing"})  # Loader._tracking_looks's functions
+_STAND_INS = frozenset({"stat", "stat_or_missing", "access", "readlink", "listing"})  # Loader._tracking_looks's
 _OWN_MODULES = frozenset({"buildtool.loader", "buildtool.dsl", "buildtool.workspace", "buildtool.noop"})
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
@@ -320,8 +321,9 @@ class Loader:
         import _io
 
         # (made before any state is changed: what raises here leaves nothing to undo)
-        opens = (builtins.open, io.open, io.open_code, _io.open_code)
+        opens = (builtins.open, io.open, io.open_code, _io.open_code, io.FileIO)
         tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
+        tracking_file_io = self._tracking_file_io()
         FileLoader = _import_system.FileLoader
         get_data = FileLoader.get_data
         tracking_get_data = self._tracking_get_data(get_data)
@@ -340,6 +342,7 @@ class Loader:
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
+            io.FileIO = tracking_file_io  # type: ignore[misc]
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
@@ -394,7 +397,7 @@ class Loader:
             sys.dont_write_bytecode = no_pyc
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
-            builtins.open, io.open, io.open_code, _io.open_code = opens
+            builtins.open, io.open, io.open_code, _io.open_code, io.FileIO = opens
             FileLoader.get_data = get_data
             for name, fn in looks.items():
                 setattr(os, name, fn)
@@ -441,6 +444,22 @@ class Loader:
             return real(file, mode, *args, **kwargs)
 
         return tracking_open
+
+    def _tracking_file_io(self) -> type:
+        """``io.FileIO`` (the unbuffered file class) that notes a workspace file opened by its
+        name for reading, as ``open`` does."""
+        loader = self
+
+        class FileIO(_REAL_FILE_IO):  # type: ignore[misc,valid-type]
+            def __init__(self, file: Any, mode: str = "r", closefd: bool = True, opener: Any = None) -> None:
+                rel = None
+                if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
+                    rel = loader._note_read(file)
+                super().__init__(file, mode, closefd, opener)
+                if rel is not None:
+                    loader._note_stat(rel, self)
+
+        return FileIO
 
     def _tracking_open_code(self) -> Any:
         """``io.open_code`` that notes the workspace files it opens, as ``open`` does: what
@@ -512,15 +531,19 @@ class Loader:
             pass
 
     def _tracking_looks(self) -> dict[str, Any]:
-        """Stand-ins for ``os.stat``/``os.lstat`` (so ``os.path.exists``, ``isfile``,
-        ``pathlib.Path.exists``, ...) and ``os.listdir``/``os.scandir`` (``Path.iterdir``,
-        ``Path.glob``, ``glob.glob``) while a BUILD.py is evaluated: a workspace path looked
-        at becomes a probe, a directory listed a listed directory, so a file appearing,
-        going or changing later re-evaluates the BUILD.py files.  Only the evaluating
-        thread's calls count (watch mode's observer threads stat files meanwhile)."""
+        """Stand-ins for ``os.stat``/``os.lstat``/``os.access`` (so ``os.path.exists``,
+        ``isfile``, ``islink``, ``pathlib.Path.exists``, ...), ``os.readlink`` and
+        ``os.listdir``/``os.scandir`` (``Path.iterdir``, ``Path.glob``, ``glob.glob``) while a
+        BUILD.py is evaluated: a workspace path looked at becomes a probe, a directory listed
+        a listed directory, so a file appearing, going or changing later re-evaluates the
+        BUILD.py files.  A symbolic link looked at itself (``lstat`` found one, ``readlink``)
+        also lists its directory, whose listing has each link's target: a probe follows the
+        link.  Only the evaluating thread's calls count (watch mode's observer threads stat
+        files meanwhile)."""
         import threading
 
         root = self.ws.root
+        real_stat = os.stat  # (made before the stand-ins go in)
         me = threading.get_ident()
         state = os.path.join(root, ".buildtool")
 
@@ -550,14 +573,19 @@ class Loader:
                 f = f.f_back  # (os.path.exists -> os.stat: the caller of genericpath counts)
             return f is not None and f.f_globals.get("__name__") in _OWN_MODULES
 
+        def note(rel: str, mode: int) -> None:
+            # A directory by its listing (its mtime moves whenever an output in it is
+            # rewritten), anything else by its stat; a link seen as one by its directory's too.
+            (self.glob_dirs if stat_mod.S_ISDIR(mode) else self.probes).add(rel)
+            if stat_mod.S_ISLNK(mode):
+                self._listing(rel.rpartition("/")[0])
+
         def looked(real: Any) -> Any:
             def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
                 st = real(path, *args, **kwargs)  # (raises for a missing path: noted below)
                 rel = rel_of(path)
                 if rel and not ours():
-                    # A directory by its listing (its mtime moves whenever an output in it is
-                    # rewritten), anything else by its stat.
-                    (self.glob_dirs if stat_mod.S_ISDIR(st.st_mode) else self.probes).add(rel)
+                    note(rel, st.st_mode)
                 return st
 
             def stat_or_missing(path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -571,6 +599,27 @@ class Loader:
 
             return stat_or_missing
 
+        def accessed(real: Any) -> Any:
+            def access(path: Any, *args: Any, **kwargs: Any) -> Any:
+                rel = rel_of(path)
+                if rel and not ours():
+                    try:
+                        note(rel, real_stat(path).st_mode)
+                    except (OSError, ValueError):
+                        self.probes.add(rel)  # (missing: one appearing changes the graph)
+                return real(path, *args, **kwargs)
+
+            return access
+
+        def linked(real: Any) -> Any:
+            def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+                rel = rel_of(path)
+                if rel and not ours():
+                    note(rel, stat_mod.S_IFLNK)
+                return real(path, *args, **kwargs)
+
+            return readlink
+
         def listed(real: Any) -> Any:
             def listing(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
                 rel = rel_of(path)
@@ -580,8 +629,8 @@ class Loader:
 
             return listing
 
-        return {"stat": looked(os.stat), "lstat": looked(os.lstat),
-                "listdir": listed(os.listdir), "scandir": listed(os.scandir)}
+        return {"stat": looked(os.stat), "lstat": looked(os.lstat), "access": accessed(os.access),
+                "readlink": linked(os.readlink), "listdir": listed(os.listdir), "scandir": listed(os.scandir)}
 
     def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
         return {

@@ -49,11 +49,12 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 10  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+FORMAT_VERSION = 11  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
 # v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
 # (an older snapshot's listings would vouch for a directory whose link changed its target);
 # v9: listings leave out the directories on the way to outputs, which are listed themselves;
-# v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph")
+# v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph");
+# v11: the request has the workspace's path, a listing each symbolic link's target
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -542,7 +543,8 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
     way to them (``hidden_entries``) and state: what package discovery and glob() see.
     (Its mtime would change each time an output is rewritten.)
     A symbolic link counts with what it leads to now (glob() takes a link to a file, not
-    one to a directory or to nothing), and then starts with ``LINKED``: such a listing can
+    one to a directory or to nothing) and with its target's text (what ``os.readlink`` and
+    ``os.lstat`` in a BUILD.py see), and then starts with ``LINKED``: such a listing can
     change with no change to the directory, so its stat never vouches for it."""
     prefix = f"{rel}/" if rel else ""
     names = []
@@ -557,7 +559,12 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
                     continue  # a directory on the way to outputs: listed itself (_output_dirs)
                 if e.is_symlink():
                     links = True
-                    names.append(e.name + ("@f" if e.is_file() else "@d" if e.is_dir() else "@"))
+                    try:
+                        target = os.readlink(e.path)
+                    except OSError:  # (gone since it was listed)
+                        target = ""
+                    kind = "@f" if e.is_file() else "@d" if e.is_dir() else "@"
+                    names.append(f"{e.name}{kind}//{target}")  # ("//": no name has a "/", a directory's ends in one)
                 else:
                     names.append(e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
     except OSError:

@@ -770,15 +770,17 @@ def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: 
     assert (w / "g.txt").read_text() == "a\nlate\n", r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("reader", ["module-open", "pathlib", "io-open"])
+@pytest.mark.parametrize("reader", ["module-open", "pathlib", "io-open", "fileio"])
 def test_a_file_read_by_a_macro_module_or_pathlib_is_tracked(tmp_path: Path, reader: str) -> None:
     """The no-op check signs every workspace file the evaluation read, not only those the
     BUILD.py itself opened with open(): also reads in an imported module, through pathlib
-    and io.open.  Editing one must evaluate again."""
+    and io.open, or by io.FileIO (unbuffered).  Editing one must evaluate again."""
     build_py = {
         "module-open": "from tools.version import V\n",
         "pathlib": "import pathlib\nV = pathlib.Path(__file__).with_name('VERSION').read_text().strip()\n",
         "io-open": "import io, os\nV = io.open(os.path.join(os.path.dirname(__file__), 'VERSION')).read().strip()\n",
+        "fileio": "import io, os\n"
+                  "V = io.FileIO(os.path.join(os.path.dirname(__file__), 'VERSION')).read().decode().strip()\n",
     }[reader] + 'genrule(name="v", outs=["v.txt"], cmd="echo " + V + " > $@")\n'
     ws = new_workspace(tmp_path, build_py, {"VERSION": "1.0\n"})
     (ws / "tools").mkdir()
@@ -968,13 +970,14 @@ def test_a_globbed_symlink_that_now_leads_to_a_file_is_a_source(tmp_path: Path) 
     assert r.returncode == 0 and (ws / "all.out").read_text() == "a\nx\ny\n", r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("look", ["exists", "listdir", "pathlib"])
+@pytest.mark.parametrize("look", ["exists", "access", "listdir", "pathlib"])
 def test_what_a_buildfile_looks_at_without_opening_is_tracked(tmp_path: Path, look: str) -> None:
-    """os.path.exists (os.stat), os.listdir and pathlib's glob in a BUILD.py: a file
-    appearing there re-evaluates it, in a label build too (which lists no directory)."""
+    """os.path.exists (os.stat), os.access, os.listdir and pathlib's glob in a BUILD.py: a
+    file appearing there re-evaluates it, in a label build too (which lists no directory)."""
     here = "os.path.dirname(__file__)"
     code = {
         "exists": f"import os\nN = 'on' if os.path.exists(os.path.join({here}, 'FEATURE')) else 'off'\n",
+        "access": f"import os\nN = 'on' if os.access(os.path.join({here}, 'FEATURE'), os.F_OK) else 'off'\n",
         "listdir": f"import os\nN = ','.join(sorted(os.listdir(os.path.join({here}, 'items'))))\n",
         "pathlib": "from pathlib import Path\n"
                    "N = ','.join(sorted(p.name for p in Path(__file__).parent.glob('items/*')))\n",
@@ -987,10 +990,54 @@ def test_what_a_buildfile_looks_at_without_opening_is_tracked(tmp_path: Path, lo
     cache = tmp_path / "cache"
     _settled(ws, cache, "//pkg:t")
     before = (pkg / "o").read_text()
-    (pkg / ("FEATURE" if look == "exists" else "items/two")).write_text("")
+    flag = look in ("exists", "access")
+    (pkg / ("FEATURE" if flag else "items/two")).write_text("")
     r = _bt_in(ws, cache, "build", "//pkg:t")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (pkg / "o").read_text() == ("on\n" if look == "exists" else "one,two\n") != before
+    assert (pkg / "o").read_text() == ("on\n" if flag else "one,two\n") != before
+
+
+@pytest.mark.parametrize("look", ["lstat", "readlink", "islink"])
+@pytest.mark.parametrize("change", ["dangling-repointed", "repointed-same-file", "replaced-by-file"])
+def test_a_symbolic_link_a_buildfile_looks_at_itself_is_tracked_as_a_link(
+    tmp_path: Path, look: str, change: str
+) -> None:
+    """os.lstat, os.readlink and os.path.islink see the link, not what it leads to: a
+    dangling link pointed at another missing file, a link pointed at another name of the
+    same file, or the link replaced by a file must evaluate the BUILD.py again, though a
+    stat through the link (what a probe takes) sees no change in the first two."""
+    see = {
+        "lstat": "str(os.lstat(L).st_size)",
+        "readlink": "os.readlink(L)",
+        "islink": "str(os.path.islink(L))",
+    }[look]
+    ws = new_workspace(tmp_path, "")
+    pkg = ws / "pkg"
+    pkg.mkdir()
+    (pkg / "BUILD.py").write_text(f"import os\nL = os.path.join(os.path.dirname(__file__), 'cfg')\n"
+                                  f"genrule(name='t', outs=['o'], cmd='echo %s > $@' % {see})\n")
+    (pkg / "real").write_text("x\n")
+    os.symlink("aaa" if change == "dangling-repointed" else "real", pkg / "cfg")
+    cache = tmp_path / "cache"
+    _settled(ws, cache, "//pkg:t")
+    (pkg / "cfg").unlink()
+    if change == "dangling-repointed":
+        os.symlink("bbbbbb", pkg / "cfg")
+    elif change == "repointed-same-file":
+        os.symlink("./real", pkg / "cfg")
+    else:
+        (pkg / "cfg").write_text("x\n")
+    r = _bt_in(ws, cache, "build", "//pkg:t")
+    assert "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    fresh = tmp_path / "fresh"  # what a build that never saw the old link does
+    shutil.copytree(ws, fresh, symlinks=True, ignore=shutil.ignore_patterns(".buildtool"))
+    (fresh / "pkg" / "o").unlink()
+    f = _bt_in(fresh, tmp_path / "cache2", "build", "//pkg:t")
+    assert r.returncode == f.returncode, (r.stdout + r.stderr, f.stdout + f.stderr)
+    if look == "readlink" and change == "replaced-by-file":  # (no link to read: the BUILD.py's error)
+        assert r.returncode == 2 and "Invalid argument" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0 and (pkg / "o").read_text() == (fresh / "pkg" / "o").read_text()
 
 
 def test_an_edited_output_a_live_rule_stopped_declaring_is_a_globbed_source_at_once(tmp_path: Path) -> None:
