@@ -20,6 +20,8 @@ class LabelError(ValueError):
 
 
 def check_name(name: str) -> None:
+    if name == "":
+        raise LabelError("target name must not be empty (got '')")
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT}, and not be '.' or '..' (got {name!r})"
         raise LabelError(msg)

@@ -376,6 +376,8 @@ class Loader:
         except SyntaxError as e:
             path = os.path.relpath(e.filename or buildfile, self.ws.root)
             msg = f"syntax error: {e.msg}"
+            if path != rel_bf and (call := _line_in(e, buildfile)):  # in a module: and where it was imported
+                msg += f" (imported from {rel_bf}:{call})"
             if e.text:
                 caret = " " * max((e.offset or 1) - 1, 0) + "^"
                 msg += f"\n    {e.text.rstrip()}\n    {caret}"

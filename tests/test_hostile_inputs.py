@@ -156,6 +156,11 @@ CATALOGUE = [
     ("macro-declares-twice", 'from tools.macros import twice\n\ntwice("y")',
      "BUILD.py:3: target 'y' is defined twice in package // (first at BUILD.py:3) (in the macro at "
      "tools/macros.py:8)", "macro"),
+    # A syntax error in an imported module: where in it, and which BUILD.py line imported it.
+    ("module-syntax-error", 'x = 1\nfrom tools import broken', "tools/broken.py:2: syntax error: ",
+     "macro"),
+    ("module-syntax-error-where", 'x = 1\nfrom tools import broken', "(imported from BUILD.py:2)", "macro"),
+    ("empty-name", 'genrule(name="", outs=["o"], cmd="echo > $@")', "target name must not be empty", None),
 ]
 
 MACROS = '''from buildtool.dsl import genrule
@@ -193,6 +198,7 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
     if extra == "macro":
         ws.write("tools/__init__.py", "")
         ws.write("tools/macros.py", MACROS)
+        ws.write("tools/broken.py", "import os\ndef f(:\n    pass\n")
     if extra == "namespace":
         ws.write("tools/defs.py", "def make(srcs, outs):\n    pass\n")
     if extra == "subpkg":
