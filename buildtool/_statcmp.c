@@ -84,11 +84,12 @@ static void *run(void *arg) {
     }
 }
 
-/* Start a thread on ``r``, on another CPU than the caller's where the kernel lets us say
- * so: a new thread is queued on its creator's CPU, and with the other core idle the two
- * would share one until a load-balancing tick (~4 ms on the 2-core VMs measured). */
+/* Start a thread on ``r``, on another CPU than the caller's where the C library lets us say
+ * so (glibc: musl has no affinity in thread attributes): a new thread is queued on its
+ * creator's CPU, and with the other core idle the two would share one until a
+ * load-balancing tick (~4 ms on the 2-core VMs measured). */
 static int start(pthread_t *t, struct rows *r) {
-#ifdef __linux__
+#if defined(__linux__) && defined(__GLIBC__)
     cpu_set_t allowed;
     int cpu = sched_getcpu();
     if (cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
@@ -238,4 +239,11 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__statcmp(void) { return PyModule_Create(&module); }
+/* API: the version of ``changed``'s arguments, which noop._accelerator checks: an editable
+ * install keeps a module compiled before an edit of this file (2: ``threads``). */
+PyMODINIT_FUNC PyInit__statcmp(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "API", 2) < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 _REAL_OPEN = io.open  # (builtins.open is the same function)
 _REAL_OPEN_CODE = io.open_code  # (what the import system and runpy read Python files with; _io's is the same)
-_REAL_FILE_IO = io.FileIO  # (_io's, which the import system reads compiled files with, is left as it is)
 _LOOKS = ("stat", "lstat", "access", "readlink", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
 # Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
 # buildtool's own modules, whose looks while a BUILD.py runs (glob(), package checks) are
@@ -321,9 +320,8 @@ class Loader:
         import _io
 
         # (made before any state is changed: what raises here leaves nothing to undo)
-        opens = (builtins.open, io.open, io.open_code, _io.open_code, io.FileIO)
+        opens = (builtins.open, io.open, io.open_code, _io.open_code)
         tracking_open, tracking_open_code = self._tracking_open(), self._tracking_open_code()
-        tracking_file_io = self._tracking_file_io()
         FileLoader = _import_system.FileLoader
         get_data = FileLoader.get_data
         tracking_get_data = self._tracking_get_data(get_data)
@@ -342,7 +340,6 @@ class Loader:
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
-            io.FileIO = tracking_file_io  # type: ignore[misc]
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
@@ -377,7 +374,8 @@ class Loader:
             path = os.path.relpath(e.filename or buildfile, self.ws.root)
             msg = f"syntax error: {e.msg}"
             if path != rel_bf and (call := _line_in(e, buildfile)):  # in a module: and where it was imported
-                msg += f" (imported from {rel_bf}:{call})"
+                imported = e.filename is not None and os.path.isfile(e.filename)  # (not exec() of a string)
+                msg += f" ({'imported' if imported else 'called'} from {rel_bf}:{call})"
             if e.text:
                 caret = " " * max((e.offset or 1) - 1, 0) + "^"
                 msg += f"\n    {e.text.rstrip()}\n    {caret}"
@@ -399,7 +397,7 @@ class Loader:
             sys.dont_write_bytecode = no_pyc
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
-            builtins.open, io.open, io.open_code, _io.open_code, io.FileIO = opens
+            builtins.open, io.open, io.open_code, _io.open_code = opens
             FileLoader.get_data = get_data
             for name, fn in looks.items():
                 setattr(os, name, fn)
@@ -446,22 +444,6 @@ class Loader:
             return real(file, mode, *args, **kwargs)
 
         return tracking_open
-
-    def _tracking_file_io(self) -> type:
-        """``io.FileIO`` (the unbuffered file class) that notes a workspace file opened by its
-        name for reading, as ``open`` does."""
-        loader = self
-
-        class FileIO(_REAL_FILE_IO):  # type: ignore[misc,valid-type]
-            def __init__(self, file: Any, mode: str = "r", closefd: bool = True, opener: Any = None) -> None:
-                rel = None
-                if isinstance(file, (str, bytes, os.PathLike)) and "r" in mode:
-                    rel = loader._note_read(file)
-                super().__init__(file, mode, closefd, opener)
-                if rel is not None:
-                    loader._note_stat(rel, self)
-
-        return FileIO
 
     def _tracking_open_code(self) -> Any:
         """``io.open_code`` that notes the workspace files it opens, as ``open`` does: what
@@ -545,7 +527,7 @@ class Loader:
         import threading
 
         root = self.ws.root
-        real_stat = os.stat  # (made before the stand-ins go in)
+        real_stat, real_lstat = os.stat, os.lstat  # (taken before the stand-ins go in)
         me = threading.get_ident()
         state = os.path.join(root, ".buildtool")
 
@@ -577,10 +559,12 @@ class Loader:
 
         def note(rel: str, mode: int) -> None:
             # A directory by its listing (its mtime moves whenever an output in it is
-            # rewritten), anything else by its stat; a link seen as one by its directory's too.
-            (self.glob_dirs if stat_mod.S_ISDIR(mode) else self.probes).add(rel)
+            # rewritten), a link seen as one (lstat, readlink) by its directory's (which has
+            # each link's target; a probe would follow it), anything else by its stat.
             if stat_mod.S_ISLNK(mode):
                 self._listing(rel.rpartition("/")[0])
+            else:
+                (self.glob_dirs if stat_mod.S_ISDIR(mode) else self.probes).add(rel)
 
         def looked(real: Any) -> Any:
             def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -603,10 +587,11 @@ class Loader:
 
         def accessed(real: Any) -> Any:
             def access(path: Any, *args: Any, **kwargs: Any) -> Any:
-                rel = rel_of(path)
+                rel = rel_of(path) if kwargs.get("dir_fd") is None else None  # (relative to a descriptor: not told)
                 if rel and not ours():
+                    follow = kwargs.get("follow_symlinks", True)
                     try:
-                        note(rel, real_stat(path).st_mode)
+                        note(rel, (real_stat if follow else real_lstat)(path).st_mode)
                     except (OSError, ValueError):
                         self.probes.add(rel)  # (missing: one appearing changes the graph)
                 return real(path, *args, **kwargs)

@@ -743,15 +743,20 @@ _UNLOADED: Any = object()
 _fast: Any = _UNLOADED
 
 
+STATCMP_API = 2  # the arguments ``changed`` takes (_statcmp.c's API)
+
+
 def _accelerator() -> Callable[..., list[int]] | None:
     """``_statcmp.changed`` if the C loop was built at install time (optional: it needs a
-    C compiler), else None; imported on first use."""
+    C compiler) and takes this module's arguments, else None; imported on first use."""
     global _fast
     if _fast is _UNLOADED:
         try:
-            from buildtool._statcmp import changed as _fast
+            from buildtool import _statcmp
         except ImportError:
             _fast = None
+        else:  # (one compiled before its source changed, as an editable install keeps it: not used)
+            _fast = _statcmp.changed if getattr(_statcmp, "API", 1) == STATCMP_API else None
     return _fast
 
 

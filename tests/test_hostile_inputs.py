@@ -160,6 +160,7 @@ CATALOGUE = [
     ("module-syntax-error", 'x = 1\nfrom tools import broken', "tools/broken.py:2: syntax error: ",
      "macro"),
     ("module-syntax-error-where", 'x = 1\nfrom tools import broken', "(imported from BUILD.py:2)", "macro"),
+    ("exec-syntax-error", 'x = 1\nexec("def f(:")', "(called from BUILD.py:2)", None),
     ("empty-name", 'genrule(name="", outs=["o"], cmd="echo > $@")', "target name must not be empty", None),
 ]
 

@@ -288,3 +288,22 @@ def test_a_module_compiled_into_the_checkout_is_not_older_than_its_source() -> N
         pytest.skip("no module compiled into the checkout (not an editable install)")
     for built in compiled:
         assert built.stat().st_mtime >= SOURCE.stat().st_mtime, f"{built} is older than {SOURCE}: pip install -e ."
+
+
+def test_a_module_compiled_for_other_arguments_is_not_used(
+    changed: Callable[..., list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable install keeps the module it compiled before ``_statcmp.c`` changed: one
+    whose API is not noop's is left alone (the Python loop runs) instead of being called
+    with arguments it does not take."""
+    import types
+
+    assert getattr(changed.__self__, "API", None) == noop.STATCMP_API  # (its module: the source's, just compiled)
+    old = types.ModuleType("buildtool._statcmp")
+    old.changed = changed  # type: ignore[attr-defined]  # (API 1 had no constant)
+    monkeypatch.setitem(sys.modules, "buildtool._statcmp", old)
+    monkeypatch.setattr(noop, "_fast", noop._UNLOADED)
+    assert noop._accelerator() is None
+    old.API = noop.STATCMP_API  # type: ignore[attr-defined]
+    monkeypatch.setattr(noop, "_fast", noop._UNLOADED)
+    assert noop._accelerator() is changed
