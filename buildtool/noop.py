@@ -315,9 +315,13 @@ class _Lazy:
         self._set: set[str] | None = None
 
     def __contains__(self, item: object) -> bool:
+        return item in self.made()
+
+    def made(self) -> set[str]:
+        """The set itself (a listing of 100,000 entries asks the set, not this wrapper)."""
         if self._set is None:
             self._set = self._make()
-        return item in self._set
+        return self._set
 
 
 def _output_dirs(
@@ -423,7 +427,7 @@ def write(
         cols = _columns([])
         for c, old_col in zip(cols, keep.body["_cols"], strict=True):
             c.extend(old_col)
-        at = {p: i for i, p in enumerate([*src_paths, *out_paths])}
+        at = dict(zip([*src_paths, *out_paths], range(len(src_paths) + len(out_paths)), strict=True))
         for p, s in [*src_sigs.items(), *out_sigs.items()]:
             i = at.get(p)
             if i is not None:
@@ -549,6 +553,8 @@ def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:
     prefix = f"{rel}/" if rel else ""
     names = []
     links = False
+    if isinstance(outputs, _Lazy):
+        outputs = outputs.made()
     try:
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
             for e in it:
