@@ -871,7 +871,8 @@ class GraphBuilder:
         )
 
     def _check_loaded_duplicates(self, out_owner: dict[str, str]) -> None:
-        """Outputs declared twice anywhere in the loaded packages are an error too."""
+        """Outputs declared twice anywhere in the loaded packages are an error too, as is an
+        output inside another's path: building one of the two would break the other."""
         seen: dict[str, str] = {}
         for pkg in self.loader.loaded_packages():
             for name, d in self.loader.load(pkg).items():
@@ -888,6 +889,20 @@ class GraphBuilder:
                         msg = f"output {full!r} is declared by both {prev} and {lab}"
                         raise _err(d, msg)
                     seen[full] = lab
+        # And an output inside another's path (``x`` and ``x/y``), whichever of them is built.
+        clear: set[str] = set()  # directories with no output at or above them
+        for full, lab in seen.items():
+            anc = posixpath.dirname(full)
+            while anc and anc not in clear:
+                other = seen.get(anc)
+                if other is not None:
+                    self._fail_on(lab, f"output {full!r} of {lab} is inside {anc!r}, an output of {other}; "
+                                       "a path cannot be both an output file and an output's directory")
+                anc = posixpath.dirname(anc)
+            anc = posixpath.dirname(full)
+            while anc and anc not in clear:
+                clear.add(anc)
+                anc = posixpath.dirname(anc)
 
     def _check_same_files(self, out_owner: dict[str, str], src_users: dict[str, str]) -> None:
         """Two paths that are one file through a symlinked directory (``gen -> src``): an

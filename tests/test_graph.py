@@ -276,6 +276,21 @@ def test_duplicate_outputs_even_when_only_one_is_requested(workspace: Workspace)
     assert "same.out" in err
 
 
+@pytest.mark.parametrize("requested", ["//:a", "//:b", "//..."])
+def test_an_output_inside_another_output_even_when_only_one_is_requested(workspace: Workspace, requested: str) -> None:
+    """``x`` of one target and ``x/y`` of another: building either alone left the other one
+    failing later (a file where its directory must be, or the other way round)."""
+    workspace.build_file(
+        "",
+        """
+        genrule(name="a", outs=["x"], cmd="echo a > $@")
+        genrule(name="b", outs=["x/y"], cmd="echo b > $@")
+        """,
+    )
+    err = expect_invalid(workspace, requested)
+    assert "BUILD.py:2: output 'x/y' of //:b is inside 'x', an output of //:a" in err, err
+
+
 def test_output_equal_to_a_source_of_the_same_target(workspace: Workspace) -> None:
     workspace.write("a.txt", "a\n")
     workspace.build_file("", 'genrule(name="t", srcs=["a.txt"], outs=["a.txt"], cmd="cat $< > $@")\n')
