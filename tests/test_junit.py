@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from conftest import Workspace
 
 from buildtool.junit import to_xml, write_junit, xml_text
@@ -199,6 +200,29 @@ def test_a_junit_name_too_long_is_exit_2_before_any_test_runs(workspace: Workspa
     rc, out, err = workspace.run("test", "--junit", str(tmp_path / ("j" * 250)))
     assert rc == 0 and (tmp_path / ("j" * 250)).is_file() and (tmp_path / "ran").exists(), (rc, out, err)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("j") and p.name != "j" * 250]  # no temp left
+
+
+@pytest.mark.parametrize("refusal", ["buildfile-error", "no-such-target"])
+def test_a_request_refused_before_anything_runs_leaves_no_stale_report(
+    workspace: Workspace, tmp_path: Path, refusal: str
+) -> None:
+    """A green run's reports, then a run refused with exit 2 (a BUILD.py that does not
+    evaluate, a label that names nothing): the old JUnit, events and profile files go (a
+    CI step showing them would show the last run's green results), other files stay."""
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    reports = tmp_path / "r"
+    flags = ["--junit", str(reports / "j.xml"), "--events", str(reports / "e.jsonl"),
+             "--profile", str(reports / "p.json")]
+    rc, out, err = workspace.run("test", *flags)
+    assert rc == 0 and {p.name for p in reports.iterdir()} == {"j.xml", "e.jsonl", "p.json"}, (rc, out, err)
+    (reports / "notes.txt").write_text("mine\n")
+    if refusal == "buildfile-error":
+        workspace.build_file("", 'test(name=\n')
+        rc, out, err = workspace.run("test", *flags)
+    else:
+        rc, out, err = workspace.run("test", "//:nope", *flags)
+    assert rc == 2, (rc, out, err)
+    assert {p.name for p in reports.iterdir()} == {"notes.txt"}, err
 
 
 def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
