@@ -373,6 +373,7 @@ class Session:
 
                     runner.failed_tests = TestLogs(state, _warn).failed
                 outcomes = dry_run(graph, runner, record)
+                _no_reports_of_a_dry_run(req)
                 if req.explain:
                     from buildtool import explain
 
@@ -1161,6 +1162,19 @@ def predict_fresh(
                 break
         fresh[i] = ok
     return fresh
+
+
+def _no_reports_of_a_dry_run(req: BuildRequest) -> None:
+    """A dry run runs nothing: it writes no JUnit file or profile (``--events`` has its
+    would-run events).  Say so, and remove such a report an earlier run left there, which
+    would pass for this run's."""
+    from buildtool.atomic import remove_stale_report
+
+    for flag, path in (("--junit", req.junit), ("--profile", req.profile)):
+        if path:
+            gone = remove_stale_report(path, flag)
+            _warn(f"{flag} {path}: a dry run runs nothing and writes no such report"
+                  + ("; removed the one an earlier run left there" if gone else ""))
 
 
 def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int, Outcome]:

@@ -225,6 +225,23 @@ def test_a_request_refused_before_anything_runs_leaves_no_stale_report(
     assert {p.name for p in reports.iterdir()} == {"notes.txt"}, err
 
 
+def test_a_dry_run_says_it_writes_no_junit_or_profile_and_leaves_no_stale_one(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """`test -n --junit F --profile P` ran nothing and wrote neither, silently, leaving an
+    earlier run's files to pass for its own; `--events` has its would-run events."""
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    junit, profile, events = tmp_path / "j.xml", tmp_path / "p.json", tmp_path / "e.jsonl"
+    flags = ["--junit", str(junit), "--profile", str(profile), "--events", str(events)]
+    rc, out, err = workspace.run("test", *flags)
+    assert rc == 0 and junit.exists() and profile.exists(), (rc, out, err)
+    rc, out, err = workspace.run("test", "-n", *flags)
+    assert rc == 0, (rc, out, err)
+    assert not junit.exists() and not profile.exists() and events.exists(), err
+    assert f"--junit {junit}: a dry run runs nothing and writes no such report; removed the one" in err, err
+    assert f"--profile {profile}: a dry run runs nothing" in err, err
+
+
 def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
     """After a failed write, the stale report goes; a source (also through a link), a log,
     or an empty file never does."""
