@@ -59,7 +59,7 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
             why = why.removeprefix("up to date: ")
             if graph.targets[t].kind == "test":  # (a test has no outputs: the entry is its pass)
                 v = CACHED
-                why = why.split(", but the outputs")[0] + \
+                why = why.split(", but the outputs")[0].split(", but the cache holds a pass")[0] + \
                     "; its pass with this key is in the cache, so it would not run"
         elif v == FRESH and graph.targets[t].kind == "test":  # as `test` prints it
             v = CACHED

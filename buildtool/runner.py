@@ -1319,9 +1319,9 @@ class TargetRunner:
         if hit is not None and sorted(o.path for o in hit.outputs) == sorted(t.outs) \
                 and all(self._disk_digest(o.path) == o.digest for o in hit.outputs):
             # (as _restore finds it: the build adopts the entry, restoring nothing)
-            return Outcome(Status.UP_TO_DATE, Reason.ADOPTED,
-                           f"up to date: {why}, but the outputs on disk already match the cache entry of this key",
-                           key=key)
+            what = ("the cache holds a pass of this key" if t.kind == "test" and not t.outs
+                    else "the outputs on disk already match the cache entry of this key")
+            return Outcome(Status.UP_TO_DATE, Reason.ADOPTED, f"up to date: {why}, but {what}", key=key)
         if hit is not None:  # (the cache has the key: `build -n` and `explain` say so, not "would run")
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would restore from the cache: {why}", key=key,
                            extra={"dry_reason": reason, "would_restore": True})

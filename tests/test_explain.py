@@ -270,3 +270,18 @@ def test_a_gone_blob_matters_to_explain_only_where_the_build_reads_it(workspace:
     assert rc == 0 and "WOULD RUN" not in out and "already match the cache entry" in out, out
     rc, out, _ = workspace.run("explain", "--test", "//:t")
     assert rc == 0 and "cached" not in out.lower(), out
+
+
+def test_a_dry_run_of_a_test_whose_pass_is_in_the_cache_says_so(workspace: Workspace) -> None:
+    """A fresh checkout's `test -n` of a test the cache holds a pass of: it said the
+    outputs on disk matched the cache entry, but a test has no outputs."""
+    import shutil
+
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    assert workspace.run("test")[0] == 0
+    shutil.rmtree(workspace.root / ".buildtool")
+    rc, out, err = workspace.run("test", "-n")
+    assert rc == 0 and "//:t: up to date: " in out and ", but the cache holds a pass of this key" in out, out + err
+    assert "outputs" not in out, out
+    rc, out, err = workspace.run("test", "-n", "--explain")
+    assert rc == 0 and "PASSED (cached)" in out and "but the cache holds" not in out, out + err
