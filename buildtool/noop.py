@@ -31,8 +31,9 @@ Statting is the whole cost of a large no-op: the C loop of ``_statcmp.c`` (where
 install could build it) stats them on one thread per ``PER_THREAD`` paths, one per core at
 most.  When the workspace's file monitor runs (monitor.py), a full check that found
 nothing changed leaves ``.buildtool/noop-clock``: the monitor's position before that
-check, the request, the environment and the few paths the monitor cannot see.  While the monitor then answers
-"nothing changed since", a no-op stats only those (``_by_monitor``): constant time.
+check, the request, the environment and the few paths the monitor cannot see.  While the
+monitor then answers "nothing changed since", a no-op stats only those (``_by_monitor``):
+constant time.
 """
 
 from __future__ import annotations
