@@ -252,6 +252,27 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
     return None
 
 
+def _add_transitive_inputs(
+    dep_ids: list[int], targets: list[Any], inputs: list[tuple[str, ...]], ins: list[str], seen: set[str],
+) -> None:
+    """Append to a test's ``ins`` the inputs of every target it depends on, directly or not
+    (their sources and their own dependencies' outputs), as Bazel's runfiles are
+    transitive: a test that runs a wrapper which reads a file made two levels down must
+    run again when that file changes, though the wrapper's own output did not."""
+    stack = list(dep_ids)
+    visited = set(dep_ids)
+    while stack:
+        j = stack.pop()
+        for p in inputs[j]:
+            if p not in seen:
+                seen.add(p)
+                ins.append(p)
+        for d in targets[j].deps:
+            if d not in visited:
+                visited.add(d)
+                stack.append(d)
+
+
 class GraphBuilder:
     """Turns patterns into a validated Graph, loading only the packages needed."""
 
@@ -804,6 +825,8 @@ class GraphBuilder:
                     if p not in seen:
                         seen.add(p)
                         ins.append(p)
+            if t.kind == "test":  # what a test runs may read what its dependencies read or made, at any depth
+                _add_transitive_inputs(dep_ids, targets, inputs, ins, seen)
             inputs[i] = tuple(ins)
             for j in dep_ids:
                 dependents[j].append(i)

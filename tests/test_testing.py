@@ -670,3 +670,22 @@ def test_test_logs_are_written_through_the_state_dirs_tmp(tmp_path: Path, monkey
     assert log.read_bytes() == b"out\n"
     assert len(renamed) == 1 and os.path.dirname(renamed[0]) == str(state / "tmp"), renamed
     assert os.listdir(log.parent) == ["t.log"]
+
+
+def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(workspace: Workspace) -> None:
+    """A wrapper script whose own output does not change when the data it reads does: the
+    test that runs it must not stay PASSED (cached) on the old data (a CI false green).
+    A test's inputs are its dependencies' inputs too, at any depth, as Bazel's runfiles."""
+    workspace.write("lib/data.in", "ok\n")
+    workspace.build_file("lib", 'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="cp $< $@")\n')
+    workspace.build_file("tool", 'genrule(name="check", srcs=["//lib:data"], outs=["check.sh"], '
+                                 'cmd="printf \'grep -qx ok lib/data.txt\\\\n\' > $@")\n')
+    workspace.build_file("", 'test(name="t", srcs=["//tool:check"], cmd="sh tool/check.sh")\n')
+    rc, out, err = workspace.run("test")
+    assert rc == 0 and "PASSED" in out, (rc, out, err)
+    rc, out, err = workspace.run("test")
+    assert rc == 0 and "PASSED (cached)" in out, (rc, out, err)
+    workspace.write("lib/data.in", "broken\n")  # check.sh is rebuilt, byte for byte the same
+    rc, out, err = workspace.run("test")
+    assert rc == 1 and "FAILED" in out and "cached" not in out.split("FAILED")[0][-200:], (rc, out, err)
+    assert (workspace.root / "tool" / "check.sh").read_text() == "grep -qx ok lib/data.txt\n"
