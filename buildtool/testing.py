@@ -326,6 +326,8 @@ class TestRunner:
                 if isinstance(why[0], Reason) and isinstance(why[1], str):
                     o.reason, o.message = why
                 o.message = f"{o.message}; flaky: passed on attempt {len(failures) + 1}"
+            elif o.status is Status.FAILED:  # (the last attempt's failure, and that it was not the only one)
+                o.message = f"{o.message}; failed all {len(failures) + 1} attempts (flaky={t.flaky})"
         if o.status in (Status.RAN, Status.FAILED):
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):

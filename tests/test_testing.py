@@ -396,6 +396,9 @@ def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, 
     assert r.rc == 1
     assert r.by_label["//:broken"]["test"] == "failed"
     assert _runs(counter) == 3
+    # said on the console and in the events, not only in the #attempt-N.log files
+    assert "exited with status 1; failed all 3 attempts (flaky=2)" in r.output, r.output
+    assert "failed all 3 attempts" in r.by_label["//:broken"]["reason"]
 
 
 def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspace) -> None:
