@@ -144,6 +144,14 @@ def hashing_lines(r: Result) -> list[str]:
         _row(["raw blake3, mmap + max_threads=AUTO, in-process (GB/s)", fmt_spread(spread(list(cols[2])), gbps)]),
         _row(["buildtool net / raw blake3", fmt_spread(spread(list(cols[3])), fmt_ratio)]),
     ]
+    own = [s.wall for s in r.samples.get("buildtool-in-process", [])]
+    if own:  # the same rounds: buildtool's hash_file and raw blake3 alternate in this process
+        mine = spread([gib / w for w in own])
+        ratio = spread([w / o for w, o in zip(raw, own, strict=False)])
+        lines += [
+            _row(["buildtool's `digest.hash_file`, in-process (GB/s)", fmt_spread(mine, gbps)]),
+            _row(["`digest.hash_file` / raw blake3, in-process", fmt_spread(ratio, fmt_ratio)]),
+        ]
     return [*lines, ""]
 
 
