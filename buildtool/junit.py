@@ -3,7 +3,10 @@
 One ``<testsuite>`` (inside ``<testsuites>``) with one ``<testcase>`` per test target:
 ``classname`` = the package (``//pkg``), ``name`` = the label, ``time`` = seconds spent in
 this build; a failure or timeout carries ``<failure message=... type=...>`` with the test's
-output; a test that did not run is ``<skipped/>``; every test with output has
+output; a test that did not run because something it needs failed to build is an
+``<error type="build_failed">`` (as Bazel's "FAILED TO BUILD": a dashboard that reads only
+this file must not show it as merely skipped), any other that did not run (the build
+stopped first) is ``<skipped/>``; every test with output has
 ``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
 the subset that GitHub Actions reporters, GitLab and Jenkins read.
 Characters XML 1.0 forbids (e.g. ANSI escapes) are written as ``\\xNN``; the file is
@@ -47,12 +50,13 @@ def _escape(m: re.Match[str]) -> str:
 
 def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None) -> ET.ElementTree:
     failures = sum(1 for c in cases if c.result in (TestResult.FAILED, TestResult.TIMEOUT))
-    skipped = sum(1 for c in cases if c.result is None)
+    errors = sum(1 for c in cases if c.result is None and c.build_failed)
+    skipped = sum(1 for c in cases if c.result is None and not c.build_failed)
     total_time = sum(c.time for c in cases)
     counts = {
         "tests": str(len(cases)),
         "failures": str(failures),
-        "errors": "0",
+        "errors": str(errors),
         "skipped": str(skipped),
         "time": f"{total_time:.3f}",
     }
@@ -67,6 +71,8 @@ def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float
             kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
             f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})
             f.text = xml_text(c.log)
+        elif c.result is None and c.build_failed:
+            ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "build_failed"})
         elif c.result is None:
             ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
         if c.log:

@@ -372,7 +372,7 @@ class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
     __test__ = False
-    __slots__ = ("failures", "label", "log", "log_lost", "log_path", "message", "pkg", "result", "time")
+    __slots__ = ("build_failed", "failures", "label", "log", "log_lost", "log_path", "message", "pkg", "result", "time")
 
     def __init__(
         self,
@@ -385,6 +385,7 @@ class TestCase:
         log_path: str,  # relative to the workspace root; "": none (console pool: output on the terminal)
         failures: list[str] | None = None,  # earlier failed attempts (flaky); None: []
         log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
+        build_failed: bool = False,  # not run because something it needs failed to build
     ) -> None:
         self.label = label
         self.pkg = pkg
@@ -395,6 +396,7 @@ class TestCase:
         self.log_path = log_path
         self.failures = [] if failures is None else failures
         self.log_lost = log_lost
+        self.build_failed = build_failed
 
 
 class OutputFilter:
@@ -478,7 +480,8 @@ class TestSession:
             rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
             lost = self.logs.unwritten.get(t.label) if r is not None else None
-            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost))
+            broken = r is None and o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken))
         return out
 
     def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:

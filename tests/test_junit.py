@@ -33,7 +33,10 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
     suites = root.findall("testsuite")
     assert len(suites) == 1
     suite = suites[0]
-    assert suite.get("tests") == "5" and suite.get("failures") == "2" and suite.get("skipped") == "1"
+    assert suite.get("tests") == "5" and suite.get("failures") == "2"
+    # needs_gen could not run: its dependency failed to build. An error, not a skip, as
+    # Bazel's FAILED TO BUILD: a dashboard reading only this file must not show it as fine.
+    assert suite.get("errors") == "1" and suite.get("skipped") == "0"
     assert root.get("tests") == "5"
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert set(cases) == {"//pkg:ok", "//pkg:bad", "//pkg:slow", "//pkg:needs_gen", "//pkg:wobbly"}
@@ -45,9 +48,11 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
     assert "bad-output" in (bad.text or "") and "bad-err" in (bad.text or "")
     slow = cases["//pkg:slow"].find("failure")
     assert slow is not None and slow.get("type") == "timeout" and "TIMEOUT" in (slow.get("message") or "")
-    assert cases["//pkg:needs_gen"].find("skipped") is not None
+    error = cases["//pkg:needs_gen"].find("error")
+    assert error is not None and cases["//pkg:needs_gen"].find("skipped") is None
+    assert error.get("type") == "build_failed" and error.get("message") == "not run because //pkg:gen failed"
     ok = cases["//pkg:ok"]
-    assert ok.find("failure") is None and ok.find("skipped") is None
+    assert ok.find("failure") is None and ok.find("skipped") is None and ok.find("error") is None
     assert "ok-output" in (ok.findtext("system-out") or "")
     wobbly = cases["//pkg:wobbly"]
     assert wobbly.find("failure") is None
@@ -258,3 +263,20 @@ def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
     for keep in (src, tmp_path / "link.xml", log):
         assert not remove_stale_report(str(keep), "--junit")
     assert src.read_text() == "precious\n" and log.exists()
+
+
+def test_a_test_whose_build_failed_is_an_error_and_one_the_build_stopped_before_is_skipped(tmp_path: Path) -> None:
+    broken = TestCase("//a:t", "a", None, 0.0, "not run because //a:gen failed", b"", "", build_failed=True)
+    stopped = TestCase("//a:u", "a", None, 0.0, "the build stopped after a failure", b"", "")
+    root = to_xml([broken, stopped]).getroot()
+    suite = root.find("testsuite")
+    assert suite is not None
+    counts = (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped"))
+    assert counts == ("2", "0", "1", "1")
+    assert root.get("errors") == "1"
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    error = cases["//a:t"].find("error")
+    assert error is not None and error.get("type") == "build_failed"
+    assert error.get("message") == "not run because //a:gen failed" and cases["//a:t"].find("skipped") is None
+    skipped = cases["//a:u"].find("skipped")
+    assert skipped is not None and cases["//a:u"].find("error") is None
