@@ -1141,7 +1141,7 @@ class GraphBuilder:
                 raise _err(decl, f"depfile {depfile!r} is also a source of {lab}; it must be a file the command writes")
         timeout = a.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not 0 < timeout < float("inf")):  # (NaN compares false)
+                                    or not timeout > 0):  # (NaN compares false; inf is MAX_TIMEOUT_S)
             raise _err(decl, f"attribute 'timeout' must be a positive number of seconds (got {timeout!r})")
 
         # Package-relative views for substitution (both paths normalised: a file of the

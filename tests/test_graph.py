@@ -371,6 +371,21 @@ def test_bad_attribute_types(workspace: Workspace, attr: str, value: str) -> Non
     assert "BUILD.py:1" in err and attr in err
 
 
+@pytest.mark.parametrize("value", ["0", "-1", 'float("nan")', "True", '"10"'])
+def test_a_timeout_must_be_a_positive_number(workspace: Workspace, value: str) -> None:
+    workspace.build_file("", f'test(name="t", cmd="true", timeout={value})\n')
+    err = expect_invalid(workspace, "//:t")
+    assert "BUILD.py:1" in err and "attribute 'timeout' must be a positive number of seconds" in err
+
+
+@pytest.mark.parametrize("value", ["10**12", 'float("inf")'])
+def test_a_timeout_above_the_largest_never_fires(workspace: Workspace, value: str) -> None:
+    """The user guide: any positive number; one above 10^8 s (about 3 years) counts as 10^8."""
+    workspace.build_file("", f'test(name="t", cmd="true", timeout={value})\n')
+    rc, out, err = workspace.run("test", "//:t")
+    assert rc == 0 and "PASSED" in out, (rc, out, err)
+
+
 def test_syntax_error_shows_file_and_line(workspace: Workspace) -> None:
     workspace.build_file(
         "pkg",
