@@ -392,6 +392,8 @@ class Loader:
             msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"
             if path != rel_bf and (call := _line_in(e, buildfile)):  # raised in a macro or module: and from where
                 msg += f" (called from {rel_bf}:{call})"
+            elif path == rel_bf and (top := _line_in(e, buildfile, first=True)) not in (None, line):
+                msg += f" (called from {rel_bf}:{top})"  # in a function the BUILD.py defines: the top-level line
             raise BuildfileError(msg, path, line) from None
         finally:
             sys.dont_write_bytecode = no_pyc
@@ -794,12 +796,13 @@ class _ImportProbes:
 _INSTALLED = re.compile(r"/(site|dist)-packages/")
 
 
-def _line_in(exc: BaseException, filename: str) -> int | None:
-    """The line of ``filename``'s last frame in the traceback of ``exc``."""
+def _line_in(exc: BaseException, filename: str, first: bool = False) -> int | None:
+    """The line of ``filename``'s last (``first``: first, its top level) frame in the
+    traceback of ``exc``."""
     import traceback  # (an error path)
 
     lines = [fs.lineno for fs in traceback.extract_tb(exc.__traceback__) if fs.filename == filename]
-    return lines[-1] if lines else None
+    return (lines[0] if first else lines[-1]) if lines else None
 
 
 def _text_of(e: BaseException) -> str:

@@ -161,6 +161,9 @@ CATALOGUE = [
      "macro"),
     ("module-syntax-error-where", 'x = 1\nfrom tools import broken', "(imported from BUILD.py:2)", "macro"),
     ("exec-syntax-error", 'x = 1\nexec("def f(:")', "(called from BUILD.py:2)", None),
+    # An error in a function the BUILD.py defines: where it raised, and the top-level line.
+    ("local-function-raises", 'def mk(n):\n    return {}[n]\n\nmk("q")',
+     "BUILD.py:2: evaluating BUILD.py raised KeyError: 'q' (called from BUILD.py:4)", None),
     ("empty-name", 'genrule(name="", outs=["o"], cmd="echo > $@")', "target name must not be empty", None),
 ]
 
