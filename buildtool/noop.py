@@ -50,12 +50,13 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 11  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+FORMAT_VERSION = 12  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
 # v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
 # (an older snapshot's listings would vouch for a directory whose link changed its target);
 # v9: listings leave out the directories on the way to outputs, which are listed themselves;
 # v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph");
-# v11: the request has the workspace's path, a listing each symbolic link's target
+# v11: the request has the workspace's path, a listing each symbolic link's target;
+# v12: "record" is the build record's identity when the snapshot was written
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -75,6 +76,18 @@ def _path(state_dir: str) -> str:
 
 def _graph_path(state_dir: str) -> str:
     return os.path.join(state_dir, "graph")
+
+
+def _record_id(state_dir: str) -> list[int] | None:
+    """The build record's [inode, size, mtime_ns], None if it is missing.  An incremental
+    build takes what the targets outside its cone produced from the record: only from the
+    record the snapshot's build left (every build that writes the record removes the
+    snapshot first), not one that lost its last lines (power loss) or was copied back."""
+    try:
+        st = os.stat(os.path.join(state_dir, "record"))
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 class Verdict:
@@ -463,7 +476,8 @@ def write(
             if p in carry.body["dirs"]:
                 dir_sigs.setdefault(p, carry.body["dirs"][p])
     body = {"request": request, "env": env_view(env_names), "targets": n, "files": struct_sigs, "dirs": dir_sigs,
-            "hard": sorted(hard), "srcs": src_paths, "outs": out_paths, "racy": racy}
+            "hard": sorted(hard), "srcs": src_paths, "outs": out_paths, "racy": racy,
+            "record": _record_id(state_dir)}  # (closed by now: a compaction's rename came before)
     pickle = _pickle()
     from buildtool.atomic import write_atomic  # (here: a no-op that writes nothing does without it)
 
@@ -938,6 +952,10 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             # is a package), as a fresh build would
         if not found and not regraph and (settled_dirs or settled_rows):
             _settle(state_dir, body, tail, paths, settled_dirs, settled_rows)
+        if (found or regraph) and body["record"] != _record_id(state_dir):
+            print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
+                  "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
+            return None
         changed = [paths[k] for k in found]
         return Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
                        bool(regraph), verified)

@@ -151,6 +151,38 @@ def test_only_changed_sources_are_replanned_from_the_snapshot(ws: Path, tmp_path
     assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("how", ["cut_short", "copied_back_in_place"])
+def test_a_record_that_is_not_the_one_the_snapshot_build_left_takes_the_full_path(tmp_path: Path, how: str) -> None:
+    """The incremental path takes a dependency's output digest from the record when the
+    dependency is outside the cone. A record that lost its newest lines (a power loss keeps
+    the snapshot's rename but not the last appends) still has an older line for it: the
+    dependent's key was made from the old output and its old result restored, for good."""
+    w = new_workspace(tmp_path, 'genrule(name="a", srcs=["s.txt"], outs=["a.txt"], cmd="cat $< > $@")\n'
+                                'genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="tr a-z A-Z < $< > $@")\n',
+                      {"s.txt": "three\n"})
+    cache = tmp_path / "cache"
+    assert bt(w, cache, "build").returncode == 0
+    record = w / ".buildtool" / "record"
+    old = record.read_bytes()
+    (w / "s.txt").write_text("four\n")
+    assert bt(w, cache, "build").returncode == 0
+    assert (w / "b.txt").read_text() == "FOUR\n"
+    time.sleep(0.1)
+    settle(w, cache)
+    if how == "cut_short":  # the lines the last builds appended are gone
+        with open(record, "r+b") as f:
+            f.truncate(len(old))
+    else:  # `cp saved-record .buildtool/record`: the same inode, older content
+        record.write_bytes(old)
+    (w / "b.txt").unlink()  # b is in the cone, a is not
+    r = bt(w, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert (w / "a.txt").read_text() == "four\n" and (w / "b.txt").read_text() == "FOUR\n"
+    assert "is not the one the last build left" in r.stderr and "checking every target" in r.stderr
+    r = bt(w, cache, "build", "--events", str(tmp_path / "ev.jsonl"))
+    assert r.returncode == 0 and (w / "b.txt").read_text() == "FOUR\n"
+
+
 @pytest.mark.parametrize("path", ["incremental", "incremental-both-run", "full"])
 def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, path: str) -> None:
     """A source that changes after its target was judged fresh, while another target still
