@@ -142,6 +142,7 @@ class TargetRunner:
         self._tool_paths: dict[int, dict[str, list[int] | None]] = {}
         self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
+        self._refused: dict[int, str] = {}  # target -> key whose local entry the scheduler thread found unusable
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._tools_absent: dict[str, None] = {}  # where a tool was looked for in vain (or not executable)
@@ -539,6 +540,7 @@ class TargetRunner:
                 if done is not None:
                     self._prepare_record(tid, done)
                     return done
+                self._refused[tid] = key  # (it said why: the worker does not try the entry again)
         return None
 
     def run(self, tid: int, lane: int) -> Outcome:
@@ -681,7 +683,7 @@ class TargetRunner:
             if hit is not None:
                 if here and not self.cache.blobs_smaller_than(hit, INLINE_HASH_LIMIT):
                     return None
-                done = self._restored(t, hit, key, desc, why, "local")
+                done = None if self._refused.get(t.id) == key else self._restored(t, hit, key, desc, why, "local")
                 if done is not None:
                     return done
                 # (the entry was fine where its outputs could not be put: no damage)
