@@ -458,6 +458,12 @@ class GraphBuilder:
             return None
         return labels.label_str(parent, name) if found else None
 
+    def _declared_at(self, label: str) -> str:
+        """`` (declared at path:line)`` of a loaded target's declaration, or ""."""
+        p, _, n = label[2:].partition(":")
+        decl = self.loader.load(p).get(n)
+        return f" (declared at {decl.path}:{decl.line})" if decl is not None else ""
+
     def _producer_of(self, path: str) -> str | None:
         """The label of the target declaring the output ``path`` (workspace-relative), found
         in the package that owns the path's directory, or None."""
@@ -613,9 +619,9 @@ class GraphBuilder:
                     producer, me = self._producer_of(full), labels.label_str(pkg, name)
                     if producer is None or producer == me or producer not in building:
                         continue
-                    raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}: building "
-                                     f"{producer} would overwrite that source; refer to '{producer}' instead, "
-                                     "or rename the output")
+                    raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}"
+                                     f"{self._declared_at(producer)}: building {producer} would overwrite that "
+                                     f"source; refer to '{producer}' instead, or rename the output")
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
         from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)
@@ -683,8 +689,9 @@ class GraphBuilder:
                             continue
                         if producer is not None and producer != me:
                             # (its producer may be outside this build: a stale copy on disk is no source)
-                            raise _err(decl, f"{attr} entry {item!r} of {me} is an output of {producer}: refer "
-                                             f"to '{producer}' instead")
+                            raise _err(decl, f"{attr} entry {item!r} of {me} is an output of {producer}"
+                                             f"{self._declared_at(producer)}: refer to '{producer}' instead, or "
+                                             "rename that output if this is a source file")
                     sub = self._subpackage_on_the_way(pkg, path)
                     if sub is not None:
                         name = path[len(sub) + 1:]

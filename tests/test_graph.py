@@ -510,12 +510,12 @@ def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_th
                                'genrule(name="me", srcs=[":m/x"], outs=["m/x"], cmd="touch $@")\n')
     workspace.write("p2/gen/o.txt", "G0\n")
     err = expect_invalid(workspace, "//p2:g")
-    assert ("p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g: building //p2:g would "
-            "overwrite that source") in err, err
+    assert ("p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g (declared at p2/BUILD.py:1): "
+            "building //p2:g would overwrite that source") in err, err
     assert workspace.read("p2/gen/o.txt") == "G0\n"
     err = expect_invalid(workspace, "//p2:r1")
-    assert "p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g: refer to '//p2:g' instead" \
-        in err, err
+    assert ("p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g (declared at p2/BUILD.py:1): "
+            "refer to '//p2:g' instead, or rename that output if this is a source file") in err, err
     err = expect_invalid(workspace, "//p2:r2")
     assert "p2/BUILD.py:3: srcs refers to ':gen/o.txt', an output of //p2:g: refer to '//p2:g' instead" in err, err
     err = expect_invalid(workspace, "//p2:me")
@@ -531,14 +531,16 @@ def test_building_a_writer_alone_never_overwrites_a_source_another_target_reads(
                              'genrule(name="b", outs=["in.txt"], cmd="echo clobbered > $@ && touch ran-marker")\n'
                              'genrule(name="c", outs=["c.txt"], cmd="echo c > $@")\n')
     err = expect_invalid(workspace, "//:b")
-    assert "BUILD.py:1: srcs entry 'in.txt' of //:a is an output of //:b: building //:b would overwrite" in err, err
+    assert ("BUILD.py:1: srcs entry 'in.txt' of //:a is an output of //:b (declared at BUILD.py:2): building //:b "
+            "would overwrite") in err, err
     assert workspace.read("in.txt") == "precious\n"
     assert workspace.run("build", "//:c")[0] == 0
     for spelling in (":in.txt", "//:in.txt", "./in.txt"):  # a file label was let through
         workspace.build_file("", f'genrule(name="a", srcs=["{spelling}"], outs=["a.txt"], cmd="cp $< $@")\n'
                                  'genrule(name="b", outs=["in.txt"], cmd="echo clobbered > $@ && touch ran-marker")\n')
         err = expect_invalid(workspace, "//:b")
-        assert f"srcs entry '{spelling}' of //:a is an output of //:b: building //:b would overwrite" in err, err
+        assert (f"srcs entry '{spelling}' of //:a is an output of //:b (declared at BUILD.py:2): building //:b "
+                "would overwrite") in err, err
         assert workspace.read("in.txt") == "precious\n"
     # An unrelated glob() that also finds in.txt took it for an output copy and let it through.
     workspace.build_file("", 'genrule(name="a", srcs=["in.txt"], outs=["a.out"], cmd="cp $< $@")\n'
