@@ -56,7 +56,8 @@ FORMAT_VERSION = 12  # v6: the body in marshal, not JSON (json pulls in re and e
 # v9: listings leave out the directories on the way to outputs, which are listed themselves;
 # v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph");
 # v11: the request has the workspace's path, a listing each symbolic link's target;
-# v12: "record" is the build record's identity when the snapshot was written
+# v12: "record" is the build record's identity when the snapshot was written, "graph" the
+# checksum of the .buildtool/graph written with it
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -477,14 +478,17 @@ def write(
                 dir_sigs.setdefault(p, carry.body["dirs"][p])
     body = {"request": request, "env": env_view(env_names), "targets": n, "files": struct_sigs, "dirs": dir_sigs,
             "hard": sorted(hard), "srcs": src_paths, "outs": out_paths, "racy": racy,
-            "record": _record_id(state_dir)}  # (closed by now: a compaction's rename came before)
+            "record": _record_id(state_dir),  # (closed by now: a compaction's rename came before)
+            "graph": keep.body.get("graph") if keep is not None else None}
     pickle = _pickle()
     from buildtool.atomic import write_atomic  # (here: a no-op that writes nothing does without it)
 
     try:
         if keep is None:
             data = pickle.dumps(graph, protocol=-1)  # -1: the highest
-            write_atomic(_graph_path(state_dir), GRAPH_HEADER + _graph_sum(data) + b"\n" + data)
+            gsum = _graph_sum(data)
+            write_atomic(_graph_path(state_dir), GRAPH_HEADER + gsum + b"\n" + data)
+            body["graph"] = gsum.decode()
         raw = marshal.dumps(body, MARSHAL_VERSION)
         from array import array
 
@@ -529,10 +533,12 @@ def _pickle() -> Any:
         return pickle
 
 
-def load_graph(state_dir: str, warn: Callable[[str], None]) -> object | None:
+def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) -> object | None:
     """The graph pickled with the snapshot (only after ``check`` vouched for it); None when
     the file is missing, of another version or damaged (checked by its checksum: a flipped
-    byte in a pickle may still load, as a graph with another command or path in it)."""
+    byte in a pickle may still load, as a graph with another command or path in it), or
+    not the one written with the snapshot (``expected``: the checksum its body holds; the
+    graph's rename lost to a crash, an older file copied back)."""
     pickle = _pickle()
     try:
         with open(_graph_path(state_dir), "rb") as f:
@@ -544,7 +550,11 @@ def load_graph(state_dir: str, warn: Callable[[str], None]) -> object | None:
         return None  # another version's: evaluated afresh, as after an upgrade (an empty or foreign file: damaged)
     try:
         if head.startswith(GRAPH_HEADER) and nl and head[len(GRAPH_HEADER):] == _graph_sum(body):
-            return pickle.loads(body)
+            if head[len(GRAPH_HEADER):].decode() == expected:
+                return pickle.loads(body)
+            warn(f"{_graph_path(state_dir)} is not the graph the no-op snapshot was written with; evaluating the "
+                 "BUILD.py files again")
+            return None
     except Exception:  # a pickle that does not load: said below
         pass
     warn(f"{_graph_path(state_dir)} is damaged; evaluating the BUILD.py files again")

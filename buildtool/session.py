@@ -251,7 +251,7 @@ class Session:
             if verdict.lock is None:
                 request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
                 verdict = noop.check(state, self.ws.root, request)
-            prior_graph = noop.load_graph(state, _warn) if verdict is not None else None
+            prior_graph = noop.load_graph(state, _warn, verdict.body.get("graph")) if verdict is not None else None
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
             noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)

@@ -781,6 +781,27 @@ def test_a_damaged_graph_pickle_is_never_used(ws: Path, tmp_path: Path, damage: 
     assert r.returncode == 0 and "nothing changed" in r.stdout and not r.stderr, r.stdout + r.stderr
 
 
+def test_a_valid_graph_that_is_not_the_snapshots_is_never_used(ws: Path, tmp_path: Path) -> None:
+    """An older .buildtool/graph put back (or a crash that lost the graph's rename but not
+    the snapshot's): its checksum holds, but it has the old command. The snapshot names the
+    graph it was written with."""
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    graph = ws / ".buildtool" / "graph"
+    old = graph.read_bytes()
+    build_py = (ws / "BUILD.py").read_text()
+    (ws / "BUILD.py").write_text(build_py.replace("tr a-z A-Z < $< > $@", "tr a-z A-Z < $< | rev > $@"))
+    time.sleep(0.1)
+    settle(ws, cache)
+    assert (ws / "up.txt").read_text() == "A\n"
+    graph.write_bytes(old)  # valid, and the old command's
+    (ws / "a.txt").write_text("abc\n")  # the incremental path loads the graph
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "up.txt").read_text() == "CBA\n"
+    assert "is not the graph the no-op snapshot was written with" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("path", ["full", "incremental"])
 def test_a_globbed_file_added_during_the_build_is_picked_up_next_time(tmp_path: Path, path: str) -> None:
     w = new_workspace(
