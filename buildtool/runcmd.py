@@ -70,9 +70,10 @@ def run_command(ns: argparse.Namespace) -> int:
     def warn(msg: str) -> None:
         print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
 
-    record = BuildRecord(os.path.join(ws.state_dir, "record"), warn)
-    builder = GraphBuilder(Loader(ws, record.all_outputs()), ws.cwd_pkg_dir)
-    record.close()
+    # Read only (not closed: closing may compact the file, which takes the workspace lock's
+    # build to do safely).
+    builder = GraphBuilder(Loader(ws, BuildRecord(os.path.join(ws.state_dir, "record"), warn).all_outputs()),
+                           ws.cwd_pkg_dir)
     try:
         pat = labels.parse_pattern(ns.target, builder.current_package(), ws.cwd_pkg_dir)
     except labels.LabelError as e:
