@@ -80,7 +80,7 @@ def _graph_path(state_dir: str) -> str:
 
 
 def _record_id(state_dir: str) -> list[int] | None:
-    """The build record's [inode, size, mtime_ns], None if it is missing.  An incremental
+    """The build record's [inode, size, mtime_ns, ctime_ns], None if it is missing.  An incremental
     build takes what the targets outside its cone produced from the record: only from the
     record the snapshot's build left (every build that writes the record removes the
     snapshot first), not one that lost its last lines (power loss) or was copied back."""
@@ -88,7 +88,7 @@ def _record_id(state_dir: str) -> list[int] | None:
         st = os.stat(os.path.join(state_dir, "record"))
     except OSError:
         return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]  # (ctime: `cp -p` keeps the mtime)
 
 
 class Verdict:

@@ -178,6 +178,7 @@ class BuildRecord:
         self._said_failed = False  # a write failed this build: warned once
         self.failed = False  # a write failed: the file no longer says what the builds did (close discards it)
         self._upgrade = False  # a v1 file: compacted into v2 on close
+        self.torn = False  # its last line had no newline when read (a killed build, or a crash's zeros)
         self._load()
 
     def _load(self) -> None:
@@ -193,6 +194,7 @@ class BuildRecord:
 
                 shutil.rmtree(self.path, ignore_errors=True)
             return
+        self.torn = not data.endswith(b"\n")
         nl = data.find(b"\n")
         head = data[:nl] if nl >= 0 else data
         self._upgrade = head + b"\n" == HEADER_V1.encode()
@@ -325,7 +327,10 @@ class BuildRecord:
             except OSError as e:
                 self._write_failed(e)
 
-    def close(self) -> None:
+    def close(self, compact: bool = True) -> None:
+        """Close the file; ``compact``: and rewrite it when it holds too many stale lines
+        (not for a dry run or ``clean``, which leave the no-op snapshot in place, and the
+        snapshot vouches for this very file: formats.md)."""
         if self._fh is not None:
             try:
                 self._fh.close()
@@ -339,7 +344,8 @@ class BuildRecord:
                 self.entries = Entries(self._warn)  # (watch mode's next cycle starts from nothing, as the file)
                 self.lines = 0
             return
-        if self._upgrade or (self.lines > COMPACT_MIN_LINES and self.lines > COMPACT_RATIO * max(len(self.entries), 1)):
+        if compact and (self._upgrade or (self.lines > COMPACT_MIN_LINES
+                                          and self.lines > COMPACT_RATIO * max(len(self.entries), 1))):
             self.compact()
 
     def compact(self, quiet: bool = False) -> bool:

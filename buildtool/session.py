@@ -256,6 +256,9 @@ class Session:
             noop.invalidate(state)
         orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
+        if verdict is not None and record.torn:  # the snapshot's build ended on whole lines: a crash's
+            _warn("the build record ends in a torn line (a crash?); checking every target")  # zeros, say
+            verdict, prior_graph = None, None
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         stats.begin_build()
         # Before the evaluation: a cache dir made in the workspace during the build would be a
@@ -471,7 +474,7 @@ class Session:
                 tests.finish(outcomes, console.out, lambda lab: (record.get(lab) or {}).get("d"))
                 lost_report = lost_report or tests.lost_junit
         finally:
-            record.close()
+            record.close(compact=not req.dry_run)  # (a dry run leaves the snapshot, which names this file)
             stats.save()
             if events:
                 events.close()
@@ -788,7 +791,7 @@ class Session:
                         continue
                     n += 1
                     _prune_empty_dirs(self.ws.root, os.path.dirname(p))
-            record.close()
+            record.close(compact=False)  # (read only; when outputs are kept, so is the snapshot naming this file)
             # The state goes while the lock is held: deleted after, it went from under a
             # build that had been waiting for the lock.  The lock file (which that build
             # holds now) and the .gitignore stay.  The file monitor's answers were about

@@ -183,6 +183,69 @@ def test_a_record_that_is_not_the_one_the_snapshot_build_left_takes_the_full_pat
     assert r.returncode == 0 and (w / "b.txt").read_text() == "FOUR\n"
 
 
+def test_a_record_whose_last_lines_a_crash_left_as_zeros_takes_the_full_path(tmp_path: Path) -> None:
+    """A crash can keep a file's new size and times but not its data (zeros in its place):
+    the record's identity then matches the snapshot's, but its newest lines are gone and
+    the older ones name old outputs. The snapshot's build ended on a whole line: a torn
+    last line means the full path. (A test cannot make a write that keeps the ctime: the
+    snapshot is given the damaged record's identity instead.)"""
+    from buildtool import noop
+
+    w = new_workspace(tmp_path, 'genrule(name="a", srcs=["s.txt"], outs=["a.txt"], cmd="cat $< > $@")\n'
+                                'genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="tr a-z A-Z < $< > $@")\n',
+                      {"s.txt": "three\n"})
+    cache = tmp_path / "cache"
+    assert bt(w, cache, "build").returncode == 0
+    record = w / ".buildtool" / "record"
+    before = len(record.read_bytes())
+    (w / "s.txt").write_text("four\n")
+    time.sleep(0.1)
+    settle(w, cache)
+    data = record.read_bytes()
+    assert len(data) > before
+    record.write_bytes(data[:before] + bytes(len(data) - before))  # the lines since: zeros, same size
+    state = w / ".buildtool"
+    snap = (state / "noop").read_bytes()
+    nl = snap.index(b"\n", len(noop.HEADER))
+    end = nl + 1 + int(snap[len(noop.HEADER) : nl].split()[0])
+    body = marshal.loads(snap[nl + 1 : end])
+    body["record"] = noop._record_id(str(state))
+    (state / "noop").write_bytes(noop._framed(marshal.dumps(body, noop.MARSHAL_VERSION), snap[end:]))
+    (w / "b.txt").unlink()  # b is in the cone, a is not
+    r = bt(w, cache, "build")
+    assert r.returncode == 0, r.stderr
+    assert (w / "a.txt").read_text() == "four\n" and (w / "b.txt").read_text() == "FOUR\n"
+    assert "the build record ends in a torn line" in r.stderr, r.stderr
+
+
+def test_a_dry_run_never_rewrites_the_record_the_snapshot_names(ws: Path, tmp_path: Path) -> None:
+    """A dry run leaves the snapshot in place, and the snapshot names the record file: the
+    dry run's close must not compact it (a new file: the next incremental build would
+    call the record foreign and check every target)."""
+    from buildtool import noop
+
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    state = ws / ".buildtool"
+    record = state / "record"
+    lines = record.read_bytes().splitlines(keepends=True)
+    record.write_bytes(b"".join(lines) + lines[-1] * 1500)  # past the compaction threshold
+    snap = (state / "noop").read_bytes()
+    nl = snap.index(b"\n", len(noop.HEADER))
+    end = nl + 1 + int(snap[len(noop.HEADER) : nl].split()[0])
+    body = marshal.loads(snap[nl + 1 : end])
+    body["record"] = noop._record_id(str(state))  # as if the snapshot's build had left it so
+    (state / "noop").write_bytes(noop._framed(marshal.dumps(body, noop.MARSHAL_VERSION), snap[end:]))
+    (ws / "a.txt").write_text("changed\n")
+    for args in (["build", "-n"], ["explain", "//:up"]):
+        r = bt(ws, cache, *args)
+        assert r.returncode == 0, r.stderr
+        assert noop._record_id(str(state)) == body["record"], args
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "up.txt").read_text() == "CHANGED\n"
+    assert "record" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("path", ["incremental", "incremental-both-run", "full"])
 def test_a_source_edited_during_the_build_is_not_vouched_for(tmp_path: Path, path: str) -> None:
     """A source that changes after its target was judged fresh, while another target still
