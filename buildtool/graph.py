@@ -1226,7 +1226,7 @@ class GraphBuilder:
             manual=manual or always,
             pool=pool,
             # (beyond ~3 years a timeout never fires: clamped, so that no timer overflows)
-            timeout=min(float(timeout), MAX_TIMEOUT_S) if timeout is not None else None,
+            timeout=float(min(timeout, MAX_TIMEOUT_S)) if timeout is not None else None,  # (10**400: no float)
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",
