@@ -6,7 +6,7 @@ this build; a failure or timeout carries ``<failure message=... type=...>`` with
 output; a test that did not run because something it needs failed to build is an
 ``<error type="build_failed">`` (as Bazel's "FAILED TO BUILD": a dashboard that reads only
 this file must not show it as merely skipped), any other that did not run (the build
-stopped first) is ``<skipped/>``; every test with output has
+stopped first: another failure without ``-k``, Ctrl-C) is ``<skipped/>``; every test with output has
 ``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
 the subset that GitHub Actions reporters, GitLab and Jenkins read.
 Characters XML 1.0 forbids (e.g. ANSI escapes) are written as ``\\xNN``; the file is
