@@ -60,6 +60,25 @@ def settle(ws: Path, cache: Path) -> None:
     assert "(nothing changed)" in r.stdout, r.stdout + r.stderr
 
 
+# //:b reads //:a's output: an incremental build of b alone takes a's from the record.
+CHAIN = ('genrule(name="a", srcs=["s.txt"], outs=["a.txt"], cmd="cat $< > $@")\n'
+         'genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="tr a-z A-Z < $< > $@")\n')
+
+
+def vouch_for_record(state: Path) -> list[int] | None:
+    """Give the no-op snapshot the build record's identity as it is now (as if the build
+    that wrote the snapshot had left the record so); return that identity."""
+    from buildtool import noop
+
+    snap = (state / "noop").read_bytes()
+    nl = snap.index(b"\n", len(noop.HEADER))
+    end = nl + 1 + int(snap[len(noop.HEADER) : nl].split()[0])
+    body = marshal.loads(snap[nl + 1 : end])
+    body["record"] = noop._record_id(str(state))
+    (state / "noop").write_bytes(noop._framed(marshal.dumps(body, noop.MARSHAL_VERSION), snap[end:]))
+    return body["record"]
+
+
 @pytest.mark.parametrize(
     "edit",
     ["source", "output", "buildfile", "new_glob_file", "env", "config", "new_package", "delete_output"],
@@ -157,9 +176,7 @@ def test_a_record_that_is_not_the_one_the_snapshot_build_left_takes_the_full_pat
     dependency is outside the cone. A record that lost its newest lines (a power loss keeps
     the snapshot's rename but not the last appends) still has an older line for it: the
     dependent's key was made from the old output and its old result restored, for good."""
-    w = new_workspace(tmp_path, 'genrule(name="a", srcs=["s.txt"], outs=["a.txt"], cmd="cat $< > $@")\n'
-                                'genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="tr a-z A-Z < $< > $@")\n',
-                      {"s.txt": "three\n"})
+    w = new_workspace(tmp_path, CHAIN, {"s.txt": "three\n"})
     cache = tmp_path / "cache"
     assert bt(w, cache, "build").returncode == 0
     record = w / ".buildtool" / "record"
@@ -189,11 +206,7 @@ def test_a_record_whose_last_lines_a_crash_left_as_zeros_takes_the_full_path(tmp
     the older ones name old outputs. The snapshot's build ended on a whole line: a torn
     last line means the full path. (A test cannot make a write that keeps the ctime: the
     snapshot is given the damaged record's identity instead.)"""
-    from buildtool import noop
-
-    w = new_workspace(tmp_path, 'genrule(name="a", srcs=["s.txt"], outs=["a.txt"], cmd="cat $< > $@")\n'
-                                'genrule(name="b", srcs=[":a"], outs=["b.txt"], cmd="tr a-z A-Z < $< > $@")\n',
-                      {"s.txt": "three\n"})
+    w = new_workspace(tmp_path, CHAIN, {"s.txt": "three\n"})
     cache = tmp_path / "cache"
     assert bt(w, cache, "build").returncode == 0
     record = w / ".buildtool" / "record"
@@ -204,13 +217,7 @@ def test_a_record_whose_last_lines_a_crash_left_as_zeros_takes_the_full_path(tmp
     data = record.read_bytes()
     assert len(data) > before
     record.write_bytes(data[:before] + bytes(len(data) - before))  # the lines since: zeros, same size
-    state = w / ".buildtool"
-    snap = (state / "noop").read_bytes()
-    nl = snap.index(b"\n", len(noop.HEADER))
-    end = nl + 1 + int(snap[len(noop.HEADER) : nl].split()[0])
-    body = marshal.loads(snap[nl + 1 : end])
-    body["record"] = noop._record_id(str(state))
-    (state / "noop").write_bytes(noop._framed(marshal.dumps(body, noop.MARSHAL_VERSION), snap[end:]))
+    vouch_for_record(w / ".buildtool")
     (w / "b.txt").unlink()  # b is in the cone, a is not
     r = bt(w, cache, "build")
     assert r.returncode == 0, r.stderr
@@ -230,17 +237,12 @@ def test_a_dry_run_never_rewrites_the_record_the_snapshot_names(ws: Path, tmp_pa
     record = state / "record"
     lines = record.read_bytes().splitlines(keepends=True)
     record.write_bytes(b"".join(lines) + lines[-1] * 1500)  # past the compaction threshold
-    snap = (state / "noop").read_bytes()
-    nl = snap.index(b"\n", len(noop.HEADER))
-    end = nl + 1 + int(snap[len(noop.HEADER) : nl].split()[0])
-    body = marshal.loads(snap[nl + 1 : end])
-    body["record"] = noop._record_id(str(state))  # as if the snapshot's build had left it so
-    (state / "noop").write_bytes(noop._framed(marshal.dumps(body, noop.MARSHAL_VERSION), snap[end:]))
+    vouched = vouch_for_record(state)  # as if the snapshot's build had left it so
     (ws / "a.txt").write_text("changed\n")
     for args in (["build", "-n"], ["explain", "//:up"]):
         r = bt(ws, cache, *args)
         assert r.returncode == 0, r.stderr
-        assert noop._record_id(str(state)) == body["record"], args
+        assert noop._record_id(str(state)) == vouched, args
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and (ws / "up.txt").read_text() == "CHANGED\n"
     assert "record" not in r.stderr, r.stderr
