@@ -80,10 +80,11 @@ def _graph_path(state_dir: str) -> str:
 
 
 def _record_id(state_dir: str) -> list[int] | None:
-    """The build record's [inode, size, mtime_ns, ctime_ns], None if it is missing.  An incremental
-    build takes what the targets outside its cone produced from the record: only from the
-    record the snapshot's build left (every build that writes the record removes the
-    snapshot first), not one that lost its last lines (power loss) or was copied back."""
+    """The build record's [inode, size, mtime_ns, ctime_ns], None if it is missing.  An
+    incremental build takes what the targets outside its cone produced from the record:
+    only from the record the snapshot's build left (every build that writes the record
+    removes the snapshot first), not one that lost its last lines (power loss) or was
+    copied back."""
     try:
         st = os.stat(os.path.join(state_dir, "record"))
     except OSError:
