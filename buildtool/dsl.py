@@ -41,13 +41,14 @@ REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
 class Declaration:
     """One rule call as written in a BUILD.py (or a macro it called)."""
 
-    __slots__ = ("attrs", "kind", "line", "path")
+    __slots__ = ("attrs", "kind", "line", "macro", "path")
 
-    def __init__(self, kind: str, attrs: dict[str, Any], path: str, line: int) -> None:
+    def __init__(self, kind: str, attrs: dict[str, Any], path: str, line: int, macro: str = "") -> None:
         self.kind = kind
         self.attrs = attrs
         self.path = path  # workspace-relative file of the call site
         self.line = line
+        self.macro = macro  # " (in the macro at tools/macros.py:12)" when a macro declared it, else ""
 
 
 class PackageContext:
@@ -140,46 +141,33 @@ def reset_context(token: object) -> None:
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep  # buildtool itself (a venv may be in the root)
 
 
-def _call_site(ctx: PackageContext) -> tuple[str, int]:
-    """The innermost frame in a workspace file: the BUILD.py or the macro that declared."""
+def _call_site(ctx: PackageContext) -> tuple[str, int, str]:
+    """(file, line) of the declaration: the BUILD.py line that called, or the innermost
+    workspace file (a macro) when no BUILD.py frame is found; and `` (in the macro at
+    tools/macros.py:12)`` when a function of a workspace module declared the target, else
+    "" (a BUILD.py line alone does not show which of the macro's lines went wrong)."""
     frame = sys._getframe(2)
     root = ctx.root + os.sep
-    fallback: tuple[str, int] | None = None
+    inner: tuple[str, int] | None = None  # the innermost workspace frame that is not the BUILD.py
     while frame is not None:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
-            return ctx.rel(fn), ctx.line_of(frame)
-        if fallback is None and fn.startswith(root) and not fn.startswith(_OURS):
-            fallback = (ctx.rel(fn), ctx.line_of(frame))
+            return ctx.rel(fn), ctx.line_of(frame), f" (in the macro at {inner[0]}:{inner[1]})" if inner else ""
+        if inner is None and fn.startswith(root) and not fn.startswith(_OURS):
+            inner = (ctx.rel(fn), ctx.line_of(frame))
         frame = frame.f_back  # type: ignore[assignment]
-    if fallback is not None:
-        return fallback
-    return ctx.rel(ctx.buildfile), 0
-
-
-def _macro_site(ctx: PackageContext) -> str:
-    """`` (in the macro at tools/macros.py:12)`` when a function of a workspace module
-    declared the target, else "": a declaration's own location is its BUILD.py call
-    line, which alone does not show which of the macro's lines went wrong."""
-    frame = sys._getframe(1)
-    root = ctx.root + os.sep
-    while frame is not None:
-        fn = frame.f_code.co_filename
-        if fn == ctx.buildfile:
-            return ""
-        if fn.startswith(root) and not fn.startswith(_OURS):
-            return f" (in the macro at {ctx.rel(fn)}:{ctx.line_of(frame)})"
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
+    if inner is not None:
+        return inner[0], inner[1], f" (in the macro at {inner[0]}:{inner[1]})"
+    return ctx.rel(ctx.buildfile), 0, ""
 
 
 def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> None:
     ctx = current_context()
-    path, line = _call_site(ctx)
+    path, line, macro = _call_site(ctx)
     if args:
         msg = (f"{kind}() takes keyword attributes only (got {len(args)} positional: {args[0]!r}...); "
                f"write {kind}(name=..., ...)")
-        raise BuildfileError(msg + _macro_site(ctx), path, line)
+        raise BuildfileError(msg + macro, path, line)
     allowed = RULE_ATTRS[kind]
     for key in attrs:
         if key not in allowed:
@@ -187,27 +175,27 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
                 f"{kind}() got an unknown attribute {key!r}; "
                 f"allowed attributes are: {', '.join(allowed)}"
             )
-            raise BuildfileError(msg + _macro_site(ctx), path, line)
+            raise BuildfileError(msg + macro, path, line)
     for key in REQUIRED_ATTRS[kind]:
         if key not in attrs:
             msg = f"{kind}() is missing the required attribute {key!r}"
-            raise BuildfileError(msg + _macro_site(ctx), path, line)
+            raise BuildfileError(msg + macro, path, line)
     name = attrs["name"]
     if not isinstance(name, str):
         msg = f"{kind}() attribute 'name' must be a string (got {name!r})"
-        raise BuildfileError(msg + _macro_site(ctx), path, line)
+        raise BuildfileError(msg + macro, path, line)
     try:
         check_name(name)
     except LabelError as e:
-        raise BuildfileError(str(e) + _macro_site(ctx), path, line) from None
+        raise BuildfileError(str(e) + macro, path, line) from None
     previous = ctx.declarations.get(name)
     if previous is not None:
         msg = (
             f"target {name!r} is defined twice in package //{ctx.pkg} "
             f"(first at {previous.path}:{previous.line})"
         )
-        raise BuildfileError(msg + _macro_site(ctx), path, line)
-    ctx.declarations[name] = Declaration(kind, attrs, path, line)
+        raise BuildfileError(msg + macro, path, line)
+    ctx.declarations[name] = Declaration(kind, attrs, path, line, macro)
 
 
 def genrule(*args: Any, **attrs: Any) -> None:
@@ -246,9 +234,9 @@ def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str
     ctx = current_context()
     for what, v in (("include", include), ("exclude", exclude or [])):
         if not isinstance(v, (str, list, tuple)):
-            path, line = _call_site(ctx)
+            path, line, macro = _call_site(ctx)
             msg = f"glob() {what} must be a pattern or a list of patterns (got {v!r})"
-            raise BuildfileError(msg, path, line)
+            raise BuildfileError(msg + macro, path, line)
     inc = [include] if isinstance(include, str) else list(include)
     exc = [exclude] if isinstance(exclude, str) else list(exclude or [])
     result = ctx.glob_fn(ctx.pkg, inc, exc)

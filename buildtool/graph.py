@@ -180,7 +180,8 @@ MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits e
 
 
 def _err(decl: Declaration, msg: str) -> BuildfileError:
-    return BuildfileError(msg, decl.path, decl.line)
+    """The error of a declaration at its BUILD.py line, naming the macro line that made it."""
+    return BuildfileError(msg + decl.macro, decl.path, decl.line)
 
 
 def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:

@@ -157,6 +157,9 @@ CATALOGUE = [
      "BUILD.py:3: target 'y' is defined twice in package // (first at BUILD.py:3) (in the macro at "
      "tools/macros.py:8)", "macro"),
     # A syntax error in an imported module: where in it, and which BUILD.py line imported it.
+    # Found when the graph is checked, after evaluation: still the macro's line that made it.
+    ("macro-unknown-dependency", 'from tools.macros import dangling\n\ndangling("z")',
+     "(in the macro at tools/macros.py:11)", "macro"),
     ("module-syntax-error", 'x = 1\nfrom tools import broken', "tools/broken.py:2: syntax error: ",
      "macro"),
     ("module-syntax-error-where", 'x = 1\nfrom tools import broken', "(imported from BUILD.py:2)", "macro"),
@@ -175,6 +178,9 @@ def boom(name):
 def twice(name):
     genrule(name=name, outs=[name + ".1"], cmd="true")
     genrule(name=name, outs=[name + ".2"], cmd="true")
+
+def dangling(name):
+    genrule(name=name, srcs=[":nope"], outs=[name + ".o"], cmd="true")
 '''
 
 
