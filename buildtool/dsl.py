@@ -152,13 +152,14 @@ def _call_site(ctx: PackageContext) -> tuple[str, int, str]:
     while frame is not None:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
-            return ctx.rel(fn), ctx.line_of(frame), f" (in the macro at {inner[0]}:{inner[1]})" if inner else ""
+            break
         if inner is None and fn.startswith(root) and not fn.startswith(_OURS):
             inner = (ctx.rel(fn), ctx.line_of(frame))
         frame = frame.f_back  # type: ignore[assignment]
-    if inner is not None:
-        return inner[0], inner[1], f" (in the macro at {inner[0]}:{inner[1]})"
-    return ctx.rel(ctx.buildfile), 0, ""
+    macro = f" (in the macro at {inner[0]}:{inner[1]})" if inner is not None else ""
+    if frame is not None:
+        return ctx.rel(ctx.buildfile), ctx.line_of(frame), macro
+    return (*inner, macro) if inner is not None else (ctx.rel(ctx.buildfile), 0, "")
 
 
 def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> None:

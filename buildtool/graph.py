@@ -461,7 +461,7 @@ class GraphBuilder:
 
     def _declared_at(self, label: str) -> str:
         """`` (declared at path:line)`` of a loaded target's declaration, or ""."""
-        p, _, n = label[2:].partition(":")
+        p, n = labels.split_label(label)
         decl = self.loader.load(p).get(n)
         return f" (declared at {decl.path}:{decl.line})" if decl is not None else ""
 
