@@ -210,8 +210,11 @@ class Console:
             self._replay(label, o)
 
     def _replay(self, label: str, o: Outcome) -> None:
+        lost = o.extra.get("lost_streams", ())
         for name, data in (("stdout", o.stdout), ("stderr", o.stderr)):
-            if data:
+            if name in lost:
+                self._line(self._paint(f"--- {label}: cached {name} is no longer in the cache ---", "dim"))
+            elif data:
                 self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))
                 self.text(data)
 

@@ -808,12 +808,14 @@ class TargetRunner:
         status, msg = got
         if where == "remote":
             msg = "restored from the remote cache"
+        extra: dict[str, Any] = {"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
+                                 "ran_for": hit.duration}
+        lost = [name for name, data in (("stdout", out), ("stderr", err)) if data is None]
+        if lost:  # (--replay-output says so rather than showing nothing)
+            extra["lost_streams"] = lost
         return Outcome(
             status, Reason.ADOPTED if status is Status.UP_TO_DATE else Reason.RESTORED,
-            f"{why}; {msg}", key=key, cache=where,
-            extra={"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
-                   "ran_for": hit.duration},
-            stdout=out or b"", stderr=err or b"",
+            f"{why}; {msg}", key=key, cache=where, extra=extra, stdout=out or b"", stderr=err or b"",
         )
 
     def _failed_before(self, t: Target, key: str) -> bool:

@@ -76,6 +76,24 @@ def test_replay_output_is_opt_in(workspace: Workspace) -> None:
     assert "red warning" not in r.output
 
 
+def test_replay_output_says_when_a_cached_stream_is_gone(workspace: Workspace) -> None:
+    """A restored target whose stdout blob the cache lost (evicted, deleted) still restores
+    its outputs; --replay-output says the stream is gone rather than showing nothing."""
+    from buildtool.digest import hash_bytes
+
+    workspace.build_file("", 'genrule(name="loud", outs=["o.txt"], cmd="seq 1 3000; echo quiet >&2; echo x > $@")')
+    assert workspace.build().rc == 0
+    printed = "".join(f"{i}\n" for i in range(1, 3001)).encode()  # (larger than an entry holds inline)
+    blob = hash_bytes(printed)
+    (workspace.cache / "v2" / "cas" / blob[:2] / blob).unlink()
+    (workspace.root / "o.txt").unlink()
+    r = workspace.build("--replay-output", env_extra={"CI": ""})
+    assert r.rc == 0 and r.status("//:loud") == "restored", r.output
+    assert workspace.read("o.txt") == "x\n"
+    assert "--- //:loud: cached stdout is no longer in the cache ---" in r.stdout, r.stdout
+    assert "--- //:loud: cached stderr ---\nquiet\n" in r.stdout, r.stdout
+
+
 def test_color_always_and_never(workspace: Workspace) -> None:
     _ws(workspace)
     r = workspace.build("--color", "always")
