@@ -990,6 +990,9 @@ class GraphBuilder:
     def _check_output_paths(self, out_owner: dict[str, str]) -> None:
         root = self.loader.ws.root
         checked: dict[str, bool] = {}
+        # A parent reached through a symlinked directory of the workspace -> (its real path
+        # relative to the root, the existing directory on the way that is the link's)
+        linked: dict[str, tuple[str, str]] = {}
         definition = self.loader.read_files | self.loader.imported_workspace_modules()
         for o, lab in out_owner.items():
             own = _build_definition_file(o, definition)
@@ -1027,7 +1030,17 @@ class GraphBuilder:
                 ok = real == root or real.startswith(root + os.sep)
                 checked[parent] = ok
                 if ok and real != os.path.normpath(probe):  # through a symlinked directory of the workspace
-                    self._check_real_package(o, lab, os.path.relpath(real, root), where)
+                    linked[parent] = (os.path.relpath(real, root), where)
+                    self._check_real_package(o, lab, *linked[parent])
+            if parent in linked:  # (.git/ or the state dir reached through a link is still that)
+                real_dir, where = linked[parent]
+                real_o = posixpath.normpath(posixpath.join(real_dir, posixpath.relpath(o, where)))
+                own = _build_definition_file(real_o, definition)
+                if own is not None:
+                    pkg, name = labels.split_label(lab)
+                    raise _err(self.loader.load(pkg)[name],
+                               f"output {o!r} of {lab} is really {real_o!r} (through the symbolic link {where!r}), "
+                               f"{own}; an output is deleted before its command runs")
             full = os.path.join(root, o)
             link_out = False
             if ok and os.path.islink(full):

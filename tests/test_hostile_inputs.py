@@ -142,6 +142,11 @@ CATALOGUE = [
     # Built alone, //:t wrote into //tools through the link (and //tools:u, alone, back).
     ("output-through-a-link-into-a-package", 'genrule(name="t", outs=["gen/x"], cmd="echo > $@")',
      "is really 'tools/x' (through the symbolic link 'gen'), in package //tools", "linkpkg"),
+    # Through a link, .git/ and the workspace's own files are what they are.
+    ("output-through-a-link-into-git", 'genrule(name="t", outs=["meta/HEAD"], cmd="echo garbage > $@")',
+     "output 'meta/HEAD' of //:t is really '.git/HEAD' (through the symbolic link 'meta'), inside .git/", "linkgit"),
+    ("output-through-a-link-onto-the-marker", 'genrule(name="t", outs=["here/buildtool.toml"], cmd="echo > $@")',
+     "is really 'buildtool.toml' (through the symbolic link 'here'), the workspace's buildtool.toml", "linkroot"),
     ("name-with-a-final-newline", 'genrule(name="a\\n", outs=["o"], cmd="true")', "target name must be", None),
     ("pass-env-with-a-value", 'genrule(name="t", outs=["o"], cmd="echo > $@", pass_env=["A=B"])',
      "pass_env entry 'A=B' is not a variable name (a value goes in env={...})", None),
@@ -202,6 +207,11 @@ def test_hostile_buildfile_is_exit_2_and_writes_nothing_outside(
         ws.write("tools/loop.py", "import tools.loop2\n")
         ws.write("tools/loop2.py", "import tools.loop\nVALUE = tools.loop.VALUE\n")  # a real import cycle
     ws.write("BUILD.py", build.replace("{outside}", str(outside)) + "\n")
+    if extra == "linkgit":
+        ws.write(".git/HEAD", "ref: refs/heads/main\n")
+        os.symlink(".git", ws.root / "meta")
+    if extra == "linkroot":
+        os.symlink(".", ws.root / "here")
     if extra == "linkpkg":
         ws.write("tools/BUILD.py", 'genrule(name="u", outs=["x"], cmd="echo > $@")\n')
         os.symlink("tools", ws.root / "gen")
