@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import posixpath
 import signal
 import sys
 import time
@@ -27,7 +28,7 @@ from buildtool.record import BuildRecord, desc_of
 from buildtool.runner import RunOptions, TargetRunner
 from buildtool.scheduler import Scheduler
 from buildtool.status import Console, EventsWriter, Fanout
-from buildtool.workspace import BUILDFILE, STATE_DIR, Workspace, find_workspace
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, STATE_DIR, Workspace, find_workspace
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -695,8 +696,9 @@ class Session:
         rows, gone = dead
         sources = {s for t in graph.targets for s in t.srcs} if rows else set()
         kept: set[str] = set()
+        elsewhere: dict[str, str | None] = {}
         for lab, o in rows:
-            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats):
+            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere):
                 kept.add(o[0])
         for lab in gone:
             record.drop(lab)
@@ -771,9 +773,14 @@ class Session:
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
             sources: set[str] | None = None
             failed = 0
+            elsewhere: dict[str, str | None] = {}
             for p in sorted(record.all_outputs()):
                 full = os.path.join(self.ws.root, p)
                 if os.path.isfile(full) or os.path.islink(full):
+                    where = _led_elsewhere(self.ws.root, p, elsewhere)
+                    if where is not None:
+                        _warn(f"kept {p}: {where}")
+                        continue
                     o = recorded.get(p)
                     if o is not None and not _as_written(self.ws.root, p, o[1], stats):
                         _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
@@ -871,16 +878,42 @@ def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
         return True
 
 
-def _remove_dead(root: str, label: str, o: list[Any], is_source: bool, stats: StatCache) -> bool:
+def _led_elsewhere(root: str, rel: str, memo: dict[str, str | None]) -> str | None:
+    """Why the recorded output ``rel`` is not to be deleted at that path: a directory on its
+    way became a symbolic link (since the build wrote it) that leads outside the workspace,
+    or into a directory buildtool never writes into; None when the path is still the
+    workspace's own.  Memoised per directory."""
+    d = posixpath.dirname(rel)
+    if d not in memo:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(os.path.join(root, d))
+        why = None
+        if real != real_root and not real.startswith(real_root + os.sep):
+            why = f"its directory {d!r} leads outside the workspace (through a symbolic link), to {real!r}"
+        elif real != os.path.normpath(os.path.join(real_root, d)):
+            first = os.path.relpath(real, real_root).split(os.sep, 1)[0]
+            if first in ALWAYS_SKIPPED:
+                why = f"its directory {d!r} leads into {first}/ (through a symbolic link)"
+        memo[d] = why
+    return memo[d]
+
+
+def _remove_dead(
+    root: str, label: str, o: list[Any], is_source: bool, stats: StatCache, elsewhere: dict[str, str | None]
+) -> bool:
     """Delete ``o`` (a record's [path, digest, ...]), a dead output of ``label``, unless it
-    became a source or someone changed it since: those are the user's now, kept (warned).
-    Whether it is gone."""
+    became a source or someone changed it since: those are the user's now, kept (warned);
+    as is one whose path now leads elsewhere through a symbolic link (``_led_elsewhere``,
+    memoised in ``elsewhere``).  Whether it is gone."""
     rel = o[0]
     full = os.path.join(root, rel)
     if not os.path.lexists(full):
         stats.forget(rel)
         return True
-    if is_source:
+    where = _led_elsewhere(root, rel, elsewhere)
+    if where is not None:
+        _warn(f"kept {rel}: an output of {label} before, {where}")
+    elif is_source:
         _warn(f"kept {rel}: an output of {label} before, it is a source now")
     elif not _as_written(root, rel, o[1], stats):
         _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")

@@ -821,6 +821,35 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
 
 
+def test_a_dead_output_whose_directory_now_links_outside_is_kept_and_so_is_it_by_clean(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """gen/ was the build's directory; the user replaced it with a link to a directory of
+    their own holding a file of the same name and content.  Neither the removal of dead
+    outputs nor `clean` may delete that file through the link."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for cleaning in (False, True):
+        workspace.write("s.txt", "data\n")
+        workspace.build_file("", 'genrule(name="x", srcs=["s.txt"], outs=["gen/o.txt"], cmd="cat $< > $@")')
+        assert workspace.build().rc == 0
+        shutil.rmtree(workspace.root / "gen")
+        (shared / "o.txt").write_text("data\n")
+        os.symlink(shared, workspace.root / "gen")
+        if cleaning:
+            rc, _, err = workspace.run("clean")
+            assert rc == 0, err
+        else:
+            workspace.build_file("", 'genrule(name="y", srcs=["s.txt"], outs=["z.txt"], cmd="cat $< > $@")')
+            r = workspace.build()
+            assert r.rc == 0, r.output
+            err = r.stderr
+        assert (shared / "o.txt").read_text() == "data\n", err
+        assert f"kept gen/o.txt: {'' if cleaning else 'an output of //:x before, '}its directory 'gen' leads " \
+               "outside the workspace (through a symbolic link)" in err, err
+        os.unlink(workspace.root / "gen")
+
+
 def _immutable(path: Path) -> None:
     if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
         pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
