@@ -982,6 +982,23 @@ class GraphBuilder:
             if other is not None and (c != src or other[0] != src):
                 self._fail_on(other[1], f"output {other[0]!r} of {other[1]} is the source {src!r} of {user} "
                                         "(through a symlinked directory); an output is deleted before its command runs")
+            if c != src and c != ".." and not c.startswith("../"):
+                self._check_source_package(src, c, user)
+
+    def _check_source_package(self, src: str, real: str, user: str) -> None:
+        """A source reached through a symlinked directory is really ``real``: it must not be a
+        declared output (of the package that owns ``real``), read with no dependency on the
+        target that makes it, so stale when ``user`` is built alone.  Another package's
+        source read through a link is what it is: hashed as any source."""
+        d = real.rpartition("/")[0]
+        while d and not self.loader.package_exists(d):
+            d = d.rpartition("/")[0]
+        if not d and not self.loader.package_exists(""):
+            return  # in no package: nobody's output
+        producer = self._producer_of(real) if real in self._declared_outs(d) else None
+        if producer is not None and producer != user:
+            self._fail_on(user, f"source {src!r} of {user} is really {real!r} (through a symlinked directory), "
+                                f"an output of {producer}: refer to {producer!r} instead")
 
     def _fail_on(self, lab: str, msg: str) -> None:
         pkg, name = labels.split_label(lab)

@@ -850,6 +850,26 @@ def test_a_dead_output_whose_directory_now_links_outside_is_kept_and_so_is_it_by
         os.unlink(workspace.root / "gen")
 
 
+def test_an_output_read_through_a_link_as_a_source_is_refused_when_built_alone(workspace: Workspace) -> None:
+    """alias -> real: 'alias/o.txt' is //real's output, read by //:a with no dependency on
+    //real:r, so it went stale when built alone.  A source of //real read through the link
+    is a source (hashed, so never stale)."""
+    workspace.write("real/s.txt", "hi\n")
+    workspace.build_file("real", 'genrule(name="r", srcs=["s.txt"], outs=["o.txt"], cmd="cat $< > $@")')
+    os.symlink("real", workspace.root / "alias")
+    workspace.build_file("", 'genrule(name="a", srcs=["alias/o.txt"], outs=["x.txt"], cmd="cat $< > $@")')
+    assert workspace.build("//real:r").rc == 0
+    r = workspace.build("//:a")
+    assert r.rc == 2, r.output
+    assert "BUILD.py:1: source 'alias/o.txt' of //:a is really 'real/o.txt' (through a symlinked directory), " \
+           "an output of //real:r: refer to '//real:r' instead" in r.stderr, r.stderr
+    workspace.build_file("", 'genrule(name="a", srcs=["//real:r"], outs=["x.txt"], cmd="cat $< > $@")')
+    assert workspace.build("//:a").rc == 0 and workspace.read("x.txt") == "hi\n"
+    workspace.build_file("", 'genrule(name="a", srcs=["alias/s.txt"], outs=["x.txt"], cmd="cat $< > $@")')
+    workspace.write("real/s.txt", "ho\n")
+    assert workspace.build("//:a").rc == 0 and workspace.read("x.txt") == "ho\n"
+
+
 def _immutable(path: Path) -> None:
     if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
         pytest.skip("cannot make a file immutable here (chattr, root, a filesystem that has the flag)")
