@@ -49,12 +49,15 @@ class EventsWriter:
         self._write({"schema": EVENTS_SCHEMA, "build_id": self.build_id, "type": "header"})
 
     def _write(self, obj: dict[str, Any]) -> None:
-        """One line; a write that fails (a full disk) is one warning, and the rest is dropped:
-        the build's own result does not depend on its report."""
+        """One line, flushed: a reader following the file sees each target as it finishes,
+        and a build killed midway leaves every line up to then.  A write that fails (a full
+        disk) is one warning, and the rest is dropped: the build's own result does not
+        depend on its report."""
         if self.f is None:
             return
         try:
             self.f.write(json.dumps(obj) + "\n")
+            self.f.flush()
         except OSError as e:
             self._failed(e)
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from conftest import Workspace
+from conftest import BUILDTOOL, Workspace, _clean_env
 
 BUILD = """
 genrule(name="a", srcs=["s.txt"], outs=["a.out"], cmd="sleep 0.3; cat $< > $@")
@@ -112,3 +115,28 @@ def test_the_console_shows_a_long_critical_path_cut_in_the_middle(workspace: Wor
     [line] = [ln for ln in r.stdout.splitlines() if ln.startswith("critical path:")]
     assert line.count(" -> ") == 20 and "... 40 more ..." in line, line
     assert "//:s0 " in line and "//:s59 " in line and "//:s30 " not in line
+
+
+def test_the_events_file_holds_each_target_while_the_build_runs(workspace: Workspace, tmp_path: Path) -> None:
+    """--events is written line by line as the build goes: a reader following it saw
+    nothing, not even the header, until the build ended (the lines were buffered)."""
+    workspace.build_file("", 'genrule(name="fast", outs=["f.txt"], cmd="echo f > $@")\n'
+                             'genrule(name="slow", outs=["s.txt"], cmd="sleep 30; echo s > $@")\n')
+    events = tmp_path / "ev.jsonl"
+    p = subprocess.Popen([BUILDTOOL, "build", "-j", "2", "--events", str(events)], cwd=workspace.root,
+                         env=_clean_env(workspace.cache, workspace.home), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        lines: list[dict] = []
+        while time.monotonic() < deadline and not any(e.get("label") == "//:fast" for e in lines):
+            time.sleep(0.05)
+            text = events.read_text() if events.exists() else ""
+            lines = [json.loads(ln) for ln in text.splitlines()]
+        assert p.poll() is None, "the build ended: the test proves nothing"
+        assert lines and lines[0].get("type") == "header", lines
+        assert [e["label"] for e in lines[1:]] == ["//:fast"], lines
+    finally:
+        p.send_signal(signal.SIGINT)  # (it ends the sleep too; a kill would leave it running)
+        p.wait(timeout=60)
+
