@@ -656,11 +656,14 @@ class Session:
         """The outputs of targets that no longer exist, or no longer declare them: (label,
         record row) each, and the labels whose record entries go with them.  Nothing is
         deleted here (``_clean_dead`` does; the listing taken after the evaluation leaves
-        these out, since their going is no change to the workspace)."""
+        these out, since their going is no change to the workspace).  A package that
+        .buildtoolignore leaves out now is not buildtool's to clean: its targets' entries go,
+        their outputs stay as plain files (said in a note)."""
         live_outputs = {o for t in graph.targets for o in t.outs}
         loaded = set(loader.loaded_packages())
         rows: list[tuple[str, list[Any]]] = []
         gone: list[str] = []
+        left: list[str] = []  # outputs in packages left out by .buildtoolignore, kept
         for lab in list(record.entries):
             pkg, name = labels.split_label(lab)
             tid = graph.by_label.get(lab)
@@ -674,8 +677,15 @@ class Session:
                     continue
             elif loader.package_exists(pkg):
                 continue
-            rows.extend((lab, o) for o in record.entries[lab].get("o", []) if o[0] not in live_outputs)
+            dead = [(lab, o) for o in record.entries[lab].get("o", []) if o[0] not in live_outputs]
+            if pkg and loader.ws.is_ignored(pkg):
+                left.extend(o[0] for _, o in dead if os.path.lexists(os.path.join(loader.ws.root, o[0])))
+            else:
+                rows.extend(dead)
             gone.append(lab)
+        if left:
+            _say(f"note: kept {len(left)} output(s) of earlier builds that .buildtoolignore now leaves out "
+                 f"({', '.join(sorted(left)[:3])}{', ...' if len(left) > 3 else ''}); they are plain files from now on")
         return rows, gone
 
     def _going(self, graph: Graph, rows: list[tuple[str, list[Any]]], stats: StatCache) -> list[str]:

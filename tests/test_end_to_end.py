@@ -821,6 +821,25 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
 
 
+def test_outputs_in_a_package_ignored_since_are_kept_as_plain_files(workspace: Workspace) -> None:
+    """Adding vendor/ to .buildtoolignore says "leave it alone": the next build deleted the
+    files buildtool had built there, as dead outputs.  They stay, said in a note, and the
+    record forgets them."""
+    workspace.build_file("vendor", 'genrule(name="x", outs=["x.txt"], cmd="echo built > $@")')
+    workspace.build_file("ok", 'genrule(name="y", outs=["y.txt"], cmd="echo y > $@")')
+    assert workspace.build().rc == 0
+    workspace.write(".buildtoolignore", "vendor\n")
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("vendor/x.txt") == "built\n"
+    assert "note: kept 1 output(s) of earlier builds that .buildtoolignore now leaves out (vendor/x.txt)" \
+        in r.stderr, r.stderr
+    r = workspace.build()
+    assert r.rc == 0 and "kept" not in r.stderr and workspace.read("vendor/x.txt") == "built\n", r.output
+    rc, _, err = workspace.run("clean")
+    assert rc == 0 and workspace.read("vendor/x.txt") == "built\n" and not workspace.exists("ok/y.txt"), err
+
+
 def test_a_dead_output_whose_directory_now_links_outside_is_kept_and_so_is_it_by_clean(
     workspace: Workspace, tmp_path: Path
 ) -> None:
