@@ -513,6 +513,9 @@ class Cache:
     def _write_failed(self, e: OSError, dest: str) -> None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
             self._disable(f"cannot write to the cache ({e.strerror})")
+        elif e.errno == errno.ENOENT and not os.path.isdir(os.path.join(self.dir, "tmp")):
+            # (made with the layout: gone, every later write would fail alike)
+            self._disable(f"the cache directory {self.dir} was removed during the build")
         else:
             where = e.filename if isinstance(e.filename, str) else dest
             self._warn(f"cache write failed ({e.strerror}: {where}); that action is not cached")

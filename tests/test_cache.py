@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -208,6 +209,19 @@ def test_blob_roundtrip_and_corruption_removes_the_blob(tmp_path: Path) -> None:
     assert c.read_blob(d) is None
     assert not blob.exists()
     assert warned
+
+
+def test_a_cache_dir_removed_during_the_build_is_one_warning_not_one_per_action(tmp_path: Path) -> None:
+    """`rm -rf` of the cache dir under a build: every store after it failed alike, each
+    action warned; now the first failure says it once and the cache stores nothing more."""
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    assert c.put_bytes(b"first", hash_bytes(b"first"))
+    shutil.rmtree(tmp_path / "c")
+    for i in range(5):
+        data = f"payload {i}".encode()
+        assert not c.put_bytes(data, hash_bytes(data))
+    assert len(warned) == 1 and "was removed during the build; nothing is stored" in warned[0], warned
 
 
 def test_restore_verifies_and_sets_mode(tmp_path: Path) -> None:
