@@ -690,11 +690,14 @@ class Session:
 
     def _going(self, graph: Graph, rows: list[tuple[str, list[Any]]], stats: StatCache) -> list[str]:
         """The dead outputs ``_clean_dead`` will delete (the listing after evaluation leaves
-        them out: their going is no change), not those it keeps: a source now, or edited."""
+        them out: their going is no change), not those it keeps: a source now, edited, or
+        behind a directory that now links elsewhere."""
         if not rows:
             return []
         sources = {s for t in graph.targets for s in t.srcs}
-        return [o[0] for _, o in rows if o[0] not in sources and _as_written(self.ws.root, o[0], o[1], stats)]
+        elsewhere: dict[str, str | None] = {}
+        return [o[0] for _, o in rows if o[0] not in sources and _as_written(self.ws.root, o[0], o[1], stats)
+                and _led_elsewhere(self.ws.root, o[0], elsewhere) is None]
 
     def _clean_dead(
         self, graph: Graph, loader: Loader, record: BuildRecord, stats: StatCache,
