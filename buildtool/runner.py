@@ -826,6 +826,11 @@ class TargetRunner:
         """always=True targets, and tests under --no-cache-tests, run whatever the record says."""
         return t.always or (t.kind == "test" and not self.opt.cache_tests)
 
+    def reruns_anyway(self, t: Target) -> bool:
+        """Does ``t`` run whatever its record says: ``_never_fresh``, or a test whose last
+        run failed (with the same key it runs again; for critical-path weights)?"""
+        return self._never_fresh(t) or (t.kind == "test" and t.label in self.failed_tests)
+
     def commit(self, tid: int, outcome: Outcome) -> None:
         """Scheduler thread: publish output digests and record the result."""
         outs = outcome.extra.get("outputs")

@@ -634,7 +634,7 @@ class Session:
         weights = [0.0] * len(graph.targets)
         unknown = []
         for i in wanted:
-            if fresh[i]:
+            if fresh[i] or graph.targets[i].kind == "group":  # (a group runs nothing: no record entry either)
                 weights[i] = FRESH_WEIGHT
                 continue
             e = record.get(graph.targets[i].label)
@@ -1178,8 +1178,10 @@ def predict_fresh(
     graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int], runner: TargetRunner
 ) -> list[bool]:
     """A cheap guess, for critical-path weights only: recorded with the same command,
-    environment and input paths, sources unchanged by stat, and every dependency
-    predicted fresh (targets outside ``wanted`` count as fresh)."""
+    environment and input paths, sources (and the files its depfile named) unchanged by
+    stat, every dependency predicted fresh (targets outside ``wanted`` count as fresh), and
+    not a target that runs whatever the record says (``always``, a test under
+    --no-cache-tests, a test whose last run failed)."""
     fresh = [True] * len(graph.targets)
     root = stats.root
     for i in graph.topo_order():
@@ -1191,7 +1193,7 @@ def predict_fresh(
             fresh[i] = all(fresh[d] for d in t.deps)
             continue
         e = record.get(t.label)
-        if e is None or not all(fresh[d] for d in t.deps):
+        if e is None or not all(fresh[d] for d in t.deps) or runner.reruns_anyway(t):
             continue
         if not all(os.path.exists(os.path.join(root, o)) for o in t.outs):
             continue  # a missing output may have to be rebuilt: keep its real weight
@@ -1199,8 +1201,9 @@ def predict_fresh(
         if not runner.same_action(t, desc):
             continue  # its command or environment changed: it runs, with its recorded duration
         inputs = desc.get("inputs", {})
+        found = desc.get("discovered") if t.depfile is not None else None  # (headers: an edit reruns it too)
         ok = True
-        for p in t.srcs:
+        for p in (*t.srcs, *(found if isinstance(found, list) else ())):
             try:
                 st = os.stat(os.path.join(root, p))
             except OSError:

@@ -1104,6 +1104,34 @@ def test_a_target_whose_command_changed_keeps_its_recorded_weight(workspace: Wor
     assert second.events[0]["label"] == "//:x"
 
 
+def test_a_group_weighs_nothing_and_an_always_target_its_recorded_time(workspace: Workspace) -> None:
+    """Groups have no record entry: each weighed the median duration, so four nested ones
+    made four short targets outrank a longer chain.  An always=True target was predicted
+    fresh (same command, same sources) and weighed ~0 though it always reruns."""
+    workspace.write("in.txt", "1\n")
+    workspace.build_file("", """
+        genrule(name="c1", srcs=["in.txt"], outs=["c1.out"], cmd="sleep 0.2; cat $< > $@")
+        genrule(name="c2", srcs=[":c1"], outs=["c2.out"], cmd="sleep 0.2; cat $< > $@")
+        genrule(name="c3", srcs=[":c2"], outs=["c3.out"], cmd="sleep 0.2; cat $< > $@")
+        for i in range(4):
+            genrule(name=f"y{i}", srcs=["in.txt"], outs=[f"y{i}.out"], cmd="sleep 0.2; cat $< > $@")
+        group(name="g1", deps=[f":y{i}" for i in range(4)])
+        group(name="g2", deps=[":g1"])
+        group(name="g3", deps=[":g2"])
+        group(name="g4", deps=[":g3"])
+        genrule(name="final", srcs=[":g4", ":c3"], outs=["final.out"], cmd="cat $(SRCS) > $@")
+        genrule(name="stamp", outs=["stamp.out"], cmd="sleep 0.5; date +%N > $@", always=True)
+    """)
+    assert workspace.build("//...", "//:stamp", "-j2").rc == 0  # (always=True: named, not in //...)
+    workspace.write("in.txt", "2\n")
+    r = workspace.build("//...", "//:stamp", "-j1")
+    assert r.rc == 0, r.output
+    order = [e["label"] for e in sorted(r.events, key=lambda e: e["start"]) if e["status"] == "ran"]
+    # c1 -> c2 -> c3 (0.6 s) first, then the stamp (0.5 s) before c2 (0.4 s left), the y's last
+    assert order[:3] == ["//:c1", "//:stamp", "//:c2"], order
+    assert {"//:y0", "//:y1", "//:y2", "//:y3"} <= set(order[3:]), order
+
+
 def test_what_a_command_leaves_running_in_its_group_ends_with_it(workspace: Workspace) -> None:
     # `cmd &` left behind wrote on into the lane's next capture files (another test's log
     # and JUnit) and TMPDIR, and outlived buildtool.
