@@ -38,7 +38,11 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
         Make and Ninja, not the bookkeeping after them.  A runner that may use a lane
         again after the hook (a flaky test's rerun) must not offer it.  A lane whose
         target's outcome would make a dependent ready waits for that outcome, so the next
-        target it takes is the one the heap would give without the hook."""
+        target it takes is the one the heap would give without the hook.
+
+        A runner may also have ``build_stopping()``: called once, when the first failure
+        (without ``-k``) stops the build from starting new work; a flaky test's next
+        attempt is new work."""
 
         def try_inline(self, t: int, waiting: bool = False) -> Outcome | None: ...
         def run(self, t: int, lane: int) -> Outcome: ...
@@ -457,8 +461,11 @@ class Scheduler:
         if outcome.status is Status.FAILED:
             self.failed = True
             self.plan.block_dependents(t)
-            if not self.keep_going:
+            if not self.keep_going and not self.stopping:
                 self.stopping = True
+                stopping = getattr(self.runner, "build_stopping", None)
+                if stopping is not None:
+                    stopping()
 
     def _mark_unfinished(self) -> None:
         label_of = getattr(self.runner, "label_of", None)

@@ -275,6 +275,7 @@ class TestRunner:
         self.inner = inner
         self.graph = graph
         self.logs = logs
+        self._stopping = False  # the build starts no new work: no flaky test's next attempt
 
     def label_of(self, t: int) -> str:
         return self.inner.label_of(t)
@@ -310,7 +311,8 @@ class TestRunner:
         failures: list[str] = []
         total = o.duration
         why = (o.extra.get("why_reason"), o.extra.get("why"))  # why it ran (a rerun's is "failed before")
-        while o.status is Status.FAILED and len(failures) < t.flaky and self._reran_makes_sense(o):
+        while o.status is Status.FAILED and len(failures) < t.flaky and not self._stopping \
+                and self._reran_makes_sense(o):
             failures.append(o.message)
             self.logs.write(t, o.stdout, o.stderr, None, attempt=len(failures))
             # A failure with this key: the rerun is a run, never a pass some other build
@@ -338,6 +340,10 @@ class TestRunner:
                 if cache is not None and o.key:  # nor the cache's answer a fresh checkout sharing it
                     cache.forget_action(o.key)
         return o
+
+    def build_stopping(self) -> None:
+        """The scheduler starts no new work (a failure, without -k): no further attempts."""
+        self._stopping = True
 
     def _reran_makes_sense(self, o: Outcome) -> bool:
         """Rerun only a test that ran and failed (not one whose inputs could not be read),

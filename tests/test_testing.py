@@ -401,6 +401,23 @@ def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, 
     assert "failed all 3 attempts" in r.by_label["//:broken"]["reason"]
 
 
+def test_a_flaky_test_gets_no_further_attempt_once_a_failure_stops_the_build(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Without -k the first failure starts no new work; a flaky test's next attempt is new
+    work, yet all of them ran.  With -k they do."""
+    counter = tmp_path / "attempts.txt"
+    workspace.build_file("", f'test(name="a_fail", cmd="exit 1")\n'
+                             f'test(name="b_flaky", flaky=3, env={{"C": "{counter}"}}, '
+                             'cmd="echo x >> $$C; sleep 0.5; exit 1")')
+    r = workspace.build("-j2", command="test")
+    assert r.rc == 1 and r.by_label["//:a_fail"]["test"] == "failed", r.output
+    assert r.by_label["//:b_flaky"]["test"] == "failed" and _runs(counter) == 1, r.output
+    counter.unlink()
+    r = workspace.build("-j2", "-k", command="test")
+    assert r.rc == 1 and _runs(counter) == 4, r.output
+
+
 def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspace) -> None:
     """`test //typo/...` is exit 2 like `build //typo/...`; exit 4 is for packages that
     exist and hold no test."""
