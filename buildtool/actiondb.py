@@ -44,6 +44,13 @@ SCHEMA_VERSION = 3
 # adds the hits table; versions 1 and 2 are upgraded in place, keeping their entries.
 _CREATE = "CREATE TABLE {name} (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)"
 _CREATE_HITS = "CREATE TABLE IF NOT EXISTS hits (key TEXT PRIMARY KEY, used INTEGER NOT NULL) WITHOUT ROWID"
+# How long each target's command last took, by label, from every workspace using the
+# cache: the critical-path weights of a build with no record of its own (a fresh CI
+# checkout, after `clean`).  Added to version 3 without a version change, made by the first
+# write: a buildtool that does not know it leaves it alone, and a lookup finds none.
+_CREATE_DURATIONS = ("CREATE TABLE IF NOT EXISTS durations (label TEXT PRIMARY KEY, seconds REAL NOT NULL, "
+                     "used INTEGER NOT NULL) WITHOUT ROWID")
+_LOOKUP_CHUNK = 500  # labels per query (SQLite allows 999 parameters in older builds)
 BUSY_TIMEOUT_S = 10.0
 IMPATIENT_MS = 20  # the busy timeout of a build that has already waited out BUSY_TIMEOUT_S once
 _TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED")
@@ -83,6 +90,7 @@ class ActionDB:
         self._conn: sqlite3.Connection | None = None
         self._mu = threading.Lock()
         self._touched: set[str] = set()
+        self._timed: dict[str, float] = {}  # label -> seconds, to write at the next flush
         self._unusable = False
         self._no_stores = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
@@ -125,18 +133,59 @@ class ActionDB:
 
     def drop_stray_hits(self) -> bool:
         """Delete the hits of entries that are gone (GC's sweep): a build that hit an entry
-        which another process's GC evicted before the build's flush wrote a hit for it."""
-        sql = "DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)"
-        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, [(sql, [()])]) or True, False))
+        which another process's GC evicted before the build's flush wrote a hit for it; and
+        the durations noted before the oldest entry left was stored or hit (labels no build
+        has run since the entries of their time were evicted)."""
+        steps: list[tuple[str, list[tuple[object, ...]] | None]] = [
+            ("DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)", None),
+            (_CREATE_DURATIONS, None),
+            ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
+             "LEFT JOIN hits h ON h.key = a.key)", None),
+        ]
+        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
 
     def flush(self) -> None:
-        """Write when the entries hit since the last flush were hit (one transaction)."""
+        """Write when the entries hit since the last flush were hit, and the durations noted
+        since (one transaction)."""
         with self._mu:
             touched, self._touched = self._touched, set()
-        if touched:
+            timed, self._timed = self._timed, {}
+        if touched or timed:
             now = time.time_ns()
-            steps = [("INSERT OR REPLACE INTO hits VALUES (?, ?)", [(k, now) for k in touched])]
+            steps: list[tuple[str, list[tuple[object, ...]] | None]] = [
+                ("INSERT OR REPLACE INTO hits VALUES (?, ?)", [(k, now) for k in touched])]
+            if timed:
+                steps += [(_CREATE_DURATIONS, None),
+                          ("INSERT OR REPLACE INTO durations VALUES (?, ?, ?)",
+                           [(lab, d, now) for lab, d in timed.items()])]
             self._guarded("update", lambda c: self._in_transaction(c, steps), None)
+
+    # -- durations -------------------------------------------------------------------------
+    def note_durations(self, durations: Iterable[tuple[str, float]]) -> None:
+        """Remember how long these targets' commands took (label, seconds), written at the
+        next ``flush``."""
+        with self._mu:
+            self._timed.update(durations)
+
+    def durations(self, labels: Iterable[str]) -> dict[str, float]:
+        """The last duration the cache holds for each of these labels that it has one for
+        (none on any trouble)."""
+        wanted = list(labels)
+
+        def read(c: sqlite3.Connection) -> dict[str, float]:
+            if not wanted or c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'durations'"
+                                       ).fetchone() is None:
+                return {}
+            found: dict[str, float] = {}
+            for i in range(0, len(wanted), _LOOKUP_CHUNK):
+                chunk = wanted[i:i + _LOOKUP_CHUNK]
+                sql = f"SELECT label, seconds FROM durations WHERE label IN ({','.join('?' * len(chunk))})"
+                for label, seconds in c.execute(sql, chunk):
+                    if isinstance(seconds, (int, float)) and seconds >= 0:
+                        found[label] = float(seconds)
+            return found
+
+        return self._guarded("read", read, {}) if os.path.exists(self.path) else {}
 
     def rows(self) -> list[tuple[str, int, bytes]]:
         """Every (key, used, entry), ``used`` the later of its store and its last hit, for GC
@@ -162,11 +211,15 @@ class ActionDB:
 
     # -- the connection ----------------------------------------------------------------------
     @staticmethod
-    def _in_transaction(c: sqlite3.Connection, steps: list[tuple[str, list[tuple[object, ...]]]]) -> None:
+    def _in_transaction(c: sqlite3.Connection, steps: list[tuple[str, list[tuple[object, ...]] | None]]) -> None:
+        """Each (sql, rows) for every row, or once when rows is None, in one transaction."""
         c.execute("BEGIN IMMEDIATE")
         try:
             for sql, rows in steps:
-                c.executemany(sql, rows)
+                if rows is None:  # (executemany takes no CREATE)
+                    c.execute(sql)
+                else:
+                    c.executemany(sql, rows)
         except BaseException:
             c.execute("ROLLBACK")
             raise

@@ -36,7 +36,7 @@ from buildtool.workspace import BUILDFILE, CACHEDIR_SIGNATURE, CACHEDIR_TAG, MAR
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
     from buildtool.staging import Stage
@@ -278,8 +278,19 @@ class Cache:
         self.actions.remove([key])
 
     def flush(self) -> None:
-        """End of a build: record which entries were hit (recency for GC)."""
+        """End of a build: record which entries were hit (recency for GC), and the durations
+        noted."""
         self.actions.flush()
+
+    def note_durations(self, durations: Iterable[tuple[str, float]]) -> None:
+        """How long these targets' commands took (label, seconds): the weights of a build
+        that has no record of them (actiondb's durations table), stored at ``flush``."""
+        if self.writable:
+            self.actions.note_durations(durations)
+
+    def durations(self, labels: Iterable[str]) -> dict[str, float]:
+        """The durations the cache holds for these labels (noted by any workspace using it)."""
+        return self.actions.durations(labels) if self.actions.readable else {}
 
     # -- blobs -----------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:

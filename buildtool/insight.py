@@ -148,8 +148,29 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
         graph = session.load_graph(args.patterns, mode)
         if mode == "build":  # a test that `build` reaches (through a group, a dep) is not run
             free.update(t.id for t in graph.targets if t.kind == "test")
+    # Labels the record has no duration for (a fresh checkout, after `clean`): the cache's,
+    # as the build's own weights take them.
+    missing = [t.label for t in graph.targets if t.kind != "group" and t.label not in durations]
+    if missing:
+        durations.update(_cached_durations(session.config.cache_dir, missing))
     costs = simulate.costs_from_record(graph, durations, free)
     text, data = simulate.report(graph, costs, jobs_list, incremental=args.incremental,
                                  pool_depth=session.config.pools)
     print(json.dumps(data, indent=1) if args.json else text)
     return 0
+
+
+def _cached_durations(cache_dir: str, labels: list[str]) -> dict[str, float]:
+    """The durations the shared cache holds for ``labels`` (actiondb's durations table),
+    read without making the cache's layout where there is none."""
+    import os
+
+    from buildtool.actiondb import ActionDB
+    from buildtool.cache import LAYOUT
+
+    db = ActionDB(os.path.join(cache_dir, LAYOUT), _warn, lambda why: None)
+    try:
+        return db.durations(labels)
+    finally:
+        db.close()
+

@@ -402,7 +402,7 @@ class Session:
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             os.umask(0o022)
             phases.begin("critical-path weights")
-            weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None)
+            weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None, cache)
             plan = Plan(
                 [t.deps for t in graph.targets],
                 graph.dependents,
@@ -454,6 +454,8 @@ class Session:
             console.critical_path(format_critical_path(graph, outcomes, wall))
             if req.profile:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
+            cache.note_durations((graph.targets[t].label, o.duration) for t, o in outcomes.items()
+                                 if o.status is Status.RAN and o.duration > 0)
             if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
                 cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always
@@ -621,10 +623,11 @@ class Session:
 
     def _weights(
         self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int],
-        predict: TargetRunner | None,
+        predict: TargetRunner | None, cache: Cache | None = None,
     ) -> list[float]:
-        """Per target id: its recorded duration (the median of all recorded ones if it has
-        none), ~0 if predicted fresh.  Only wanted targets get one: the plan reads no other.
+        """Per target id: its recorded duration (else the one ``cache`` holds for its label,
+        from any workspace using it; else the median of those known), ~0 if predicted fresh
+        or a group.  Only wanted targets get one: the plan reads no other.
         ``predict`` (the runner, which knows each target's action): None when ``wanted`` is
         the cone of the files the no-op check found changed: each of its targets reads or
         writes one, or depends on one that does, so none is predicted fresh (W6: 10,000
@@ -642,6 +645,13 @@ class Session:
                 unknown.append(i)
             else:
                 weights[i] = max(e["d"], FRESH_WEIGHT)
+        if unknown and cache is not None:  # (a fresh checkout, after `clean`: the cache remembers)
+            shared = cache.durations(graph.targets[i].label for i in unknown)
+            for i in unknown:
+                d = shared.get(graph.targets[i].label)
+                if d is not None:
+                    weights[i] = max(d, FRESH_WEIGHT)
+            unknown = [i for i in unknown if graph.targets[i].label not in shared]
         if unknown:  # the whole record's median: parsing every entry is worth it only here
             known = [d for d in record.durations().values() if d > 0]
             default = _median(known) if known else UNKNOWN_DURATION

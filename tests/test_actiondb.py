@@ -166,6 +166,42 @@ def test_hits_of_entries_deleted_meanwhile_are_not_kept(tmp_path: Path) -> None:
     assert calls.warned == calls.unusable == []
 
 
+def test_durations_are_noted_written_at_the_flush_and_looked_up_by_label(tmp_path: Path) -> None:
+    """The critical-path weights of a build without a record of its own (a fresh checkout,
+    after `clean`) come from here; a database without the table answers none."""
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.put("k", b"x")
+    assert db.durations(["//:a"]) == {}  # (no table yet: made by the first write)
+    labels = [f"//p:t{i}" for i in range(1200)]  # (more than one query's worth)
+    db.note_durations((lab, i / 10) for i, lab in enumerate(labels))
+    db.note_durations([("//p:t3", 7.5)])  # the last noted wins
+    assert db.durations(["//p:t3"]) == {}  # (not written before the flush)
+    db.flush()
+    other = calls.db(tmp_path)  # another build, another connection
+    got = other.durations([*labels, "//:unknown"])
+    assert len(got) == 1200 and got["//p:t3"] == 7.5 and got["//p:t1199"] == 119.9
+    other.close()
+    db.close()
+    assert calls.warned == calls.unusable == []
+
+
+def test_gc_drops_the_durations_older_than_every_entry_left(tmp_path: Path) -> None:
+    calls = Calls()
+    db = calls.db(tmp_path)
+    db.note_durations([("//:old", 1.0)])
+    db.flush()
+    time.sleep(0.01)
+    assert db.put("k", b"x")
+    db.note_durations([("//:new", 2.0)])
+    db.flush()
+    assert db.drop_stray_hits()
+    assert db.durations(["//:old", "//:new"]) == {"//:new": 2.0}
+    assert db.remove(["k"]) and db.drop_stray_hits()  # (no entry left: nothing to date them by)
+    assert db.durations(["//:new"]) == {"//:new": 2.0}
+    db.close()
+
+
 def test_a_version_2_database_gains_the_hits_table_keeping_its_entries(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
         c.execute("CREATE TABLE actions (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)")

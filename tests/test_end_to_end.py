@@ -1132,6 +1132,31 @@ def test_a_group_weighs_nothing_and_an_always_target_its_recorded_time(workspace
     assert {"//:y0", "//:y1", "//:y2", "//:y3"} <= set(order[3:]), order
 
 
+def test_after_clean_the_cache_gives_the_weights_the_record_held(workspace: Workspace) -> None:
+    """Durations lived in the build record only: after `clean` (or in a fresh CI checkout
+    sharing the cache) every target weighed 1 s, and the chain with the most targets went
+    first though a shorter one took longer.  The cache keeps each label's last duration."""
+    workspace.write("in.txt", "1\n")
+    workspace.build_file("", """
+        for c in range(2):
+            for k in range(3):
+                dep = [f":s{c}_{k - 1}"] if k else []
+                genrule(name=f"s{c}_{k}", srcs=["in.txt"] + dep, outs=[f"s{c}_{k}.out"], cmd="sleep 0.05; echo > $@")
+        genrule(name="L1", srcs=["in.txt"], outs=["L1.out"], cmd="sleep 0.4; cat $< > $@")
+        genrule(name="L2", srcs=[":L1"], outs=["L2.out"], cmd="sleep 0.4; cat $< > $@")
+    """)
+    assert workspace.build("-j2").rc == 0
+    rc, _, err = workspace.run("clean")
+    assert rc == 0, err
+    workspace.write("in.txt", "2\n")  # (every key changes: nothing is restored)
+    plan = workspace.run("plan", "-j1")
+    assert plan[0] == 0 and "critical path (0.8" in plan[1] and "//:L1" in plan[1], plan
+    r = workspace.build("-j1")
+    assert r.rc == 0, r.output
+    order = [e["label"] for e in sorted(r.events, key=lambda e: e["start"]) if e["status"] == "ran"]
+    assert order[:2] == ["//:L1", "//:L2"], order
+
+
 def test_what_a_command_leaves_running_in_its_group_ends_with_it(workspace: Workspace) -> None:
     # `cmd &` left behind wrote on into the lane's next capture files (another test's log
     # and JUnit) and TMPDIR, and outlived buildtool.
