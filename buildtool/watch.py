@@ -190,6 +190,11 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     return None
 
 
+def _a_file_now(path: str, event_type: str) -> bool:
+    """Could a glob take ``path`` after this event: it is (or leads to) a file now?"""
+    return event_type not in ("deleted", "moved_from") and os.path.isfile(path)
+
+
 def _globbed(ws: WatchSet, rel: str) -> bool:
     """Does a glob of the package owning ``rel`` match it (the test ``classify`` makes)?"""
     parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
@@ -360,8 +365,9 @@ class Watcher:
         if any(p in IGNORED_DIRS for p in parts) and rel not in ws.loader_files:  # (.git/HEAD read by a BUILD.py)
             return
         if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files \
-                and not _globbed(ws, rel):  # (a glob that takes "foo~" gets a new source when one appears)
-            return
+                and (not _globbed(ws, rel) or not _a_file_now(path, event_type)):
+            return  # (a glob that takes "foo~" gets a new source when one appears; not Emacs's
+            # lock link .#foo, which leads nowhere, nor one that goes that it never took)
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
             return
         if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes

@@ -306,6 +306,15 @@ def test_a_backup_file_a_glob_takes_is_a_new_source(tmp_path: Path, cache: Path)
         assert w.wait_cycle(1).status == "OK", w.log()
         write(root / "notes" / "b.txt~", "backup\n")
         w.wait_settled(lambda cs: read(root / "all.out") == "a\nbackup\n", "all.out to take the backup file")
+        # Emacs's lock file: a link that leads nowhere, made and removed around an edit.
+        # The glob takes no such link: neither its coming nor its going starts a cycle.
+        n = len(w.cycles())
+        os.symlink("user@host.123:1700000000", root / "notes" / ".#a.txt")
+        time.sleep(0.5)
+        os.unlink(root / "notes" / ".#a.txt")
+        write(root / "notes" / "a.txt", "a2\n")  # the edit itself
+        w.wait_settled(lambda cs: read(root / "all.out") == "a2\nbackup\n", "all.out after the edit")
+        assert [c.changed for c in w.cycles()[n:]] == [["notes/a.txt"]], w.log()
     finally:
         w.stop()
 
