@@ -1110,6 +1110,11 @@ class TargetRunner:
                 stdout=res.stdout, stderr=res.stderr, exit_code=res.exit_code,
                 extra={**base, "timed_out": res.timed_out, "why": why, "why_reason": reason},
             )
+        lacking = getattr(res, "lacking", None)  # remote execution: an output the result lacks
+        if lacking is not None:
+            self._delete_outputs(t)
+            return Outcome(Status.FAILED, Reason.FAILED, lacking + note, key=key, duration=res.duration,
+                           stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base)
         left_remote = getattr(res, "outputs", None)  # remote execution, outputs not downloaded
         made: list[tuple[str, os.stat_result]] = []
         for o in t.outs if left_remote is None else ():

@@ -315,6 +315,29 @@ def test_undeclared_input_fails_remotely_and_passes_locally(
     assert local.read("app/out.txt") == "main\nx=1\n"
 
 
+def test_a_remote_result_without_a_declared_output_names_that_output(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The message named the first declared output (nothing was placed, so the runner found
+    m1.txt absent) though the command made m1.txt and not m2.txt; a link was "not created"
+    where a local run says "is not a regular file"; and the summary counted no failure."""
+    ws = make_workspace("lacking")
+    ws.write("in.txt", "x\n")
+    ws.build_file("", """
+        genrule(name="half", srcs=["in.txt"], outs=["m1.txt", "m2.txt"], cmd="cp in.txt m1.txt")
+        genrule(name="link", srcs=["in.txt"], outs=["l.txt"], cmd="ln -s in.txt l.txt")
+    """)
+    r = ws.build("--remote-executor", stack.url, "-k", "//:half", "//:link")
+    assert r.rc == 1, r.output + stack.worker_logs()
+    for label, said in (("//:half", "declared output m2.txt was not created"),
+                        ("//:link", "declared output l.txt is not a regular file")):
+        ev = r.by_label[label]
+        assert ev["status"] == "failed" and ev.get("executed") == "remote", ev
+        assert ev["reason"].startswith(said) and "executed remotely on" in ev["reason"], ev
+    assert "(0 from its cache, 2 failed)" in r.output, r.output
+    assert not ws.exists("m1.txt") and not ws.exists("l.txt")
+
+
 def test_action_sees_exactly_its_command_environment(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
     ws = make_workspace("env")
     ws.build_file("", """

@@ -64,6 +64,23 @@ class RemoteResult:
     note: str  # appended to the outcome's message, e.g. "; executed remotely on buildtool@host"
     cached: bool = False
     outputs: list[list[Any]] | None = None  # [path, remote: digest, mode] of outputs left remote
+    lacking: str | None = None  # exit 0, but a declared output the result has no file for: why
+
+
+def _lacking(t: TargetView, r: Any) -> str | None:
+    """``declared output X ...`` for the first declared output (in declared order, as a
+    local run says) the ActionResult ``r`` has no file for: a directory or a symbolic link
+    there (what the worker found), or nothing; None when it has a file for each."""
+    def rel(p: str) -> str:
+        return posixpath.normpath(posixpath.join(t.pkg, p)) if t.pkg else posixpath.normpath(p)
+
+    files = {rel(f.path) for f in r.output_files if not f.path.startswith("/") and ".." not in f.path.split("/")}
+    others = {rel(d.path) for d in r.output_directories}
+    others |= {rel(ln.path) for ln in (*r.output_file_symlinks, *r.output_symlinks, *r.output_directory_symlinks)}
+    for o in t.outs:
+        if o not in files:
+            return f"declared output {o} {'is not a regular file' if o in others else 'was not created'}"
+    return None
 
 
 class ExecStats:
@@ -216,7 +233,7 @@ class RemoteExecutor:
         with self._lock:
             self.stats.executed += 1
             self.stats.cached += res.cached
-            self.stats.failed += res.exit_code != 0
+            self.stats.failed += res.exit_code != 0 or res.lacking is not None
         return res
 
     def _run_retrying(
@@ -269,9 +286,11 @@ class RemoteExecutor:
         try:
             stdout, stderr = self._streams(st, r, tmp)
             timed_out = timed_out or TIMEOUT_MARK.encode() in stderr
-            left = None
+            left = lacking = None
             if r.exit_code == 0 and not timed_out:
-                left = self._outputs(st, view, r, tmp, self.leaves_remote(t))
+                lacking = _lacking(view, r)
+                if lacking is None:
+                    left = self._outputs(st, view, r, tmp, self.leaves_remote(t))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         worker = r.execution_metadata.worker or "a remote worker"
@@ -291,7 +310,7 @@ class RemoteExecutor:
                                  - md.execution_start_timestamp.ToNanoseconds()) / 1e9)
         if left is not None:
             note += "; outputs left in the remote CAS (--remote-download)"
-        return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result, left)
+        return RemoteResult(r.exit_code, stdout, stderr, timed_out, duration, note, resp.cached_result, left, lacking)
 
     def _execute(self, st: GrpcStore, action: Digest, t: Any, skip_cache: bool) -> Any:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
@@ -393,8 +412,8 @@ class RemoteExecutor:
             if p in want and not f.path.startswith("/") and ".." not in f.path.split("/"):
                 _checked(f.digest)  # (left remote, it would be recorded as the output's digest)
                 files[p] = f
-        if set(files) != want:
-            return None  # the runner reports "declared output ... was not created"
+        if set(files) != want:  # (_lacking said which first: not reached)
+            raise RemoteError(f"the result lacks declared outputs: {sorted(want - set(files))}")
         if lazy:
             with self._lock:
                 self.stats.left_remote += len(files)

@@ -351,6 +351,8 @@ class Worker:
                 up[d] = p
             elif stat.S_ISDIR(s.st_mode):
                 result.output_directories.add(path=o, tree_digest=self._tree(p, h, up).proto())
+            elif stat.S_ISLNK(s.st_mode):  # (reported as the link it is; a client wanting a file says so)
+                result.output_symlinks.add(path=o, target=os.readlink(p))
         for o in cmd.output_directories:
             p = os.path.join(cwd, o)
             if os.path.isdir(p) and not os.path.islink(p):
