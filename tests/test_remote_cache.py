@@ -399,6 +399,13 @@ class _FaultyCache:
                     self.wfile.flush()
                     self.close_connection = True
                     return
+                if mode == "html":  # a web page at every URL: a captive proxy, a URL that is no cache
+                    page = b"<html>proxy login</html>"
+                    self.send_response(200)
+                    self.send_header("content-length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
                 if mode == "drip_head":
                     try:
                         for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nx-padding: " + b"p" * 80 + b"\r\n\r\n":
@@ -456,6 +463,28 @@ def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
         assert r.stderr.count("remote cache") <= 2, r.stderr
         if mode == "short":  # a cut-off entry was read as a shorter one: a hit without its stdout
             assert "the response broke off after 40 of its 121 bytes" in r.stderr, r.stderr
+    finally:
+        server.close()
+
+
+def test_a_server_answering_every_url_with_a_page_is_left_after_a_few_bad_entries(
+    make_workspace: Callable[..., Workspace],
+) -> None:
+    """A 200 with a web page for every lookup: each target warned that its entry "is not an
+    ActionResult message", a line per target (1,000 in a large build).  A run of unusable
+    entries is the server's trouble: after BAD_IN_A_ROW the cache is left, said once."""
+    from buildtool.remote.cache_layer import BAD_IN_A_ROW
+
+    server = _FaultyCache("html")
+    try:
+        ws = make_workspace("faulty-html")
+        ws.build_file("", "\n".join(f'genrule(name="t{i}", outs=["t{i}.txt"], cmd="echo {i} > $@")'
+                                    for i in range(12)))
+        r = ws.build("--remote-cache", server.url, "-j1")
+        assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
+        assert r.stderr.count("remote cache entry not used") == BAD_IN_A_ROW, r.stderr
+        assert r.stderr.count("remote cache unavailable") == 1, r.stderr
+        assert f"{BAD_IN_A_ROW} entries in a row were unusable" in r.stderr, r.stderr
     finally:
         server.close()
 

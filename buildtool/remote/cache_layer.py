@@ -63,6 +63,12 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+# Unusable entries in a row (garbage, an HTML page answering every URL, damaged blobs) after
+# which the remote cache is left for the rest of the build: one bad entry is that entry's
+# trouble, said per target; a run of them is the server's, said once.
+BAD_IN_A_ROW = 5
+
+
 class RemoteCache:
     """Thread-safe: the runner's workers call it in parallel."""
 
@@ -83,6 +89,7 @@ class RemoteCache:
         self._remote_digest: dict[str, Digest] = {}  # local BLAKE3 digest -> remote digest
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
+        self._bad_in_a_row = 0  # entries found unusable since the last usable answer (BAD_IN_A_ROW)
 
     # -- connection and breaker ------------------------------------------------------------
     def _get_store(self) -> Store | None:
@@ -178,6 +185,10 @@ class RemoteCache:
                 self.stats.errors += 1
                 if isinstance(e, BadBlob):
                     self._damaged.add(e.digest)  # sent again by this build's upload
+                self._bad_in_a_row += 1
+                if self._bad_in_a_row >= BAD_IN_A_ROW:  # one bad entry is the entry's; so many, the server's
+                    self._trip_locked(f"{self._bad_in_a_row} entries in a row were unusable, the last: {e}; "
+                                      "is this URL a cache of the Remote Execution API or Bazel's HTTP protocol?")
             return None
         if entry is None:
             self._count_miss()
@@ -185,11 +196,13 @@ class RemoteCache:
         self.cache.put_action(key, entry)
         with self._lock:
             self.stats.hits += 1
+            self._bad_in_a_row = 0
         return entry
 
     def _count_miss(self) -> None:
         with self._lock:
             self.stats.misses += 1
+            self._bad_in_a_row = 0  # (a proper "not here" from the server)
 
     def _fetch(self, store: Store, t: TargetView, res: Any, label: str) -> ActionEntry | None:
         if res.exit_code != 0:  # (Bazel's clients never write one; a cache that holds one is odd: said)
