@@ -123,6 +123,7 @@ class RemoteExecutor:
         self.cancelled = False
         self.download = opt.download  # all | toplevel | minimal
         self.top: set[str] = set()  # labels of the requested targets (toplevel: downloaded)
+        self._queued_said = threading.Event()  # an action's "still queued" note was given (_QueuedNote)
 
     def leaves_remote(self, t: Any) -> bool:
         """May this target's outputs stay in the server's CAS (not downloaded)?"""
@@ -316,7 +317,7 @@ class RemoteExecutor:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
         names: list[str] = []
         # (after 1.5 segments: a server silent for one is unavailable, not "queued")
-        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout * 1.5)
+        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout * 1.5, self._queued_said)
         try:
             return self._follow(st, action, t, names, skip_cache, queued)
         finally:
@@ -479,19 +480,37 @@ class RemoteExecutor:
 
 
 class _QueuedNote:
-    """One warning when an action has waited ``after`` seconds (the remote timeout) without
-    a worker taking it: with no worker connected, or all busy, a build otherwise waited in
-    silence (up to the hour an action without a timeout may take)."""
+    """One warning a build when an action has waited ``after`` seconds (1.5 segments of the
+    remote timeout) without a worker taking it, while the server answers: with no worker
+    connected, or all busy, a build otherwise waited in silence (up to the hour an action
+    without a timeout may take).  Not when the server has said nothing for a segment (it
+    froze or died: that is said once as the executor being unavailable), and not again for
+    the other actions waiting (``said``, the layer's: one cause, one line)."""
 
-    def __init__(self, warn: Callable[[str], None], label: str, server: str, after: float) -> None:
-        msg = (f"{label}: still queued on the remote executor {server} after {after:g} s "
-               "(no worker connected, or all busy); waiting on (Ctrl-C stops the build)")
-        self._timer: threading.Timer | None = threading.Timer(after, warn, (msg,))
+    def __init__(
+        self, warn: Callable[[str], None], label: str, server: str, after: float, said: threading.Event,
+    ) -> None:
+        self._msg = (f"{label}: still queued on the remote executor {server} after {after:g} s "
+                     "(no worker connected, or all busy; other actions may be waiting too); "
+                     "waiting on (Ctrl-C stops the build)")
+        self._warn = warn
+        self._said = said
+        self._segment = after / 1.5
+        self._heard: float | None = None  # when the server last sent an update of the operation
+        self._timer: threading.Timer | None = threading.Timer(after, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
+    def _fire(self) -> None:
+        heard = self._heard
+        if heard is None or time.monotonic() - heard > self._segment or self._said.is_set():
+            return
+        self._said.set()
+        self._warn(self._msg)
+
     def seen(self, op: Any) -> None:
         """An update of the Operation: past the queue once a worker executes it (or it is done)."""
+        self._heard = time.monotonic()
         if self._timer is None:
             return
         md = re_pb2.ExecuteOperationMetadata()
