@@ -185,6 +185,25 @@ def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     assert c.path("gen/names.h").read_bytes() == good
 
 
+def test_an_empty_output_needs_no_empty_blob_on_the_server(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """An entry with an empty output was a miss where the server lacks the empty blob
+    (a cache filled by Bazel, which never stores it): its content is known without asking."""
+    tag = f"empty-{time.time_ns()}"
+    url = f"{nginx.url}/{tag}"
+    a = make_workspace("empty-a")
+    a.build_file("", 'genrule(name="e", outs=["e.txt"], cmd=": > $@")')
+    assert a.build("--remote-cache", url).rc == 0
+    blob = nginx.workdir / "cache" / tag / "cas" / hashlib.sha256(b"").hexdigest()
+    blob.unlink()
+    b = make_workspace("empty-b")
+    b.build_file("", 'genrule(name="e", outs=["e.txt"], cmd=": > $@")')
+    r = b.build("--remote-cache", url)
+    assert r.rc == 0 and r.by_label["//:e"]["cache"] == "remote", r.output
+    assert b.read("e.txt") == "" and "missing" not in r.stderr, r.stderr
+
+
 def _damage_the_header_entry(nginx: remote_servers.Server, prefix: str, damage: Callable[[Any], None]) -> None:
     """Edit the output file of the one action-cache entry naming names.h (//gen:header's), as
     a damaged or hostile cache under ``prefix`` would hold it."""
