@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 SCHEMES = ("grpc", "grpcs", "http", "https")
 DEFAULT_TIMEOUT_S = 30.0
+MAX_REMOTE_TIMEOUT_S = 86_400 * 365  # (a year: past it, deadlines overflow what gRPC takes)
 DOWNLOAD_MODES = ("all", "toplevel", "minimal")  # --remote-download (Bazel's --remote_download_outputs)
 
 
@@ -249,8 +250,9 @@ def check_key(key: str, v: Any) -> Any:
             raise ValueError(msg)
         return parse_headers(v, key)
     if key == "remote_timeout":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 86_400 * 365:  # (NaN, inf)
-            msg = f"remote_timeout must be a positive, finite number of seconds (got {v!r})"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < MAX_REMOTE_TIMEOUT_S:  # (NaN, inf)
+            msg = (f"remote_timeout must be a positive number of seconds below a year, {MAX_REMOTE_TIMEOUT_S:g} "
+                   f"(got {v!r})")
             raise ValueError(msg)
         return float(v)
     if key == "remote_jobs":

@@ -36,8 +36,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     if args.capacity < 1:
         raise UserError(f"--capacity must be at least 1 (got {args.capacity})")
-    if not 0 < args.remote_timeout < float("inf"):  # (nan too: as build's --remote-timeout)
-        raise UserError(f"--remote-timeout must be a positive, finite number of seconds (got {args.remote_timeout})")
+    from buildtool.remote.options import MAX_REMOTE_TIMEOUT_S
+
+    if not 0 < args.remote_timeout < MAX_REMOTE_TIMEOUT_S:  # (nan too: as build's --remote-timeout)
+        raise UserError(f"--remote-timeout must be a positive number of seconds below a year, "
+                        f"{MAX_REMOTE_TIMEOUT_S:g} (got {args.remote_timeout})")
     try:
         parse_endpoint(args.server, "--server", grpc_only=True)
         headers = parse_headers(args.remote_header)
