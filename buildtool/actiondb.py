@@ -136,13 +136,12 @@ class ActionDB:
         which another process's GC evicted before the build's flush wrote a hit for it; and
         the durations noted before the oldest entry left was stored or hit (labels no build
         has run since the entries of their time were evicted)."""
-        steps: list[tuple[str, list[tuple[object, ...]] | None]] = [
-            ("DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)", None),
-            (_CREATE_DURATIONS, None),
-            ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
-             "LEFT JOIN hits h ON h.key = a.key)", None),
-        ]
-        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
+        sql = "DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)"
+        done = bool(self._guarded("delete from", lambda c: self._in_transaction(c, [(sql, None)]) or True, False))
+        old = ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
+               "LEFT JOIN hits h ON h.key = a.key)")
+        self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DURATIONS, None), (old, None)]), None)
+        return done
 
     def flush(self) -> None:
         """Write when the entries hit since the last flush were hit, and the durations noted
@@ -150,15 +149,15 @@ class ActionDB:
         with self._mu:
             touched, self._touched = self._touched, set()
             timed, self._timed = self._timed, {}
-        if touched or timed:
-            now = time.time_ns()
+        now = time.time_ns()
+        if touched:
             steps: list[tuple[str, list[tuple[object, ...]] | None]] = [
                 ("INSERT OR REPLACE INTO hits VALUES (?, ?)", [(k, now) for k in touched])]
-            if timed:
-                steps += [(_CREATE_DURATIONS, None),
-                          ("INSERT OR REPLACE INTO durations VALUES (?, ?, ?)",
-                           [(lab, d, now) for lab, d in timed.items()])]
             self._guarded("update", lambda c: self._in_transaction(c, steps), None)
+        if timed:
+            rows = [(lab, d, now) for lab, d in timed.items()]
+            self._advisory(lambda c: self._in_transaction(c, [
+                (_CREATE_DURATIONS, None), ("INSERT OR REPLACE INTO durations VALUES (?, ?, ?)", rows)]), None)
 
     # -- durations -------------------------------------------------------------------------
     def note_durations(self, durations: Iterable[tuple[str, float]]) -> None:
@@ -171,21 +170,21 @@ class ActionDB:
         """The last duration the cache holds for each of these labels that it has one for
         (none on any trouble)."""
         wanted = list(labels)
+        if not wanted or not os.path.exists(self.path):
+            return {}
+        return self._advisory(lambda c: _durations_in(c, wanted), {}, writes=False)
 
-        def read(c: sqlite3.Connection) -> dict[str, float]:
-            if not wanted or c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'durations'"
-                                       ).fetchone() is None:
-                return {}
-            found: dict[str, float] = {}
-            for i in range(0, len(wanted), _LOOKUP_CHUNK):
-                chunk = wanted[i:i + _LOOKUP_CHUNK]
-                sql = f"SELECT label, seconds FROM durations WHERE label IN ({','.join('?' * len(chunk))})"
-                for label, seconds in c.execute(sql, chunk):
-                    if isinstance(seconds, (int, float)) and seconds >= 0:
-                        found[label] = float(seconds)
-            return found
-
-        return self._guarded("read", read, {}) if os.path.exists(self.path) else {}
+    def _advisory(self, fn: Callable[[sqlite3.Connection], Any], default: Any, writes: bool = True) -> Any:
+        """``fn(connection)`` for the durations table, which only weighs the schedule: any
+        trouble with it (busy, a table of another shape that a later buildtool made) is
+        ``default``, never the cache's trouble; a database otherwise unusable stays so."""
+        if self._unusable or (writes and self._no_stores):
+            return default
+        try:
+            with self._mu:
+                return fn(self._connection())
+        except Exception:  # sqlite3.Error, _OtherVersion: the entries' own calls say those
+            return default
 
     def rows(self) -> list[tuple[str, int, bytes]]:
         """Every (key, used, entry), ``used`` the later of its store and its last hit, for GC
@@ -320,6 +319,40 @@ class ActionDB:
                     shutil.rmtree(self.path + suffix, ignore_errors=True)
                 except OSError:
                     pass
+
+
+def _durations_in(c: sqlite3.Connection, labels: list[str]) -> dict[str, float]:
+    """The durations table's seconds for those of ``labels`` it has (none: no table)."""
+    if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'durations'").fetchone() is None:
+        return {}
+    found: dict[str, float] = {}
+    for i in range(0, len(labels), _LOOKUP_CHUNK):
+        chunk = labels[i:i + _LOOKUP_CHUNK]
+        sql = f"SELECT label, seconds FROM durations WHERE label IN ({','.join('?' * len(chunk))})"
+        for label, seconds in c.execute(sql, chunk):
+            if isinstance(seconds, (int, float)) and seconds >= 0:
+                found[label] = float(seconds)
+    return found
+
+
+def read_durations(directory: str, labels: list[str]) -> dict[str, float]:
+    """The durations the database in ``directory`` holds for ``labels``, read without
+    writing anything (``plan``: no upgrade, no reset, no WAL switch); none on any trouble."""
+    import pathlib
+
+    path = os.path.join(directory, FILENAME)
+    if not labels or not os.path.isfile(path):
+        return {}
+    try:
+        conn = _sqlite().connect(pathlib.Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=1.0)
+    except Exception:
+        return {}
+    try:
+        return _durations_in(conn, labels)
+    except Exception:  # (busy, damaged, another shape: a guess for the schedule, not worth a word)
+        return {}
+    finally:
+        conn.close()
 
 
 def _sqlite() -> Any:

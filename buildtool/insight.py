@@ -162,15 +162,10 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
 
 def _cached_durations(cache_dir: str, labels: list[str]) -> dict[str, float]:
     """The durations the shared cache holds for ``labels`` (actiondb's durations table),
-    read without making the cache's layout where there is none."""
+    read only: a report writes nothing to the cache."""
     import os
 
-    from buildtool.actiondb import ActionDB
+    from buildtool.actiondb import read_durations
     from buildtool.cache import LAYOUT
 
-    db = ActionDB(os.path.join(cache_dir, LAYOUT), _warn, lambda why: None)
-    try:
-        return db.durations(labels)
-    finally:
-        db.close()
-
+    return read_durations(os.path.join(cache_dir, LAYOUT), labels)

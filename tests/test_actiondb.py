@@ -183,6 +183,32 @@ def test_durations_are_noted_written_at_the_flush_and_looked_up_by_label(tmp_pat
     assert len(got) == 1200 and got["//p:t3"] == 7.5 and got["//p:t1199"] == 119.9
     other.close()
     db.close()
+    # `plan` reads them without a connection that may write (upgrade, reset, WAL switch)
+    assert actiondb.read_durations(str(tmp_path), ["//p:t3", "//:x"]) == {"//p:t3": 7.5}
+    assert actiondb.read_durations(str(tmp_path / "none"), ["//p:t3"]) == {}
+    assert calls.warned == calls.unusable == []
+
+
+def test_a_durations_table_of_another_shape_never_costs_the_cache(tmp_path: Path) -> None:
+    """The table only weighs the schedule: one a later buildtool made with other columns
+    made the read mark the database unusable (caching off for the build), the flush lose
+    its hits, and GC's sweep fail so that nothing was evicted."""
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.put("k", b"x") and db.put("gone", b"y")
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("CREATE TABLE durations (label TEXT PRIMARY KEY, secs REAL) WITHOUT ROWID")
+        c.commit()
+    assert db.durations(["//:a"]) == {}
+    assert db.get("k") == b"x" and db.readable
+    db.note_durations([("//:a", 1.0)])
+    db.flush()
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        assert [k for (k,) in c.execute("SELECT key FROM hits")] == ["k"]  # (the hit was written)
+    assert db.readable
+    assert db.remove(["gone"]) and db.drop_stray_hits()
+    assert [k for k, _, _ in db.rows()] == ["k"]
+    db.close()
     assert calls.warned == calls.unusable == []
 
 
