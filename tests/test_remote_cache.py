@@ -185,6 +185,30 @@ def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     assert c.path("gen/names.h").read_bytes() == good
 
 
+def test_blobs_evicted_before_their_entries_are_misses_not_a_broken_server(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A cleanup of old blobs (remote.md's `find -atime +14 -delete`) leaves entries whose
+    blobs are gone: each is that target's miss.  Counted as unusable answers, five of them
+    tripped the breaker for the rest of the build, as if the URL were no cache."""
+    from buildtool.remote.cache_layer import BAD_IN_A_ROW
+
+    tag = f"evicted-{time.time_ns()}"
+    url = f"{nginx.url}/{tag}"
+    rules = "\n".join(f'genrule(name="t{i}", outs=["t{i}.txt"], cmd="echo {i} > $@")' for i in range(BAD_IN_A_ROW + 2))
+    a = make_workspace("evicted-a")
+    a.build_file("", rules)
+    assert a.build("--remote-cache", url).rc == 0
+    for blob in (nginx.workdir / "cache" / tag / "cas").iterdir():
+        blob.unlink()
+    b = make_workspace("evicted-b")
+    b.build_file("", rules)
+    r = b.build("--remote-cache", url, "-j1")
+    assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
+    assert r.stderr.count("is missing (HTTP 404)") == BAD_IN_A_ROW + 2, r.stderr
+    assert "remote cache unavailable" not in r.stderr, r.stderr
+
+
 def test_an_empty_output_needs_no_empty_blob_on_the_server(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:

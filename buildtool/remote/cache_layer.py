@@ -29,6 +29,7 @@ from buildtool.remote.options import Endpoint, RemoteOptions
 from buildtool.remote.store import (
     BadBlob,
     Connection,
+    MissingBlob,
     Refused,
     RemoteError,
     Source,
@@ -185,7 +186,8 @@ class RemoteCache:
                 self.stats.errors += 1
                 if isinstance(e, BadBlob):
                     self._damaged.add(e.digest)  # sent again by this build's upload
-                self._bad_in_a_row += 1
+                # (a blob missing, local trouble such as a full disk: not the server's answers)
+                self._bad_in_a_row += not isinstance(e, (MissingBlob, OSError))
                 if self._bad_in_a_row >= BAD_IN_A_ROW:  # one bad entry is the entry's; so many, the server's
                     self._trip_locked(f"{self._bad_in_a_row} entries in a row were unusable, the last: {e}; "
                                       "is this URL a cache of the Remote Execution API or Bazel's HTTP protocol?")

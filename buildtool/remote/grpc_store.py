@@ -26,6 +26,7 @@ from buildtool.remote.store import (
     CHUNK,
     FIND_MISSING_CHUNK,
     MAX_BATCH_BYTES,
+    MissingBlob,
     Refused,
     RemoteError,
     Source,
@@ -209,7 +210,9 @@ class GrpcStore(Store):
                 r = got.get(d)
                 if r is None or r.status.code != 0:
                     why = r.status.message if r is not None else "not in the response"
-                    raise RemoteError(f"{self.name}: blob {d.hash[:12]} could not be read: {why or 'NOT_FOUND'}")
+                    missing = r is None or r.status.code == 5  # (google.rpc.Code NOT_FOUND)
+                    raise (MissingBlob if missing else RemoteError)(
+                        f"{self.name}: blob {d.hash[:12]} could not be read: {why or 'NOT_FOUND'}")
                 w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), self.digest_fn)
                 w.write(r.data)
                 w.finish(d)
@@ -230,11 +233,11 @@ class GrpcStore(Store):
             w.abort()
             err = rpc_error(self.name, "ByteStream.Read", e)
             if e.code() == grpc.StatusCode.NOT_FOUND:
-                err = RemoteError(str(err))
+                err = MissingBlob(str(err))
             raise err from None
         except OSError as e:
             w.abort()
-            raise RemoteError(f"cannot write a download: {e}") from None
+            raise OSError(e.errno, f"cannot write a download: {e.strerror}") from None  # (local trouble)
         w.finish(d)
         return w.dest
 

@@ -37,6 +37,11 @@ class BadBlob(RemoteError):
         self.digest = digest
 
 
+class MissingBlob(RemoteError):
+    """An entry's blob is not on the server (evicted before the entry, say): that entry's
+    miss, never a sign that the server is no cache."""
+
+
 class Unavailable(RemoteError):
     """The server is unreachable, too slow or failing: stop using it for this build."""
 
@@ -482,7 +487,8 @@ class HttpStore(Store):
             resp = self._request("GET", f"cas/{d.hash}")
             if resp.status != 200:
                 self._body(resp, 1 << 20)
-                raise RemoteError(f"{self.name}: cas/{d.hash[:12]} is missing (HTTP {resp.status})")
+                raise (MissingBlob if resp.status == 404 else RemoteError)(
+                    f"{self.name}: cas/{d.hash[:12]} is missing (HTTP {resp.status})")
             w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), "sha256")
             try:
                 for chunk in self._chunks(resp, d.size):
