@@ -1194,6 +1194,7 @@ def predict_fresh(
     --no-cache-tests, a test whose last run failed)."""
     fresh = [True] * len(graph.targets)
     root = stats.root
+    digest_of: dict[str, str | None] = {}  # path -> its digest as the stat cache vouches (a header many read)
     for i in graph.topo_order():
         if i not in wanted:
             continue
@@ -1214,12 +1215,12 @@ def predict_fresh(
         found = desc.get("discovered") if t.depfile is not None else None  # (headers: an edit reruns it too)
         ok = True
         for p in (*t.srcs, *(found if isinstance(found, list) else ())):
-            try:
-                st = os.stat(os.path.join(root, p))
-            except OSError:
-                ok = False
-                break
-            if stats.lookup(p, st) != inputs.get(p):
+            if p not in digest_of:
+                try:
+                    digest_of[p] = stats.lookup(p, os.stat(os.path.join(root, p)))
+                except OSError:
+                    digest_of[p] = None
+            if digest_of[p] is None or digest_of[p] != inputs.get(p):
                 ok = False
                 break
         fresh[i] = ok
