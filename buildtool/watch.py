@@ -190,9 +190,9 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     return None
 
 
-def _a_file_now(path: str, event_type: str) -> bool:
-    """Could a glob take ``path`` after this event: it is (or leads to) a file now?"""
-    return event_type not in ("deleted", "moved_from") and os.path.isfile(path)
+def _a_file_now(path: str) -> bool:
+    """Could a glob take ``path``: it is (or leads to) a file now?"""
+    return os.path.isfile(path)
 
 
 def _globbed(ws: WatchSet, rel: str) -> bool:
@@ -338,6 +338,9 @@ class Watcher:
         self.dirty_pkgs: set[str] = set()
         self.reload_all = False
         self.reload_config = False  # buildtool.toml or .buildtoolignore changed: read them again
+        # Editor temps a glob matches by name that were no file when they came (Emacs's lock
+        # link): their going starts no cycle either (on_event).
+        self.unfiled_temps: set[str] = set()
         self.rescan = False
         self.broken = False
         self.observer: Any = None
@@ -364,10 +367,19 @@ class Watcher:
         ws = self.ws
         if any(p in IGNORED_DIRS for p in parts) and rel not in ws.loader_files:  # (.git/HEAD read by a BUILD.py)
             return
-        if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files \
-                and (not _globbed(ws, rel) or not _a_file_now(path, event_type)):
-            return  # (a glob that takes "foo~" gets a new source when one appears; not Emacs's
-            # lock link .#foo, which leads nowhere, nor one that goes that it never took)
+        if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files:
+            if not _globbed(ws, rel):
+                return
+            # A glob that takes "foo~" gets a new source when one appears, but not Emacs's
+            # lock link .#foo, which leads nowhere: its coming and its going start no cycle.
+            # (Another temp's going does: a cycle in flight may have taken it meanwhile.)
+            if event_type in ("deleted", "moved_from"):
+                if rel in self.unfiled_temps:
+                    self.unfiled_temps.discard(rel)
+                    return
+            elif not _a_file_now(path):
+                self.unfiled_temps.add(rel)
+                return
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
             return
         if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes
