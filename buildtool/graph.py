@@ -995,7 +995,10 @@ class GraphBuilder:
             d = d.rpartition("/")[0]
         if not d and not self.loader.package_exists(""):
             return  # in no package: nobody's output
-        producer = self._producer_of(real) if real in self._declared_outs(d) else None
+        try:
+            producer = self._producer_of(real) if real in self._declared_outs(d) else None
+        except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
+            return
         if producer is not None and producer != user:
             self._fail_on(user, f"source {src!r} of {user} is really {real!r} (through a symlinked directory), "
                                 f"an output of {producer}: refer to {producer!r} instead")
