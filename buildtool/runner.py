@@ -828,7 +828,9 @@ class TargetRunner:
 
     def reruns_anyway(self, t: Target) -> bool:
         """Does ``t`` run whatever its record says: ``_never_fresh``, or a test whose last
-        run failed (with the same key it runs again; for critical-path weights)?"""
+        run failed (with the same key it runs again; for critical-path weights)?  (The
+        failed tests are known here once ``failed_tests`` is loaded; before, such a test
+        has no record entry to be predicted fresh from: its failure dropped it.)"""
         return self._never_fresh(t) or (t.kind == "test" and t.label in self.failed_tests)
 
     def commit(self, tid: int, outcome: Outcome) -> None:

@@ -442,7 +442,7 @@ def test_the_queued_note_is_for_a_server_that_answers_and_said_once() -> None:
 
     op = ops_pb2.Operation(name="op", done=False)
     op.metadata.Pack(re_pb2.ExecuteOperationMetadata(stage=re_pb2.ExecutionStage.QUEUED))
-    said = threading.Event()
+    said = threading.Lock()
     warned: list[str] = []
     # (notes after 1.5 s: a segment of 1 s)
     silent = exec_layer._QueuedNote(warned.append, "//:silent", "grpc://x", 1.5, said)

@@ -123,7 +123,7 @@ class RemoteExecutor:
         self.cancelled = False
         self.download = opt.download  # all | toplevel | minimal
         self.top: set[str] = set()  # labels of the requested targets (toplevel: downloaded)
-        self._queued_said = threading.Event()  # an action's "still queued" note was given (_QueuedNote)
+        self._queued_said = threading.Lock()  # taken by the one "still queued" note a build gives (_QueuedNote)
 
     def leaves_remote(self, t: Any) -> bool:
         """May this target's outputs stay in the server's CAS (not downloaded)?"""
@@ -317,7 +317,8 @@ class RemoteExecutor:
         """Execute, following the Operation stream to its end (WaitExecution on a broken stream)."""
         names: list[str] = []
         # (after 1.5 segments: a server silent for one is unavailable, not "queued")
-        queued = _QueuedNote(self.warn, t.label, st.name, self.opt.timeout * 1.5, self._queued_said)
+        # (_follow's segments are --remote-timeout, at least 1 s)
+        queued = _QueuedNote(self.warn, t.label, st.name, max(self.opt.timeout, 1.0) * 1.5, self._queued_said)
         try:
             return self._follow(st, action, t, names, skip_cache, queued)
         finally:
@@ -488,7 +489,7 @@ class _QueuedNote:
     the other actions waiting (``said``, the layer's: one cause, one line)."""
 
     def __init__(
-        self, warn: Callable[[str], None], label: str, server: str, after: float, said: threading.Event,
+        self, warn: Callable[[str], None], label: str, server: str, after: float, said: threading.Lock,
     ) -> None:
         self._msg = (f"{label}: still queued on the remote executor {server} after {after:g} s "
                      "(no worker connected, or all busy; other actions may be waiting too); "
@@ -503,10 +504,10 @@ class _QueuedNote:
 
     def _fire(self) -> None:
         heard = self._heard
-        if heard is None or time.monotonic() - heard > self._segment or self._said.is_set():
+        if heard is None or time.monotonic() - heard > self._segment:
             return
-        self._said.set()
-        self._warn(self._msg)
+        if self._said.acquire(blocking=False):  # (never released: the first note of the build only)
+            self._warn(self._msg)
 
     def seen(self, op: Any) -> None:
         """An update of the Operation: past the queue once a worker executes it (or it is done)."""

@@ -251,7 +251,7 @@ def check_key(key: str, v: Any) -> Any:
         return parse_headers(v, key)
     if key == "remote_timeout":
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < MAX_REMOTE_TIMEOUT_S:  # (NaN, inf)
-            msg = (f"remote_timeout must be a positive number of seconds below a year, {MAX_REMOTE_TIMEOUT_S:g} "
+            msg = (f"remote_timeout must be a positive number of seconds below a year, {MAX_REMOTE_TIMEOUT_S:.0f} "
                    f"(got {v!r})")
             raise ValueError(msg)
         return float(v)

@@ -40,7 +40,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     if not 0 < args.remote_timeout < MAX_REMOTE_TIMEOUT_S:  # (nan too: as build's --remote-timeout)
         raise UserError(f"--remote-timeout must be a positive number of seconds below a year, "
-                        f"{MAX_REMOTE_TIMEOUT_S:g} (got {args.remote_timeout})")
+                        f"{MAX_REMOTE_TIMEOUT_S:.0f} (got {args.remote_timeout})")
     try:
         parse_endpoint(args.server, "--server", grpc_only=True)
         headers = parse_headers(args.remote_header)
