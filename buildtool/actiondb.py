@@ -144,8 +144,8 @@ class ActionDB:
         return done
 
     def flush(self) -> None:
-        """Write when the entries hit since the last flush were hit, and the durations noted
-        since (one transaction)."""
+        """Write when the entries hit since the last flush were hit (one transaction), then
+        the durations noted since (another: trouble there never costs the hits)."""
         with self._mu:
             touched, self._touched = self._touched, set()
             timed, self._timed = self._timed, {}

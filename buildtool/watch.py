@@ -190,11 +190,6 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     return None
 
 
-def _a_file_now(path: str) -> bool:
-    """Could a glob take ``path``: it is (or leads to) a file now?"""
-    return os.path.isfile(path)
-
-
 def _globbed(ws: WatchSet, rel: str) -> bool:
     """Does a glob of the package owning ``rel`` match it (the test ``classify`` makes)?"""
     parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
@@ -377,7 +372,7 @@ class Watcher:
                 if rel in self.unfiled_temps:
                     self.unfiled_temps.discard(rel)
                     return
-            elif not _a_file_now(path):
+            elif not os.path.isfile(path):  # (what a glob takes: a file, or a link to one)
                 self.unfiled_temps.add(rel)
                 return
         if self.cache_rel and (rel == self.cache_rel or rel.startswith(self.cache_rel + "/")):
