@@ -568,29 +568,36 @@ class SubprocessExecutor:
         return fd if fd is not None else os.open(path, flags, 0o666)
 
     def _staged(self, path: str, flags: int) -> int | None:
-        """``path`` made in the staging dir and linked into place, open; None when it is to
-        be opened in place (no usable staging dir, an inheriting directory, or something
-        already at ``path``: a file, a dangling link...)."""
+        """``path`` made in the staging dir and linked into place, then opened by its own
+        name; None when it is to be opened in place (no usable staging dir, an inheriting
+        directory, or something already at ``path``: a file, a dangling link...).
+
+        Opened anew by ``path``, not kept open by the staging name: inotify reports a write
+        to the directory of the name the descriptor was opened by, and the file monitor
+        watches the package, not the staging dir.  A daemon a command left holding its
+        stdout changed the output after the build unseen, and the monitor vouched for it."""
         parent = os.path.dirname(path)
         stage = self.stage
         if stage is None or self._dir_inherits(parent) or (where := stage.dir_for(parent)) is None:
             return None
         tmp = stage.new_name(where)
         try:
-            fd = os.open(tmp, flags | os.O_EXCL, 0o666)
+            os.close(os.open(tmp, flags | os.O_EXCL, 0o666))
         except OSError:
             return None
         try:
             os.link(tmp, path)
         except OSError:
-            os.close(fd)
             return None
         finally:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-        return fd
+        try:
+            return os.open(path, flags & ~(os.O_CREAT | os.O_TRUNC))  # (empty: nothing to truncate)
+        except OSError:
+            return None  # (replaced meanwhile: opened in place, as sh would)
 
     def _dir_inherits(self, d: str) -> bool:
         """Does a file created in ``d`` take anything from it (the setgid bit's group, a
