@@ -127,9 +127,24 @@ def stop(state_dir: str) -> bool:
     return _ask(state_dir, "stop", 2.0) == "stopping"
 
 
-def holder(state_dir: str) -> int | None:
+def holder(state_dir: str, root: str | None = None) -> int | None:
     """The pid of a monitor process that holds this workspace's lock (running or not
-    answering), or None."""
+    answering), or None.  ``root``: only a monitor of that workspace (a copy made with
+    ``cp -al`` shares the lock file with the original, whose monitor is not the copy's)."""
+    pid = _lock_holder(state_dir)
+    if pid is None or root is None:
+        return pid
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return pid  # (no /proc to tell by: taken as this workspace's, as before)
+    if argv[1:3] == [b"-m", b"buildtool.monitord"] and len(argv) > 3 and os.fsdecode(argv[3]) != root:
+        return None
+    return pid
+
+
+def _lock_holder(state_dir: str) -> int | None:
     import fcntl
 
     try:

@@ -33,7 +33,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"monitor {verb}: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
         return 0
     info = monitor.status(ws.state_dir)
-    foreign = info is not None and info.get("root") != ws.root  # a socket linked by `cp -al`: not ours
+    # A socket and lock linked by `cp -al`: the original's monitor, not ours (also when it
+    # does not answer: its command line names its workspace)
+    foreign = info.get("root") != ws.root if info is not None else \
+        monitor.holder(ws.state_dir) != monitor.holder(ws.state_dir, ws.root)
     if foreign:
         info = None
     if args.monitor_command == "stop":

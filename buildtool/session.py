@@ -830,7 +830,7 @@ class Session:
             from buildtool import monitor
             from buildtool.atomic import remove_path
 
-            pid = monitor.holder(state)
+            pid = monitor.holder(state, self.ws.root)  # (not the original's, in a `cp -al` copy)
             if pid is not None:
                 try:
                     os.kill(pid, signal.SIGTERM)

@@ -94,7 +94,7 @@ def test_a_directory_where_the_socket_goes_is_named(ws: Path, tmp_path: Path) ->
 
 def test_a_copy_made_with_hard_links_gets_its_own_monitor(ws: Path, tmp_path: Path) -> None:
     """cp -al links the socket and the lock: the copy's monitor commands acted on the
-    original's monitor (stop stopped it)."""
+    original's monitor (stop stopped it; and, with the original paused, stop and clean)."""
     cache = tmp_path / "cache"
     assert bt(ws, cache, "monitor", "start", "--idle-exit", "120").returncode == 0
     copy = tmp_path / "copy"
@@ -103,6 +103,21 @@ def test_a_copy_made_with_hard_links_gets_its_own_monitor(ws: Path, tmp_path: Pa
         assert bt(copy, cache, "monitor", "status").returncode == 3
         assert "no monitor was running" in bt(copy, cache, "monitor", "stop").stdout
         assert monitor.status(str(ws / ".buildtool")) is not None, "the copy stopped the original's monitor"
+        # The original's monitor paused (it cannot say whose it is): the copy's `stop` left a
+        # "stop" in the shared socket that ended it once continued, and `status` named it.
+        import signal
+
+        pid = int((ws / ".buildtool" / "monitor.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert bt(copy, cache, "monitor", "status").returncode == 3
+            assert "no monitor was running" in bt(copy, cache, "monitor", "stop").stdout
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)
+        assert monitor.status(str(ws / ".buildtool")) is not None, "the copy stopped the original's paused monitor"
+        assert bt(copy, cache, "clean").returncode == 0  # (it ended the original's monitor)
+        assert monitor.status(str(ws / ".buildtool")) is not None, "the copy's clean ended the original's monitor"
         r = bt(copy, cache, "monitor", "start", "--idle-exit", "120")
         assert r.returncode == 0 and "monitor started" in r.stdout and str(copy) in r.stdout, r.stdout + r.stderr
         assert monitor.status(str(ws / ".buildtool"))["root"] == str(ws)  # type: ignore[index]
