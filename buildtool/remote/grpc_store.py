@@ -36,6 +36,8 @@ from buildtool.remote.store import (
     read_chunks,
 )
 
+CODE_NOT_FOUND = 5  # google.rpc.Code, as a BatchReadBlobs response's status holds it
+
 UNAVAILABLE = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -210,7 +212,7 @@ class GrpcStore(Store):
                 r = got.get(d)
                 if r is None or r.status.code != 0:
                     why = r.status.message if r is not None else "not in the response"
-                    missing = r is None or r.status.code == 5  # (google.rpc.Code NOT_FOUND)
+                    missing = r is None or r.status.code == CODE_NOT_FOUND
                     raise (MissingBlob if missing else RemoteError)(
                         f"{self.name}: blob {d.hash[:12]} could not be read: {why or 'NOT_FOUND'}")
                 w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), self.digest_fn)
