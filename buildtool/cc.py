@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["cc_binary", "cc_library", "cc_test", "compiler", "have_compiler"]
 
-SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C", ".S", ".s")
-CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".C")
-HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".H", ".inc", ".inl")
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".S", ".s")
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".h++", ".H", ".inc", ".inl", ".ipp", ".tcc", ".tlh", ".tli")
+# Prebuilt files a link takes as they are, in a binary's srcs (a library archives objects)
+PREBUILT_SUFFIXES = (".o", ".a", ".so")
 
 
 def compiler() -> str:
@@ -169,10 +171,13 @@ def _compile(
     hdr_deps: Sequence[str],
     cc: str,
     common: dict[str, Any],
-) -> list[str]:
-    """One compile genrule per source file; returns their labels."""
+    prebuilt: tuple[str, ...],
+) -> tuple[list[str], list[str]]:
+    """One compile genrule per source file; returns their labels, and the ``srcs`` entries
+    with one of the ``prebuilt`` suffixes (objects, archives), which the caller links."""
     flags = _flags(copts, includes, defines)
-    labels = []
+    labels: list[str] = []
+    given: list[str] = []
     for src in srcs:
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if generated and src.endswith(HEADER_SUFFIXES) and "/" in src.rpartition(":")[2]:
@@ -181,6 +186,16 @@ def _compile(
             if src.startswith("/") or ".." in src.split("/"):  # (as for a .c: paths stay in the package)
                 raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "
                                  "(a header elsewhere is found through includes, not srcs)")
+            if src.endswith(prebuilt):
+                given.append(src)  # (a missing one is the genrule's error, as for any source)
+                continue
+            if not src.endswith(HEADER_SUFFIXES):  # (it was taken for a header, and silently left out)
+                takes = "/".join(SOURCE_SUFFIXES + HEADER_SUFFIXES + prebuilt)
+                raise ValueError(f"{name}: srcs entry {src!r} is not a file the macro knows what to do with: "
+                                 f"srcs takes {takes} files"
+                                 + (" (a cc_library archives objects; an archive or shared library is linked: "
+                                    "list it in the srcs of the cc_binary or cc_test)"
+                                    if src.endswith(PREBUILT_SUFFIXES) else ""))
             # Headers listed in srcs are discovered through depfiles, not compiled; but one
             # that is not there is an error, as a missing source is.  (A plain lookup: glob
             # leaves out ignored dirs, subpackages, links, outputs, and made the package a
@@ -221,7 +236,7 @@ def _compile(
             **common,
         )
         labels.append(f":{label}")
-    return labels
+    return labels, given
 
 
 def cc_library(
@@ -244,12 +259,12 @@ def cc_library(
                                   "defines": defines, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
-    objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
+    objs, given = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common, (".o",))
     members = []
-    if objs:
+    if objs or given:
         ar_flags = "rcsD" if sys.platform.startswith("linux") else "rcs"  # D: deterministic archive
-        genrule(name=f"{name}.a", srcs=objs, outs=[f"lib{name}.a"], tools=["ar"], cmd=f"ar {ar_flags} $@ $(SRCS)",
-                **common)
+        genrule(name=f"{name}.a", srcs=[*objs, *given], outs=[f"lib{name}.a"], tools=["ar"],
+                cmd=f"ar {ar_flags} $@ $(SRCS)", **common)
         members.append(f":{name}.a")
     group(name=name, deps=[*members, *deps], **common)
 
@@ -270,7 +285,7 @@ def cc_binary(
                                  "defines": defines, "linkopts": linkopts, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
-    objs = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common)
+    objs, given = _compile(name, srcs, copts, includes, defines, hdr_deps, cc, common, PREBUILT_SUFFIXES)
     cpp = any(not s.startswith((":", "//")) and s.endswith(CXX_SUFFIXES) for s in srcs)
     linker = cxx_linker() if cpp else cc
     gnu = sys.platform.startswith("linux")
@@ -278,7 +293,7 @@ def cc_binary(
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
     genrule(
         name=name,
-        srcs=[*objs, *deps],
+        srcs=[*objs, *given, *deps],
         outs=[name],
         tools=[_tool(linker)],
         cmd=f"{linker} -o $@ {start}$(SRCS){end} {links}".rstrip(),

@@ -403,6 +403,45 @@ def test_a_cpp_binary_links_with_the_cpp_driver(workspace: Workspace) -> None:
     assert subprocess.run([str(workspace.root / "hello")], capture_output=True, text=True).stdout == "hi from c++\n"
 
 
+def test_prebuilt_objects_and_archives_in_srcs_are_linked(workspace: Workspace) -> None:
+    """A .a (or .o) in a binary's srcs was taken for a header and left out of the link
+    without a word ("undefined reference", exit 1); a library archives a .o given to it."""
+    ws = workspace
+    ws.write("f.c", "int f(void) { return 7; }\n")
+    ws.write("g.c", "int g(void) { return 5; }\n")
+    for stem in ("f", "g"):
+        subprocess.run(["cc", "-c", f"{stem}.c", "-o", f"{stem}.o"], cwd=ws.root, check=True, timeout=60)
+    subprocess.run(["ar", "rcs", "libf.a", "f.o"], cwd=ws.root, check=True, timeout=60)
+    ws.write("main.c", "int f(void); int g(void); int main(void) { return f() + g() == 12 ? 0 : 1; }\n")
+    ws.build_file("", 'from buildtool.cc import cc_binary, cc_library\n'
+                      'cc_library(name="gl", srcs=["g.o"])\n'
+                      'cc_binary(name="b", srcs=["main.c", "libf.a"], deps=[":gl"])\n')
+    r = ws.build()
+    assert r.rc == 0, r.output
+    assert subprocess.run([str(ws.root / "b")], timeout=30).returncode == 0
+    ws.write("f.c", "int f(void) { return 8; }\n")  # a new archive relinks
+    subprocess.run(["cc", "-c", "f.c", "-o", "f.o"], cwd=ws.root, check=True, timeout=60)
+    os.unlink(ws.root / "libf.a")
+    subprocess.run(["ar", "rcs", "libf.a", "f.o"], cwd=ws.root, check=True, timeout=60)
+    r = ws.build()
+    assert r.rc == 0 and "//:b" in r.ran, r.output
+    assert subprocess.run([str(ws.root / "b")], timeout=30).returncode == 1
+
+
+@pytest.mark.parametrize(("call", "needle"), [
+    ('cc_binary(name="b", srcs=["main.c", "notes.txt"])', "srcs entry 'notes.txt' is not a file the macro knows"),
+    ('cc_library(name="l", srcs=["main.c", "libz.a"])', "list it in the srcs of the cc_binary or cc_test"),
+])
+def test_a_srcs_entry_of_no_known_kind_is_an_error(workspace: Workspace, call: str, needle: str) -> None:
+    """Anything that was not a C source was taken for a header and silently left out."""
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.write("notes.txt", "x\n")
+    workspace.write("libz.a", "!<arch>\n")
+    workspace.build_file("", f"from buildtool.cc import cc_binary, cc_library\n{call}\n")
+    rc, out, err = workspace.run("build")
+    assert rc == 2 and needle in err and "BUILD.py:2" in err, out + err
+
+
 @pytest.mark.parametrize("entry", ["../up.h", "/usr/include/stdio.h", "//q:include/q.h"])
 def test_a_header_in_srcs_is_checked_like_a_source(workspace: Workspace, entry: str) -> None:
     """Headers in srcs are skipped (depfiles find them), but one outside the package was
