@@ -120,10 +120,10 @@ def why_changed(
     ox, nx = _executable(oextra.pop("executable", "[]")), _executable(nextra.pop("executable", "[]"))
     for p in sorted(nx - ox):
         if p in oin:  # (a new input is reported as added)
-            found.append((Reason.INPUT_CHANGED, f"input {p} became executable"))
+            found.append(_mode_changed(p, owner_of(p), "became executable"))
     for p in sorted(ox - nx):
         if p in nin:
-            found.append((Reason.INPUT_CHANGED, f"input {p} is no longer executable"))
+            found.append(_mode_changed(p, owner_of(p), "is no longer executable"))
     for k in sorted(set(oextra) | set(nextra)):
         if oextra.get(k) != nextra.get(k):
             found.append((Reason.DEFINITION_CHANGED, _extra_changed(k, oextra.get(k), nextra.get(k))))
@@ -135,6 +135,12 @@ def why_changed(
     if len(found) > 4:
         msgs.append(f"and {len(found) - 4} more differences")
     return found[0][0], "; ".join(msgs)
+
+
+def _mode_changed(p: str, owner: str | None, how: str) -> tuple[Reason, str]:
+    if owner is not None:
+        return Reason.DEP_CHANGED, f"dependency {owner}'s output {p} {how} (same content)"
+    return Reason.INPUT_CHANGED, f"input {p} {how}"
 
 
 def _executable(text: str) -> set[str]:

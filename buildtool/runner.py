@@ -130,6 +130,7 @@ class TargetRunner:
         self.warn = warn
         self.executor = SubprocessExecutor()
         self.out_digests: dict[str, str] = {}  # per run: output path -> digest
+        self.out_executable: set[str] = set()  # per run: those outputs made with the owner's x bit
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -315,7 +316,10 @@ class TargetRunner:
         seen: dict[str, tuple[int, int, int, int]] = {}
         for p in self.graph.inputs[t.id]:
             d = outs.get(p)
-            if d is None:
+            if d is not None:
+                if p in self.out_executable:  # (its mode is its producer's: same content, +x differs)
+                    executable.append(p)
+            else:
                 st = os.stat(os.path.join(root, p))
                 if keep_stats:
                     seen[p] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
@@ -362,7 +366,7 @@ class TargetRunner:
         if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass
             extra["timeout"] = repr(t.timeout)
         executable = self._executable.get(t.id)
-        if executable:  # sources with the owner's x bit: `cp` carries it into the output
+        if executable:  # inputs with the owner's x bit: `cp` carries it into the output
             extra["executable"] = json.dumps(sorted(executable))
         shell = shell_for(t.cmd) if t.kind in ("genrule", "test") else "python"
         desc = keys.action_description(
@@ -846,9 +850,15 @@ class TargetRunner:
             self.record.put_prepared(prepared)  # type: ignore[arg-type]
 
     def publish_output(self, path: str, digest: str, mode: int | None) -> None:
-        """An output as this build knows it, for its dependents' keys: its digest and, when
-        it was left in the remote executor's CAS, its recorded mode (no local file to stat)."""
+        """An output as this build knows it, for its dependents' keys: its digest and its
+        executable bit (a command that now makes the same bytes without ``chmod +x`` must
+        rerun what runs or copies them); when it was left in the remote executor's CAS, its
+        recorded mode (no local file to stat)."""
         self.out_digests[path] = digest
+        if mode is not None and mode & 0o100:
+            self.out_executable.add(path)
+        else:
+            self.out_executable.discard(path)
         if mode is not None and self.remote_exec is not None and is_remote(digest):
             self.remote_exec.kept_modes[path] = mode
 

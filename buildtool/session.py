@@ -1274,14 +1274,14 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
         never_fresh = runner._never_fresh(t)  # always=True, a test under --no-cache-tests: runs, as the build would
         if ok and entry is not None and not never_fresh:
             out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)
-            for p, d, *_ in entry["o"]:
-                runner.out_digests[p] = d
+            for p, d, *m in entry["o"]:
+                runner.publish_output(p, d, m[0] if m else None)
             continue
         o = runner._dry_run(t, key, desc, entry)
         hit = runner.dry_hit(t, key, desc)
         if hit is not None:
             for c in hit.outputs:
-                runner.out_digests[c.path] = c.digest
+                runner.publish_output(c.path, c.digest, c.mode)
         else:
             would[i] = t.label
         out[i] = o

@@ -1041,6 +1041,27 @@ def test_a_source_made_executable_changes_the_key_and_the_restored_mode(workspac
     assert os.access(workspace.path("out.sh"), os.X_OK)
 
 
+def test_a_dependency_output_losing_its_x_bit_with_the_same_content_reruns_its_dependents(
+    workspace: Workspace,
+) -> None:
+    """Early cutoff compared only the bytes of a dependency's output: the same script no
+    longer made executable left the `cp` of it (still 0755) and its test (cached pass, a
+    clean run fails with 126) up to date, and the shared cache answered both input states
+    with one entry."""
+    workspace.build_file("", 'genrule(name="tool", outs=["run.sh"], cmd="echo exit 0 > $@ && chmod +x $@")\n'
+                             'genrule(name="copy", srcs=[":tool"], outs=["copy.sh"], cmd="cp $< $@")\n'
+                             'test(name="t", srcs=[":tool"], cmd="./run.sh")\n')
+    assert workspace.build("//...", "//:copy", command="test").rc == 0
+    workspace.build_file("", workspace.read("BUILD.py").replace(" && chmod +x $@", ""))
+    r = workspace.build("//...", "//:copy", "--explain", "-k", command="test")
+    assert r.rc != 0 and r.status("//:t") == "failed", r.output
+    assert "dependency //:tool's output run.sh is no longer executable (same content)" in r.stdout, r.output
+    assert not os.access(workspace.path("copy.sh"), os.X_OK)
+    assert workspace.run("clean")[0] == 0  # the cache holds both states apart
+    r = workspace.build("//:copy")
+    assert r.rc == 0 and r.status("//:copy") == "restored" and not os.access(workspace.path("copy.sh"), os.X_OK)
+
+
 def test_a_nested_workspace_is_not_part_of_the_outer_one(workspace: Workspace) -> None:
     """inner/ has its own buildtool.toml: `//...` of the outer workspace does not walk
     into it (it is built from inside), as Bazel does not cross into a nested workspace."""
