@@ -445,7 +445,21 @@ class Cache:
             else:
                 self._clone_or_copy(src, out)
 
-        return self._place(dest, mode, blob if self.restore_mode == "hardlink" and mode == 0o644 else None, fill)
+        link = blob if self.restore_mode == "hardlink" and mode == 0o644 and self._blob_mode_kept(src, st) else None
+        return self._place(dest, mode, link, fill)
+
+    def _blob_mode_kept(self, src: int, st: os.stat_result) -> bool:
+        """Is the blob still read-only and not executable, as stored (0444)?  A ``chmod`` of
+        a hardlinked output is one of its blob: the blob's mode is put back (else every
+        later restore links the wrong mode, in every workspace); False (copy instead) if it
+        cannot be."""
+        if stat.S_IMODE(st.st_mode) == 0o444:
+            return True
+        try:
+            os.fchmod(src, 0o444)
+            return True
+        except OSError:
+            return False
 
     def _place(
         self, dest: str, mode: int, link: str | None, fill: Callable[[int], None]

@@ -436,6 +436,23 @@ def test_hardlink_mode_links_plain_outputs_and_copies_executables(tmp_path: Path
     assert os.stat(tool).st_ino != blob.st_ino and os.stat(tool).st_mode & 0o777 == 0o755
 
 
+@pytest.mark.parametrize("changed", [0o555, 0o644])
+def test_hardlink_mode_puts_back_the_mode_a_chmod_of_a_linked_output_gave_its_blob(
+    tmp_path: Path, changed: int,
+) -> None:
+    """A chmod of a hardlinked output is one of its blob: every later restore linked an
+    executable (or writable) file, in every workspace sharing the cache, and a build
+    never settled ("gained its executable bit", restored, again)."""
+    c, d, _ = _restore_cache(tmp_path, b"shared\n", restore_mode="hardlink")
+    first, second = tmp_path / "ws" / "a", tmp_path / "ws2" / "a"
+    assert c.restore(d, str(first), 0o644)
+    os.chmod(first, changed)
+    assert c.restore(d, str(second), 0o644)
+    blob = os.stat(c._blob_path(d))
+    assert os.stat(second).st_ino == blob.st_ino and blob.st_mode & 0o777 == 0o444
+    assert os.stat(first).st_mode & 0o777 == 0o444  # (the same file)
+
+
 def test_restore_of_a_missing_blob_is_a_quiet_miss(tmp_path: Path) -> None:
     warned: list[str] = []
     c = Cache(str(tmp_path / "c"), warned.append)
