@@ -1133,7 +1133,11 @@ class GraphBuilder:
             raise _err(decl, f"attribute 'pool' must be a pool name (got {pool!r})")
         outs = tuple(_norm_rel(decl, pkg, o, "outs") for o in _str_list(decl, "outs"))
         if len(set(outs)) != len(outs):
-            raise _err(decl, "outs lists the same file twice")
+            raw = _str_list(decl, "outs")
+            i = next(i for i, o in enumerate(outs) if o in outs[:i])
+            first = raw[outs.index(outs[i])]
+            same = f"{raw[i]!r}" if raw[i] == first else f"{first!r} and {raw[i]!r} (both {outs[i]!r})"
+            raise _err(decl, f"outs lists the same file twice: {same}")
         for o in outs:  # (a newline in $@, or in `query`'s one path per line; U+2028 splits lines too)
             if not o.isprintable() and _breaks_lines(o):
                 raise _err(decl, f"output path {o!r} contains a control character or a line separator, "

@@ -264,6 +264,17 @@ def test_duplicate_outputs_across_targets(workspace: Workspace) -> None:
     assert "BUILD.py:" in err
 
 
+@pytest.mark.parametrize(("outs", "said"), [
+    ('["y", "z", "y"]', "outs lists the same file twice: 'y'"),
+    ('["sub/y", "./sub/y"]', "outs lists the same file twice: 'sub/y' and './sub/y' (both 'sub/y')"),
+])
+def test_an_output_listed_twice_is_named(workspace: Workspace, outs: str, said: str) -> None:
+    """The error named the line but not the file."""
+    workspace.build_file("", f'genrule(name="a", outs={outs}, cmd="touch $(OUTS)")\n')
+    err = expect_invalid(workspace)
+    assert f"BUILD.py:1: {said}" in err, err
+
+
 def test_duplicate_outputs_even_when_only_one_is_requested(workspace: Workspace) -> None:
     workspace.build_file(
         "",
