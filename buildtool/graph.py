@@ -406,7 +406,7 @@ class GraphBuilder:
                 meant.append(f"':{bare}' (a target of the package here)")
             below = f"{here}/{bare}" if here else bare
             if self.loader.package_exists(below):
-                meant.append(f"'//{below}' (a package)")
+                meant.append(self._package_reading(below))
             elif (producer := self._producer_of(below)) is not None:  # `make foo.o` typed as is
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         elif ":" in text_rel:
@@ -424,11 +424,22 @@ class GraphBuilder:
             if path == "." or path == ".." or path.startswith("../"):
                 pass  # (outside the workspace: no package there, and no BUILD.py there is evaluated)
             elif self.loader.package_exists(path):
-                meant.append(f"'//{path}' (a package)")
+                meant.append(self._package_reading(path))
             elif (producer := self._producer_of(path)) is not None:
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""  # (no guess at what does not exist)
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
+
+    def _package_reading(self, pkg: str) -> str:
+        """A package's name typed as a pattern: ``//pkg`` where that is a target (``//pkg``
+        is ``//pkg:<last part>``), else ``//pkg:all``, so the hint never leads to an
+        unknown target."""
+        last = pkg.rpartition("/")[2]
+        try:
+            own = last in self.loader.load(pkg)
+        except BuildtoolError:
+            own = False  # (its BUILD.py is broken: building it says so)
+        return f"'//{pkg}' (package //{pkg}'s target {last!r})" if own else f"'//{pkg}:all' (package //{pkg}'s targets)"
 
     def _file_label_msg(self, text: str, cur: str, msg: str) -> str:
         """``msg``, and for a file label (``//:obj/x.out``) the target that makes that

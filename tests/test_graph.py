@@ -140,7 +140,7 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     rc, _, err = workspace.run("build", "lib", cwd=workspace.root / "lib")
     assert rc == 2 and "got 'lib')" in err and "did you mean" not in err, err
     rc, _, err = workspace.run("build", "core", cwd=workspace.root / "lib")
-    assert rc == 2 and "did you mean '//lib/core' (a package)?" in err, err
+    assert rc == 2 and "did you mean '//lib/core' (package //lib/core's target 'core')?" in err, err
 
 
 @pytest.mark.parametrize(("typed", "hint"), [
@@ -169,11 +169,13 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
 
 @pytest.mark.parametrize(("typed", "hint"), [
     ("core:core", "did you mean '//lib/core:core'?"),  # from lib/: relative to here first
-    ("core/", "did you mean '//lib/core' (a package)?"),
+    ("core/", "did you mean '//lib/core' (package //lib/core's target 'core')?"),
     ("../app:app", "did you mean '//app:app'?"),
-    ("../app", "did you mean '//app' (a package)?"),
+    ("../app", "did you mean '//app' (package //app's target 'app')?"),
     ("{root}/lib/l.txt", "did you mean '//lib:l' (the target that makes it"),
-    ("{root}/app/", "did you mean '//app' (a package)?"),
+    ("{root}/app/", "did you mean '//app' (package //app's target 'app')?"),
+    # a package without a target of its own name: //net would be //net:net, unknown
+    ("../net", "did you mean '//net:all' (package //net's targets)?"),
     ("nothing:here", None),
     ("../../x.txt", None),  # (it evaluated a BUILD.py above the workspace, and offered '//..:o')
 ])
@@ -185,6 +187,7 @@ def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(
     workspace.build_file("lib", 'genrule(name="l", outs=["l.txt"], cmd="touch ../ran-marker; echo > $@")\n')
     workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="echo > $@")\n')
     workspace.build_file("app", 'genrule(name="app", outs=["a"], cmd="echo > $@")\n')
+    workspace.build_file("net", 'genrule(name="libnet.a", outs=["n"], cmd="echo > $@")\n')
     outside = workspace.root.parent / "BUILD.py"  # above the workspace: never evaluated
     outside.write_text('genrule(name="o", outs=["x.txt"], cmd="echo > $@")\nprint("EVALUATED")\n')
     typed = typed.format(root=workspace.root)
