@@ -95,6 +95,8 @@ def run_command(ns: argparse.Namespace) -> int:
             events=ns.events, wait=not ns.no_wait, action_env=ns.action_env, want_files=True,
         )
         session.build(req, out=sys.stderr)  # raises BuildFailed / Interrupted: the CLI maps the exit code
+    elif ns.events:
+        session.events_of_nothing(ns.events, graph, builder.loader)
     return exec_target(ws.root, t, list(ns.args), getattr(ns, "sigint_ignored", False))
 
 

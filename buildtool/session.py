@@ -528,6 +528,16 @@ class Session:
             raise BuildtoolError(f"the build succeeded, but {lost_report}")
         return result
 
+    def events_of_nothing(self, path: str, graph: Graph, loader: Loader) -> None:
+        """``--events`` for a request that builds nothing (``run`` of a target with neither
+        outputs nor dependencies): the path checked as a build checks it, and the file of a
+        build without targets written, the header alone (an earlier run's would pass for
+        this one's)."""
+        from buildtool.status import EventsWriter
+
+        _check_report_paths(BuildRequest(patterns=[], events=path), graph, self.ws.root, self._struct_of(loader)[0])
+        EventsWriter(path, graph).close()
+
     @staticmethod
     def _struct_of(loader: Loader) -> tuple[list[str], list[str], set[str]]:
         """The files, listed directories and env vars the BUILD.py evaluation depended on."""

@@ -554,6 +554,21 @@ def test_run_hands_the_program_the_signal_dispositions_buildtool_started_with(
     assert bool(ignored & (1 << (signal.SIGINT - 1))) is (inherited == "ignored"), p.stdout
 
 
+def test_run_of_a_target_with_nothing_to_build_writes_its_events_file(workspace: Workspace) -> None:
+    """--events was ignored for a target with no outputs and no dependencies: an earlier
+    build's file stayed, passing for this run's, and the path went unchecked."""
+    workspace.build_file("", 'genrule(name="task", cmd="echo task-ran", always=True)\n'
+                             'genrule(name="x", outs=["x"], cmd="echo > $@")\n')
+    ev = workspace.root / "ev.jsonl"
+    assert workspace.run("build", "//:x", "--events", str(ev))[0] == 0
+    rc, out, err = workspace.run("run", "//:task", "--events", str(ev))
+    assert rc == 0 and "task-ran" in out, out + err
+    lines = [json.loads(line) for line in ev.read_text().splitlines()]
+    assert [e.get("type") for e in lines] == ["header"], lines
+    rc, out, err = workspace.run("run", "//:task", "--events", "BUILD.py")
+    assert rc == 2 and "--events BUILD.py: that is a BUILD.py" in err and "task-ran" not in out, out + err
+
+
 def test_run_passes_arguments_and_exit_code_through(workspace: Workspace) -> None:
     workspace.build_file(
         "tools",
