@@ -209,6 +209,10 @@ class Session:
         if lock is None:
             lock = WorkspaceLock(state)
             lock.acquire(req.wait, _say, self.ws.ensure_state_dir)
+            if self.focus is not None and not self.record_unchanged():
+                # (watch) another buildtool wrote the record or cleaned while this one waited
+                # for the lock: what the watcher knew to be clean may not be, check them all
+                self.focus = None
         # Loading (graph, record, stat cache) and writing the snapshot allocate objects that
         # live until the build ends and form no cycles; the cycle collector would only scan
         # them again and again (~30 ms of a one-changed build at 10,000 targets).  It runs

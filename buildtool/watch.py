@@ -871,7 +871,7 @@ class Watcher:
         self._apply(changes)
         if any(os.path.islink(os.path.join(self.root, c.path)) for c in changes if c.kind == "content"):
             self._synced_for = None  # a symlinked source saved: it may lead to another file now (aliases)
-        self.session.focus = focus = self._focus(changes)
+        self.session.focus = self._focus(changes)
         self._fresh_cache()
         t0 = time.monotonic()
         self.collector = col = _Collector(self)
@@ -900,8 +900,9 @@ class Watcher:
         finally:
             self.in_cycle = False
             self.collector = None
+            focused = self.session.focus is not None  # (None now if the build found the record changed)
             self.session.focus = None
-            self._update_clean(col, focus is not None)
+            self._update_clean(col, focused)
         wall = time.monotonic() - t0
         if error is not None:
             print(f"buildtool: error: {error}", file=sys.stderr, flush=True)

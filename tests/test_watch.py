@@ -1115,6 +1115,32 @@ def test_a_record_another_buildtool_changed_makes_the_next_cycle_check_everythin
     assert w.stop() == 0
 
 
+def test_a_cycle_that_waited_for_a_clean_checks_everything(watch, ws: Path, tmp_path: Path, cache: Path) -> None:
+    """A cycle that started while `buildtool clean` held the lock was focused on the edited
+    source before it waited: it counted //:y (whose output clean had deleted) up to date,
+    and so did every later cycle."""
+    hold = tmp_path / "hold"  # while it exists, evaluating the BUILD.py (clean does) waits
+    write(ws / "BUILD.py", f'import os, time\nwhile os.path.exists({str(hold)!r}):\n    time.sleep(0.02)\n'
+                           'genrule(name="x", srcs=["a.txt"], outs=["x.out"], cmd="cat a.txt > x.out")\n'
+                           'genrule(name="y", srcs=["b.txt"], outs=["y.out"], cmd="cat b.txt > y.out")\n')
+    w = watch()
+    w.wait_watching()
+    hold.write_text("")
+    clean = subprocess.Popen([sys.executable, "-m", "buildtool", "clean"], cwd=ws, env=run_env(cache),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: read(ws / ".buildtool" / "lock").strip() == str(clean.pid), what="clean to hold the lock")
+        write(ws / "a.txt", "a2\n")
+        wait_for(lambda: any("waiting for another buildtool" in line for line in w.out + w.err),
+                 what="the cycle to wait for clean")
+    finally:
+        hold.unlink()
+        assert clean.wait(timeout=TIMEOUT) == 0, clean.stdout.read() if clean.stdout else ""
+    w.wait_settled(lambda cs: len(cs) >= 2 and cs[-1].status == "OK", "the cycle after clean")
+    assert read(ws / "x.out") == "a2\n" and read(ws / "y.out") == "b1\n", w.log()
+    assert w.stop() == 0
+
+
 def test_editing_a_discovered_header_during_its_compile_cancels_the_cycle(tmp_path: Path, cache: Path) -> None:
     """Only declared sources cancelled a running cycle: a header saved again while its
     includer compiled let the cycle finish with an object of the old header (not recorded,
