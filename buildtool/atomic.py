@@ -10,6 +10,10 @@ import errno
 import os
 from _thread import get_ident  # not threading's: the no-op path does not import threading
 
+TYPE_CHECKING = False  # not typing's: the no-op path imports this module
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def write_report(path: str, data: bytes | str) -> None:
     """Write a file the user named (``--junit``, ``--profile``): atomically, as
@@ -93,6 +97,17 @@ def remove_stale_report(path: str, flag: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def drop_stale_reports(asked: Any) -> None:
+    """A request refused before anything ran (exit 2, a watch cycle's ERROR) writes no
+    report: remove the one of each kind ``asked`` for (its ``junit``, ``events`` and
+    ``profile`` attributes: parsed arguments, a BuildRequest) that an earlier run left, or
+    a CI step that shows the JUnit file it finds would show the last run's green results."""
+    for flag, name in (("--junit", "junit"), ("--events", "events"), ("--profile", "profile")):
+        path = getattr(asked, name, None)
+        if path:
+            remove_stale_report(path, flag)
 
 
 def _through_a_descriptor(path: str) -> bool:

@@ -299,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"buildtool: error: {e}", file=sys.stderr)
         if e.exit_code == 2:
-            _drop_stale_reports(args)
+            from buildtool.atomic import drop_stale_reports
+
+            drop_stale_reports(args)
         return e.exit_code
     except KeyboardInterrupt as e:
         return _interrupted(e)
@@ -314,18 +316,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if e.filename else ""
         print(f"buildtool: error: {e.strerror}{where}", file=sys.stderr)
         return 1
-
-
-def _drop_stale_reports(args: argparse.Namespace) -> None:
-    """A request refused before anything ran (exit 2) writes no report: remove the one of
-    each kind asked for that an earlier run left (never another file: atomic.py), or a CI
-    step that shows the JUnit file it finds would show the last run's green results."""
-    from buildtool.atomic import remove_stale_report
-
-    for flag, name in (("--junit", "junit"), ("--events", "events"), ("--profile", "profile")):
-        path = getattr(args, name, None)
-        if path:
-            remove_stale_report(path, flag)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

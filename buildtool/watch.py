@@ -895,6 +895,9 @@ class Watcher:
             status, error = "ERROR", str(e)
             if self.partial is not None or self.graph is None:
                 self.broken = True
+            from buildtool.atomic import drop_stale_reports
+
+            drop_stale_reports(self.req)  # (the latest cycle's reports, and it wrote none)
         except BuildtoolError as e:
             status, error = "ERROR", str(e)
         finally:

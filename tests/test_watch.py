@@ -542,6 +542,25 @@ def test_reports_it_writes_in_the_workspace_start_no_cycle(watch, ws: Path, juni
     assert w.stop() == 0
 
 
+def test_an_error_cycle_leaves_no_earlier_cycle_s_reports(watch, ws: Path) -> None:
+    """After a cycle that could not evaluate the BUILD.py, the JUnit, events and profile
+    files still held the previous cycle's green results (a one-shot build removes them)."""
+    write(ws / "BUILD.py", 'test(name="t", srcs=["a.txt"], cmd="true")\n')
+    reports = [ws / "rep" / "junit.xml", ws / "rep" / "ev.jsonl", ws / "rep" / "prof.json"]
+    w = watch("--junit", str(reports[0]), "--events", str(reports[1]), "--profile", str(reports[2]),
+              command=("test", "--watch"))
+    w.wait_watching()
+    assert all(p.is_file() for p in reports)
+    write(ws / "BUILD.py", 'test(name="t", srcs=["a.txt"], cmd="true"\n')
+    w.wait_settled(lambda cs: len(cs) >= 2, "the ERROR cycle")
+    assert w.cycles()[1].status == "ERROR", w.log()
+    assert not any(p.exists() for p in reports), w.log()
+    write(ws / "BUILD.py", 'test(name="t", srcs=["a.txt"], cmd="true")\n')
+    w.wait_settled(lambda cs: len(cs) >= 3, "the mended cycle")
+    assert w.cycles()[2].status == "OK" and all(p.is_file() for p in reports), w.log()
+    assert w.stop() == 0
+
+
 def test_a_failing_test_s_scratch_files_start_no_cycle(watch, ws: Path) -> None:
     """A failing test runs again every cycle; the files it creates and deletes next to
     its sources (no glob reads them) must not start a cycle, or watch never rests."""
