@@ -139,6 +139,7 @@ class Session:
         self.focus: set[int] | None = None
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
+        self.tool_paths: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
 
@@ -342,6 +343,7 @@ class Session:
             _warn,
         )
         runner.executor.stage = stage
+        self.tool_paths = runner.tool_stats
         remote = None
         if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
             from buildtool.remote.setup import attach

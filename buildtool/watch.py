@@ -116,6 +116,7 @@ class WatchSet:
     # really is, in the workspace -> those sources: an event there is theirs.
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     pyrules: bool = False  # the graph has pyrules: a new .py may be a module one imports (it did not exist)
+    tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
 
 
 @dataclass(slots=True)
@@ -160,6 +161,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if reached is not None:
             return Change(rel, "package", reached)
         return Change(rel, "retry") if ws.broken else None
+    if rel in ws.tools:  # (which targets use it is known only to the builds that hashed it)
+        return Change(rel, "tool")
     if name == BUILDFILE:
         if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken \
                 or rel in ws.loader_files:
@@ -336,6 +339,7 @@ class Watcher:
         # Editor temps a glob matches by name that were no file when they came (Emacs's lock
         # link): their going starts no cycle either (on_event).
         self.unfiled_temps: set[str] = set()
+        self.tools_seen: set[str] = set()  # declared tools in the workspace, workspace-relative (_note_tools)
         self.rescan = False
         self.broken = False
         self.observer: Any = None
@@ -360,7 +364,8 @@ class Watcher:
             self.gone_dirs.add(rel)  # its watch ends with it: schedule the one made again anew
         parts = rel.split("/")
         ws = self.ws
-        if any(p in IGNORED_DIRS for p in parts) and rel not in ws.loader_files:  # (.git/HEAD read by a BUILD.py)
+        if any(p in IGNORED_DIRS for p in parts) and rel not in ws.loader_files and rel not in ws.tools:
+            # (but .git/HEAD read by a BUILD.py, a tool in .venv/bin)
             return
         if is_editor_temp(parts[-1]) and rel not in ws.sources and rel not in ws.loader_files:
             if not _globbed(ws, rel):
@@ -545,7 +550,8 @@ class Watcher:
         scan: set[str] = set(pkg_dirs)
         for base in rec:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
-        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys()}
+        tools = frozenset(self.tools_seen)
+        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         dirs: set[str] = set()
@@ -558,7 +564,7 @@ class Watcher:
         return WatchSet(
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
-            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles),
+            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles), tools,
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
@@ -616,7 +622,7 @@ class Watcher:
         were not watched yet and that changed after ``since_ns`` (the start of the cycle that
         read them) are queued as changes: no event could have reported them."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()),
-               self._pyrule_modules())
+               self._pyrule_modules(), frozenset(self.tools_seen))
         replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         if key == self._synced_for and not self.ws.missing_dirs and not replaced:
             return
@@ -642,7 +648,7 @@ class Watcher:
         limit = since_ns - RACY_MARGIN_NS
         known = _buildfiles(self.ws.packages)
         handled = self.ws.sources | self.ws.loader_files | self.ws.aliases.keys() | known \
-            | _buildfiles(self.ws.scan_dirs)
+            | _buildfiles(self.ws.scan_dirs) | self.ws.tools
         for rel in sorted(handled):
             d = rel.rsplit("/", 1)[0] if "/" in rel else ""
             if d not in new_dirs:
@@ -915,6 +921,16 @@ class Watcher:
                            if o.extra.get("record", True) is False] if g is not None and status in ("OK", "FAILED") \
             else []
 
+    def _note_tools(self) -> None:
+        """The declared tools inside the workspace that the cycle's build hashed (a script in
+        ``bin/`` put on PATH, a ``.venv`` tool) join the watched files; none is forgotten
+        (a focused cycle hashes only its targets' tools), which costs at most a cycle that
+        checks every target."""
+        prefix = self.root + os.sep
+        for path in self.session.tool_paths:
+            if path.startswith(prefix):
+                self.tools_seen.add(path[len(prefix):].replace(os.sep, "/"))
+
     def _follow_up(self) -> None:
         """A result not recorded (an input changed while its command ran) gets one more
         cycle of its own: the file that changed may be one no event could report (a header
@@ -975,6 +991,7 @@ class Watcher:
                 self.cycle(changes)
                 if self.stop_signal is not None:
                     break
+                self._note_tools()
                 self.sync_watches(self.cycle_start_ns)
                 self._follow_up()
                 if self.cycle_no == 1:

@@ -1201,6 +1201,28 @@ def test_a_dependency_that_lost_its_executable_bit_is_set_right_before_its_user_
     assert w.stop() == 0
 
 
+def test_editing_a_declared_tool_in_the_workspace_checks_every_target(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tools were not watched: editing bin/mytool started no cycle, and the next cycle
+    (another source saved) counted //:u, made by the old tool, up to date."""
+    root = tmp_path / "tws"
+    write(root / "buildtool.toml", "")
+    write(root / "bin" / "mytool", "#!/bin/sh\necho T1\n")
+    os.chmod(root / "bin" / "mytool", 0o755)
+    write(root / "in.txt", "a\n")
+    write(root / "in2.txt", "b\n")
+    write(root / "BUILD.py", 'genrule(name="t", srcs=["in.txt"], outs=["t.out"], tools=["mytool"], '
+                             'cmd="mytool > $@; cat in.txt >> $@")\n'
+                             'genrule(name="u", srcs=["in2.txt"], outs=["u.out"], tools=["mytool"],\n'
+                             '        cmd="mytool > $@")\n')
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")  # (run_env takes os.environ)
+    with watching(root, cache) as w:
+        write(root / "bin" / "mytool", "#!/bin/sh\necho T2\n")
+        w.wait_file(root / "u.out", "T2\n", "u.out made by the edited tool")
+        assert read(root / "t.out") == "T2\na\n", w.log()
+
+
 def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: Path, cache: Path) -> None:
     """A pyrule's module and the workspace modules it imports are watched (docs/watch.md);
     an edit of either was seen, but the cycle planned no target and called the old output
