@@ -160,6 +160,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
             return Change(rel, "rescan", reached or "")
         if reached is not None:
             return Change(rel, "package", reached)
+        if rel in ws.dirs:  # a watched directory, or one on the way to one, moved away or made again
+            return Change(rel, "package", _owner(ws.packages, rel) or "")
         return Change(rel, "retry") if ws.broken else None
     if rel in ws.tools:  # (which targets use it is known only to the builds that hashed it)
         return Change(rel, "tool")
@@ -554,6 +556,12 @@ class Watcher:
         wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
+        for d in list(wanted):  # and every directory on their way: moving one away (or a new one
+            while d:  # in its place) is seen there, where the moved directory's own watch says nothing
+                d = d.rsplit("/", 1)[0] if "/" in d else ""
+                if d in wanted:
+                    break
+                wanted.add(d)
         dirs: set[str] = set()
         missing: set[str] = set()
         for d in wanted:

@@ -1223,6 +1223,25 @@ def test_editing_a_declared_tool_in_the_workspace_checks_every_target(
         assert read(root / "t.out") == "T2\na\n", w.log()
 
 
+@pytest.mark.parametrize("moved", ["src/sub", "src"])
+def test_a_source_directory_moved_away_and_made_again_stays_watched(tmp_path: Path, cache: Path, moved: str) -> None:
+    """Under a narrow pattern, the directory of a source (or one on its way) renamed away
+    started no cycle: its watch went with it, nothing watched its parent, and every save
+    in the new directory of that name went unseen."""
+    root = tmp_path / "mws"
+    write(root / "buildtool.toml", "")
+    write(root / "src" / "sub" / "f.txt", "v1\n")
+    write(root / "BUILD.py", 'genrule(name="x", srcs=["src/sub/f.txt"], outs=["x.out"], cmd="cp $< $@")\n')
+    with watching(root, cache, "//:x") as w:
+        (root / moved).rename(tmp_path / "old")
+        w.wait_settled(lambda cs: len(cs) >= 2, "a cycle after the move")
+        assert w.cycles()[1].status == "ERROR" and "src/sub/f.txt" in w.log(), w.log()
+        write(root / "src" / "sub" / "f.txt", "v2\n")
+        w.wait_file(root / "x.out", "v2\n", "the source in the new directory")
+        write(root / "src" / "sub" / "f.txt", "v3\n")
+        w.wait_file(root / "x.out", "v3\n", "a save in the new directory")
+
+
 def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: Path, cache: Path) -> None:
     """A pyrule's module and the workspace modules it imports are watched (docs/watch.md);
     an edit of either was seen, but the cycle planned no target and called the old output
