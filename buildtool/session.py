@@ -139,6 +139,7 @@ class Session:
         self.focus: set[int] | None = None
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
+        self.removed_dead: set[str] = set()  # dead outputs this session deleted (watch: not a user's change)
         self.tool_paths: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
@@ -737,8 +738,10 @@ class Session:
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
         for lab, o in rows:
+            self.removed_dead.add(o[0])  # (before its deletion event can come)
             if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere):
                 kept.add(o[0])
+                self.removed_dead.discard(o[0])
         for lab in gone:
             record.drop(lab)
         for d in sorted(loader.dirs_of_dead_outputs):  # an output now, a directory of outputs before

@@ -386,6 +386,9 @@ class Watcher:
             return
         if rel in self.own_streams:  # `buildtool watch > log`, --junit, --profile: our own writes
             return
+        if event_type in ("deleted", "moved_from") and rel in self.session.removed_dead:
+            self.session.removed_dead.discard(rel)  # a cycle deleted it: a target that declared it is gone
+            return
         if is_own_temp(rel, self.own_streams):
             return  # the temp file of one of them, renamed over it (atomic.write_atomic)
         if is_dir and event_type == "created" and rel in self.own_dirs:  # made for one (--profile out/p.json)
@@ -883,6 +886,7 @@ class Watcher:
             except OSError:
                 pass
         self._apply(changes)
+        self.session.removed_dead.clear()  # (their events came during the debounce, if at all)
         if any(os.path.islink(os.path.join(self.root, c.path)) for c in changes if c.kind == "content"):
             self._synced_for = None  # a symlinked source saved: it may lead to another file now (aliases)
         self.session.focus = self._focus(changes)

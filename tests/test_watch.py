@@ -1242,6 +1242,22 @@ def test_a_source_directory_moved_away_and_made_again_stays_watched(tmp_path: Pa
         w.wait_file(root / "x.out", "v3\n", "a save in the new directory")
 
 
+def test_a_dead_output_the_cycle_deletes_starts_no_cycle(tmp_path: Path, cache: Path) -> None:
+    """The cycle after renaming an output deleted the old one (no target declares it), and
+    that deletion, which a glob of its directory matches, started one more cycle."""
+    root = tmp_path / "dws"
+    write(root / "buildtool.toml", "")
+    write(root / "in.dat", "d\n")
+    write(root / "BUILD.py", 'genrule(name="g", srcs=["in.dat"], outs=["x.txt"], cmd="cp $< $@")\n'
+                             'genrule(name="cat", srcs=glob(["*.txt"]), outs=["all.out"], cmd="echo $(SRCS) > $@")\n')
+    with watching(root, cache) as w:
+        write(root / "BUILD.py", read(root / "BUILD.py").replace("x.txt", "y.txt"))
+        w.wait_file(root / "y.txt", "d\n", "the renamed output")
+        assert not (root / "x.txt").exists()
+        time.sleep(1.0)  # many debounce periods
+        assert len(w.cycles()) == 2, w.log()
+
+
 def test_editing_a_pyrule_module_or_one_it_imports_reruns_the_pyrule(tmp_path: Path, cache: Path) -> None:
     """A pyrule's module and the workspace modules it imports are watched (docs/watch.md);
     an edit of either was seen, but the cycle planned no target and called the old output
