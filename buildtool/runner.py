@@ -347,8 +347,9 @@ class TargetRunner:
         guess for critical-path weights; the rebuilder decides)."""
         if t.depfile is not None and isinstance(desc.get("discovered"), list):  # (headers it found: inputs too)
             desc = discovered.primary_description(desc)
+        timeout = repr(t.timeout) if t.kind == "test" and t.timeout is not None else None
         return (desc.get("kind") == t.kind and desc.get("cmd") == t.cmd and desc.get("outs") == list(t.outs)
-                and desc.get("env") == self._key_env(t)
+                and desc.get("env") == self._key_env(t) and desc.get("extra", {}).get("timeout") == timeout
                 and desc.get("inputs", {}).keys() == set(self.graph.inputs[t.id]))
 
     def describe(self, t: Target, inputs: dict[str, str]) -> tuple[str, dict[str, Any]]:

@@ -1210,7 +1210,8 @@ def predict_fresh(
     environment and input paths, sources (and the files its depfile named) unchanged by
     stat, every dependency predicted fresh (targets outside ``wanted`` count as fresh), and
     not a target that runs whatever the record says (``always``, a test under
-    --no-cache-tests, a test whose last run failed)."""
+    --no-cache-tests, a test whose last run failed); a pyrule's modules unchanged, a
+    test's timeout the same.  (A tool's binary is not looked at: that would hash it.)"""
     fresh = [True] * len(graph.targets)
     root = stats.root
     digest_of: dict[str, str | None] = {}  # path -> its digest as the stat cache vouches (a header many read)
@@ -1231,15 +1232,18 @@ def predict_fresh(
         if not runner.same_action(t, desc):
             continue  # its command or environment changed: it runs, with its recorded duration
         inputs = desc.get("inputs", {})
+        extra = desc.get("extra", {})
         found = desc.get("discovered") if t.depfile is not None else None  # (headers: an edit reruns it too)
+        modules = [k[7:] for k in extra if k.startswith("module:")]  # a pyrule's (an edit reruns it)
         ok = True
-        for p in (*t.srcs, *(found if isinstance(found, list) else ())):
+        for p in (*t.srcs, *(found if isinstance(found, list) else ()), *modules):
             if p not in digest_of:
-                try:
+                try:  # (a chmod moves the ctime: the stat cache then vouches for nothing)
                     digest_of[p] = stats.lookup(p, os.stat(os.path.join(root, p)))
                 except OSError:
                     digest_of[p] = None
-            if digest_of[p] is None or digest_of[p] != inputs.get(p):
+            want = extra.get("module:" + p) if p in modules else inputs.get(p)
+            if digest_of[p] is None or digest_of[p] != want:
                 ok = False
                 break
         fresh[i] = ok

@@ -65,6 +65,49 @@ def test_collector_restored_after_a_load_error(tmp_path: Path, monkeypatch) -> N
         gc.enable()
 
 
+@pytest.mark.parametrize("change", ["nothing", "timeout", "module", "x-bit"])
+def test_a_test_s_timeout_and_a_pyrule_s_module_are_part_of_the_freshness_guess(
+    tmp_path: Path, monkeypatch, change: str,
+) -> None:
+    """Each of these reruns its target (it is in the key), but the guess called the target
+    fresh, so it weighed ~0 and started after everything else.  (A chmod of a source was
+    seen: it moves the ctime, so the stat cache vouches for nothing.)"""
+    from buildtool import session as session_mod
+
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    rules = ('test(name="t", srcs=["a.txt"], cmd="true", timeout=30)\n'
+             'pyrule(name="py", fn="mod:make", srcs=["a.txt"], outs=["py.out"])\n'
+             'genrule(name="cp", srcs=["s.sh"], outs=["c.sh"], cmd="cp $< $@")\n')
+    ws = _workspace(tmp_path / "ws", rules)
+    (ws / "mod.py").write_text("def make(srcs, outs):\n    open(outs[0], 'w').write('x')\n")
+    (ws / "s.sh").write_text("echo\n")
+    import time
+
+    time.sleep(0.2)  # (files older than the stat cache's racy window: their digests are vouched for)
+    Session(str(ws)).build(BuildRequest(patterns=["//...", "//:py", "//:cp"], mode="test"))
+    seen: list[list[bool]] = []
+    real = session_mod.predict_fresh
+
+    def spy(*args: object) -> list[bool]:
+        got = real(*args)  # type: ignore[arg-type]
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(session_mod, "predict_fresh", spy)
+    if change == "timeout":
+        (ws / "BUILD.py").write_text(rules.replace("timeout=30", "timeout=20"))
+    else:
+        (ws / "BUILD.py").write_text(rules + "# evaluated again\n")
+    if change == "module":
+        (ws / "mod.py").write_text("def make(srcs, outs):\n    open(outs[0], 'w').write('y')\n")
+    if change == "x-bit":
+        (ws / "s.sh").chmod(0o755)
+    result = Session(str(ws)).build(BuildRequest(patterns=["//...", "//:py", "//:cp"], mode="test"))
+    assert seen, "the weights were not predicted"
+    fresh = {t.label: seen[0][t.id] for t in result.graph.targets}
+    assert fresh == {"//:t": change != "timeout", "//:py": change != "module", "//:cp": change != "x-bit"}, fresh
+
+
 @pytest.mark.parametrize("change", ["nothing", "command", "header"])
 def test_critical_path_weights_predict_what_is_fresh(tmp_path: Path, monkeypatch, change: str) -> None:
     """A recorded target with the same command and inputs, sources unchanged, weighs ~0;
