@@ -70,6 +70,11 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
 
 _LANE_FREE = object()  # a worker's message: the target's lane is free, its outcome comes later
 INLINE_POLL = 64  # targets settled without a command (~50 us each) between looks at running ones
+# The longest the coordinating thread waits in one go.  A signal the kernel hands to another
+# thread (a test's retry loop, the store thread) interrupts no wait of this one, and Python
+# runs the handler here only when this thread runs again: without a bound, Ctrl-C or SIGTERM
+# waited for whatever the workers were doing (a flaky test's retries went on for good).
+WAIT_SLICE_S = 0.25
 
 
 class Scheduler:
@@ -183,7 +188,7 @@ class Scheduler:
                 if self._in_flight == 0 and not self._watched:
                     break
                 if self._poller is None:
-                    self._take(self._results.get())
+                    self._take(self._next_result())
                 else:
                     self._poll_once()
             self._mark_unfinished()
@@ -279,9 +284,9 @@ class Scheduler:
         while block and self._idle and self._results.empty() and not self._poller.poll(0):
             self._run_after(self._idle.popleft())
         deadlines = [s.deadline for _, _, _, s in self._watched.values() if s.deadline is not None]
-        timeout = None
-        if deadlines:  # in ms, at most an hour: poll again then
-            timeout = max(0, min(3_600_000, int((min(deadlines) - time.monotonic()) * 1000) + 1))
+        timeout = int(WAIT_SLICE_S * 1000)  # (see WAIT_SLICE_S; nothing happened: the loop polls again)
+        if deadlines:
+            timeout = max(0, min(timeout, int((min(deadlines) - time.monotonic()) * 1000) + 1))
         events = self._poller.poll(timeout) if block and self._results.empty() else self._poller.poll(0)
         seen = time.monotonic()
         for fd, _ in events:
@@ -299,6 +304,14 @@ class Scheduler:
                     s.expire()
         while not self._results.empty():
             self._take(self._results.get())
+
+    def _next_result(self) -> tuple[int, Outcome] | None:
+        """The next report of a worker, waited for in slices (WAIT_SLICE_S)."""
+        while True:
+            try:
+                return self._results.get(timeout=WAIT_SLICE_S)
+            except queue.Empty:
+                continue
 
     def _open_poller(self) -> None:
         r, w = os.pipe()

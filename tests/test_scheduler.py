@@ -706,3 +706,48 @@ def test_after_a_failure_the_inline_look_saw_nothing_more_starts() -> None:
     sched = Scheduler(plan, runner, Recorder(), jobs=2, pool_of=pool_of, pool_depth={"p": 1})
     sched.run()
     assert late not in runner.started
+
+
+def test_a_signal_a_worker_thread_received_is_handled_while_the_coordinator_waits() -> None:
+    """The kernel may hand SIGTERM to any thread; the coordinator's wait for a worker's
+    report was not interrupted then, and Python runs signal handlers only in the main
+    thread: the handler (which stops the build) waited for the worker, and a flaky test's
+    retries in that worker went on for good after a SIGTERM."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        import pytest
+
+        pytest.skip("signal handlers are installed from the main thread only")
+    handled = threading.Event()
+    worker: list[int] = []
+
+    def run_until_handled(t: int) -> None:
+        worker.append(threading.get_ident())
+        handled.wait(20)  # released by the handler, or (with the bug) by this timeout
+
+    runner = FakeRunner([[]], on_run=run_until_handled)
+    sched = Scheduler(make_plan([[]]), runner, Recorder(), jobs=1)
+    took: list[float] = []
+    sent = [0.0]
+
+    def handler(signum: int, frame: object) -> None:
+        took.append(time.monotonic() - sent[0])
+        handled.set()
+
+    def send() -> None:
+        while not worker:
+            time.sleep(0.01)
+        time.sleep(0.1)  # (the coordinator is waiting by now)
+        sent[0] = time.monotonic()
+        signal.pthread_kill(worker[0], signal.SIGUSR1)
+
+    before = signal.signal(signal.SIGUSR1, handler)
+    try:
+        sender = threading.Thread(target=send)
+        sender.start()
+        sched.run()
+        sender.join()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert took and took[0] < 10, took  # (a slice is 0.25 s; the bug waited out the worker's 20 s)
