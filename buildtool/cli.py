@@ -496,6 +496,8 @@ def _unwritable(path: str, flag: str) -> str | None:
         return "the file name is empty"
     if os.path.isdir(path):
         return "is a directory; name a file"
+    if path.endswith("/") or os.path.basename(path) in (".", ".."):  # (reports/ not there yet: a file
+        return "names a directory; name a file (reports/junit.xml)"  # named reports was written)
     try:
         regular: bool | None = stat.S_ISREG(os.stat(path).st_mode)
     except OSError:

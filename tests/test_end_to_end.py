@@ -669,6 +669,9 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     (["--events", "/dev/null/e.jsonl"], {}, "/dev/null is not a directory"),
     (["--events", "{tmp}"], {}, "is a directory"),
     (["--profile", "{tmp}"], {}, "--profile"),
+    # A directory not made yet: a file named trace was written (and reports/junit.xml failed next time).
+    (["--profile", "{tmp}/new/"], {}, "--profile {tmp}/new/: names a directory; name a file"),
+    (["--events", "{tmp}/new/."], {}, "names a directory"),
     # A name too long for the file system: --profile (and --junit) failed only once the build was done.
     (["--profile", "{tmp}/" + "p" * 300], {}, "its file system allows"),
     (["--events", "{tmp}/new/" + "e" * 300], {}, "its file system allows"),
@@ -685,7 +688,7 @@ def test_bad_flag_values_are_exit_2_before_anything_runs(
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
     rc, out, err = workspace.run("build", *[a.replace("{tmp}", str(tmp_path)) for a in args], env_extra=env)
     assert rc == 2, (rc, out, err)
-    assert needle in err and "Traceback" not in err, err
+    assert needle.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err, err
     assert not workspace.exists("g")
     assert not (tmp_path / "new").exists()  # (nothing made for a report that cannot be written)
 
