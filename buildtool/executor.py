@@ -43,7 +43,14 @@ PYRULE_MAIN = (
     # -c puts the working directory (the package) first on sys.path: its modules would
     # shadow the workspace root's (PYTHONPATH) that the key tracks, and the stdlib's.
     "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+    # The runner's own imports come from the standard library: a workspace json.py or
+    # types.py (the root is on PYTHONPATH) broke every pyrule, imported or not.
+    "import os\n"
+    "p = sys.path[:]\n"
+    "w = {os.path.abspath(e) for e in os.environ.get('PYTHONPATH', '').split(os.pathsep) if e}\n"
+    "sys.path[:] = [e for e in p if e not in w]\n"
     "import importlib, json\n"
+    "sys.path[:] = p\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
     # srcs, outs and kwargs as JSON texts: three arguments, or one '@FILE' holding the three
     # when they are too long for the command line (the runner's choice, MAX_ARG)

@@ -235,6 +235,38 @@ def test_a_pyrule_tracks_its_relative_imports_and_sees_the_workspace_root_first(
     assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel2 leaf2 root edited\n", r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("name", ["json.py", "_json.py"])
+def test_a_workspace_module_named_as_a_standard_one_leaves_the_pyrule_runner_alone(tmp_path: Path, name: str) -> None:
+    """The runner imported json with the workspace root first on sys.path: a root json.py
+    (or one json imports) broke every pyrule, even one importing none of them.  (A
+    module Python's start-up imports, such as types.py, is Python's own PYTHONPATH rule.)"""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    (ws / name).write_text("raise SystemExit('the runner imported the workspace module')\n")
+    (ws / "gen.py").write_text("def make(srcs, outs):\n    open(outs[0], 'w').write('ok\\n')\n")
+    (ws / "pkg" / "BUILD.py").write_text('pyrule(name="x", fn="gen:make", outs=["x.txt"], kwargs={})\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "pkg" / "x.txt").read_text() == "ok\n", r.stdout + r.stderr
+
+
+def test_a_workspace_module_named_as_a_standard_one_is_not_what_buildtool_imports(tmp_path: Path) -> None:
+    """The loader left the workspace root first on buildtool's own sys.path: its later
+    imports (typing for explain, ast for a pyrule's imports) took a root typing.py or ast.py,
+    and crashed with a traceback."""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    for name in ("typing.py", "ast.py"):
+        (ws / name).write_text("raise SystemExit('buildtool imported the workspace module')\n")
+    (ws / "gen.py").write_text("def make(srcs, outs):\n    open(outs[0], 'w').write('ok\\n')\n")
+    (ws / "pkg" / "BUILD.py").write_text('pyrule(name="x", fn="gen:make", outs=["x.txt"])\n')
+    for command in ("explain", "build"):
+        r = bt(ws, command)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert (ws / "pkg" / "x.txt").read_text() == "ok\n"
+
+
 # -- commands started on the scheduler's thread, and the worker threads beside them ----------
 def test_large_inputs_go_to_a_worker_and_large_outputs_are_stored(tmp_path: Path) -> None:
     # big.bin (2 MiB) is more than the scheduler's thread hashes itself: that target runs on a
