@@ -315,8 +315,9 @@ class Loader:
             root=self.ws.root, pkg=pkg, buildfile=buildfile, glob_fn=self._glob
         )
         namespace = self._namespace(buildfile, ctx)
-        if self.ws.root not in sys.path:
-            sys.path.insert(0, self.ws.root)
+        # The root goes first on sys.path for the evaluation only: left there, a workspace
+        # typing.py or ast.py was what buildtool's own later imports found (a traceback).
+        on_path = self.ws.root in sys.path
         import _io
 
         # (made before any state is changed: what raises here leaves nothing to undo)
@@ -338,6 +339,8 @@ class Loader:
         outer = guard.begin()
         ended = False
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
+            if not on_path:
+                sys.path.insert(0, self.ws.root)
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
@@ -396,6 +399,8 @@ class Loader:
                 msg += f" (called from {rel_bf}:{top})"  # in a function the BUILD.py defines: the top-level line
             raise BuildfileError(msg, path, line) from None
         finally:
+            if not on_path and self.ws.root in sys.path:
+                sys.path.remove(self.ws.root)
             sys.dont_write_bytecode = no_pyc
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
