@@ -216,22 +216,20 @@ def _env_layer() -> dict[str, Any]:
             raise UserError(msg)
     if env.get("BUILDTOOL_KEEP_GOING"):
         out["keep_going"] = env_bool("BUILDTOOL_KEEP_GOING", env["BUILDTOOL_KEEP_GOING"])
-    if env.get("BUILDTOOL_CACHE_DIR"):
-        out["cache_dir"] = env["BUILDTOOL_CACHE_DIR"]
-    if env.get("BUILDTOOL_ACTION_ENV"):
-        out["action_env"] = [x for x in env["BUILDTOOL_ACTION_ENV"].split(",") if x]
-    if env.get("BUILDTOOL_RESTORE_MODE"):
-        out["restore_mode"] = env["BUILDTOOL_RESTORE_MODE"]
-    if env.get("BUILDTOOL_MAX_CACHE_SIZE"):
-        out["max_size"] = env["BUILDTOOL_MAX_CACHE_SIZE"]
+    for var, key in (("BUILDTOOL_CACHE_DIR", "cache_dir"), ("BUILDTOOL_ACTION_ENV", "action_env"),
+                     ("BUILDTOOL_RESTORE_MODE", "restore_mode"), ("BUILDTOOL_MAX_CACHE_SIZE", "max_size")):
+        if env.get(var):
+            value = [x for x in env[var].split(",") if x] if key == "action_env" else env[var]
+            out.update(_check(var, {key: value}))  # (an error names the variable, not the key)
     if any(k.startswith("BUILDTOOL_REMOTE_") for k in env):
         from buildtool.remote.options import env_values
 
         try:
-            out.update(env_values(env))
+            remote = env_values(env)
         except ValueError as e:
             raise UserError(str(e)) from None
-    return _check("environment (BUILDTOOL_*)", out)
+        out.update(_check("environment (BUILDTOOL_*)", remote))
+    return out
 
 
 def load_config(root: str, flags: dict[str, Any]) -> Config:

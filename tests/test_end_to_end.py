@@ -679,7 +679,10 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     (["--action-env", "=x"], {}, "--action-env"),
     (["--action-env", "1A=2"], {}, "--action-env"),
     ([], {"BUILDTOOL_KEEP_GOING": "maybe"}, "BUILDTOOL_KEEP_GOING"),
-    ([], {"BUILDTOOL_ACTION_ENV": "A B"}, "action_env"),
+    ([], {"BUILDTOOL_ACTION_ENV": "A B"}, "BUILDTOOL_ACTION_ENV: action_env"),
+    # (named the key, as if a file held it: "environment (BUILDTOOL_*): max_size must be")
+    ([], {"BUILDTOOL_MAX_CACHE_SIZE": "lots"}, "BUILDTOOL_MAX_CACHE_SIZE: max_size must be a size"),
+    ([], {"BUILDTOOL_RESTORE_MODE": "sym"}, "BUILDTOOL_RESTORE_MODE: restore_mode must be one of"),
     ([], {"BUILDTOOL_REMOTE_UPLOAD": "sometimes"}, "BUILDTOOL_REMOTE_UPLOAD"),
 ])
 def test_bad_flag_values_are_exit_2_before_anything_runs(
