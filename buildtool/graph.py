@@ -1168,6 +1168,11 @@ class GraphBuilder:
                 raise _err(decl, f"env variable name {k!r} is not a valid name")
             _text(decl, f"env value of {k}", v)
         pass_env = tuple(_str_list(decl, "pass_env"))
+        if kind == "pyrule":  # (the runner sets them: the value given would change the key, not the run)
+            for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
+                if k in env_raw or k in pass_env:
+                    raise _err(decl, f"a pyrule's {k} is set by buildtool (the workspace root's modules; "
+                                     "docs/user-guide.md), so env and pass_env cannot give it")
         tools = tuple(_str_list(decl, "tools"))
         for lst, what in ((pass_env, "pass_env"), (tools, "tools")):
             for item in lst:

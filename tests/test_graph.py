@@ -654,6 +654,17 @@ def test_pyrule_kwargs_that_cannot_be_keyword_arguments_are_exit_2(workspace: Wo
     assert "BUILD.py:1: //:p: kwargs key" in err and "cannot be a keyword argument of fn" in err, err
 
 
+@pytest.mark.parametrize("given", ['env={"PYTHONPATH": "/x"}', 'pass_env=["PYTHONPATH"]',
+                                   'env={"PYTHONDONTWRITEBYTECODE": ""}'])
+def test_a_pyrule_cannot_be_given_the_python_variables_the_runner_sets(workspace: Workspace, given: str) -> None:
+    """env={"PYTHONPATH": ...} was replaced without a word (and changed the key, not the run)."""
+    workspace.write("mk.py", "def run(srcs, outs):\n    open(outs[0], 'w').write('x')\n")
+    workspace.build_file("", f'pyrule(name="p", fn="mk:run", outs=["o.txt"], {given})\n'
+                             'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1:" in err and "is set by buildtool" in err and "so env and pass_env cannot give it" in err, err
+
+
 def test_a_build_pattern_that_matches_only_tests_says_so(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="t", cmd="touch ran-marker")\n')
     err = expect_invalid(workspace)
