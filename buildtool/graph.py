@@ -226,6 +226,21 @@ def _breaks_lines(s: str) -> bool:
     return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in s)
 
 
+def _non_str_key(value: object) -> tuple[object] | None:
+    """(the first dict key inside ``value`` that is not a string,), or None if there is none."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    return (k,)
+                stack.append(item)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return None
+
+
 def _str_list(decl: Declaration, attr: str) -> list[Any]:
     v = decl.attrs.get(attr, [])
     if isinstance(v, str) or not isinstance(v, (list, tuple)):
@@ -1256,6 +1271,11 @@ class GraphBuilder:
                 kwargs_json = json.dumps(kw, sort_keys=True, separators=(",", ":"))
             except (TypeError, ValueError):
                 raise _err(decl, "pyrule kwargs must be JSON-serialisable (str, numbers, lists, dicts)") from None
+            nested = _non_str_key(kw)
+            if nested is not None:  # (JSON makes it a string: {1: "a"} reached fn as {"1": "a"})
+                was = json.dumps({nested[0]: 0})[1:-4]
+                raise _err(decl, f"{lab}: kwargs holds a dict key {nested[0]!r} that is not a string; fn would "
+                                 f"receive it as {was} (JSON has string keys only)")
             cmd = f"pyrule {fn}({kwargs_json})"
         if kind in ("genrule", "pyrule") and not outs and kind == "pyrule":
             raise _err(decl, "pyrule needs at least one output in 'outs'")

@@ -643,7 +643,8 @@ def test_a_package_named_through_a_symlinked_directory_says_so(workspace: Worksp
     assert "no package //lnpkg for '//lnpkg:l': lnpkg/BUILD.py is reached through a symbolic link" in err, err
 
 
-@pytest.mark.parametrize("kwargs", ['{"srcs": 1}', '{"outs": []}', '{1: 2}'])
+@pytest.mark.parametrize("kwargs", ['{"srcs": 1}', '{"outs": []}', '{1: 2}', '{"d": {1: "a"}}',
+                                    '{"l": [{"x": {None: 1}}]}'])
 def test_pyrule_kwargs_that_cannot_be_keyword_arguments_are_exit_2(workspace: Workspace, kwargs: str) -> None:
     """{"srcs": ...} failed at run time ("multiple values for keyword argument"); {1: 2}
     reached the function as the keyword "1"."""
@@ -651,7 +652,10 @@ def test_pyrule_kwargs_that_cannot_be_keyword_arguments_are_exit_2(workspace: Wo
     workspace.build_file("", f'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={kwargs})\n'
                              'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
     err = expect_invalid(workspace)
-    assert "BUILD.py:1: //:p: kwargs key" in err and "cannot be a keyword argument of fn" in err, err
+    if kwargs.count("{") == 1:
+        assert "BUILD.py:1: //:p: kwargs key" in err and "cannot be a keyword argument of fn" in err, err
+    else:  # (nested: reached fn as a string key, {"d": {"1": "a"}})
+        assert "BUILD.py:1: //:p: kwargs holds a dict key" in err and "JSON has string keys only" in err, err
 
 
 @pytest.mark.parametrize("given", ['env={"PYTHONPATH": "/x"}', 'pass_env=["PYTHONPATH"]',
