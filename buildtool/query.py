@@ -131,15 +131,23 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
     return graph, sorted(set(files))
 
 
+def _dot_id(label: str) -> str:
+    """``label`` as a quoted DOT ID: UTF-8 as it is (Graphviz knows no ``\\u`` escape, which
+    JSON's quoting gave ``//café:n``), ``"`` and ``\\`` escaped, a byte that is no UTF-8
+    (a package name that is not) as ``\\xNN`` text."""
+    text = label.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def to_dot(graph: Graph) -> str:
     lines = ["digraph buildtool {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
     for t in graph.targets:
         shape = {"group": "ellipse", "test": "hexagon"}.get(t.kind)
         attrs = f' [shape={shape}]' if shape else ""
-        lines.append(f"  {json.dumps(t.label)}{attrs};")
+        lines.append(f"  {_dot_id(t.label)}{attrs};")
     for t in graph.targets:
         for d in t.deps:
-            lines.append(f"  {json.dumps(t.label)} -> {json.dumps(graph.targets[d].label)};")
+            lines.append(f"  {_dot_id(t.label)} -> {_dot_id(graph.targets[d].label)};")
     lines.append("}")
     return "\n".join(lines)
 

@@ -73,3 +73,10 @@ def test_graph_dot_and_json(workspace: Workspace) -> None:
     assert by["//app:app_test"]["kind"] == "test" and by["//app:app_test"]["deps"] == ["//app:app"]
     assert by["//lib:lib"]["outs"] == ["lib/lib.a", "lib/lib.idx"]
     assert "//app:deploy" not in by
+
+
+def test_graph_dot_writes_a_non_ascii_label_as_it_is(workspace: Workspace) -> None:
+    """JSON's quoting wrote //caf\\u00e9:n, which Graphviz shows as such (DOT has no \\u)."""
+    workspace.build_file("caf\u00e9", 'genrule(name="n", outs=["n"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("graph")
+    assert rc == 0 and '  "//caf\u00e9:n";' in out and "\\u00e9" not in out, out + err
