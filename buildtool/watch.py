@@ -122,7 +122,7 @@ class WatchSet:
 @dataclass(slots=True)
 class Change:
     path: str
-    kind: str  # content | package | all | config | rescan | retry | recheck (path: a label not recorded)
+    kind: str  # content | package | all | config | rescan | retry | tool | recheck (path: a label not recorded)
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
@@ -160,11 +160,9 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
             return Change(rel, "rescan", reached or "")
         if reached is not None:
             return Change(rel, "package", reached)
-        if rel in ws.dirs:  # a watched directory, or one on the way to one, moved away or made again
-            return Change(rel, "package", _owner(ws.packages, rel) or "")
+        if rel in ws.dirs:  # a watched directory, or one on the way to one, moved away or made again:
+            return Change(rel, "rescan", _owner(ws.packages, rel) or "")  # (and the packages below it)
         return Change(rel, "retry") if ws.broken else None
-    if rel in ws.tools:  # (which targets use it is known only to the builds that hashed it)
-        return Change(rel, "tool")
     if name == BUILDFILE:
         if parent in ws.packages or parent in ws.scan_dirs or parent in ws.glob_dirs or ws.broken \
                 or rel in ws.loader_files:
@@ -184,6 +182,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if ws.broken and not structural and not name.endswith(".py"):  # (a write to a data file mends no
             return None  # BUILD.py: the same error again; a .py source, a pyrule's module, may)
         return Change(rel, "content")
+    if rel in ws.tools:  # (which targets use it is known only to the builds that hashed it; on_event
+        return Change(rel, "tool")  # adds this to what a tool that is also a source or a glob's match is)
     if rel in ws.aliases:  # the file a symlinked source really is
         return Change(ws.aliases[rel][0], "content")
     if appears and ws.pyrules and name.endswith(".py"):  # (a module a pyrule tried to import, in vain)
@@ -348,7 +348,7 @@ class Watcher:
         self.watches: dict[tuple[str, bool], Any] = {}
         self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
         self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
-        self._synced_for: tuple[int, int, int, bool, frozenset[str], frozenset[str]] | None = None
+        self._synced_for: tuple[int, int, int, bool, frozenset[str], frozenset[str], frozenset[str]] | None = None
         self.pymods: tuple[Graph | None, dict[str, list[int]]] = (None, {})  # (graph, module file -> pyrules)
         self._pyrules: tuple[Graph | None, list[str]] = (None, [])  # (graph, its pyrules' fn)
         self.cache_rel = self._cache_rel()
@@ -400,6 +400,8 @@ class Watcher:
         changes = [ch]
         if rel in ws.aliases:  # each source linked to it changed (whatever the event is to itself)
             changes += [Change(a, "content") for a in ws.aliases[rel] if a != ch.path]
+        if rel in ws.tools and ch.kind != "tool":  # (a tool that is also a source, or a glob's match)
+            changes.append(Change(rel, "tool"))
         c = self.collector
         for one in changes:
             self.q.put(one)
@@ -462,6 +464,8 @@ class Watcher:
             elif ch.kind == "rescan":
                 self.rescan = True
                 self.dirty_pkgs.add(ch.pkg)
+                below = ch.path + "/"  # (a directory moved away or made again: every package in it)
+                self.dirty_pkgs.update(p for p in self.ws.packages if p == ch.path or p.startswith(below))
                 if ch.pkg:  # a new sub-package takes files away from its parent's globs
                     self.dirty_pkgs.add(_owner(self.ws.packages, ch.pkg.rsplit("/", 1)[0] if "/" in ch.pkg else "")
                                         or "")
@@ -542,7 +546,14 @@ class Watcher:
             packages |= {f.rsplit("/", 1)[0] if "/" in f else "" for f in ld.read_files
                          if f.rsplit("/", 1)[-1] == BUILDFILE}
         rec, pkg_dirs = _pattern_dirs(self.req.patterns, self.session.ws.cwd_pkg_dir)
-        keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files} | glob_dirs | packages
+        tools = frozenset(self.tools_seen)
+        keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | tools} | glob_dirs | packages
+        for d in list(keep):  # (a directory on the way to one of these holds more than outputs)
+            while d:
+                d = d.rsplit("/", 1)[0] if "/" in d else ""
+                if d in keep:
+                    break
+                keep.add(d)
         out_dirs: set[str] = set()
         for o in outputs:
             d = o.rsplit("/", 1)[0] if "/" in o else ""
@@ -555,7 +566,6 @@ class Watcher:
         scan: set[str] = set(pkg_dirs)
         for base in rec:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
-        tools = frozenset(self.tools_seen)
         wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
@@ -913,9 +923,10 @@ class Watcher:
             status, error = "ERROR", str(e)
             if self.partial is not None or self.graph is None:
                 self.broken = True
-            from buildtool.atomic import drop_stale_reports
+            if e.exit_code == 2:  # (not exit 4's "no tests": as a one-shot build, it keeps them)
+                from buildtool.atomic import drop_stale_reports
 
-            drop_stale_reports(self.req)  # (the latest cycle's reports, and it wrote none)
+                drop_stale_reports(self.req)  # (the latest cycle's reports, and it wrote none)
         except BuildtoolError as e:
             status, error = "ERROR", str(e)
         finally:
@@ -937,11 +948,13 @@ class Watcher:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
         ``bin/`` put on PATH, a ``.venv`` tool) join the watched files; none is forgotten
         (a focused cycle hashes only its targets' tools), which costs at most a cycle that
-        checks every target."""
+        checks every target.  Both the path found on PATH and, through links, the file it is
+        (the root is a real path; a PATH entry may lead to the workspace through a link)."""
         prefix = self.root + os.sep
         for path in self.session.tool_paths:
-            if path.startswith(prefix):
-                self.tools_seen.add(path[len(prefix):].replace(os.sep, "/"))
+            for where in (path, os.path.realpath(path)):  # (a link to it, the file the key hashes)
+                if where.startswith(prefix):
+                    self.tools_seen.add(where[len(prefix):].replace(os.sep, "/"))
 
     def _follow_up(self) -> None:
         """A result not recorded (an input changed while its command ran) gets one more
