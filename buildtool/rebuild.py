@@ -120,10 +120,10 @@ def why_changed(
     ox, nx = _executable(oextra.pop("executable", "[]")), _executable(nextra.pop("executable", "[]"))
     for p in sorted(nx - ox):
         if p in oin:  # (a new input is reported as added)
-            found.append(_mode_changed(p, owner_of(p), "became executable"))
+            found.append(_mode_changed(p, owner_of(p), "became executable", oin[p] == nin.get(p)))
     for p in sorted(ox - nx):
         if p in nin:
-            found.append(_mode_changed(p, owner_of(p), "is no longer executable"))
+            found.append(_mode_changed(p, owner_of(p), "is no longer executable", oin.get(p) == nin[p]))
     for k in sorted(set(oextra) | set(nextra)):
         if oextra.get(k) != nextra.get(k):
             found.append((Reason.DEFINITION_CHANGED, _extra_changed(k, oextra.get(k), nextra.get(k))))
@@ -137,9 +137,10 @@ def why_changed(
     return found[0][0], "; ".join(msgs)
 
 
-def _mode_changed(p: str, owner: str | None, how: str) -> tuple[Reason, str]:
+def _mode_changed(p: str, owner: str | None, how: str, same: bool) -> tuple[Reason, str]:
+    """The reason an input's executable bit gives (a dependency's output: its producer's)."""
     if owner is not None:
-        return Reason.DEP_CHANGED, f"dependency {owner}'s output {p} {how} (same content)"
+        return Reason.DEP_CHANGED, f"dependency {owner}'s output {p} {how}" + (" (same content)" if same else "")
     return Reason.INPUT_CHANGED, f"input {p} {how}"
 
 

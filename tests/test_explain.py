@@ -127,6 +127,20 @@ def test_reasons_show_where_a_long_command_differs_and_which_module_changed() ->
     assert "now imports module tools/util.py" in why_changed(base, new, lambda p: None)[1]
 
 
+def test_a_dependency_output_s_mode_change_says_same_content_only_when_it_is() -> None:
+    """It said "(same content)" also beside the new digest it had just named."""
+    from buildtool.outcome import Reason
+    from buildtool.rebuild import why_changed
+
+    base = {"cmd": "./a.sh", "env": {}, "inputs": {"a.sh": "aa" * 32}, "extra": {}}
+    same = {**base, "extra": {"executable": '["a.sh"]'}}
+    code, msg = why_changed(base, same, lambda p: "//:a")
+    assert code is Reason.DEP_CHANGED and msg == "dependency //:a's output a.sh became executable (same content)", msg
+    other = {**same, "inputs": {"a.sh": "bb" * 32}}
+    code, msg = why_changed(base, other, lambda p: "//:a")
+    assert "(same content)" not in msg and "became executable" in msg and "a different output a.sh" in msg, msg
+
+
 def test_the_tally_counts_groups_so_it_adds_up(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n'
                              'genrule(name="b", outs=["b"], cmd="echo > $@")\n'
