@@ -182,10 +182,17 @@ def _compile(
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if generated and src.endswith(HEADER_SUFFIXES) and "/" in src.rpartition(":")[2]:
             continue  # a header's file label (//q:include/q.h): found through depfiles, as its path is
+        if generated and src.endswith(PREBUILT_SUFFIXES):  # (//third_party:lib/libz.a, ":libgen.a")
+            if not src.endswith(prebuilt):
+                raise ValueError(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive or "
+                                 "shared library is linked: list it in the srcs of the cc_binary or cc_test")
+            given.append(src)
+            continue
         if not generated and not src.endswith(SOURCE_SUFFIXES):
             if src.startswith("/") or ".." in src.split("/"):  # (as for a .c: paths stay in the package)
                 raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "
-                                 "(a header elsewhere is found through includes, not srcs)")
+                                 "(a header elsewhere is found through includes, not srcs; a prebuilt "
+                                 "library elsewhere by its file label, //pkg:libz.a)")
             if src.endswith(prebuilt):
                 given.append(src)  # (a missing one is the genrule's error, as for any source)
                 continue
@@ -291,6 +298,10 @@ def cc_binary(
     gnu = sys.platform.startswith("linux")
     start, end = ("-Wl,--start-group ", " -Wl,--end-group") if gnu else ("", "")
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
+    if gnu:  # a shared library given in srcs is found at run time beside where it is now
+        for so in (g for g in given if g.endswith(".so")):
+            where = f"$(location {so})" if so.startswith((":", "//")) else _literal(so)
+            links += f' "-Wl,-rpath,\\$$ORIGIN/$$(dirname {where})"'
     genrule(
         name=name,
         srcs=[*objs, *given, *deps],

@@ -428,6 +428,24 @@ def test_prebuilt_objects_and_archives_in_srcs_are_linked(workspace: Workspace) 
     assert subprocess.run([str(ws.root / "b")], timeout=30).returncode == 1
 
 
+def test_a_prebuilt_archive_by_file_label_and_a_shared_library_are_linked_and_found(workspace: Workspace) -> None:
+    """A prebuilt library in another package (by its file label) went to the compile step
+    ("not a C, C++ or assembly source"), and a test linking a .so from srcs could not load
+    it at run time (no rpath)."""
+    ws = workspace
+    ws.write("tp/h.c", "int h(void) { return 3; }\n")
+    ws.build_file("tp", "")
+    ws.write("libs/k.c", "int k(void) { return 4; }\n")
+    subprocess.run(["cc", "-c", "h.c", "-o", "h.o"], cwd=ws.root / "tp", check=True, timeout=60)
+    subprocess.run(["ar", "rcs", "libh.a", "h.o"], cwd=ws.root / "tp", check=True, timeout=60)
+    subprocess.run(["cc", "-shared", "-fPIC", "k.c", "-o", "libk.so"], cwd=ws.root / "libs", check=True, timeout=60)
+    ws.write("t.c", "int h(void); int k(void); int main(void) { return h() + k() == 7 ? 0 : 1; }\n")
+    ws.build_file("", 'from buildtool.cc import cc_test\n'
+                      'cc_test(name="t", srcs=["t.c", "//tp:libh.a", "libs/libk.so"])\n')
+    r = ws.build("//...", command="test")
+    assert r.rc == 0 and r.status("//:t") == "ran", r.output
+
+
 @pytest.mark.parametrize(("call", "needle"), [
     ('cc_binary(name="b", srcs=["main.c", "notes.txt"])', "srcs entry 'notes.txt' is not a file the macro knows"),
     ('cc_library(name="l", srcs=["main.c", "libz.a"])', "list it in the srcs of the cc_binary or cc_test"),
