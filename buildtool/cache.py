@@ -449,10 +449,11 @@ class Cache:
         return self._place(dest, mode, link, fill)
 
     def _blob_mode_kept(self, src: int, st: os.stat_result) -> bool:
-        """Is the blob still read-only and not executable, as stored (0444)?  A ``chmod`` of
-        a hardlinked output is one of its blob: the blob's mode is put back (else every
-        later restore links the wrong mode, in every workspace); False (copy instead) if it
-        cannot be."""
+        """Was the blob read-only and not executable, as stored (0444), when it was opened
+        (``st``)?  A ``chmod`` of a hardlinked output is one of its blob: the blob's mode is
+        put back (else every later restore links the wrong mode, in every workspace); False
+        (copy instead) if it cannot be.  (A chmod by another process after ``st`` was taken
+        is seen by the next build, which finds the output's mode wrong and restores it.)"""
         if stat.S_IMODE(st.st_mode) == 0o444:
             return True
         try:

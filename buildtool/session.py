@@ -140,7 +140,7 @@ class Session:
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
         self.removed_dead: set[str] = set()  # dead outputs this session deleted (watch: not a user's change)
-        self.tool_paths: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
+        self.tools_hashed: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
 
@@ -344,7 +344,7 @@ class Session:
             _warn,
         )
         runner.executor.stage = stage
-        self.tool_paths = runner.tool_stats
+        self.tools_hashed = runner.tool_stats
         remote = None
         if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
             from buildtool.remote.setup import attach
@@ -540,10 +540,11 @@ class Session:
         outputs nor dependencies): the path checked as a build checks it, and the file of a
         build without targets written, the header alone (an earlier run's would pass for
         this one's)."""
-        from buildtool.status import EventsWriter
-
         _check_report_paths(BuildRequest(patterns=[], events=path), graph, self.ws.root, self._struct_of(loader)[0])
-        EventsWriter(path, graph).close()
+        events = EventsWriter(path, graph)
+        events.close()
+        if events.lost:  # (a full disk: as a build says it, a CI job must not pass without it)
+            raise BuildtoolError(f"nothing to build, but {events.lost}")
 
     @staticmethod
     def _struct_of(loader: Loader) -> tuple[list[str], list[str], set[str]]:
@@ -738,7 +739,8 @@ class Session:
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
         for lab, o in rows:
-            self.removed_dead.add(o[0])  # (before its deletion event can come)
+            if os.path.lexists(os.path.join(self.ws.root, o[0])):
+                self.removed_dead.add(o[0])  # (before its deletion event can come)
             if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere):
                 kept.add(o[0])
                 self.removed_dead.discard(o[0])

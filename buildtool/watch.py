@@ -951,7 +951,7 @@ class Watcher:
         checks every target.  Both the path found on PATH and, through links, the file it is
         (the root is a real path; a PATH entry may lead to the workspace through a link)."""
         prefix = self.root + os.sep
-        for path in self.session.tool_paths:
+        for path in self.session.tools_hashed:
             for where in (path, os.path.realpath(path)):  # (a link to it, the file the key hashes)
                 if where.startswith(prefix):
                     self.tools_seen.add(where[len(prefix):].replace(os.sep, "/"))
