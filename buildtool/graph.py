@@ -909,12 +909,21 @@ class GraphBuilder:
                 raise _err(d, f"{user}: source {src!r} is {what}, not a file")
         for src in linked:  # a link to another target's output: that target must come first
             real = os.path.realpath(os.path.join(root, src))
-            if real.startswith(real_root + os.sep) and (o := os.path.relpath(real, real_root)) in out_owner:
+            if not real.startswith(real_root + os.sep):
+                continue
+            o = os.path.relpath(real, real_root)
+            producer = out_owner.get(o)
+            if producer is None:  # (one outside this build: built alone, the target read it stale)
+                try:
+                    producer = self._producer_of(o)
+                except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
+                    producer = None
+            if producer is not None:
                 user = src_users[src]
                 pkg, name = labels.split_label(user)
                 raise _err(self.loader.load(pkg)[name],
-                           f"source {src!r} of {user} is a symbolic link to {o!r}, an output of {out_owner[o]}: "
-                           f"refer to '{out_owner[o]}' instead (a link orders nothing: it may be read before "
+                           f"source {src!r} of {user} is a symbolic link to {o!r}, an output of {producer}: "
+                           f"refer to '{producer}' instead (a link orders nothing: it may be read before "
                            "it is made)")
         self._check_output_paths(out_owner)
         self._check_same_files(out_owner, src_users)

@@ -619,6 +619,12 @@ def test_a_source_that_links_to_another_targets_output_is_refused(workspace: Wor
     err = expect_invalid(workspace)
     assert "p/BUILD.py:2: source 'p/alias.txt' of //p:u is a symbolic link to 'p/g.out', an output of //p:g: " \
            "refer to '//p:g' instead" in err, err
+    # Built alone too (//p:g not in the build): it was "up to date" with the old g.out.
+    workspace.write("q/BUILD.py", 'genrule(name="v", srcs=["link.txt"], outs=["v.out"], cmd="cp $< $@")\n')
+    os.symlink("../p/g.out", workspace.root / "q" / "link.txt")
+    for alone in ("//p:u", "//q:v"):
+        err = expect_invalid(workspace, alone)
+        assert "is a symbolic link to 'p/g.out', an output of //p:g: refer to '//p:g' instead" in err, (alone, err)
 
 
 def test_a_source_link_that_cannot_be_followed_says_why(workspace: Workspace) -> None:
