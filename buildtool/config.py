@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from buildtool.errors import UserError
+from buildtool.workspace import read_file
 
 MAX_JOBS = 4096  # -j, jobs, remote_jobs: beyond this a typo, not a machine (each job has a lane)
 
@@ -90,8 +91,7 @@ def default_cache_dir() -> str:
 
 def _read_toml(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path)[0]
     except FileNotFoundError:
         return {}
     except OSError as e:

@@ -20,7 +20,7 @@ from buildtool import dsl
 from buildtool.atomic import RESTORE_TMP_SUFFIX
 from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequested, UserError
 from buildtool.noop import stat_row
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag, read_file
 
 # The import system's path-based part (importlib._bootstrap_external), loaded at start-up:
 # nothing to import, where importlib.util may not be loaded yet (the stand-ins must import nothing).
@@ -303,9 +303,7 @@ class Loader:
         buildfile = os.path.join(self.ws.root, pkg, BUILDFILE)
         rel_bf = f"{pkg}/{BUILDFILE}" if pkg else BUILDFILE
         try:
-            with open(buildfile, "rb") as f:
-                st = os.fstat(f.fileno())
-                source = f.read()
+            source, st = read_file(buildfile)
         except OSError as e:
             msg = f"cannot read {rel_bf}: {e.strerror}"
             raise UserError(msg) from None

@@ -140,12 +140,32 @@ def find_workspace(start: str) -> Workspace:
     return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=read_ignore(d))
 
 
+def read_file(path: str) -> tuple[bytes, os.stat_result]:
+    """The content and stat of the file ``path``, which must be a regular file: OSError
+    otherwise (a named pipe would block the read for good, a device never end it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a FIFO: no wait for a writer)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            import errno
+
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe" if stat.S_ISFIFO(st.st_mode)
+                    else "a device or socket")
+            raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL, f"it is {kind}, not a file",
+                          path)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
 def read_ignore(root: str) -> tuple[str, ...]:
     """The patterns of ``.buildtoolignore``.  Bytes that are not UTF-8 (a Latin-1 directory
     name) are decoded as os.listdir decodes such a name, so the pattern still matches it."""
     try:
-        with open(os.path.join(root, IGNORE_FILE), encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
+        lines = read_file(os.path.join(root, IGNORE_FILE))[0].decode("utf-8", "surrogateescape").splitlines()
     except (FileNotFoundError, NotADirectoryError):
         return ()
     except OSError as e:  # (taken as empty, the packages it leaves out were built)

@@ -257,6 +257,17 @@ def test_a_raw_thread_of_a_buildfile_cannot_end_the_build(workspace: Workspace) 
     assert "a thread started by a BUILD.py called os._exit(0); that thread was ended instead" in err
 
 
+@pytest.mark.parametrize(("fifo", "said"), [("sub/BUILD.py", "cannot read sub/BUILD.py: it is a named pipe"),
+                                             (".buildtoolignore", ".buildtoolignore: it is a named pipe")])
+def test_a_named_pipe_where_a_file_is_read_is_exit_2_not_a_hang(workspace: Workspace, fifo: str, said: str) -> None:
+    """The read of a BUILD.py or .buildtoolignore that is a FIFO waited for a writer for good."""
+    workspace.build_file("", 'genrule(name="o", outs=["o.txt"], cmd="echo > $@")\n')
+    (workspace.root / "sub").mkdir()
+    os.mkfifo(workspace.root / fifo)
+    rc, out, err = workspace.run("build")
+    assert rc == 2 and said in err and "Traceback" not in err, out + err
+
+
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
     workspace.write("src/a.txt", "a\n")
     os.symlink("loop", workspace.root / "src" / "loop")  # a link to itself
