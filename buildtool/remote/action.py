@@ -63,17 +63,26 @@ def hasher(digest_fn: str) -> Callable[[bytes], str]:
     return lambda b: hashlib.sha256(b).hexdigest()
 
 
-def file_hash(path: str, digest_fn: str) -> str:
-    """Hash a file in 1 MiB reads (never the whole file in memory)."""
-    if digest_fn == "blake3":
-        import blake3
+class ChangedSinceKeyed(OSError):
+    """A file's content is no longer the one its action key was computed from."""
 
-        h: Any = blake3.blake3()
-    else:
-        h = hashlib.sha256()
+
+def file_hash(path: str, digest_fn: str, keyed: str | None = None) -> str:
+    """Hash a file in 1 MiB reads (never the whole file in memory).  ``keyed``: the BLAKE3
+    digest the action key has for it, checked on the same bytes (ChangedSinceKeyed if the
+    file is another now): a remote entry looked up, or stored, under the Action of the new
+    content would be filed locally under the key of the old one."""
+    import blake3
+
+    h: Any = blake3.blake3() if digest_fn == "blake3" else hashlib.sha256()
+    check: Any = blake3.blake3() if keyed is not None and digest_fn != "blake3" else None
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
+            if check is not None:
+                check.update(chunk)
+    if check is not None and check.hexdigest() != keyed:
+        raise ChangedSinceKeyed(f"{os.path.basename(path)} changed since this build hashed it")
     return h.hexdigest()
 
 

@@ -145,7 +145,10 @@ class RemoteCache:
             return marker_digest(local, store.digest_fn, rel)
         full = os.path.join(self.root, rel)
         size = os.path.getsize(full)
-        d = Digest(local, size) if store.digest_fn == "blake3" else Digest(ra.file_hash(full, store.digest_fn), size)
+        if store.digest_fn == "blake3":
+            d = Digest(local, size)
+        else:  # (the bytes hashed must be those the key has: ChangedSinceKeyed otherwise, a miss)
+            d = Digest(ra.file_hash(full, store.digest_fn, local), size)
         with self._lock:
             self._remote_digest[local] = d
         return d
