@@ -665,3 +665,54 @@ def test_a_remote_hit_the_local_cache_cannot_hold_is_a_miss(
     b.path("data/big.copy").unlink()
     again = b.build("--explain")
     assert again.rc == 0 and "damaged" not in again.output, again.output
+
+
+def test_an_input_changed_since_its_key_is_never_looked_up_or_stored_under_that_key(tmp_path: Path) -> None:
+    """With a SHA-256 server the Action was built from the files as they were when it was
+    built, not as the key had them: an input saved in between fetched the result for the
+    new content, stored locally under the old content's key (a wrong restore for good)."""
+    import types
+
+    from buildtool.remote import action as ra
+    from buildtool.remote.cache_layer import RemoteCache
+
+    (tmp_path / "in.txt").write_bytes(b"v1\n")
+    keyed = hash_bytes(b"v1\n")
+    layer = RemoteCache(None, None, str(tmp_path), None, str(tmp_path / "tmp"), lambda msg: None)  # type: ignore[arg-type]
+    sha = types.SimpleNamespace(digest_fn="sha256")
+    (tmp_path / "in.txt").write_bytes(b"v2\n")  # saved after the key was computed
+    with pytest.raises(ra.ChangedSinceKeyed):  # an OSError: the lookup is a miss, the upload skipped
+        layer._file_digest(sha, "in.txt", keyed)  # type: ignore[arg-type]
+    (tmp_path / "in.txt").write_bytes(b"v1\n")
+    d = layer._file_digest(sha, "in.txt", keyed)  # type: ignore[arg-type]
+    assert d.hash == hashlib.sha256(b"v1\n").hexdigest() and d.size == 3
+    assert issubclass(ra.ChangedSinceKeyed, OSError)
+
+
+def test_a_bytestream_read_past_the_digest_s_size_stops_at_once(tmp_path: Path) -> None:
+    """ByteStream.Read wrote whatever the server streamed and checked the size at the end:
+    a server streaming without end filled the disk (GBs for a 5 MB digest)."""
+    from buildtool.remote.action import Digest
+    from buildtool.remote.grpc_store import GrpcStore
+    from buildtool.remote.store import BadBlob
+
+    class EndlessCall:
+        cancelled = False
+        sent = 0
+
+        def __iter__(self) -> Iterator[Any]:
+            while not self.cancelled and self.sent < 20:  # ("endless": 20 MiB, so a regression fills no disk)
+                self.sent += 1
+                yield type("Resp", (), {"data": b"x" * (1 << 20)})()
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    call = EndlessCall()
+    store = GrpcStore.__new__(GrpcStore)
+    store.digest_fn, store.instance, store.timeout, store.metadata, store.name = "sha256", "", 5.0, (), "fake"
+    store.bs = type("Stub", (), {"Read": lambda self, req, timeout, metadata: call})()
+    with pytest.raises(BadBlob):
+        store._read(Digest("0" * 64, 5 << 20), str(tmp_path))
+    assert call.cancelled and call.sent <= 6, call.sent
+    assert list(tmp_path.iterdir()) == [], "the partial download was left"

@@ -26,6 +26,7 @@ from buildtool.remote.store import (
     CHUNK,
     FIND_MISSING_CHUNK,
     MAX_BATCH_BYTES,
+    BadBlob,
     MissingBlob,
     Refused,
     RemoteError,
@@ -225,12 +226,16 @@ class GrpcStore(Store):
         return out
 
     def _read(self, d: Digest, dest_dir: str) -> str:
-        w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), self.digest_fn)
+        w = _VerifyingWriter(os.path.join(dest_dir, uuid.uuid4().hex), self.digest_fn, d)
         timeout = self.timeout + d.size / (1 << 20)
+        call = self.bs.Read(bs_pb2.ReadRequest(resource_name=self._resource(d, False)), timeout=timeout,
+                            metadata=self.metadata)
         try:
-            for resp in self.bs.Read(bs_pb2.ReadRequest(resource_name=self._resource(d, False)),
-                                     timeout=timeout, metadata=self.metadata):
-                w.write(resp.data)
+            for resp in call:
+                w.write(resp.data)  # (BadBlob past the digest's size: the stream is cancelled)
+        except BadBlob:
+            call.cancel()
+            raise
         except grpc.RpcError as e:
             w.abort()
             err = rpc_error(self.name, "ByteStream.Read", e)

@@ -82,15 +82,22 @@ def _hash_obj(digest_fn: str) -> Any:
 
 
 class _VerifyingWriter:
-    """Writes a download to ``dest`` while hashing it; ``finish`` checks the digest."""
+    """Writes a download to ``dest`` while hashing it; ``finish`` checks the digest.  With
+    ``want``, more bytes than its size is BadBlob at once (the file removed): a server
+    that streams without end must not fill the disk."""
 
-    def __init__(self, dest: str, digest_fn: str) -> None:
+    def __init__(self, dest: str, digest_fn: str, want: Digest | None = None) -> None:
         self.dest = dest
         self.f = open(dest, "wb")  # noqa: SIM115 - closed in finish/abort
         self.h = _hash_obj(digest_fn)
         self.n = 0
+        self.want = want
 
     def write(self, data: bytes) -> None:
+        if self.want is not None and self.n + len(data) > self.want.size:
+            self.abort()
+            msg = f"blob {self.want.hash[:12]}/{self.want.size} does not verify: received more bytes than that"
+            raise BadBlob(msg, self.want)
         self.f.write(data)
         self.h.update(data)
         self.n += len(data)
