@@ -224,10 +224,10 @@ class Loader:
         self._listing(rel)
         try:
             it = os.scandir(absdir)
-        except PermissionError:
-            raise UserError(_unlistable(rel, "finding the packages")) from None
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):  # (gone since its parent was listed)
             return
+        except OSError as e:  # (a path too long, EIO: its packages would drop out of a build saying OK)
+            raise UserError(_unlistable(rel, "finding the packages", e)) from None
         subdirs = []
         here = False
         with it:
@@ -697,10 +697,10 @@ class Loader:
         absdir = os.path.join(self.ws.root, wrel)
         try:
             it = os.scandir(absdir)
-        except PermissionError:
-            raise UserError(_unlistable(wrel, f"glob() of //{pkg}")) from None
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):  # (gone since its parent was listed)
             return
+        except OSError as e:
+            raise UserError(_unlistable(wrel, f"glob() of //{pkg}", e)) from None
         dirs = []
         start = len(out)
         with it:
@@ -741,9 +741,10 @@ def dir_stat(path: str) -> tuple[int, int, int] | None:
     return st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
-def _unlistable(rel: str, doing: str) -> str:
-    """An unreadable directory: its packages or sources would silently drop out."""
-    return (f"{doing}: cannot list the directory {rel or '.'} (Permission denied); make it readable, "
+def _unlistable(rel: str, doing: str, e: OSError) -> str:
+    """A directory that cannot be listed: its packages or sources would silently drop out."""
+    fix = "make it readable" if isinstance(e, PermissionError) else "fix that"
+    return (f"{doing}: cannot list the directory {rel or '.'} ({e.strerror}); {fix}, "
             f"or name it in .buildtoolignore to leave it out")
 
 

@@ -268,6 +268,32 @@ def test_a_named_pipe_where_a_file_is_read_is_exit_2_not_a_hang(workspace: Works
     assert rc == 2 and said in err and "Traceback" not in err, out + err
 
 
+def test_a_directory_too_deep_to_list_is_exit_2_not_left_out(workspace: Workspace) -> None:
+    """A source below PATH_MAX's reach (ENAMETOOLONG) dropped out of glob() and discovery
+    without a word, and the build said OK with n.out = 0."""
+    workspace.build_file("", 'genrule(name="n", srcs=glob(["**/*.txt"]), outs=["n.out"], '
+                             'cmd="echo $(SRCS) | wc -w > $@")\n')
+    fd = os.open(workspace.root, os.O_RDONLY)
+    try:
+        for _ in range(18):  # 18 x 250 bytes: past the 4,096 of a path
+            os.mkdir("d" * 250, dir_fd=fd)
+            nxt = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        wfd = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(wfd, b"x\n")
+        os.close(wfd)
+    finally:
+        os.close(fd)
+    try:
+        rc, out, err = workspace.run("build")
+        assert rc == 2 and "cannot list the directory" in err and "File name too long" in err, out + err
+        assert not workspace.exists("n.out")
+    finally:
+        shutil.rmtree(workspace.root / ("d" * 250), ignore_errors=True)  # (pytest's cleanup cannot)
+        subprocess.run(["rm", "-rf", str(workspace.root / ("d" * 250))], timeout=60)
+
+
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
     workspace.write("src/a.txt", "a\n")
     os.symlink("loop", workspace.root / "src" / "loop")  # a link to itself
