@@ -686,3 +686,34 @@ def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs_here(
     r = ws.build("--remote-executor", stack.url)
     assert r.rc == 0 and ws.read("o.txt") == "150000", r.output
     assert "too long for a remote command line; running it here" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ("twice", "names output 'g.txt' twice"),
+    ("undeclared", "names output '../../escape.txt', which the target does not declare"),
+    ("symlink", "has output directories or symlinks"),
+])
+def test_an_execution_result_is_checked_as_a_cache_entry_is(tmp_path: pathlib.Path, extra: str, said: str) -> None:
+    """A result naming g.txt twice took the last one's content (the build was OK with it);
+    an undeclared path or an extra symlink was passed over without a word.  (A unit test:
+    the result is made here, nothing is contacted.)"""
+    from buildtool.remote import exec_layer
+    from buildtool.remote.action import TargetView
+    from buildtool.remote.options import RemoteOptions, parse_endpoint
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+    from buildtool.remote.store import RemoteError
+
+    ex = exec_layer.RemoteExecutor(parse_endpoint("grpc://127.0.0.1:9", grpc_only=True), RemoteOptions(),
+                                   str(tmp_path), str(tmp_path / "tmp"), lambda msg: None)
+    view = TargetView("genrule", "p", "echo > g.txt", None, None, ("p/g.txt",), [], None)
+    r = re_pb2.ActionResult(exit_code=0)
+    r.output_files.add(path="g.txt", digest=re_pb2.Digest(hash="a" * 64, size_bytes=6))
+    if extra == "twice":
+        r.output_files.add(path="g.txt", digest=re_pb2.Digest(hash="b" * 64, size_bytes=7))
+    elif extra == "undeclared":
+        r.output_files.add(path="../../escape.txt", digest=re_pb2.Digest(hash="b" * 64, size_bytes=7))
+    else:
+        r.output_symlinks.add(path="link", target="g.txt")
+    st = type("Store", (), {"digest_fn": "sha256"})()
+    with pytest.raises(RemoteError, match=re.escape(said)):
+        ex._outputs(st, view, r, str(tmp_path), True)  # type: ignore[arg-type]

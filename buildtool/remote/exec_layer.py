@@ -409,11 +409,17 @@ class RemoteExecutor:
         named by the result are never trusted: each must be a declared output."""
         want = set(t.outs)
         files: dict[str, Any] = {}
-        for f in r.output_files:
+        for f in r.output_files:  # (checked as a cache entry is: cache_layer._fetch)
             p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
-            if p in want and not f.path.startswith("/") and ".." not in f.path.split("/"):
-                _checked(f.digest)  # (left remote, it would be recorded as the output's digest)
-                files[p] = f
+            if p in files:  # (the last of two different contents won)
+                raise RemoteError(f"the result names output {f.path!r} twice")
+            if p not in want or f.path.startswith("/") or ".." in f.path.split("/"):
+                raise RemoteError(f"the result names output {f.path!r}, which the target does not declare")
+            _checked(f.digest)  # (left remote, it would be recorded as the output's digest)
+            files[p] = f
+        if len(r.output_directories) or len(r.output_symlinks) or len(r.output_file_symlinks) \
+                or len(r.output_directory_symlinks):  # (a declared one is _lacking's "not a regular file")
+            raise RemoteError("the result has output directories or symlinks; this target declares only files")
         if set(files) != want:  # (_lacking said which first: not reached)
             raise RemoteError(f"the result lacks declared outputs: {sorted(want - set(files))}")
         if lazy:
