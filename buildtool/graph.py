@@ -914,8 +914,12 @@ class GraphBuilder:
             o = os.path.relpath(real, real_root)
             producer = out_owner.get(o)
             if producer is None:  # (one outside this build: built alone, the target read it stale)
-                try:
-                    producer = self._producer_of(o)
+                owner = posixpath.dirname(o)
+                while owner and not self.loader.package_exists(owner):
+                    owner = posixpath.dirname(owner)
+                try:  # (the package's outputs once, memoised: not a scan of it per link)
+                    if (owner or self.loader.package_exists("")) and o in self._declared_outs(owner):
+                        producer = self._producer_of(o)
                 except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
                     producer = None
             if producer is not None:
