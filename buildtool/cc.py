@@ -41,8 +41,10 @@ __all__ = ["cc_binary", "cc_library", "cc_test", "compiler", "have_compiler"]
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".S", ".s")
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".h++", ".H", ".inc", ".inl", ".ipp", ".tcc", ".tlh", ".tli")
-# Prebuilt files a link takes as they are, in a binary's srcs (a library archives objects)
-PREBUILT_SUFFIXES = (".o", ".a", ".so")
+# Prebuilt files a link takes as they are, in a binary's srcs (a library archives objects).
+# Not a shared library: the binary must find it at run time (a SONAME, an rpath), which is
+# the library's own business: linkopts (-L, -l, -Wl,-rpath) say how.
+PREBUILT_SUFFIXES = (".o", ".a")
 
 
 def compiler() -> str:
@@ -182,6 +184,9 @@ def _compile(
         generated = src.startswith((":", "//"))  # a target whose one output is a source file
         if generated and src.endswith(HEADER_SUFFIXES) and "/" in src.rpartition(":")[2]:
             continue  # a header's file label (//q:include/q.h): found through depfiles, as its path is
+        if src.endswith(".so") or ".so." in src.rpartition("/")[2].rpartition(":")[2]:  # (libz.so.1)
+            raise ValueError(f"{name}: srcs entry {src!r} is a shared library: link it through linkopts "
+                             "(-L, -l, and -Wl,-rpath for where it is found at run time)")
         if generated and src.endswith(PREBUILT_SUFFIXES):  # (//third_party:lib/libz.a, ":libgen.a")
             if not src.endswith(prebuilt):
                 raise ValueError(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive or "
@@ -298,10 +303,6 @@ def cc_binary(
     gnu = sys.platform.startswith("linux")
     start, end = ("-Wl,--start-group ", " -Wl,--end-group") if gnu else ("", "")
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
-    if gnu:  # a shared library given in srcs is found at run time beside where it is now
-        for so in (g for g in given if g.endswith(".so")):
-            where = f"$(location {so})" if so.startswith((":", "//")) else _literal(so)
-            links += f' "-Wl,-rpath,\\$$ORIGIN/$$(dirname {where})"'
     genrule(
         name=name,
         srcs=[*objs, *given, *deps],
