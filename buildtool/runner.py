@@ -237,6 +237,9 @@ class TargetRunner:
             if v is not None:
                 env[name] = v
         env.update(t.env)
+        if t.kind == "pyrule":  # (set by _execute, as the runner needs them: never --action-env's,
+            env.pop("PYTHONPATH", None)  # which only changed the key, not the run)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
     def _key_env(self, t: Target, env: dict[str, str] | None = None) -> dict[str, str]:

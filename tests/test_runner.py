@@ -267,6 +267,21 @@ def test_a_workspace_module_named_as_a_standard_one_is_not_what_buildtool_import
     assert (ws / "pkg" / "x.txt").read_text() == "ok\n"
 
 
+def test_action_env_s_pythonpath_is_not_a_pyrule_s(tmp_path: Path) -> None:
+    """--action-env PYTHONPATH=/a, then /b: the pyrule ran again ("env var PYTHONPATH
+    changed"), though the runner sets its own PYTHONPATH and the function saw '.' both times."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "gen.py").write_text("import os\n\n\ndef make(srcs, outs):\n"
+                               "    open(outs[0], 'w').write(os.environ['PYTHONPATH'] + '\\n')\n")
+    (ws / "BUILD.py").write_text('pyrule(name="x", fn="gen:make", outs=["x.txt"])\n')
+    r = bt(ws, "build", "--action-env", "PYTHONPATH=/a")
+    assert r.returncode == 0 and (ws / "x.txt").read_text() == ".\n", r.stdout + r.stderr
+    r = bt(ws, "build", "--action-env", "PYTHONPATH=/b", "--explain")
+    assert r.returncode == 0 and "//:x: up_to_date" in r.stdout, r.stdout + r.stderr
+
+
 # -- commands started on the scheduler's thread, and the worker threads beside them ----------
 def test_large_inputs_go_to_a_worker_and_large_outputs_are_stored(tmp_path: Path) -> None:
     # big.bin (2 MiB) is more than the scheduler's thread hashes itself: that target runs on a
