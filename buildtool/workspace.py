@@ -141,11 +141,14 @@ def find_workspace(start: str) -> Workspace:
 
 
 def read_file(path: str) -> tuple[bytes, os.stat_result]:
-    """The content and stat of the file ``path``, which must be a regular file: OSError
-    otherwise (a named pipe would block the read for good, a device never end it)."""
+    """The content and stat of the file ``path``, which must be a regular file, or be
+    /dev/null (a config masked by a link to it: empty): OSError otherwise (a named pipe
+    would block the read for good, a device never end it)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a FIFO: no wait for a writer)
     try:
         st = os.fstat(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+            return b"", st
         if not stat.S_ISREG(st.st_mode):
             import errno
 

@@ -266,6 +266,10 @@ def test_a_named_pipe_where_a_file_is_read_is_exit_2_not_a_hang(workspace: Works
     os.mkfifo(workspace.root / fifo)
     rc, out, err = workspace.run("build")
     assert rc == 2 and said in err and "Traceback" not in err, out + err
+    os.unlink(workspace.root / fifo)  # a file masked by a link to /dev/null reads as empty, as before
+    os.symlink(os.devnull, workspace.root / fifo)
+    rc, out, err = workspace.run("build", "//:o")
+    assert rc == 0, out + err
 
 
 def test_a_directory_too_deep_to_list_is_exit_2_not_left_out(workspace: Workspace) -> None:
