@@ -96,13 +96,21 @@ def dispatch(args: argparse.Namespace) -> int:
         builder = GraphBuilder(Loader(session.ws, record.all_outputs()), session.ws.cwd_pkg_dir)
         if args.command == "query":
             _, result = query.evaluate(builder, query.parse(args.expr))
-            for line in result:
-                print(line)
+            _emit("".join(f"{line}\n" for line in result))
             return 0
         graph = builder.build(query.roots(builder, args.patterns))
-        print(query.to_dot(graph) if args.format == "dot" else query.to_json(graph))
+        _emit((query.to_dot(graph) if args.format == "dot" else query.to_json(graph)) + "\n")
         return 0
     raise AssertionError(args.command)
+
+
+def _emit(text: str) -> None:
+    """Labels and paths as the file system has them: UTF-8 (a name that is not as its own
+    bytes), whatever the locale's encoding (print() raised UnicodeEncodeError for 日本
+    under a Latin-1 one, and wrote é as a Latin-1 byte into a dot file)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.flush()
 
 
 def _warn(msg: str) -> None:

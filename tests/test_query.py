@@ -80,3 +80,6 @@ def test_graph_dot_writes_a_non_ascii_label_as_it_is(workspace: Workspace) -> No
     workspace.build_file("caf\u00e9", 'genrule(name="n", outs=["n"], cmd="echo > $@")\n')
     rc, out, err = workspace.run("graph")
     assert rc == 0 and '  "//caf\u00e9:n";' in out and "\\u00e9" not in out, out + err
+    for command in (["graph"], ["query", "//..."]):  # UTF-8 whatever the locale's encoding (print()'s)
+        rc, out, err = workspace.run(*command, env_extra={"PYTHONIOENCODING": "ascii"})
+        assert rc == 0 and "//caf\u00e9:n" in out and "Traceback" not in err, out + err
