@@ -239,7 +239,9 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
         top = module.split(".")[0]
         in_workspace = _module_file(root, top) is not None  # then the workspace's package is the one imported
         builtin = top in sys.builtin_module_names
-        spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top)
+        # (searched as the pyrule's process searches: the workspace root first, then this
+        # Python's path, which has the root only while a BUILD.py is evaluated)
+        spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top, [root, *sys.path])
         if spec is not None and spec.origin in (None, "namespace") and "." in module:
             # A namespace package (directories without __init__.py), maybe the workspace's
             # own: the module must be in one of its directories.

@@ -254,3 +254,21 @@ def test_a_pyrule_s_module_is_the_package_python_imports_not_the_file_beside_it(
     assert absent == []
     assert keys.pyrule_module_files(str(tmp_path), "nothere:run", absent) == []
     assert absent == ["nothere/__init__.py", "nothere.py"]
+
+
+def test_a_missing_module_of_a_namespace_package_the_workspace_shares_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ns/ in the workspace (no __init__.py) and another ns/ portion on buildtool's own
+    path: fn="ns.missing:f" was accepted once the workspace root was no longer left on
+    buildtool's sys.path (the pyrule then failed at run time)."""
+    from buildtool.keys import pyrule_fn_problem
+
+    root, other = tmp_path / "ws", tmp_path / "site"
+    (root / "ns").mkdir(parents=True)
+    (root / "ns" / "here.py").write_text("def f(srcs, outs):\n    pass\n")
+    (other / "ns").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(other))
+    assert pyrule_fn_problem(str(root), "ns.here:f") is None
+    problem = pyrule_fn_problem(str(root), "ns.missing:f")
+    assert problem is not None and "is not in the workspace" in problem, problem
