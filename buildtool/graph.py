@@ -227,7 +227,7 @@ def _breaks_lines(s: str) -> bool:
 
 
 def _non_str_key(value: object) -> tuple[object] | None:
-    """(the first dict key inside ``value`` that is not a string,), or None if there is none."""
+    """(a dict key inside ``value`` that is not a string,), or None if there is none."""
     stack = [value]
     while stack:
         v = stack.pop()

@@ -743,7 +743,10 @@ def dir_stat(path: str) -> tuple[int, int, int] | None:
 
 def _unlistable(rel: str, doing: str, e: OSError) -> str:
     """A directory that cannot be listed: its packages or sources would silently drop out."""
-    fix = "make it readable" if isinstance(e, PermissionError) else "fix that"
+    import errno
+
+    fix = {errno.EACCES: "make it readable", errno.EPERM: "make it readable",
+           errno.ENAMETOOLONG: "move what is in it to a shorter path"}.get(e.errno or 0, "repair the directory")
     return (f"{doing}: cannot list the directory {rel or '.'} ({e.strerror}); {fix}, "
             f"or name it in .buildtoolignore to leave it out")
 

@@ -81,7 +81,7 @@ def file_hash(path: str, digest_fn: str, keyed: str | None = None) -> str:
             h.update(chunk)
             if check is not None:
                 check.update(chunk)
-    if check is not None and check.hexdigest() != keyed:
+    if keyed is not None and (check if check is not None else h).hexdigest() != keyed:
         raise ChangedSinceKeyed(f"{os.path.basename(path)} changed since this build hashed it")
     return h.hexdigest()
 

@@ -197,7 +197,7 @@ class RemoteExecutor:
             d = self._digests.get(local)
         if d is None:
             full = os.path.join(self.root, rel)
-            d = Digest(ra.file_hash(full, st.digest_fn), os.path.getsize(full))
+            d = Digest(ra.file_hash(full, st.digest_fn, local), os.path.getsize(full))  # (as the cache layer)
             with self._lock:
                 self._digests[local] = d
         return d
