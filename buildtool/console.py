@@ -114,6 +114,21 @@ def fmt_secs(s: float) -> str:
     return f"{h}h{m:02d}m"
 
 
+_live: Console | None = None  # the console drawing a live area now: other lines go above it
+
+
+def say(msg: str) -> None:
+    """``buildtool: MSG`` on stderr, in one write (worker threads warn at once: lines must
+    not run into each other); above the live area if one is drawn (the runner's and the
+    cache's warnings: written into it, they were erased by the next redraw)."""
+    live = _live
+    if live is not None:
+        live.say(msg)
+        return
+    sys.stderr.write(f"buildtool: {msg}\n")
+    sys.stderr.flush()
+
+
 class Console:
     """Progress, per-target lines, failures and the summary on ``out`` (stdout by default)."""
 
@@ -148,6 +163,7 @@ class Console:
         self._finished: set[int] = set()
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        self._console_actions = 0  # running targets of the console pool: their output is the screen's
 
     # -- setup -------------------------------------------------------------------------
     def estimate(self, weights: Sequence[float], jobs: int) -> None:
@@ -162,15 +178,23 @@ class Console:
 
     # -- reporter --------------------------------------------------------------------
     def warn(self, msg: str) -> None:
+        self.say(f"warning: {msg}")
+
+    def say(self, msg: str) -> None:
+        """A ``buildtool: MSG`` line on stderr, above the live area (which is cleared first
+        and drawn again after it: a line written into it was erased by the next redraw)."""
         with self._lock:
             self._clear()
             self.out.flush()
-            print(f"buildtool: warning: {msg}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"buildtool: {msg}\n")
+            sys.stderr.flush()
             self._draw()
 
     def target_started(self, t: int, lane: int) -> None:
         with self._lock:
             self.running[t] = time.monotonic()
+            if self.graph.targets[t].pool == "console":  # (its output goes to the screen as it comes,
+                self._console_actions += 1  # as Ninja's console pool: no area redrawn over it)
             if self.tty:
                 self._start_ticker()
                 self._clear()
@@ -178,7 +202,8 @@ class Console:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         with self._lock:
-            self.running.pop(t, None)
+            if self.running.pop(t, None) is not None and self.graph.targets[t].pool == "console":
+                self._console_actions -= 1
             self._finished.add(t)
             self.done += 1
             self.counts[o.status.value] += 1
@@ -236,9 +261,16 @@ class Console:
                 self.text(data)
 
     def text(self, data: bytes) -> None:
+        """A command's output: as it is on a live terminal (with a colour reset after it if
+        it holds escapes and colours are on: a command ending in bold yellow coloured the
+        lines after it);
+        elsewhere without control characters, also under ``--color always``, which adds
+        buildtool's own colours and nothing of the command's (cursor movement in a CI log)."""
         s = data.decode("utf-8", "replace")
-        if not self.tty and not self.color:
+        if not self.tty:
             s = strip_controls(s)
+        elif self.color and "\x1b" in s:
+            s = s.rstrip("\n") + "\x1b[0m"
         self._write(s if s.endswith("\n") else s + "\n")
 
     def _line(self, s: str) -> None:
@@ -255,6 +287,8 @@ class Console:
 
     # -- live area (terminal only) -----------------------------------------------------
     def _start_ticker(self) -> None:
+        global _live
+        _live = self
         if self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, name="buildtool-console", daemon=True)
             self._ticker.start()
@@ -304,23 +338,29 @@ class Console:
             lines.append(f"  {fmt_secs(now - started):>7} {self.graph.targets[t].label}"[: max(width - 1, 10)])
         if len(items) > MAX_RUNNING_LINES:
             lines.append(f"  ... and {len(items) - MAX_RUNNING_LINES} more")
+        if len(head) >= width:  # (a wrapped line: the clear would go up one row too few)
+            lines[0] = self._paint(head[: max(width - 1, 1)], "bold")
         return lines
 
     def _draw(self) -> None:
-        if not self.tty or not self.running:
+        if not self.tty or not self.running or self._console_actions:
             return
-        width = 120
+        width, height = 120, 24
         try:
-            width = os.get_terminal_size(self.out.fileno()).columns or width
+            size = os.get_terminal_size(self.out.fileno())
+            width, height = size.columns or width, size.lines or height
         except (OSError, ValueError, AttributeError):
             pass
-        lines = self.status_lines(time.monotonic(), width)
+        lines = self.status_lines(time.monotonic(), width)[: max(height - 1, 1)]  # (the cursor-up stops at the top)
         self.out.write("\n".join(lines))
         self.out.flush()
         self._area_lines = len(lines)
 
     # -- end of build ----------------------------------------------------------------
     def close(self) -> None:
+        global _live
+        if _live is self:
+            _live = None
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=2)

@@ -17,6 +17,7 @@ import time
 from buildtool import cache_gc, labels, noop, orphans
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
+from buildtool.console import say as console_say
 from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, UserError
 from buildtool.graph import Graph, GraphBuilder
@@ -112,10 +113,7 @@ def _warn(msg: str) -> None:
 
 
 def _say(msg: str) -> None:
-    # One write of the whole line (print writes the text and the newline apart): worker
-    # threads warn at once (remote lookups), and their lines must not run into each other.
-    sys.stderr.write(f"buildtool: {msg}\n")
-    sys.stderr.flush()
+    console_say(msg)  # (one write; above a terminal's live area)
 
 
 class Session:

@@ -99,15 +99,23 @@ def test_color_always_and_never(workspace: Workspace) -> None:
     r = workspace.build("--color", "always")
     assert "\x1b[32mran\x1b[0m" in r.stdout and "\x1b[32mOK\x1b[0m" in r.stdout
     assert "\x1b[J" not in r.stdout and "\r" not in r.stdout  # colors, but no live status
+    # ...and nothing of a command's own escapes (cursor movement went into CI logs)
+    assert "red warning" in r.stdout and "\x1b[31m" not in r.stdout, repr(r.stdout)
     workspace.write("s.txt", "y\n")
     r = workspace.build("--color", "never", env_extra={"CI": ""})
     assert "\x1b" not in r.stdout
 
 
-def _run_in_pty(ws: Workspace, *args: str, env_extra: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+def _run_in_pty(ws: Workspace, *args: str, env_extra: dict[str, str], timeout: float = 60,
+                size: tuple[int, int] = (24, 100)) -> tuple[int, str]:
+    import fcntl
+    import struct
+    import termios
+
     env = _clean_env(ws.cache, ws.home)
-    env.update({"CI": "", "TERM": "xterm", "COLUMNS": "100", **env_extra})
+    env.update({"CI": "", "TERM": "xterm", "COLUMNS": str(size[1]), **env_extra})
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
     p = subprocess.Popen([BUILDTOOL, *args], cwd=ws.root, env=env, stdin=subprocess.DEVNULL, stdout=slave,
                          stderr=slave, close_fds=True)
     os.close(slave)
@@ -142,6 +150,39 @@ def test_terminal_gets_a_live_multi_line_status_with_colors(workspace: Workspace
     assert "\x1b[J" in out  # the area is redrawn in place
     assert "\x1b[32m" in out  # colors
     assert "OK" in out.splitlines()[-1]
+
+
+def test_a_console_pool_action_s_output_is_not_drawn_over(workspace: Workspace) -> None:
+    """The live area went on being redrawn while a console-pool command wrote to the
+    terminal: each line landed in the area and the next redraw erased it."""
+    workspace.build_file("", 'genrule(name="con", outs=["c.txt"], pool="console", '
+                             'cmd="for i in 1 2 3; do echo console-line-$$i; sleep 0.3; done; echo > $@")\n'
+                             'genrule(name="other", outs=["o.txt"], cmd="sleep 1.2; echo > $@")\n')
+    rc, out = _run_in_pty(workspace, "build", "-j", "2", env_extra={})
+    assert rc == 0, out
+    during = out[out.index("console-line-1"):out.index("console-line-3")]
+    assert "\x1b[J" not in during and "running" not in during, repr(out)
+
+
+def test_a_warning_during_a_build_goes_above_the_live_area(workspace: Workspace) -> None:
+    """The runner's warnings were written into the live area (after a running target's
+    label) and erased by its next redraw."""
+    workspace.build_file("", 'genrule(name="slow", outs=["s.txt"], cmd="sleep 1; echo > $@")\n'
+                             'genrule(name="gen", outs=["g.txt"], tools=["no-such-tool-xyz"], deps=[":first"],\n'
+                             '        cmd="echo > $@")\n'
+                             'genrule(name="first", outs=["f.txt"], cmd="sleep 0.3; echo > $@")\n')
+    rc, out = _run_in_pty(workspace, "build", "-j", "2", env_extra={})
+    assert rc == 0, out
+    assert re.search(r"(\x1b\[J|\n)buildtool: warning: //:gen: declared tool 'no-such-tool-xyz'", out), repr(out)
+
+
+def test_the_live_area_fits_a_narrow_terminal(workspace: Workspace) -> None:
+    """A header wider than the terminal wrapped, and every redraw left a line behind."""
+    workspace.build_file("", 'genrule(name="s", outs=["s.txt"], cmd="sleep 1; echo > $@")\n')
+    rc, out = _run_in_pty(workspace, "build", env_extra={"NO_COLOR": "1"}, size=(24, 20))
+    assert rc == 0, out
+    heads = re.findall(r"\[0/1\][^\r\n\x1b]*", out)
+    assert heads and all(len(h) < 20 for h in heads), heads
 
 
 def test_no_color_on_a_terminal(workspace: Workspace) -> None:
