@@ -1005,7 +1005,18 @@ class GraphBuilder:
                 linked[d] = got
             return got
 
-        if not any(via_link(d) for d in {p.rpartition("/")[0] for p in (*out_owner, *src_users)}):
+        # The sources of every target of the writers' packages, built or not (as
+        # _check_sources_written holds them by path): `build //p:t` alone wrote gen/b.txt,
+        # with gen -> src, over the source src/b.txt of //p:u.
+        users = dict(src_users)
+        for pkg in {labels.split_label(lab)[0] for lab in out_owner.values()}:
+            for name, decl in self.loader.load(pkg).items():
+                srcs = decl.attrs.get("srcs")
+                for item in srcs if isinstance(srcs, (list, tuple)) else ():
+                    if isinstance(item, str) and item and not item.startswith(("//", ":", "/")):
+                        users.setdefault(posixpath.normpath(f"{pkg}/{item}" if pkg else item),
+                                         labels.label_str(pkg, name))
+        if not any(via_link(d) for d in {p.rpartition("/")[0] for p in (*out_owner, *users)}):
             return  # no directory on the way is a symlink: the plain-path checks were exact
         names: dict[str, tuple[str, str]] = {}  # canonical path -> (declared path, label)
         for o, lab in out_owner.items():
@@ -1015,13 +1026,13 @@ class GraphBuilder:
                 self._fail_on(lab, f"output {o!r} of {lab} is the same file as output {other[0]!r} of "
                                    f"{other[1]} (through a symlinked directory)")
             names[c] = (o, lab)
-        for src, user in src_users.items():
+        for src, user in users.items():
             c = canonical(src)
             other = names.get(c)
             if other is not None and (c != src or other[0] != src):
                 self._fail_on(other[1], f"output {other[0]!r} of {other[1]} is the source {src!r} of {user} "
                                         "(through a symlinked directory); an output is deleted before its command runs")
-            if c != src and c != ".." and not c.startswith("../"):
+            if c != src and c != ".." and not c.startswith("../") and src in src_users:  # (a reader in this build)
                 self._check_source_package(src, c, user)
 
     def _check_source_package(self, src: str, real: str, user: str) -> None:

@@ -627,6 +627,22 @@ def test_a_source_that_links_to_another_targets_output_is_refused(workspace: Wor
         assert "is a symbolic link to 'p/g.out', an output of //p:g: refer to '//p:g' instead" in err, (alone, err)
 
 
+def test_an_output_through_a_symlinked_dir_onto_a_source_of_its_package_is_refused_built_alone(
+    workspace: Workspace,
+) -> None:
+    """gen -> src: `build //p:t` alone wrote gen/b.txt over the source src/b.txt of //p:u
+    (the checked-in file lost), where `build //...` said exit 2."""
+    workspace.write("p/src/b.txt", "precious source\n")
+    os.symlink("src", workspace.root / "p" / "gen")
+    workspace.build_file("p", 'genrule(name="t", outs=["gen/b.txt"], cmd="touch ../ran-marker; echo G > $@")\n'
+                              'genrule(name="u", srcs=["src/b.txt"], outs=["u.out"], cmd="cat $< > $@")\n')
+    for pattern in ("//p:t", "//..."):
+        err = expect_invalid(workspace, pattern)
+        assert "output 'p/gen/b.txt' of //p:t is the source 'p/src/b.txt' of //p:u (through a symlinked directory)" \
+            in err, (pattern, err)
+        assert workspace.read("p/src/b.txt") == "precious source\n"
+
+
 def test_a_source_link_that_cannot_be_followed_says_why(workspace: Workspace) -> None:
     os.symlink("loop.txt", workspace.root / "loop.txt")
     workspace.build_file("", 'genrule(name="u", srcs=["loop.txt"], outs=["u.out"], cmd="cp $< $@")\n')
