@@ -31,7 +31,7 @@ except ImportError:  # (not CPython)
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
 
@@ -168,6 +168,7 @@ class Loader:
         self._packages: dict[str, dict[str, dsl.Declaration]] = {}
         self._contexts: dict[str, dsl.PackageContext] = {}
         self._all: list[str] | None = None
+        self._shadows: dict[str, str] | None = None  # root modules named as standard ones (_stdlib_shadows)
         self._all_set: frozenset[str] = frozenset()  # the same, for package_exists
         self.read_files: set[str] = set()  # workspace-relative files read while loading
         # Their stats when they were read (BUILD.py files, files opened): one edited later,
@@ -316,6 +317,9 @@ class Loader:
         # The root goes first on sys.path for the evaluation only: left there, a workspace
         # typing.py or ast.py was what buildtool's own later imports found (a traceback).
         on_path = self.ws.root in sys.path
+        real_import = builtins.__import__
+        shadows = self._stdlib_shadows()
+        guarded_import = _shadow_guard(real_import, shadows, self.ws.root)
         import _io
 
         # (made before any state is changed: what raises here leaves nothing to undo)
@@ -339,6 +343,8 @@ class Loader:
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             if not on_path:
                 sys.path.insert(0, self.ws.root)
+            if shadows:
+                builtins.__import__ = guarded_import
             builtins.open = io.open = tracking_open
             io.open_code = _io.open_code = tracking_open_code  # (a module loaded by its path)
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
@@ -371,6 +377,9 @@ class Loader:
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} called {e.call}; a BUILD.py may only declare targets"
             raise BuildfileError(msg, path, line) from None
+        except _ShadowedStdlib as e:
+            path, line = self._locate(e, buildfile)
+            raise BuildfileError(str(e), path, line) from None
         except SyntaxError as e:
             path = os.path.relpath(e.filename or buildfile, self.ws.root)
             msg = f"syntax error: {e.msg}"
@@ -397,6 +406,7 @@ class Loader:
                 msg += f" (called from {rel_bf}:{top})"  # in a function the BUILD.py defines: the top-level line
             raise BuildfileError(msg, path, line) from None
         finally:
+            builtins.__import__ = real_import
             if not on_path and self.ws.root in sys.path:
                 sys.path.remove(self.ws.root)
             sys.dont_write_bytecode = no_pyc
@@ -624,6 +634,22 @@ class Loader:
         return {"stat": looked(os.stat), "lstat": looked(os.lstat), "access": accessed(os.access),
                 "readlink": linked(os.readlink), "listdir": listed(os.listdir), "scandir": listed(os.scandir)}
 
+    def _stdlib_shadows(self) -> dict[str, str]:
+        """The workspace root's modules (``x.py``, ``x/__init__.py``) named as a standard
+        library module, by name, listed once."""
+        if self._shadows is None:
+            found: dict[str, str] = {}
+            try:
+                for n in os.listdir(self.ws.root):
+                    if n.endswith(".py") and n[:-3] in sys.stdlib_module_names:
+                        found[n[:-3]] = n
+                    elif n in sys.stdlib_module_names and os.path.isfile(os.path.join(self.ws.root, n, "__init__.py")):
+                        found[n] = f"{n}/__init__.py"
+            except OSError:
+                pass
+            self._shadows = found
+        return self._shadows
+
     def _namespace(self, buildfile: str, ctx: dsl.PackageContext) -> dict[str, Any]:
         return {
             "__builtins__": builtins,
@@ -749,6 +775,31 @@ def _unlistable(rel: str, doing: str, e: OSError) -> str:
            errno.ENAMETOOLONG: "move what is in it to a shorter path"}.get(e.errno or 0, "repair the directory")
     return (f"{doing}: cannot list the directory {rel or '.'} ({e.strerror}); {fix}, "
             f"or name it in .buildtoolignore to leave it out")
+
+
+class _ShadowedStdlib(Exception):
+    """An import, while a BUILD.py was evaluated, of a workspace module named as a standard one."""
+
+
+def _shadow_guard(real: Callable[..., Any], shadows: dict[str, str], root: str) -> Callable[..., Any]:
+    """``__import__`` refusing a top-level import of a name in ``shadows``: which module it
+    gets (the workspace's, or the standard one buildtool may have imported already) would
+    depend on buildtool's flags, and a workspace one left in sys.modules is what buildtool's
+    own later imports would find.  Only the workspace's code is refused: a BUILD.py or a
+    module under ``root`` (not one installed there, nor buildtool's own lazy imports)."""
+    ours = os.path.dirname(os.path.abspath(dsl.__file__)) + os.sep
+    under = root + os.sep
+
+    def guarded(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        top = name.partition(".")[0]
+        where = (globals or {}).get("__file__") or "" if level == 0 and top in shadows else ""
+        if where.startswith(under) and not where.startswith(ours) and not _INSTALLED.search(where):
+            msg = (f"import of {top!r}: the workspace's {shadows[top]} is named as a standard library module, so "
+                   "which of the two an import gets would depend on what buildtool had imported already; rename it")
+            raise _ShadowedStdlib(msg)
+        return real(name, globals, locals, fromlist, level)
+
+    return guarded
 
 
 class _PrintsToStderr:

@@ -298,6 +298,25 @@ def test_a_directory_too_deep_to_list_is_exit_2_not_left_out(workspace: Workspac
         subprocess.run(["rm", "-rf", str(workspace.root / ("d" * 250))], timeout=60)
 
 
+def test_a_workspace_module_named_as_a_standard_one_cannot_be_imported_while_evaluating(
+    workspace: Workspace,
+) -> None:
+    """`import shutil` with a root shutil.py got the workspace's under `build` and the
+    standard one under `build -k` (which imports shutil first): two graphs for one tree,
+    and 'nothing changed' said for the one its own evaluation would not make."""
+    workspace.write("shutil.py", 'TAG = "workspace"\n')
+    workspace.write("helper.py", "import shutil\n")
+    for text in ('import shutil\n', 'import helper\n'):
+        workspace.build_file("", text + 'genrule(name="t", outs=["t.out"], cmd="echo > $@")\n')
+        for flags in ((), ("-k",)):
+            rc, out, err = workspace.run("build", *flags)
+            where = "BUILD.py:1" if text.startswith("import shutil") else "helper.py:1"
+            assert rc == 2 and f"{where}: import of 'shutil': the workspace's shutil.py is named as a standard " \
+                "library module" in err, (flags, out + err)
+    workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo > $@")\n')  # not imported: fine
+    assert workspace.run("build")[0] == 0
+
+
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
     workspace.write("src/a.txt", "a\n")
     os.symlink("loop", workspace.root / "src" / "loop")  # a link to itself
