@@ -65,6 +65,22 @@ def test_collector_restored_after_a_load_error(tmp_path: Path, monkeypatch) -> N
         gc.enable()
 
 
+def _spy_on_predictions(monkeypatch: pytest.MonkeyPatch) -> list[list[bool]]:
+    """What each later call of session.predict_fresh returns, in order."""
+    from buildtool import session as session_mod
+
+    seen: list[list[bool]] = []
+    real = session_mod.predict_fresh
+
+    def spy(*args: object) -> list[bool]:
+        got = real(*args)  # type: ignore[arg-type]
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(session_mod, "predict_fresh", spy)
+    return seen
+
+
 @pytest.mark.parametrize("change", ["nothing", "timeout", "module", "x-bit"])
 def test_a_test_s_timeout_and_a_pyrule_s_module_are_part_of_the_freshness_guess(
     tmp_path: Path, monkeypatch, change: str,
@@ -72,8 +88,6 @@ def test_a_test_s_timeout_and_a_pyrule_s_module_are_part_of_the_freshness_guess(
     """Each of these reruns its target (it is in the key), but the guess called the target
     fresh, so it weighed ~0 and started after everything else.  (A chmod of a source was
     seen: it moves the ctime, so the stat cache vouches for nothing.)"""
-    from buildtool import session as session_mod
-
     monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
     rules = ('test(name="t", srcs=["a.txt"], cmd="true", timeout=30)\n'
              'pyrule(name="py", fn="mod:make", srcs=["a.txt"], outs=["py.out"])\n'
@@ -85,15 +99,7 @@ def test_a_test_s_timeout_and_a_pyrule_s_module_are_part_of_the_freshness_guess(
 
     time.sleep(0.2)  # (files older than the stat cache's racy window: their digests are vouched for)
     Session(str(ws)).build(BuildRequest(patterns=["//...", "//:py", "//:cp"], mode="test"))
-    seen: list[list[bool]] = []
-    real = session_mod.predict_fresh
-
-    def spy(*args: object) -> list[bool]:
-        got = real(*args)  # type: ignore[arg-type]
-        seen.append(got)
-        return got
-
-    monkeypatch.setattr(session_mod, "predict_fresh", spy)
+    seen = _spy_on_predictions(monkeypatch)
     if change == "timeout":
         (ws / "BUILD.py").write_text(rules.replace("timeout=30", "timeout=20"))
     else:
@@ -114,8 +120,6 @@ def test_critical_path_weights_predict_what_is_fresh(tmp_path: Path, monkeypatch
     one whose command changed keeps its weight.  A depfile target's recorded inputs hold
     the headers it found: it was never predicted fresh; then a header edit was not seen,
     and the compile that reruns for it weighed ~0 (it started last)."""
-    from buildtool import session as session_mod
-
     monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
     rules = ('genrule(name="obj", srcs=["a.txt"], outs=["a.o"], depfile="a.d", '
              'cmd="printf \'a.o: a.txt h.txt\\\\n\' > a.d && cat a.txt h.txt > $@")\n'
@@ -126,15 +130,7 @@ def test_critical_path_weights_predict_what_is_fresh(tmp_path: Path, monkeypatch
 
     time.sleep(0.2)  # (sources older than the stat cache's racy window: their digests are vouched for)
     Session(str(ws)).build(BuildRequest(patterns=["//..."]))
-    seen: list[list[bool]] = []
-    real = session_mod.predict_fresh
-
-    def spy(*args: object) -> list[bool]:
-        got = real(*args)  # type: ignore[arg-type]
-        seen.append(got)
-        return got
-
-    monkeypatch.setattr(session_mod, "predict_fresh", spy)
+    seen = _spy_on_predictions(monkeypatch)
     edited = rules.replace("cp $< $@", "cp $< $@ && true") if change == "command" else rules + "# evaluated again\n"
     (ws / "BUILD.py").write_text(edited)
     if change == "header":
