@@ -205,6 +205,16 @@ def _globbed(ws: WatchSet, rel: str) -> bool:
     return any(rx.match(in_pkg) for _, rx in ws.glob_rules.get(pkg, ()))
 
 
+def _add_ancestors(dirs: set[str]) -> None:
+    """Add to ``dirs`` (workspace-relative) every directory above one of them, the root too."""
+    for d in list(dirs):
+        while d:
+            d = d.rsplit("/", 1)[0] if "/" in d else ""
+            if d in dirs:
+                break
+            dirs.add(d)
+
+
 def _pattern_dirs(patterns: list[str], cwd_pkg: str) -> tuple[set[str], set[str]]:
     """(recursive bases, package dirs) named by the patterns."""
     rec: set[str] = set()
@@ -548,12 +558,7 @@ class Watcher:
         rec, pkg_dirs = _pattern_dirs(self.req.patterns, self.session.ws.cwd_pkg_dir)
         tools = frozenset(self.tools_seen)
         keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | tools} | glob_dirs | packages
-        for d in list(keep):  # (a directory on the way to one of these holds more than outputs)
-            while d:
-                d = d.rsplit("/", 1)[0] if "/" in d else ""
-                if d in keep:
-                    break
-                keep.add(d)
+        _add_ancestors(keep)  # (a directory on the way to one of these holds more than outputs)
         out_dirs: set[str] = set()
         for o in outputs:
             d = o.rsplit("/", 1)[0] if "/" in o else ""
@@ -569,12 +574,9 @@ class Watcher:
         wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
-        for d in list(wanted):  # and every directory on their way: moving one away (or a new one
-            while d:  # in its place) is seen there, where the moved directory's own watch says nothing
-                d = d.rsplit("/", 1)[0] if "/" in d else ""
-                if d in wanted:
-                    break
-                wanted.add(d)
+        # and every directory on their way: moving one away (or a new one in its place) is
+        # seen there, where the moved directory's own watch says nothing
+        _add_ancestors(wanted)
         dirs: set[str] = set()
         missing: set[str] = set()
         for d in wanted:
