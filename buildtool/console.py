@@ -8,8 +8,8 @@ failures (command and full output) are printed above that area.  Elsewhere: one 
 target that did work, no control characters at all (unless ``--color always``, which adds
 SGR colour codes and nothing else).
 
-Reporter calls come from the scheduler thread; the ticker thread only redraws, so a lock
-guards the shared state.
+Reporter calls come from the scheduler thread, the ticker thread redraws, and any thread's
+``buildtool:`` line goes above the area through ``say``; one lock guards the shared state.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 COLOR_MODES = ("auto", "always", "never")
 _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # compiled (and cached by re) when a line is first printed
+_CONTROL_BUT_ESC = r"[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f]"
 TICK_S = 0.25
 MAX_RUNNING_LINES = 8
 
@@ -263,12 +264,11 @@ class Console:
     def text(self, data: bytes) -> None:
         """A command's output: as it is on a live terminal (with a colour reset after it if
         it holds escapes and colours are on: a command ending in bold yellow coloured the
-        lines after it);
-        elsewhere without control characters, also under ``--color always``, which adds
-        buildtool's own colours and nothing of the command's (cursor movement in a CI log)."""
+        lines after it); elsewhere without control characters, but for its colours under
+        ``--color always`` (its cursor movement went into CI logs)."""
         s = data.decode("utf-8", "replace")
         if not self.tty:
-            s = strip_controls(s)
+            s = strip_controls(s, keep_colors=self.color)
         elif self.color and "\x1b" in s:
             s = s.rstrip("\n") + "\x1b[0m"
         self._write(s if s.endswith("\n") else s + "\n")
@@ -335,7 +335,7 @@ class Console:
         lines = [self._paint(head, "bold")]
         items = sorted(self.running.items(), key=lambda kv: kv[1])
         for t, started in items[:MAX_RUNNING_LINES]:
-            lines.append(f"  {fmt_secs(now - started):>7} {self.graph.targets[t].label}"[: max(width - 1, 10)])
+            lines.append(f"  {fmt_secs(now - started):>7} {self.graph.targets[t].label}"[: max(width - 1, 1)])
         if len(items) > MAX_RUNNING_LINES:
             lines.append(f"  ... and {len(items) - MAX_RUNNING_LINES} more")
         if len(head) >= width:  # (a wrapped line: the clear would go up one row too few)
@@ -359,14 +359,15 @@ class Console:
     # -- end of build ----------------------------------------------------------------
     def close(self) -> None:
         global _live
-        if _live is self:
-            _live = None
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
             self._ticker = None
         with self._lock:
             self._clear()
+            self.running.clear()  # (nothing drawn again: a say() from a worker still running)
+            if _live is self:
+                _live = None
 
     def critical_path(self, text: str | None) -> None:
         """Print the critical path of what ran (see profile.actual_critical_path)."""
@@ -393,8 +394,15 @@ class Console:
         )
 
 
-def strip_controls(s: str) -> str:
-    """Drop ANSI escape sequences and other control characters (keeps newline and tab)."""
-    s = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]", "", s)
+def strip_controls(s: str, keep_colors: bool = False) -> str:
+    """Drop ANSI escape sequences and other control characters (keeps newline and tab);
+    ``keep_colors``: but not SGR sequences (``ESC[...m``), a compiler's coloured diagnostics
+    under ``--color always`` in a CI log that shows them."""
+    esc = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]"
+    if keep_colors:
+        s = re.sub(esc, lambda m: m.group(0) if re.fullmatch(r"\x1b\[[0-9;]*m", m.group(0)) else "", s)
+        s = s.replace("\r\n", "\n")
+        return re.sub(_CONTROL_BUT_ESC, "", s)
+    s = re.sub(esc, "", s)
     s = s.replace("\r\n", "\n")
     return re.sub(_CONTROL, "", s)  # one pass in C: a 55 MB log took 7 s a character at a time

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-from buildtool.console import Console
+from buildtool.console import Console, say
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome
 
@@ -62,8 +61,7 @@ class EventsWriter:
             self._failed(e)
 
     def _failed(self, e: OSError) -> None:
-        print(f"buildtool: warning: could not write the events file {self.path} ({e.strerror}); "
-              "it is incomplete", file=sys.stderr, flush=True)
+        say(f"warning: could not write the events file {self.path} ({e.strerror}); it is incomplete")
         self.lost = f"--events {self.path} is incomplete ({e.strerror})"
         f, self.f = self.f, None
         if f is not None:
