@@ -21,7 +21,7 @@ from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, 
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from typing import Any
 
     from buildtool.dsl import Declaration
@@ -613,42 +613,49 @@ class GraphBuilder:
         package also found on disk may be an earlier output copy, as ``_resolve_refs`` takes it
         (a Makefile's output left in place), but a target names it as a source: refused
         all the same (nothing written by hand is lost)."""
-        from buildtool.dsl import Globbed  # (as in _resolve_refs)
-
         building = set(order)
         for pkg in sorted({labels.split_label(lab)[0] for lab in order}):
             outs = self._declared_outs(pkg)
             if not outs:
                 continue
-            decls = self.loader.load(pkg)
-            for name, decl in decls.items():
-                srcs = decl.attrs.get("srcs")
-                if not isinstance(srcs, (list, tuple)):
-                    continue  # (said when that target is built)
-                for item in srcs:
-                    if not isinstance(item, str) or isinstance(item, Globbed) or not item:
-                        continue
-                    if item.startswith(("//", ":")):  # a file label of this package
-                        try:
-                            p, n = labels.parse_label(item, pkg)
-                        except labels.LabelError:
-                            found = labels.file_label(item, pkg)
-                            if found is None:
-                                continue
-                            p, n = found
-                        if p != pkg or n in decls:  # (another package's file; a target)
+            for name, decl, item, full in self._named_sources(pkg):
+                if full not in outs:
+                    continue
+                producer, me = self._producer_of(full), labels.label_str(pkg, name)
+                if producer is None or producer == me or producer not in building:
+                    continue
+                raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}"
+                                 f"{self._declared_at(producer)}: building {producer} would overwrite that "
+                                 f"source; refer to '{producer}' instead, or rename the output")
+
+    def _named_sources(self, pkg: str) -> Iterator[tuple[str, Declaration, str, str]]:
+        """(target name, declaration, srcs entry, workspace path) of each source file the
+        targets of ``pkg`` name in ``srcs`` by path (``x``, ``./x``) or file label
+        (``:x``, ``//pkg:x``), whether or not they are built; not a glob()'s match, which
+        may be an earlier output copy found in place (``_resolve_refs`` takes it so)."""
+        from buildtool.dsl import Globbed  # (as in _resolve_refs)
+
+        decls = self.loader.load(pkg)
+        for name, decl in decls.items():
+            srcs = decl.attrs.get("srcs")
+            if not isinstance(srcs, (list, tuple)):
+                continue  # (said when that target is built)
+            for item in srcs:
+                if not isinstance(item, str) or isinstance(item, Globbed) or not item:
+                    continue
+                if item.startswith(("//", ":")):  # a file label of this package
+                    try:
+                        p, n = labels.parse_label(item, pkg)
+                    except labels.LabelError:
+                        found = labels.file_label(item, pkg)
+                        if found is None:
                             continue
-                        full = posixpath.normpath(f"{pkg}/{n}" if pkg else n)
-                    else:
-                        full = posixpath.normpath(f"{pkg}/{item}" if pkg else item)
-                    if full not in outs:
+                        p, n = found
+                    if p != pkg or n in decls:  # (another package's file; a target)
                         continue
-                    producer, me = self._producer_of(full), labels.label_str(pkg, name)
-                    if producer is None or producer == me or producer not in building:
-                        continue
-                    raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}"
-                                     f"{self._declared_at(producer)}: building {producer} would overwrite that "
-                                     f"source; refer to '{producer}' instead, or rename the output")
+                    yield name, decl, item, posixpath.normpath(f"{pkg}/{n}" if pkg else n)
+                elif not item.startswith("/"):
+                    yield name, decl, item, posixpath.normpath(f"{pkg}/{item}" if pkg else item)
 
     def _resolve_refs(self, pkg: str, decl: Declaration) -> list[tuple[str, str]]:
         from buildtool.dsl import Globbed  # (loaded with the BUILD.py files; not by a graph from the snapshot)
@@ -1008,14 +1015,14 @@ class GraphBuilder:
         # The sources of every target of the writers' packages, built or not (as
         # _check_sources_written holds them by path): `build //p:t` alone wrote gen/b.txt,
         # with gen -> src, over the source src/b.txt of //p:u.
+        # (One of them is an output's file only under the output's own name: the others are
+        # not resolved.)
         users = dict(src_users)
+        out_names = {o.rpartition("/")[2] for o in out_owner}
         for pkg in {labels.split_label(lab)[0] for lab in out_owner.values()}:
-            for name, decl in self.loader.load(pkg).items():
-                srcs = decl.attrs.get("srcs")
-                for item in srcs if isinstance(srcs, (list, tuple)) else ():
-                    if isinstance(item, str) and item and not item.startswith(("//", ":", "/")):
-                        users.setdefault(posixpath.normpath(f"{pkg}/{item}" if pkg else item),
-                                         labels.label_str(pkg, name))
+            for name, _, _, full in self._named_sources(pkg):
+                if full.rpartition("/")[2] in out_names:
+                    users.setdefault(full, labels.label_str(pkg, name))
         if not any(via_link(d) for d in {p.rpartition("/")[0] for p in (*out_owner, *users)}):
             return  # no directory on the way is a symlink: the plain-path checks were exact
         names: dict[str, tuple[str, str]] = {}  # canonical path -> (declared path, label)
