@@ -320,6 +320,7 @@ class Loader:
         real_import = builtins.__import__
         shadows = self._stdlib_shadows()
         guarded_import = _shadow_guard(real_import, shadows, self.ws.root)
+        stdlib_first = _StdlibFirst(shadows, self.ws.root)
         import _io
 
         # (made before any state is changed: what raises here leaves nothing to undo)
@@ -351,6 +352,8 @@ class Loader:
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
             sys.meta_path.insert(0, probe)
+            if shadows:
+                sys.meta_path.insert(0, stdlib_first)
             sys.dont_write_bytecode = True  # no __pycache__ among the sources
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
@@ -412,6 +415,8 @@ class Loader:
             sys.dont_write_bytecode = no_pyc
             if probe in sys.meta_path:
                 sys.meta_path.remove(probe)
+            if stdlib_first in sys.meta_path:
+                sys.meta_path.remove(stdlib_first)
             builtins.open, io.open, io.open_code, _io.open_code = opens
             FileLoader.get_data = get_data
             for name, fn in looks.items():
@@ -800,6 +805,26 @@ def _shadow_guard(real: Callable[..., Any], shadows: dict[str, str], root: str) 
         return real(name, globals, locals, fromlist, level)
 
     return guarded
+
+
+class _StdlibFirst:
+    """A finder (first on sys.meta_path while a BUILD.py is evaluated) that resolves a name
+    in ``shadows`` without the workspace root: an import of it by a standard module
+    (``tempfile`` importing ``shutil``) or through importlib gets the standard module,
+    whether or not buildtool had imported it already (the guard refuses the workspace's
+    own imports of it)."""
+
+    def __init__(self, shadows: dict[str, str], root: str) -> None:
+        self.shadows = shadows
+        self.root = root
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if path is not None or name not in self.shadows:
+            return None
+        import importlib.machinery
+
+        elsewhere = [p for p in sys.path if os.path.abspath(p or ".") != self.root]
+        return importlib.machinery.PathFinder.find_spec(name, elsewhere)
 
 
 class _PrintsToStderr:

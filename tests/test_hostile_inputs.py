@@ -315,6 +315,14 @@ def test_a_workspace_module_named_as_a_standard_one_cannot_be_imported_while_eva
                 "library module" in err, (flags, out + err)
     workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo > $@")\n')  # not imported: fine
     assert workspace.run("build")[0] == 0
+    # Imported by a standard module, or through importlib: the standard one, whatever the flags.
+    workspace.build_file("", 'import tempfile, importlib\nm = importlib.import_module("shutil")\n'
+                             'tags = [getattr(x, "TAG", "stdlib") for x in (tempfile._shutil, m)]\n'
+                             'genrule(name="t", outs=["t.out"], cmd="echo %s > $@" % " ".join(tags))\n')
+    for flags in ((), ("-k",)):
+        rc, out, err = workspace.run("build", *flags)
+        assert rc == 0 and workspace.read("t.out") == "stdlib stdlib\n", (flags, out + err)
+        shutil.rmtree(workspace.root / ".buildtool")  # (each run evaluates afresh)
 
 
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
