@@ -451,9 +451,11 @@ class Session:
             finally:
                 gc.disable()
                 signals.hold()  # (what follows writes the reports and the state: it is not cut short)
-                runner.executor.kill_remaining()
-                children.close()
-                console.close()
+                try:
+                    runner.executor.kill_remaining()
+                    children.close()
+                finally:
+                    console.close()  # (its ticker stopped and its live area gone, whatever happened)
             phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
             console.critical_path(format_critical_path(graph, outcomes, wall))
