@@ -40,6 +40,10 @@ MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 IDLE_EXIT_S = 3 * 3600.0  # a monitor nobody asked for this long exits (like Bazel's server)
 ASK_TIMEOUT_S = 2.0  # the client's limit on a whole request: a stopped monitor costs a build this much
 PIDFILE = "monitor.pid"
+# The request and answer formats (docs/formats.md).  2: ``since`` names it, and a monitor of
+# another protocol (one an older buildtool started, with the blind spots fixed since) is
+# no monitor to this client: asked with it, such a monitor answers an error.
+PROTOCOL = 2
 
 
 def socket_path(state_dir: str) -> str:
@@ -97,11 +101,12 @@ class Answer:
 
 def since(state_dir: str, root: str, token: str, gen: int) -> Answer | None:
     """Ask the workspace's monitor what changed since (token, gen); None without one."""
-    got = _ask(state_dir, f"since {token} {gen}")
+    got = _ask(state_dir, f"since {token} {gen} {PROTOCOL}")
     if got is None:
         return None
-    parts = got.split(" ", 4)
-    if len(parts) != 5 or parts[0] != "ok" or parts[3] not in ("0", "1") or parts[4] != root:
+    parts = got.split(" ", 5)
+    if len(parts) != 6 or parts[0] != "ok" or parts[3] not in ("0", "1") or parts[4] != str(PROTOCOL) \
+            or parts[5] != root:
         return None  # a monitor of another root (a copied .buildtool) or another protocol
     try:
         return Answer(parts[1], int(parts[2]), parts[3] == "1")
@@ -179,6 +184,12 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
                 os.unlink(os.path.join(state_dir, name))
             except OSError:
                 pass
+        info = None
+    if info is not None and info.get("protocol") != PROTOCOL:  # (an older buildtool's: replaced)
+        stop(state_dir)
+        deadline = time.monotonic() + 10.0
+        while status(state_dir) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
         info = None
     if info is not None:
         info["already"] = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from buildtool.monitor import IDLE_EXIT_S, PIDFILE, read_line, socket_path
+from buildtool.monitor import IDLE_EXIT_S, PIDFILE, PROTOCOL, read_line, socket_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 COOKIE = "monitor-cookie."
 SYNC_TIMEOUT_S = 1.5  # the monitor's limit on a sync (a backlog of events after a big build)
-PROTOCOL = 1
 
 IN_MODIFY = 0x2
 IN_ATTRIB = 0x4
@@ -352,7 +351,7 @@ class Monitor:
             return json.dumps(self.status())
         if parts == ["stop"]:
             raise Exit("stopping")
-        if len(parts) == 3 and parts[0] == "since":
+        if len(parts) == 4 and parts[0] == "since" and parts[3] == str(PROTOCOL):
             synced = self.sync(select_mod)
             if self.link_checks != self.links_checked_at:
                 self.recheck_links()
@@ -364,7 +363,7 @@ class Monitor:
                 same = False
             unchanged = synced and same and not self.unsure
             self.vouched += unchanged
-            return f"ok {self.token} {self.gen} {0 if unchanged else 1} {self.root}"
+            return f"ok {self.token} {self.gen} {0 if unchanged else 1} {PROTOCOL} {self.root}"
         return "error unknown request"
 
 

@@ -857,6 +857,10 @@ class Session:
                     os.kill(pid, signal.SIGTERM)
                 except OSError:
                     pass
+            elif os.path.exists(monitor.socket_path(state)):  # (one that holds no lock: an older buildtool's)
+                info = monitor.status(state)
+                if info is not None and info.get("root") == self.ws.root:
+                    monitor.stop(state)
 
             if failed:
                 msg = (f"{failed} output(s) could not be removed (see above); the build state is kept, "

@@ -565,3 +565,67 @@ def test_a_link_made_on_another_links_way_is_checked_again(ws: Path, tmp_path: P
     bt(ws, cache, "build")
     r = bt(ws, cache, "monitor", "status")
     assert "src/l.txt is a symbolic link to where the monitor does not watch" in r.stdout, r.stdout
+
+
+class _OlderMonitor:
+    """A monitor as an older buildtool's answered (protocol 1, no lock on monitor.pid):
+    `since` with no protocol, and 'nothing changed' to anything."""
+
+    def __init__(self, ws: Path) -> None:
+        import socket
+        import threading
+
+        self.root = str(ws)
+        self.path = monitor.socket_path(str(ws / ".buildtool"))
+        (ws / ".buildtool").mkdir(exist_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(8)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import json
+
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                line = monitor.read_line(conn, time.monotonic() + 2) or ""
+                if line == "status":
+                    answer = json.dumps({"pid": os.getpid(), "root": self.root, "token": "t", "generation": 1,
+                                         "directories": 1, "files": 0, "protocol": 1})
+                elif line == "stop":
+                    answer = "stopping"
+                    self.stopped.set()
+                elif line.startswith("since ") and len(line.split(" ")) == 3:
+                    answer = f"ok t 1 0 {self.root}"
+                else:
+                    answer = "error unknown request"
+                conn.sendall(answer.encode() + b"\n")
+        self.sock.close()
+        os.unlink(self.path)
+
+
+def test_a_monitor_of_an_older_protocol_is_no_monitor_and_is_replaced(ws: Path, tmp_path: Path) -> None:
+    """A monitor an older buildtool started (with the blind spots fixed since) was trusted
+    after an upgrade: 'nothing changed' over a changed source; `monitor start` said
+    'already running' and `clean` did not end it (it held no lock)."""
+    state = str(ws / ".buildtool")
+    old = _OlderMonitor(ws)
+    assert monitor.since(state, str(ws), "t", 1) is None  # not trusted
+    r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", "120")
+    assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
+    assert old.stopped.is_set()
+    info = monitor.status(state)
+    assert info is not None and info["protocol"] == monitor.PROTOCOL and info["pid"] != os.getpid()
+    monitor.stop(state)
+    deadline = time.monotonic() + 10
+    while monitor.status(state) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    old = _OlderMonitor(ws)  # `clean` ends one too
+    assert bt(ws, tmp_path / "cache", "clean").returncode == 0
+    assert old.stopped.is_set()
