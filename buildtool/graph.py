@@ -628,11 +628,12 @@ class GraphBuilder:
                                  f"{self._declared_at(producer)}: building {producer} would overwrite that "
                                  f"source; refer to '{producer}' instead, or rename the output")
 
-    def _named_sources(self, pkg: str) -> Iterator[tuple[str, Declaration, str, str]]:
+    def _named_sources(self, pkg: str, globbed: bool = False) -> Iterator[tuple[str, Declaration, str, str]]:
         """(target name, declaration, srcs entry, workspace path) of each source file the
         targets of ``pkg`` name in ``srcs`` by path (``x``, ``./x``) or file label
-        (``:x``, ``//pkg:x``), whether or not they are built; not a glob()'s match, which
-        may be an earlier output copy found in place (``_resolve_refs`` takes it so)."""
+        (``:x``, ``//pkg:x``), whether or not they are built; a glob()'s match only with
+        ``globbed`` (at a declared output's own path it may be an earlier output copy found
+        in place, which ``_resolve_refs`` takes so)."""
         from buildtool.dsl import Globbed  # (as in _resolve_refs)
 
         decls = self.loader.load(pkg)
@@ -641,7 +642,7 @@ class GraphBuilder:
             if not isinstance(srcs, (list, tuple)):
                 continue  # (said when that target is built)
             for item in srcs:
-                if not isinstance(item, str) or isinstance(item, Globbed) or not item:
+                if not isinstance(item, str) or (isinstance(item, Globbed) and not globbed) or not item:
                     continue
                 if item.startswith(("//", ":")):  # a file label of this package
                     try:
@@ -1015,12 +1016,14 @@ class GraphBuilder:
         # The sources of every target of the writers' packages, built or not (as
         # _check_sources_written holds them by path): `build //p:t` alone wrote gen/b.txt,
         # with gen -> src, over the source src/b.txt of //p:u.
+        # A glob()'s match too: through the link it is no declared output's path, so a file
+        # there is a source (the output writing it again once it is there is refused then).
         # (One of them is an output's file only under the output's own name: the others are
         # not resolved.)
         users = dict(src_users)
         out_names = {o.rpartition("/")[2] for o in out_owner}
         for pkg in {labels.split_label(lab)[0] for lab in out_owner.values()}:
-            for name, _, _, full in self._named_sources(pkg):
+            for name, _, _, full in self._named_sources(pkg, globbed=True):
                 if full.rpartition("/")[2] in out_names:
                     users.setdefault(full, labels.label_str(pkg, name))
         if not any(via_link(d) for d in {p.rpartition("/")[0] for p in (*out_owner, *users)}):
