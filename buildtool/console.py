@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 COLOR_MODES = ("auto", "always", "never")
 _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # compiled (and cached by re) when a line is first printed
-_CONTROL_BUT_ESC = r"[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f]"
 TICK_S = 0.25
 MAX_RUNNING_LINES = 8
 
@@ -269,7 +268,7 @@ class Console:
         s = data.decode("utf-8", "replace")
         if not self.tty:
             s = strip_controls(s, keep_colors=self.color)
-        elif self.color and "\x1b" in s:
+        if self.color and "\x1b" in s:
             s = s.rstrip("\n") + "\x1b[0m"
         self._write(s if s.endswith("\n") else s + "\n")
 
@@ -398,11 +397,11 @@ def strip_controls(s: str, keep_colors: bool = False) -> str:
     """Drop ANSI escape sequences and other control characters (keeps newline and tab);
     ``keep_colors``: but not SGR sequences (``ESC[...m``), a compiler's coloured diagnostics
     under ``--color always`` in a CI log that shows them."""
-    esc = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]"
-    if keep_colors:
-        s = re.sub(esc, lambda m: m.group(0) if re.fullmatch(r"\x1b\[[0-9;]*m", m.group(0)) else "", s)
-        s = s.replace("\r\n", "\n")
-        return re.sub(_CONTROL_BUT_ESC, "", s)
-    s = re.sub(esc, "", s)
+    if keep_colors:  # (the text between SGR sequences stripped as ever: no other escape survives)
+        parts = re.split(r"(\x1b\[[0-9;]*m)", s)
+        return "".join(p if i % 2 else strip_controls(p) for i, p in enumerate(parts))
+    # CSI (any parameter bytes: < = > ? too), OSC, and any other ESC sequence (ESC 7, ESC c,
+    # ESC ( B: intermediates, then a final byte), as ECMA-48 shapes them
+    s = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[ -/]*[0-~]", "", s)
     s = s.replace("\r\n", "\n")
     return re.sub(_CONTROL, "", s)  # one pass in C: a 55 MB log took 7 s a character at a time

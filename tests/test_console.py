@@ -100,10 +100,12 @@ def test_color_always_and_never(workspace: Workspace) -> None:
     assert "\x1b[32mran\x1b[0m" in r.stdout and "\x1b[32mOK\x1b[0m" in r.stdout
     assert "\x1b[J" not in r.stdout and "\r" not in r.stdout  # colors, but no live status
     assert "\x1b[31mred warning" in r.stdout, repr(r.stdout)  # a command's colours kept...
-    workspace.build_file("", 'genrule(name="p", outs=["p.txt"], '
-                             'cmd="printf \'step 1\\r\\033[2K\\033[1Astep 2\\033[?25l\\n\'; echo > $@")\n')
+    workspace.build_file("", 'genrule(name="p", outs=["p.txt"], cmd="printf \'step 1\\r\\033[2K\\033[1Astep 2'
+                             '\\033[?25l\\n\'; printf \'\\033[1;33mwarn\\n\'; echo > $@")\n')
     r = workspace.build("--color", "always")  # ...but never its cursor movement (it went into CI logs)
     assert "step 1step 2" in r.stdout and not re.search(r"\x1b\[(2K|1A|\?25l)", r.stdout), repr(r.stdout)
+    # and a colour it leaves on is reset before buildtool's next line (bold yellow until the end)
+    assert "\x1b[1;33mwarn\x1b[0m\n" in r.stdout, repr(r.stdout)
     workspace.write("s.txt", "y\n")
     r = workspace.build("--color", "never", env_extra={"CI": ""})
     assert "\x1b" not in r.stdout
@@ -257,6 +259,11 @@ def test_strip_controls_keeps_text_and_is_linear() -> None:
     from buildtool.console import strip_controls
 
     assert strip_controls("a\x1b[31mb\x1b[0m\r\nc\td\x07e\x7f\x00\x1b]0;title\x07f") == "ab\nc\tdef"
+    # Every shape of escape goes, under --color always too (but colours, kept whole there):
+    # ESC 7/8, ESC c, ESC ( B, private CSI parameters, a lone ESC left their ESC behind.
+    odd = "\x1b7a\x1b8\x1bc\x1b#8\x1b(B\x1b[>4;2m\x1b[?25lb\x1b"
+    assert strip_controls(odd) == "ab" and strip_controls(odd, keep_colors=True) == "ab"
+    assert strip_controls("\x1b[1;33mw\x1b[0m\x1b[2K", keep_colors=True) == "\x1b[1;33mw\x1b[0m"
     # A failing command's 11 MB log: one regex pass, not a Python loop per character (which
     # took seconds and ~10x the text in memory). Bounded by operations, not by time: the
     # per-character generator would need millions of Python-level steps, visible as a
