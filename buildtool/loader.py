@@ -351,9 +351,9 @@ class Loader:
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
-            sys.meta_path.insert(0, probe)
-            if shadows:
+            if shadows:  # (after the probes: they record what was looked for, for the snapshot)
                 sys.meta_path.insert(0, stdlib_first)
+            sys.meta_path.insert(0, probe)
             sys.dont_write_bytecode = True  # no __pycache__ among the sources
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
@@ -816,15 +816,19 @@ class _StdlibFirst:
 
     def __init__(self, shadows: dict[str, str], root: str) -> None:
         self.shadows = shadows
-        self.root = root
+        self.root = os.path.realpath(root)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if path is not None or name not in self.shadows:
             return None
         import importlib.machinery
 
-        elsewhere = [p for p in sys.path if os.path.abspath(p or ".") != self.root]
-        return importlib.machinery.PathFinder.find_spec(name, elsewhere)
+        elsewhere = [p for p in sys.path if os.path.realpath(p or ".") != self.root]  # (a link to it too)
+        spec = importlib.machinery.PathFinder.find_spec(name, elsewhere)
+        if spec is None:  # (none on this system, winreg on Linux: not the workspace's either)
+            raise ModuleNotFoundError(f"No module named {name!r} (the workspace's {self.shadows[name]} is not "
+                                      "imported in its place)", name=name)
+        return spec
 
 
 class _PrintsToStderr:

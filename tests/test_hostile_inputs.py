@@ -323,6 +323,13 @@ def test_a_workspace_module_named_as_a_standard_one_cannot_be_imported_while_eva
         rc, out, err = workspace.run("build", *flags)
         assert rc == 0 and workspace.read("t.out") == "stdlib stdlib\n", (flags, out + err)
         shutil.rmtree(workspace.root / ".buildtool")  # (each run evaluates afresh)
+    # A standard module this system has none of (winreg on Linux): not the workspace's either.
+    workspace.write("winreg.py", 'TAG = "workspace"\n')
+    workspace.build_file("", 'import importlib\ntry:\n    tag = importlib.import_module("winreg").TAG\n'
+                             'except ModuleNotFoundError:\n    tag = "none"\n'
+                             'genrule(name="t", outs=["t.out"], cmd="echo %s > $@" % tag)\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and workspace.read("t.out") == "none\n", out + err
 
 
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
