@@ -823,6 +823,11 @@ class _StdlibFirst:
             return None
         import importlib.machinery
 
+        # (a module built into this Python or frozen first: the finders after this one would
+        # have found it, where the root's file would only be found after them)
+        spec = importlib.machinery.BuiltinImporter.find_spec(name) or importlib.machinery.FrozenImporter.find_spec(name)
+        if spec is not None:
+            return spec
         elsewhere = [p for p in sys.path if os.path.realpath(p or ".") != self.root]  # (a link to it too)
         spec = importlib.machinery.PathFinder.find_spec(name, elsewhere)
         if spec is None:  # (none on this system, winreg on Linux: not the workspace's either)

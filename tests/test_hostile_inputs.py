@@ -330,6 +330,12 @@ def test_a_workspace_module_named_as_a_standard_one_cannot_be_imported_while_eva
                              'genrule(name="t", outs=["t.out"], cmd="echo %s > $@" % tag)\n')
     rc, out, err = workspace.run("build")
     assert rc == 0 and workspace.read("t.out") == "none\n", out + err
+    # One built into Python (atexit, which logging imports): found, not refused as missing.
+    workspace.write("atexit.py", 'TAG = "workspace"\n')
+    workspace.build_file("", 'import logging, sys\ntag = getattr(sys.modules["atexit"], "TAG", "builtin")\n'
+                             'genrule(name="t", outs=["t.out"], cmd="echo %s > $@" % tag)\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and workspace.read("t.out") == "builtin\n", out + err
 
 
 def test_symlink_loop_under_a_globbed_directory(workspace: Workspace) -> None:
