@@ -269,7 +269,8 @@ class Console:
         if not self.tty:
             s = strip_controls(s, keep_colors=self.color)
         if self.color and "\x1b" in s:
-            s = s.rstrip("\n") + "\x1b[0m"
+            body = s.rstrip("\n")
+            s = body + "\x1b[0m" + s[len(body):]  # (its trailing blank lines kept)
         self._write(s if s.endswith("\n") else s + "\n")
 
     def _line(self, s: str) -> None:

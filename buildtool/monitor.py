@@ -187,8 +187,8 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
         info = None
     if info is not None and info.get("protocol") != PROTOCOL:  # (an older buildtool's: replaced)
         stop(state_dir)
-        deadline = time.monotonic() + 10.0
-        while status(state_dir) is not None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10.0  # (gone when it no longer answers nor holds the lock)
+        while (status(state_dir) is not None or _lock_holder(state_dir) is not None) and time.monotonic() < deadline:
             time.sleep(0.05)
         info = None
     if info is not None:
