@@ -62,8 +62,11 @@ def run_command(args: argparse.Namespace) -> int:
         return 3
     files = f" and {info['files']} hard-linked files" if info.get("files") else ""
     print(f"monitor: pid {info['pid']}, watching {info['directories']} directories{files} of {info['root']}")
-    print(f"  generation {info['generation']} (events counted), {info['overflows']} queue overflows, "
-          f"vouched for {info['vouched']} no-op builds")
-    if info.get("unsure"):
+    print(f"  generation {info.get('generation')} (events counted), {info.get('overflows', 0)} queue overflows, "
+          f"vouched for {info.get('vouched', 0)} no-op builds")  # (.get: an older monitor's fields)
+    if info.get("protocol") != monitor.PROTOCOL:  # (one an older buildtool started: no build asks it)
+        print(f"  protocol {info.get('protocol', 1)}, not this buildtool's {monitor.PROTOCOL}: unused (every no-op "
+              "is checked by stat); `buildtool monitor start` replaces it")
+    elif info.get("unsure"):
         print(f"  every no-op is checked by stat: {info['unsure']}")
     return 0

@@ -617,6 +617,8 @@ def test_a_monitor_of_an_older_protocol_is_no_monitor_and_is_replaced(ws: Path, 
     state = str(ws / ".buildtool")
     old = _OlderMonitor(ws)
     assert monitor.since(state, str(ws), "t", 1) is None  # not trusted
+    r = bt(ws, tmp_path / "cache", "monitor", "status")
+    assert "protocol 1, not this buildtool's 2: unused" in r.stdout, r.stdout + r.stderr
     r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", "120")
     assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
     assert old.stopped.is_set()
