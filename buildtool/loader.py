@@ -808,11 +808,11 @@ def _shadow_guard(real: Callable[..., Any], shadows: dict[str, str], root: str) 
 
 
 class _StdlibFirst:
-    """A finder (first on sys.meta_path while a BUILD.py is evaluated) that resolves a name
-    in ``shadows`` without the workspace root: an import of it by a standard module
-    (``tempfile`` importing ``shutil``) or through importlib gets the standard module,
-    whether or not buildtool had imported it already (the guard refuses the workspace's
-    own imports of it)."""
+    """A finder (on sys.meta_path while a BUILD.py is evaluated, after the import probes,
+    before Python's own) that resolves a name in ``shadows`` without the workspace root:
+    an import of it by a standard module (``tempfile`` importing ``shutil``) or through
+    importlib gets the standard module, whether or not buildtool had imported it already
+    (the guard refuses the workspace's own imports of it)."""
 
     def __init__(self, shadows: dict[str, str], root: str) -> None:
         self.shadows = shadows
