@@ -187,27 +187,21 @@ def _compile(
         if src.endswith(".so") or ".so." in src.rpartition("/")[2].rpartition(":")[2]:  # (libz.so.1)
             raise ValueError(f"{name}: srcs entry {src!r} is a shared library: link it through linkopts "
                              "(-L, -l, and -Wl,-rpath for where it is found at run time)")
-        if generated and src.endswith(PREBUILT_SUFFIXES):  # (//third_party:lib/libz.a, ":libgen.a")
+        if not generated and not src.endswith(SOURCE_SUFFIXES) and (src.startswith("/") or ".." in src.split("/")):
+            raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "  # (as for a .c)
+                             "(a header elsewhere is found through includes, not srcs; a prebuilt "
+                             "library elsewhere by its file label, //pkg:libz.a)")
+        if src.endswith(PREBUILT_SUFFIXES):  # by path or label (//third_party:lib/libz.a, ":libgen.a")
             if not src.endswith(prebuilt):
-                raise ValueError(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive or "
-                                 "shared library is linked: list it in the srcs of the cc_binary or cc_test")
-            given.append(src)
+                raise ValueError(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive is "
+                                 "linked: list it in the srcs of the cc_binary or cc_test")
+            given.append(src)  # (a missing one is the genrule's error, as for any source)
             continue
         if not generated and not src.endswith(SOURCE_SUFFIXES):
-            if src.startswith("/") or ".." in src.split("/"):  # (as for a .c: paths stay in the package)
-                raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "
-                                 "(a header elsewhere is found through includes, not srcs; a prebuilt "
-                                 "library elsewhere by its file label, //pkg:libz.a)")
-            if src.endswith(prebuilt):
-                given.append(src)  # (a missing one is the genrule's error, as for any source)
-                continue
             if not src.endswith(HEADER_SUFFIXES):  # (it was taken for a header, and silently left out)
                 takes = "/".join(SOURCE_SUFFIXES + HEADER_SUFFIXES + prebuilt)
                 raise ValueError(f"{name}: srcs entry {src!r} is not a file the macro knows what to do with: "
-                                 f"srcs takes {takes} files"
-                                 + (" (a cc_library archives objects; an archive or shared library is linked: "
-                                    "list it in the srcs of the cc_binary or cc_test)"
-                                    if src.endswith(PREBUILT_SUFFIXES) else ""))
+                                 f"srcs takes {takes} files")
             # Headers listed in srcs are discovered through depfiles, not compiled; but one
             # that is not there is an error, as a missing source is.  (A plain lookup: glob
             # leaves out ignored dirs, subpackages, links, outputs, and made the package a
