@@ -36,6 +36,7 @@ from buildtool.remote.store import (
     Store,
     Unavailable,
     checked_digest,
+    declared_files,
     marker_digest,
     open_store,
 )
@@ -215,18 +216,8 @@ class RemoteCache:
         if not res.HasField("execution_metadata"):  # (zero bytes parse as a result with exit code 0 and no
             # outputs: for a test, a pass.  Every entry buildtool or an executor writes says who ran it.)
             raise RemoteError("the entry is empty or has no execution_metadata, which every real result has")
-        if len(res.output_directories) or len(res.output_symlinks) or len(res.output_file_symlinks) \
-                or len(res.output_directory_symlinks):
-            raise RemoteError("the entry has output directories or symlinks; this target declares only files")
+        files = declared_files(t, res, "the entry")
         want = set(t.outs)
-        files: dict[str, Any] = {}
-        for f in res.output_files:
-            p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
-            if p in files:
-                raise RemoteError(f"the entry names output {f.path!r} twice")
-            if p not in want or f.path.startswith("/") or ".." in f.path.split("/"):
-                raise RemoteError(f"the entry names output {f.path!r}, which the target does not declare")
-            files[p] = f
         if set(files) != want:
             missing = sorted(want - set(files))
             raise RemoteError(f"the entry lacks declared outputs {', '.join(missing)}")

@@ -38,7 +38,7 @@ from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execu
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
 from buildtool.remote.protos.google.longrunning import operations_pb2_grpc as ops_grpc
-from buildtool.remote.store import Connection, RemoteError, Source, Unavailable, marker_digest
+from buildtool.remote.store import Connection, RemoteError, Source, Unavailable, declared_files, marker_digest
 from buildtool.remote.store import checked_digest as _checked
 
 CANCEL_WAIT_S = 2.0  # Ctrl-C: how long CancelOperation calls may hold up the exit
@@ -408,18 +408,9 @@ class RemoteExecutor:
         when ``lazy``, download nothing and return [path, remote: digest, mode] of each.  Paths
         named by the result are never trusted: each must be a declared output."""
         want = set(t.outs)
-        files: dict[str, Any] = {}
-        for f in r.output_files:  # (checked as a cache entry is: cache_layer._fetch)
-            p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
-            if p in files:  # (the last of two different contents won)
-                raise RemoteError(f"the result names output {f.path!r} twice")
-            if p not in want or f.path.startswith("/") or ".." in f.path.split("/"):
-                raise RemoteError(f"the result names output {f.path!r}, which the target does not declare")
+        files = declared_files(t, r, "the result")  # (checked as a cache entry is: cache_layer._fetch)
+        for f in files.values():
             _checked(f.digest)  # (left remote, it would be recorded as the output's digest)
-            files[p] = f
-        if len(r.output_directories) or len(r.output_symlinks) or len(r.output_file_symlinks) \
-                or len(r.output_directory_symlinks):  # (a declared one is _lacking's "not a regular file")
-            raise RemoteError("the result has output directories or symlinks; this target declares only files")
         if set(files) != want:  # (_lacking said which first: not reached)
             raise RemoteError(f"the result lacks declared outputs: {sorted(want - set(files))}")
         if lazy:

@@ -81,6 +81,29 @@ def _hash_obj(digest_fn: str) -> Any:
     return hashlib.sha256()
 
 
+def declared_files(t: Any, r: Any, what: str) -> dict[str, Any]:
+    """Workspace path -> OutputFile of the ActionResult ``r``, each a declared output of
+    ``t`` (its ``pkg`` and ``outs``) named once: a result names paths that are never
+    trusted (a cache entry's, an execution's alike).  RemoteError, naming ``what`` (``the
+    entry``), for a path twice or not declared, or output directories or symlinks; the
+    caller says which declared outputs it lacks."""
+    import posixpath
+
+    if len(r.output_directories) or len(r.output_symlinks) or len(r.output_file_symlinks) \
+            or len(r.output_directory_symlinks):
+        raise RemoteError(f"{what} has output directories or symlinks; this target declares only files")
+    want = set(t.outs)
+    files: dict[str, Any] = {}
+    for f in r.output_files:
+        p = posixpath.normpath(posixpath.join(t.pkg, f.path)) if t.pkg else posixpath.normpath(f.path)
+        if p in files:  # (of two different contents, the last would win)
+            raise RemoteError(f"{what} names output {f.path!r} twice")
+        if p not in want or f.path.startswith("/") or ".." in f.path.split("/"):
+            raise RemoteError(f"{what} names output {f.path!r}, which the target does not declare")
+        files[p] = f
+    return files
+
+
 class _VerifyingWriter:
     """Writes a download to ``dest`` while hashing it; ``finish`` checks the digest.  With
     ``want``, more bytes than its size is BadBlob at once (the file removed): a server
