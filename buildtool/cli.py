@@ -357,8 +357,8 @@ def _usage_error(p: argparse.ArgumentParser, args: argparse.Namespace, msg: str)
 
 def _nothing_changed(n: int, secs: float) -> int:
     """The no-op answer; a closed stdout loses the line, not the build's status."""
-    try:
-        print(f"OK: {n} targets: {n} up_to_date in {secs:.2f}s (nothing changed)", flush=True)
+    try:  # (console.targets' plural: console is not imported on this path)
+        print(f"OK: {n} target{'s' if n != 1 else ''}: {n} up_to_date in {secs:.2f}s (nothing changed)", flush=True)
     except OSError:  # a closed pipe, a full disk
         pass
     return 0

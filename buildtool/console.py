@@ -104,6 +104,11 @@ def use_color(mode: str, out: IO[str]) -> bool:
     return is_live_terminal(out)
 
 
+def targets(n: int) -> str:
+    """``n`` with the word "target", in the plural unless ``n`` is 1 (the summary lines)."""
+    return f"{n} target" if n == 1 else f"{n} targets"
+
+
 def fmt_secs(s: float) -> str:
     if s < 60:
         return f"{s:.1f}s"
@@ -388,7 +393,7 @@ class Console:
         color = "green" if head == "OK" else "red"
         total = self.total + unchanged
         print(
-            f"{self._paint(head, color)}: {total} targets: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
+            f"{self._paint(head, color)}: {targets(total)}: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
             file=self.out,
             flush=True,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import IO
 
+from buildtool.console import targets
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
 
@@ -78,5 +79,5 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
     parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL, CACHED, NOT_RUN) if counts.get(k)]
     if counts.get(GROUP):  # (left out, the parts did not add up to the total)
         parts.append(f"{counts[GROUP]} group{'s' if counts[GROUP] > 1 else ''}")
-    print(f"explain: {total} targets: {', '.join(parts) or 'nothing'} (nothing was run)", file=out)
+    print(f"explain: {targets(total)}: {', '.join(parts) or 'nothing'} (nothing was run)", file=out)
     return counts

@@ -297,3 +297,22 @@ def test_a_non_blocking_stdout_loses_nothing(workspace: Workspace, args: tuple[s
     lines = [ln for ln in data.split(b"\n") if ln.startswith(b"//:target_with")]
     assert len(data) > 65536 and len(lines) == 3000, len(data)
     assert b"output is lost" not in p.stderr.read()
+
+
+def test_summary_lines_say_one_target_in_the_singular(workspace: Workspace) -> None:
+    """"OK: 1 target", not "1 targets", in the build's summary, the no-op's line and
+    explain's count."""
+    workspace.write("s.txt", "x\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["s.txt"], outs=["a.out"], cmd="cat $< > $@")\n')
+    ci = {"CI": ""}
+    rc, out, err = workspace.run("build", env_extra=ci)
+    assert rc == 0 and out.splitlines()[-1].startswith("OK: 1 target: 1 ran"), out + err
+    rc, out, err = workspace.run("build", env_extra=ci)
+    assert rc == 0 and out.splitlines()[-1].startswith("OK: 1 target: 1 up_to_date"), out + err
+    assert "(nothing changed)" in out, out  # (the no-op's own line)
+    rc, out, err = workspace.run("explain", "//:a", env_extra=ci)
+    assert rc == 0 and "explain: 1 target: 1 up to date" in out, out + err
+    workspace.build_file("", 'genrule(name="a", srcs=["s.txt"], outs=["a.out"], cmd="cat $< > $@")\n'
+                             'genrule(name="b", srcs=["s.txt"], outs=["b.out"], cmd="cat $< > $@")\n')
+    rc, out, err = workspace.run("build", env_extra=ci)
+    assert rc == 0 and out.splitlines()[-1].startswith("OK: 2 targets: 1 ran, 1 unchanged"), out + err
