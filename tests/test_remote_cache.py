@@ -716,3 +716,32 @@ def test_a_bytestream_read_past_the_digest_s_size_stops_at_once(tmp_path: Path) 
         store._read(Digest("0" * 64, 5 << 20), str(tmp_path))
     assert call.cancelled and call.sent <= 6, call.sent
     assert list(tmp_path.iterdir()) == [], "the partial download was left"
+
+
+def test_a_file_name_that_is_not_utf8_keeps_its_target_local_with_one_warning(
+    server: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A REAPI action holds names as protobuf strings: a source named with a byte that is
+    not UTF-8 failed its genrule and its (passing) test with an internal UnicodeEncodeError.
+    The target runs and is cached here, one warning each; the others use the server."""
+    tag = f"{time.time_ns()}"
+    ws = make_workspace("not-utf8")
+    (ws.root / os.fsdecode(b"caf\xe9.txt")).write_text(f"{tag}\n")
+    ws.write("plain.txt", f"{tag}\n")
+    ws.build_file("", 'genrule(name="g", srcs=glob(["caf*.txt"]), outs=["out.txt"], cmd="cp $< $@")\n'
+                      'test(name="t", srcs=glob(["caf*.txt"]), cmd="grep -q . $(SRCS)")\n'
+                      'genrule(name="p", srcs=["plain.txt"], outs=["p.out"], cmd="cp $< $@")\n')
+    r = ws.build("//:g", "//:t", "//:p", "--remote-cache", server.url, "--remote-upload", command="test")
+    assert r.rc == 0, r.output
+    assert (r.status("//:g"), r.status("//:t"), r.status("//:p")) == ("ran", "ran", "ran"), r.output
+    assert "internal error" not in r.output and "PASSED" in r.stdout, r.output
+    assert ws.read("out.txt") == f"{tag}\n"
+    for label in ("//:g", "//:t"):
+        assert r.output.count(f"{label}: not in the remote cache: its input 'caf\\xe9.txt' is not UTF-8") == 1, \
+            r.output
+    [st] = r.remote
+    assert (st["uploads"], st["disabled"]) == (1, None), st  # (//:p's entry)
+    # Locally cached all the same: deleted outputs come back without running anything.
+    ws.path("out.txt").unlink()
+    r = ws.build("//:g", "--remote-cache", server.url)
+    assert r.rc == 0 and r.status("//:g") == "restored" and ws.read("out.txt") == f"{tag}\n", r.output

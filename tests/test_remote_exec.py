@@ -688,6 +688,19 @@ def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs_here(
     assert "too long for a remote command line; running it here" in r.stderr, r.stderr
 
 
+def test_a_target_with_a_name_that_is_not_utf8_runs_here(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """No REAPI Command can name the file (protobuf strings): an internal
+    UnicodeEncodeError failed the target; it runs here, saying why."""
+    ws = make_workspace("notutf8")
+    (ws.root / os.fsdecode(b"n\xe9.txt")).write_text("x\n")
+    ws.build_file("", 'genrule(name="g", srcs=glob(["n*.txt"]), outs=["o.txt"], cmd="cp $< $@")\n')
+    r = ws.build("--remote-executor", stack.url)
+    assert r.rc == 0 and ws.read("o.txt") == "x\n" and r.status("//:g") == "ran", r.output
+    assert "//:g: remote execution failed (its input 'n\\xe9.txt' is not UTF-8" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize(("extra", "said"), [
     ("twice", "names output 'g.txt' twice"),
     ("undeclared", "names output '../../escape.txt', which the target does not declare"),

@@ -24,6 +24,12 @@ SALT_VERSION = 1
 PYRULE_PYTHON = "python3"  # resolved through the action's PATH, never an absolute path
 
 
+class NotRemotable(Exception):
+    """The target cannot be written as a REAPI action: a name in it is not UTF-8 (protobuf
+    strings must be).  Neither the server's fault nor a miss of its: the target runs and is
+    cached here only."""
+
+
 @dataclass(frozen=True, slots=True)
 class Digest:
     hash: str
@@ -112,6 +118,26 @@ def command_arguments(t: Any, shell: str) -> list[str]:
     return [*argv, "-c", t.cmd]
 
 
+def _check_utf8(t: TargetView, desc: dict[str, Any]) -> None:
+    """NotRemotable naming the first name of the action that is not UTF-8 (a file name's
+    undecodable bytes, kept by Python as surrogates): REAPI's paths, arguments and
+    variables are protobuf strings."""
+    names = [("package", t.pkg), *(("output", o) for o in t.outs), *(("input", i) for i in desc["inputs"]),
+             *(("input", k.removeprefix("module:")) for k in desc.get("extra", {})),
+             *(("variable", f"{k}={v}") for k, v in desc["env"].items()), ("command", t.cmd)]
+    if t.kind == "pyrule":
+        names += [("function", t.fn or ""), ("kwargs", t.kwargs_json or "")]
+    for what, s in names:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            shown = shown if len(shown) <= 120 else shown[:117] + "..."
+            msg = (f"its {what} '{shown}' is not UTF-8, which every name in a Remote Execution API "
+                   "action must be")
+            raise NotRemotable(msg) from None
+
+
 class _Dir:
     __slots__ = ("dirs", "files")
 
@@ -168,6 +194,7 @@ def build(
     """The REAPI Action of a target.  ``file_digest(rel_path, local_digest)`` gives an input
     file's remote digest (memoised by the caller); ``kept_mode(rel_path)`` the mode recorded
     for an input left in the server's CAS (no local file to stat)."""
+    _check_utf8(t, desc)
     h = hasher(digest_fn)
     shell = desc.get("shell", "sh")
     cmd = re_pb2.Command()

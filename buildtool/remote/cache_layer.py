@@ -92,6 +92,7 @@ class RemoteCache:
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
         self._bad_in_a_row = 0  # entries found unusable since the last usable answer (BAD_IN_A_ROW)
+        self._unnamed: set[str] = set()  # targets no REAPI action can name (ra.NotRemotable), warned of
 
     # -- connection and breaker ------------------------------------------------------------
     def _get_store(self) -> Store | None:
@@ -163,6 +164,15 @@ class RemoteCache:
                 self._actions[key] = got
         return got
 
+    def _not_remotable(self, label: str, e: ra.NotRemotable) -> None:
+        """One warning per target that cannot be a remote action (its lookup and its
+        upload both come here)."""
+        with self._lock:
+            if label in self._unnamed:
+                return
+            self._unnamed.add(label)
+        self.warn(f"{label}: not in the remote cache: {e}; cached locally only")
+
     # -- lookup --------------------------------------------------------------------------------
     def lookup(self, t: TargetView, key: str, desc: dict[str, Any], label: str) -> ActionEntry | None:
         """The target's entry, fetched into the local cache; None on a miss (or any trouble)."""
@@ -171,6 +181,11 @@ class RemoteCache:
             return None
         try:
             act = self.remote_action(store, t, key, desc)
+        except ra.NotRemotable as e:
+            self._not_remotable(label, e)
+            self._count_miss()
+            return None
+        try:
             res = store.get_action_result(act.digest)
             if res is None:
                 self._count_miss()
@@ -277,6 +292,10 @@ class RemoteCache:
             return
         try:
             act = self.remote_action(store, t, key, desc)
+        except ra.NotRemotable as e:
+            self._not_remotable(label, e)
+            return
+        try:
             result, blobs = self.action_result(store, t, act, outputs, stdout, stderr, duration)
             missing = store.find_missing(blobs)
             with self._lock:  # present there but damaged (a download did not verify): replace it

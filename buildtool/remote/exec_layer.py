@@ -224,7 +224,7 @@ class RemoteExecutor:
                     self.stats.fallbacks += 1
                     self._trip_locked(str(e))
             return None
-        except (RemoteError, OSError) as e:
+        except (RemoteError, OSError, ra.NotRemotable) as e:
             if self.cancelled:
                 return None
             self.warn(f"{label}: remote execution failed ({e}); running it locally")
