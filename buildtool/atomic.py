@@ -99,14 +99,16 @@ def remove_stale_report(path: str, flag: str) -> bool:
         return False
 
 
-def drop_stale_reports(asked: Any) -> None:
+def drop_stale_reports(asked: Any, spare: Any = ()) -> None:
     """A request refused before anything ran (exit 2, a watch cycle's ERROR) writes no
     report: remove the one of each kind ``asked`` for (its ``junit``, ``events`` and
     ``profile`` attributes: parsed arguments, a BuildRequest) that an earlier run left, or
-    a CI step that shows the JUnit file it finds would show the last run's green results."""
+    a CI step that shows the JUnit file it finds would show the last run's green results;
+    but not at the paths of the flags in ``spare`` (the error's ``flags``, when it was
+    their paths that were refused: a source that holds a report, say)."""
     for flag, name in (("--junit", "junit"), ("--events", "events"), ("--profile", "profile")):
         path = getattr(asked, name, None)
-        if path:
+        if path and flag not in spare:
             remove_stale_report(path, flag)
 
 

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         if e.exit_code == 2:
             from buildtool.atomic import drop_stale_reports
 
-            drop_stale_reports(args)
+            drop_stale_reports(args, getattr(e, "flags", ()))
         return e.exit_code
     except KeyboardInterrupt as e:
         return _interrupted(e)

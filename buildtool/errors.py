@@ -31,6 +31,16 @@ class UserError(BuildtoolError):
     exit_code = 2
 
 
+class ReportPathError(UserError):
+    """A --junit, --profile or --events path the build may not write (a source, an output,
+    a BUILD.py ...); ``flags`` names them: the files there are never removed as an earlier
+    run's reports."""
+
+    def __init__(self, message: str, flags: frozenset[str]) -> None:
+        super().__init__(message)
+        self.flags = flags
+
+
 class BuildfileError(UserError):
     """An error located in a buildfile (``path:line: message``)."""
 

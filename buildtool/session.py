@@ -19,7 +19,7 @@ from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.console import say as console_say
 from buildtool.digest import StatCache
-from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, UserError
+from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, ReportPathError, UserError
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
@@ -1118,11 +1118,18 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
     report of its kind: the report replaced the source (`--junit in.txt`, also of a target
     outside this build's graph), an empty ``buildtool.toml`` or ``__init__.py``, or the
     build record (`--junit .buildtool/record`), or a build restored the output over the
-    report.  Paths are compared as they resolve (a link to a source is that source)."""
+    report.  Paths are compared as they resolve (a link to a source is that source).
+    Every report is checked, and the error names the refused ones (ReportPathError): those
+    files are left alone when the earlier reports of a refused request are removed."""
     from buildtool.atomic import replaceable
 
-    reports = [(flag, path) for flag, path in (("--events", req.events), ("--profile", req.profile),
-                                               ("--junit", req.junit)) if path]
+    reports = [(flag, path) for flag, path in (("--junit", req.junit), ("--profile", req.profile),
+                                               ("--events", req.events)) if path]
+    refused: dict[str, str] = {}
+
+    def refuse(flag: str, path: str, why: str) -> None:
+        refused.setdefault(flag, f"{flag} {path}: {why}; name another file")
+
     inside: dict[str, tuple[str, str]] = {}
     for flag, path in reports:
         rel = os.path.relpath(os.path.realpath(path), root)
@@ -1130,16 +1137,14 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
             inside[rel] = (flag, path)
     for rel, (flag, path) in inside.items():
         if rel == BUILDFILE or rel.endswith("/" + BUILDFILE):
-            raise UserError(f"{flag} {path}: that is a BUILD.py; name another file")
+            refuse(flag, path, "that is a BUILD.py")
         if rel == STATE_DIR or rel.startswith(STATE_DIR + "/"):
-            raise UserError(f"{flag} {path}: that is in the workspace's state directory {STATE_DIR}/; "
-                            "name another file")
+            refuse(flag, path, f"that is in the workspace's state directory {STATE_DIR}/")
     real = {os.path.realpath(path): (flag, path) for flag, path in reports}
     for f in struct if reports else ():
         hit = real.get(os.path.realpath(f)) if os.path.isabs(f) else inside.get(f)
         if hit is not None:
-            raise UserError(f"{hit[0]} {hit[1]}: that is {f}, which loading the BUILD.py files reads; "
-                            "name another file")
+            refuse(*hit, f"that is {f}, which loading the BUILD.py files reads")
     # A report below an output (x/ev for an output x not built yet) or holding one (d for
     # an output d/x): its directory or file took the output's place, and the reverse.
     above = {os.path.dirname(rel) for rel in inside}
@@ -1153,20 +1158,22 @@ def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iter
         for f in (*t.srcs, *t.outs):
             hit = inside.get(f)
             if hit is not None:
-                what = "a source" if f in t.srcs else "an output"
-                raise UserError(f"{hit[0]} {hit[1]}: that is {what} of {t.label}; name another file")
+                refuse(*hit, f"that is {'a source' if f in t.srcs else 'an output'} of {t.label}")
         for o in t.outs:
             if o in above:
-                flag, path = next(v for r, v in inside.items() if r.startswith(o + "/"))
-                raise UserError(f"{flag} {path}: that is below {o}, an output of {t.label}; name another file")
+                for r, (flag, path) in inside.items():
+                    if r.startswith(o + "/"):
+                        refuse(flag, path, f"that is below {o}, an output of {t.label}")
             if o.startswith(below):
-                flag, path = next(v for r, v in inside.items() if o.startswith(r + "/"))
-                raise UserError(f"{flag} {path}: {o}, an output of {t.label}, is below that path; "
-                                "name another file")
+                for r, (flag, path) in inside.items():
+                    if o.startswith(r + "/"):
+                        refuse(flag, path, f"{o}, an output of {t.label}, is below that path")
     for flag, path in reports:
-        if not replaceable(path, flag):
-            raise UserError(f"{flag} {path}: that file holds something else than a report of its kind "
-                            "(an earlier run's); name another file, or remove it first")
+        if flag not in refused and not replaceable(path, flag):
+            refused[flag] = (f"{flag} {path}: that file holds something else than a report of its kind "
+                             "(an earlier run's); name another file, or remove it first")
+    if refused:
+        raise ReportPathError("; ".join(refused[flag] for flag, _ in reports if flag in refused), frozenset(refused))
 
 
 def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, stats: StatCache) -> None:

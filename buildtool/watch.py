@@ -928,7 +928,7 @@ class Watcher:
             if e.exit_code == 2:  # (not exit 4's "no tests": as a one-shot build, it keeps them)
                 from buildtool.atomic import drop_stale_reports
 
-                drop_stale_reports(self.req)  # (the latest cycle's reports, and it wrote none)
+                drop_stale_reports(self.req, getattr(e, "flags", ()))  # (the latest cycle's reports, and it wrote none)
         except BuildtoolError as e:
             status, error = "ERROR", str(e)
         finally:

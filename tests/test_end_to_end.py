@@ -1314,6 +1314,37 @@ def test_a_report_file_may_not_be_a_source_an_output_or_a_buildfile(
     assert workspace.read("notes.txt") == "mine\n"
 
 
+def test_a_refused_report_path_is_left_as_it_is_even_when_it_holds_a_report(workspace: Workspace) -> None:
+    """The paths refused were deleted by the removal of a refused request's earlier
+    reports when they held one: a committed fixture that is an events file, and, with the
+    reports inside a root glob as docs/ci.md describes, every report of the last run (the
+    runs went 0, 2, 0, 2).  Every refused path is named; a report elsewhere still goes."""
+    workspace.build_file("", 'genrule(name="a", outs=["a.txt"], cmd="echo a > $@")\n'
+                             'test(name="t", srcs=["fixture.jsonl"], cmd="test -s fixture.jsonl")\n')
+    workspace.write("fixture.jsonl", "")
+    assert workspace.run("build", "//:a", "--events", "fixture.jsonl")[0] == 0
+    fixture = workspace.read("fixture.jsonl")
+    assert '"schema"' in fixture
+    assert workspace.run("build", "//:a", "--events", "elsewhere.jsonl")[0] == 0
+    rc, _, err = workspace.run("test", "//...", "--events", "fixture.jsonl", "--profile", "prof.json")
+    assert rc == 2 and "--events fixture.jsonl: that is a source of //:t; name another file" in err, err
+    assert workspace.read("fixture.jsonl") == fixture
+    # As docs/ci.md: reports inside the workspace, under a root glob.
+    workspace.build_file("", 'test(name="all_files", srcs=glob(["**/*"]), cmd="true")\n')
+    os.unlink(workspace.path("fixture.jsonl"))
+    ci = ["test", "//...", "-k", "--junit", "reports/junit.xml", "--profile", "reports/build-trace.json",
+          "--events", "reports/events.jsonl"]
+    rc, out, err = workspace.run(*ci)
+    assert rc == 0, out + err
+    reports = {p: workspace.read(p) for p in ("reports/junit.xml", "reports/build-trace.json", "reports/events.jsonl")}
+    for _ in range(2):
+        rc, out, err = workspace.run(*ci)
+        assert rc == 2, out + err
+        assert err.count("that is a source of //:all_files") == 3, err
+        assert "--junit reports/junit.xml: that is a source of //:all_files; name another file" in err, err
+        assert {p: workspace.read(p) for p in reports} == reports
+
+
 def test_a_report_file_may_not_be_a_file_the_buildfiles_read(workspace: Workspace) -> None:
     """An empty buildtool.toml, .buildtoolignore or __init__.py passed as "an empty file a
     report may take": the report replaced it and every later build failed to load.  Checked
