@@ -232,7 +232,7 @@ def _leaving() -> None:
     SIGTERM) must not cut the ``finally`` blocks that release the locks, nor the exit."""
     import _signal
 
-    for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+    for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
         try:
             _signal.signal(s, _signal.SIG_IGN)
         except (ValueError, OSError):  # (not the main thread)
@@ -240,7 +240,8 @@ def _leaving() -> None:
 
 
 def _leave_on_termination() -> None:
-    """SIGTERM and SIGHUP (a terminal closed, an ssh connection dropped) end the command as
+    """SIGTERM, SIGHUP (a terminal closed, an ssh connection dropped) and SIGQUIT (Ctrl-\\,
+    fatal to Make too) end the command as
     Ctrl-C does: through its ``finally`` blocks, which release the locks and remove the lock
     file in /tmp, with a word and exit 128 + the signal, rather than at once by their
     default action.  While a build's commands run and its reports are written, the
@@ -251,7 +252,7 @@ def _leave_on_termination() -> None:
     Through ``_signal``, not ``signal``: that one imports enum, ~2 ms of every no-op build."""
     import _signal
 
-    for s in (_signal.SIGTERM, _signal.SIGHUP):
+    for s in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
         if _signal.getsignal(s) != _signal.SIG_IGN:
             _signal.signal(s, _on_termination)
     if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:

@@ -9,7 +9,7 @@
     +-- Interrupted (130/143/129)  SIGINT / SIGTERM / SIGHUP while the scheduler ran or reports were written
     KeyboardInterrupt
     +-- EvaluationInterrupted      Ctrl-C (or SIGTERM, SIGHUP) while a BUILD.py ran (names it: an endless loop)
-    +-- Terminated                 SIGTERM or SIGHUP elsewhere (loading, waiting for the lock): leave as on Ctrl-C
+    +-- Terminated                 SIGTERM, SIGHUP, SIGQUIT elsewhere (loading, waiting for the lock): as Ctrl-C
     StopRequested (BaseException)  raised by buildtool's own signal handlers (watch): leave now
 
 Only ``cli.py`` decides how to print them.  Cache and state trouble is never an
@@ -93,7 +93,7 @@ class EvaluationInterrupted(KeyboardInterrupt):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (``signum``) outside the scheduler's loop: raised by the CLI's
+    """SIGTERM, SIGHUP or SIGQUIT (``signum``) outside the scheduler's loop: raised by the CLI's
     handler so that the command leaves as on Ctrl-C, its ``finally`` blocks releasing the
     locks, rather than dying at once (the default action) with its lock file in /tmp left
     behind.  A KeyboardInterrupt, so it passes wherever Ctrl-C passes."""

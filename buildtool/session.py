@@ -1010,7 +1010,8 @@ def _prune_empty_dirs(root: str, rel_dir: str) -> None:
 
 
 class _Signals:
-    """SIGINT, SIGTERM and SIGHUP (a terminal closed, an ssh connection dropped) from the
+    """SIGINT, SIGTERM, SIGHUP (a terminal closed, an ssh connection dropped) and SIGQUIT
+    (Ctrl-\\: its default would leave the commands running, in sessions of their own) from the
     scheduler's start to the build's end.  While the scheduler runs, one stops it (running
     commands' groups are killed, nothing partial is recorded).  Once it returned, one is
     ``held`` until the reports (--profile, --junit, --events) and the state are written and
@@ -1030,8 +1031,7 @@ class _Signals:
     def install(self, stop: Callable[[int], None]) -> None:
         self._stop = stop
         wanted = [signal.SIGINT, signal.SIGTERM]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            wanted.append(signal.SIGHUP)
+        wanted += [s for s in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(s) is not signal.SIG_IGN]
         for s in wanted:
             try:
                 self._prev[s] = signal.signal(s, self._on_signal)

@@ -1000,9 +1000,8 @@ class Watcher:
                 labels.parse_pattern(text, self.session.ws.cwd_pkg_dir)
             except labels.LabelError as e:
                 raise UserError(str(e)) from None
-        stops = [signal.SIGINT, signal.SIGTERM]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (a terminal closed; not under nohup)
-            stops.append(signal.SIGHUP)
+        stops = [signal.SIGINT, signal.SIGTERM]  # SIGHUP: a terminal closed (not under nohup); SIGQUIT: Ctrl-\\
+        stops += [s for s in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(s) is not signal.SIG_IGN]
         prev = {s: signal.signal(s, self._on_signal) for s in stops}
         s = self.session
         s.stats = s.stats or _stat_cache(s)

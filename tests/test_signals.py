@@ -51,14 +51,17 @@ def _workspace(tmp_path: Path) -> Path:
 
 
 def _hup_default() -> None:
-    """In the child: SIGHUP at its default, whatever this test run inherited (``nohup``)."""
+    """In the child: SIGHUP and SIGQUIT at their defaults, whatever this test run inherited
+    (``nohup``, a CI runner)."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                           (signal.SIGQUIT, 131)])
 def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) -> None:
-    """SIGHUP too (a terminal closed, an ssh connection dropped): it killed buildtool at
-    once, and its commands, each in a session of its own, ran on."""
+    """SIGHUP too (a terminal closed, an ssh connection dropped), and SIGQUIT (Ctrl-\\): they
+    killed buildtool at once, and its commands, each in a session of its own, ran on."""
     ws = _workspace(tmp_path)
     marker = tmp_path / "started"
     nap = f"{60 + (os.getpid() % 1000) / 1000 + sig / 10000:.4f}"  # unique to this test run
@@ -164,7 +167,7 @@ def _second_lock(ws: Path) -> Path:
     return Path(f"/tmp/buildtool-{os.getuid()}/{st.st_dev:x}-{st.st_ino:x}.lock")
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGQUIT, 131)])
 def test_sigterm_in_an_endless_buildfile_names_it_and_releases_the_locks(tmp_path: Path, sig: int, code: int) -> None:
     """As Ctrl-C does: SIGTERM and SIGHUP while a BUILD.py ran took their default action,
     no word (a Python parent saw -15), and the lock file in /tmp was left behind."""
