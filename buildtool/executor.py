@@ -24,7 +24,7 @@ import stat
 import threading
 import time
 
-from buildtool.orphans import boot_clock, live_groups
+from buildtool.orphans import boot_clock, live_groups, sweep_sessions
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -424,6 +424,8 @@ class SubprocessExecutor:
 
     def __init__(self) -> None:
         self._procs: dict[int, Child] = {}
+        self._sessions: set[int] = set()  # the sessions the commands started led (orphans.sweep_sessions)
+        self._killed: set[int] = set()  # of those, the ones sent SIGTERM (a timeout, Ctrl-C): swept at the end
         # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
         # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
         self._terminated: dict[int, float] = {}  # pgid -> when its grace period ends (monotonic)
@@ -527,6 +529,8 @@ class SubprocessExecutor:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         with self._lock:
             self._procs[proc.pid] = proc
+            if capture is not None:  # (a console-pool command is in buildtool's own session)
+                self._sessions.add(proc.pid)
         if tracker is not None:
             tracker.add(proc.pid, booted)
         if self.cancelled:
@@ -645,12 +649,17 @@ class SubprocessExecutor:
             if interrupt and not ended:
                 self._interrupted.add(proc.pid)
             self._terminated[proc.pid] = time.monotonic() + KILL_GRACE_S
+            if proc.pid in self._sessions:
+                self._killed.add(proc.pid)
 
         def hard_kill() -> None:
             time.sleep(KILL_GRACE_S)
             with self._lock:
                 self._terminated.pop(proc.pid, None)
+                led = proc.pid in self._sessions
             _killpg(proc.pid, signal.SIGKILL)
+            if led:  # (a timed-out test's server in a group of its own: not kept to the build's end)
+                sweep_sessions({proc.pid})
 
         threading.Thread(target=hard_kill, daemon=True).start()
 
@@ -669,6 +678,9 @@ class SubprocessExecutor:
             live = [p.pid for p in self._procs.values()]
             grace = dict(self._terminated)
             self._terminated.clear()
+            swept = self._killed & self._sessions
+            self._sessions.clear()
+            self._killed.clear()
         for pgid in live:
             _killpg(pgid, signal.SIGKILL)
         while grace:
@@ -680,6 +692,7 @@ class SubprocessExecutor:
                 del grace[g]
             if grace:
                 time.sleep(0.02)
+        sweep_sessions(swept, live)  # (a /proc pass, ~2 ms: not on every build's way out; see sweep_sessions)
 
 
 def _ended(pid: int) -> bool:

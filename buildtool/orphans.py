@@ -35,7 +35,7 @@ import time
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 HEADER_PREFIX = "# buildtool children v2 pid="
 MARK_PREFIX = b"capture v1"  # a lane's marker: "capture v1 <dev> <ino> <dev> <ino>" (stdout, stderr)
@@ -277,6 +277,44 @@ def live_groups(pgids: set[int] | dict[int, float]) -> set[int] | None:
             if got is not None and got[0] in pgids:
                 out.add(got[0])
     return out
+
+
+def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
+    """SIGKILL what is left in the sessions ``sids`` led by commands this build started and
+    reaped: processes a command moved into a process group of their own (bash's ``set -m``,
+    ``Popen(process_group=0)``), which the kill of the command's group missed.  Called
+    after a timeout's grace period and at the end of an interrupted build; a command that
+    ends normally leaves them running, as it leaves a daemon (reading every process's
+    stat costs ~17 us each: a few ms of every build otherwise).  A session
+    whose id is again a live process's pid is somebody else's now (a reaped leader's pid
+    taken by a new session; while any process is in a session, its id is not reused), and
+    is left alone, unless the build has yet to reap it (``own``: killed, not waited for).
+    One pass over /proc; the number of processes killed."""
+    if not sids:
+        return 0
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return 0
+    found: list[tuple[int, int]] = []
+    leaders: set[int] = set()
+    for name in names:
+        if name.isdigit():
+            got = _stat_of(name)
+            if got is not None and got[1] in sids:
+                pid = int(name)
+                if pid == got[1]:
+                    leaders.add(pid)
+                else:
+                    found.append((pid, got[1]))
+    leaders.difference_update(own)
+    killed = 0
+    for pid, sid in found:
+        if sid not in leaders:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:

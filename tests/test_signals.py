@@ -377,3 +377,59 @@ def test_run_hands_an_ignored_sigterm_on_to_the_program(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     mask = int(r.stdout.split()[-1], 16)
     assert mask & (1 << (signal.SIGTERM - 1)), r.stdout
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not a zombie)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def _wait_dead(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("how", ["timeout", "interrupt"])
+def test_what_a_command_moves_to_a_process_group_of_its_own_does_not_outlive_the_build(
+    tmp_path: Path, how: str
+) -> None:
+    """A child in another process group of the command's session (bash's `set -m`,
+    Popen(process_group=0)) was missed by the kill of the command's group: it outlived
+    Ctrl-C and a test's timeout (a fixture's server kept its port)."""
+    ws = _workspace(tmp_path)
+    pidfile = tmp_path / "pid"
+    escape = f"bash -c 'set -m; sleep 300 & echo $$! > {pidfile}; wait'"
+    if how == "timeout":
+        (ws / "BUILD.py").write_text(f'test(name="t", cmd="{escape}", timeout=1)\n')
+        args = ["test", "//:t"]
+    else:
+        (ws / "BUILD.py").write_text(f'genrule(name="g", outs=["g.txt"], cmd="{escape}; echo > $@")\n')
+        args = ["build"]
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), *args], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
+    pid = 0
+    try:
+        with _reaped(p):
+            _wait_for(pidfile, "the command never started")
+            while not pidfile.read_text().strip():
+                time.sleep(0.02)
+            pid = int(pidfile.read_text())
+            if how == "interrupt":
+                p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=30)
+        expected = {"timeout": 1, "interrupt": 130}[how]
+        assert p.returncode == expected, out + err
+        assert _wait_dead(pid, 5), f"the escaped child {pid} outlived the build"
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
