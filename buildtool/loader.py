@@ -937,16 +937,17 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         elif c == "?":
             out.append("[^/]")
             i += 1
-        elif c == "[":
-            j = pattern.find("]", i + 1)
+        elif c == "[":  # fnmatch's rules: "]" first in the set is one of its characters; never "/"
+            j = i + 1 + pattern.startswith("!", i + 1)
+            j = pattern.find("]", j + pattern.startswith("]", j))
             if j == -1:
                 out.append(re.escape(c))
                 i += 1
             else:
-                body = pattern[i + 1 : j].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"[{body}]")
+                body = pattern[i + 1 : j]
+                neg = body.startswith("!")
+                body = re.sub(r"([\\\[\]&~|^])", r"\\\1", body[neg:])  # (literal in the set; "-" ranges stay)
+                out.append(f"[^/{body}]" if neg else f"(?!/)[{body}]")
                 i = j + 1
         else:
             out.append(re.escape(c))

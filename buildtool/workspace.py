@@ -166,9 +166,11 @@ def read_file(path: str) -> tuple[bytes, os.stat_result]:
 
 def read_ignore(root: str) -> tuple[str, ...]:
     """The patterns of ``.buildtoolignore``.  Bytes that are not UTF-8 (a Latin-1 directory
-    name) are decoded as os.listdir decodes such a name, so the pattern still matches it."""
+    name) are decoded as os.listdir decodes such a name, so the pattern still matches it.
+    Lines end at "\n" alone, and only spaces, tabs and a "\r" around a line are dropped: a
+    directory named with a form feed or U+2028 is one pattern, not two."""
     try:
-        lines = read_file(os.path.join(root, IGNORE_FILE))[0].decode("utf-8", "surrogateescape").splitlines()
+        lines = read_file(os.path.join(root, IGNORE_FILE))[0].decode("utf-8", "surrogateescape").split("\n")
     except (FileNotFoundError, NotADirectoryError):
         return ()
     except OSError as e:  # (taken as empty, the packages it leaves out were built)
@@ -176,7 +178,7 @@ def read_ignore(root: str) -> tuple[str, ...]:
         _refuse(msg)
     pats = []
     for line in lines:
-        line = line.strip()
+        line = line.strip(" \t\r")
         if not line or line.startswith("#"):
             continue
         pats.append(line.strip("/"))

@@ -660,6 +660,36 @@ def test_a_buildtoolignore_that_is_not_utf8_still_ignores_what_it_names(workspac
     assert rc == 0 and "Traceback" not in err, (out, err)
 
 
+def test_a_buildtoolignore_line_with_a_form_feed_or_line_separator_is_one_pattern(workspace: Workspace) -> None:
+    """str.splitlines cut a line at U+2028, a form feed, \\x1c...: listing `vendor<U+2028>x`
+    ignored //vendor, //x and //y instead, and the build said OK without //x and //y."""
+    for d in ["x", "y", "vendor\u2028x\u2028y", "f\x0cg"]:
+        workspace.build_file(d, f'genrule(name="g", outs=["o"], cmd="echo {len(d)} > $@")\n')
+    workspace.build_file("", 'genrule(name="root", outs=["r"], cmd="echo > $@")\n')
+    (workspace.root / ".buildtoolignore").write_text("# third-party\nvendor\u2028x\u2028y\nf\x0cg\n")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and set(out.split()) == {"//:root", "//x:g", "//y:g"}, out + err
+
+
+@pytest.mark.parametrize(("pattern", "matched"), [
+    ("test[!_]*", ["test1.c"]),  # (not test/fixture.c: a set never matches "/")
+    ("test[/]fixture.c", []),
+    ("[]]x", ["]x"]),  # ("]" first in a set is one of its characters, as in fnmatch)
+    ("[!]]x", ["ax"]),
+    ("br[[]ack].txt", ["br[ack].txt"]),  # (a literal "[", without Python's "nested set" warning)
+])
+def test_glob_sets_follow_fnmatch_within_one_path_component(workspace: Workspace, pattern: str,
+                                                            matched: list[str]) -> None:
+    """A set matched "/" (`test[!_]*` took test/fixture.c), `[]]` was "not a valid
+    pattern (bad escape \\Z)" and `[[]` printed a FutureWarning."""
+    for name in ["test1.c", "test_helper.c", "test/fixture.c", "]x", "ax", "br[ack].txt"]:
+        workspace.write(name, "x\n")
+    workspace.build_file("", f"print(sorted(glob([{pattern!r}])))\ngenrule(name='g', outs=['o'], cmd='echo > $@')\n")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and repr(matched) in err.splitlines(), out + err  # (print in a BUILD.py: stderr)
+    assert "Warning" not in err, err
+
+
 def test_output_names_with_format_characters_and_odd_spaces_are_fine(workspace: Workspace) -> None:
     """The control-character check refused U+200C (a zero-width non-joiner, in Persian
     words) and a no-break space: str.isprintable says no to them, yet they are no control."""
