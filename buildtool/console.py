@@ -223,7 +223,7 @@ class Console:
             self._print_failure(t, o)
             return
         if self.explain:
-            self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {o.message}")
+            self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {escape_controls(o.message)}")
         elif o.status is not Status.UP_TO_DATE:
             dur = f" ({o.duration:.2f}s)" if o.status is Status.RAN else ""
             word = self._paint(status, _STATUS_COLOR.get(status))
@@ -259,7 +259,7 @@ class Console:
 
     def _print_failure(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
-        self._line(self._paint(f"FAILED: {target.label} ({target.where}): {o.message}", "red"))
+        self._line(self._paint(f"FAILED: {target.label} ({target.where}): {escape_controls(o.message)}", "red"))
         self.command_of(t)
         for data in (o.stdout, o.stderr):
             if data:
@@ -397,6 +397,27 @@ class Console:
             file=self.out,
             flush=True,
         )
+
+
+_SHOWN_AS_ESCAPES = r"[\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]"
+
+
+def escape_controls(s: str) -> str:
+    """``s`` (buildtool's own one-line text: a reason, a message naming files) with each
+    control character, line separator and undecodable byte of a file name written as an
+    escape (``\\x1b``, ``\\n``, ``\\u2028``, ``\\xe9``), as errors show such names: a
+    source named ``a<ESC>]0;x<BEL>.txt`` set the terminal's title from `explain` and read as
+    ``a.txt`` in `build --explain` (stripped), and a newline split a reason over two lines."""
+    if not re.search(_SHOWN_AS_ESCAPES, s):
+        return s
+
+    def one(m: re.Match[str]) -> str:
+        c = m.group()
+        if "\udc80" <= c <= "\udcff":
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return repr(c)[1:-1]
+
+    return re.sub(_SHOWN_AS_ESCAPES, one, s)
 
 
 def strip_controls(s: str, keep_colors: bool = False) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import IO
 
-from buildtool.console import targets
+from buildtool.console import escape_controls, targets
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
 
@@ -74,7 +74,7 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
         label = graph.targets[t].label
         word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",
                 FAIL: "WOULD FAIL", NOT_RUN: "not run", CACHED: "PASSED (cached)"}[v]
-        print(f"{label:<{width}}  {word}: {why}", file=out)
+        print(f"{label:<{width}}  {word}: {escape_controls(why)}", file=out)
     total = sum(counts.values())
     parts = [f"{counts[k]} {k}" for k in (RUN, RESTORE, FRESH, FAIL, CACHED, NOT_RUN) if counts.get(k)]
     if counts.get(GROUP):  # (left out, the parts did not add up to the total)

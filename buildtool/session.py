@@ -17,6 +17,7 @@ import time
 from buildtool import cache_gc, labels, noop, orphans
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
+from buildtool.console import escape_controls
 from buildtool.console import say as console_say
 from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, ReportPathError, UserError
@@ -393,7 +394,7 @@ class Session:
                     if req.explain:
                         continue
                     if o.reason not in (Reason.UP_TO_DATE, Reason.GROUP, Reason.TEST_NOT_RUN):  # (what would run)
-                        print(f"{graph.targets[t].label}: {o.message}", file=console.out)
+                        print(f"{graph.targets[t].label}: {escape_controls(o.message)}", file=console.out)
                         if req.verbose and not o.extra.get("would_restore"):
                             console.command_of(t)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)

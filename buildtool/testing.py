@@ -18,6 +18,7 @@ import os
 import threading
 
 from buildtool.atomic import write_atomic
+from buildtool.console import escape_controls
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
 
@@ -523,7 +524,7 @@ class TestSession:
                 else:
                     extra = f"  log: {c.log_path}"
             elif c.result is None:
-                extra = f"  ({c.message})"
+                extra = f"  ({escape_controls(c.message)})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
         ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
         parts = [f"{n} {k}" for k, n in counts.items()]

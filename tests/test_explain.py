@@ -299,3 +299,22 @@ def test_a_dry_run_of_a_test_whose_pass_is_in_the_cache_says_so(workspace: Works
     assert "outputs" not in out, out
     rc, out, err = workspace.run("test", "-n", "--explain")
     assert rc == 0 and "PASSED (cached)" in out and "but the cache holds" not in out, out + err
+
+
+def test_a_file_name_with_control_characters_is_shown_escaped_in_every_reason(workspace: Workspace) -> None:
+    """`explain` and `build -n` printed a source named a<ESC>]0;pwned<BEL><ESC>[2J.txt as it
+    is (a terminal's title set, its screen cleared), `build --explain` stripped it to
+    a.txt, a file that does not exist; a newline in a name split a reason in two lines."""
+    names = ["a\x1b]0;pwned\x07\x1b[2J.txt", "n\nl.txt"]
+    for n in names:
+        workspace.write(n, "v1\n")
+    workspace.build_file("", 'genrule(name="g", srcs=glob(["*.txt"]), outs=["out"], cmd="cat $(SRCS) > $@")\n')
+    assert workspace.build().rc == 0
+    for n in names:
+        workspace.write(n, "v2\n")
+    shown = ["a\\x1b]0;pwned\\x07\\x1b[2J.txt", "n\\nl.txt"]
+    for args in (["explain"], ["build", "-n"], ["build", "--explain", "-j", "1"]):
+        rc, out, err = workspace.run(*args)
+        assert rc == 0 and "\x1b" not in out + err and "\x07" not in out + err, (args, out)
+        [line] = [ln for ln in out.splitlines() if ln.startswith("//:g")]
+        assert any(s in line for s in shown), (args, out)  # (the first input that changed is named)
