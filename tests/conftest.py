@@ -110,6 +110,7 @@ class BuildRun:
     stderr: str
     events: list[dict[str, Any]] = field(default_factory=list)
     remote: list[dict[str, Any]] = field(default_factory=list)  # the "remote" lines of --events
+    written: bool = True  # whether the --events file was written (False: every status set would be empty)
 
     @property
     def output(self) -> str:
@@ -123,6 +124,7 @@ class BuildRun:
         return self.by_label[label]["status"]
 
     def with_status(self, *statuses: str) -> set[str]:
+        assert self.written, f"no --events file was written (exit {self.rc}): no status to read\n{self.output}"
         return {e["label"] for e in self.events if e["status"] in statuses}
 
     @property
@@ -188,10 +190,11 @@ class Workspace:
         rc, out, err = self.run(command, *args, "--events", str(ev), cwd=cwd, cache=cache, env_extra=env_extra)
         events: list[dict[str, Any]] = []
         remote: list[dict[str, Any]] = []
-        if ev.exists() and ev.stat().st_size:
+        written = ev.exists() and ev.stat().st_size > 0
+        if written:
             _, events = read_events(ev)
             remote = remote_totals(ev)
-        return BuildRun(rc, out, err, events, remote)
+        return BuildRun(rc, out, err, events, remote, written)
 
     def copy_to(self, dest: Path, *, with_state: bool = False, cache: Path | None = None) -> Workspace:
         """Copy the workspace's files (not its state, unless asked) to ``dest``."""

@@ -7,6 +7,7 @@ import marshal
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -1547,12 +1548,22 @@ def test_a_tool_named_by_a_path_that_appears_reruns_its_target(tmp_path: Path) -
     assert r.returncode == 0 and (ws / "t.out").read_text() == "from-gen.sh\n", r.stdout + r.stderr
 
 
-def test_the_interpreter_and_pythonpath_are_part_of_what_a_no_op_proves(tmp_path: Path) -> None:
+def test_the_interpreter_and_pythonpath_are_part_of_what_a_no_op_proves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pyrule's key has the Python version; a BUILD.py imports through PYTHONPATH. Neither
     was in the snapshot: another interpreter, or no PYTHONPATH, was "nothing changed"."""
+    import types
+
     from buildtool import noop
 
-    assert noop.request_of("build", [], "/w", "", [])["python"] == noop.request_of("build", [], "/w", "", [])["python"]
+    here = noop.request_of("build", [], "/w", "", [])
+    v = sys.version_info
+    assert here["python"] == f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}", here
+    monkeypatch.setattr(sys, "version_info", types.SimpleNamespace(major=v.major, minor=v.minor, micro=v.micro + 1))
+    other = noop.request_of("build", [], "/w", "", [])
+    monkeypatch.undo()
+    assert not noop._same_request(here, other), (here, other)  # (another interpreter: the full path)
     assert "PYTHONPATH" in noop.env_view([])
     cache = tmp_path / "cache"
     ws = new_workspace(tmp_path, 'import helpers\n'

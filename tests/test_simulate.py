@@ -138,13 +138,31 @@ def test_prediction_is_within_ten_percent_of_a_real_run(workspace: Workspace, tm
 
 
 def test_incremental_counts_fresh_targets_as_free(workspace: Workspace) -> None:
+    """Fresh and restorable targets cost nothing, the others their recorded time (all
+    fresh alone could not tell "fresh is free" from "everything is free")."""
     _sleep_workspace(workspace)
     assert workspace.build("-j", "4").rc == 0
-    rc, out, err = workspace.run("plan", "-j", "2", "--incremental", "--json")
-    assert rc == 0, err
-    data = json.loads(out)
+
+    def incremental() -> dict:
+        rc, out, err = workspace.run("plan", "-j", "2", "--incremental", "--json")
+        assert rc == 0, err
+        return json.loads(out)
+
+    data = incremental()
     assert data["to_run"] == 0 and data["rows"][0]["makespan_s"] == 0
-    rc, out, err = workspace.run("plan", "-j", "2", "--jobs-range", "0-2")
+    (workspace.root / "a.out").unlink()  # (the cache has it: a restore, free)
+    data = incremental()
+    assert data["to_run"] == 0 and data["rows"][0]["makespan_s"] == 0, data
+    # A leaf's command edited: that target alone, for about its recorded 0.5 s.
+    lines = workspace.read("BUILD.py").splitlines()
+    lines = [ln.replace("; cat", ";  cat") if "name='j'" in ln else ln for ln in lines]
+    workspace.build_file("", "\n".join(lines) + "\n")
+    data = incremental()
+    assert data["to_run"] == 1 and 0.4 <= data["rows"][0]["makespan_s"] < 1.0, data
+    workspace.write("stamp.txt", "2\n")  # (every target reads it)
+    data = incremental()
+    assert data["to_run"] == len(SLEEPS) and data["rows"][0]["makespan_s"] >= data["rows"][0]["lower_bound_s"] > 2
+    rc, _, err = workspace.run("plan", "-j", "2", "--jobs-range", "0-2")
     assert rc == 2 and "--jobs-range" in err
 
 
