@@ -464,6 +464,10 @@ def _check_build_flags(args: argparse.Namespace) -> None:
         flag = "--poll" if getattr(args, "poll", False) else "--debounce-ms"  # (it would change nothing)
         msg = f"{flag} is for watch mode: add --watch (buildtool {args.command} --watch {flag} ...)"
         raise UserError(msg)
+    if getattr(args, "dry_run", False) and (args.command == "watch" or getattr(args, "watch", False)):
+        msg = ("-n (a dry run) is not for watch mode: a watch rebuilds what each save changes, and a dry "
+               "run builds nothing; run `buildtool build -n` after a change")
+        raise UserError(msg)
     cache_dir = getattr(args, "cache_dir", None)
     if cache_dir is not None and not cache_dir:
         msg = "--cache-dir must name a directory (got an empty string)"

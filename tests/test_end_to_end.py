@@ -557,6 +557,9 @@ def test_small_command_line_contracts(workspace: Workspace) -> None:
     assert rc == 1 and "unrecognized" not in err, out + err
     rc, out, err = workspace.run("build", "--poll", "//:g")  # (it changed nothing, unsaid)
     assert rc == 2 and "--poll is for watch mode: add --watch" in err, out + err
+    for args in (["watch", "-n"], ["build", "--watch", "--dry-run"], ["test", "--watch", "-n"]):
+        rc, out, err = workspace.run(*args)  # (its cycles' summaries counted nothing it would do)
+        assert rc == 2 and "-n (a dry run) is not for watch mode" in err, (args, out + err)
 
 
 def test_a_restore_temp_file_a_kill_left_is_no_source_and_goes_when_its_output_is_made(
