@@ -16,8 +16,11 @@ import stat
 import sys
 
 from buildtool import labels
+from buildtool.atomic import NAME_MAX
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
 from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR
+
+PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -200,6 +203,11 @@ def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
     full = f"{pkg}/{norm}" if pkg else norm
     if full == STATE_DIR or full.startswith(STATE_DIR + "/"):
         raise _err(decl, f"{attr} path {path!r} is inside buildtool's state directory")
+    if attr == "outs" and len(norm) > NAME_MAX // 4:  # (shorter, no name in it can be too long)
+        for part in norm.split("/"):
+            if len(os.fsencode(part)) > NAME_MAX:
+                raise _err(decl, f"{attr} path {path!r} has a name of {len(os.fsencode(part))} bytes; "
+                                 f"a file name can have at most {NAME_MAX}")
     return full
 
 
@@ -1074,7 +1082,13 @@ class GraphBuilder:
         # relative to the root, the existing directory on the way that is the link's)
         linked: dict[str, tuple[str, str]] = {}
         definition = self.loader.read_files | self.loader.imported_workspace_modules()
+        room = PATH_MAX - 1 - len(os.fsencode(root)) - 1  # (the path's bytes, the NUL after them)
         for o, lab in out_owner.items():
+            if len(o) * 4 > room and len(os.fsencode(o)) > room:
+                pkg, name = labels.split_label(lab)
+                msg = (f"output {o!r} of {lab} is {len(os.fsencode(os.path.join(root, o)))} bytes long as a path "
+                       f"from /; a path can have at most {PATH_MAX - 1}")
+                raise _err(self.loader.load(pkg)[name], msg)
             own = _build_definition_file(o, definition)
             if own is not None:
                 # Declared outputs are deleted before their command runs: never one of these.

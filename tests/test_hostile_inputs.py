@@ -761,3 +761,18 @@ def test_a_tool_that_can_be_run_but_not_read_is_up_to_date_the_second_time(works
     assert r.returncode == 0 and "changed while the command ran" not in r.stderr, r.stdout + r.stderr
     r = _without_dac_override(workspace, "build")
     assert r.returncode == 0 and "1 up_to_date" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("what", ["name", "path"])
+def test_an_output_name_or_path_too_long_for_the_file_system_is_exit_2_before_anything_runs(
+    workspace: Workspace, what: str
+) -> None:
+    """It failed its target at run time (exit 1), after the others had run."""
+    out = "x" * 256 if what == "name" else "/".join(["d" * 200] * 21)
+    workspace.build_file("", f'genrule(name="first", outs=["first.txt"], cmd="echo > $@")\n'
+                             f'genrule(name="long", outs=["{out}"], cmd="echo > $@")\n')
+    rc, out_, err = workspace.run("build")
+    said = "has a name of 256 bytes; a file name can have at most 255" if what == "name" else \
+        "bytes long as a path from /; a path can have at most 4095"
+    assert rc == 2 and said in err and "BUILD.py:2" in err, out_ + err
+    assert not workspace.exists("first.txt")
