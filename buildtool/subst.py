@@ -58,7 +58,7 @@ def substitute(
                    "first: write $$(( ... ))")
             raise SubstError(msg)
         elif nxt == "(":
-            k = cmd.find(")", j + 2)
+            k = _closing(cmd, j + 2)
             if k < 0:
                 msg = f"unterminated '$(' in cmd at offset {j}; write '$$(' for shell command substitution"
                 raise SubstError(msg)
@@ -69,6 +69,21 @@ def substitute(
             out.append("$")
             i = j + 1
     return "".join(out)
+
+
+def _closing(cmd: str, start: int) -> int:
+    """The index of the ")" that closes the "$(" before ``start``, parentheses inside it
+    paired (``$(location paren(x).txt)`` names ``paren(x).txt``); -1 if none does."""
+    depth = 1
+    for k in range(start, len(cmd)):
+        c = cmd[k]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
 
 
 def _single(paths: list[str], token: str, what: str, attr: str) -> str:

@@ -12,6 +12,7 @@ LOC = {
     ":gen": ["gen/one.h", "gen/two.h"],
     "//x:y": ["../x/y.out"],
     "my file.txt": ["my file.txt"],
+    "paren(x).txt": ["paren(x).txt"],
 }
 
 
@@ -32,6 +33,8 @@ def sub(cmd: str, srcs: list[str] | None = None, outs: list[str] | None = None) 
         ("cp $< $@", "cp only.txt o.txt"),
         ("cat $(location a.txt)", "cat a.txt"),
         ("cat $(location //x:y)", "cat ../x/y.out"),
+        ("cat $(location paren(x).txt) >o", "cat 'paren(x).txt' >o"),  # (it stopped at the first ")")
+        ("(cat $(location a.txt))", "(cat a.txt)"),
         ("ls $(locations :gen)", "ls gen/one.h gen/two.h"),
         ("echo $$ $$$$", "echo $ $$"),
         ("echo $$(date)", "echo $(date)"),
@@ -79,6 +82,9 @@ def test_unterminated_paren_is_an_error() -> None:
     with pytest.raises(SubstError) as e:
         sub("echo $(SRCS")
     assert "$$(" in str(e.value)
+    with pytest.raises(SubstError) as e:
+        sub("echo $(location a(b.txt)")
+    assert "unterminated" in str(e.value)
 
 
 @pytest.mark.parametrize(("srcs", "n"), [([], 0), (["a", "b"], 2)])
