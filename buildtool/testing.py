@@ -331,6 +331,9 @@ class TestRunner:
                 o.message = f"{o.message}; flaky: passed on attempt {len(failures) + 1}"
             elif o.status is Status.FAILED:  # (the last attempt's failure, and that it was not the only one)
                 o.message = f"{o.message}; failed all {len(failures) + 1} attempts (flaky={t.flaky})"
+        if o.status is Status.FAILED and len(failures) < t.flaky and self._stopping and self._reran_makes_sense(o):
+            # (flaky=N in the BUILD.py, one attempt in the report: say why there were not more)
+            o.message = f"{o.message}; not retried (flaky={t.flaky}): the build stopped after a failure"
         if o.status in (Status.RAN, Status.FAILED):
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):

@@ -413,9 +413,11 @@ def test_a_flaky_test_gets_no_further_attempt_once_a_failure_stops_the_build(
     r = workspace.build("-j2", command="test")
     assert r.rc == 1 and r.by_label["//:a_fail"]["test"] == "failed", r.output
     assert r.by_label["//:b_flaky"]["test"] == "failed" and _runs(counter) == 1, r.output
+    said = "not retried (flaky=3): the build stopped after a failure"  # (why one attempt of flaky=3)
+    assert said in r.by_label["//:b_flaky"]["reason"] and said in r.stdout, r.output
     counter.unlink()
     r = workspace.build("-j2", "-k", command="test")
-    assert r.rc == 1 and _runs(counter) == 4, r.output
+    assert r.rc == 1 and _runs(counter) == 4 and "not retried" not in r.output, r.output
 
 
 def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspace) -> None:
