@@ -133,10 +133,11 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
 
 def _dot_id(label: str) -> str:
     """``label`` as a quoted DOT ID: UTF-8 as it is (Graphviz knows no ``\\u`` escape, which
-    JSON's quoting gave ``//café:n``), ``"`` and ``\\`` escaped, a byte that is no UTF-8
-    (a package name that is not) as ``\\xNN`` text."""
-    text = label.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    JSON's quoting gave ``//café:n``), ``"`` and ``\\`` escaped, then a byte that is no
+    UTF-8 (a package name that is not) as ``\\xNN`` text: after, so that a package named
+    with the four characters ``\\xff`` is another node (``\\\\xff``)."""
+    text = label.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") + '"'
 
 
 def to_dot(graph: Graph) -> str:

@@ -75,6 +75,20 @@ def test_graph_dot_and_json(workspace: Workspace) -> None:
     assert "//app:deploy" not in by
 
 
+def test_graph_dot_gives_a_non_utf8_package_and_one_named_like_its_escape_two_nodes(workspace: Workspace) -> None:
+    """Both were "//bad\\\\xff:g": Graphviz merged the two packages into one node."""
+    import os
+
+    for raw in (b"bad\xff", b"bad\\xff"):
+        d = os.path.join(os.fsencode(workspace.root), raw)
+        os.mkdir(d)
+        with open(os.path.join(d, b"BUILD.py"), "w") as f:
+            f.write('genrule(name="g", outs=["o"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("graph")
+    nodes = [ln for ln in out.splitlines() if ln.startswith('  "//bad')]
+    assert rc == 0 and len(set(nodes)) == 2, out + err
+
+
 def test_graph_dot_writes_a_non_ascii_label_as_it_is(workspace: Workspace) -> None:
     """JSON's quoting wrote //caf\\u00e9:n, which Graphviz shows as such (DOT has no \\u)."""
     workspace.build_file("caf\u00e9", 'genrule(name="n", outs=["n"], cmd="echo > $@")\n')
