@@ -45,7 +45,7 @@ def parse(text: str) -> Query:
     if "(" in inner:
         msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
         raise UserError(msg)
-    args = _split_args(inner)
+    args = _split_args(inner, text)
     want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)
     if want is None:
         msg = f"query {text!r}: unknown function {fn!r}; known: {', '.join(FUNCTIONS)}"
@@ -58,25 +58,31 @@ def parse(text: str) -> Query:
     return Query(fn, args)
 
 
-_ARG = re.compile(r"""\s*("[^"]*"|'[^']*'|[^,"']*)\s*(,|$)""")
-
-
-def _split_args(inner: str) -> list[str]:
-    """The comma-separated arguments; one in quotes may hold commas (``"//:a,b"``: a target
-    name may contain them), as in Bazel's query language."""
+def _split_args(inner: str, text: str) -> list[str]:
+    """The comma-separated arguments; a quoted part may hold commas (``"//:a,b"``: a target
+    name may contain them), as in Bazel's query language, and an argument may mix quoted
+    and bare patterns (``outputs(//p:a "//p:a,b")``).  A quote left open is exit 2."""
     out: list[str] = []
-    pos = 0
-    while pos < len(inner):
-        m = _ARG.match(inner, pos)
-        if m is None or m.end() == pos:  # a quote left open, or text after a quoted word
-            return [a.strip() for a in inner.split(",") if a.strip()]
-        word = m.group(1)
-        if word[:1] in "\"'" and len(word) >= 2:
-            word = word[1:-1]
-        if word.strip():
-            out.append(word.strip())
-        pos = m.end()
-    return out
+    cur: list[str] = []
+    quote = ""
+    for c in inner:
+        if quote:
+            if c == quote:
+                quote = ""
+            else:
+                cur.append(c)
+        elif c in "\"'":
+            quote = c
+        elif c == ",":
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    if quote:
+        msg = f"query {text!r}: a {quote} is left open; close it after the label it quotes"
+        raise UserError(msg)
+    out.append("".join(cur).strip())
+    return [a for a in out if a]
 
 
 def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:

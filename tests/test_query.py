@@ -49,6 +49,11 @@ def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
     assert sorted(_q(workspace, "rdeps(//..., '//:a,b')")) == ["//:a,b", "//:c"]
     rc, _, err = workspace.run("query", "deps(//:a,b)")
     assert rc == 2 and 'goes in quotes: deps("//:a,b")' in err, err
+    # Quoted and bare patterns in one argument (refused as two arguments), a quote left
+    # open (said as "takes 1 argument, got 2").
+    assert sorted(_q(workspace, 'outputs(//:c "//:a,b")')) == ["c.out", "o"]
+    rc, _, err = workspace.run("query", 'deps("//:a,b)')
+    assert rc == 2 and 'a " is left open' in err, err
 
 
 def test_bad_queries_exit_2(workspace: Workspace) -> None:
