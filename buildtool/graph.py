@@ -18,7 +18,7 @@ import sys
 from buildtool import labels
 from buildtool.atomic import NAME_MAX
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR, at_or_above
 
 PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
@@ -1012,14 +1012,10 @@ class GraphBuilder:
                 r = dirs[parent] = posixpath.join(rel, rest) if rest else rel
             return posixpath.join(r, base) if r else base
 
-        linked: dict[str, bool] = {"": False}
+        linked: dict[str, bool] = {}
 
         def via_link(d: str) -> bool:  # is some directory from the root down to d a symlink?
-            got = linked.get(d)
-            if got is None:
-                got = via_link(d.rpartition("/")[0]) or os.path.islink(os.path.join(root, d))
-                linked[d] = got
-            return got
+            return at_or_above(d, linked, lambda a: os.path.islink(os.path.join(root, a)))
 
         # The sources of every target of the writers' packages, built or not (as
         # _check_sources_written holds them by path): `build //p:t` alone wrote gen/b.txt,

@@ -20,7 +20,16 @@ from buildtool import dsl
 from buildtool.atomic import RESTORE_TMP_SUFFIX
 from buildtool.errors import BuildfileError, EvaluationInterrupted, StopRequested, UserError
 from buildtool.noop import stat_row
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, CACHEDIR_TAG, MARKER, Workspace, is_cache_tag, read_file
+from buildtool.workspace import (
+    ALWAYS_SKIPPED,
+    BUILDFILE,
+    CACHEDIR_TAG,
+    MARKER,
+    Workspace,
+    at_or_above,
+    is_cache_tag,
+    read_file,
+)
 
 # The import system's path-based part (importlib._bootstrap_external), loaded at start-up:
 # nothing to import, where importlib.util may not be loaded yet (the stand-ins must import nothing).
@@ -205,7 +214,9 @@ class Loader:
         """Every package under the root, sorted."""
         if self._all is None:
             found: list[str] = []
-            self._walk("", found)
+            todo = [""]  # (a stack, not recursion: a tree 1,000 directories deep is no RecursionError)
+            while todo:
+                todo += self._walk(todo.pop(), found)
             found.sort()
             self._all, self._all_set = found, frozenset(found)
         return self._all
@@ -220,13 +231,15 @@ class Loader:
         if rel not in self.dir_stats:
             self.dir_stats[rel] = dir_stat(os.path.join(self.ws.root, rel) if rel else self.ws.root)
 
-    def _walk(self, rel: str, found: list[str]) -> None:
+    def _walk(self, rel: str, found: list[str]) -> list[str]:
+        """List directory ``rel``: add it to ``found`` if it is a package; the
+        subdirectories to walk next (none below a nested workspace or a cache dir)."""
         absdir = os.path.join(self.ws.root, rel) if rel else self.ws.root
         self._listing(rel)
         try:
             it = os.scandir(absdir)
         except (FileNotFoundError, NotADirectoryError):  # (gone since its parent was listed)
-            return
+            return []
         except OSError as e:  # (a path too long, EIO: its packages would drop out of a build saying OK)
             raise UserError(_unlistable(rel, "finding the packages", e)) from None
         subdirs = []
@@ -238,9 +251,9 @@ class Loader:
                     here = True
                     continue
                 if name == MARKER and rel:  # a workspace of its own inside this one: not ours to walk
-                    return
+                    return []
                 if name == CACHEDIR_TAG and rel and self._cache_dir(f"{rel}/{name}"):
-                    return
+                    return []
                 if name in ALWAYS_SKIPPED:
                     continue
                 try:
@@ -256,8 +269,7 @@ class Loader:
             if rel:
                 _check_package_dir(rel)
             found.append(rel)
-        for child in subdirs:
-            self._walk(child, found)
+        return subdirs
 
     def package_exists(self, pkg: str) -> bool:
         if self._all is not None:
@@ -273,27 +285,21 @@ class Loader:
         """Is ``pkg`` in a cache directory (a directory below the root, at or above it,
         holding a CACHEDIR.TAG with the signature)?  Discovery does not walk there, glob()
         does not list it, and a label does not load it."""
-        if not pkg:
-            return False
-        got = self._in_cache.get(pkg)
-        if got is None:
-            tag = f"{pkg}/{CACHEDIR_TAG}"
+        def here(d: str) -> bool:
+            tag = f"{d}/{CACHEDIR_TAG}"
             self.probes.add(tag)
-            got = self._in_cache[pkg] = ((os.path.lexists(os.path.join(self.ws.root, tag)) and self._cache_dir(tag))
-                                         or self.in_cache_dir(pkg.rpartition("/")[0]))
-        return got
+            return os.path.lexists(os.path.join(self.ws.root, tag)) and self._cache_dir(tag)
+
+        return at_or_above(pkg, self._in_cache, here)
 
     def in_nested_workspace(self, pkg: str) -> bool:
         """Is ``pkg`` in a nested workspace (a directory below the root, at or above it,
         with its own buildtool.toml)?  Discovery does not walk there; nor does a label."""
-        if not pkg:
-            return False
-        got = self._nested.get(pkg)
-        if got is None:
-            self.probes.add(f"{pkg}/{MARKER}")
-            got = self._nested[pkg] = (os.path.isfile(os.path.join(self.ws.root, pkg, MARKER))
-                                       or self.in_nested_workspace(pkg.rpartition("/")[0]))
-        return got
+        def here(d: str) -> bool:
+            self.probes.add(f"{d}/{MARKER}")
+            return os.path.isfile(os.path.join(self.ws.root, d, MARKER))
+
+        return at_or_above(pkg, self._nested, here)
 
     # -- evaluation ------------------------------------------------------------------
     def load(self, pkg: str) -> dict[str, dsl.Declaration]:
@@ -723,23 +729,30 @@ class Loader:
         return is_cache_tag(os.path.join(self.ws.root, tag))
 
     def _list_package_files(self, pkg: str, sub: str, out: list[str]) -> None:
+        """Add to ``out`` the files of //pkg below its directory ``sub`` (package-relative),
+        sub-packages, nested workspaces and cache dirs left out."""
+        todo = [sub]  # (a stack, not recursion: a tree 1,000 directories deep is no RecursionError)
+        while todo:
+            todo += self._list_package_dir(pkg, todo.pop(), out)
+
+    def _list_package_dir(self, pkg: str, sub: str, out: list[str]) -> list[str]:
+        """Add to ``out`` the files of //pkg's directory ``sub``; its subdirectories to list."""
         wrel = "/".join(p for p in (pkg, sub) if p)
         self._listing(wrel)
         absdir = os.path.join(self.ws.root, wrel)
         try:
             it = os.scandir(absdir)
         except (FileNotFoundError, NotADirectoryError):  # (gone since its parent was listed)
-            return
+            return []
         except OSError as e:
             raise UserError(_unlistable(wrel, f"glob() of //{pkg}", e)) from None
         dirs = []
-        start = len(out)
+        files = []
         with it:
             for entry in it:
                 name = entry.name
                 if name == CACHEDIR_TAG and wrel and self._cache_dir(f"{wrel}/{name}"):
-                    del out[start:]  # (this directory's files listed so far)
-                    return
+                    return []  # (none of its files, nor its subdirectories)
                 rel = f"{sub}/{name}" if sub else name
                 try:
                     if entry.is_dir(follow_symlinks=False):
@@ -756,11 +769,11 @@ class Loader:
                             continue
                         dirs.append(rel)
                     elif entry.is_file() and not name.endswith(RESTORE_TMP_SUFFIX):  # (buildtool's own temp)
-                        out.append(rel)  # (follows a file symlink; dir symlinks are skipped)
+                        files.append(rel)  # (follows a file symlink; dir symlinks are skipped)
                 except OSError:
                     continue
-        for d in dirs:
-            self._list_package_files(pkg, d, out)
+        out += files
+        return dirs
 
 
 def dir_stat(path: str) -> tuple[int, int, int] | None:

@@ -11,6 +11,7 @@ import stat
 
 TYPE_CHECKING = False  # the no-op path imports neither typing nor errors.py from here
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
 MARKER = "buildtool.toml"
@@ -183,3 +184,18 @@ def read_ignore(root: str) -> tuple[str, ...]:
             continue
         pats.append(line.strip("/"))
     return tuple(pats)
+
+
+def at_or_above(pkg: str, memo: dict[str, bool], here: Callable[[str], bool]) -> bool:
+    """Whether ``here`` holds for workspace directory ``pkg`` or one above it below the
+    root, memoised in ``memo`` for each directory asked; a loop up the path, checked from
+    the top down (a package 1,000 directories deep is no RecursionError)."""
+    chain = []
+    d = pkg
+    while d and d not in memo:
+        chain.append(d)
+        d = d.rpartition("/")[0]
+    got = memo.get(d, False) if d else False
+    for d in reversed(chain):
+        got = memo[d] = got or here(d)
+    return got

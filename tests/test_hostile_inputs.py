@@ -776,3 +776,32 @@ def test_an_output_name_or_path_too_long_for_the_file_system_is_exit_2_before_an
         "bytes long as a path from /; a path can have at most 4095"
     assert rc == 2 and said in err and "BUILD.py:2" in err, out_ + err
     assert not workspace.exists("first.txt")
+
+
+def test_a_tree_deeper_than_python_s_recursion_limit_is_walked(workspace: Workspace) -> None:
+    """Discovery and glob() recursed once per directory level: 1,000 levels (a 2,000-byte
+    path) were a RecursionError traceback for build, query and even clean."""
+    deep = "/".join(["a"] * 1100)
+    subprocess.run(["mkdir", "-p", deep], cwd=workspace.root, check=True)  # (os.makedirs recurses too)
+    try:
+        _walk_the_deep_tree(workspace, deep)
+    finally:  # (shutil.rmtree, which removes the test's directory, recurses too)
+        subprocess.run(["rm", "-rf", "a"], cwd=workspace.root, check=True)
+
+
+def _walk_the_deep_tree(workspace: Workspace, deep: str) -> None:
+    fd = os.open(workspace.root, os.O_RDONLY)
+    try:  # (a path relative to a descriptor: pathlib's own walks up and down recurse)
+        for name, text in (("leaf.txt", "bottom\n"),
+                           ("BUILD.py", 'genrule(name="p", srcs=["leaf.txt"], outs=["p.out"], cmd="cp $< $@")\n')):
+            with open(f"{deep}/{name}", "w", opener=lambda p, f: os.open(p, f, 0o644, dir_fd=fd)) as out:
+                out.write(text)
+    finally:
+        os.close(fd)
+    workspace.build_file("", 'genrule(name="g", srcs=glob(["**/*.txt"]), outs=["g.out"], cmd="echo $(SRCS) > $@")\n')
+    for args in (["build"], ["query", "//..."], ["clean"], ["build", "//:g"]):
+        rc, out, err = workspace.run(*args)
+        assert rc == 0 and "Traceback" not in err, (args, out[-500:], err[-1500:])
+    assert workspace.read("g.out") == "\n"  # (the leaf is its own package's, not //:g's)
+    rc, out, err = workspace.run("query", f"//{deep}:p")
+    assert rc == 0 and out.strip().endswith("/a:p"), err[-1500:]
