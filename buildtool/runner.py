@@ -153,7 +153,7 @@ class TargetRunner:
         self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
         self._owner_memo: dict[str, str] | None = None
         self.disk_modes: dict[str, int] = {}  # path -> st_mode the last _disk_digest of it saw
-        self._lane_dirs: set[int] = set()
+        self._lane_dirs: set[str] = set()  # the lanes' TMPDIRs made (_tmpdir)
         self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
         self._lane_hook: Callable[[int], None] | None = None  # scheduler.Runner's set_lane_hook
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
@@ -972,17 +972,19 @@ class TargetRunner:
     def _tmpdir(self, lane: int) -> str:
         """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
         d = orphans.lane_dir(self.state_dir, os.getpid(), lane)  # the next build's reap looks for it
-        if lane not in self._lane_dirs:
+        if d not in self._lane_dirs:
             if os.path.lexists(d):  # left by a killed build (shutil: ~4 ms of import, so only then)
                 import shutil
 
                 shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
-            self._lane_dirs.add(lane)
+            self._lane_dirs.add(d)
         return d
 
-    @staticmethod
-    def _reset_tmp(d: str) -> None:
+    def _reset_tmp(self, d: str) -> None:
+        """Empty lane TMPDIR ``d`` after a command; one that cannot be made again now (the
+        state dir being removed under the build, `rm -rf .buildtool`) is made by the
+        lane's next command, whose start says so if it still cannot be."""
         try:
             with os.scandir(d) as it:
                 dirty = next(it, None) is not None
@@ -992,7 +994,10 @@ class TargetRunner:
             import shutil
 
             shutil.rmtree(d, ignore_errors=True)
-            os.makedirs(d, exist_ok=True)
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError:  # (an internal error failed the target whose command had ended well)
+                self._lane_dirs.discard(d)
 
     def _delete_outputs(self, t: Target, before_run: bool = False) -> str | None:
         """Delete ``t``'s outputs (and depfile).  A directory where an output goes is removed

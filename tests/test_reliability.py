@@ -561,3 +561,15 @@ def test_an_adopted_output_linked_to_a_blob_gets_its_mode_as_a_file_of_its_own(w
     linked = [p for p in Path(workspace.cache).rglob("*") if p.is_file() and os.stat(p).st_ino == blob.st_ino]
     assert linked and all(stat.S_IMODE(os.stat(p).st_mode) == stat.S_IMODE(blob.st_mode) for p in linked)
     assert os.stat(out).st_ino != blob.st_ino
+
+
+def test_a_lane_temp_dir_that_cannot_be_made_again_fails_no_command_that_ended_well(workspace: Workspace) -> None:
+    """`rm -rf .buildtool` under a build: emptying the lane's TMPDIR after a command could
+    not make it again, and the target whose command had succeeded failed with "internal
+    error: FileNotFoundError".  Here the command itself puts a file where the lanes' parent
+    directory was (the race, made certain)."""
+    workspace.build_file("", 'genrule(name="g", outs=["g.out"], '
+                             'cmd=\'T=$$(dirname "$$TMPDIR"); rm -rf "$$T"; echo > "$$T"; echo ok > $@\')\n')
+    r = workspace.build("-j1")
+    assert r.rc == 0 and r.status("//:g") == "ran" and workspace.read("g.out") == "ok\n", r.output
+    assert "internal error" not in r.output
