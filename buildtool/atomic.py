@@ -15,16 +15,30 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+_WRITTEN: set[str] = set()  # real paths of the reports this process wrote (never an earlier run's)
+
+
+def wrote_report(path: str) -> None:
+    """This run wrote (or opened, --events) the report at ``path``: drop_stale_reports
+    leaves it."""
+    _WRITTEN.add(os.path.realpath(path))
+
+
 def write_report(path: str, data: bytes | str) -> None:
     """Write a file the user named (``--junit``, ``--profile``): atomically, as
     ``write_atomic``, into the file a symlink there points to (the link stays); but into an
     open descriptor's file (``/dev/stdout``, ``/dev/fd/3``, even redirected to a log) at its
     end, at this process's own offset for its stdout and stderr, and straight into a pipe
     or device: a rename would replace those."""
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    _write_report(path, raw)
+    wrote_report(path)
+
+
+def _write_report(path: str, raw: bytes) -> None:
     import stat
     import sys
 
-    raw = data if isinstance(data, bytes) else data.encode("utf-8")
     try:
         st = os.stat(path)  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe or a file)
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
@@ -99,16 +113,18 @@ def remove_stale_report(path: str, flag: str) -> bool:
         return False
 
 
-def drop_stale_reports(asked: Any, spare: Any = ()) -> None:
+def drop_stale_reports(asked: Any, spare: Any = (), ours_too: bool = False) -> None:
     """A request refused before anything ran (exit 2, a watch cycle's ERROR) writes no
     report: remove the one of each kind ``asked`` for (its ``junit``, ``events`` and
     ``profile`` attributes: parsed arguments, a BuildRequest) that an earlier run left, or
     a CI step that shows the JUnit file it finds would show the last run's green results;
     but not at the paths of the flags in ``spare`` (the error's ``flags``, when it was
-    their paths that were refused: a source that holds a report, say)."""
+    their paths that were refused: a source that holds a report, say), nor where this
+    process wrote one (an interrupt after the reports were written), unless ``ours_too``
+    (watch mode, where those are an earlier cycle's)."""
     for flag, name in (("--junit", "junit"), ("--events", "events"), ("--profile", "profile")):
         path = getattr(asked, name, None)
-        if path and flag not in spare:
+        if path and flag not in spare and (ours_too or os.path.realpath(path) not in _WRITTEN):
             remove_stale_report(path, flag)
 
 

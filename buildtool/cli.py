@@ -304,8 +304,12 @@ def main(argv: list[str] | None = None) -> int:
 
             drop_stale_reports(args, getattr(e, "flags", ()))
         return e.exit_code
-    except KeyboardInterrupt as e:
-        return _interrupted(e)
+    except KeyboardInterrupt as e:  # (before the commands: the scheduler's is an Interrupted)
+        code = _interrupted(e)  # (no further signal from here: _leaving)
+        from buildtool.atomic import drop_stale_reports
+
+        drop_stale_reports(args)  # (a CI step that uploads JUnit anyway must not find the last green run's)
+        return code
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
     except OSError as e:

@@ -40,6 +40,9 @@ class EventsWriter:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.f: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            from buildtool.atomic import wrote_report
+
+            wrote_report(path)  # (this run's from now on, even cut short)
         except OSError as e:
             from buildtool.errors import UserError
 

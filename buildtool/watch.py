@@ -928,7 +928,8 @@ class Watcher:
             if e.exit_code == 2:  # (not exit 4's "no tests": as a one-shot build, it keeps them)
                 from buildtool.atomic import drop_stale_reports
 
-                drop_stale_reports(self.req, getattr(e, "flags", ()))  # (the latest cycle's reports, and it wrote none)
+                # (the latest cycle's reports, and this cycle wrote none)
+                drop_stale_reports(self.req, getattr(e, "flags", ()), ours_too=True)
         except BuildtoolError as e:
             status, error = "ERROR", str(e)
         finally:

@@ -433,3 +433,41 @@ def test_what_a_command_moves_to_a_process_group_of_its_own_does_not_outlive_the
     finally:
         if pid and _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("where", ["evaluating", "waiting for the lock"])
+def test_an_interrupt_before_the_commands_removes_the_last_run_s_reports(tmp_path: Path, where: str) -> None:
+    """As an exit 2 does: a run cut short while a BUILD.py was evaluated or while it waited
+    for the lock left the last run's JUnit and events files, which a CI step that uploads
+    them anyway showed as this run's passes."""
+    ws = _workspace(tmp_path)
+    marker = tmp_path / "evaluating"
+    (ws / "BUILD.py").write_text('import os, time\n'
+                                 'if os.environ.get("SLOW"):\n'
+                                 f'    open({str(marker)!r}, "w").close()\n'
+                                 '    time.sleep(30)\n'
+                                 'test(name="t", cmd="true")\n')
+    junit, events = tmp_path / "j.xml", tmp_path / "ev.jsonl"
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    reports = ["--junit", str(junit), "--events", str(events)]
+    r = subprocess.run(["buildtool", "-C", str(ws), "test", *reports], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and junit.is_file() and events.is_file(), r.stdout + r.stderr
+    holder = None
+    if where == "evaluating":
+        env["SLOW"] = "1"
+    else:  # another build holds the workspace
+        holder = subprocess.Popen(["flock", str(ws / ".buildtool" / "lock"), "-c", f"touch {marker}; sleep 30"])
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", *reports], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
+    try:
+        with _reaped(p):
+            _wait_for(marker, "never got there")
+            time.sleep(0.5)
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=20)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+    assert p.returncode == 143, out + err
+    assert not junit.exists() and not events.exists(), err
