@@ -138,10 +138,11 @@ class StoreGuard:
 
 
 @contextlib.contextmanager
-def _exclusive(path: str, timeout_s: float) -> Iterator[bool]:
+def _exclusive(path: str, timeout_s: float, waiting: Callable[[], None] | None = None) -> Iterator[bool]:
     """Hold an exclusive flock on ``path``; yields False if not obtained within the timeout
-    (busy).  A lock file that cannot be opened or locked at all (a read-only cache, a
-    directory in its place) raises the OSError: retrying would not help, and "busy" misled."""
+    (busy); ``waiting`` is called once if it has to wait.  A lock file that cannot be
+    opened or locked at all (a read-only cache, a directory in its place) raises the
+    OSError: retrying would not help, and "busy" misled."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         deadline = time.monotonic() + timeout_s
@@ -153,6 +154,9 @@ def _exclusive(path: str, timeout_s: float) -> Iterator[bool]:
                 if time.monotonic() >= deadline:
                     yield False
                     return
+                if waiting is not None:
+                    waiting()
+                    waiting = None
                 time.sleep(0.05)
         yield True
     finally:
@@ -366,12 +370,14 @@ def _layout_dir(cache_dir: str) -> str:
     return os.path.join(cache_dir, LAYOUT)
 
 
-def gc(cache_dir: str, max_size: int | None, timeout_s: float = 60.0) -> GcResult | None:
-    """``buildtool cache gc``: None if the cache stayed busy for ``timeout_s``."""
+def gc(cache_dir: str, max_size: int | None, timeout_s: float = 60.0,
+       waiting: Callable[[], None] | None = None) -> GcResult | None:
+    """``buildtool cache gc``: None if the cache stayed busy for ``timeout_s``; ``waiting``
+    is called once if builds storing into it make it wait."""
     v_dir = _layout_dir(cache_dir)
     if not os.path.isdir(v_dir):
         return GcResult(0, 0)
-    with _exclusive(os.path.join(v_dir, "gc.lock"), timeout_s) as got:
+    with _exclusive(os.path.join(v_dir, "gc.lock"), timeout_s, waiting) as got:
         if not got:
             return None
         return collect(v_dir, max_size)

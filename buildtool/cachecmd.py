@@ -71,7 +71,11 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         except ValueError:
             msg = f"--max-size must be a size such as 500M, 2G or a number of bytes (got {args.max_size!r})"
             raise UserError(msg) from None
-    res = cache_gc.gc(cfg.cache_dir, limit)
+    def waiting() -> None:
+        print(f"cache gc: waiting for the builds storing into {cfg.cache_dir} to finish (at most 60 s)",
+              file=sys.stderr, flush=True)
+
+    res = cache_gc.gc(cfg.cache_dir, limit, waiting=waiting)
     if res is None:
         raise BuildtoolError(f"the cache {cfg.cache_dir} stayed busy (builds storing results); try again")
     print(

@@ -252,3 +252,25 @@ def test_a_build_does_not_hang_on_a_gc_that_holds_the_cache(workspace: Workspace
     (workspace.root / "b.bin").unlink()
     r = workspace.build("//:b")  # not stored then: it runs again (and is stored now)
     assert r.rc == 0 and r.status("//:b") == "ran" and "cache gc holds" not in r.stderr, r.output
+
+
+def test_cache_gc_says_it_waits_for_builds_storing_into_the_cache(workspace: Workspace) -> None:
+    """It waited up to a minute for a build holding gc.lock without a word."""
+    sized_targets(workspace, {"a": 100})
+    assert workspace.build("//:a").rc == 0
+    lock = layout_dir(workspace.cache) / "gc.lock"
+    holder = subprocess.Popen(  # a build storing: a shared lock for a moment
+        ["python3", "-c", "import fcntl, os, time\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_SH)\n"
+         "print('held', flush=True)\ntime.sleep(1.5)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        rc, out, err = workspace.run("cache", "gc")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 0 and "cache gc: " in out, out + err
+    assert err.count(f"cache gc: waiting for the builds storing into {workspace.cache} to finish") == 1, err
+    rc, out, err = workspace.run("cache", "gc")
+    assert rc == 0 and "waiting" not in err, err
