@@ -57,12 +57,13 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
     lines in the file's bytes and reads each one's label, which leads every line as this
     module writes it; a line is copied out and parsed when its entry is asked for."""
 
-    __slots__ = ("_data", "_lines", "_parsed", "_warn")
+    __slots__ = ("_data", "_heads", "_lines", "_parsed", "_warn")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._data = b""  # the record file as read
         self._lines: dict[str, tuple[int, int]] = {}  # label -> its line in _data, not parsed yet
         self._parsed: dict[str, dict[str, Any]] = {}
+        self._heads: dict[str, dict[str, Any]] = {}  # label -> its entry but "desc" (head), line not parsed
         self._warn = warn
 
     def load(self, data: bytes, start: int) -> int:
@@ -88,6 +89,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
                 label = data[pos + skip : end].decode("utf-8", "surrogatepass")
                 if parsed:
                     parsed.pop(label, None)
+                self._heads.pop(label, None)
                 if nl - end - 1 == tail and startswith(_DROP_TAIL, end + 1):
                     lines.pop(label, None)
                 else:
@@ -98,6 +100,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
     def _forget(self, label: str) -> None:
         self._lines.pop(label, None)
         self._parsed.pop(label, None)
+        self._heads.pop(label, None)
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         try:
@@ -115,11 +118,43 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
             span = self._lines.pop(label, None)
             if span is None:
                 return default
+            self._heads.pop(label, None)
             e = self._parse(self._data[span[0] : span[1]])
             if e is None or e["l"] != label:
                 return default
             self._parsed[label] = e
         return e
+
+    def head(self, label: str) -> dict[str, Any] | None:
+        """The entry of ``label`` without its ``desc`` (key, outputs, duration: what every
+        build asks of every entry), parsed from the start of its line only: a test's
+        description lists its inputs at every depth, hundreds of kB, and parsing them all
+        (``all_outputs``) was most of the start-up of a build beside 500 such tests.
+        ``,"desc":`` ends the head of every line this module writes (a string holds no bare
+        quote); another line is parsed whole."""
+        e = self._parsed.get(label)
+        if e is not None:
+            return e
+        e = self._heads.get(label)
+        if e is not None:
+            return e
+        span = self._lines.get(label)
+        if span is None:
+            return None
+        cut = self._data.find(b',"desc":', span[0], span[1])
+        if cut >= 0:
+            try:
+                e = _loads(self._data[span[0] : cut] + b"}")
+            except ValueError:
+                e = None
+            if isinstance(e, dict) and e.get("l") == label and "o" in e and "d" in e:  # (else: written otherwise)
+                self._heads[label] = e
+                return e
+        return self.get(label)  # (another shape: whole, with the warning for a corrupt line)
+
+    def heads(self) -> list[tuple[str, dict[str, Any]]]:
+        """``head`` of every entry."""
+        return [(label, e) for label in self if (e := self.head(label)) is not None]
 
     def raw_line(self, label: str) -> bytes | None:
         """The record line of a not yet parsed entry, as read (to copy it on compaction)."""
@@ -134,6 +169,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
 
     def __setitem__(self, label: str, entry: dict[str, Any]) -> None:
         self._lines.pop(label, None)
+        self._heads.pop(label, None)
         self._parsed[label] = entry
 
     def __delitem__(self, label: str) -> None:
@@ -239,10 +275,10 @@ class BuildRecord:
         return self.entries.get(label)
 
     def durations(self) -> dict[str, float]:
-        return {lab: e.get("d", 0.0) for lab, e in self.entries.items()}
+        return {lab: e.get("d", 0.0) for lab, e in self.entries.heads()}
 
     def all_outputs(self) -> set[str]:
-        return {o[0] for e in self.entries.values() for o in e.get("o", ())}
+        return {o[0] for _, e in self.entries.heads() for o in e.get("o", ())}
 
     def _append(self, obj: dict[str, Any]) -> None:
         self._write_line(_line_of(obj) + "\n")

@@ -698,7 +698,7 @@ class Session:
             tid = graph.by_label.get(lab)
             if tid is not None:
                 declared = set(graph.targets[tid].outs)
-                rows.extend((lab, o) for o in record.entries[lab].get("o", [])
+                rows.extend((lab, o) for o in (record.entries.head(lab) or {}).get("o", [])
                             if o[0] not in declared and o[0] not in live_outputs)
                 continue
             if pkg in loaded:
@@ -706,7 +706,7 @@ class Session:
                     continue
             elif loader.package_exists(pkg):
                 continue
-            dead = [(lab, o) for o in record.entries[lab].get("o", []) if o[0] not in live_outputs]
+            dead = [(lab, o) for o in (record.entries.head(lab) or {}).get("o", []) if o[0] not in live_outputs]
             if pkg and loader.ws.is_ignored(pkg):
                 left.extend(o[0] for _, o in dead if os.path.lexists(os.path.join(loader.ws.root, o[0])))
             else:
@@ -814,7 +814,7 @@ class Session:
             orphans.reap(state, _warn)
             record = BuildRecord(os.path.join(state, "record"), _warn)
             n = 0
-            recorded = {o[0]: o for e in record.entries.values() for o in e.get("o", ())}
+            recorded = {o[0]: o for _, e in record.entries.heads() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
             sources: set[str] | None = None
             failed = 0

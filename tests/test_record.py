@@ -150,3 +150,29 @@ def test_a_record_that_lost_a_line_is_written_anew_at_close_or_deleted(tmp_path:
     rec.drop("//:b")
     rec.close()
     assert not path.exists() and rec.get("//:a") is None
+
+
+def test_outputs_and_durations_come_from_each_line_s_head_without_its_description(tmp_path: Path) -> None:
+    """Every build asks every entry for its outputs; a test's description lists its inputs
+    at every depth (hundreds of kB each beside 500 tests), and parsing them all was most of
+    a build's start-up.  The heads give what the whole entries give, for every shape."""
+    path = tmp_path / "record"
+    big = {**DESC, "inputs": {f"lib/s{i}.py": "d" * 64 for i in range(2000)}}
+    rec = BuildRecord(str(path), print)
+    rec.put("//:a", "k1", [["a.out", "e" * 64, 420], ['q"uote,"desc":x', "f" * 64, 420]], 0.5, big)
+    rec.put('//:we"ird', "k2", [["w.out", "e" * 64, 420]], 0.25, DESC)  # (an escaped label: another shape)
+    rec.put("//:gone", "k3", [["g.out", "e" * 64, 420]], 0.1, DESC)
+    rec.drop("//:gone")
+    rec.close()
+    with open(path, "a") as f:
+        f.write('{"l":"//:old","o":[["o.out","' + "a" * 64 + '",420]],"d":2.0,"k":"k4","desc":"{}"}\n')
+    again = BuildRecord(str(path), print)
+    whole = BuildRecord(str(path), print)
+    expected = {lab: e for lab, e in whole.entries.items()}  # (every line parsed whole)
+    assert again.all_outputs() == {o[0] for e in expected.values() for o in e["o"]} == \
+        {"a.out", 'q"uote,"desc":x', "w.out", "o.out"}
+    assert again.durations() == {"//:a": 0.5, '//:we"ird': 0.25, "//:old": 2.0}
+    assert again.entries._parsed.keys() == {'//:we"ird'}  # (the others: their heads only)
+    assert again.get("//:a")["o"] == expected["//:a"]["o"] and desc_of(again.get("//:a")) == big
+    again.entries["//:a"] = {"l": "//:a", "k": "k5", "o": [["new.out", "e" * 64, 420]], "d": 1.0, "desc": "{}"}
+    assert again.entries.head("//:a")["o"] == [["new.out", "e" * 64, 420]] and "new.out" in again.all_outputs()
