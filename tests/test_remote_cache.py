@@ -683,6 +683,18 @@ def test_an_input_changed_since_its_key_is_never_looked_up_or_stored_under_that_
     (tmp_path / "in.txt").write_bytes(b"v2\n")  # saved after the key was computed
     with pytest.raises(ra.ChangedSinceKeyed):  # an OSError: the lookup is a miss, the upload skipped
         layer._file_digest(sha, "in.txt", keyed)  # type: ignore[arg-type]
+    # Through lookup and upload: a miss and no upload, never a failed target (a review found
+    # the Action built outside their try: "internal error: ChangedSinceKeyed").
+    warned: list[str] = []
+    layer.warn = warned.append
+    layer.cache = types.SimpleNamespace(writable=True)  # type: ignore[assignment]
+    layer._get_store = lambda: sha  # type: ignore[method-assign,assignment,return-value]
+    view = ra.TargetView("genrule", "", "cat in.txt > o", None, None, ("o",), ["in.txt"], None)
+    desc = {"inputs": {"in.txt": keyed}, "env": {}, "extra": {}}
+    layer.opt = types.SimpleNamespace(upload=True)  # type: ignore[assignment]
+    assert layer.lookup(view, "k", desc, "//:o") is None and layer.stats.misses == 1
+    layer.upload(view, "k", desc, [], b"", b"", 0.1, "//:o")
+    assert layer.stats.uploads == 0 and len(warned) == 2 and "in.txt changed since" in warned[0], warned
     (tmp_path / "in.txt").write_bytes(b"v1\n")
     d = layer._file_digest(sha, "in.txt", keyed)  # type: ignore[arg-type]
     assert d.hash == hashlib.sha256(b"v1\n").hexdigest() and d.size == 3

@@ -181,16 +181,15 @@ class RemoteCache:
             return None
         try:
             act = self.remote_action(store, t, key, desc)
-        except ra.NotRemotable as e:
-            self._not_remotable(label, e)
-            self._count_miss()
-            return None
-        try:
             res = store.get_action_result(act.digest)
             if res is None:
                 self._count_miss()
                 return None
             entry = self._fetch(store, t, res, label)
+        except ra.NotRemotable as e:  # (before any request: the server has nothing to do with it)
+            self._not_remotable(label, e)
+            self._count_miss()
+            return None
         except Unavailable as e:
             self._trip(str(e))
             return None
@@ -292,10 +291,6 @@ class RemoteCache:
             return
         try:
             act = self.remote_action(store, t, key, desc)
-        except ra.NotRemotable as e:
-            self._not_remotable(label, e)
-            return
-        try:
             result, blobs = self.action_result(store, t, act, outputs, stdout, stderr, duration)
             missing = store.find_missing(blobs)
             with self._lock:  # present there but damaged (a download did not verify): replace it
@@ -303,6 +298,9 @@ class RemoteCache:
             sent = store.upload({d: blobs[d] for d in missing}) if missing else 0
             store.update_action_result(act.digest, result)
             sent += result.ByteSize()  # (the action-cache entry is sent too)
+        except ra.NotRemotable as e:
+            self._not_remotable(label, e)
+            return
         except Unavailable as e:
             self._trip(str(e))
             return
