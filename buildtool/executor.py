@@ -164,6 +164,11 @@ class Running:
                     # anybody else's.  (A daemon in a session of its own is left.)
                     _killpg(proc.pid, signal.SIGKILL)
             proc.wait()  # reaps it; returns at once when it has exited
+            with self._executor._lock:
+                killed = proc.pid in self._executor._killed
+                self._executor._killed.discard(proc.pid)
+            if killed:  # (a timeout, Ctrl-C: a test's server in a group of its own goes too, before a retry)
+                sweep_sessions({proc.pid})
             out = _read_all(self._out_fd) if self._out_fd is not None else b""
             err = _read_all(self._err_fd) if self._err_fd is not None else b""
         finally:
@@ -656,10 +661,7 @@ class SubprocessExecutor:
             time.sleep(KILL_GRACE_S)
             with self._lock:
                 self._terminated.pop(proc.pid, None)
-                led = proc.pid in self._sessions
             _killpg(proc.pid, signal.SIGKILL)
-            if led:  # (a timed-out test's server in a group of its own: not kept to the build's end)
-                sweep_sessions({proc.pid})
 
         threading.Thread(target=hard_kill, daemon=True).start()
 

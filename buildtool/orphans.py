@@ -283,7 +283,8 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
     """SIGKILL what is left in the sessions ``sids`` led by commands this build started and
     reaped: processes a command moved into a process group of their own (bash's ``set -m``,
     ``Popen(process_group=0)``), which the kill of the command's group missed.  Called
-    after a timeout's grace period and at the end of an interrupted build; a command that
+    when a command killed by a timeout or Ctrl-C is reaped, and at the end of the build for
+    those never reaped; a command that
     ends normally leaves them running, as it leaves a daemon (reading every process's
     stat costs ~17 us each: a few ms of every build otherwise).  A session
     whose id is again a live process's pid is somebody else's now (a reaped leader's pid

@@ -471,3 +471,32 @@ def test_an_interrupt_before_the_commands_removes_the_last_run_s_reports(tmp_pat
             holder.wait()
     assert p.returncode == 143, out + err
     assert not junit.exists() and not events.exists(), err
+
+
+@pytest.mark.parametrize("leader", ["dies on SIGTERM", "ignores SIGTERM"])
+def test_a_timed_out_test_s_escaped_server_is_gone_before_its_retry(tmp_path: Path, leader: str) -> None:
+    """The sweep of a timed-out command's session came at the end of its grace period (too
+    late for a flaky test's retry, which started at once) or, when its shell ignored
+    SIGTERM, found the shell still alive and left the session alone."""
+    ws = _workspace(tmp_path)
+    pidfile = tmp_path / "pid"
+    trap = "trap '' TERM; " if leader == "ignores SIGTERM" else ""
+    (ws / "t.sh").write_text(  # (the retry: the first attempt's server must be gone, at most a zombie
+        f'if [ -s {pidfile} ]; then\n'  # init has yet to reap, within half a second)
+        f'  for i in 1 2 3 4 5; do\n'
+        f'    s=$(cut -d" " -f3 /proc/$(cat {pidfile})/stat 2>/dev/null)\n'
+        f'    if [ -z "$s" ] || [ "$s" = Z ]; then exit 0; fi; sleep 0.1\n'
+        f'  done; echo ALIVE; exit 1\n'
+        f'fi\n'
+        f"{trap}bash -c 'set -m; sleep 300 & echo $! > {pidfile}; wait'\n")
+    (ws / "BUILD.py").write_text('test(name="t", srcs=["t.sh"], cmd="sh t.sh", timeout=1, flaky=1)\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    pid = 0
+    try:
+        r = subprocess.run(["buildtool", "-C", str(ws), "test", "//:t"], env=env, capture_output=True, text=True,
+                           timeout=60, preexec_fn=_hup_default)
+        pid = int(pidfile.read_text())
+        assert r.returncode == 0 and "FLAKY" in r.stdout, r.stdout + r.stderr
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
