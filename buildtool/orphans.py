@@ -282,7 +282,8 @@ def live_groups(pgids: set[int] | dict[int, float]) -> set[int] | None:
 def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
     """SIGKILL what is left in the sessions ``sids`` led by commands this build started and
     reaped: processes a command moved into a process group of their own (bash's ``set -m``,
-    ``Popen(process_group=0)``), which the kill of the command's group missed.  Called
+    ``Popen(process_group=0)``), which the kill of the command's group missed (that
+    group, whose id is the session's, is left to it: its members get their grace).  Called
     when a command killed by a timeout or Ctrl-C is reaped, and at the end of the build for
     those never reaped; a command that
     ends normally leaves them running, as it leaves a daemon (reading every process's
@@ -306,7 +307,7 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
                 pid = int(name)
                 if pid == got[1]:
                     leaders.add(pid)
-                else:
+                elif got[0] != got[1]:  # (the command's own group is its kill's, with its grace period)
                     found.append((pid, got[1]))
     leaders.difference_update(own)
     killed = 0

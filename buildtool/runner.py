@@ -18,7 +18,7 @@ import sys
 import time
 
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
-from buildtool.atomic import RESTORE_TMP_SUFFIX, temp_path
+from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_tree, temp_path
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import (
@@ -985,10 +985,8 @@ class TargetRunner:
         """The worker lane's TMPDIR/HOME: created once, emptied after an action used it."""
         d = orphans.lane_dir(self.state_dir, os.getpid(), lane)  # the next build's reap looks for it
         if d not in self._lane_dirs:
-            if os.path.lexists(d):  # left by a killed build (shutil: ~4 ms of import, so only then)
-                import shutil
-
-                shutil.rmtree(d, ignore_errors=True)
+            if os.path.lexists(d):  # left by a killed build
+                remove_tree(d)
             os.makedirs(d, exist_ok=True)
             self._lane_dirs.add(d)
         return d
@@ -1003,9 +1001,7 @@ class TargetRunner:
         except OSError:
             dirty = True
         if dirty:
-            import shutil
-
-            shutil.rmtree(d, ignore_errors=True)
+            remove_tree(d)
             try:
                 os.makedirs(d, exist_ok=True)
             except OSError:  # (an internal error failed the target whose command had ended well)
@@ -1033,9 +1029,7 @@ class TargetRunner:
                         return f"output {o!r} of {t.label} is an existing directory; outputs are files (left as it is)"
                     self.stats.forget(o)
                     continue
-                import shutil
-
-                shutil.rmtree(full, ignore_errors=True)
+                remove_tree(full)
             except NotADirectoryError:
                 pass  # (a file where a directory on the way should be: no output there)
             except OSError as e:
@@ -1402,7 +1396,7 @@ def _make_dir(d: str) -> None:
     except FileExistsError:
         pass
     except FileNotFoundError:
-        os.makedirs(d, exist_ok=True)
+        make_dirs(d)
 
 
 def _has_remote_digest(full: str, marker: str) -> bool:

@@ -15,6 +15,7 @@ import sys
 import time
 
 from buildtool import cache_gc, labels, noop, orphans
+from buildtool.atomic import remove_path
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.console import escape_controls
@@ -490,7 +491,7 @@ class Session:
             if events:
                 events.close()
                 lost_report = lost_report or events.lost
-            _remove_tmp(os.path.join(state, "tmp"))
+            remove_path(os.path.join(state, "tmp"))  # (the lanes' markers and emptied TMPDIRs)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
         if req.mode == "build" and (focus is None or from_snapshot or rediff) and not req.dry_run \
@@ -850,8 +851,6 @@ class Session:
             # this state: it is ended (SIGTERM, which also reaches one stopped with SIGSTOP
             # once it continues).
             from buildtool import monitor
-            from buildtool.atomic import remove_path
-
             pid = monitor.holder(state, self.ws.root)  # (not the original's, in a `cp -al` copy)
             if pid is not None:
                 try:
@@ -978,26 +977,6 @@ def _median(values: list[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
-def _remove_tmp(path: str) -> None:
-    """Remove the state dir's tmp/: by the end of a build it normally holds the lanes'
-    capture markers (orphans.py) and their emptied TMPDIRs, so one level is removed here and
-    shutil.rmtree (~4 ms to import) is only needed for what is left below that."""
-    try:
-        with os.scandir(path) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    os.rmdir(e.path)
-                else:
-                    os.unlink(e.path)
-        os.rmdir(path)
-    except FileNotFoundError:
-        pass
-    except OSError:  # not empty, not a directory, ...
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _prune_empty_dirs(root: str, rel_dir: str) -> None:

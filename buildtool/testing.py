@@ -17,7 +17,7 @@ import json
 import os
 import threading
 
-from buildtool.atomic import write_atomic
+from buildtool.atomic import make_dirs, write_atomic
 from buildtool.console import escape_controls
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
@@ -97,7 +97,7 @@ def _attempt_path(path: str, attempt: int) -> str:
 
 
 def _write_atomic(path: str, data: bytes, state_dir: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_dirs(os.path.dirname(path))  # (a test 1,000 packages down: os.makedirs recurses)
     write_atomic(path, data, tmp_dir=os.path.join(state_dir, "tmp"))  # (a kill -9 leaves no temp log)
 
 

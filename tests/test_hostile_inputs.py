@@ -805,3 +805,24 @@ def _walk_the_deep_tree(workspace: Workspace, deep: str) -> None:
     assert workspace.read("g.out") == "\n"  # (the leaf is its own package's, not //:g's)
     rc, out, err = workspace.run("query", f"//{deep}:p")
     assert rc == 0 and out.strip().endswith("/a:p"), err[-1500:]
+
+
+def test_a_command_s_tree_deeper_than_python_s_recursion_limit_is_removed(workspace: Workspace) -> None:
+    """A tree 1,000 levels deep that a command leaves in its TMPDIR, or an output 1,000
+    directories down: shutil.rmtree and os.makedirs recurse once a level (Python 3.11), and
+    the RecursionError failed targets whose commands had succeeded ("internal error")."""
+    deep_out = "/".join(["e"] * 1000) + "/f"
+    workspace.build_file("", 'genrule(name="g", outs=["g.out"], cmd="echo ok > $@; cd $$TMPDIR && '
+                             'for i in $$(seq 1000); do mkdir x && cd x; done")\n'
+                             f'genrule(name="deep", outs=["{deep_out}"], cmd="echo deep > $@")\n')
+    try:
+        r = workspace.build("-j1")
+        assert r.rc == 0 and "internal error" not in r.output and "Traceback" not in r.output, r.output[-2000:]
+        assert workspace.read("g.out") == "ok\n"
+        subprocess.run(["rm", "-rf", "e"], cwd=workspace.root, check=True)  # (restored from the cache)
+        r = workspace.build("-j1")
+        assert r.rc == 0 and r.status("//:deep") == "restored", r.output[-2000:]
+        rc, out, err = workspace.run("clean")
+        assert rc == 0 and "Traceback" not in err, err[-2000:]
+    finally:  # (shutil.rmtree, which removes the test's directory, recurses too)
+        subprocess.run(["rm", "-rf", "e", ".buildtool"], cwd=workspace.root, check=True)

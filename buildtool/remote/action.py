@@ -231,7 +231,11 @@ def build(
         node.files[parts[-1]] = (dg, x)
         files[dg] = full
     blobs: dict[Digest, bytes] = {}
-    root_digest = _merkle(tree, h, blobs)
+    try:
+        root_digest = _merkle(tree, h, blobs)
+    except RecursionError:  # (one call a level: an input ~1,000 directories down)
+        msg = "its input tree is too deep to write as a Remote Execution API Directory tree"
+        raise NotRemotable(msg) from None
     cdata = cmd.SerializeToString(deterministic=True)
     cdg = Digest(h(cdata), len(cdata))
     blobs[cdg] = cdata

@@ -46,12 +46,12 @@ def run_command(args: argparse.Namespace) -> int:
         headers = parse_headers(args.remote_header)
     except ValueError as e:
         raise UserError(str(e)) from None
-    import shutil
     import signal
     import tempfile
 
     own_dir = args.work_dir is None
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="buildtool-worker-")
+    from buildtool.atomic import remove_tree
     from buildtool.remote.worker import Worker, log
 
     w = Worker(args.server, args.instance, args.capacity, os.path.abspath(work_dir), args.remote_timeout, headers)
@@ -66,4 +66,4 @@ def run_command(args: argparse.Namespace) -> int:
         return w.serve()
     finally:
         if own_dir:
-            shutil.rmtree(work_dir, ignore_errors=True)
+            remove_tree(work_dir)
