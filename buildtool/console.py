@@ -125,7 +125,9 @@ _live: Console | None = None  # the console drawing a live area now: other lines
 def say(msg: str) -> None:
     """``buildtool: MSG`` on stderr, in one write (worker threads warn at once: lines must
     not run into each other); above the live area if one is drawn (the runner's and the
-    cache's warnings: written into it, they were erased by the next redraw)."""
+    cache's warnings: written into it, they were erased by the next redraw).  Control
+    characters in it (a file name's) are shown as escapes (``escape_controls``)."""
+    msg = escape_controls(msg)
     live = _live
     if live is not None:
         live.say(msg)
@@ -188,6 +190,7 @@ class Console:
     def say(self, msg: str) -> None:
         """A ``buildtool: MSG`` line on stderr, above the live area (which is cleared first
         and drawn again after it: a line written into it was erased by the next redraw)."""
+        msg = escape_controls(msg)
         with self._lock:
             self._clear()
             self.out.flush()
@@ -252,8 +255,8 @@ class Console:
         """The line that shows target ``t``'s command, as a user would type it in its package
         directory (a pyrule's function; nothing for a group)."""
         target = self.graph.targets[t]
-        if target.cmd:
-            self._line(f"command (in //{target.pkg}): {target.cmd}")
+        if target.cmd:  # (a file name's control characters as escapes: they set a terminal's title)
+            self._line(f"command (in //{target.pkg}): {escape_controls(target.cmd, lines=True)}")
         elif target.fn:
             self._line(f"pyrule (in //{target.pkg}): {target.fn}")
 
@@ -400,15 +403,18 @@ class Console:
 
 
 _SHOWN_AS_ESCAPES = r"[\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]"
+_SHOWN_AS_ESCAPES_BUT_LINES = r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]"
 
 
-def escape_controls(s: str) -> str:
+def escape_controls(s: str, lines: bool = False) -> str:
     """``s`` (buildtool's own one-line text: a reason, a message naming files) with each
     control character, line separator and undecodable byte of a file name written as an
     escape (``\\x1b``, ``\\n``, ``\\u2028``, ``\\xe9``), as errors show such names: a
     source named ``a<ESC>]0;x<BEL>.txt`` set the terminal's title from `explain` and read as
-    ``a.txt`` in `build --explain` (stripped), and a newline split a reason over two lines."""
-    if not re.search(_SHOWN_AS_ESCAPES, s):
+    ``a.txt`` in `build --explain` (stripped), and a newline split a reason over two lines.
+    ``lines``: text of several lines (a command), whose newlines and tabs stay."""
+    pattern = _SHOWN_AS_ESCAPES_BUT_LINES if lines else _SHOWN_AS_ESCAPES
+    if not re.search(pattern, s):
         return s
 
     def one(m: re.Match[str]) -> str:
@@ -417,7 +423,7 @@ def escape_controls(s: str) -> str:
             return f"\\x{ord(c) - 0xDC00:02x}"
         return repr(c)[1:-1]
 
-    return re.sub(_SHOWN_AS_ESCAPES, one, s)
+    return re.sub(pattern, one, s)
 
 
 def strip_controls(s: str, keep_colors: bool = False) -> str:

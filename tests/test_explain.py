@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from conftest import Workspace
 
 BUILD = """
@@ -318,3 +319,20 @@ def test_a_file_name_with_control_characters_is_shown_escaped_in_every_reason(wo
         assert rc == 0 and "\x1b" not in out + err and "\x07" not in out + err, (args, out)
         [line] = [ln for ln in out.splitlines() if ln.startswith("//:g")]
         assert any(s in line for s in shown), (args, out)  # (the first input that changed is named)
+
+
+def test_a_failing_command_and_a_warning_show_a_control_character_name_escaped(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The failed command's line printed the substituted command as it is: under --color
+    always (as on a terminal) a source named with an OSC set the terminal's title."""
+    from buildtool import console
+
+    workspace.write("a\x1b]0;PWNED\x07.txt", "x\n")
+    workspace.build_file("", 'genrule(name="g", srcs=glob(["*.txt"]), outs=["o"], cmd="cat $(SRCS) > $@; exit 1")\n')
+    rc, out, err = workspace.run("build", "--color", "always")
+    assert rc == 1 and "\x1b]0;" not in out + err and "\x07" not in out + err, repr(out + err)
+    assert "cat 'a\\x1b]0;PWNED\\x07.txt'" in out, out
+    console.say("warning: input a\x1b]0;PWNED\x07.txt changed\nwhile")  # (every warning goes through say)
+    said = capsys.readouterr().err
+    assert said == "buildtool: warning: input a\\x1b]0;PWNED\\x07.txt changed\\nwhile\n", repr(said)

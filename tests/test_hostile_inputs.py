@@ -822,7 +822,7 @@ def test_a_command_s_tree_deeper_than_python_s_recursion_limit_is_removed(worksp
         subprocess.run(["rm", "-rf", "e"], cwd=workspace.root, check=True)  # (restored from the cache)
         r = workspace.build("-j1")
         assert r.rc == 0 and r.status("//:deep") == "restored", r.output[-2000:]
-        rc, out, err = workspace.run("clean")
+        rc, _, err = workspace.run("clean")
         assert rc == 0 and "Traceback" not in err, err[-2000:]
     finally:  # (shutil.rmtree, which removes the test's directory, recurses too)
         subprocess.run(["rm", "-rf", "e", ".buildtool"], cwd=workspace.root, check=True)
