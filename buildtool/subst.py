@@ -73,17 +73,20 @@ def substitute(
 
 def _closing(cmd: str, start: int) -> int:
     """The index of the ")" that closes the "$(" before ``start``, parentheses inside it
-    paired (``$(location paren(x).txt)`` names ``paren(x).txt``); -1 if none does."""
+    paired (``$(location paren(x).txt)`` names ``paren(x).txt``); when they do not pair
+    (``$(location a(b.txt) > $@``), the first ")"; -1 if there is none."""
     depth = 1
+    first = -1
     for k in range(start, len(cmd)):
         c = cmd[k]
         if c == "(":
             depth += 1
         elif c == ")":
+            first = k if first < 0 else first
             depth -= 1
             if depth == 0:
                 return k
-    return -1
+    return first
 
 
 def _single(paths: list[str], token: str, what: str, attr: str) -> str:
