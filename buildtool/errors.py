@@ -6,7 +6,7 @@
     |   +-- NoTestsError (exit 4)  ``buildtool test`` matched no test target
     +-- BuildFailed (exit 1)       a command or a test failed
     +-- LockBusy (exit 1)          another buildtool holds the workspace, and --no-wait was given
-    +-- Interrupted (130/143/129)  SIGINT / SIGTERM / SIGHUP while the scheduler ran or reports were written
+    +-- Interrupted (130/143/129/131) SIGINT/TERM/HUP/QUIT while the scheduler ran or reports were written
     KeyboardInterrupt
     +-- EvaluationInterrupted      Ctrl-C (or SIGTERM, SIGHUP) while a BUILD.py ran (names it: an endless loop)
     +-- Terminated                 SIGTERM, SIGHUP, SIGQUIT elsewhere (loading, waiting for the lock): as Ctrl-C

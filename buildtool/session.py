@@ -20,6 +20,7 @@ from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.console import escape_controls
 from buildtool.console import say as console_say
+from buildtool.console import targets as console_targets
 from buildtool.digest import StatCache
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, ReportPathError, UserError
 from buildtool.graph import Graph, GraphBuilder
@@ -400,7 +401,8 @@ class Session:
                             console.command_of(t)
                 n = sum(1 for o in outcomes.values() if o.reason is Reason.DRY_RUN)
                 if not req.explain:
-                    print(f"dry run: {n} of {len(outcomes)} targets would run or be restored", file=console.out)
+                    print(f"dry run: {n} of {console_targets(len(outcomes))} would run or be restored",
+                          file=console.out)
                 by_label = {graph.targets[t].label: o for t, o in outcomes.items()}
                 if events:
                     events.close()  # (and again, harmlessly, below)

@@ -202,7 +202,8 @@ def report(
     src = "the current state (--incremental)" if incremental else "an empty cache"
     lines = [
         f"plan: a simulation of buildtool's scheduler (not the optimal schedule) from {src}: "
-        f"{len(graph.targets)} targets, {len(to_run)} to run, {total:.2f}s of work",
+        f"{len(graph.targets)} target{'s' if len(graph.targets) != 1 else ''}, {len(to_run)} to run, "
+        f"{total:.2f}s of work",
     ]
     if c.unknown:
         lines.append(f"  {len(c.unknown)} targets have no recorded duration; each counts as {c.default:.2f}s "
