@@ -113,18 +113,78 @@ def remove_stale_report(path: str, flag: str) -> bool:
         return False
 
 
-def drop_stale_reports(asked: Any, spare: Any = (), ours_too: bool = False) -> None:
+REPORTS_HEADER = b"# buildtool reports v1\n"
+
+
+def _reports_path(state_dir: str) -> str:
+    return os.path.join(state_dir, "reports")
+
+
+def written_reports(state_dir: str) -> dict[str, list[int]]:
+    """``<state>/reports``: the real path of each report this workspace's builds wrote ->
+    [inode, size, mtime_ns] as written; empty if missing, of another version or corrupt."""
+    import json
+
+    try:
+        with open(_reports_path(state_dir), "rb") as f:
+            data = f.read()
+        if not data.startswith(REPORTS_HEADER):
+            return {}
+        got = json.loads(data[len(REPORTS_HEADER) :])
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(got, dict):
+        return {}
+    return {k: v for k, v in got.items() if isinstance(v, list) and len(v) == 3}
+
+
+def _stat_triple(path: str) -> list[int] | None:
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
+
+
+def remember_reports(state_dir: str) -> None:
+    """Add the regular files this process wrote as reports to ``<state>/reports`` (and
+    drop the entries whose file has changed or gone since): what ``drop_stale_reports`` may
+    remove.  Best effort: a ledger that cannot be written leaves a report in place."""
+    if not _WRITTEN:
+        return
+    import json
+
+    known = {p: v for p, v in written_reports(state_dir).items() if _stat_triple(p) == v}
+    for p in _WRITTEN:
+        row = _stat_triple(p)
+        if row is not None:
+            known[p] = row
+    try:
+        write_atomic(_reports_path(state_dir), REPORTS_HEADER + json.dumps(known, sort_keys=True).encode())
+    except OSError:
+        pass
+
+
+def drop_stale_reports(asked: Any, state_dir: str | None, spare: Any = (), ours_too: bool = False) -> None:
     """A request refused before anything ran (exit 2, a watch cycle's ERROR) writes no
     report: remove the one of each kind ``asked`` for (its ``junit``, ``events`` and
     ``profile`` attributes: parsed arguments, a BuildRequest) that an earlier run left, or
-    a CI step that shows the JUnit file it finds would show the last run's green results;
-    but not at the paths of the flags in ``spare`` (the error's ``flags``, when it was
-    their paths that were refused: a source that holds a report, say), nor where this
-    process wrote one (an interrupt after the reports were written), unless ``ours_too``
-    (watch mode, where those are an earlier cycle's)."""
+    a CI step that shows the JUnit file it finds would show the last run's green results.
+    Only a file this workspace's builds wrote as a report and nobody changed since (its
+    inode, size and mtime in ``<state>/reports``; none without a workspace): a report
+    committed as a source, checked out by git, stays.  Not at the paths of the flags in
+    ``spare`` either (the error's ``flags``, when it was their paths that were refused),
+    nor where this process wrote one (an interrupt after the reports were written), unless
+    ``ours_too`` (watch mode, where those are an earlier cycle's)."""
+    ledger = written_reports(state_dir) if state_dir is not None else {}
     for flag, name in (("--junit", "junit"), ("--events", "events"), ("--profile", "profile")):
         path = getattr(asked, name, None)
-        if path and flag not in spare and (ours_too or os.path.realpath(path) not in _WRITTEN):
+        if not path or flag in spare:
+            continue
+        real = os.path.realpath(path)
+        if (ours_too or real not in _WRITTEN) and real in ledger and _stat_triple(real) == ledger[real]:
             remove_stale_report(path, flag)
 
 

@@ -200,6 +200,18 @@ def _observed() -> bool:
 _EXIT = os._exit  # (as imported: a BUILD.py evaluation cut short may have left os._exit guarded)
 
 
+def _state_dir(args: Any) -> str | None:
+    """The state dir of the workspace ``args`` name (-C), if there is one."""
+    from buildtool.errors import UserError
+    from buildtool.workspace import find_workspace
+
+    try:
+        return find_workspace(os.path.join(*(args.directory or ["."])) if isinstance(args.directory, list)
+                              else args.directory or ".").state_dir
+    except (UserError, OSError):
+        return None
+
+
 def _interrupted(e: KeyboardInterrupt) -> int:
     """Name the BUILD.py that Ctrl-C (or SIGTERM, SIGHUP) stopped, if one was running (an
     endless loop in one otherwise ended the command without a word), and the signal if it
@@ -302,13 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         if e.exit_code == 2:
             from buildtool.atomic import drop_stale_reports
 
-            drop_stale_reports(args, getattr(e, "flags", ()))
+            drop_stale_reports(args, _state_dir(args), getattr(e, "flags", ()))
         return e.exit_code
     except KeyboardInterrupt as e:  # (before the commands: the scheduler's is an Interrupted)
         code = _interrupted(e)  # (no further signal from here: _leaving)
         from buildtool.atomic import drop_stale_reports
 
-        drop_stale_reports(args)  # (a CI step that uploads JUnit anyway must not find the last green run's)
+        drop_stale_reports(args, _state_dir(args))  # (a CI step that uploads JUnit anyway: not the last green run's)
         return code
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe

@@ -15,7 +15,7 @@ import sys
 import time
 
 from buildtool import cache_gc, labels, noop, orphans
-from buildtool.atomic import remove_path
+from buildtool.atomic import remember_reports, remove_path
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.console import escape_controls
@@ -494,6 +494,7 @@ class Session:
                 events.close()
                 lost_report = lost_report or events.lost
             remove_path(os.path.join(state, "tmp"))  # (the lanes' markers and emptied TMPDIRs)
+            remember_reports(state)  # (what a refused request may remove: drop_stale_reports)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
         if req.mode == "build" and (focus is None or from_snapshot or rediff) and not req.dry_run \

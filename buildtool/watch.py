@@ -929,7 +929,7 @@ class Watcher:
                 from buildtool.atomic import drop_stale_reports
 
                 # (the latest cycle's reports, and this cycle wrote none)
-                drop_stale_reports(self.req, getattr(e, "flags", ()), ours_too=True)
+                drop_stale_reports(self.req, self.session.ws.state_dir, getattr(e, "flags", ()), ours_too=True)
         except BuildtoolError as e:
             status, error = "ERROR", str(e)
         finally:

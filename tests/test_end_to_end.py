@@ -1332,6 +1332,16 @@ def test_a_refused_report_path_is_left_as_it_is_even_when_it_holds_a_report(work
     rc, _, err = workspace.run("test", "//...", "--events", "fixture.jsonl", "--profile", "prof.json")
     assert rc == 2 and "--events fixture.jsonl: that is a source of //:t; name another file" in err, err
     assert workspace.read("fixture.jsonl") == fixture
+    # Refused before its path is checked (a bad label), after a checkout wrote the file anew:
+    # not the report a build of this workspace wrote (inode, size, mtime), so it stays.
+    os.unlink(workspace.path("fixture.jsonl"))
+    workspace.write("fixture.jsonl", fixture)
+    rc, _, err = workspace.run("test", "//:nosuch", "--events", "fixture.jsonl")
+    assert rc == 2 and workspace.read("fixture.jsonl") == fixture, err
+    # The report a build wrote, untouched since, is the last run's: it goes.
+    assert workspace.run("build", "//:a", "--events", "mine.jsonl")[0] == 0
+    rc, _, err = workspace.run("test", "//:nosuch", "--events", "mine.jsonl")
+    assert rc == 2 and not workspace.exists("mine.jsonl"), err
     # As docs/ci.md: reports inside the workspace, under a root glob.
     workspace.build_file("", 'test(name="all_files", srcs=glob(["**/*"]), cmd="true")\n')
     os.unlink(workspace.path("fixture.jsonl"))

@@ -22,8 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from buildtool import executor
+from buildtool.atomic import remove_path
 from buildtool.noop import WINDOW_NS
-from buildtool.session import _median, _remove_tmp
+from buildtool.session import _median
 
 # Each costs milliseconds of every build (inspect, pulled in by dataclasses, alone ~11 ms).
 HEAVY = {"dataclasses", "inspect", "typing", "statistics", "shutil", "argparse", "uuid", "platform", "hashlib",
@@ -143,17 +144,18 @@ def test_which_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert executor.which("bash", "c", "/nonexistent") is None
 
 
-def test_remove_tmp_removes_what_a_build_leaves(tmp_path: Path) -> None:
+def test_remove_path_removes_what_a_build_leaves_in_its_tmp(tmp_path: Path) -> None:
+    """The state dir's tmp/ at the end of a build (atomic.remove_tree: no recursion, no shutil)."""
     tmp = tmp_path / "tmp"
     (tmp / "1-0").mkdir(parents=True)
     (tmp / "1-1").mkdir()
     (tmp / "1-0.capture.out").write_text("x")
     (tmp / "1-1.capture.err").symlink_to(tmp_path)
-    _remove_tmp(str(tmp))  # the usual case: emptied lane dirs and capture files
+    remove_path(str(tmp))  # the usual case: emptied lane dirs and capture files
     assert not tmp.exists() and tmp_path.exists()
     (tmp / "1-0" / "deep").mkdir(parents=True)
     (tmp / "1-0" / "deep" / "f").write_text("x")
     (tmp / "staged").write_text("x")
-    _remove_tmp(str(tmp))  # what a command or a restore left
+    remove_path(str(tmp))  # what a command or a restore left
     assert not tmp.exists()
-    _remove_tmp(str(tmp))  # nothing there
+    remove_path(str(tmp))  # nothing there
