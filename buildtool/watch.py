@@ -55,7 +55,7 @@ from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
 from buildtool.outcome import Outcome, Status
 from buildtool.record import BuildRecord
-from buildtool.workspace import ALWAYS_SKIPPED, CACHEDIR_TAG, IGNORE_FILE, MARKER
+from buildtool.workspace import ALWAYS_SKIPPED, CACHEDIR_TAG, IGNORE_FILE, MARKER, is_cache_tag
 
 QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
@@ -228,17 +228,26 @@ def _pattern_dirs(patterns: list[str], cwd_pkg: str) -> tuple[set[str], set[str]
     return rec, pkgs
 
 
-def _scan(root: str, base: str, skip: set[str], ws_ignored: Any, out: set[str]) -> None:
+def _scan(root: str, base: str, skip: set[str], ws_ignored: Any, out: set[str], fences: set[str]) -> None:
+    """Add to ``out`` ``base`` and the directories below it where a package may appear;
+    not into a nested workspace or a cache dir, which discovery leaves out too (a build in
+    a `git worktree` below, or the cache storing, made directories there: idle cycles), whose
+    marker file, whose going would change that, is added to ``fences``."""
     stack = [base]
     while stack:
         rel = stack.pop()
-        out.add(rel)
         try:
             it = os.scandir(os.path.join(root, rel) if rel else root)
         except OSError:
+            out.add(rel)
             continue
+        below = []
+        fence = None
         with it:
             for e in it:
+                if rel and (e.name == MARKER or (e.name == CACHEDIR_TAG and is_cache_tag(e.path))):
+                    fence = f"{rel}/{e.name}"
+                    break
                 if e.name in IGNORED_DIRS:
                     continue
                 try:
@@ -249,7 +258,12 @@ def _scan(root: str, base: str, skip: set[str], ws_ignored: Any, out: set[str]) 
                 child = f"{rel}/{e.name}" if rel else e.name
                 if child in skip or ws_ignored(child):
                     continue
-                stack.append(child)
+                below.append(child)
+        if fence is not None:
+            fences.add(fence)
+            continue
+        out.add(rel)
+        stack += below
 
 
 # -- the watcher ------------------------------------------------------------------------
@@ -569,8 +583,10 @@ class Watcher:
         # that an output stays in its package, would make every output directory a change)
         loader_files |= {p for p in probes if (p.rsplit("/", 1)[0] if "/" in p else "") not in out_dirs}
         scan: set[str] = set(pkg_dirs)
+        fences: set[str] = set()
         for base in rec:
-            _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan)
+            _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan, fences)
+        loader_files |= fences  # (one going away: that tree joins the workspace)
         wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited

@@ -1480,3 +1480,27 @@ def test_a_cycle_after_the_cache_was_deleted_stores_into_a_new_one(watch, ws: Pa
     r = subprocess.run([sys.executable, "-m", "buildtool", "cache", "stats"], cwd=ws, env=run_env(cache),
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0 and "entries:     2" in r.stdout, r.stdout + r.stderr  # //:a and //:ab
+
+
+def test_a_nested_workspace_or_cache_dir_below_starts_no_cycle(watch, ws: Path) -> None:
+    """A `git worktree` with its own buildtool.toml below the workspace, or a cache dir
+    there: discovery leaves them out, but watch scanned them, so each directory a build
+    inside made (its outputs' dirs, the cache's cas/xx) started an idle cycle."""
+    from buildtool.workspace import CACHEDIR_SIGNATURE
+
+    write(ws / "inner" / "buildtool.toml", "")
+    write(ws / "inner" / "BUILD.py", 'genrule(name="x", outs=["x"], cmd="echo > $@")\n')
+    write(ws / "cachedir" / "CACHEDIR.TAG", CACHEDIR_SIGNATURE.decode() + "\n")
+    w = watch()
+    w.wait_cycle(1)
+    time.sleep(0.5)
+    for d in ("inner/out/deep", "inner/pkg", "cachedir/cas/ab", "cachedir/tmp"):
+        (ws / d).mkdir(parents=True)
+        write(ws / d / "f", "x\n")
+    time.sleep(1.0)  # (many debounce periods)
+    write(ws / "a.txt", "a4\n")  # the one real change
+    w.wait_settled(lambda cs: any("a.txt" in c.changed for c in cs) and read(ws / "out" / "a.out") == "a4\n",
+                   "a.out rebuilt")
+    changed = {p for c in w.cycles()[1:] for p in c.changed}
+    assert changed == {"a.txt"}, w.log()
+    assert w.stop() == 0
