@@ -136,13 +136,13 @@ class TargetRunner:
         # An edit after that first read is still caught: the stat a key was made with is
         # what the "changed while the command ran" check compares (_key_stats), and a
         # source that check finds changed is read again by the targets keyed after it.
-        self._sources: dict[str, tuple[os.stat_result, str]] = {}
+        self._sources: dict[str, tuple[os.stat_result, str, int]] = {}  # (and when the stat was read)
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         # Target -> the stat (size, mtime_ns, ino, ctime_ns) of each source as its key read
         # it: what the "changed while the command ran" check compares with (until _settled).
-        self._key_stats: dict[int, dict[str, tuple[int, int, int, int]]] = {}
+        self._key_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # (and when read, ns)
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         # Per target: where its declared tools were found, and the stat each one's digest in its key was taken at.
@@ -323,7 +323,7 @@ class TargetRunner:
         root = self.root
         spent = 0
         executable: list[str] = []
-        seen: dict[str, tuple[int, int, int, int]] = {}
+        seen: dict[str, tuple[int, int, int, int, int]] = {}
         for p in self.graph.inputs[t.id]:
             d = outs.get(p)
             if d is not None:
@@ -331,9 +331,10 @@ class TargetRunner:
                     executable.append(p)
             else:
                 known = sources.get(p)
-                if known is not None:
-                    st, d = known
-                else:
+                if known is not None and not racy(known[0].st_mtime_ns, known[0].st_ctime_ns, known[2]):
+                    st, d, read_ns = known
+                else:  # (first read, or written so shortly before it that a same-tick rewrite keeps the stat)
+                    read_ns = time.time_ns()
                     st = os.stat(os.path.join(root, p))
                     d = stats.lookup(p, st)
                     if d is None:
@@ -342,9 +343,9 @@ class TargetRunner:
                             if spent > budget:
                                 return None
                         d = stats.digest(p, st)
-                    sources[p] = (st, d)
+                    sources[p] = (st, d, read_ns)
                 if keep_stats:
-                    seen[p] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+                    seen[p] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, read_ns)
                 if st.st_mode & 0o100:
                     executable.append(p)
             res[p] = d
@@ -1219,7 +1220,7 @@ class TargetRunner:
         )
 
     def _inputs_changed(
-        self, recorded: dict[str, str], started_ns: int, at_key: dict[str, tuple[int, int, int, int]],
+        self, recorded: dict[str, str], started_ns: int, at_key: dict[str, tuple[int, int, int, int, int]],
     ) -> str | None:
         """The first input that changed while the command ran (started at ``started_ns``),
         or None.  A source whose size, mtime or inode is not what it was when the key read it
@@ -1243,8 +1244,10 @@ class TargetRunner:
             except OSError:
                 self._sources.pop(p, None)
                 return p
+            # (racy against when the key read the stat: a same-tick rewrite after that read
+            # and before the start keeps the stat, and the build's other targets keyed from it)
             if (st.st_size, st.st_mtime_ns, st.st_ino) != was[:3] or \
-                    ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, started_ns))
+                    ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, min(started_ns, was[4])))
                      and self._disk_digest(p) != d):
                 self._sources.pop(p, None)  # (the targets keyed from now on read it again)
                 return p

@@ -538,3 +538,27 @@ def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs(tmp_path: Path
     r = bt(ws, "build")
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
     assert (ws / "o.txt").read_text() == "3000 150000 many/file_with_a_fairly_long_name_number_0000.txt\n"
+
+
+def test_a_same_stat_rewrite_after_the_key_read_is_caught_by_content(tmp_path: Path) -> None:
+    """With sources stat'ed once a build, a key may be made from a stat read seconds before
+    the command starts.  On a file system with whole-second times, a rewrite in the second
+    of that read keeps the stat: judged racy against the command's start only, the result
+    (for the new content) was recorded and cached under the old content's key."""
+    import types
+
+    from buildtool.digest import hash_bytes
+    from buildtool.runner import TargetRunner
+
+    f = tmp_path / "s.txt"
+    f.write_bytes(b"v2\n")  # what the command read
+    st = os.stat(f)
+    read_ns = max(st.st_mtime_ns, st.st_ctime_ns) + 1_000  # the key read the stat just after a write...
+    fake = types.SimpleNamespace(out_digests={}, root=str(tmp_path), _sources={"s.txt": None},
+                                 _disk_digest=lambda p: hash_bytes((tmp_path / p).read_bytes()))
+    at_key = {"s.txt": (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, read_ns)}
+    started_ns = read_ns + 5_000_000_000  # ...and the command started seconds later
+    changed = TargetRunner._inputs_changed(fake, {"s.txt": hash_bytes(b"v1\n")}, started_ns, at_key)  # type: ignore[arg-type]
+    assert changed == "s.txt" and "s.txt" not in fake._sources
+    same = TargetRunner._inputs_changed(fake, {"s.txt": hash_bytes(b"v2\n")}, started_ns, at_key)  # type: ignore[arg-type]
+    assert same is None
