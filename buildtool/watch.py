@@ -170,9 +170,10 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         return None
     if rel in ws.loader_files or rel in (MARKER, IGNORE_FILE):
         return Change(rel, "config" if rel in (MARKER, IGNORE_FILE) else "all")
-    if name == CACHEDIR_TAG and structural and (parent in ws.scan_dirs or parent in ws.glob_dirs
-                                                or parent in ws.packages or ws.broken):
-        # a directory becomes a cache or stops being one: packages and globs below it change
+    if name in (CACHEDIR_TAG, MARKER) and structural and (parent in ws.scan_dirs or parent in ws.glob_dirs
+                                                          or parent in ws.packages or ws.broken):
+        # a directory becomes a cache or a workspace of its own, or stops being one:
+        # packages and globs below it change
         return Change(rel, "rescan", _owner(ws.packages, parent) or "")
     if structural and not (appears and rel in ws.sources) and _globbed(ws, rel):
         return Change(rel, "package", _owner(ws.packages, parent) or "")

@@ -1504,3 +1504,18 @@ def test_a_nested_workspace_or_cache_dir_below_starts_no_cycle(watch, ws: Path) 
     changed = {p for c in w.cycles()[1:] for p in c.changed}
     assert changed == {"a.txt"}, w.log()
     assert w.stop() == 0
+
+
+def test_a_package_that_becomes_a_workspace_of_its_own_leaves_the_graph(watch, ws: Path) -> None:
+    """`sub/buildtool.toml` made while watching: a one-shot `//...` leaves //sub out, but
+    watch kept building //sub:c into what was now another workspace (a review)."""
+    w = watch()
+    w.wait_cycle(1)
+    write(ws / "sub" / "buildtool.toml", "")
+    w.wait_settled(lambda cs: len(cs) >= 2, "the cycle of the new workspace marker")
+    before = read(ws / "sub" / "c.out")
+    write(ws / "sub" / "c.txt", "c9\n")
+    time.sleep(1.0)  # (many debounce periods)
+    assert read(ws / "sub" / "c.out") == before, w.log()
+    assert not any("//sub:c" in c.ran for c in w.cycles()[1:]), w.log()
+    assert w.stop() == 0
