@@ -227,6 +227,18 @@ def test_gc_and_stats_on_an_unreadable_database_say_so_in_one_line(workspace: Wo
     assert rc == 1 and "stayed busy" not in err and "Is a directory" in err and "Traceback" not in err, err
 
 
+def _holding(lock: Path, how: str, seconds: float) -> subprocess.Popen[str]:
+    """A real process holding an flock (``LOCK_EX`` or ``LOCK_SH``) on ``lock`` for
+    ``seconds``, once it holds it."""
+    holder = subprocess.Popen(
+        ["python3", "-c", "import fcntl, os, time\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.{how})\n"
+         f"print('held', flush=True)\ntime.sleep({seconds})\n"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
 def test_a_build_does_not_hang_on_a_gc_that_holds_the_cache(workspace: Workspace) -> None:
     """A stopped (or slow) `cache gc` holding gc.lock: the build waited on it for good, on
     the scheduler's thread, where Ctrl-C could not stop it.  It now waits a moment, says
@@ -234,13 +246,8 @@ def test_a_build_does_not_hang_on_a_gc_that_holds_the_cache(workspace: Workspace
     sized_targets(workspace, {"a": 100, "b": 200})
     assert workspace.build("//:a").rc == 0  # the cache's layout exists
     lock = layout_dir(workspace.cache) / "gc.lock"
-    holder = subprocess.Popen(  # a real process holding the lock, as a gc does
-        ["python3", "-c", "import fcntl, os, sys, time\n"
-         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
-         "print('held', flush=True)\ntime.sleep(120)\n"],
-        stdout=subprocess.PIPE, text=True)
+    holder = _holding(lock, "LOCK_EX", 120)  # as a gc does
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         started = time.monotonic()
         r = workspace.build("//:b")
         assert r.rc == 0 and time.monotonic() - started < 30, r.output
@@ -258,14 +265,8 @@ def test_cache_gc_says_it_waits_for_builds_storing_into_the_cache(workspace: Wor
     """It waited up to a minute for a build holding gc.lock without a word."""
     sized_targets(workspace, {"a": 100})
     assert workspace.build("//:a").rc == 0
-    lock = layout_dir(workspace.cache) / "gc.lock"
-    holder = subprocess.Popen(  # a build storing: a shared lock for a moment
-        ["python3", "-c", "import fcntl, os, time\n"
-         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_SH)\n"
-         "print('held', flush=True)\ntime.sleep(1.5)\n"],
-        stdout=subprocess.PIPE, text=True)
+    holder = _holding(layout_dir(workspace.cache) / "gc.lock", "LOCK_SH", 1.5)  # a build storing, for a moment
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         rc, out, err = workspace.run("cache", "gc")
     finally:
         holder.kill()
