@@ -430,7 +430,7 @@ class SubprocessExecutor:
     def __init__(self) -> None:
         self._procs: dict[int, Child] = {}
         self._sessions: set[int] = set()  # the sessions the commands started led (orphans.sweep_sessions)
-        self._killed: set[int] = set()  # of those, the ones sent SIGTERM (a timeout, Ctrl-C): swept at the end
+        self._killed: set[int] = set()  # of those, the ones sent SIGTERM (a timeout, Ctrl-C): swept when reaped
         # Process groups sent SIGTERM whose SIGKILL is still to come (a leader that exits on
         # SIGTERM leaves members that ignore it, and the grace thread dies with the process).
         self._terminated: dict[int, float] = {}  # pgid -> when its grace period ends (monotonic)

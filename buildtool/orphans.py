@@ -285,9 +285,9 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
     ``Popen(process_group=0)``), which the kill of the command's group missed (that
     group, whose id is the session's, is left to it: its members get their grace).  Called
     when a command killed by a timeout or Ctrl-C is reaped, and at the end of the build for
-    those never reaped; a command that
-    ends normally leaves them running, as it leaves a daemon (reading every process's
-    stat costs ~17 us each: a few ms of every build otherwise).  A session
+    those never reaped; a command that ends normally leaves them running, as it leaves a
+    daemon (reading every process's stat costs ~17 us each: a few ms of every build
+    otherwise).  A session
     whose id is again a live process's pid is somebody else's now (a reaped leader's pid
     taken by a new session; while any process is in a session, its id is not reused), and
     is left alone, unless the build has yet to reap it (``own``: killed, not waited for).

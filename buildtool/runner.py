@@ -1005,7 +1005,7 @@ class TargetRunner:
             remove_tree(d)
             try:
                 os.makedirs(d, exist_ok=True)
-            except OSError:  # (an internal error failed the target whose command had ended well)
+            except OSError:  # (not this command's failure: the lane's next command makes it, or says why not)
                 self._lane_dirs.discard(d)
 
     def _delete_outputs(self, t: Target, before_run: bool = False) -> str | None:
