@@ -205,9 +205,11 @@ def _state_dir(args: Any) -> str | None:
     from buildtool.errors import UserError
     from buildtool.workspace import find_workspace
 
+    d = args.directory  # (a list of -C values until _dispatch joins them)
+    if isinstance(d, list):
+        d = os.path.join(*d) if d else "."
     try:
-        return find_workspace(os.path.join(*(args.directory or ["."])) if isinstance(args.directory, list)
-                              else args.directory or ".").state_dir
+        return find_workspace(d or ".").state_dir
     except (UserError, OSError):
         return None
 
