@@ -146,6 +146,25 @@ class _ExitGuard:
 _GUARD: list[_ExitGuard] = []
 
 
+def _cwd() -> tuple[str, int] | None:
+    """This process's working directory: its path and a descriptor that leads back to it
+    (None if it cannot be had: a deleted directory); the caller closes the descriptor."""
+    here = _getcwd()
+    if here is None:
+        return None
+    try:
+        return here, os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _getcwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _exit_guard() -> _ExitGuard:
     if not _GUARD or _GUARD[0].pid != os.getpid():
         _GUARD[:] = [_ExitGuard()]
@@ -347,6 +366,7 @@ class Loader:
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
+        here = _cwd()  # (an os.chdir() in it is undone, and refused: see below)
         try:  # (the stand-ins go in inside it: whatever happens, the ``finally`` takes them out)
             if not on_path:
                 sys.path.insert(0, self.ws.root)
@@ -364,6 +384,12 @@ class Loader:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
             left, ended = guard.end(outer), True
+            if here is not None and _getcwd() != here[0]:
+                # (the next BUILD.py's relative opens, and the --junit/--events/--profile files,
+                # went to the directory it chose: another build graph, reports elsewhere)
+                msg = (f"evaluating {rel_bf} changed the working directory (os.chdir); a BUILD.py may only "
+                       "declare targets: build paths from __file__ instead")
+                raise BuildfileError(msg, rel_bf, None)
             if len(dsl.misplaced_calls) > misplaced:  # (a thread's exception may have been swallowed)
                 msg = (f"evaluating {rel_bf} called {dsl.misplaced_calls[misplaced]}() in another thread; "
                        "declare targets in the thread evaluating the BUILD.py")
@@ -429,6 +455,13 @@ class Loader:
                 setattr(os, name, fn)
             if not ended:
                 guard.end(outer)
+            if here is not None:
+                if _getcwd() != here[0]:
+                    try:
+                        os.fchdir(here[1])
+                    except OSError:
+                        pass
+                os.close(here[1])
             sys.stdout = stdout
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations

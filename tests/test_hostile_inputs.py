@@ -826,3 +826,19 @@ def test_a_command_s_tree_deeper_than_python_s_recursion_limit_is_removed(worksp
         assert rc == 0 and "Traceback" not in err, err[-2000:]
     finally:  # (shutil.rmtree, which removes the test's directory, recurses too)
         subprocess.run(["rm", "-rf", "e", ".buildtool"], cwd=workspace.root, check=True)
+
+
+def test_a_buildfile_that_changes_the_working_directory_is_refused(workspace: Workspace, tmp_path: Path) -> None:
+    """os.chdir() in a BUILD.py moved the whole process: --events went to that directory,
+    and another BUILD.py's relative open() failed, blamed on that one."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workspace.build_file("", f'import os\nos.chdir({str(elsewhere)!r})\n'
+                             'genrule(name="x", outs=["x.out"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", "--events", "ev.jsonl")
+    assert rc == 2 and "BUILD.py: evaluating BUILD.py changed the working directory (os.chdir)" in err, out + err
+    assert not (elsewhere / "ev.jsonl").exists() and list(elsewhere.iterdir()) == []
+    workspace.build_file("", 'import os\nhere = os.getcwd()\nos.chdir("/")\nos.chdir(here)\n'
+                             'genrule(name="x", outs=["x.out"], cmd="echo > $@")\n')  # (and back: fine)
+    rc, out, err = workspace.run("build", "--events", "ev.jsonl")
+    assert rc == 0 and workspace.exists("ev.jsonl"), out + err

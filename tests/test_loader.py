@@ -77,3 +77,4 @@ def test_a_compiled_module_imported_before_importlib_util_is(tmp_path: Path) -> 
                        check=False)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (ws / "t.txt").read_text() == "compiled\n"
+
