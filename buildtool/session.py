@@ -36,7 +36,7 @@ from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, STATE_DIR, Workspace,
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
     from buildtool.graph import Target
@@ -431,6 +431,7 @@ class Session:
                 from buildtool.loadlimit import LoadLimit
 
                 load_limit = LoadLimit(req.load)
+            _warn_unknown_pools(graph, wanted, cfg.pools)
             tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
             shown = tests.console(console) if tests else console
             runner_reporter = Fanout(_Committer(runner), shown, events, self.observer, load_limit)
@@ -980,6 +981,26 @@ def _median(values: list[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def _warn_unknown_pools(graph: Graph, wanted: Iterable[int], depths: Mapping[str, int]) -> None:
+    """One warning per pool a planned target names that no ``[pools]`` configures (it
+    limits nothing, as documented; a typo of ``link`` silently ran every link at once,
+    where Ninja says "unknown pool name")."""
+    unknown: dict[str, list[str]] = {}
+    for t in wanted:
+        pool = graph.targets[t].pool
+        if pool is not None and pool != "console" and pool not in depths:
+            unknown.setdefault(pool, []).append(graph.targets[t].label)
+    if not unknown:
+        return
+    import difflib
+
+    for pool, labels_ in sorted(unknown.items()):
+        near = difflib.get_close_matches(pool, [*depths, "console"], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else " (buildtool.toml or the user config)"
+        who = ", ".join(labels_[:3]) + (f" and {len(labels_) - 3} more" if len(labels_) > 3 else "")
+        _warn(f"pool {pool!r} of {who} is not configured in [pools], so it limits nothing{hint}")
 
 
 def _prune_empty_dirs(root: str, rel_dir: str) -> None:

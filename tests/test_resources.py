@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from conftest import Workspace
 from test_scheduler import FakeRunner, Recorder
 
 from buildtool.loadlimit import LoadLimit
@@ -92,3 +93,18 @@ def test_load_limit_below_threshold_does_not_limit() -> None:
     outcomes = sched.run()
     assert all(o.ok for o in outcomes.values())
     assert runner.max_total == 3
+
+
+def test_a_pool_no_config_names_is_said_to_limit_nothing(workspace: Workspace) -> None:
+    """pool="lnk" for a configured `link = 1` ran every such target at once without a
+    word (Ninja: "unknown pool name"); it still limits nothing, as documented, but says so."""
+    workspace.write("buildtool.toml", "[pools]\nlink = 1\n")
+    workspace.build_file("", 'genrule(name="a", outs=["a"], pool="lnk", cmd="echo > $@")\n'
+                             'genrule(name="b", outs=["b"], pool="lnk", cmd="echo > $@")\n'
+                             'genrule(name="c", outs=["c"], pool="link", cmd="echo > $@")\n'
+                             'genrule(name="d", outs=["d"], pool="console", cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 0, out + err
+    assert err.count("pool 'lnk' of //:a, //:b is not configured in [pools], so it limits nothing; "
+                     "did you mean 'link'?") == 1, err
+    assert "'link' of" not in err and "'console' of" not in err, err
