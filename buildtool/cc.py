@@ -106,7 +106,8 @@ _SAID_MISSING: set[str] = set()  # compilers already said missing in this proces
 COMMON = ("priority", "manual", "pool")  # what ``**common`` may hold: passed to every target declared
 
 
-def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, Any]) -> None:
+def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, Any],
+             scalars: tuple[str, ...] = ()) -> None:
     """The macro's own arguments, checked before anything is declared: a string where a
     list goes was taken a character at a time (``srcs="a.c"``: nothing compiled), and an
     unknown keyword was reported as one of ``genrule()``'s."""
@@ -118,8 +119,12 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
             raise ValueError(f"{where}: {attr} must be a list of strings (got {value!r})")
     unknown = sorted(set(common) - set(COMMON))
     if unknown:
-        raise ValueError(f"{where}: unknown attribute {unknown[0]!r}; besides its own, a cc macro takes "
-                         f"{', '.join(COMMON)}")
+        import difflib  # (only for this error)
+
+        known = ["name", *lists, *scalars, *COMMON]
+        near = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.75)
+        hint = " (headers go in srcs)" if unknown[0] == "hdrs" else f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"{where}: unknown attribute {unknown[0]!r}{hint}; {macro}() takes {', '.join(known)}")
 
 
 def _common(cc: str, common: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +330,7 @@ def cc_test(
     in the package directory; ``data`` files are inputs of the test."""
     _checked("cc_test", name, {"srcs": srcs, "deps": deps, "args": args, "data": data, "copts": copts,
                                "includes": includes, "defines": defines, "linkopts": linkopts,
-                               "hdr_deps": hdr_deps}, common)
+                               "hdr_deps": hdr_deps}, common, scalars=("timeout",))
     cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, hdr_deps, **common)
     extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
     argv = " ".join(shlex.quote(a).replace("$", "$$") for a in args)

@@ -172,8 +172,12 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
     allowed = RULE_ATTRS[kind]
     for key in attrs:
         if key not in allowed:
+            import difflib  # (only for this error)
+
+            near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
             msg = (
-                f"{kind}() got an unknown attribute {key!r}; "
+                f"{kind}() got an unknown attribute {key!r}{hint}; "
                 f"allowed attributes are: {', '.join(allowed)}"
             )
             raise BuildfileError(msg + macro, path, line)

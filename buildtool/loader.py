@@ -434,7 +434,7 @@ class Loader:
                                         getattr(e, "signum", 2)) from None  # (2: Ctrl-C; a Terminated's)
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
-            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}"
+            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}{_suggestion(e)}"
             if path != rel_bf and (call := _line_in(e, buildfile)):  # raised in a macro or module: and from where
                 msg += f" (called from {rel_bf}:{call})"
             elif path == rel_bf and (top := _line_in(e, buildfile, first=True)) not in (None, line):
@@ -941,6 +941,26 @@ def _line_in(exc: BaseException, filename: str, first: bool = False) -> int | No
 
     lines = [fs.lineno for fs in traceback.extract_tb(exc.__traceback__) if fs.filename == filename]
     return (lines[0] if first else lines[-1]) if lines else None
+
+
+def _suggestion(e: BaseException) -> str:
+    """`` (did you mean 'genrule'?)`` for a NameError of a name close to one the failing
+    code could see (its frame's locals and globals, the builtins): what Python's own
+    traceback would say, which ``str(e)`` leaves out."""
+    name = getattr(e, "name", None)
+    if not isinstance(e, NameError) or not isinstance(name, str):
+        return ""
+    tb = e.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    import difflib  # (only for this error)
+
+    frame = tb.tb_frame
+    seen = [*frame.f_locals, *frame.f_globals, *dir(builtins)]
+    near = difflib.get_close_matches(name, [n for n in seen if not n.startswith("__")], n=1, cutoff=0.7)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _text_of(e: BaseException) -> str:

@@ -238,7 +238,9 @@ def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
 @pytest.mark.parametrize(("call", "needle"), [
     ('cc_library(name="x", srcs="a.c")', "cc_library(name='x'): srcs must be a list of strings (got 'a.c')"),
     ('cc_binary(name="x", srcs=["a.c"], copts="-O2")', "copts must be a list of strings"),
-    ('cc_library(name="x", srcs=["a.c"], hdrs=["a.h"])', "unknown attribute 'hdrs'; besides its own, a cc macro"),
+    ('cc_library(name="x", srcs=["a.c"], hdrs=["a.h"])',
+     "unknown attribute 'hdrs' (headers go in srcs); cc_library() takes name, srcs, "),
+    ('cc_library(name="x", srcs=["a.c"], include=["i"])', "unknown attribute 'include' (did you mean 'includes'?); "),
     ('cc_test(name="x", srcs=["a.c"], data="d")', "data must be a list of strings"),
 ])
 def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: str, needle: str) -> None:

@@ -48,6 +48,13 @@ CATALOGUE = [
     ("glob-absolute", 'genrule(name="t", srcs=glob(["/etc/*"]), outs=["o"], cmd="cat $(SRCS) > $@")', "/etc/*",
      None),
     ("raises", 'x = 1\nraise RuntimeError("boom from BUILD")', "boom from BUILD", None),
+    # Misspellings are answered with the name meant (Python's own suggestion was dropped).
+    ("misspelled-rule", 'genrul(name="t", outs=["o"], cmd="echo > $@")',
+     "NameError: name 'genrul' is not defined (did you mean 'genrule'?)", None),
+    ("misspelled-variable", 'SRCS = ["a.txt"]\ngenrule(name="t", srcs=SRC, outs=["o"], cmd="echo > $@")',
+     "name 'SRC' is not defined (did you mean 'SRCS'?)", None),
+    ("misspelled-attribute", 'genrule(name="t", src=["a.txt"], outs=["o"], cmd="echo > $@")',
+     "genrule() got an unknown attribute 'src' (did you mean 'srcs'?)", None),
     ("syntax", 'genrule(name="t", outs=["o"], cmd="echo" ', "BUILD.py", None),
     ("import-cycle", "import tools.loop\n", "circular import", "loop"),
     ("imports-itself", 'import BUILD\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "BUILD.py:2", None),
