@@ -530,7 +530,8 @@ class TestSession:
                 extra = f"  ({escape_controls(c.message)})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
         ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
-        parts = [f"{n} {k}" for k, n in counts.items()]
+        order = ("passed", "cached", "flaky", "failed", "timeout", "not run")  # (fixed: CI logs are diffed)
+        parts = [f"{counts[k]} {k}" for k in order if k in counts]
         if cases:  # (none: only non-tests were named; they were built, and the command exits 4)
             print(f"Tests: {len(cases)} ({', '.join(parts)}); {ran} executed", file=out, flush=True)
         for c in cases:

@@ -726,3 +726,19 @@ def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(
     rc, out, err = workspace.run("test")
     assert rc == 1 and "FAILED" in out and "cached" not in out.split("FAILED")[0][-200:], (rc, out, err)
     assert (workspace.root / "tool" / "check.sh").read_text() == "grep -qx ok lib/data.txt\n"
+
+
+def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) -> None:
+    """The counts came in the order the results first appeared in the table: "(1 cached,
+    1 passed)" or "(1 passed, 1 cached)" for the same run, whichever test was edited."""
+    workspace.write("a.txt", "1\n")
+    workspace.write("b.txt", "1\n")
+    workspace.build_file("", 'test(name="a", srcs=["a.txt"], cmd="cat a.txt")\n'
+                             'test(name="b", srcs=["b.txt"], cmd="cat b.txt")\n'
+                             'test(name="c", cmd="exit 1")\n')
+    rc, out, _ = workspace.run("test", "-k")
+    assert rc == 1 and "Tests: 3 (2 passed, 1 failed); 3 executed" in out, out
+    for edited in ("a.txt", "b.txt"):
+        workspace.write(edited, f"{edited}\n")
+        rc, out, _ = workspace.run("test", "-k")
+        assert rc == 1 and "Tests: 3 (1 passed, 1 cached, 1 failed); 2 executed" in out, (edited, out)
