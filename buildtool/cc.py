@@ -117,6 +117,12 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
     for attr, value in lists.items():
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{where}: {attr} must be a list of strings (got {value!r})")
+    for attr in ("deps", "hdr_deps"):
+        for d in lists.get(attr, ()):
+            if not d.startswith((":", "//")):  # (a cc_binary's deps go to its link's srcs: "lib" was a missing file)
+                fix = f"//{d}" if ":" in d else f":{d}"
+                raise ValueError(f"{where}: {attr} entries must be labels ('//pkg:name' or ':name'), got {d!r}; "
+                                 f"did you mean {fix!r}?")
     unknown = sorted(set(common) - set(COMMON))
     if unknown:
         import difflib  # (only for this error)

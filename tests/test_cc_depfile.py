@@ -242,6 +242,8 @@ def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
      "unknown attribute 'hdrs' (headers go in srcs); cc_library() takes name, srcs, "),
     ('cc_library(name="x", srcs=["a.c"], include=["i"])', "unknown attribute 'include' (did you mean 'includes'?); "),
     ('cc_test(name="x", srcs=["a.c"], data="d")', "data must be a list of strings"),
+    ('cc_binary(name="x", srcs=["a.c"], deps=["lib"])',  # (was "source file 'lib' does not exist")
+     "deps entries must be labels ('//pkg:name' or ':name'), got 'lib'; did you mean ':lib'?"),
 ])
 def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: str, needle: str) -> None:
     """A string where a list goes was taken a character at a time (srcs="a.c": an empty
