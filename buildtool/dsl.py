@@ -234,17 +234,26 @@ class Globbed(str):
     __slots__ = ()
 
 
-def glob(include: list[str] | str, exclude: list[str] | None = None) -> list[str]:
-    """Source files of this package matching ``include`` minus ``exclude``, sorted."""
+def glob(include: list[str] | str, exclude: list[str] | None = None, *, allow_empty: bool = True) -> list[str]:
+    """Source files of this package matching ``include`` minus ``exclude``, sorted;
+    ``allow_empty=False``: none is an error (Bazel's attribute: a pattern that matches
+    nothing, ``*.cpp`` for ``.cc`` files, otherwise makes an empty srcs list)."""
     ctx = current_context()
     for what, v in (("include", include), ("exclude", exclude or [])):
         if not isinstance(v, (str, list, tuple)):
             path, line, macro = _call_site(ctx)
             msg = f"glob() {what} must be a pattern or a list of patterns (got {v!r})"
             raise BuildfileError(msg + macro, path, line)
+    if not isinstance(allow_empty, bool):
+        path, line, macro = _call_site(ctx)
+        raise BuildfileError(f"glob() allow_empty must be True or False (got {allow_empty!r})" + macro, path, line)
     inc = [include] if isinstance(include, str) else list(include)
     exc = [exclude] if isinstance(exclude, str) else list(exclude or [])
     result = ctx.glob_fn(ctx.pkg, inc, exc)
+    if not result and not allow_empty:
+        path, line, macro = _call_site(ctx)
+        msg = f"glob({inc!r}{f', exclude={exc!r}' if exc else ''}) matches no file of //{ctx.pkg} (allow_empty=False)"
+        raise BuildfileError(msg + macro, path, line)
     prefix = f"{ctx.pkg}/" if ctx.pkg else ""
     ctx.globbed.update(prefix + p for p in result)
     return [Globbed(p) for p in result]

@@ -849,3 +849,17 @@ def test_a_buildfile_that_changes_the_working_directory_is_refused(workspace: Wo
                              'genrule(name="x", outs=["x.out"], cmd="echo > $@")\n')  # (and back: fine)
     rc, out, err = workspace.run("build", "--events", "ev.jsonl")
     assert rc == 0 and workspace.exists("ev.jsonl"), out + err
+
+
+def test_a_glob_that_may_not_be_empty_and_is_names_its_patterns(workspace: Workspace) -> None:
+    """`allow_empty=False` (Bazel's) raised TypeError: unexpected keyword; a `*.cpp` for
+    `.cc` files gave an empty srcs and an empty output without a word."""
+    workspace.write("a.cc", "int main(){}\n")
+    workspace.build_file("", 'genrule(name="x", srcs=glob(["*.cpp"], allow_empty=False), outs=["o"], '
+                             'cmd="cat $(SRCS) > $@")\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 2 and "BUILD.py:1: glob(['*.cpp']) matches no file of // (allow_empty=False)" in err, out + err
+    workspace.build_file("", 'genrule(name="x", srcs=glob(["*.cc"], allow_empty=False), outs=["o"], '
+                             'cmd="cat $(SRCS) > $@")\n')
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and workspace.read("o") == "int main(){}\n", out + err
