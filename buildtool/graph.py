@@ -975,6 +975,14 @@ class GraphBuilder:
                         msg = f"output {full!r} is declared by both {prev} and {lab}"
                         raise _err(d, msg)
                     seen[full] = lab
+        # A target named as another's output (``name="x.out"`` beside ``outs=["x.out"]``):
+        # ``:x.out`` would mean the one target or the other's file (Bazel refuses it too).
+        for pkg in self.loader.loaded_packages():
+            for name, d in self.loader.load(pkg).items():
+                owner = seen.get(f"{pkg}/{name}" if pkg else name)
+                if owner is not None and owner != labels.label_str(pkg, name):
+                    raise _err(d, f"target name {name!r} is also the path of an output of {owner}: the label "
+                                  f"{labels.label_str(pkg, name)!r} would name either; rename the target")
         # And an output inside another's path (``x`` and ``x/y``), whichever of them is built.
         clear: set[str] = set()  # directories with no output at or above them
         for full, lab in seen.items():

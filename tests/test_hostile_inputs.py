@@ -49,6 +49,9 @@ CATALOGUE = [
      None),
     ("raises", 'x = 1\nraise RuntimeError("boom from BUILD")', "boom from BUILD", None),
     # Misspellings are answered with the name meant (Python's own suggestion was dropped).
+    ("target-named-as-an-output",  # (":x.out" meant the target; Bazel refuses it)
+     'genrule(name="x", outs=["x.out"], cmd="echo > $@")\ngenrule(name="x.out", outs=["y"], cmd="echo > $@")',
+     "BUILD.py:2: target name 'x.out' is also the path of an output of //:x", None),
     ("misspelled-rule", 'genrul(name="t", outs=["o"], cmd="echo > $@")',
      "NameError: name 'genrul' is not defined (did you mean 'genrule'?)", None),
     ("misspelled-variable", 'SRCS = ["a.txt"]\ngenrule(name="t", srcs=SRC, outs=["o"], cmd="echo > $@")',
