@@ -434,7 +434,8 @@ class Loader:
                                         getattr(e, "signum", 2)) from None  # (2: Ctrl-C; a Terminated's)
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
             path, line = self._locate(e, buildfile)
-            msg = f"evaluating {rel_bf} raised {type(e).__name__}: {_text_of(e)}{_suggestion(e)}"
+            text = _text_of(e)
+            msg = f"evaluating {rel_bf} raised {type(e).__name__}{': ' + text if text else ''}{_suggestion(e)}"
             if path != rel_bf and (call := _line_in(e, buildfile)):  # raised in a macro or module: and from where
                 msg += f" (called from {rel_bf}:{call})"
             elif path == rel_bf and (top := _line_in(e, buildfile, first=True)) not in (None, line):
