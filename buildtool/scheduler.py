@@ -191,6 +191,8 @@ class Scheduler:
                     self._take(self._next_result())
                 else:
                     self._poll_once()
+            if self.stopping and self.interrupt is None:
+                self._settle_what_needs_no_command()
             self._mark_unfinished()
         finally:
             self._close_poller()
@@ -205,6 +207,16 @@ class Scheduler:
                 self._run_after(self._idle.popleft())
         del plan
         return self.outcomes
+
+    def _settle_what_needs_no_command(self) -> None:
+        """After a failure without -k, the ready targets the runner settles without a
+        command (up to date, a cached pass, a group) are reported so, and their dependents
+        looked at in turn, rather than as "not started": whether an untouched test showed
+        as a cached pass or as NOT RUN (JUnit ``<skipped/>``) depended on how soon the
+        failure came.  What would need a command is left unstarted."""
+        while (t := self.plan.pop()) is not None:
+            if self._settled_inline(t):
+                self.pools.settled(t)
 
     def _to_worker(self, item: tuple[Any, ...]) -> None:
         """(t, lane): run t on a worker; (t, lane, started, start): finish a command this

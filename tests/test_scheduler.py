@@ -772,3 +772,15 @@ def test_targets_behind_a_failure_name_the_failed_target_they_wait_for() -> None
     sched, _, _ = make([[], [], [1], [2, 0]], fail={1}, keep_going=True)  # 0 ran: only 1 is named
     out = sched.run()
     assert out[0].status is Status.RAN and out[3].message == "not run because //:t1 failed"
+
+
+def test_after_a_failure_what_needs_no_command_is_still_settled() -> None:
+    """Without -k the first failure starts nothing new; ready targets the runner settles
+    without a command (up to date, a cached pass) were reported "not started" all the same,
+    or not, depending on how soon the failure came."""
+    # 0 fails at once; 1 and 2 are up to date, 3 (after 2) too; 4 would need its command.
+    sched, runner, _ = make([[], [], [], [2], []], fail={0}, inline={1, 2, 3}, priority=[0, 1, 1, 1, 1])
+    out = sched.run()
+    assert out[0].status is Status.FAILED
+    assert [out[t].status for t in (1, 2, 3)] == [Status.UP_TO_DATE] * 3
+    assert out[4].status is Status.CANCELLED and 4 not in runner.started

@@ -742,3 +742,16 @@ def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) ->
         workspace.write(edited, f"{edited}\n")
         rc, out, _ = workspace.run("test", "-k")
         assert rc == 1 and "Tests: 3 (1 passed, 1 cached, 1 failed); 2 executed" in out, (edited, out)
+
+
+def test_untouched_cached_passes_stay_cached_passes_when_a_failure_stops_the_build(workspace: Workspace) -> None:
+    """Without -k, edited one test's input next to a failing test: the five untouched tests
+    were NOT RUN (JUnit <skipped/>) at -j1, and at -j2 one time in five cached passes."""
+    workspace.write("e.txt", "1\n")
+    workspace.build_file("", 'test(name="fail", cmd="exit 1")\ntest(name="edited", srcs=["e.txt"], cmd="cat e.txt")\n'
+                             + "".join(f'test(name="ok{i}", cmd="echo {i}")\n' for i in range(5)))
+    assert workspace.run("test", "-k")[0] == 1
+    for j in ("1", "2"):
+        workspace.write("e.txt", f"{j}{j}\n")
+        rc, out, _ = workspace.run("test", "-j", j)  # (the edited one: run or not, as it came before the failure)
+        assert rc == 1 and re.search(r"Tests: 7 \((1 passed, )?5 cached, 1 failed(, 1 not run)?\)", out), (j, out)
