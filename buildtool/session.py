@@ -466,7 +466,8 @@ class Session:
             console.critical_path(format_critical_path(graph, outcomes, wall))
             if req.profile:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
-            cache.note_durations((graph.targets[t].label, o.duration) for t, o in outcomes.items()
+            cache.note_durations((graph.targets[t].label, o.extra.get("attempt_s", o.duration))  # (a flaky test's:
+                                 for t, o in outcomes.items()  # the attempt that passed, as the record has)
                                  if o.status is Status.RAN and o.duration > 0)
             if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
                 cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)

@@ -324,6 +324,7 @@ class TestRunner:
         if failures:
             o.extra["attempts"] = len(failures) + 1
             o.extra["failed_attempts"] = failures
+            o.extra["attempt_s"] = o.duration  # (the last attempt's: what its next run is expected to take)
             o.duration = total
             if o.status is Status.RAN:
                 if isinstance(why[0], Reason) and isinstance(why[1], str):

@@ -755,3 +755,22 @@ def test_untouched_cached_passes_stay_cached_passes_when_a_failure_stops_the_bui
         workspace.write("e.txt", f"{j}{j}\n")
         rc, out, _ = workspace.run("test", "-j", j)  # (the edited one: run or not, as it came before the failure)
         assert rc == 1 and re.search(r"Tests: 7 \((1 passed, )?5 cached, 1 failed(, 1 not run)?\)", out), (j, out)
+
+
+def test_a_flaky_test_s_expected_time_is_its_passing_attempt_in_every_checkout(
+    make_workspace: Callable[..., Workspace], tmp_path: Path,
+) -> None:
+    """The build record kept the attempt that passed, the shared cache's durations every
+    attempt: `plan` in a second checkout weighed the test at its failed attempts' seconds,
+    and `test` there said "ran in 0.00s" (and the docs said both)."""
+    counter = tmp_path / "n"
+    build = (f'test(name="fl", flaky=1, cmd="n=$$(cat {counter} 2>/dev/null || echo 0); n=$$((n+1)); '
+             f'echo $$n > {counter}; if [ $$n -lt 2 ]; then sleep 1; exit 1; fi")\n')
+    a = make_workspace("flaky-a")
+    b = make_workspace("flaky-b", cache=a.cache)  # (a second checkout sharing the cache)
+    for ws in (a, b):
+        ws.build_file("", build)
+    assert a.run("test")[0] == 0
+    for ws in (a, b):
+        rc, out, err = ws.run("plan", "--test", "-j", "1", "--json")
+        assert rc == 0 and json.loads(out)["rows"][0]["makespan_s"] < 0.5, (ws.root, out + err)
