@@ -433,13 +433,21 @@ class Loader:
             raise EvaluationInterrupted(at if path == rel_bf else f"{rel_bf} (at {at})",
                                         getattr(e, "signum", 2)) from None  # (2: Ctrl-C; a Terminated's)
         except BaseException as e:  # the buildfile raised: point at the deepest workspace frame
-            path, line = self._locate(e, buildfile)
+            frames = self._user_frames(e)
+            path, line = frames[-1] if frames else (rel_bf, None)
             text = _text_of(e)
             msg = f"evaluating {rel_bf} raised {type(e).__name__}{': ' + text if text else ''}{_suggestion(e)}"
-            if path != rel_bf and (call := _line_in(e, buildfile)):  # raised in a macro or module: and from where
-                msg += f" (called from {rel_bf}:{call})"
-            elif path == rel_bf and (top := _line_in(e, buildfile, first=True)) not in (None, line):
-                msg += f" (called from {rel_bf}:{top})"  # in a function the BUILD.py defines: the top-level line
+            # And every caller up to the BUILD.py's line, innermost first: the macro's line
+            # that called the helper that raised was left out (which of its calls was it?).
+            callers: list[str] = []
+            for p, n in reversed(frames[:-1]):
+                at = f"{p}:{n}"
+                if not callers or callers[-1] != at:  # (a recursion: once)
+                    callers.append(at)
+            if len(callers) > 6:
+                callers = [*callers[:3], f"... {len(callers) - 5} more", *callers[-2:]]
+            if callers:
+                msg += f" (called from {', from '.join(callers)})"
             raise BuildfileError(msg, path, line) from None
         finally:
             builtins.__import__ = real_import
@@ -709,19 +717,28 @@ class Loader:
         }
 
     def _locate(self, exc: BaseException, buildfile: str) -> tuple[str, int | None]:
+        """The deepest workspace frame of ``exc``'s traceback (the BUILD.py without a line
+        if there is none)."""
+        frames = self._user_frames(exc)
+        return frames[-1] if frames else (os.path.relpath(buildfile, self.ws.root), None)
+
+    def _user_frames(self, exc: BaseException) -> list[tuple[str, int | None]]:
+        """The frames of ``exc``'s traceback in the workspace's own files (not buildtool's,
+        nor a library installed in a venv inside it), outermost first: the BUILD.py line, the
+        macro's, the helper's that raised."""
         import traceback  # (an error path: ~2 ms of import with linecache and tokenize)
 
         root = self.ws.root + os.sep
         ours = os.path.dirname(os.path.abspath(dsl.__file__)) + os.sep  # buildtool itself, in a venv in the root
-        best: tuple[str, int | None] = (os.path.relpath(buildfile, self.ws.root), None)
+        out: list[tuple[str, int | None]] = []
         for fs in traceback.extract_tb(exc.__traceback__):
             name = fs.filename
             if not name.startswith(root) or name.startswith(ours) or _INSTALLED.search(name):
                 continue  # (a library installed in a venv inside the workspace is not the user's code)
             rel = os.path.relpath(name, self.ws.root)
             if not self.ws.is_ignored(rel):
-                best = (rel, fs.lineno)
-        return best
+                out.append((rel, fs.lineno))
+        return out
 
     # -- glob ------------------------------------------------------------------------
     def _glob(self, pkg: str, include: list[str], exclude: list[str]) -> list[str]:
@@ -935,13 +952,12 @@ class _ImportProbes:
 _INSTALLED = re.compile(r"/(site|dist)-packages/")
 
 
-def _line_in(exc: BaseException, filename: str, first: bool = False) -> int | None:
-    """The line of ``filename``'s last (``first``: first, its top level) frame in the
-    traceback of ``exc``."""
+def _line_in(exc: BaseException, filename: str) -> int | None:
+    """The line of ``filename``'s last frame in the traceback of ``exc``."""
     import traceback  # (an error path)
 
     lines = [fs.lineno for fs in traceback.extract_tb(exc.__traceback__) if fs.filename == filename]
-    return (lines[0] if first else lines[-1]) if lines else None
+    return lines[-1] if lines else None
 
 
 def _suggestion(e: BaseException) -> str:

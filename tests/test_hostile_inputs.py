@@ -168,6 +168,10 @@ CATALOGUE = [
     # An error in a macro: where in the macro, and which BUILD.py line called it.
     ("macro-raises", 'from tools.macros import boom\n\nboom("q")',
      "tools/macros.py:4: evaluating BUILD.py raised KeyError: 'q' (called from BUILD.py:3)", "macro"),
+    # A helper the macro called raised: every caller's line, innermost first (the macro's was left out).
+    ("helper-raises", 'from tools.macros import chain\n\nchain("q")',
+     "tools/macros.py:14: evaluating BUILD.py raised KeyError: 'q' (called from tools/macros.py:18, "
+     "from BUILD.py:3)", "macro"),
     ("macro-declares-twice", 'from tools.macros import twice\n\ntwice("y")',
      "BUILD.py:3: target 'y' is defined twice in package // (first at BUILD.py:3) (in the macro at "
      "tools/macros.py:8)", "macro"),
@@ -196,6 +200,13 @@ def twice(name):
 
 def dangling(name):
     genrule(name=name, srcs=[":nope"], outs=[name + ".o"], cmd="true")
+
+def _lookup(opts, key):
+    return opts[key]
+
+def chain(name):
+    x = 1
+    return _lookup({}, name)
 '''
 
 
