@@ -195,7 +195,9 @@ def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
         raise _err(decl, f"{attr} path {path!r} must be relative to the package, not absolute")
     parts = path.split("/")
     if ".." in parts:
-        raise _err(decl, f"{attr} path {path!r} must stay inside the package (no '..')")
+        hint = ("; a file of another package is named by its label, '//pkg:file'"
+                if attr == "srcs" and not posixpath.normpath(f"{pkg}/{path}" if pkg else path).startswith("..") else "")
+        raise _err(decl, f"{attr} path {path!r} must stay inside the package (no '..'){hint}")
     _text(decl, f"{attr} path", path)
     norm = posixpath.normpath(path)
     if norm in (".", "") or path.endswith("/"):

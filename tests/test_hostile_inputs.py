@@ -877,3 +877,17 @@ def test_a_glob_that_may_not_be_empty_and_is_names_its_patterns(workspace: Works
                              'cmd="cat $(SRCS) > $@")\n')
     rc, out, err = workspace.run("build")
     assert rc == 0 and workspace.read("o") == "int main(){}\n", out + err
+
+
+def test_a_path_into_another_package_is_told_how_to_name_it(workspace: Workspace) -> None:
+    """`srcs=["../x/a.txt"]` said only "must stay inside the package"; the file of another
+    package is named by a label (a path out of the workspace gets no such hint)."""
+    workspace.write("x/a.txt", "a\n")
+    workspace.build_file("x", 'genrule(name="a", srcs=["a.txt"], outs=["o"], cmd="cp $< $@")\n')
+    workspace.build_file("lib", 'genrule(name="t", srcs=["../x/a.txt"], outs=["o"], cmd="cat $< > $@")\n')
+    rc, _, err = workspace.run("build", "//lib:t")
+    assert rc == 2 and "lib/BUILD.py:1: srcs path '../x/a.txt' must stay inside the package (no '..'); " \
+        "a file of another package is named by its label, '//pkg:file'" in err, err
+    workspace.build_file("lib", 'genrule(name="t", srcs=["../../a.txt"], outs=["o"], cmd="cat $< > $@")\n')
+    rc, _, err = workspace.run("build", "//lib:t")
+    assert rc == 2 and "(no '..')" in err and "named by its label" not in err, err
