@@ -304,8 +304,11 @@ def remove_tree(path: str) -> None:
     except RecursionError:
         import subprocess
 
-        subprocess.run(["rm", "-rf", "--", path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
+        try:
+            subprocess.run(["rm", "-rf", "--", path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+        except OSError:  # (no rm on PATH: what cannot be removed stays)
+            pass
 
 
 def make_dirs(path: str) -> None:

@@ -119,8 +119,11 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
             raise ValueError(f"{where}: {attr} must be a list of strings (got {value!r})")
     for attr in ("deps", "hdr_deps"):
         for d in lists.get(attr, ()):
-            if not d.startswith((":", "//")):  # (a cc_binary's deps go to its link's srcs: "lib" was a missing file)
-                fix = f"//{d}" if ":" in d else f":{d}"
+            # A bare name ("lib", "lib:core", "lib/util") is a label without its "//" or ":" (a
+            # cc_binary's deps go to its link's srcs: "lib" was "source file 'lib' does not
+            # exist"); a file name (a prebuilt "libfoo.a") is left to the link, as before.
+            if d and not d.startswith((":", "//", "@")) and "." not in d.rsplit("/", 1)[-1]:
+                fix = f"//{d}" if ":" in d or "/" in d else f":{d}"
                 raise ValueError(f"{where}: {attr} entries must be labels ('//pkg:name' or ':name'), got {d!r}; "
                                  f"did you mean {fix!r}?")
     unknown = sorted(set(common) - set(COMMON))

@@ -61,6 +61,14 @@ _OWN_MODULES = frozenset({"buildtool.loader", "buildtool.dsl", "buildtool.worksp
 _PROCESS_ENDS = ("_exit", "execv", "execve", "fork", "forkpty")
 
 
+class _ChdirRefused(BaseException):  # BaseException: an ``except Exception`` in a BUILD.py keeps out
+    """os.chdir() while a BUILD.py is evaluated: the whole process's working directory."""
+
+
+def _refused_chdir(path: Any) -> None:
+    raise _ChdirRefused(f"os.chdir({path!r})")
+
+
 class _ProcessEnd(BaseException):  # BaseException: an ``except Exception`` in a BUILD.py keeps out
     def __init__(self, call: str) -> None:
         super().__init__(call)
@@ -355,6 +363,7 @@ class Loader:
         get_data = FileLoader.get_data
         tracking_get_data = self._tracking_get_data(get_data)
         looks = {name: getattr(os, name) for name in _LOOKS}
+        real_chdir = os.chdir
         stand_ins = self._tracking_looks()
         probe = _ImportProbes(self.ws.root, self.probes)
         no_pyc = sys.dont_write_bytecode
@@ -377,6 +386,7 @@ class Loader:
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
+            os.chdir = _refused_chdir  # (process-wide: the next BUILD.py's relative paths, the reports)
             if shadows:  # (after the probes: they record what was looked for, for the snapshot)
                 sys.meta_path.insert(0, stdlib_first)
             sys.meta_path.insert(0, probe)
@@ -384,10 +394,10 @@ class Loader:
             code = compile(source, buildfile, "exec")
             exec(code, namespace)
             left, ended = guard.end(outer), True
-            if here is not None and _getcwd() != here[0]:
+            if here is not None and _getcwd() != here[0]:  # (another way than os.chdir: os.fchdir, say)
                 # (the next BUILD.py's relative opens, and the --junit/--events/--profile files,
                 # went to the directory it chose: another build graph, reports elsewhere)
-                msg = (f"evaluating {rel_bf} changed the working directory (os.chdir); a BUILD.py may only "
+                msg = (f"evaluating {rel_bf} changed the working directory; a BUILD.py may only "
                        "declare targets: build paths from __file__ instead")
                 raise BuildfileError(msg, rel_bf, None)
             if len(dsl.misplaced_calls) > misplaced:  # (a thread's exception may have been swallowed)
@@ -407,6 +417,11 @@ class Loader:
         except SystemExit as e:  # sys.exit() in a BUILD.py (or a macro): not a way to end buildtool
             path, line = self._locate(e, buildfile)
             msg = f"evaluating {rel_bf} called sys.exit({e.code!r}); a BUILD.py may only declare targets"
+            raise BuildfileError(msg, path, line) from None
+        except _ChdirRefused as e:
+            path, line = self._locate(e, buildfile)
+            msg = (f"evaluating {rel_bf} called {e}, which moves the whole process (the next BUILD.py's "
+                   "relative paths, the report files); build paths from __file__ instead")
             raise BuildfileError(msg, path, line) from None
         except _ProcessEnd as e:  # os._exit(0) would end the build "successfully", having built nothing
             path, line = self._locate(e, buildfile)
@@ -462,6 +477,7 @@ class Loader:
             FileLoader.get_data = get_data
             for name, fn in looks.items():
                 setattr(os, name, fn)
+            os.chdir = real_chdir
             if not ended:
                 guard.end(outer)
             if here is not None:

@@ -214,8 +214,8 @@ class Scheduler:
         looked at in turn, rather than as "not started": whether an untouched test showed
         as a cached pass or as NOT RUN (JUnit ``<skipped/>``) depended on how soon the
         failure came.  What would need a command is left unstarted."""
-        while (t := self.plan.pop()) is not None:
-            if self._settled_inline(t):
+        while self.interrupt is None and (t := self.plan.pop()) is not None:  # (Ctrl-C ends it at once)
+            if self._settled_inline(t, True):  # (waiting: a fresh checkout's passes are the cache's)
                 self.pools.settled(t)
 
     def _to_worker(self, item: tuple[Any, ...]) -> None:

@@ -784,3 +784,25 @@ def test_after_a_failure_what_needs_no_command_is_still_settled() -> None:
     assert out[0].status is Status.FAILED
     assert [out[t].status for t in (1, 2, 3)] == [Status.UP_TO_DATE] * 3
     assert out[4].status is Status.CANCELLED and 4 not in runner.started
+
+
+def test_ctrl_c_ends_the_settling_after_a_failure_at_once() -> None:
+    """The settling of what needs no command went on through the whole graph (restoring,
+    hashing) after Ctrl-C, and a second Ctrl-C was not heard either (a review)."""
+    n = 300
+    chain = [[]] + [[]] + [[i - 1] for i in range(2, n)]  # 0 fails; 1..n-1 are up to date, a chain
+    sched, runner, _ = make(chain, fail={0}, inline=set(range(1, n)), priority=[0] + [1] * (n - 1))
+    calls = 0
+    inner = runner.try_inline
+
+    def try_inline(t: int, waiting: bool = False) -> Outcome | None:
+        nonlocal calls
+        calls += 1
+        if calls == 10:
+            sched.request_stop(2)
+        return inner(t, waiting)
+
+    runner.try_inline = try_inline  # type: ignore[method-assign]
+    out = sched.run()
+    settled = [t for t in range(1, n) if out[t].status is Status.UP_TO_DATE]
+    assert 0 < len(settled) <= 10 and out[n - 1].status is Status.CANCELLED, len(settled)

@@ -755,6 +755,10 @@ def test_untouched_cached_passes_stay_cached_passes_when_a_failure_stops_the_bui
         workspace.write("e.txt", f"{j}{j}\n")
         rc, out, _ = workspace.run("test", "-j", j)  # (the edited one: run or not, as it came before the failure)
         assert rc == 1 and re.search(r"Tests: 7 \((1 passed, )?5 cached, 1 failed(, 1 not run)?\)", out), (j, out)
+    for j in ("1", "2"):  # a fresh checkout sharing the cache: the passes are the cache's, not the record's
+        fresh = workspace.copy_to(workspace.root.parent / f"fresh-{j}")
+        rc, out, _ = fresh.run("test", "-j", j)  # (the edited one: cached if the last run got to it)
+        assert rc == 1 and re.search(r"Tests: 7 \((1 passed, )?[56] cached, 1 failed(, 1 not run)?\)", out), (j, out)
 
 
 def test_a_flaky_test_s_expected_time_is_its_passing_attempt_in_every_checkout(
