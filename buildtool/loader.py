@@ -976,6 +976,18 @@ def _line_in(exc: BaseException, filename: str) -> int | None:
     return lines[-1] if lines else None
 
 
+# Bazel's names a newcomer writes first, and what a BUILD.py here says instead.
+_FROM_BAZEL = {
+    "load": "a BUILD.py is Python: import a macro module from the workspace root, `from tools.defs import m`",
+    "native": "the rules are plain functions here: genrule(...), test(...), not native.genrule",
+    "filegroup": "use group(name, deps=[...]) for targets, or a list (or glob()) of files in srcs",
+    "sh_test": "use test(name, cmd=\"sh script.sh\", srcs=[\"script.sh\"])",
+    "sh_binary": "use genrule, or a source script the tests and commands run",
+    "exports_files": "a package's files are visible to every package here: name one by its label, //pkg:file",
+    "package": "packages take no declaration here: a directory with a BUILD.py is one",
+}
+
+
 def _suggestion(e: BaseException) -> str:
     """`` (did you mean 'genrule'?)`` for a NameError of a name close to one the failing
     code could see (its frame's locals and globals, the builtins): what Python's own
@@ -983,6 +995,8 @@ def _suggestion(e: BaseException) -> str:
     name = getattr(e, "name", None)
     if not isinstance(e, NameError) or not isinstance(name, str):
         return ""
+    if name in _FROM_BAZEL:
+        return f" ({_FROM_BAZEL[name]})"
     tb = e.__traceback__
     if tb is None:
         return ""

@@ -56,6 +56,8 @@ CATALOGUE = [
      "NameError: name 'genrul' is not defined (did you mean 'genrule'?)", None),
     ("misspelled-variable", 'SRCS = ["a.txt"]\ngenrule(name="t", srcs=SRC, outs=["o"], cmd="echo > $@")',
      "name 'SRC' is not defined (did you mean 'SRCS'?)", None),
+    ("bazel-load", 'load("//tools:defs.bzl", "m")', "name 'load' is not defined (a BUILD.py is Python: import", None),
+    ("bazel-filegroup", 'filegroup(name="f", srcs=[])', "name 'filegroup' is not defined (use group(", None),
     ("misspelled-attribute", 'genrule(name="t", src=["a.txt"], outs=["o"], cmd="echo > $@")',
      "genrule() got an unknown attribute 'src' (did you mean 'srcs'?)", None),
     ("syntax", 'genrule(name="t", outs=["o"], cmd="echo" ', "BUILD.py", None),
