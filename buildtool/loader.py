@@ -451,7 +451,8 @@ class Loader:
             frames = self._user_frames(e)
             path, line = frames[-1] if frames else (rel_bf, None)
             text = _text_of(e)
-            msg = f"evaluating {rel_bf} raised {type(e).__name__}{': ' + text if text else ''}{_suggestion(e)}"
+            msg = (f"evaluating {rel_bf} raised {type(e).__name__}{': ' + text if text else ''}{_suggestion(e)}"
+                   f"{self._import_hint(e, pkg)}")
             # And every caller up to the BUILD.py's line, innermost first: the macro's line
             # that called the helper that raised was left out (which of its calls was it?).
             callers: list[str] = []
@@ -737,6 +738,20 @@ class Loader:
         if there is none)."""
         frames = self._user_frames(exc)
         return frames[-1] if frames else (os.path.relpath(buildfile, self.ws.root), None)
+
+    def _import_hint(self, e: BaseException, pkg: str) -> str:
+        """For ``import defs`` in pkg/BUILD.py beside pkg/defs.py: modules are found from
+        the workspace root, and that one is ``pkg.defs``."""
+        name = getattr(e, "name", None)
+        if not isinstance(e, ModuleNotFoundError) or not isinstance(name, str) or not pkg:
+            return ""
+        top = name.split(".")[0]
+        here = os.path.join(self.ws.root, pkg, top)
+        if not (os.path.isfile(here + ".py") or os.path.isdir(here)):
+            return ""
+        dotted = pkg.replace("/", ".")
+        return (f" ({pkg}/{top}{'.py' if os.path.isfile(here + '.py') else ''} is there, but modules are found "
+                f"from the workspace root: `from {dotted} import {top}`)")
 
     def _user_frames(self, exc: BaseException) -> list[tuple[str, int | None]]:
         """The frames of ``exc``'s traceback in the workspace's own files (not buildtool's,

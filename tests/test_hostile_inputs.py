@@ -896,3 +896,12 @@ def test_a_path_into_another_package_is_told_how_to_name_it(workspace: Workspace
     workspace.build_file("lib", 'genrule(name="t", srcs=["../../a.txt"], outs=["o"], cmd="cat $< > $@")\n')
     rc, _, err = workspace.run("build", "//lib:t")
     assert rc == 2 and "(no '..')" in err and "named by its label" not in err, err
+
+
+def test_a_module_imported_by_its_name_beside_the_buildfile_is_told_its_full_name(workspace: Workspace) -> None:
+    """`import defs` in pkg/BUILD.py beside pkg/defs.py: a bare ModuleNotFoundError."""
+    workspace.write("pkg/defs.py", "X = 1\n")
+    workspace.build_file("pkg", "import defs\n")
+    rc, _, err = workspace.run("build", "//pkg:all")
+    assert rc == 2 and "No module named 'defs' (pkg/defs.py is there, but modules are found from the " \
+        "workspace root: `from pkg import defs`)" in err, err
