@@ -8,8 +8,9 @@ it is rehashed.
 
 Large files are hashed by several threads, through ``mmap`` windows while this process holds
 a Linux read lease on the file (no other process can open it for writing or truncate it
-until the lease is released, so a mapped page cannot vanish and raise SIGBUS), else by
-reading fixed-size chunks into a buffer.
+until the lease is released, so a mapped page cannot vanish and raise SIGBUS), else (and
+for a file with holes, whose pages a mapping would make on tmpfs) by reading fixed-size
+chunks into a buffer.
 
 Spec: docs/formats.md#stat-cache--buildtoolstat-cache
 """
@@ -78,7 +79,11 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
                 h.update(chunk)
             return h.hexdigest(), os.fstat(fd)
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        done, st = _hash_leased(fd, h)
+        # A file with holes is read, not mapped: on tmpfs a hole read through a shared
+        # mapping gets a page of its own (a sparse source made to take its whole size in
+        # RAM) and, the tmpfs full, SIGBUS killed the build.
+        sparse = st0.st_blocks * 512 < size
+        done, st = _hash_leased(fd, h) if not sparse else (0, None)
         if st is not None:
             return h.hexdigest(), st
         # No lease, or a writer came after `done` bytes: read the rest in fixed-size chunks

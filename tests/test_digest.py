@@ -546,3 +546,26 @@ def test_truncated_stat_cache_map_is_discarded_with_a_warning(tmp_path: Path) ->
         warned: list[str] = []
         assert len(StatCache(str(tmp_path), str(db), warned.append).entries) == 0
         assert warned and "corrupt" in warned[0]
+
+
+def test_a_sparse_file_on_tmpfs_is_hashed_without_filling_its_holes() -> None:
+    """Hashed through a shared mapping, every hole of a sparse file on tmpfs got a page:
+    a 100 MB sparse source on a 20 MB tmpfs killed the build with SIGBUS and was left
+    taking the whole tmpfs; with room, it silently took its size in RAM."""
+    shm = "/dev/shm"
+    try:
+        with open("/proc/mounts") as f:
+            on_tmpfs = any(line.split()[1:3] == [shm, "tmpfs"] for line in f)
+    except OSError:
+        on_tmpfs = False
+    if not on_tmpfs or not os.access(shm, os.W_OK):
+        pytest.skip("no writable tmpfs at /dev/shm")
+    path = os.path.join(shm, f"buildtool-sparse-{os.getpid()}")
+    try:
+        with open(path, "wb") as f:
+            f.truncate(8 * 1024 * 1024)  # (above LARGE_FILE: the threaded path)
+        assert os.stat(path).st_blocks == 0
+        assert hash_file(path) == blake3.blake3(bytes(8 * 1024 * 1024)).hexdigest()
+        assert os.stat(path).st_blocks == 0, "hashing gave the holes pages"
+    finally:
+        os.unlink(path)
