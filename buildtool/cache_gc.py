@@ -188,9 +188,10 @@ def _write_counter(v_dir: str, n: int) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(SIZE_HEADER + json.dumps({"bytes": max(n, 0)}) + "\n")
         os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    except OSError:  # (a full disk): no counter at all, so the next reader scans, not a stale one
+        for p in (tmp, path):
+            with contextlib.suppress(OSError):
+                os.unlink(p)
 
 
 # -- scanning and eviction ----------------------------------------------------------------
@@ -271,12 +272,14 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
 class GcResult:
     """What a collection did: bytes before and after, and what it deleted."""
 
-    __slots__ = ("after", "before", "blobs_deleted", "entries_evicted", "garbage_blobs", "tmp_deleted")
+    __slots__ = ("after", "before", "blobs_deleted", "entries_evicted", "entries_kept", "garbage_blobs",
+                 "tmp_deleted")
 
     def __init__(self, before: int, after: int) -> None:
         self.before = before
         self.after = after
         self.entries_evicted = 0
+        self.entries_kept = 0  # evicted but left in a database that refused to change: their blobs went
         self.blobs_deleted = 0
         self.garbage_blobs = 0
         self.tmp_deleted = 0
@@ -339,7 +342,7 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
         total -= drop_blob(d)
         res.garbage_blobs += 1
     if target is not None and total > target:
-        after_garbage = total
+        entry_bytes = 0  # (what the evicted entries themselves take, in the database)
         evicted: list[str] = []
         unreferenced: list[str] = []
         for _, key, size, refs in sorted(s.entries):
@@ -347,18 +350,22 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
                 break
             evicted.append(key)
             total -= size
+            entry_bytes += size
             for d in set(refs):
                 refcount[d] -= 1
                 if refcount[d] == 0:
                     unreferenced.append(d)
                     total -= s.blobs.get(d, 0)
-        # Entries first: a blob is only deleted once nothing points at it.
+        # Entries first: a blob is only deleted once nothing points at it; a database that
+        # refuses (a disk so full its journal cannot grow: when gc is run) keeps its entries,
+        # whose blobs go all the same (a missing blob is a miss), and the caller says so.
         if db.remove(evicted):
             res.entries_evicted = len(evicted)
-            for d in unreferenced:
-                drop_blob(d)
         else:
-            total = after_garbage  # the database refused: nothing was evicted
+            res.entries_kept = len(evicted)
+            total += entry_bytes
+        for d in unreferenced:
+            drop_blob(d)
     res.after = total
     _write_counter(v_dir, total)
     return res
@@ -392,7 +399,7 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
 
     added, cache.bytes_added = cache.bytes_added, 0  # watch mode reuses the Cache
     cache.flush()
-    if not cache.writable:
+    if not cache.writable and not added:  # (what it stored before it could not store more still counts)
         return
     counts = {"ran": 0, "restored": 0, "adopted": 0, "up_to_date": 0, "failed": 0}
     for o in outcomes:

@@ -83,4 +83,9 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         f"entries, deleted {res.blobs_deleted} blobs ({res.garbage_blobs} unreferenced), {res.tmp_deleted} temp files",
         file=sys.stdout,
     )
+    if res.entries_kept:  # (it said "evicted 0 entries" and exit 0 on a full disk)
+        print(f"buildtool: warning: the cache's database could not be changed (a full disk?): {res.entries_kept} "
+              "entries chosen for eviction stay, their blobs deleted (each a miss); run cache gc again once "
+              "there is room", file=sys.stderr)
+        return 1
     return 0

@@ -275,3 +275,46 @@ def test_cache_gc_says_it_waits_for_builds_storing_into_the_cache(workspace: Wor
     assert err.count(f"cache gc: waiting for the builds storing into {workspace.cache} to finish") == 1, err
     rc, out, err = workspace.run("cache", "gc")
     assert rc == 0 and "waiting" not in err, err
+
+
+def test_gc_on_a_database_that_refuses_frees_the_blobs_and_says_so(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a disk so full that SQLite's journal cannot grow, `cache gc --max-size` evicted
+    nothing, printed "evicted 0 entries" and exited 0: when gc is run.  The blobs of the
+    entries it chose go all the same (each a miss later), and it says so, exit 1."""
+    from buildtool import cli
+    from buildtool.actiondb import ActionDB
+
+    sized_targets(workspace, {"a": 300 * KIB, "b": 300 * KIB, "c": 300 * KIB})
+    assert workspace.build().rc == 0
+    before = cache_bytes(workspace.cache)
+    monkeypatch.setattr(ActionDB, "remove", lambda self, keys: not list(keys))  # (as a full disk refuses)
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(workspace.cache))
+    rc = cli.main(["-C", str(workspace.root), "cache", "gc", "--max-size", "400K"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "entries chosen for eviction stay, their blobs deleted" in err, out + err
+    assert cache_bytes(workspace.cache) < before - 500 * KIB, (before, cache_bytes(workspace.cache))
+    monkeypatch.undo()
+    for n in "abc":  # (what lost its blob is a miss: the command runs)
+        (workspace.root / f"{n}.bin").unlink()
+    r = workspace.build()
+    assert r.rc == 0 and len(r.with_status("ran")) == 2 and len(r.with_status("restored")) == 1, r.output
+
+
+def test_what_a_build_stored_before_the_cache_turned_off_is_counted(workspace: Workspace) -> None:
+    """A build that stored 10 MB and then hit a full disk (the cache turned off for it)
+    skipped the counter: the cache stayed over max_size with a counter of 0 (a review of a
+    full disk)."""
+    import types
+
+    from buildtool.cache_gc import after_build
+
+    sized_targets(workspace, {"a": 300 * KIB})
+    assert workspace.build().rc == 0
+    v2 = str(layout_dir(workspace.cache))
+    before = read_counter(v2)
+    assert before is not None
+    cache = types.SimpleNamespace(bytes_added=123_456, writable=False, dir=v2, flush=lambda: None)
+    after_build(cache, None, [], lambda msg: None)
+    assert read_counter(v2) == before + 123_456
