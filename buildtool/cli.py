@@ -275,6 +275,10 @@ def _leave_on_termination() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # a console that cannot show a character: an escape, not a traceback
+        enc = (getattr(stream, "encoding", None) or "utf-8").lower()
+        if enc not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     if sys.stdout is None or sys.stderr is None:  # started with `>&-`: what would be said goes nowhere
         _streams_to_devnull()
     for fd in (1, 2):  # left non-blocking (a CI runner's pipe): Python would drop what EAGAIN refused

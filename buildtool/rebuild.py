@@ -178,6 +178,8 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
             return f"the rule {'now' if old is None else 'no longer'} imports module {path}"
         return f"module {path} changed ({_short(old)} -> {_short(new)})"
     names = {"fn": "function", "kwargs": "kwargs", "python": "Python", "timeout": "timeout", "depfile": "depfile"}
+    if key == "encoding":  # (the locale's: what the command's text and its file names are written in)
+        return f"the locale's encoding changed from {old or 'utf-8'} to {new or 'utf-8'}"
     if key in names:
         was, now = _clip_pair(str(old), str(new), 60)
         return f"the rule's {names[key]} changed from {was} to {now}"

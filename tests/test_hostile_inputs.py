@@ -905,3 +905,25 @@ def test_a_module_imported_by_its_name_beside_the_buildfile_is_told_its_full_nam
     rc, _, err = workspace.run("build", "//pkg:all")
     assert rc == 2 and "No module named 'defs' (pkg/defs.py is there, but modules are found from the " \
         "workspace root: `from pkg import defs`)" in err, err
+
+
+ASCII_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}  # (not UTF-8)
+
+
+def test_a_locale_that_is_not_utf8_keys_apart_and_never_tracebacks(workspace: Workspace) -> None:
+    """Under a Latin-1 or ASCII locale, `echo é` runs as other bytes with the UTF-8 run's
+    key (its output restored or up to date across locales); a command printing a character
+    the console could not show, or a file name it could not give the system, was a
+    UnicodeEncodeError traceback."""
+    workspace.build_file("", 'genrule(name="e", outs=["e.txt"], cmd="echo e > $@")\n'
+                             "genrule(name=\"u\", outs=[\"u.txt\"], cmd=\"printf '\\\\305\\\\215\\\\n'; touch $@\")\n")
+    assert workspace.run("build")[0] == 0
+    rc, out, err = workspace.run("build", "--explain", env_extra=ASCII_LOCALE)
+    assert rc == 0 and "Traceback" not in err, out + err
+    assert "//:e: ran: the locale's encoding changed from utf-8 to ascii" in out, out
+    assert "\\u014d" in out, out  # (what the command printed, as an escape)
+    workspace.build_file("", 'genrule(name="o", outs=["\u014d.txt"], cmd="echo > $@")\n')
+    rc, out, err = workspace.run("build", env_extra=ASCII_LOCALE)
+    assert rc == 2 and "BUILD.py:1:" in err and "this locale's encoding (ascii) cannot give the system; " \
+        "use a UTF-8 locale" in err and "Traceback" not in err, out + err
+    assert workspace.run("build")[0] == 0  # (under UTF-8: fine)
