@@ -79,22 +79,57 @@ class Config:
         self.remote_download = remote_download
 
 
+def _home() -> str | None:
+    """The user's home directory; None when there is none to be had (HOME unset and a uid
+    with no passwd entry: expanduser gives "~" back, which was then a directory named
+    ``~`` made in the current directory for the cache)."""
+    home = os.path.expanduser("~")
+    return None if home.startswith("~") else home
+
+
+def _xdg(var: str) -> str | None:
+    """$XDG_CONFIG_HOME / $XDG_CACHE_HOME when set to an absolute path (a relative one is
+    to be ignored, as the XDG spec says)."""
+    v = os.environ.get(var)
+    return v if v and os.path.isabs(v) else None
+
+
 def user_config_path() -> str:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "buildtool", "config.toml")
+    home = _home()
+    base = _xdg("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+    return os.path.join(base, "buildtool", "config.toml") if base else ""
 
 
 def default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    home = _home()
+    base = _xdg("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home else None)
+    if base is None:  # (no home: a cache of this user's own in /tmp, not "./~/.cache")
+        return os.path.join("/tmp", f"buildtool-cache-{os.getuid()}")
     return os.path.join(base, "buildtool")
 
 
-def _read_toml(path: str) -> dict[str, Any]:
+def _read_toml(path: str, user: bool = False) -> dict[str, Any]:
+    """The TOML at ``path``; {} if there is none.  ``user``: the user's config, absent when
+    its directory cannot be reached (HOME=/dev/null, `su -m` into another user's home):
+    there is none to read, as for a missing file (a warning when it is a permission)."""
+    if not path:  # (no home: no user config)
+        return {}
     try:
         data = read_file(path)[0]
     except FileNotFoundError:
         return {}
+    except NotADirectoryError:
+        if user:
+            return {}
+        msg = f"{path}: cannot read config (Not a directory)"
+        raise UserError(msg) from None
     except OSError as e:
+        import errno
+        import sys
+
+        if user and e.errno in (errno.EACCES, errno.EPERM) and not os.path.isfile(path):
+            print(f"buildtool: warning: {path}: cannot be reached ({e.strerror}); no user config", file=sys.stderr)
+            return {}
         msg = f"{path}: cannot read config ({e.strerror})"
         raise UserError(msg) from None
     if not data.strip():
@@ -108,11 +143,11 @@ def _read_toml(path: str) -> dict[str, Any]:
         raise UserError(msg) from None
 
 
-def _file_layer(path: str) -> dict[str, Any]:
+def _file_layer(path: str, user: bool = False) -> dict[str, Any]:
     """A config file's settings; a relative ``cache_dir`` in it is taken from the file's own
     directory (the workspace root for ``buildtool.toml``), whatever directory buildtool is
     started in."""
-    layer = _check(path, _read_toml(path))
+    layer = _check(path, _read_toml(path, user))
     d = layer.get("cache_dir")
     if d and not d.startswith("~") and not os.path.isabs(d):
         layer["cache_dir"] = os.path.join(os.path.dirname(path), d)
@@ -242,7 +277,7 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
                f"workspaces; set it in {user_config_path()} or BUILDTOOL_MAX_CACHE_SIZE")
         raise UserError(msg)
     for layer in (
-        _file_layer(user_config_path()),
+        _file_layer(user_config_path(), user=True),
         ws_layer,
         _env_layer(),
         {k: v for k, v in flags.items() if v is not None},

@@ -1113,7 +1113,7 @@ def _config_files() -> list[str]:
     """The configuration a build reads: the workspace's (and its ignore file) and the user's."""
     from buildtool.config import user_config_path
 
-    return ["buildtool.toml", ".buildtoolignore", user_config_path()]
+    return ["buildtool.toml", ".buildtoolignore", *filter(None, [user_config_path()])]  # (none without a home)
 
 
 def _check_report_paths(req: BuildRequest, graph: Graph, root: str, struct: Iterable[str]) -> None:

@@ -4,6 +4,7 @@ temp tree standing for /sys/fs/cgroup and /proc/self/cgroup), CI detection, laye
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,26 @@ def test_values_that_were_taken_silently_are_refused(
     with pytest.raises(config.UserError) as e:
         config.load_config(str(tmp_path / "ws"), {})
     assert f"buildtool.toml: {needle}" in str(e.value)
+
+
+def test_a_user_config_that_cannot_be_reached_is_no_user_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME=/dev/null (or a home another user owns, under `su -m`) made every command exit 2:
+    "cannot read config (Not a directory)", though there was no config to read; and with
+    no home at all the cache went to a directory named `~` in the current directory."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text('genrule(name="g", outs=["g.txt"], cmd="echo > $@")\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "BUILDTOOL_"))}
+    env["HOME"] = "/dev/null"
+    r = subprocess.run(["buildtool", "-C", str(ws), "build"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "cannot read config" not in r.stderr, r.stdout + r.stderr
+    for var in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", "~")  # (what expanduser gives back when there is no home at all)
+    assert config.user_config_path() == ""
+    assert config.default_cache_dir() == f"/tmp/buildtool-cache-{os.getuid()}"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # (ignored, as the XDG spec says)
+    assert config.default_cache_dir() == f"/tmp/buildtool-cache-{os.getuid()}"
