@@ -424,8 +424,7 @@ class Session:
             if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
                 jobs = max(jobs, cfg.remote_jobs)
             console.estimate(weights, jobs)
-            if jobs > FDS_SURELY_ENOUGH_FOR:
-                jobs = _fit_fd_limit(jobs, _warn)
+            jobs = _fit_fd_limit(jobs, _warn)
             load_limit: LoadLimit | None = None
             if req.load is not None:
                 from buildtool.loadlimit import LoadLimit
@@ -1081,14 +1080,12 @@ def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
 
 
 FDS_PER_ACTION = 5  # a pidfd, the captures of stdout and stderr, its lane's capture marker, a pipe end while spawning
-FDS_SURELY_ENOUGH_FOR = 128  # jobs the usual soft limit (1,024 descriptors) holds with room to spare
-
-
 def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
     """The jobs the limit on open files allows, raising its soft value toward the hard one
     when ``-j jobs`` needs more (as Bazel does): under the common 1,024, -j 400 failed
-    targets with EMFILE ("Too many open files").  Where the hard limit is too low as well,
-    fewer commands run at once, with a warning."""
+    targets with EMFILE ("Too many open files"), and so did -j 16 under a soft limit of 64
+    (checked at every -j, not only above 128).  Where the hard limit is too low as well,
+    fewer commands run at once, with a warning (none when that is -j itself)."""
     import resource
 
     reserve = 256  # (the cache, the state, the remote connections)
@@ -1104,9 +1101,10 @@ def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
     if new >= need:
         return jobs
     fits = max(1, (new - reserve) // FDS_PER_ACTION)
-    warn(f"-j {jobs} needs about {need} open files and the limit is {new} (ulimit -n): "
-         f"running at most {fits} commands at once")
-    return fits
+    if fits < jobs:
+        warn(f"-j {jobs} needs about {need} open files and the limit is {new} (ulimit -n): "
+             f"running at most {fits} commands at once")
+    return min(fits, jobs)
 
 
 def _config_files() -> list[str]:
