@@ -46,7 +46,7 @@ _STATUS_COLOR = {
 }
 
 
-class _Closable:
+class ClosableStream:
     """The console's stream, which its reader may close (``buildtool build | head``) or which
     may stop taking output (a full disk, ``> /dev/full``): from then on output is dropped
     (said once on stderr unless the reader just left) and the build goes on to its own end
@@ -82,6 +82,12 @@ class _Closable:
 
     def fileno(self) -> int:
         return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (AttributeError, ValueError):
+            return False
 
 
 def is_live_terminal(out: IO[str]) -> bool:
@@ -157,7 +163,7 @@ class Console:
         stream = out or sys.stdout
         self.tty = is_live_terminal(stream) if tty is None else tty
         self.color = use_color(color, stream)
-        self.out = _Closable(stream)
+        self.out = ClosableStream(stream)
         self.explain = explain
         self.replay_output = replay_output
         self.done = 0

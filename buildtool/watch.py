@@ -50,6 +50,7 @@ from watchdog.observers.polling import PollingObserver
 
 from buildtool import discovered, keys, labels
 from buildtool.atomic import temp_path
+from buildtool.console import ClosableStream
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError
 from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
@@ -343,7 +344,8 @@ class Watcher:
         self.cwd = os.getcwd()
         self.poll = poll
         self.quiet = QUIET_S if debounce_ms is None else max(debounce_ms, 0.0) / 1000.0
-        self.out = out or sys.stdout
+        # (its cycles' summaries too: `watch > log` on a disk that filled quit after one)
+        self.out = ClosableStream(out or sys.stdout)
         self.q: queue.SimpleQueue[Change | None] = queue.SimpleQueue()
         self.ws = WatchSet()
         self.stop_signal: int | None = None

@@ -1519,3 +1519,25 @@ def test_a_package_that_becomes_a_workspace_of_its_own_leaves_the_graph(watch, w
     assert read(ws / "sub" / "c.out") == before, w.log()
     assert not any("//sub:c" in c.ran for c in w.cycles()[1:]), w.log()
     assert w.stop() == 0
+
+
+def test_watch_with_its_output_on_a_full_disk_goes_on(ws: Path, cache: Path) -> None:
+    """`buildtool watch > log` on a disk that filled up: "the build's output is lost ...;
+    the build goes on", and then watch quit, on its cycle's summary line."""
+    env = run_env(cache, PYTHONUNBUFFERED="1")
+    env.pop("BUILDTOOL_JOBS", None)
+    with open("/dev/full", "w") as full:
+        p = subprocess.Popen([sys.executable, "-m", "buildtool", "watch"], cwd=ws, env=env, stdout=full,
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        time.sleep(3.0)  # (the first cycle and its summary, a while after)
+        assert p.poll() is None, p.communicate()[1]
+        write(ws / "a.txt", "a9\n")  # (and a second cycle)
+        time.sleep(1.5)
+        assert p.poll() is None, p.communicate()[1]
+    finally:
+        if p.poll() is None:
+            p.terminate()
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 143 and err.count("the build's output is lost (No space left on device)") == 1, err
