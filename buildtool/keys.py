@@ -115,10 +115,16 @@ def keyed_path(path: str, base: str) -> str:
     README sets one up) share cache entries, as they share every workspace path."""
     base = base.rstrip("/") or "/"
     prefix = base + "/" if base != "/" else None
-    if prefix is None or (prefix not in path and base not in path.split(os.pathsep)):
+    if prefix is None:
         return path
-    return os.pathsep.join(CHECKOUT_MARK + e[len(base):] if e == base or e.startswith(prefix) else e
-                           for e in path.split(os.pathsep))
+
+    def keyed(e: str) -> str:
+        r = e
+        if e != base and not e.startswith(prefix) and os.path.isabs(e):
+            r = os.path.realpath(e)  # (a venv made through a symlink to the checkout: `direnv`'s layout)
+        return CHECKOUT_MARK + r[len(base):] if r == base or r.startswith(prefix) else e  # (others as given)
+
+    return os.pathsep.join(keyed(e) for e in path.split(os.pathsep))
 
 
 def real_path(path: str, base: str) -> str:

@@ -191,6 +191,11 @@ def test_path_entries_inside_the_checkout_are_keyed_from_its_root(tmp_path: Path
     assert keyed == f"$BUILDTOOL_CHECKOUT/.venv/bin:/usr/bin:$BUILDTOOL_CHECKOUT:{repo}x/bin"
     assert keys.real_path(keyed, str(repo)) == path
     assert keys.keyed_path("/usr/bin:/bin", str(repo)) == "/usr/bin:/bin"
+    # Reached through a symlink to the checkout (a venv made in a linked directory): keyed
+    # as its real path is, so the two spellings share keys; other entries stay as given.
+    link = tmp_path / "link"
+    link.symlink_to(repo)
+    assert keys.keyed_path(f"{link}/.venv/bin:/usr/bin", str(repo)) == "$BUILDTOOL_CHECKOUT/.venv/bin:/usr/bin"
 
 
 def test_two_clones_with_their_own_venv_on_path_share_the_cache(tmp_path: Path) -> None:
