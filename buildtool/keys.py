@@ -247,7 +247,10 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
         builtin = top in sys.builtin_module_names
         # (searched as the pyrule's process searches: the workspace root first, then this
         # Python's path, which has the root only while a BUILD.py is evaluated)
-        spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top, [root, *sys.path])
+        # (not PYTHONPATH's entries: the action never gets them, and its import failed at run time)
+        from_env = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+        where = [root, *(p for p in sys.path if os.path.abspath(p or ".") not in from_env)]
+        spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top, where)
         if spec is not None and spec.origin in (None, "namespace") and "." in module:
             # A namespace package (directories without __init__.py), maybe the workspace's
             # own: the module must be in one of its directories.

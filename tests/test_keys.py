@@ -277,3 +277,21 @@ def test_a_missing_module_of_a_namespace_package_the_workspace_shares_is_named(
     assert pyrule_fn_problem(str(root), "ns.here:f") is None
     problem = pyrule_fn_problem(str(root), "ns.missing:f")
     assert problem is not None and "is not in the workspace" in problem, problem
+
+
+def test_a_pyrule_module_importable_only_through_pythonpath_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With PYTHONPATH=src the check found mypkg.gen and passed; the action, which never
+    gets PYTHONPATH, then failed with ModuleNotFoundError."""
+    from buildtool.keys import pyrule_fn_problem
+
+    root = tmp_path / "ws"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "src" / "mypkg" / "__init__.py").write_text("")
+    (root / "src" / "mypkg" / "gen.py").write_text("def make(srcs, outs):\n    pass\n")
+    src = str(root / "src")
+    monkeypatch.setenv("PYTHONPATH", src)
+    monkeypatch.syspath_prepend(src)  # (as the interpreter put it there at start)
+    problem = pyrule_fn_problem(str(root), "mypkg.gen:make")
+    assert problem is not None and "is not in the workspace" in problem, problem
