@@ -103,8 +103,12 @@ def user_config_path() -> str:
 def default_cache_dir() -> str:
     home = _home()
     base = _xdg("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home else None)
-    if base is None:  # (no home: a cache of this user's own in /tmp, not "./~/.cache")
-        return os.path.join("/tmp", f"buildtool-cache-{os.getuid()}")
+    if base is None:  # (no home: in this user's own /tmp/buildtool-<uid>, not "./~/.cache")
+        from buildtool.workspace import private_tmp_dir
+
+        d = private_tmp_dir()
+        # (that name taken by another user: no cache at all, "not usable", rather than theirs)
+        return os.path.join(d, "cache") if d else "/dev/null/no-home-for-a-cache"
     return os.path.join(base, "buildtool")
 
 
@@ -274,7 +278,7 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     ws_layer = _file_layer(ws_toml)
     if "max_size" in ws_layer:
         msg = (f"{ws_toml}: max_size cannot be set by a workspace: the cache is shared by all "
-               f"workspaces; set it in {user_config_path()} or BUILDTOOL_MAX_CACHE_SIZE")
+               f"workspaces; set it in {user_config_path() or 'the user config'} or BUILDTOOL_MAX_CACHE_SIZE")
         raise UserError(msg)
     for layer in (
         _file_layer(user_config_path(), user=True),

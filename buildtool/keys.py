@@ -247,8 +247,15 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
         builtin = top in sys.builtin_module_names
         # (searched as the pyrule's process searches: the workspace root first, then this
         # Python's path, which has the root only while a BUILD.py is evaluated)
-        # (not PYTHONPATH's entries: the action never gets them, and its import failed at run time)
+        # (not PYTHONPATH's entries: the action never gets them, and its import failed at run
+        # time; but one naming a directory the interpreter has anyway, its site-packages, stays)
         from_env = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+        if from_env:
+            import site
+            import sysconfig
+
+            own = [*site.getsitepackages(), site.getusersitepackages(), *sysconfig.get_paths().values()]
+            from_env -= {os.path.abspath(p) for p in own}
         where = [root, *(p for p in sys.path if os.path.abspath(p or ".") not in from_env)]
         spec = None if in_workspace or builtin else importlib.machinery.PathFinder.find_spec(top, where)
         if spec is not None and spec.origin in (None, "namespace") and "." in module:

@@ -25,6 +25,8 @@ import fcntl
 import os
 import time
 
+from buildtool.workspace import private_tmp_dir
+
 TYPE_CHECKING = False  # the no-op path takes this lock: no typing, no collections.abc, no errors.py
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -131,19 +133,12 @@ def second_lock_path(root: str) -> str | None:
     """This user's lock file for the workspace at ``root``: ``/tmp/buildtool-<uid>/``
     (made 0700, and used only if it is this user's own directory), named after the root
     directory's device and inode; None where there is no such place."""
-    d = f"/tmp/buildtool-{os.getuid()}"
+    d = private_tmp_dir()
     try:
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(d)
         at = os.stat(root)
     except OSError:
         return None
-    if not (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()):  # (a directory, ours)
-        return None
-    return os.path.join(d, f"{at.st_dev:x}-{at.st_ino:x}.lock")
+    return None if d is None else os.path.join(d, f"{at.st_dev:x}-{at.st_ino:x}.lock")
 
 
 def _lock_second(path: str, wait: bool, say: Callable[[str], None]) -> int | None:

@@ -1088,7 +1088,10 @@ def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
     fewer commands run at once, with a warning (none when that is -j itself)."""
     import resource
 
-    reserve = 256  # (the cache, the state, the remote connections)
+    try:  # (what is open now, and room for the cache, the state, the remote connections)
+        reserve = len(os.listdir("/proc/self/fd")) + 64
+    except OSError:
+        reserve = 256
     need = jobs * FDS_PER_ACTION + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:

@@ -199,3 +199,18 @@ def at_or_above(pkg: str, memo: dict[str, bool], here: Callable[[str], bool]) ->
     for d in reversed(chain):
         got = memo[d] = got or here(d)
     return got
+
+
+def private_tmp_dir() -> str | None:
+    """``/tmp/buildtool-<uid>``, made 0700, if it is a directory of this user's own (another
+    user may have made that name first: then None, and nothing of ours goes there)."""
+    d = f"/tmp/buildtool-{os.getuid()}"
+    try:
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(d)
+    except OSError:
+        return None
+    return d if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None

@@ -199,6 +199,6 @@ def test_a_user_config_that_cannot_be_reached_is_no_user_config(
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", "~")  # (what expanduser gives back when there is no home at all)
     assert config.user_config_path() == ""
-    assert config.default_cache_dir() == f"/tmp/buildtool-cache-{os.getuid()}"
+    assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"  # (this user's own 0700 dir)
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # (ignored, as the XDG spec says)
-    assert config.default_cache_dir() == f"/tmp/buildtool-cache-{os.getuid()}"
+    assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"

@@ -295,3 +295,16 @@ def test_a_pyrule_module_importable_only_through_pythonpath_is_refused(
     monkeypatch.syspath_prepend(src)  # (as the interpreter put it there at start)
     problem = pyrule_fn_problem(str(root), "mypkg.gen:make")
     assert problem is not None and "is not in the workspace" in problem, problem
+
+
+def test_a_pythonpath_entry_naming_the_interpreter_s_own_site_packages_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PYTHONPATH repeating site-packages (Nix, Spack, CI images) made a module the action
+    finds through site "not importable" (a review)."""
+    import site
+
+    from buildtool.keys import pyrule_fn_problem
+
+    monkeypatch.setenv("PYTHONPATH", site.getsitepackages()[0])
+    assert pyrule_fn_problem(str(tmp_path), "pytest:main") is None  # (pytest: in this venv's site-packages)
