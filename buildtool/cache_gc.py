@@ -431,7 +431,10 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
                 if not got:
                     warn("the cache is over its max_size but busy; eviction postponed to a later build")
                     return
-                collect(v_dir, int(max_size * LOW_WATER))
+                res = collect(v_dir, int(max_size * LOW_WATER))
+                if res.entries_kept:  # (a full disk: the database could not change)
+                    warn(f"the cache's database could not be changed: {res.entries_kept} entries over max_size "
+                         "stay, their blobs deleted (each a miss)")
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
             warn(f"cache maintenance failed ({e.strerror or e}); continuing")

@@ -82,7 +82,7 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
         # A file with holes is read, not mapped: on tmpfs a hole read through a shared
         # mapping gets a page of its own (a sparse source made to take its whole size in
         # RAM) and, the tmpfs full, SIGBUS killed the build.
-        sparse = st0.st_blocks * 512 < size
+        sparse = st0.st_blocks * 512 < size and _has_hole(fd, size)
         done, st = _hash_leased(fd, h) if not sparse else (0, None)
         if st is not None:
             return h.hexdigest(), st
@@ -96,6 +96,21 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
         return h.hexdigest(), os.fstat(fd)
     finally:
         os.close(fd)
+
+
+def _has_hole(fd: int, size: int) -> bool:
+    """Does the file have a hole before ``size`` (SEEK_HOLE)?  Fewer blocks than bytes alone
+    is also a compressed file (ZFS, btrfs) or a FUSE one that counts none, which mmap reads
+    as well as ever; a file system without SEEK_HOLE says its end."""
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < size
+    except (OSError, AttributeError):
+        return False
+    finally:
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError:
+            pass
 
 
 def _hash_leased(fd: int, h: blake3.blake3) -> tuple[int, os.stat_result | None]:
