@@ -18,12 +18,9 @@ import sys
 from buildtool import labels
 from buildtool.atomic import NAME_MAX
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, IGNORE_FILE, MARKER, STATE_DIR, at_or_above
+from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, FS_ENCODING, IGNORE_FILE, MARKER, STATE_DIR, at_or_above
 
 PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
-# What names and commands are given to the system in, when it is not UTF-8 (a locale's).
-_FS_ENCODING = None if sys.getfilesystemencoding().lower().replace("_", "-") in ("utf-8", "utf8") \
-    else sys.getfilesystemencoding()
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -228,12 +225,12 @@ def _text(decl: Declaration, what: str, s: str) -> str:
         bad = e.object[e.start]
         raise _err(decl, f"{what} {s!r} contains a lone surrogate {bad!r}, which no command or file name "
                          "can hold") from None
-    if _FS_ENCODING is not None and not s.isascii():  # (a locale that is not UTF-8)
+    if FS_ENCODING is not None and not s.isascii():  # (a locale that is not UTF-8)
         try:
-            s.encode(_FS_ENCODING, "surrogateescape")
+            s.encode(FS_ENCODING, "surrogateescape")
         except UnicodeEncodeError as e:  # (it failed when the command ran or the file was looked at: a traceback)
             bad = e.object[e.start]
-            raise _err(decl, f"{what} {s!r} holds {bad!r}, which this locale's encoding ({_FS_ENCODING}) "
+            raise _err(decl, f"{what} {s!r} holds {bad!r}, which this locale's encoding ({FS_ENCODING}) "
                              "cannot give the system; use a UTF-8 locale (LANG=C.UTF-8)") from None
     return s
 

@@ -1089,7 +1089,7 @@ def request_of(mode: str, patterns: list[str], root: str, cwd_pkg: str, action_e
     v = sys.version_info  # (a pyrule's key has the interpreter's version: keys.python_identity)
     return {"mode": mode, "patterns": list(patterns), "root": root, "cwd": cwd_pkg, "action_env": list(action_env),
             "version": __version__, "python": f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}",
-            "fsenc": sys.getfilesystemencoding()}  # (a locale's encoding is in the keys: runner.FS_ENCODING)
+            "fsenc": sys.getfilesystemencoding()}  # (a locale's encoding is in the keys: workspace.FS_ENCODING)
 
 
 def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[Verdict, float] | None:

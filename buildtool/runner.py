@@ -35,12 +35,7 @@ from buildtool.graph import Graph, Target
 from buildtool.noop import stat_row
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
-
-# The encoding the command's text, its arguments and file names are given to the OS in: a
-# locale's (say ISO-8859-1) writes `echo é` as other bytes than UTF-8 does, so a key made under
-# one must not stand for the other's output (it is in a key only when it is not UTF-8).
-FS_ENCODING = "utf-8" if sys.getfilesystemencoding().lower().replace("_", "-") in ("utf-8", "utf8") \
-    else sys.getfilesystemencoding().lower()
+from buildtool.workspace import FS_ENCODING
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -388,8 +383,8 @@ class TargetRunner:
             extra["depfile"] = t.depfile
         if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass
             extra["timeout"] = repr(t.timeout)
-        if FS_ENCODING != "utf-8":  # (`echo é` writes other bytes under Latin-1: not the UTF-8 run's result)
-            extra["encoding"] = FS_ENCODING
+        if FS_ENCODING is not None:  # (`echo é` writes other bytes under Latin-1: not the UTF-8 run's result)
+            extra["encoding"] = FS_ENCODING.lower()
         executable = self._executable.get(t.id)
         if executable:  # inputs with the owner's x bit: `cp` carries it into the output
             extra["executable"] = json.dumps(sorted(executable))

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 TYPE_CHECKING = False  # the no-op path imports neither typing nor errors.py from here
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
+
+# The encoding this process gives the system names and command texts in, when it is not
+# UTF-8 (a locale's: ISO-8859-1, ASCII); None under UTF-8.  `echo é` runs as other bytes
+# under it, so it is in the action keys (runner) and what it cannot encode is refused (graph).
+FS_ENCODING: str | None = None if sys.getfilesystemencoding().lower().replace("_", "-") in ("utf-8", "utf8") \
+    else sys.getfilesystemencoding()
 
 MARKER = "buildtool.toml"
 BUILDFILE = "BUILD.py"  # a package's build file
