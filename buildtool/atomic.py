@@ -261,30 +261,21 @@ def write_atomic(path: str, data: bytes | str, *, errors: str = "strict", tmp_di
 
 
 def remove_path(path: str) -> None:
-    """Whatever is at ``path`` gone, a file or link, or a directory with all it holds;
-    errors ignored (what cannot be removed stays)."""
+    """Whatever is at ``path`` gone, a file or link (unlinked, never followed), or a
+    directory with all it holds; errors ignored (what cannot be removed stays).  A build's
+    tmp/ and an emptied TMPDIR (files and empty directories) go without importing shutil
+    (~4 ms); anything deeper through ``shutil.rmtree``, which walks by descriptor (a
+    directory swapped for a link meanwhile is not followed), and, for a tree ~1,000 levels
+    deep (a command's, in its TMPDIR or an output's place: 3.11's rmtree recurses once a
+    level), ``rm -rf``."""
     try:
         os.unlink(path)
-    except IsADirectoryError:
-        remove_tree(path)
-    except OSError:
+        return
+    except IsADirectoryError:  # (a directory itself: a link to one was unlinked)
         pass
-
-
-def remove_tree(path: str) -> None:
-    """Directory ``path`` and all it holds gone, errors ignored (what cannot be removed
-    stays); a link or file at ``path`` is unlinked, never followed.  A build's tmp/ and an
-    emptied TMPDIR (files and empty directories) go without importing shutil (~4 ms);
-    anything deeper through ``shutil.rmtree``, which walks by descriptor (a directory
-    swapped for a link meanwhile is not followed), and, for a tree ~1,000 levels deep
-    (a command's, in its TMPDIR or an output's place: 3.11's rmtree recurses once a
-    level), ``rm -rf``."""
-    import stat
-
+    except OSError:
+        return
     try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            os.unlink(path)
-            return
         with os.scandir(path) as it:
             for e in it:
                 if e.is_dir(follow_symlinks=False):

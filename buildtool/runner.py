@@ -18,7 +18,7 @@ import sys
 import time
 
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
-from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_tree, temp_path
+from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_path, temp_path
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import (
@@ -990,7 +990,7 @@ class TargetRunner:
         d = orphans.lane_dir(self.state_dir, os.getpid(), lane)  # the next build's reap looks for it
         if d not in self._lane_dirs:
             if os.path.lexists(d):  # left by a killed build
-                remove_tree(d)
+                remove_path(d)
             os.makedirs(d, exist_ok=True)
             self._lane_dirs.add(d)
         return d
@@ -1005,7 +1005,7 @@ class TargetRunner:
         except OSError:
             dirty = True
         if dirty:
-            remove_tree(d)
+            remove_path(d)
             try:
                 os.makedirs(d, exist_ok=True)
             except OSError:  # (not this command's failure: the lane's next command makes it, or says why not)
@@ -1033,7 +1033,7 @@ class TargetRunner:
                         return f"output {o!r} of {t.label} is an existing directory; outputs are files (left as it is)"
                     self.stats.forget(o)
                     continue
-                remove_tree(full)
+                remove_path(full)
             except NotADirectoryError:
                 pass  # (a file where a directory on the way should be: no output there)
             except OSError as e:

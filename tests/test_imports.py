@@ -145,7 +145,7 @@ def test_which_is_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_remove_path_removes_what_a_build_leaves_in_its_tmp(tmp_path: Path) -> None:
-    """The state dir's tmp/ at the end of a build (atomic.remove_tree: no recursion, no shutil)."""
+    """The state dir's tmp/ at the end of a build (atomic.remove_path: no recursion, no shutil)."""
     tmp = tmp_path / "tmp"
     (tmp / "1-0").mkdir(parents=True)
     (tmp / "1-1").mkdir()

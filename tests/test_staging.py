@@ -144,10 +144,10 @@ def test_the_stage_parent_is_marked_top_of_unrelated_directories(tmp_path: Path)
     assert (_fs_flags(tmp_path / "tmp") or 0) & staging.FS_TOPDIR_FL
 
 
-def test_remove_tree_never_follows_a_link_at_its_top(tmp_path: Path) -> None:
+def test_remove_path_never_follows_a_link_at_its_top(tmp_path: Path) -> None:
     """A command that put a link to another directory in its TMPDIR's place: emptying the
-    TMPDIR after it deleted that directory's files (a review of remove_tree)."""
-    from buildtool.atomic import remove_tree
+    TMPDIR after it deleted that directory's files (a review of remove_path)."""
+    from buildtool.atomic import remove_path
 
     precious = tmp_path / "precious"
     precious.mkdir()
@@ -156,12 +156,12 @@ def test_remove_tree_never_follows_a_link_at_its_top(tmp_path: Path) -> None:
     (precious / "sub" / "x").write_text("keep\n")
     lane = tmp_path / "lane"
     lane.symlink_to(precious)
-    remove_tree(str(lane))
+    remove_path(str(lane))
     assert not os.path.lexists(lane)
     assert (precious / "data.txt").read_text() == "keep\n" and (precious / "sub" / "x").exists()
     tree = tmp_path / "tree"  # (and a real tree with a link inside: the link goes, not what it names)
     (tree / "a" / "b").mkdir(parents=True)
     (tree / "a" / "b" / "f").write_text("x")
     (tree / "a" / "to-precious").symlink_to(precious)
-    remove_tree(str(tree))
+    remove_path(str(tree))
     assert not tree.exists() and (precious / "data.txt").exists()

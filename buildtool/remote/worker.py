@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 from google.protobuf import any_pb2
 
-from buildtool.atomic import remove_tree
+from buildtool.atomic import remove_path
 from buildtool.executor import SubprocessExecutor
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest
@@ -226,7 +226,7 @@ class Worker:
         try:
             return self._run_in(base, payload, lease_id, executor)
         finally:
-            remove_tree(base)  # (what the action made, at any depth)
+            remove_path(base)  # (what the action made, at any depth)
 
     def _run_in(self, base: str, payload: Any, lease_id: str, executor: SubprocessExecutor) -> Any:
         blobs = os.path.join(base, "blobs")

@@ -51,7 +51,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     own_dir = args.work_dir is None
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="buildtool-worker-")
-    from buildtool.atomic import remove_tree
+    from buildtool.atomic import remove_path
     from buildtool.remote.worker import Worker, log
 
     w = Worker(args.server, args.instance, args.capacity, os.path.abspath(work_dir), args.remote_timeout, headers)
@@ -66,4 +66,4 @@ def run_command(args: argparse.Namespace) -> int:
         return w.serve()
     finally:
         if own_dir:
-            remove_tree(work_dir)
+            remove_path(work_dir)
