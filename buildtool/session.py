@@ -395,7 +395,8 @@ class Session:
                         events.target_finished(t, o)
                     if req.explain:
                         continue
-                    if o.reason not in (Reason.UP_TO_DATE, Reason.GROUP, Reason.TEST_NOT_RUN):  # (what would run)
+                    # (what would run; not what is fresh: up to date, adopted, a group, a test not asked for)
+                    if o.status is not Status.UP_TO_DATE:
                         print(f"{graph.targets[t].label}: {escape_controls(o.message)}", file=console.out)
                         if req.verbose and not o.extra.get("would_restore"):
                             console.command_of(t)

@@ -217,8 +217,9 @@ def test_a_reverted_edit_whose_outputs_match_the_cache_is_up_to_date_not_a_resto
     rc, out, _ = workspace.run("explain")
     assert rc == 0 and "2 up to date" in out and "RESTORE" not in out, out
     assert "but the outputs on disk already match the cache entry of this key" in out, out
-    rc, out, _ = workspace.run("build", "-n")
+    rc, out, _ = workspace.run("build", "-nv")
     assert rc == 0 and "0 of 2 targets would run or be restored" in out, out
+    assert "//:g" not in out and "//:stamp" not in out and "command" not in out, out  # (were listed, with commands)
     r = workspace.build("--explain")
     assert r.rc == 0 and {e["reason_code"] for e in r.events} == {"adopted"}, r.events
 
@@ -295,9 +296,11 @@ def test_a_dry_run_of_a_test_whose_pass_is_in_the_cache_says_so(workspace: Works
     workspace.build_file("", 'test(name="t", cmd="true")\n')
     assert workspace.run("test")[0] == 0
     shutil.rmtree(workspace.root / ".buildtool")
-    rc, out, err = workspace.run("test", "-n")
-    assert rc == 0 and "//:t: up to date: " in out and ", but the cache holds a pass of this key" in out, out + err
-    assert "outputs" not in out, out
+    rc, out, err = workspace.run("test", "-n")  # (the pass answers: nothing would run, nothing is listed)
+    assert rc == 0 and "//:t" not in out and "0 of 1 target would run" in out, out + err
+    r = workspace.build("-n", command="test")
+    assert r.rc == 0 and [e["reason"] for e in r.events if e["label"] == "//:t"] == \
+        ["up to date: never built in this workspace, or its last run failed, but the cache holds a pass of this key"], r.events
     rc, out, err = workspace.run("test", "-n", "--explain")
     assert rc == 0 and "PASSED (cached)" in out and "but the cache holds" not in out, out + err
 
