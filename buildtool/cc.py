@@ -123,9 +123,15 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
             # cc_binary's deps go to its link's srcs: "lib" was "source file 'lib' does not
             # exist"); a file name (a prebuilt "libfoo.a") is left to the link, as before.
             if d and not d.startswith((":", "//", "@")) and "." not in d.rsplit("/", 1)[-1]:
-                fix = f"//{d}" if ":" in d or "/" in d else f":{d}"
+                fix = repr(f"//{d}") if ":" in d or "/" in d else repr(f":{d}")
+                if fix == repr(f":{d}"):  # (a package of that name: which one was meant is not known yet)
+                    ctx = current_context()
+                    subs = [p for p in (f"{ctx.pkg}/{d}" if ctx.pkg else "", d)
+                            if p and os.path.isfile(os.path.join(ctx.root, p, "BUILD.py"))]
+                    if subs:
+                        fix += f" (a target of this package) or '//{subs[0]}' (the package)"
                 raise ValueError(f"{where}: {attr} entries must be labels ('//pkg:name' or ':name'), got {d!r}; "
-                                 f"did you mean {fix!r}?")
+                                 f"did you mean {fix}?")
     unknown = sorted(set(common) - set(COMMON))
     if unknown:
         import difflib  # (only for this error)

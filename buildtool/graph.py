@@ -587,7 +587,16 @@ class GraphBuilder:
             msg += f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"
         elif (slashed := self._slash_for_colon(pkg, name)) is not None:
             msg += f"; did you mean {slashed}?"
+        elif text.startswith(":") and (sub := self._package_named(pkg, name)) is not None:
+            msg += f"; did you mean '//{sub}' (the package)?"  # (deps=["util"] for //util)
         return msg
+
+    def _package_named(self, pkg: str, name: str) -> str | None:
+        """The package ``name`` names below ``pkg`` or at the root, if there is one."""
+        for p in (f"{pkg}/{name}" if pkg else "", name):
+            if p and labels._parses(f"//{p}") and self.loader.package_exists(p):
+                return p
+        return None
 
     # -- closure ---------------------------------------------------------------------
     def build(self, roots: list[str]) -> Graph:
@@ -761,7 +770,10 @@ class GraphBuilder:
         when that label's package exists (``//lib/core:core`` when that one does); else
         nothing: a fuzzy guess at a string that is no label misled more than it helped."""
         if ":" not in item and "/" not in item:  # a bare name: a target of this package, if it is one
-            return f"; did you mean ':{item}'?" if item in self.loader.load(pkg) else ""
+            if item in self.loader.load(pkg):
+                return f"; did you mean ':{item}'?"
+            sub = self._package_named(pkg, item)  # else a package of that name
+            return f"; did you mean '//{sub}'?" if sub is not None else ""
         if not labels._parses(f"//{item}"):
             return ""
         p, name = labels.parse_label(f"//{item}", "")

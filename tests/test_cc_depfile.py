@@ -254,6 +254,17 @@ def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: 
     assert rc == 2 and "BUILD.py:2" in err and needle in err, err
 
 
+def test_a_bare_dep_naming_a_package_offers_both_readings(workspace: Workspace) -> None:
+    """deps=["util"] with a package //util offered only ':util', which (with no such target
+    here) failed next as "package //app has no target named 'util'"."""
+    workspace.write("app/a.c", "int main(void) { return 0; }\n")
+    workspace.build_file("util", 'genrule(name="util", outs=["u"], cmd="echo > $@")\n')
+    workspace.build_file("app", 'from buildtool.cc import cc_binary\ncc_binary(name="a", srcs=["a.c"], deps=["util"])\n')
+    rc, _, err = workspace.run("build", "//app:a")
+    assert rc == 2 and "app/BUILD.py:2" in err, err
+    assert "got 'util'; did you mean ':util' (a target of this package) or '//util' (the package)?" in err, err
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
 def test_cc_test_takes_hdr_deps_and_assembly_sources_build(workspace: Workspace) -> None:
     """cc_test builds like cc_binary (hdr_deps included); a .s source, which gcc does not

@@ -134,6 +134,13 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
                                 'genrule(name="app", deps=["core"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "got 'core'; did you mean ':core'?" in err and "lib/core" not in err, err
+    workspace.build_file("util", 'genrule(name="util", outs=["u"], cmd="echo > $@")\n')
+    workspace.build_file("app", 'genrule(name="app", deps=["util"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")  # (no target util here, a package //util: that one)
+    assert "got 'util'; did you mean '//util'?" in err, err
+    workspace.build_file("app", 'genrule(name="app", deps=[":util"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")  # (the hint above followed the wrong way: it said nothing)
+    assert "package //app has no target named 'util'; did you mean '//util' (the package)?" in err, err
     workspace.build_file("app", 'genrule(name="app", deps=["lib:core"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "did you mean '//lib/core:core'?" in err, err
