@@ -259,7 +259,8 @@ def test_a_bare_dep_naming_a_package_offers_both_readings(workspace: Workspace) 
     here) failed next as "package //app has no target named 'util'"."""
     workspace.write("app/a.c", "int main(void) { return 0; }\n")
     workspace.build_file("util", 'genrule(name="util", outs=["u"], cmd="echo > $@")\n')
-    workspace.build_file("app", 'from buildtool.cc import cc_binary\ncc_binary(name="a", srcs=["a.c"], deps=["util"])\n')
+    workspace.build_file("app", 'from buildtool.cc import cc_binary\n'
+                                'cc_binary(name="a", srcs=["a.c"], deps=["util"])\n')
     rc, _, err = workspace.run("build", "//app:a")
     assert rc == 2 and "app/BUILD.py:2" in err, err
     assert "got 'util'; did you mean ':util' (a target of this package) or '//util' (the package)?" in err, err

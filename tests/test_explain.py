@@ -299,8 +299,9 @@ def test_a_dry_run_of_a_test_whose_pass_is_in_the_cache_says_so(workspace: Works
     rc, out, err = workspace.run("test", "-n")  # (the pass answers: nothing would run, nothing is listed)
     assert rc == 0 and "//:t" not in out and "0 of 1 target would run" in out, out + err
     r = workspace.build("-n", command="test")
-    assert r.rc == 0 and [e["reason"] for e in r.events if e["label"] == "//:t"] == \
-        ["up to date: never built in this workspace, or its last run failed, but the cache holds a pass of this key"], r.events
+    said = [e["reason"] for e in r.events if e["label"] == "//:t"]
+    assert r.rc == 0 and said == ["up to date: never built in this workspace, or its last run failed, "
+                                  "but the cache holds a pass of this key"], r.events
     rc, out, err = workspace.run("test", "-n", "--explain")
     assert rc == 0 and "PASSED (cached)" in out and "but the cache holds" not in out, out + err
 
