@@ -239,18 +239,22 @@ def _compile(
         label = f"{name}@{key}"
         # A path goes into the command quoted for the shell and with its '$' doubled (a file
         # named m$x.c is no substitution); a label, which holds neither, as $(location).
-        loc = f"$(location {src})" if generated else _literal(src)
+        loc = '"$s"' if generated else _literal(src)
         mf = _literal(dep)
         # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
         assemble = f"{cc} {flags} -c {loc} -o $@ && printf '%s:\\n' $@ > {mf}"
         compile_ = f"{cc} {flags} -MD -MF {mf} -c {loc} -o $@"
         if not generated:
             cmd = assemble if src.endswith(".s") else compile_
-        else:  # its output's name is known only once the graph is: the command looks at it
-            cmd = (f"case $(location {src}) in *.s) {assemble};; "
-                   f"{'|'.join('*' + s for s in SOURCE_SUFFIXES if s != '.s')}) {compile_};; "
-                   f"*) echo \"$(location {src}) (the output of {src}) is not a C, C++ or assembly source; "
-                   f"a generated header goes in hdr_deps\" >&2; exit 1;; esac")
+        else:  # its outputs are known only once the graph is: the command looks at them
+            # The one source among them is compiled; its headers (a bison, flex or protoc-c
+            # target makes x.c and x.h) are found as any header is, through the depfile.
+            sources = "|".join("*" + s for s in SOURCE_SUFFIXES)
+            cmd = (f"n=0; for f in $(locations {src}); do case $f in {sources}) n=$$((n+1)); s=$f;; esac; done; "
+                   f"if [ $n -ne 1 ]; then echo \"{src} makes $n C, C++ or assembly sources (its outputs:\" "
+                   f"$(locations {src}) \"); a srcs label must make exactly one (a generated header goes in "
+                   "hdr_deps; several sources: a target for each)\" >&2; exit 1; fi; "
+                   f"case $s in *.s) {assemble};; *) {compile_};; esac")
         genrule(
             name=label,
             srcs=[src],

@@ -302,7 +302,34 @@ def test_a_generated_source_is_compiled_from_its_label(workspace: Workspace) -> 
     assert r.rc == 0 and {"//:app@~gen_c", "//:app@~main", "//:app@main.c"} <= r.ran, r.output
     assert subprocess.run([str(workspace.path("app"))]).returncode == 3
     r = workspace.build("//:bad")
-    assert r.rc == 1 and "gen.h (the output of :gen_h) is not a C, C++ or assembly source" in r.output, r.output
+    assert r.rc == 1 and ":gen_h makes 0 C, C++ or assembly sources (its outputs: gen.h ); a srcs label must " \
+        "make exactly one" in r.output, r.output
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_a_generator_of_a_source_and_its_header_is_compiled_from_its_label(workspace: Workspace) -> None:
+    """bison, flex, protoc-c: one target makes x.c and x.h.  Its label in srcs was
+    "$(location :tab) must name exactly one file" (a $(location) the user never wrote), and
+    every other spelling sent them back to the label."""
+    workspace.write("tab.txt", "7\n")
+    workspace.write("m.c", '#include "tab.h"\nint main(void) { return tab(); }\n')
+    workspace.build_file("", """
+        from buildtool.cc import cc_binary
+        genrule(name="tab", srcs=["tab.txt"], outs=["gen/tab.c", "gen/tab.h"],
+                cmd="printf 'int tab(void){return %s;}\\n' $$(cat tab.txt) > $(location gen/tab.c); "
+                    "echo 'int tab(void);' > $(location gen/tab.h)")
+        genrule(name="two", outs=["a b.c", "b.c"], cmd="touch $(OUTS)")
+        cc_binary(name="m", srcs=["m.c", ":tab"], includes=["gen"], hdr_deps=[":tab"])
+        cc_binary(name="bad", srcs=[":two"], manual=True)
+        """)
+    r = workspace.build("//:m")
+    assert r.rc == 0, r.output
+    assert subprocess.run([str(workspace.path("m"))]).returncode == 7
+    workspace.write("tab.txt", "9\n")
+    assert workspace.build("//:m").rc == 0
+    assert subprocess.run([str(workspace.path("m"))]).returncode == 9
+    r = workspace.build("//:bad")
+    assert r.rc == 1 and ":two makes 2 C, C++ or assembly sources (its outputs: a b.c b.c ); " in r.output, r.output
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
