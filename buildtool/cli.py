@@ -26,6 +26,9 @@ def _add_build_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--dry-run", action="store_true", help="show what would run, and why; run nothing")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
+    p.add_argument("-w", "--print-directory", action="store_true",
+                   help="around a command's output, print the directory it ran in (make -w), for editors that "
+                        "jump to the files compiler messages name")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the command of each target that runs (or, with -n, would run), as ninja -v")
     p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
@@ -98,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
 _PLAIN_BUILD_DEFAULTS: dict[str, object] = {
     "command": "build", "keep_going": None, "dry_run": False, "explain": False, "events": None,
     "profile": None, "load": None, "color": "auto", "replay_output": False, "no_wait": False, "verbose": False,
+    "print_directory": False,
     "remote_cache": None, "remote_executor": None, "remote_instance": None, "remote_header": None,
     "remote_timeout": None, "remote_jobs": None, "remote_download": None, "remote_upload": None,
     "watch": False, "poll": False, "debounce_ms": None,
@@ -611,6 +615,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         color=args.color,
         replay_output=args.replay_output,
         verbose=args.verbose,
+        print_directory=args.print_directory,
     )
     if args.command == "watch" or getattr(args, "watch", False):
         from buildtool.watch import watch

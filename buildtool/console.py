@@ -156,9 +156,11 @@ class Console:
         color: str = "auto",
         replay_output: bool = False,
         verbose: bool = False,
+        print_directory: str | None = None,
     ) -> None:
         self.graph = graph
         self.verbose = verbose  # -v: the command of every target that ran, after its line
+        self.print_directory = print_directory  # -w: the workspace root (its packages' commands ran there)
         self.total = total
         stream = out or sys.stdout
         self.tty = is_live_terminal(stream) if tty is None else tty
@@ -242,20 +244,18 @@ class Console:
         if o.status is Status.RAN and self.graph.targets[t].kind != "test":
             # What a command that succeeded printed (a compiler's warnings) follows its line,
             # as Make and Ninja show it; a test's output is --test-output's to show.
-            for data in (o.stdout, o.stderr):
-                if data:
-                    self.text(data)
+            self._output_of(t, (o.stdout, o.stderr))
         if self.replay_output and o.status is Status.RESTORED and o.reason is Reason.RESTORED:
-            self._replay(label, o)
+            self._replay(t, label, o)
 
-    def _replay(self, label: str, o: Outcome) -> None:
+    def _replay(self, t: int, label: str, o: Outcome) -> None:
         lost = o.extra.get("lost_streams", ())
         for name, data in (("stdout", o.stdout), ("stderr", o.stderr)):
             if name in lost:
                 self._line(self._paint(f"--- {label}: cached {name} is no longer in the cache ---", "dim"))
             elif data:
                 self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))
-                self.text(data)
+                self._output_of(t, (data,))
 
     def command_of(self, t: int) -> None:
         """The line that shows target ``t``'s command, as a user would type it in its package
@@ -270,9 +270,24 @@ class Console:
         target = self.graph.targets[t]
         self._line(self._paint(f"FAILED: {target.label} ({target.where}): {escape_controls(o.message)}", "red"))
         self.command_of(t)
-        for data in (o.stdout, o.stderr):
+        self._output_of(t, (o.stdout, o.stderr))
+
+    def _output_of(self, t: int, streams: Sequence[bytes | None]) -> None:
+        """Target ``t``'s command's output; under -w between make -w's lines naming the
+        directory it ran in, which editors read to find the files its messages name
+        (a compiler's ``eval.c:10:``, relative to the package directory)."""
+        if not any(streams):
+            return
+        where = None
+        if self.print_directory is not None:
+            pkg = self.graph.targets[t].pkg
+            where = escape_controls(os.path.join(self.print_directory, pkg) if pkg else self.print_directory)
+            self._line(f"buildtool: Entering directory '{where}'")
+        for data in streams:
             if data:
                 self.text(data)
+        if where is not None:
+            self._line(f"buildtool: Leaving directory '{where}'")
 
     def text(self, data: bytes) -> None:
         """A command's output: as it is on a live terminal (with a colour reset after it if

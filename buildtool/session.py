@@ -51,8 +51,8 @@ class BuildRequest:
     """One build as asked for: by the command line, watch mode or a library caller."""
 
     __slots__ = ("action_env", "cache_dir", "cache_tests", "color", "dry_run", "events", "explain", "jobs", "junit",
-                 "keep_going", "load", "mode", "patterns", "prior", "profile", "replay_output", "test_output",
-                 "verbose", "wait", "want_files")
+                 "keep_going", "load", "mode", "patterns", "print_directory", "prior", "profile", "replay_output",
+                 "test_output", "verbose", "wait", "want_files")
 
     def __init__(
         self,
@@ -76,6 +76,7 @@ class BuildRequest:
         prior: Any = None,  # a noop.Verdict from the CLI: try the snapshot's graph (only files changed)
         want_files: bool = False,  # the requested targets' outputs must be on disk (`buildtool run`)
         verbose: bool = False,  # -v: each command that runs (or would run) is printed
+        print_directory: bool = False,  # -w: "Entering directory" lines around a command's output
     ) -> None:
         self.patterns = patterns
         self.mode = mode
@@ -97,6 +98,7 @@ class BuildRequest:
         self.prior = prior
         self.want_files = want_files
         self.verbose = verbose
+        self.print_directory = print_directory
 
 
 class BuildResult:
@@ -375,7 +377,8 @@ class Session:
                 for o in entry["o"] if entry else ():
                     runner.publish_output(o[0], o[1], o[2] if len(o) > 2 else None)
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
-                          replay_output=req.replay_output, verbose=req.verbose)
+                          replay_output=req.replay_output, verbose=req.verbose,
+                          print_directory=self.ws.root if req.print_directory else None)
         events = EventsWriter(req.events, graph) if req.events else None
         lost_report: str | None = None  # a report file (--profile, --junit, --events) that could not be written
         try:

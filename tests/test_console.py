@@ -326,3 +326,24 @@ def test_summary_lines_say_one_target_in_the_singular(workspace: Workspace) -> N
                              'genrule(name="b", srcs=["s.txt"], outs=["b.out"], cmd="cat $< > $@")\n')
     rc, out, err = workspace.run("build", env_extra=ci)
     assert rc == 0 and out.splitlines()[-1].startswith("OK: 2 targets: 1 ran, 1 unchanged"), out + err
+
+
+def test_print_directory_names_where_a_command_ran_around_its_output(workspace: Workspace) -> None:
+    """-w, as make -w: a compiler's messages name files relative to the package directory
+    the command ran in, which an editor reading the log could not find from the root."""
+    workspace.build_file("core", """
+        genrule(name="warn", outs=["w"], cmd="echo 'eval.c:10: warning: x' >&2; echo > $@")
+        genrule(name="bad", srcs=[":warn"], outs=["b"], cmd="echo 'eval.c:12: error' >&2; false")
+        genrule(name="quiet", outs=["q"], cmd="echo > $@")
+        """)
+    where = f"'{workspace.root / 'core'}'"
+    rc, out, _ = workspace.run("build", "-w", "-k", "//core:all")
+    assert rc == 1, out
+    lines = out.splitlines()
+    for message in ("eval.c:10: warning: x", "eval.c:12: error"):
+        i = lines.index(message)
+        assert lines[i - 1] == f"buildtool: Entering directory {where}", out
+        assert lines[i + 1] == f"buildtool: Leaving directory {where}", out
+    assert out.count("Entering directory") == 2, out  # (not around the quiet command's nothing)
+    rc, out, _ = workspace.run("build", "//core:all")
+    assert rc == 1 and "eval.c:12: error" in out and "directory" not in out, out
