@@ -121,6 +121,21 @@ class ActionDB:
 
         return self._guarded("store into", write, False)
 
+    def put_many(self, rows: list[tuple[str, bytes]]) -> int:
+        """Store (or replace) these (key, entry) rows in one transaction; the bytes of
+        entries stored (0: none, when it could not be)."""
+        if not rows:
+            return 0
+        now = time.time_ns()
+
+        def write(c: sqlite3.Connection) -> int:
+            self._in_transaction(c, [("INSERT OR REPLACE INTO actions VALUES (?, ?, ?)",
+                                      [(k, e, now) for k, e in rows])])
+            self._touched.difference_update(k for k, _ in rows)
+            return sum(len(e) for _, e in rows)
+
+        return int(self._guarded("store into", write, 0))  # type: ignore[call-overload]
+
     def remove(self, keys: Iterable[str]) -> bool:
         """Delete these entries (damaged ones; GC's evictions); False if they could not be."""
         doomed = [(k,) for k in keys]

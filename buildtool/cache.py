@@ -50,6 +50,11 @@ COPY_CHUNK = 8 * 1024 * 1024
 # inlined outputs: a small action costs one file in the cache instead of one per output
 # plus the entry, and file creation is the dearest part of storing it.
 INLINE_MAX = 4096
+# Action entries stored by a build are written to the database this many at a time, in one
+# transaction (and at the end of the build): a commit per entry was ~40 us of the scheduling
+# thread per target.  A build killed before a write loses at most these entries: their
+# targets' outputs are in the workspace and its record; a later restore of them misses.
+QUEUE_MAX = 64
 INLINE_TOTAL_MAX = 64 * 1024  # per entry; what does not fit is stored as blobs
 _loads = compact_loads()  # json.loads of an action entry (a 10,000-target restore reads 10,000)
 
@@ -160,6 +165,9 @@ class Cache:
         self.stage: Stage | None = None
         self._guard = StoreGuard(self.dir, warn)
         self.actions = ActionDB(self.dir, warn, self._disable)
+        # key -> (entry, the digests of its blobs in cas/), stored but not yet written (QUEUE_MAX)
+        self._queued: dict[str, tuple[bytes, tuple[str, ...]]] = {}
+        self._queue_mu = threading.Lock()
         try:
             new = not os.path.isdir(self.dir)
             for sub in ("cas", "tmp"):
@@ -217,7 +225,10 @@ class Cache:
 
     # -- action entries --------------------------------------------------------------
     def get_action(self, key: str) -> ActionEntry | None:
-        raw = self.actions.get(key)  # a hit is remembered as recent use (LRU eviction)
+        with self._queue_mu:
+            queued = self._queued.get(key)
+        # (a hit in the database is remembered as recent use, for LRU eviction)
+        raw = queued[0] if queued is not None else self.actions.get(key)
         if raw is None:
             return None
         try:
@@ -256,8 +267,21 @@ class Cache:
         return entry
 
     def put_action(self, key: str, entry: ActionEntry) -> None:
+        """Store ``entry`` under ``key``: queued, written with the next QUEUE_MAX or at
+        ``write_queued``; looked up from the queue meanwhile."""
         if not self.writable:
             return
+        raw = self.encode_entry(key, entry)
+        blobs = {o.digest for o in entry.outputs} | {d for d in (entry.stdout, entry.stderr) if d}
+        with self._queue_mu:
+            self._queued[key] = (raw, tuple(d for d in blobs if d not in entry.inline))
+            full = len(self._queued) >= QUEUE_MAX
+        if full:
+            self.write_queued()
+
+    @staticmethod
+    def encode_entry(key: str, entry: ActionEntry) -> bytes:
+        """The database's bytes of ``entry`` (docs/formats.md#cache-dir)."""
         obj = {
             "v": FORMAT_VERSION,
             "key": key,  # checked on reading: a damaged index must not hand out another action's entry
@@ -268,18 +292,37 @@ class Cache:
         }
         if entry.inline:
             obj["inline"] = {d: binascii.b2a_base64(b, newline=False).decode() for d, b in entry.inline.items()}
-        raw = json.dumps(obj, separators=(",", ":")).encode()
-        if self.actions.put(key, raw):
-            self._added(len(raw))
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    def write_queued(self) -> None:
+        """Write the queued entries in one transaction, under the store guard (GC waits), and
+        only those whose blobs are all still there: a GC of another process, between their
+        stores and now, deleted blobs no entry pointed at yet (an entry must never point at
+        a blob that is not there)."""
+        with self._queue_mu:
+            batch, self._queued = self._queued, {}
+        if not batch or not self.writable:
+            return
+        with self.storing() as free:  # (held already when a store fills the queue: counted)
+            if not free:
+                return  # (a GC kept the cache: not stored, said once, as for one store)
+            rows = [(k, raw) for k, (raw, blobs) in batch.items()
+                    if all(os.path.exists(self._blob_path(d)) for d in blobs)]
+            stored = self.actions.put_many(rows)
+        if stored:
+            self._added(stored)
 
     def forget_action(self, key: str) -> None:
         """Delete the entry of ``key`` (a test that failed with it: its earlier pass must not
         answer another checkout sharing this cache); trouble is a warning, as ever."""
+        with self._queue_mu:
+            self._queued.pop(key, None)
         self.actions.remove([key])
 
     def flush(self) -> None:
-        """End of a build: record which entries were hit (recency for GC), and the durations
-        noted."""
+        """End of a build: write the entries still queued, then record which entries were hit
+        (recency for GC), and the durations noted."""
+        self.write_queued()
         self.actions.flush()
 
     def note_durations(self, durations: Iterable[tuple[str, float]]) -> None:

@@ -397,8 +397,8 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
     cache trouble is a warning.  ``cache`` is a cache.Cache, ``outcomes`` outcome.Outcomes."""
     from buildtool.outcome import Reason, Status
 
+    cache.flush()  # (first: it writes the entries still queued, which count as added)
     added, cache.bytes_added = cache.bytes_added, 0  # watch mode reuses the Cache
-    cache.flush()
     if not cache.writable and not added:  # (what it stored before it could not store more still counts)
         return
     counts = {"ran": 0, "restored": 0, "adopted": 0, "up_to_date": 0, "failed": 0}

@@ -464,6 +464,7 @@ class Session:
                     children.close()
                 finally:
                     console.close()  # (its ticker stopped and its live area gone, whatever happened)
+            cache.write_queued()  # (whatever comes next: a signal held below skips after_build's flush)
             phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
             console.critical_path(format_critical_path(graph, outcomes, wall))

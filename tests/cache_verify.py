@@ -10,6 +10,7 @@ import base64
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import blake3
 
@@ -92,3 +93,9 @@ def verify_cache(cache_dir: Path | str) -> dict[str, int]:
             assert d in inline or d in blobs, f"entry {key[:12]} points at missing blob {d[:12]}"
         n += 1
     return {"entries": n, "blobs": len(blobs)}
+
+
+def put_now(cache: Any, key: str, entry: Any) -> None:
+    """Write ``entry`` into ``cache``'s database at once (``put_action`` queues it, and
+    writes it only if its blobs are there: these entries name digests no blob has)."""
+    assert cache.actions.put(key, cache.encode_entry(key, entry))

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import cache_verify as cv
 import pytest
 from conftest import immutable
 
@@ -303,7 +304,7 @@ def test_an_entry_found_under_another_key_starts_the_database_afresh(tmp_path: P
     calls = Calls()
     cache = Cache(str(tmp_path / "c"), calls.warned.append)
     for key, digest in (("a" * 64, "1" * 64), ("b" * 64, "2" * 64)):
-        cache.put_action(key, ActionEntry((CachedOutput("o", digest, 0o644),), 0.1, None, None, {}))
+        cv.put_now(cache, key, ActionEntry((CachedOutput("o", digest, 0o644),), 0.1, None, None, {}))
     cache.actions.close()
     db_path = Path(cache.dir) / actiondb.FILENAME
     with contextlib.closing(sqlite3.connect(db_path)) as c:  # what the damaged index did: b's row holds a's entry
