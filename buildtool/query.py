@@ -2,9 +2,9 @@
 build graph (nothing is hashed or run).
 
 Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
-``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE that depend on TARGET, transitively,
-TARGET included), ``outputs(PATTERN)`` (the files the matched targets and their
-dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
+``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE's closure that depend on TARGET,
+transitively, TARGET included if it is in it), ``outputs(PATTERN)`` (the files the
+matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON.
 """
@@ -121,7 +121,9 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
                 if c not in seen:
                     seen.add(c)
                     stack.append(c)
-        return graph, [t.label for t in graph.targets if t.id in seen and (t.id in in_universe or t.id in wanted)]
+        # (within the universe's closure, TARGET too: rdeps(//sub/..., //lib:gen) printed
+        # //lib:gen, and rdeps(//lib:gen, //...) every target, as Bazel's does not)
+        return graph, [t.label for t in graph.targets if t.id in seen and t.id in in_universe]
     # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
     matched = roots(builder, [p for a in q.args for p in a.split()])
     graph = builder.build(matched)

@@ -40,6 +40,9 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
     # "bad label '//app:other //lib:gen'").
     assert sorted(_q(workspace, "deps(//app:other //lib:gen)")) == ["//app:other", "//lib:gen"]
     assert sorted(_q(workspace, "rdeps(//app:app //app:other, //lib:gen)")) == ["//app:app", "//lib:gen", "//lib:lib"]
+    # Within the universe's closure, TARGET too (as Bazel's): both printed targets outside it.
+    assert _q(workspace, "rdeps(//app:other, //lib:gen)") == []
+    assert sorted(_q(workspace, "rdeps(//lib:lib, //...)")) == ["//lib:gen", "//lib:lib"]
 
 
 def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
