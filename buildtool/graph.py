@@ -336,6 +336,8 @@ class GraphBuilder:
         result: list[str] = []
         seen: set[str] = set()
         for text in patterns or ["//..."]:
+            if text.startswith(":"):
+                self._check_here(text, cur)
             try:
                 pat = labels.parse_pattern(text, cur, self.cwd_pkg)
             except labels.LabelError as e:
@@ -388,6 +390,25 @@ class GraphBuilder:
                     seen.add(lab)
                     result.append(lab)
         return result
+
+    def _check_here(self, text: str, cur: str) -> None:
+        """``text`` (``:name``, ``:all``) names a target of the working directory's package;
+        when the nearest BUILD.py at or above it is one buildtool does not load (ignored, in
+        a cache directory or a nested workspace), that is the error: it named the next
+        package up (the root's ``:all`` was built, exit 0)."""
+        d = self.cwd_pkg
+        while d != cur and d:
+            if os.path.isfile(os.path.join(self.loader.ws.root, d, BUILDFILE)):
+                if self.loader.ws.is_ignored(d):
+                    why = f"{d} is left out by .buildtoolignore"
+                elif self._hidden_by_cache_tag(d):
+                    why = self._cache_dir_why(d)
+                elif self.loader.in_nested_workspace(d):
+                    why = "it is in a nested workspace (a buildtool.toml at or above it); build it from there"
+                else:  # (a directory reached through a symbolic link, .git, .buildtool...)
+                    why = f"buildtool loads no {d}/BUILD.py (a symbolic link on the way, or a directory it skips)"
+                raise UserError(f"no package //{d} for {text!r} (the working directory's): {why}")
+            d = d.rpartition("/")[0]
 
     def _load_pkg_for(self, pkg: str, text: str) -> dict[str, Declaration]:
         if not self.loader.package_exists(pkg):

@@ -722,3 +722,25 @@ def test_pyrule_kwargs_keys_any_string_reach_fn_through_kw(workspace: Workspace)
     workspace.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={"content-type": "x"})\n')
     rc, out, err = workspace.run("build")
     assert rc == 0 and workspace.read("o.txt") == "['content-type']", out + err
+
+
+def test_a_relative_label_in_a_package_buildtool_does_not_load_is_an_error_not_the_next_package(
+    workspace: Workspace,
+) -> None:
+    """From an ignored vendor/lib (or one under a CACHEDIR.TAG), `build :all` built the
+    root package's targets, exit 0, and `build :vl` said the root had no target vl."""
+    workspace.build_file("", 'genrule(name="top", outs=["top.txt"], cmd="touch ran-marker; echo > $@")\n')
+    workspace.build_file("vendor/lib", 'genrule(name="vl", outs=["vl.txt"], cmd="echo > $@")\n')
+    workspace.write(".buildtoolignore", "vendor\n")
+    here = workspace.root / "vendor" / "lib"
+    for label in (":all", ":vl"):
+        rc, out, err = workspace.run("build", label, cwd=here)
+        assert rc == 2 and f"no package //vendor/lib for {label!r} (the working directory's): vendor/lib is " \
+            "left out by .buildtoolignore" in err, out + err
+    workspace.write(".buildtoolignore", "")
+    workspace.write("vendor/CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n")
+    rc, out, err = workspace.run("build", ":all", cwd=here)
+    assert rc == 2 and "vendor/ holds a CACHEDIR.TAG" in err, out + err
+    assert not workspace.exists("ran-marker") and not workspace.exists("top.txt")
+    rc, out, err = workspace.run("build", "//:top", cwd=here)  # (an absolute label from there is fine)
+    assert rc == 0, out + err
