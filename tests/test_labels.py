@@ -196,7 +196,8 @@ def test_an_ignored_package_is_said_to_be_ignored(workspace: Workspace) -> None:
     rc, _, err = workspace.run("build", "//ign/p:y")
     assert rc == 2 and "ign/p is left out by .buildtoolignore" in err, err  # (it said "there is no BUILD.py")
     rc, _, err = workspace.run("build", ":y", cwd=workspace.root / "ign" / "p")  # (it said "no package //")
-    assert rc == 2 and "the working directory ign/p is left out by .buildtoolignore" in err, err
+    assert rc == 2 and "no package //ign/p for ':y' (the working directory's): ign/p is left out by " \
+        ".buildtoolignore" in err, err
     # In a BUILD.py, and as a pattern: both said there was no package or no BUILD.py, no more.
     rc, _, err = workspace.run("build", "//ign/...")
     assert rc == 2 and "matches no package: ign is left out by .buildtoolignore" in err, err
