@@ -353,6 +353,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     i = 0  # the command's position: after the global options
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         i += 2 if argv[i] == "-C" else 1
+    _misplaced_options(p, argv[:i], argv[i:])
     if i >= len(argv) or argv[i] != "run":
         args, unknown = p.parse_known_args(argv)
         # Patterns on both sides of an option (`build //:a -k //:b`): argparse takes the first
@@ -368,11 +369,38 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     cut = argv.index("--") if "--" in argv else len(argv)
     args, unknown = p.parse_known_args(argv[:cut])
     if unknown:
-        _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)} (the program's own arguments go "
-                              "after '--': buildtool run TARGET -- ARGS)")
+        where = "-C DIR goes before the command: buildtool -C DIR run ..." if any(u.startswith("-C") for u in unknown) \
+            else "the program's own arguments go after '--': buildtool run TARGET -- ARGS"
+        _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)} ({where})")
     args.args = [*args.args, *argv[cut + 1:]]
     args.directory = os.path.join(*(args.directory or ["."]))
     return args
+
+
+def _misplaced_options(p: argparse.ArgumentParser, before: list[str], rest: list[str]) -> None:
+    """A command's option given before the command (``buildtool -k build``, as Make and
+    Ninja take them): exit 2 saying where it goes; argparse said "unrecognized arguments:
+    -k" of an option ``build`` has, or took ``-j 4``'s 4 for the command."""
+    commands = getattr(p, "commands", {})
+    opts, k = [], 0
+    while k < len(before):
+        if before[k] == "-C":
+            k += 2  # (and its DIR)
+            continue
+        if before[k] not in ("-h", "--help", "--version") and not before[k].startswith("-C"):
+            opts.append(before[k])
+        k += 1
+    if not opts:
+        return
+    cmd = next((a for a in rest if a in commands), None)  # (-j 4 build: 4 comes first)
+    if cmd is None:
+        return  # (argparse says what it says: no command to point at)
+    sub = commands[cmd]
+    known = {o for action in sub._actions for o in action.option_strings}
+    flag = opts[0].partition("=")[0]
+    if flag in known or (len(flag) > 2 and flag[:2] in known and not flag.startswith("--")):  # (-j4)
+        sub.error(f"{opts[0]} goes after the command: buildtool {cmd} {opts[0]} ... "
+                  "(before it go only -C DIR, --help and --version)")
 
 
 def _usage_error(p: argparse.ArgumentParser, args: argparse.Namespace, msg: str) -> NoReturn:

@@ -59,3 +59,19 @@ def test_each_shortcut_gets_its_own_lists() -> None:
     a, b = _plain_build(["build"]), _plain_build(["build"])
     assert a is not None and b is not None
     assert a.action_env is not b.action_env and a.patterns is not b.patterns
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["-k", "build"], "-k goes after the command: buildtool build -k ..."),
+    (["-j", "4", "build"], "-j goes after the command: buildtool build -j ..."),  # (was "invalid choice: '4'")
+    (["-C", "ws", "--cache-dir=/c", "test"], "--cache-dir=/c goes after the command: buildtool test --cache-dir=/c"),
+    (["run", "-C", "app", ":app"], "(-C DIR goes before the command: buildtool -C DIR run ...)"),
+])
+def test_an_option_on_the_wrong_side_of_the_command_says_where_it_goes(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Make and Ninja take `-k` and `-j 4` anywhere: `buildtool -k build` said that `build`
+    did not recognise -k, one of its options."""
+    with pytest.raises(SystemExit) as e:
+        _parse(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
