@@ -16,14 +16,17 @@ if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --vers
     from typing import Any, NoReturn
 
 
-def _add_build_flags(p: argparse.ArgumentParser) -> None:
+def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
+    import argparse  # (imported already by parser(), its only caller)
+
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
     p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: usable CPUs)")
     p.add_argument("-k", "--keep-going", action="store_true", default=None,
                    help="keep building what does not depend on a failure")
     p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
                    help="stop at the first failure, whatever keep_going the config or environment sets")
-    p.add_argument("-n", "--dry-run", action="store_true", help="show what would run, and why; run nothing")
+    p.add_argument("-n", "--dry-run", action="store_true",  # (watch takes it only to say why not)
+                   help=argparse.SUPPRESS if watch else "show what would run, and why; run nothing")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
     p.add_argument("-w", "--print-directory", action="store_true",
@@ -74,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
                    help="print the output of failing tests (errors, the default), of all tests, or of none")
     t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report of the tests to FILE")
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
-    _add_build_flags(w)
+    _add_build_flags(w, watch=True)
     _add_watch_flags(w, False)
     sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
     from buildtool.insight import add_parsers as add_insight_parsers

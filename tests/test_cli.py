@@ -75,3 +75,12 @@ def test_an_option_on_the_wrong_side_of_the_command_says_where_it_goes(
     with pytest.raises(SystemExit) as e:
         _parse(argv)
     assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_watch_help_does_not_offer_the_dry_run_it_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, offered in ((["watch", "--help"], False), (["build", "--help"], True)):
+        with pytest.raises(SystemExit):
+            _parse(argv)
+        assert ("--dry-run" in capsys.readouterr().out) is offered, argv
+    with pytest.raises(SystemExit):  # (still parsed, for the error that says why not)
+        _parse(["watch", "-n", "--help"])
