@@ -115,6 +115,18 @@ def targets(n: int) -> str:
     return f"{n} target" if n == 1 else f"{n} targets"
 
 
+def elide_middle(text: str, room: int) -> str:
+    """``text`` in ``room`` characters, its middle replaced by "...": more of the end, a
+    label's target name, is kept (Ninja elides the middle too; cut at the right edge,
+    //a_long_package:target_0 and :target_1 both read //a_long_packa)."""
+    if len(text) <= room:
+        return text
+    if room < 8:
+        return text[:max(room, 0)]
+    head = (room - 3) // 3
+    return text[:head] + "..." + text[len(text) - (room - 3 - head):]
+
+
 def fmt_secs(s: float) -> str:
     if s < 60:
         return f"{s:.1f}s"
@@ -364,7 +376,9 @@ class Console:
         lines = [self._paint(head, "bold")]
         items = sorted(self.running.items(), key=lambda kv: kv[1])
         for t, started in items[:MAX_RUNNING_LINES]:
-            lines.append(f"  {fmt_secs(now - started):>7} {self.graph.targets[t].label}"[: max(width - 1, 1)])
+            lead = f"  {fmt_secs(now - started):>7} "
+            room = max(width - 1, 1) - len(lead)
+            lines.append((lead + elide_middle(self.graph.targets[t].label, room))[: max(width - 1, 1)])
         if len(items) > MAX_RUNNING_LINES:
             lines.append(f"  ... and {len(items) - MAX_RUNNING_LINES} more")
         if len(head) >= width:  # (a wrapped line: the clear would go up one row too few)

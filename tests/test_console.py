@@ -347,3 +347,23 @@ def test_print_directory_names_where_a_command_ran_around_its_output(workspace: 
     assert out.count("Entering directory") == 2, out  # (not around the quiet command's nothing)
     rc, out, _ = workspace.run("build", "//core:all")
     assert rc == 1 and "eval.c:12: error" in out and "directory" not in out, out
+
+
+def test_a_running_label_too_long_for_the_terminal_keeps_its_end(workspace: Workspace) -> None:
+    """Cut at the right edge, three targets of one long package read the same:
+    "0.3s //a_very_long_packa" three times."""
+    pkg = "a_very_long_package_name_for_testing_width"
+    workspace.build_file(pkg, "\n".join(f'genrule(name="target_with_a_long_name_{i}", outs=["{i}"], '
+                                        'cmd="sleep 1; echo > $@")' for i in range(3)))
+    rc, out = _run_in_pty(workspace, "build", "-j3", env_extra={"NO_COLOR": "1"}, size=(24, 40))
+    assert rc == 0, out
+    for i in range(3):
+        assert re.search(rf" //a_very\.\.\.[a-z_]*_long_name_{i}[\r\n\x1b]", out), out
+
+
+def test_elide_middle() -> None:
+    from buildtool.console import elide_middle
+
+    assert elide_middle("//pkg:t", 20) == "//pkg:t"
+    assert elide_middle("//abcdefghijklmnopqrstuvwxyz:target", 20) == "//abc...vwxyz:target"
+    assert len(elide_middle("x" * 100, 20)) == 20 and elide_middle("x" * 100, 5) == "xxxxx"
