@@ -357,6 +357,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         i += 2 if argv[i] == "-C" else 1
     _misplaced_options(p, argv[:i], argv[i:])
+    sub = getattr(p, "commands", {}).get(argv[i] if i < len(argv) else "")
+    for k, a in enumerate(argv[:-1]):  # (Ninja's -k N: the N was taken for a target)
+        if sub is not None and argv[i] in ("build", "test", "watch") and k > i and a in ("-k", "--keep-going") \
+                and argv[k + 1].isdecimal() and "--" not in argv[:k]:
+            sub.error(f"{a} takes no count: it keeps going past every failure (Ninja's -k 0); "
+                      f"'{argv[k + 1]}' would be taken for a target")
     if i >= len(argv) or argv[i] != "run":
         args, unknown = p.parse_known_args(argv)
         # Patterns on both sides of an option (`build //:a -k //:b`): argparse takes the first

@@ -344,6 +344,7 @@ class GraphBuilder:
                 raise self.pattern_error(text, e) from None
             matched: list[str] = []
             tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
+            skipped = 0  # manual and always=True targets the wildcard passes over (said likewise)
             if pat.kind == "target":
                 decls = self._load_pkg_for(pat.pkg, text)
                 if pat.name not in decls:
@@ -376,6 +377,7 @@ class GraphBuilder:
                             if not isinstance(v, bool):
                                 raise _err(d, f"attribute {attr!r} must be True or False (got {v!r})")
                         if d.attrs.get("manual", False) or d.attrs.get("always", False):
+                            skipped += (d.kind == "test") == want_tests
                             continue
                         if (d.kind == "test") != want_tests:
                             tests_left += d.kind == "test"
@@ -383,7 +385,9 @@ class GraphBuilder:
                         matched.append(labels.label_str(pkg, name))
             if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
                 why = (f" to build ({tests_left} test target(s) only: `buildtool test {text}` runs them)"
-                       if tests_left else "")
+                       if tests_left else
+                       f" ({skipped} manual or always=True target(s) left out: a wildcard skips them, a label "
+                       "names one)" if skipped else "")
                 raise UserError(f"pattern {text!r} matches no targets{why}")
             for lab in matched:
                 if lab not in seen:
@@ -433,6 +437,9 @@ class GraphBuilder:
         """The error for a command-line pattern the label parser refused (``e``), with the
         readings of it that exist (``build core`` typed in lib/: '//lib/core')."""
         cur = self.current_package()
+        if isinstance(text, str) and text.startswith(("-//", "-:")):  # (Bazel's exclusion)
+            return UserError(f"bad pattern {text!r}: a pattern cannot subtract targets (Bazel's '-//x/...'); "
+                             "name what to build, or mark what to leave out of wildcards manual=True")
         return UserError(self._bare_name_msg(text, cur) or self._file_label_msg(text, cur, str(e)))
 
     def _bare_name_msg(self, text: str, cur: str) -> str | None:

@@ -84,3 +84,12 @@ def test_watch_help_does_not_offer_the_dry_run_it_refuses(capsys: pytest.Capture
         assert ("--dry-run" in capsys.readouterr().out) is offered, argv
     with pytest.raises(SystemExit):  # (still parsed, for the error that says why not)
         _parse(["watch", "-n", "--help"])
+
+
+def test_ninja_s_keep_going_count_says_there_is_none(capsys: pytest.CaptureFixture[str]) -> None:
+    """`build -k 0 //...` said "a label must start with '//' or ':' (got '0')"."""
+    with pytest.raises(SystemExit) as e:
+        _parse(["build", "-k", "0", "//..."])
+    assert e.value.code == 2 and "-k takes no count: it keeps going past every failure" in capsys.readouterr().err
+    assert _parse(["build", "-k", "//..."]).keep_going is True
+    assert _parse(["run", "//:t", "--", "-k", "3"]).args == ["-k", "3"]

@@ -715,6 +715,15 @@ def test_a_build_pattern_that_matches_only_tests_says_so(workspace: Workspace) -
         in err, err
 
 
+def test_a_pattern_that_matches_only_manual_targets_says_so(workspace: Workspace) -> None:
+    """It said "matches no targets" of a package whose every target is manual."""
+    workspace.build_file("p", 'genrule(name="m", outs=["m"], cmd="touch ../ran-marker; echo > $@", manual=True)\n'
+                              'genrule(name="a", outs=["a"], cmd="touch ../ran-marker; echo > $@", always=True)\n')
+    err = expect_invalid(workspace, "//p:all")
+    assert "pattern '//p:all' matches no targets (2 manual or always=True target(s) left out: a wildcard skips " \
+        "them, a label names one)" in err, err
+
+
 def test_pyrule_kwargs_keys_any_string_reach_fn_through_kw(workspace: Workspace) -> None:
     """A key that is no identifier ("content-type") is fine for fn(**kw); only srcs/outs
     and non-strings are refused."""
@@ -744,3 +753,9 @@ def test_a_relative_label_in_a_package_buildtool_does_not_load_is_an_error_not_t
     assert not workspace.exists("ran-marker") and not workspace.exists("top.txt")
     rc, out, err = workspace.run("build", "//:top", cwd=here)  # (an absolute label from there is fine)
     assert rc == 0, out + err
+
+
+def test_a_subtracted_pattern_says_patterns_do_not_subtract(workspace: Workspace) -> None:
+    workspace.build_file("lib", 'genrule(name="l", outs=["l"], cmd="touch ../ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace, "--", "//...", "-//lib/...")
+    assert "bad pattern '-//lib/...': a pattern cannot subtract targets (Bazel's '-//x/...')" in err, err
