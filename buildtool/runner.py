@@ -144,6 +144,7 @@ class TargetRunner:
         # Target -> the stat (size, mtime_ns, ino, ctime_ns) of each source as its key read
         # it: what the "changed while the command ran" check compares with (until _settled).
         self._key_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # (and when read, ns)
+        self._module_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # a pyrule's modules, likewise
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._tool_digests: dict[str, str] = {}
         # Per target: where its declared tools were found, and the stat each one's digest in its key was taken at.
@@ -377,8 +378,13 @@ class TargetRunner:
             extra["fn"] = t.fn
             extra["kwargs"] = t.kwargs_json or "{}"
             extra["python"] = keys.python_identity()
+            seen: dict[str, tuple[int, int, int, int, int]] = {}
             for f in keys.pyrule_module_files(self.root, t.fn):
-                extra["module:" + f] = self.stats.digest(f)
+                read_ns = time.time_ns()
+                st = os.stat(os.path.join(self.root, f))
+                extra["module:" + f] = self.stats.digest(f, st)
+                seen[f] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, read_ns)
+            self._module_stats[t.id] = seen  # (an A-B-A edit while it runs: as for inputs, _moved)
         if t.depfile is not None:
             extra["depfile"] = t.depfile
         if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass
@@ -506,6 +512,7 @@ class TargetRunner:
         done = self._try_inline(tid, waiting)
         if done is not None:
             self._key_stats.pop(tid, None)
+            self._module_stats.pop(tid, None)
         return done
 
     def _try_inline(self, tid: int, waiting: bool = False) -> Outcome | None:
@@ -622,6 +629,7 @@ class TargetRunner:
     def _settled(self, tid: int, outcome: Outcome) -> Outcome:
         if not self.graph.targets[tid].flaky:  # (a flaky test's next attempt runs with the same key)
             self._key_stats.pop(tid, None)
+            self._module_stats.pop(tid, None)
         hashed = self._hash_s.pop(tid, None)
         if hashed is not None:  # seconds spent hashing this target's inputs (a span in --profile)
             outcome.extra["hash_s"] = hashed
@@ -1195,7 +1203,7 @@ class TargetRunner:
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
             self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {})) \
-            or self._helpers_changed(t, desc)
+            or self._helpers_changed(t, desc, started_ns)
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if not record:  # its outputs are still the build's (clean removes them): kept under a key that never matches
@@ -1242,28 +1250,39 @@ class TargetRunner:
                 if (self._disk_digest(p) or discovered.MISSING) != d:
                     return p
                 continue
-            try:
-                st = os.stat(os.path.join(self.root, p))
-            except OSError:
-                self._sources.pop(p, None)
-                return p
-            # (racy against when the key read the stat: a same-tick rewrite after that read
-            # and before the start keeps the stat, and the build's other targets keyed from it)
-            if (st.st_size, st.st_mtime_ns, st.st_ino) != was[:3] or \
-                    ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, min(started_ns, was[4])))
-                     and self._disk_digest(p) != d):
+            if self._moved(p, d, was, started_ns):
                 self._sources.pop(p, None)  # (the targets keyed from now on read it again)
                 return p
         return None
 
-    def _helpers_changed(self, t: Target, desc: dict[str, Any]) -> str | None:
+    def _moved(self, p: str, d: str, was: tuple[int, int, int, int, int], started_ns: int) -> bool:
+        """Is the file ``p`` not what the key read (stat ``was``, digest ``d``)?  A size,
+        mtime or inode of another file, even with its content back, or a ctime alone (or
+        a rewrite racy against the read) that came with other content."""
+        try:
+            st = os.stat(os.path.join(self.root, p))
+        except OSError:
+            return True
+        # (racy against when the key read the stat: a same-tick rewrite after that read
+        # and before the start keeps the stat, and the build's other targets keyed from it)
+        return (st.st_size, st.st_mtime_ns, st.st_ino) != was[:3] or \
+            ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, min(started_ns, was[4])))
+             and self._disk_digest(p) != d)
+
+    def _helpers_changed(self, t: Target, desc: dict[str, Any], started_ns: int) -> str | None:
         """The first file besides the inputs that the key covers and that changed while the
-        command ran: a pyrule's module (or one it imports), by content; a declared tool, by
-        its stat against the one its digest in this target's key was taken at (that digest
-        is then forgotten, so the next target using the tool hashes it again)."""
+        command ran: a pyrule's module (or one it imports), as an input, by its stat against
+        the one the key read (an edit undone before the end, `git stash; git stash pop`,
+        counts: the function may have imported the other content), else by content; a
+        declared tool, by its stat against the one its digest in this target's key was
+        taken at (that digest is then forgotten, so the next target using the tool hashes
+        it again)."""
+        read = self._module_stats.get(t.id, {})
         for k, d in desc.get("extra", {}).items():
-            if k.startswith("module:") and self._disk_digest(k[7:]) != d:
-                return k[7:]
+            if k.startswith("module:"):
+                was = read.get(k[7:])
+                if self._moved(k[7:], d, was, started_ns) if was is not None else self._disk_digest(k[7:]) != d:
+                    return k[7:]
         for path, then in self._tool_paths.get(t.id, {}).items():
             if then is None:
                 continue  # (unreadable when it was hashed: "unreadable" is in the key, not content)

@@ -64,6 +64,34 @@ def test_input_changed_and_changed_back_while_running_is_not_recorded(tmp_path: 
     assert (ws / "o.txt").read_text() == "A\n"
 
 
+def test_a_pyrule_module_changed_and_changed_back_while_running_is_not_recorded(tmp_path: Path) -> None:
+    """The same for a module the pyrule's function imports: compared by content only, the
+    output made from B was recorded under A's key, and cached for every checkout."""
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="tools.m:f", outs=["out.txt"])\n')
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "salt.py").write_text('SALT = "A"\n')
+    (ws / "tools" / "m.py").write_text(
+        "import importlib, pathlib\n"
+        "from tools import salt\n\n"
+        "def f(srcs, outs):\n"
+        "    module = pathlib.Path('tools/salt.py')\n"
+        "    if not pathlib.Path('once').exists():\n"
+        "        pathlib.Path('once').touch()\n"
+        "        module.write_text('SALT = \"B\"\\n')\n"
+        "        importlib.reload(salt)\n"
+        "    pathlib.Path(outs[0]).write_text(salt.SALT + '\\n')\n"
+        "    module.write_text('SALT = \"A\"\\n')\n")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "//:p: input tools/salt.py changed while the command ran; result not recorded" \
+        in r.stderr, r.stdout + r.stderr
+    assert (ws / "out.txt").read_text() == "B\n" and (ws / "tools" / "salt.py").read_text() == 'SALT = "A"\n'
+    ev = tmp_path / "ev.jsonl"
+    r = bt(ws, "build", "--events", str(ev))
+    assert r.returncode == 0 and events(ev)["//:p"]["status"] == "ran", r.stdout + r.stderr
+    assert (ws / "out.txt").read_text() == "A\n"
+
+
 def test_dependency_output_edited_while_running_is_not_recorded(tmp_path: Path) -> None:
     """g.txt is //:gen's output; it is edited (here by //:use's own command, standing in for
     a hand edit) while //:use runs, and //:use reads the edited text.  Recording //:use
@@ -556,6 +584,7 @@ def test_a_same_stat_rewrite_after_the_key_read_is_caught_by_content(tmp_path: P
     read_ns = max(st.st_mtime_ns, st.st_ctime_ns) + 1_000  # the key read the stat just after a write...
     fake = types.SimpleNamespace(out_digests={}, root=str(tmp_path), _sources={"s.txt": None},
                                  _disk_digest=lambda p: hash_bytes((tmp_path / p).read_bytes()))
+    fake._moved = lambda *a: TargetRunner._moved(fake, *a)  # type: ignore[arg-type]
     at_key = {"s.txt": (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, read_ns)}
     started_ns = read_ns + 5_000_000_000  # ...and the command started seconds later
     changed = TargetRunner._inputs_changed(fake, {"s.txt": hash_bytes(b"v1\n")}, started_ns, at_key)  # type: ignore[arg-type]
