@@ -370,10 +370,14 @@ def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
         (["--remote-header", "novalue"], None, "--remote-header must be KEY=VALUE"),
         (["--remote-cache", "http://127.0.0.1:1/q?q=1"], None, "--remote-cache: an HTTP cache URL takes no query"),
         (["--remote-cache", "http://127.0.0.1:1/f#frag"], None, "takes no query or fragment"),
-        (["--remote-cache", "http://127.0.0.1:1/a b"], None, "the path has a space or a control character"),
+        (["--remote-cache", "http://127.0.0.1:1/a b"], None, "the path has a space, a control or a non-ASCII"),
+        # (these three failed the first targets with an internal UnicodeEncodeError, exit 1)
+        (["--remote-cache", "http://127.0.0.1:1/caché"], None, "the path has a space, a control or a non-ASCII"),
+        (["--remote-header", "x-team=€"], None, "the value of header 'x-team' must be printable ASCII"),
+        (["--remote-instance", "ïnst"], None, "--remote-instance must be ASCII names joined by '/'"),
         (["--remote-cache", "http://[::1:1"], None, "--remote-cache is not a URL: Invalid IPv6 URL"),
-        (["--remote-instance", "a b"], None, "--remote-instance must be names joined by '/'"),
-        (["--remote-instance", "../../x"], None, "--remote-instance must be names joined by '/'"),
+        (["--remote-instance", "a b"], None, "--remote-instance must be ASCII names joined by '/'"),
+        (["--remote-instance", "../../x"], None, "--remote-instance must be ASCII names joined by '/'"),
     ):
         workspace.write("buildtool.toml", "")
         rc, _, err = workspace.run("build", "--remote-cache", "http://127.0.0.1:1", *args, env_extra=env)

@@ -83,8 +83,9 @@ def parse_endpoint(url: str, what: str = "--remote-cache", grpc_only: bool = Fal
         if u.query or u.fragment or "?" in url or "#" in url:
             msg = f"{what}: an HTTP cache URL takes no query or fragment (got {_redacted(url)!r})"
             raise ValueError(msg)
-        if any(c.isspace() or not c.isprintable() for c in u.path):
-            msg = f"{what}: the path has a space or a control character; percent-encode it (got {_redacted(url)!r})"
+        if any(c.isspace() or not c.isprintable() or not c.isascii() for c in u.path):  # (é failed every target)
+            msg = (f"{what}: the path has a space, a control or a non-ASCII character; percent-encode it "
+                   f"(got {_redacted(url)!r})")
             raise ValueError(msg)
         if port is None:
             port = 443 if u.scheme == "https" else 80
@@ -119,9 +120,9 @@ def check_instance(name: str, what: str = "--remote-instance") -> None:
     of them '.' or '..' (it is part of every resource name, and of HTTP paths)."""
     parts = name.split("/")
     if name and (any(p in ("", ".", "..") for p in parts)
-                 or any(c.isspace() or not c.isprintable() for c in name)):
-        msg = (f"{what} must be names joined by '/', without spaces, control characters, empty, '.' or '..' "
-               f"parts (got {name!r})")
+                 or any(c.isspace() or not c.isprintable() or not c.isascii() for c in name)):
+        msg = (f"{what} must be ASCII names joined by '/', without spaces, control characters, empty, '.' or "
+               f"'..' parts (got {name!r})")
         raise ValueError(msg)
 
 
@@ -150,6 +151,9 @@ def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-heade
             raise ValueError(msg)
         if any(c in v for c in "\r\n\0"):  # (the value is not shown: it may be a token)
             msg = f"{what}: the value of header {key!r} contains a line break or NUL"
+            raise ValueError(msg)
+        if not all(c.isascii() and (c.isprintable() or c == "\t") for c in v):  # (HTTP and gRPC metadata: ASCII)
+            msg = f"{what}: the value of header {key!r} must be printable ASCII (encode it: base64, percent-encoding)"
             raise ValueError(msg)
         out[key] = v
     return out
