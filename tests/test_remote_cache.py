@@ -190,7 +190,8 @@ def test_blobs_evicted_before_their_entries_are_misses_not_a_broken_server(
 ) -> None:
     """A cleanup of old blobs (remote.md's `find -atime +14 -delete`) leaves entries whose
     blobs are gone: each is that target's miss.  Counted as unusable answers, five of them
-    tripped the breaker for the rest of the build, as if the URL were no cache."""
+    tripped the breaker for the rest of the build, as if the URL were no cache; and each
+    was a warning of its own."""
     from buildtool.remote.cache_layer import BAD_IN_A_ROW
 
     tag = f"evicted-{time.time_ns()}"
@@ -205,8 +206,11 @@ def test_blobs_evicted_before_their_entries_are_misses_not_a_broken_server(
     b.build_file("", rules)
     r = b.build("--remote-cache", url, "-j1")
     assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
-    assert r.stderr.count("is missing (HTTP 404)") == BAD_IN_A_ROW + 2, r.stderr
+    # One warning, not one per target (a normal eviction: the rest are misses without a word)
+    assert r.stderr.count("is missing (HTTP 404)") == 1, r.stderr
+    assert "the server evicted it: later such entries are misses without a word" in r.stderr, r.stderr
     assert "remote cache unavailable" not in r.stderr, r.stderr
+    assert r.remote and r.remote[0]["misses"] == BAD_IN_A_ROW + 2 and r.remote[0]["errors"] == 0, r.remote
 
 
 def test_an_empty_output_needs_no_empty_blob_on_the_server(
@@ -446,6 +450,17 @@ class _FaultyCache:
                     self.wfile.flush()
                     self.close_connection = True
                     return
+                if mode == "drip_then_503" and outer.requests > 1:  # the first drips (below), the rest fail
+                    self.send_response(503)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                if mode == "put409":  # nothing there; every upload refused as nginx's WebDAV does without
+                    # create_full_put_path
+                    self.send_response(409 if self.command == "PUT" else 404)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 if mode == "html":  # a web page at every URL: a captive proxy, a URL that is no cache
                     page = b"<html>proxy login</html>"
                     self.send_response(200)
@@ -510,6 +525,43 @@ def test_a_dripping_or_refusing_http_cache_costs_one_warning_not_the_build(
         assert r.stderr.count("remote cache") <= 2, r.stderr
         if mode == "short":  # a cut-off entry was read as a shorter one: a hit without its stdout
             assert "the response broke off after 40 of its 121 bytes" in r.stderr, r.stderr
+    finally:
+        server.close()
+
+
+def test_a_download_in_flight_stops_when_the_breaker_trips(make_workspace: Callable[..., Workspace]) -> None:
+    """Once the remote is off for the build, a download dripping a byte at a time ran on to
+    its own deadline (here 20 s; 3 s and 1 s per MB by default, two minutes for 120 MB)."""
+    server = _FaultyCache("drip_then_503")
+    try:
+        ws = make_workspace("faulty-drip-503")
+        ws.build_file("", "\n".join(f'genrule(name="t{i}", outs=["t{i}.txt"], cmd="echo {i} > $@")'
+                                    for i in range(2)))
+        t0 = time.monotonic()
+        r = ws.build("--remote-cache", server.url, "--remote-timeout", "20", "-j2")
+        took = time.monotonic() - t0
+        assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
+        assert r.stderr.count("remote cache unavailable") == 1, r.stderr
+        assert took < 10, took  # (a bound, not a benchmark: the drip alone is held to 20 s)
+    finally:
+        server.close()
+
+
+def test_uploads_failing_in_a_row_stop_after_a_few_with_one_warning(make_workspace: Callable[..., Workspace]) -> None:
+    """An HTTP 409 for every PUT warned once per target (30 targets, 30 lines) and never
+    stopped uploading: after FAILED_UPLOADS_IN_A_ROW, uploads stop for the build, said once."""
+    from buildtool.remote.cache_layer import FAILED_UPLOADS_IN_A_ROW
+
+    server = _FaultyCache("put409")
+    try:
+        ws = make_workspace("faulty-put409")
+        ws.build_file("", "\n".join(f'genrule(name="t{i}", outs=["t{i}.txt"], cmd="echo {i} > $@")'
+                                    for i in range(10)))
+        r = ws.build("--remote-cache", server.url, "--remote-upload", "-j1")
+        assert r.rc == 0 and {e["status"] for e in r.events} == {"ran"}, r.output
+        assert r.stderr.count("upload to the remote cache failed") == 1, r.stderr
+        assert r.stderr.count(f"{FAILED_UPLOADS_IN_A_ROW} uploads in a row failed") == 1, r.stderr
+        assert r.stderr.count("warning") == 2, r.stderr
     finally:
         server.close()
 

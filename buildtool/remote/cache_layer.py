@@ -69,6 +69,7 @@ def _size(n: int) -> str:
 # which the remote cache is left for the rest of the build: one bad entry is that entry's
 # trouble, said per target; a run of them is the server's, said once.
 BAD_IN_A_ROW = 5
+FAILED_UPLOADS_IN_A_ROW = 3  # uploads failing in a row (not refused outright) that stop uploading for the build
 
 
 class RemoteCache:
@@ -92,6 +93,8 @@ class RemoteCache:
         self._damaged: set[Digest] = set()  # blobs the server returned damaged: uploaded again
         self._actions: dict[str, RemoteAction] = {}  # local key -> remote action
         self._bad_in_a_row = 0  # entries found unusable since the last usable answer (BAD_IN_A_ROW)
+        self._said_evicted = False  # an entry whose blob the server no longer has was warned about
+        self._failed_uploads = 0  # uploads failed since the last that went through (FAILED_UPLOADS_IN_A_ROW)
         self._unnamed: set[str] = set()  # targets no REAPI action can name (ra.NotRemotable), warned of
 
     # -- connection and breaker ------------------------------------------------------------
@@ -115,13 +118,21 @@ class RemoteCache:
 
     def _trip(self, why: str) -> None:
         with self._lock:
-            self._trip_locked(why)
+            tripped = self._trip_locked(why)
+        if tripped:
+            # The calls still in flight go too: a download dripping a byte a second ran on to
+            # its own deadline (3 s and 1 s per MB: two minutes for 120 MB) and held the build.
+            self._conn.abort()
 
-    def _trip_locked(self, why: str) -> None:
+    def _trip_locked(self, why: str) -> bool:
+        """Off for the rest of the build (True: by this call; the caller then aborts what is in
+        flight, outside the lock)."""
         if self._broken is None:
             self._broken = why
             self.stats.errors += 1
             self.warn(f"remote cache unavailable ({why}); continuing with the local cache only for this build")
+            return True
+        return False
 
     def _stop_uploads(self, why: str) -> None:
         """The server refuses writes: no more uploads this build (one warning); lookups go on."""
@@ -198,17 +209,26 @@ class RemoteCache:
                 raise
             return None
         except (RemoteError, OSError) as e:
-            self.warn(f"{label}: remote cache entry not used: {e}")
+            evicted = isinstance(e, MissingBlob)  # (a cache that evicts blobs before entries: a plain miss)
+            with self._lock:
+                said, self._said_evicted = self._said_evicted, self._said_evicted or evicted
+            if not (evicted and said):  # (30 targets, 30 such lines)
+                more = "; the server evicted it: later such entries are misses without a word" if evicted else ""
+                self.warn(f"{label}: remote cache entry not used: {e}{more}")
+            tripped = False
             with self._lock:
                 self.stats.misses += 1
-                self.stats.errors += 1
+                self.stats.errors += not evicted
                 if isinstance(e, BadBlob):
                     self._damaged.add(e.digest)  # sent again by this build's upload
                 # (a blob missing, local trouble such as a full disk: not the server's answers)
                 self._bad_in_a_row += not isinstance(e, (MissingBlob, OSError))
                 if self._bad_in_a_row >= BAD_IN_A_ROW:  # one bad entry is the entry's; so many, the server's
-                    self._trip_locked(f"{self._bad_in_a_row} entries in a row were unusable, the last: {e}; "
-                                      "is this URL a cache of the Remote Execution API or Bazel's HTTP protocol?")
+                    tripped = self._trip_locked(
+                        f"{self._bad_in_a_row} entries in a row were unusable, the last: {e}; "
+                        "is this URL a cache of the Remote Execution API or Bazel's HTTP protocol?")
+            if tripped:
+                self._conn.abort()
             return None
         if entry is None:
             self._count_miss()
@@ -312,13 +332,19 @@ class RemoteCache:
                 raise
             return
         except (RemoteError, OSError) as e:
-            self.warn(f"{label}: upload to the remote cache failed: {e}")
             with self._lock:
                 self.stats.errors += 1
+                self._failed_uploads += 1
+                n = self._failed_uploads
+            if n == 1:
+                self.warn(f"{label}: upload to the remote cache failed: {e}")
+            elif n >= FAILED_UPLOADS_IN_A_ROW:  # (an HTTP 409 or 413 for every one: 30 targets, 30 lines)
+                self._stop_uploads(f"{n} uploads in a row failed, the last: {e}")
             return
         with self._lock:
             self.stats.uploads += 1
             self.stats.bytes_up += sent
+            self._failed_uploads = 0
 
     def action_result(
         self, store: Store, t: TargetView, act: RemoteAction, outputs: list[list[Any]], stdout: bytes,

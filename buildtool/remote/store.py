@@ -451,7 +451,8 @@ class HttpStore(Store):
                 if not chunk:
                     if token is not None and self._deadlines.done(token):  # (the end a shutdown made)
                         token = None
-                        raise Unavailable(f"{self.name}: a download broke off")
+                        why = "interrupted" if self._deadlines.aborted else "its deadline passed"
+                        raise Unavailable(f"{self.name}: a download broke off: {why}")
                     if announced is not None and got < announced:  # (read1 gives b"" on a closed socket)
                         raise Unavailable(f"{self.name}: the response broke off after {got} of its "
                                           f"{announced} bytes")
