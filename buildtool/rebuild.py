@@ -62,6 +62,12 @@ def _short(d: str | None) -> str:
     return d[:8] if d else "absent"
 
 
+def _where(d: str) -> str:
+    """Where a dependency's output was when a key named it: on disk (its BLAKE3), or left in
+    the remote executor's CAS (``remote:<fn>:<hash>:<size>``, --remote-download)."""
+    return "left in the remote CAS" if d.startswith("remote:") else "on disk"
+
+
 def why_changed(
     old: Mapping[str, Any] | None,
     new: Mapping[str, Any],
@@ -102,6 +108,9 @@ def why_changed(
         owner = owner_of(p)
         if od is None:
             found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was added"))
+        elif owner is not None and _where(od) != _where(d):  # (two hash functions: no telling the content)
+            found.append((Reason.DEP_CHANGED, f"dependency {owner}'s output {p} was {_where(od)} and is "
+                          f"{_where(d)} now, so the key names it by another digest ({_short(od)} -> {_short(d)})"))
         elif owner is not None:
             found.append(
                 (

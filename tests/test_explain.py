@@ -142,6 +142,22 @@ def test_a_dependency_output_s_mode_change_says_same_content_only_when_it_is() -
     assert "(same content)" not in msg and "became executable" in msg and "a different output a.sh" in msg, msg
 
 
+def test_a_dependency_output_fetched_from_the_remote_cas_is_not_said_to_differ() -> None:
+    """--remote-download minimal left a.txt remote (its SHA-256 in the key); on disk now (its
+    BLAKE3): "produced a different output (remote 3b09aeb6 -> 5b4b3e31)" of the same file."""
+    from buildtool.outcome import Reason
+    from buildtool.rebuild import why_changed
+
+    base = {"cmd": "cat a.txt", "env": {}, "inputs": {"a.txt": f"remote:sha256:{'3b' * 32}:6"}, "extra": {}}
+    now = {**base, "inputs": {"a.txt": "5b" * 32}}
+    code, msg = why_changed(base, now, lambda p: "//:a")
+    assert code is Reason.DEP_CHANGED and msg == ("dependency //:a's output a.txt was left in the remote CAS and is "
+                                                  "on disk now, so the key names it by another digest "
+                                                  "(remote 3b3b3b3b -> 5b5b5b5b)"), msg
+    code, msg = why_changed(now, base, lambda p: "//:a")
+    assert "was on disk and is left in the remote CAS now" in msg and "different" not in msg, msg
+
+
 def test_the_tally_counts_groups_so_it_adds_up(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="a", outs=["a"], cmd="echo > $@")\n'
                              'genrule(name="b", outs=["b"], cmd="echo > $@")\n'
