@@ -838,8 +838,9 @@ class TargetRunner:
         if got is None:
             return None
         status, msg = got
-        if where == "remote":
-            msg = "restored from the remote cache"
+        if where == "remote":  # (its outputs already in place: nothing was restored)
+            msg = "restored from the remote cache" if status is Status.RESTORED else \
+                "outputs on disk already match the remote cache's entry"
         extra: dict[str, Any] = {"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
                                  "ran_for": hit.duration}
         lost = [name for name, data in (("stdout", out), ("stderr", err)) if data is None]

@@ -115,6 +115,22 @@ def test_second_machine_builds_with_zero_local_commands(
     assert {e["cache"] for e in third.events} == {"local"}, third.events
 
 
+def test_a_remote_hit_whose_outputs_are_already_in_place_says_so(nginx: remote_servers.Server,
+                                                                   make_workspace: Callable[..., Workspace]) -> None:
+    """A checkout whose outputs are there but whose state is gone: the remote entry matched
+    them and nothing was restored, yet the reason said "restored from the remote cache"."""
+    import shutil
+
+    url = f"{nginx.url}/adopted-{time.time_ns()}"
+    a = make_workspace("adopt-a")
+    a.build_file("", 'genrule(name="x", outs=["x.txt"], cmd="echo x > $@")\n')
+    assert a.build("--remote-cache", url, "--remote-upload").rc == 0
+    shutil.rmtree(a.root / ".buildtool")
+    r = a.build("--remote-cache", url, cache=a.root.parent / "fresh-local-cache")
+    assert r.rc == 0 and [(e["status"], e["cache"]) for e in r.events] == [("up_to_date", "remote")], r.events
+    assert r.events[0]["reason"].endswith("; outputs on disk already match the remote cache's entry"), r.events
+
+
 def test_config_file_and_env_select_the_remote(nginx: remote_servers.Server,
                                                make_workspace: Callable[..., Workspace]) -> None:
     a, b = _checkouts(make_workspace, f"cfg-{time.time_ns()}")
