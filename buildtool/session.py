@@ -349,6 +349,10 @@ class Session:
         runner.executor.stage = stage
         self.tools_hashed = runner.tool_stats
         remote = None
+        if getattr(cfg, "remote_download", "all") != "all":
+            from buildtool.remote.setup import check_download
+
+            check_download(cfg, _warn)
         if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
             from buildtool.remote.setup import attach
 

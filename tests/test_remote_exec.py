@@ -260,6 +260,11 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
     ws.write("buildtool.toml", 'remote_download = "lazy"\n')
     rc, _, err = ws.run("build", "//:a")
     assert rc == 2 and "buildtool.toml" in err and "remote_download must be one of" in err, err
+    ws.write("buildtool.toml", "")
+    for remote in (["--remote-cache", "http://127.0.0.1:1"], []):  # (ignored without a word)
+        assert ws.run("clean")[0] == 0  # (not a no-op, which checks nothing)
+        rc, _, err = ws.run("build", *remote, "--remote-download", "minimal", "//:a")
+        assert rc == 0 and "--remote-download minimal is for remote execution" in err, err
 
 
 @pytest.mark.parametrize("url", ["bogus", "http://127.0.0.1:1"])

@@ -41,6 +41,15 @@ def attach(runner: Any, cfg: Any, root: str, cache: Any, state: str, warn: Calla
     return RemoteSession(layers)
 
 
+def check_download(cfg: Any, warn: Callable[[str], None]) -> None:
+    """--remote-download without an executor: said, as it does nothing (it was ignored
+    without a word)."""
+    download = getattr(cfg, "remote_download", "all")
+    if download != "all" and not cfg.remote_executor:
+        warn(f"--remote-download {download} is for remote execution (outputs left in the executor's CAS); "
+             "without --remote-executor every output is built or fetched here as usual")
+
+
 def _have_deps(need_grpc: bool, warn: Callable[[str], None]) -> bool:
     """The remote cache needs protobuf (ActionResult messages, also on HTTP) and, for
     grpc://, grpcio: both come with the 'remote' extra."""
