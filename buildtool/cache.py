@@ -453,7 +453,7 @@ class Cache:
         cache was fine, ``dest`` could not be written (a read-only directory, a name too long)."""
         if inline is not None:
             if hash_bytes(inline) != digest:
-                self._warn(f"cache entry content {digest[:12]} does not match its digest; rerunning")
+                self._warn(f"cache entry content {digest[:12]} for {dest} does not match its digest; rerunning")
                 return None
             return self._place(dest, mode, None, lambda out: _write_all(out, inline))
         opened = self._open_blob(digest)
@@ -478,7 +478,7 @@ class Cache:
         except OSError:
             return None
         if actual != digest:
-            self._warn(f"cache blob {digest[:12]} does not match its digest; removing it and rerunning")
+            self._warn(f"cache blob {digest[:12]} for {dest} does not match its digest; removing it and rerunning")
             remove_path(blob)
             return None
 
