@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import IO
 
 COLOR_MODES = ("auto", "always", "never")
-_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # compiled (and cached by re) when a line is first printed
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # (C1 too: U+009B is a CSI) compiled and cached by re when first used
 TICK_S = 0.25
 MAX_RUNNING_LINES = 8
 
@@ -470,6 +470,8 @@ def strip_controls(s: str, keep_colors: bool = False) -> str:
         return "".join(p if i % 2 else strip_controls(p) for i, p in enumerate(parts))
     # CSI (any parameter bytes: < = > ? too), OSC, and any other ESC sequence (ESC 7, ESC c,
     # ESC ( B: intermediates, then a final byte), as ECMA-48 shapes them
-    s = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[ -/]*[0-~]", "", s)
+    # (and their one-character C1 forms, CSI U+009B and OSC U+009D, which some terminals honour)
+    s = re.sub(r"(\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(\x1b\]|\x9d)[^\x07\x1b\x9c]*(\x07|\x1b\\|\x9c)|\x1b[ -/]*[0-~]",
+               "", s)
     s = s.replace("\r\n", "\n")
     return re.sub(_CONTROL, "", s)  # one pass in C: a 55 MB log took 7 s a character at a time

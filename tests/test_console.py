@@ -269,6 +269,9 @@ def test_strip_controls_keeps_text_and_is_linear() -> None:
     odd = "\x1b7a\x1b8\x1bc\x1b#8\x1b(B\x1b[>4;2m\x1b[?25lb\x1b"
     assert strip_controls(odd) == "ab" and strip_controls(odd, keep_colors=True) == "ab"
     assert strip_controls("\x1b[1;33mw\x1b[0m\x1b[2K", keep_colors=True) == "\x1b[1;33mw\x1b[0m"
+    # C1 controls, as UTF-8 in a command's output: CSI U+009B (a clear screen), NEL, OSC
+    # U+009D ... ST U+009C went through off a terminal; other Latin-1 text stays.
+    assert strip_controls("a\u009b2J b\u0085 c\u009d0;title\u009c d caf\u00e9\u00a0") == "a b c d caf\u00e9\u00a0"
     # A failing command's 11 MB log: one regex pass, not a Python loop per character (which
     # took seconds and ~10x the text in memory). Bounded by operations, not by time: the
     # per-character generator would need millions of Python-level steps, visible as a
