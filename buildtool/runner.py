@@ -840,7 +840,8 @@ class TargetRunner:
         status, msg = got
         if where == "remote":  # (its outputs already in place: nothing was restored)
             msg = "restored from the remote cache" if status is Status.RESTORED else \
-                "outputs on disk already match the remote cache's entry"
+                "outputs on disk already match the remote cache's entry" if hit.outputs else \
+                f"the remote cache holds a {'pass' if t.kind == 'test' else 'run'} of this key"
         extra: dict[str, Any] = {"outputs": [[o.path, o.digest, o.mode] for o in hit.outputs], "desc": desc,
                                  "ran_for": hit.duration}
         lost = [name for name, data in (("stdout", out), ("stderr", err)) if data is None]
@@ -917,7 +918,8 @@ class TargetRunner:
         if not stale:
             stale = [o for o in hit.outputs if not self._fix_mode(o)]  # (linked to a blob: placed anew)
             if not stale:
-                return Status.UP_TO_DATE, "outputs on disk already match the cache entry"
+                return Status.UP_TO_DATE, "outputs on disk already match the cache entry" if hit.outputs else \
+                    f"the cache holds a {'pass' if t.kind == 'test' else 'run'} of this key"  # (a test has no outputs)
         for o in stale:
             try:
                 st = self._restore_one(o, hit)

@@ -778,3 +778,16 @@ def test_a_flaky_test_s_expected_time_is_its_passing_attempt_in_every_checkout(
     for ws in (a, b):
         rc, out, err = ws.run("plan", "--test", "-j", "1", "--json")
         assert rc == 0 and json.loads(out)["rows"][0]["makespan_s"] < 0.5, (ws.root, out + err)
+
+
+def test_a_cached_pass_in_a_fresh_checkout_says_the_cache_holds_a_pass(workspace: Workspace) -> None:
+    """Its reason was "outputs on disk already match the cache entry", of a test with none."""
+    import shutil
+
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    assert workspace.build(command="test").rc == 0
+    shutil.rmtree(workspace.root / ".buildtool")
+    r = workspace.build(command="test")
+    [e] = r.events
+    assert r.rc == 0 and e["test"] == "cached", r.events
+    assert e["reason"].endswith("; the cache holds a pass of this key"), e
