@@ -55,6 +55,7 @@ INLINE_MAX = 4096
 # thread per target.  A build killed before a write loses at most these entries: their
 # targets' outputs are in the workspace and its record; a later restore of them misses.
 QUEUE_MAX = 64
+QUEUE_MAX_AGE_S = 0.5  # ... or this long after the first of them: a GC waits for them meanwhile
 INLINE_TOTAL_MAX = 64 * 1024  # per entry; what does not fit is stored as blobs
 _loads = compact_loads()  # json.loads of an action entry (a 10,000-target restore reads 10,000)
 
@@ -167,6 +168,7 @@ class Cache:
         self.actions = ActionDB(self.dir, warn, self._disable)
         # key -> (entry, the digests of its blobs in cas/), stored but not yet written (QUEUE_MAX)
         self._queued: dict[str, tuple[bytes, tuple[str, ...]]] = {}
+        self._queue_held = False  # the queue holds the store guard (from its first entry to its write)
         self._queue_mu = threading.Lock()
         try:
             new = not os.path.isdir(self.dir)
@@ -274,6 +276,14 @@ class Cache:
         raw = self.encode_entry(key, entry)
         blobs = {o.digest for o in entry.outputs} | {d for d in (entry.stdout, entry.stderr) if d}
         with self._queue_mu:
+            if not self._queue_held:  # the first of a batch: until it is written, a GC would find
+                # its blobs (written already) named by no entry, and delete them as a killed build's
+                if not self._guard.acquire():  # (held already by the caller's store: no wait)
+                    return  # (a GC holds the cache: not stored, said once, as for one store)
+                self._queue_held = True
+                timer = threading.Timer(QUEUE_MAX_AGE_S, self.write_queued)
+                timer.daemon = True
+                timer.start()
             self._queued[key] = (raw, tuple(d for d in blobs if d not in entry.inline))
             full = len(self._queued) >= QUEUE_MAX
         if full:
@@ -295,20 +305,23 @@ class Cache:
         return json.dumps(obj, separators=(",", ":")).encode()
 
     def write_queued(self) -> None:
-        """Write the queued entries in one transaction, under the store guard (GC waits), and
-        only those whose blobs are all still there: a GC of another process, between their
-        stores and now, deleted blobs no entry pointed at yet (an entry must never point at
-        a blob that is not there)."""
+        """Write the queued entries in one transaction and let go of the store guard, which
+        the queue held since its first entry (no GC deleted their blobs meanwhile); only
+        those whose blobs are all still there (removed by hand: an entry must never point
+        at a blob that is not there)."""
         with self._queue_mu:
             batch, self._queued = self._queued, {}
-        if not batch or not self.writable:
+            held, self._queue_held = self._queue_held, False
+        if not held:
             return
-        with self.storing() as free:  # (held already when a store fills the queue: counted)
-            if not free:
-                return  # (a GC kept the cache: not stored, said once, as for one store)
-            rows = [(k, raw) for k, (raw, blobs) in batch.items()
-                    if all(os.path.exists(self._blob_path(d)) for d in blobs)]
-            stored = self.actions.put_many(rows)
+        stored = 0
+        try:
+            if batch and self.writable:
+                rows = [(k, raw) for k, (raw, blobs) in batch.items()
+                        if all(os.path.exists(self._blob_path(d)) for d in blobs)]
+                stored = self.actions.put_many(rows)
+        finally:
+            self._guard.release()
         if stored:
             self._added(stored)
 
@@ -316,7 +329,7 @@ class Cache:
         """Delete the entry of ``key`` (a test that failed with it: its earlier pass must not
         answer another checkout sharing this cache); trouble is a warning, as ever."""
         with self._queue_mu:
-            self._queued.pop(key, None)
+            self._queued.pop(key, None)  # (the guard stays the queue's until write_queued, empty or not)
         self.actions.remove([key])
 
     def flush(self) -> None:

@@ -95,21 +95,30 @@ class StoreGuard:
     def shared(self) -> Iterator[bool]:
         """Yields True while the lock is held (or cannot be had at all: a read-only cache,
         where nothing is written anyway), False if a gc kept it for the whole wait."""
-        with self._mu:
-            held = self._count > 0 or self._take()
-            if held:
-                self._count += 1
-        if not held:
+        if not self.acquire():
             yield False
             return
         try:
             yield True
         finally:
-            with self._mu:
-                self._count -= 1
-                if self._count == 0 and self._fd is not None:
-                    with contextlib.suppress(OSError):
-                        fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self.release()
+
+    def acquire(self) -> bool:
+        """One more holder (``shared`` without the block: the cache's queue of entries to
+        write holds it from its first entry until they are written); False if a gc kept
+        the lock for the whole wait (then nothing is held)."""
+        with self._mu:
+            held = self._count > 0 or self._take()
+            if held:
+                self._count += 1
+            return held
+
+    def release(self) -> None:
+        with self._mu:
+            self._count -= 1
+            if self._count == 0 and self._fd is not None:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _take(self) -> bool:
         try:

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -670,3 +671,24 @@ def test_stored_entries_are_written_in_batches_and_never_one_whose_blob_is_gone(
     for i in range(QUEUE_MAX):
         c.put_action(f"{i:064x}", ActionEntry((), 1.0, None, None))
     assert len(cv.entries(tmp_path / "c")) == 1 + QUEUE_MAX  # (written without a flush)
+
+
+def test_a_gc_waits_for_queued_entries_and_never_deletes_their_blobs(tmp_path: Path) -> None:
+    """Queued entries' blobs are in cas/ with no entry naming them yet: a `cache gc` then
+    deleted them as a killed build's garbage, and the entries were dropped unwritten (30 gc
+    runs during a 200-target build left 8 entries).  The queue holds the store guard from
+    its first entry until it is written (at most QUEUE_MAX_AGE_S): the gc waits."""
+    from buildtool import cache_gc
+    from buildtool.cache import QUEUE_MAX_AGE_S
+
+    c = Cache(str(tmp_path / "c"), lambda _: None)
+    data = b"a blob too large to go inline\n" * 200
+    d = hash_bytes(data)
+    with c.storing() as free:  # (as the runner stores: blobs, then the entry, under the guard)
+        assert free and c.put_bytes(data, d)
+        c.put_action("a" * 64, ActionEntry((CachedOutput("o", d, 0o644),), 1.0, None, None))
+    assert cache_gc.gc(str(tmp_path / "c"), None, timeout_s=0.1) is None  # (busy: the queue holds it)
+    time.sleep(QUEUE_MAX_AGE_S + 0.5)  # (written by then without a flush)
+    res = cache_gc.gc(str(tmp_path / "c"), None, timeout_s=5)
+    assert res is not None and res.garbage_blobs == 0, res
+    assert set(cv.entries(tmp_path / "c")) == {"a" * 64} and os.path.exists(c._blob_path(d))
