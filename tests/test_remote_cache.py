@@ -829,3 +829,32 @@ def test_a_file_name_that_is_not_utf8_keeps_its_target_local_with_one_warning(
     ws.path("out.txt").unlink()
     r = ws.build("//:g", "--remote-cache", server.url)
     assert r.rc == 0 and r.status("//:g") == "restored" and ws.read("out.txt") == f"{tag}\n", r.output
+
+
+def test_calls_the_breaker_broke_off_are_misses_without_a_word(tmp_path: Path) -> None:
+    """The breaker closes a gRPC channel: each lookup still in flight then failed with
+    CANCELLED, one warning each (7 at -j8) besides the breaker's one."""
+    import types
+
+    from buildtool.remote import action as ra
+    from buildtool.remote.cache_layer import RemoteCache
+    from buildtool.remote.store import RemoteError
+
+    warned: list[str] = []
+    layer = RemoteCache(None, None, str(tmp_path), None, str(tmp_path / "tmp"), warned.append)  # type: ignore[arg-type]
+
+    def cancelled(*_: object) -> None:
+        layer._broken = "UNAVAILABLE from another call"  # (tripped while this one was in flight)
+        raise RemoteError("GetActionResult failed: CANCELLED Stream removed (Channel closed!)")
+
+    store = types.SimpleNamespace(digest_fn="sha256", get_action_result=cancelled, find_missing=cancelled)
+    layer.cache = types.SimpleNamespace(writable=True)  # type: ignore[assignment]
+    layer._get_store = lambda: store  # type: ignore[method-assign,assignment,return-value]
+    layer.remote_action = lambda *_: types.SimpleNamespace(digest="d")  # type: ignore[method-assign]
+    layer.action_result = lambda *_: (None, {})  # type: ignore[method-assign]
+    layer.opt = types.SimpleNamespace(upload=True)  # type: ignore[assignment]
+    view = ra.TargetView("genrule", "", "true", None, None, (), [], None)
+    assert layer.lookup(view, "k", {}, "//:a") is None and layer.stats.misses == 1
+    layer._broken = None
+    layer.upload(view, "k", {}, [], b"", b"", 0.1, "//:a")
+    assert warned == [] and layer.stats.errors == 0, (warned, layer.stats.errors)

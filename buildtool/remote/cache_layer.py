@@ -209,6 +209,10 @@ class RemoteCache:
                 raise
             return None
         except (RemoteError, OSError) as e:
+            if self._broken is not None:  # (a call the breaker broke off: gRPC's CANCELLED, one line each)
+                with self._lock:
+                    self.stats.misses += 1
+                return None
             evicted = isinstance(e, MissingBlob)  # (a cache that evicts blobs before entries: a plain miss)
             with self._lock:
                 said, self._said_evicted = self._said_evicted, self._said_evicted or evicted
@@ -332,6 +336,8 @@ class RemoteCache:
                 raise
             return
         except (RemoteError, OSError) as e:
+            if self._broken is not None:  # (broken off by the breaker: said once already)
+                return
             with self._lock:
                 self.stats.errors += 1
                 self._failed_uploads += 1
