@@ -616,8 +616,22 @@ class GraphBuilder:
         elif (slashed := self._slash_for_colon(pkg, name)) is not None:
             msg += f"; did you mean {slashed}?"
         elif text.startswith(":") and (sub := self._package_named(pkg, name)) is not None:
-            msg += f"; did you mean '//{sub}' (the package)?"  # (deps=["util"] for //util)
+            msg += f"; did you mean {self._target_of(sub)}?"  # (deps=["util"] for //util)
+        elif decls and name == pkg.rpartition("/")[2]:  # ('//x' for //x:x: the package has others)
+            names = sorted(decls)
+            msg += f" ('//{pkg}' is short for '//{pkg}:{name}'; its targets: {', '.join(names[:5])}" + \
+                (", ...)" if len(names) > 5 else ")")
         return msg
+
+    def _target_of(self, pkg: str) -> str:
+        """``'//util'`` when that package has the target its name stands for, else its
+        targets (a hint that named '//util' for a package without //util:util led nowhere)."""
+        names = sorted(self.loader.load(pkg))
+        short = pkg.rpartition("/")[2]
+        if short in names:
+            return f"'//{pkg}'"
+        shown = ", ".join(f"'//{pkg}:{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        return f"a target of the package //{pkg}: {shown}"
 
     def _package_named(self, pkg: str, name: str) -> str | None:
         """The package ``name`` names below ``pkg`` or at the root, if there is one."""
@@ -801,7 +815,7 @@ class GraphBuilder:
             if item in self.loader.load(pkg):
                 return f"; did you mean ':{item}'?"
             sub = self._package_named(pkg, item)  # else a package of that name
-            return f"; did you mean '//{sub}'?" if sub is not None else ""
+            return f"; did you mean {self._target_of(sub)}?" if sub is not None else ""
         if not labels._parses(f"//{item}"):
             return ""
         p, name = labels.parse_label(f"//{item}", "")

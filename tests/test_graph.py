@@ -140,7 +140,14 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     assert "got 'util'; did you mean '//util'?" in err, err
     workspace.build_file("app", 'genrule(name="app", deps=[":util"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")  # (the hint above followed the wrong way: it said nothing)
-    assert "package //app has no target named 'util'; did you mean '//util' (the package)?" in err, err
+    assert "package //app has no target named 'util'; did you mean '//util'?" in err, err
+    workspace.build_file("x", 'genrule(name="y", outs=["y"], cmd="echo > $@")\n')  # (no //x:x: '//x' led nowhere)
+    workspace.build_file("app", 'genrule(name="app", deps=["x"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")
+    assert "got 'x'; did you mean a target of the package //x: '//x:y'?" in err, err
+    workspace.build_file("app", 'genrule(name="app", deps=["//x"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")
+    assert "package //x has no target named 'x' ('//x' is short for '//x:x'; its targets: y)" in err, err
     workspace.build_file("app", 'genrule(name="app", deps=["lib:core"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "did you mean '//lib/core:core'?" in err, err
