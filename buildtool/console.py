@@ -288,11 +288,15 @@ class Console:
         """Target ``t``'s command's output; under -w between make -w's lines naming the
         directory it ran in, which editors read to find the files its messages name
         (a compiler's ``eval.c:10:``, relative to the package directory)."""
+        self.output_in(self.graph.targets[t].pkg, streams)
+
+    def output_in(self, pkg: str, streams: Sequence[bytes | None]) -> None:
+        """What a command of package ``pkg`` printed (a test's log under --test-output all
+        too), between -w's directory lines."""
         if not any(streams):
             return
         where = None
         if self.print_directory is not None:
-            pkg = self.graph.targets[t].pkg
             where = escape_controls(os.path.join(self.print_directory, pkg) if pkg else self.print_directory)
             self._line(f"buildtool: Entering directory '{where}'")
         for data in streams:

@@ -505,7 +505,7 @@ class TestSession:
                 if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) and c.log:
                     print(f"==== {c.label} ({c.result.word}) output ====", file=out)
                     if self._console is not None:
-                        self._console.text(c.log)
+                        self._console.output_in(c.pkg, (c.log,))
                     else:
                         text = c.log.decode("utf-8", "replace")
                         print(text, end="" if text.endswith("\n") else "\n", file=out)

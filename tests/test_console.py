@@ -350,6 +350,12 @@ def test_print_directory_names_where_a_command_ran_around_its_output(workspace: 
     assert out.count("Entering directory") == 2, out  # (not around the quiet command's nothing)
     rc, out, _ = workspace.run("build", "//core:all")
     assert rc == 1 and "eval.c:12: error" in out and "directory" not in out, out
+    workspace.build_file("core", "test(name=\"t\", cmd=\"echo 't.c:3: note'\")\n")  # (a pass's log was not wrapped)
+    rc, out, _ = workspace.run("test", "-w", "--test-output", "all", "//core:t")
+    lines = out.splitlines()
+    i = lines.index("t.c:3: note")
+    assert rc == 0 and lines[i - 1] == f"buildtool: Entering directory {where}", out
+    assert lines[i + 1] == f"buildtool: Leaving directory {where}", out
 
 
 def test_a_running_label_too_long_for_the_terminal_keeps_its_end(workspace: Workspace) -> None:
