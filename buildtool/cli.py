@@ -33,7 +33,7 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
                    help="around a command's output, print the directory it ran in (make -w), for editors that "
                         "jump to the files compiler messages name")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="print the command of each target that runs (or, with -n, would run), as ninja -v")
+                   help="print the command of each target that runs (or, with build -n, would run), as ninja -v")
     p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
     p.add_argument("--profile", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing) to FILE")
     p.add_argument("-l", "--load-average", type=float, metavar="LOAD", dest="load",
@@ -358,11 +358,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         i += 2 if argv[i] == "-C" else 1
     _misplaced_options(p, argv[:i], argv[i:])
     sub = getattr(p, "commands", {}).get(argv[i] if i < len(argv) else "")
-    for k, a in enumerate(argv[:-1]):  # (Ninja's -k N: the N was taken for a target)
-        if sub is not None and argv[i] in ("build", "test", "watch") and k > i and a in ("-k", "--keep-going") \
-                and argv[k + 1].isdecimal() and "--" not in argv[:k]:
-            sub.error(f"{a} takes no count: it keeps going past every failure (Ninja's -k 0); "
-                      f"'{argv[k + 1]}' would be taken for a target")
+    for k, a in enumerate(argv):  # (Ninja's -k N: the N was taken for a target; -k0: "ignored explicit argument")
+        if sub is None or argv[i] not in ("build", "test", "watch") or k <= i or "--" in argv[:k]:
+            continue
+        n = argv[k + 1] if a in ("-k", "--keep-going") and k + 1 < len(argv) else a[2:] if a.startswith("-k") else ""
+        if n.isdecimal():
+            sub.error(f"-k takes no count: it keeps going past every failure (Ninja's -k 0); "
+                      f"'{n}' would be taken for a target" if a in ("-k", "--keep-going") else
+                      "-k takes no count: it keeps going past every failure (Ninja's -k 0); use -k")
     if i >= len(argv) or argv[i] != "run":
         args, unknown = p.parse_known_args(argv)
         # Patterns on both sides of an option (`build //:a -k //:b`): argparse takes the first

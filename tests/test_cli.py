@@ -91,5 +91,8 @@ def test_ninja_s_keep_going_count_says_there_is_none(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as e:
         _parse(["build", "-k", "0", "//..."])
     assert e.value.code == 2 and "-k takes no count: it keeps going past every failure" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parse(["build", "-k0", "//..."])  # (argparse: "ignored explicit argument '0'")
+    assert "-k takes no count" in capsys.readouterr().err
     assert _parse(["build", "-k", "//..."]).keep_going is True
     assert _parse(["run", "//:t", "--", "-k", "3"]).args == ["-k", "3"]
