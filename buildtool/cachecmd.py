@@ -80,7 +80,8 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         raise BuildtoolError(f"the cache {cfg.cache_dir} stayed busy (builds storing results); try again")
     print(
         f"cache gc: {cache_gc.human(res.before)} -> {cache_gc.human(res.after)}; evicted {res.entries_evicted} "
-        f"entries, deleted {res.blobs_deleted} blobs ({res.garbage_blobs} unreferenced), {res.tmp_deleted} temp files",
+        f"entries, deleted {res.blobs_deleted} blobs ({res.garbage_blobs} unreferenced), {res.tmp_deleted} temp files"
+        + (f"; the database gave back {cache_gc.human(res.db_shrunk)}" if res.db_shrunk else ""),
         file=sys.stdout,
     )
     if res.entries_kept:  # (it said "evicted 0 entries" and exit 0 on a full disk)
