@@ -1561,3 +1561,29 @@ def test_watch_with_its_output_on_a_full_disk_goes_on(ws: Path, cache: Path) -> 
             p.terminate()
         _, err = p.communicate(timeout=30)
     assert p.returncode == 143 and err.count("the build's output is lost (No space left on device)") == 1, err
+
+
+def test_memory_levels_off_over_many_cycles(tmp_path: Path, cache: Path) -> None:
+    """Each cycle's runner, scheduler and console (objects pointing at each other) were
+    frozen out of the collector by the next build and never freed: RSS grew by 25-160 KB a
+    cycle for as long as watch ran (53 MB after 1,200 saves of one file)."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "in.txt", "0\n")
+    write(root / "BUILD.py", 'genrule(name="t", srcs=["in.txt"], outs=["t.gen"], cmd="cat in.txt > $@")\n'
+                             'for i in range(50):\n'
+                             '    genrule(name=f"k{i}", outs=[f"k{i}.txt"], cmd="echo > $@")\n')
+
+    def rss_kib(pid: int) -> int:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    with watching(root, cache, "--debounce-ms", "10") as w:
+        sampled: dict[int, int] = {}
+        for i in range(1, 301):
+            write(root / "in.txt", f"{i}\n")
+            w.wait_file(root / "t.gen", f"{i}\n", f"cycle for edit {i}")
+            if i in (40, 300):
+                time.sleep(0.2)  # (the cycle's summary and collection done)
+                sampled[i] = rss_kib(w.proc.pid)
+        assert sampled[300] - sampled[40] < 2048, sampled  # (the leak: 5 MB over these 260 cycles)
