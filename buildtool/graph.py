@@ -315,6 +315,7 @@ class GraphBuilder:
         self._subst = subst  # (once here, not per target: a function-level import costs ~1 us)
         self.loader = loader
         self.cwd_pkg = cwd_pkg
+        self.keep_going = False  # -k: a BUILD.py a wildcard loads that fails does not stop the others'
         self._outs_memo: dict[str, set[str]] = {}
         self._subpkg_memo: dict[str, bool] = {}  # directory -> holds a package (a BUILD.py)
 
@@ -335,6 +336,7 @@ class GraphBuilder:
         cur = self.current_package()
         result: list[str] = []
         seen: set[str] = set()
+        failed: list[UserError] = []  # (-k) the BUILD.py files that could not be evaluated
         for text in patterns or ["//..."]:
             if text.startswith(":"):
                 self._check_here(text, cur)
@@ -371,7 +373,14 @@ class GraphBuilder:
                             msg += f" that buildtool loads; {self._cache_dir_why(pat.pkg)}"
                         raise UserError(msg)
                 for pkg in pkgs:
-                    for name, d in self.loader.load(pkg).items():
+                    try:
+                        decls = self.loader.load(pkg)
+                    except UserError as e:  # (Bazel's --keep_going lists every package's error)
+                        if not self.keep_going or pat.kind == "package":
+                            raise
+                        failed.append(e)
+                        continue
+                    for name, d in decls.items():
                         for attr in ("manual", "always"):  # checked here too: they decide who matches
                             v = d.attrs.get(attr, False)
                             if not isinstance(v, bool):
@@ -383,6 +392,8 @@ class GraphBuilder:
                             tests_left += d.kind == "test"
                             continue
                         matched.append(labels.label_str(pkg, name))
+            if failed:
+                continue  # (its matches are incomplete: said below, with every error)
             if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
                 why = (f" to build ({tests_left} test target(s) only: `buildtool test {text}` runs them)"
                        if tests_left else
@@ -393,6 +404,10 @@ class GraphBuilder:
                 if lab not in seen:
                     seen.add(lab)
                     result.append(lab)
+        if failed:
+            more = "".join(f"\nbuildtool: error: {e}" for e in failed[1:])
+            raise UserError(f"{failed[0]}{more}\n({len(failed)} BUILD.py file(s) could not be evaluated; "
+                            "nothing was built)" if len(failed) > 1 else str(failed[0]))
         return result
 
     def _check_here(self, text: str, cur: str) -> None:

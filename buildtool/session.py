@@ -161,8 +161,9 @@ class Session:
         self.ws = Workspace(root, self.ws.cwd_pkg_dir, read_ignore(root))
 
     # -- graph -----------------------------------------------------------------------
-    def _graph(self, loader: Loader, patterns: list[str], mode: str) -> Graph:
+    def _graph(self, loader: Loader, patterns: list[str], mode: str, keep_going: bool = False) -> Graph:
         builder = GraphBuilder(loader, self.ws.cwd_pkg_dir)
+        builder.keep_going = keep_going  # (-k: every BUILD.py a wildcard loads is evaluated, each error said)
         roots = builder.expand_patterns(patterns, want_tests=(mode == "test"))
         if mode == "test" and not any(
             loader.load(labels.split_label(lab)[0])[labels.split_label(lab)[1]].kind == "test" for lab in roots
@@ -284,7 +285,8 @@ class Session:
             from buildtool.loader import Loader
 
             new = Loader(self.ws, self.recorded_outputs(record))
-            return new, self._graph(new, req.patterns, req.mode)
+            keep_going = req.keep_going if req.keep_going is not None else cfg.keep_going
+            return new, self._graph(new, req.patterns, req.mode, keep_going=bool(keep_going))
 
         cleans = self.focus is None and not req.dry_run  # (dead outputs are deleted after a full evaluation)
         dead: tuple[list[tuple[str, list[Any]]], list[str]] = ([], [])

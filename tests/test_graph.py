@@ -766,3 +766,17 @@ def test_a_subtracted_pattern_says_patterns_do_not_subtract(workspace: Workspace
     workspace.build_file("lib", 'genrule(name="l", outs=["l"], cmd="touch ../ran-marker; echo > $@")\n')
     err = expect_invalid(workspace, "--", "//...", "-//lib/...")
     assert "bad pattern '-//lib/...': a pattern cannot subtract targets (Bazel's '-//x/...')" in err, err
+
+
+def test_keep_going_says_every_buildfile_that_cannot_be_evaluated(workspace: Workspace) -> None:
+    """`build -k //...` named the first broken BUILD.py only (a macro renamed: one package
+    fixed per run); Bazel's --keep_going lists them all.  Nothing runs either way."""
+    workspace.build_file("a", 'genrule(name="a", outs=["a"], cmd="touch ../ran-marker; echo > $@")\n')
+    workspace.build_file("b", 'genrule(name="b", outs=["b"], cmd="true", bogus=1)\n')
+    workspace.build_file("c", 'genrul(name="c", outs=["c"], cmd="true")\n')
+    err = expect_invalid(workspace, "-k", "//...")
+    assert "b/BUILD.py:1" in err and "c/BUILD.py:1" in err, err
+    assert "(2 BUILD.py file(s) could not be evaluated; nothing was built)" in err, err
+    assert err.count("buildtool: error:") == 2, err
+    err = expect_invalid(workspace, "//...")  # (without -k: the first, as before)
+    assert err.count("buildtool: error:") == 1 and "b/BUILD.py:1" in err, err
