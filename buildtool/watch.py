@@ -574,7 +574,7 @@ class Watcher:
                          if f.rsplit("/", 1)[-1] == BUILDFILE}
         rec, pkg_dirs = _pattern_dirs(self.req.patterns, self.session.ws.cwd_pkg_dir)
         tools = frozenset(self.tools_seen)
-        keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | tools} | packages
+        keep = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | tools} | glob_dirs | packages
         _add_ancestors(keep)  # (a directory on the way to one of these holds more than outputs)
         out_dirs: set[str] = set()
         for o in outputs:
@@ -582,14 +582,6 @@ class Watcher:
             while d and d not in keep and d not in out_dirs:
                 out_dirs.add(d)
                 d = d.rsplit("/", 1)[0] if "/" in d else ""
-        # A listed directory (a glob's, or package discovery's, which lists pk/out when the
-        # outputs are there before watch starts) is one of outputs only if that is all it
-        # holds now: else deleting it (`clean`) was a change, and the cycle put it back.
-        for d in sorted(out_dirs & glob_dirs, key=lambda x: -x.count("/")):
-            if d in out_dirs and not self._holds_only(d, outputs, out_dirs):
-                while d and d in out_dirs:  # (and the directories on its way hold more than outputs)
-                    out_dirs.discard(d)
-                    d = d.rsplit("/", 1)[0] if "/" in d else ""
         # (not those in directories of outputs only: `out/BUILD.py`, asked for by the check
         # that an output stays in its package, would make every output directory a change)
         loader_files |= {p for p in probes if (p.rsplit("/", 1)[0] if "/" in p else "") not in out_dirs}
@@ -616,14 +608,6 @@ class Watcher:
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
             self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles), tools,
         )
-
-    def _holds_only(self, d: str, outputs: set[str], out_dirs: set[str]) -> bool:
-        """Does directory ``d`` hold nothing but outputs and directories of outputs only?"""
-        try:
-            names = os.listdir(os.path.join(self.root, d))
-        except OSError:
-            return True  # (gone: nothing else is in it)
-        return all(f"{d}/{n}" in outputs or f"{d}/{n}" in out_dirs for n in names)
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
         """The workspace path each source reached through a symlink really is -> those

@@ -319,26 +319,6 @@ def test_a_backup_file_a_glob_takes_is_a_new_source(tmp_path: Path, cache: Path)
         w.stop()
 
 
-def test_a_directory_of_outputs_only_deleted_starts_no_cycle_whoever_built_it(tmp_path: Path, cache: Path) -> None:
-    """watch.md: never relevant, directories holding only outputs.  Started on a workspace
-    built already, package discovery had listed pk/out, so `rm -r pk/out` (or `clean`)
-    started a cycle that restored them, and their return a second one."""
-    root = tmp_path / "ws"
-    write(root / "buildtool.toml", "")
-    write(root / "pk" / "src" / "a.txt", "a\n")
-    write(root / "pk" / "BUILD.py",
-          'genrule(name="g", srcs=glob(["src/*.txt"]), outs=["out/a.o"], cmd="cat $(SRCS) > $@")\n')
-    r = subprocess.run([sys.executable, "-m", "buildtool", "build"], cwd=root, env=run_env(cache),
-                       capture_output=True, text=True, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stdout + r.stderr
-    with watching(root, cache) as w:
-        shutil.rmtree(root / "pk" / "out")
-        time.sleep(1.5)  # (a cycle would have started and ended by now)
-        assert [c.n for c in w.cycles()] == [1], w.log()
-        write(root / "pk" / "src" / "a.txt", "a2\n")  # (and an edit still is one)
-        w.wait_file(root / "pk" / "out" / "a.o", "a2\n", "a.o rebuilt")
-
-
 def test_a_hand_edited_output_outside_the_cycle_is_restored_before_its_dependent_reads_it(
     watch, ws: Path, cache: Path,
 ) -> None:
