@@ -216,20 +216,6 @@ class ActionDB:
         except Exception as e:  # sqlite3.Error, OSError, _OtherVersion
             raise ActionDBError(f"the cache database {self.path} is unreadable ({_describe(e)})") from None
 
-    def live_bytes(self) -> int | None:
-        """The bytes of the file's pages in use (its free pages left out): what its entries
-        take on disk, index and page overhead included; None on any trouble."""
-        if self._unusable or not os.path.exists(self.path):
-            return None
-        try:
-            with self._mu:
-                c = self._connection()
-                pages, free, size = (c.execute(f"PRAGMA {p}").fetchone()[0]
-                                     for p in ("page_count", "freelist_count", "page_size"))
-                return int((pages - free) * size)
-        except Exception:  # sqlite3.Error, OSError, _OtherVersion
-            return None
-
     def compact(self, min_free: int = 64 << 10) -> int:
         """Give the free pages of evicted entries back to the file system (GC: an eviction
         frees pages inside the file, which never shrank: `cache gc --max-size 200K` left a
@@ -240,9 +226,10 @@ class ActionDB:
         try:
             with self._mu:
                 c = self._connection()
-                size = os.path.getsize(self.path)
-                free = c.execute("PRAGMA freelist_count").fetchone()[0] * c.execute("PRAGMA page_size").fetchone()[0]
-                if free < min_free or free * 4 < size:
+                pages = c.execute("PRAGMA page_count").fetchone()[0]  # (the file as the WAL has it too)
+                page = c.execute("PRAGMA page_size").fetchone()[0]
+                free = c.execute("PRAGMA freelist_count").fetchone()[0] * page
+                if free < min_free or free * 4 < pages * page:
                     return 0
                 c.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS * 50}")  # (a reader holding on: left for later)
                 try:
@@ -250,7 +237,7 @@ class ActionDB:
                     c.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (the WAL holds the new pages until then)
                 finally:
                     c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-                return max(0, size - os.path.getsize(self.path))
+                return free  # (what the free pages held: the file is that much smaller once checkpointed)
         except Exception:  # sqlite3.Error, OSError, _OtherVersion: only space not given back
             return 0
 

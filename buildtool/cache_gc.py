@@ -247,23 +247,16 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
     db = actions or _actions(v_dir)
     try:
         rows = db.rows()
-        live = db.live_bytes()
     finally:
         if actions is None:
             db.close()
-    # What an entry takes on disk: its bytes, scaled to the database's pages in use (the
-    # key index, page headers, the hits table: ~2x for small entries; a cap counted in
-    # entry bytes alone left `cache gc --max-size 200K` at 400 KB on disk).
-    raw_total = sum(len(raw) for _, _, raw in rows)
-    scale = live / raw_total if live and raw_total and live > raw_total else 1.0
     for key, used, raw in rows:
         refs = _refs_of(raw)
         if refs is None:
             s.corrupt.append(key)
             continue
-        size = round(len(raw) * scale)
-        s.entries.append((used, key, size, refs))
-        s.entry_bytes += size
+        s.entries.append((used, key, len(raw), refs))
+        s.entry_bytes += len(raw)
     base = os.path.join(v_dir, "cas")
     try:
         shards = os.listdir(base)
@@ -322,17 +315,7 @@ def collect(v_dir: str, target: int | None) -> GcResult:
     The caller holds ``gc.lock`` exclusively."""
     db = _actions(v_dir)
     try:
-        res = _collect(v_dir, target, db)
-        for _ in range(2):  # (the database's share of each entry is known again after a pass: still over?)
-            if target is None or res.after <= target or not res.entries_evicted:
-                break
-            more = _collect(v_dir, target, db)
-            for k in ("entries_evicted", "entries_kept", "blobs_deleted", "garbage_blobs", "tmp_deleted", "db_shrunk"):
-                setattr(res, k, getattr(res, k) + getattr(more, k))
-            res.after = more.after
-            if not more.entries_evicted:
-                break
-        return res
+        return _collect(v_dir, target, db)
     finally:
         db.close()
 
@@ -393,9 +376,7 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
             total += entry_bytes
         for d in unreferenced:
             drop_blob(d)
-    res.db_shrunk = db.compact()
-    if res.entries_evicted or res.db_shrunk or s.corrupt:  # (entries' share of the pages is new: counted again)
-        total = scan(v_dir, db).total
+    res.db_shrunk = db.compact()  # (the evicted entries' pages, given back to the file system)
     res.after = total
     _write_counter(v_dir, total)
     return res
