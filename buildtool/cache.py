@@ -170,6 +170,7 @@ class Cache:
         self._queued: dict[str, tuple[bytes, tuple[str, ...]]] = {}
         self._queue_held = False  # the queue holds the store guard (from its first entry to its write)
         self._queue_mu = threading.Lock()
+        self._write_mu = threading.Lock()  # one write of the queue at a time; flush and forget wait for it
         try:
             new = not os.path.isdir(self.dir)
             for sub in ("cas", "tmp"):
@@ -309,28 +310,37 @@ class Cache:
         the queue held since its first entry (no GC deleted their blobs meanwhile); only
         those whose blobs are all still there (removed by hand: an entry must never point
         at a blob that is not there)."""
-        with self._queue_mu:
-            batch, self._queued = self._queued, {}
-            held, self._queue_held = self._queue_held, False
-        if not held:
-            return
-        stored = 0
-        try:
-            if batch and self.writable:
-                rows = [(k, raw) for k, (raw, blobs) in batch.items()
-                        if all(os.path.exists(self._blob_path(d)) for d in blobs)]
-                stored = self.actions.put_many(rows)
-        finally:
-            self._guard.release()
-        if stored:
-            self._added(stored)
+        with self._write_mu:  # (the timer's write in progress: a flush returned before it was done)
+            with self._queue_mu:
+                batch, self._queued = self._queued, {}
+                held, self._queue_held = self._queue_held, False
+            if not held:
+                return
+            stored = 0
+            try:
+                if batch and self.writable:
+                    rows = [(k, raw) for k, (raw, blobs) in batch.items()
+                            if all(os.path.exists(self._blob_path(d)) for d in blobs)]
+                    stored = self.actions.put_many(rows)
+            finally:
+                self._guard.release()
+            if stored:
+                self._added(stored)
 
     def forget_action(self, key: str) -> None:
         """Delete the entry of ``key`` (a test that failed with it: its earlier pass must not
         answer another checkout sharing this cache); trouble is a warning, as ever."""
-        with self._queue_mu:
-            self._queued.pop(key, None)  # (the guard stays the queue's until write_queued, empty or not)
-        self.actions.remove([key])
+        with self._write_mu:  # (not between a write's taking its batch and writing it: it came back)
+            with self._queue_mu:
+                self._queued.pop(key, None)  # (the guard stays the queue's until write_queued, empty or not)
+            self.actions.remove([key])
+
+    def close(self) -> None:
+        """Write what is queued, close the database and the lock file (watch mode makes a
+        new Cache each cycle: each left its gc.lock descriptor open)."""
+        self.flush()
+        self.actions.close()
+        self._guard.close()
 
     def flush(self) -> None:
         """End of a build: write the entries still queued, then record which entries were hit

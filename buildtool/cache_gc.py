@@ -113,6 +113,14 @@ class StoreGuard:
                 self._count += 1
             return held
 
+    def close(self) -> None:
+        """Let go of the lock file (nothing held: a holder still counted keeps it open)."""
+        with self._mu:
+            if self._count == 0 and self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
+
     def release(self) -> None:
         with self._mu:
             self._count -= 1

@@ -517,7 +517,7 @@ class Watcher:
         from buildtool.cache import Cache
 
         try:
-            s.cache.actions.close()
+            s.cache.close()  # (its database and its gc.lock descriptor: one a cycle was left open)
         except Exception:  # (its trouble was said when it happened; this one starts afresh)
             pass
         s.cache = Cache(self.req.cache_dir or s.config.cache_dir, _warn, s.config.restore_mode)

@@ -692,3 +692,24 @@ def test_a_gc_waits_for_queued_entries_and_never_deletes_their_blobs(tmp_path: P
     res = cache_gc.gc(str(tmp_path / "c"), None, timeout_s=5)
     assert res is not None and res.garbage_blobs == 0, res
     assert set(cv.entries(tmp_path / "c")) == {"a" * 64} and os.path.exists(c._blob_path(d))
+
+
+def test_a_flush_waits_for_the_timer_s_write_in_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0.5 s timer took the batch and was writing it when the build's flush found the
+    queue empty and returned: the size counter missed its bytes, and a process exiting then
+    could lose the batch."""
+    from buildtool.actiondb import ActionDB
+    from buildtool.cache import QUEUE_MAX_AGE_S
+
+    slow_put = ActionDB.put_many
+
+    def put_many(self: ActionDB, rows: list[tuple[str, bytes]]) -> int:
+        time.sleep(0.4)
+        return slow_put(self, rows)
+
+    monkeypatch.setattr(ActionDB, "put_many", put_many)
+    c = Cache(str(tmp_path / "c"), lambda _: None)
+    c.put_action("a" * 64, ActionEntry((), 1.0, None, None))
+    time.sleep(QUEUE_MAX_AGE_S + 0.1)  # (the timer is inside its write now)
+    c.flush()
+    assert set(cv.entries(tmp_path / "c")) == {"a" * 64} and c.bytes_added > 0

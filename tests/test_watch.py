@@ -1567,3 +1567,6 @@ def test_memory_levels_off_over_many_cycles(tmp_path: Path, cache: Path) -> None
                 time.sleep(0.2)  # (the cycle's summary and collection done)
                 sampled[i] = rss_kib(w.proc.pid)
         assert sampled[300] - sampled[40] < 2048, sampled  # (the leak: 5 MB over these 260 cycles)
+        fd_dir = Path(f"/proc/{w.proc.pid}/fd")
+        locks = [n for n in os.listdir(fd_dir) if os.readlink(fd_dir / n).endswith("gc.lock")]
+        assert len(locks) <= 1, locks  # (each cycle's cache left its gc.lock open: one per storing cycle)
