@@ -630,18 +630,26 @@ class GraphBuilder:
             msg += f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"
         elif (slashed := self._slash_for_colon(pkg, name)) is not None:
             msg += f"; did you mean {slashed}?"
-        elif text.startswith(":") and (sub := self._package_named(pkg, name)) is not None:
-            msg += f"; did you mean {self._target_of(sub)}?"  # (deps=["util"] for //util)
+        elif text.startswith(":") and (sub := self._package_named(pkg, name)) is not None \
+                and (meant := self._target_of(sub)) is not None:
+            msg += f"; did you mean {meant}?"  # (deps=["util"] for //util)
         elif decls and name == pkg.rpartition("/")[2]:  # ('//x' for //x:x: the package has others)
             names = sorted(decls)
             msg += f" ('//{pkg}' is short for '//{pkg}:{name}'; its targets: {', '.join(names[:5])}" + \
                 (", ...)" if len(names) > 5 else ")")
         return msg
 
-    def _target_of(self, pkg: str) -> str:
+    def _target_of(self, pkg: str) -> str | None:
         """``'//util'`` when that package has the target its name stands for, else its
-        targets (a hint that named '//util' for a package without //util:util led nowhere)."""
-        names = sorted(self.loader.load(pkg))
+        targets (a hint that named '//util' for a package without //util:util led nowhere);
+        None for a package without targets or whose BUILD.py fails (the error being said
+        is about another file)."""
+        try:
+            names = sorted(self.loader.load(pkg))
+        except UserError:
+            return None
+        if not names:
+            return None
         short = pkg.rpartition("/")[2]
         if short in names:
             return f"'//{pkg}'"
@@ -830,7 +838,8 @@ class GraphBuilder:
             if item in self.loader.load(pkg):
                 return f"; did you mean ':{item}'?"
             sub = self._package_named(pkg, item)  # else a package of that name
-            return f"; did you mean {self._target_of(sub)}?" if sub is not None else ""
+            meant = self._target_of(sub) if sub is not None else None
+            return f"; did you mean {meant}?" if meant is not None else ""
         if not labels._parses(f"//{item}"):
             return ""
         p, name = labels.parse_label(f"//{item}", "")

@@ -148,6 +148,13 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     workspace.build_file("app", 'genrule(name="app", deps=["//x"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "package //x has no target named 'x' ('//x' is short for '//x:x'; its targets: y)" in err, err
+    workspace.build_file("x", "genrule(\n")  # (its BUILD.py broken: the error was x's, not app's)
+    workspace.build_file("app", 'genrule(name="app", deps=[":x"], outs=["a"], cmd="echo > $@")\n')
+    err = expect_invalid(workspace, "//app:app")
+    assert "app/BUILD.py:1" in err and "has no target named 'x'" in err and "did you mean" not in err, err
+    workspace.build_file("x", "")  # (no targets: "did you mean a target of the package //x: ?")
+    err = expect_invalid(workspace, "//app:app")
+    assert "has no target named 'x'" in err and "did you mean" not in err, err
     workspace.build_file("app", 'genrule(name="app", deps=["lib:core"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "did you mean '//lib/core:core'?" in err, err
