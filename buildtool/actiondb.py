@@ -231,13 +231,14 @@ class ActionDB:
                 free = c.execute("PRAGMA freelist_count").fetchone()[0] * page
                 if free < min_free or free * 4 < pages * page:
                     return 0
+                before = _on_disk(self.path)
                 c.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS * 50}")  # (a reader holding on: left for later)
                 try:
                     c.execute("VACUUM")
                     c.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (the WAL holds the new pages until then)
                 finally:
                     c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-                return free  # (what the free pages held: the file is that much smaller once checkpointed)
+                return max(0, before - _on_disk(self.path))  # (a reader holding the WAL: nothing yet)
         except Exception:  # sqlite3.Error, OSError, _OtherVersion: only space not given back
             return 0
 
@@ -359,6 +360,17 @@ class ActionDB:
                     shutil.rmtree(self.path + suffix, ignore_errors=True)
                 except OSError:
                     pass
+
+
+def _on_disk(path: str) -> int:
+    """The database file and its write-ahead log, in bytes."""
+    total = 0
+    for p in (path, path + "-wal"):
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
 
 
 def _durations_in(c: sqlite3.Connection, labels: list[str]) -> dict[str, float]:

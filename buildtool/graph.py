@@ -337,78 +337,106 @@ class GraphBuilder:
         result: list[str] = []
         seen: set[str] = set()
         failed: list[UserError] = []  # (-k) the BUILD.py files that could not be evaluated
+        failed_pkgs: set[str] = set()
         for text in patterns or ["//..."]:
-            if text.startswith(":"):
-                self._check_here(text, cur)
             try:
-                pat = labels.parse_pattern(text, cur, self.cwd_pkg)
-            except labels.LabelError as e:
-                raise self.pattern_error(text, e) from None
-            matched: list[str] = []
-            tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
-            skipped = 0  # manual and always=True targets the wildcard passes over (said likewise)
-            if pat.kind == "target":
-                decls = self._load_pkg_for(pat.pkg, text)
-                if pat.name not in decls:
-                    raise UserError(self._unknown_msg(pat.pkg, pat.name, text, decls))
-                matched.append(labels.label_str(pat.pkg, pat.name))
-            else:
-                if pat.kind == "package":
-                    pkgs = [pat.pkg]
-                    self._load_pkg_for(pat.pkg, text)
-                else:
-                    pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
-                    if not pkgs and not (want_tests and pat.pkg == ""):
-                        # A typo, not "no tests here" (exit 4): bad input for build and test
-                        # alike.  (`test //...` in a workspace without packages has no tests.)
-                        msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
-                        below = [ig for ig in self.loader.ws.ignore_patterns
-                                 if not pat.pkg or ig.startswith(pat.pkg + "/")]
-                        if pat.pkg and self.loader.ws.is_ignored(pat.pkg):
-                            msg = f"pattern {text!r} matches no package: {pat.pkg} is left out by .buildtoolignore"
-                        elif below:
-                            msg += f" that buildtool loads (.buildtoolignore leaves out {', '.join(below[:3])})"
-                        elif pat.pkg and self.loader.in_cache_dir(pat.pkg) \
-                                and os.path.isdir(os.path.join(self.loader.ws.root, pat.pkg)):
-                            msg += f" that buildtool loads; {self._cache_dir_why(pat.pkg)}"
-                        raise UserError(msg)
-                for pkg in pkgs:
-                    try:
-                        decls = self.loader.load(pkg)
-                    except UserError as e:  # (Bazel's --keep_going lists every package's error)
-                        if not self.keep_going or pat.kind == "package":
-                            raise
-                        failed.append(e)
-                        continue
-                    for name, d in decls.items():
-                        for attr in ("manual", "always"):  # checked here too: they decide who matches
-                            v = d.attrs.get(attr, False)
-                            if not isinstance(v, bool):
-                                raise _err(d, f"attribute {attr!r} must be True or False (got {v!r})")
-                        if d.attrs.get("manual", False) or d.attrs.get("always", False):
-                            skipped += (d.kind == "test") == want_tests
-                            continue
-                        if (d.kind == "test") != want_tests:
-                            tests_left += d.kind == "test"
-                            continue
-                        matched.append(labels.label_str(pkg, name))
-            if failed:
-                continue  # (its matches are incomplete: said below, with every error)
-            if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
-                why = (f" to build ({tests_left} test target(s) only: `buildtool test {text}` runs them)"
-                       if tests_left else
-                       f" ({skipped} manual or always=True target(s) left out: a wildcard skips them, a label "
-                       "names one)" if skipped else "")
-                raise UserError(f"pattern {text!r} matches no targets{why}")
-            for lab in matched:
-                if lab not in seen:
-                    seen.add(lab)
-                    result.append(lab)
+                self._expand_one(text, cur, want_tests, result, seen, failed, failed_pkgs)
+            except UserError as e:  # (-k: said with every other, not instead of them)
+                if not self.keep_going:
+                    raise
+                if str(e) not in {str(f) for f in failed}:
+                    failed.append(e)
         if failed:
+            failed = list({str(e): e for e in failed}.values())  # (one BUILD.py reached by two patterns: said once)
             more = "".join(f"\nbuildtool: error: {e}" for e in failed[1:])
-            raise UserError(f"{failed[0]}{more}\n({len(failed)} BUILD.py file(s) could not be evaluated; "
-                            "nothing was built)" if len(failed) > 1 else str(failed[0]))
+            raise UserError(f"{failed[0]}{more}\n({len(failed)} errors in the patterns and the BUILD.py files "
+                            "they load; nothing was built)" if len(failed) > 1 else str(failed[0]))
         return result
+
+    def _expand_one(self, text: str, cur: str, want_tests: bool, result: list[str], seen: set[str],
+                    failed: list[UserError], failed_pkgs: set[str]) -> None:
+        """Add the labels ``text`` matches to ``result``; under -k, a package whose BUILD.py
+        cannot be evaluated (or declares a bad manual/always) goes to ``failed``, once,
+        instead of raising."""
+        if text.startswith(":"):
+            self._check_here(text, cur)
+        try:
+            pat = labels.parse_pattern(text, cur, self.cwd_pkg)
+        except labels.LabelError as e:
+            raise self.pattern_error(text, e) from None
+        matched: list[str] = []
+        tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
+        skipped = 0  # manual and always=True targets the wildcard passes over (said likewise)
+        if pat.kind == "target":
+            decls = self._load_pkg_for(pat.pkg, text)
+            if pat.name not in decls:
+                raise UserError(self._unknown_msg(pat.pkg, pat.name, text, decls))
+            matched.append(labels.label_str(pat.pkg, pat.name))
+        else:
+            if pat.kind == "package":
+                pkgs = [pat.pkg]
+                self._load_pkg_for(pat.pkg, text)
+            else:
+                pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
+                if not pkgs and not (want_tests and pat.pkg == ""):
+                    # A typo, not "no tests here" (exit 4): bad input for build and test
+                    # alike.  (`test //...` in a workspace without packages has no tests.)
+                    msg = f"pattern {text!r} matches no package: there is no BUILD.py at or below its directory"
+                    below = [ig for ig in self.loader.ws.ignore_patterns
+                             if not pat.pkg or ig.startswith(pat.pkg + "/")]
+                    if pat.pkg and self.loader.ws.is_ignored(pat.pkg):
+                        msg = f"pattern {text!r} matches no package: {pat.pkg} is left out by .buildtoolignore"
+                    elif below:
+                        msg += f" that buildtool loads (.buildtoolignore leaves out {', '.join(below[:3])})"
+                    elif pat.pkg and self.loader.in_cache_dir(pat.pkg) \
+                            and os.path.isdir(os.path.join(self.loader.ws.root, pat.pkg)):
+                        msg += f" that buildtool loads; {self._cache_dir_why(pat.pkg)}"
+                    raise UserError(msg)
+            for pkg in pkgs:
+                if pkg in failed_pkgs:
+                    continue  # (said once, however many patterns reach it)
+                try:
+                    found = self._matching(pkg, want_tests)
+                except UserError as e:  # (Bazel's --keep_going lists every package's error)
+                    if not self.keep_going:
+                        raise
+                    failed.append(e)
+                    failed_pkgs.add(pkg)
+                    continue
+                matched += found[0]
+                tests_left += found[1]
+                skipped += found[2]
+        if failed:
+            return  # (its matches may be incomplete: said with every error)
+        if not matched and not want_tests:  # (`test`: the tests of the other patterns run; none: exit 4)
+            why = (f" to build ({tests_left} test target(s) only: `buildtool test {text}` runs them)"
+                   if tests_left else
+                   f" ({skipped} manual or always=True target(s) left out: a wildcard skips them, a label "
+                   "names one)" if skipped else "")
+            raise UserError(f"pattern {text!r} matches no targets{why}")
+        for lab in matched:
+            if lab not in seen:
+                seen.add(lab)
+                result.append(lab)
+
+    def _matching(self, pkg: str, want_tests: bool) -> tuple[list[str], int, int]:
+        """The labels of ``pkg`` a wildcard matches, the tests it passes over (a build) and
+        the manual or always=True targets it skips."""
+        matched: list[str] = []
+        tests_left = skipped = 0
+        for name, d in self.loader.load(pkg).items():
+            for attr in ("manual", "always"):  # checked here too: they decide who matches
+                v = d.attrs.get(attr, False)
+                if not isinstance(v, bool):
+                    raise _err(d, f"attribute {attr!r} must be True or False (got {v!r})")
+            if d.attrs.get("manual", False) or d.attrs.get("always", False):
+                skipped += (d.kind == "test") == want_tests
+                continue
+            if (d.kind == "test") != want_tests:
+                tests_left += d.kind == "test"
+                continue
+            matched.append(labels.label_str(pkg, name))
+        return matched, tests_left, skipped
 
     def _check_here(self, text: str, cur: str) -> None:
         """``text`` (``:name``, ``:all``) names a target of the working directory's package;
@@ -529,8 +557,11 @@ class GraphBuilder:
         """``//lib/core:core`` for ``lib``/``core`` when package lib/core has a target core:
         the label meant by ``//lib:core`` (a ':' typed for a '/'), or None."""
         joined = f"{pkg}/{name}" if pkg else name
-        if self.loader.package_exists(joined) and name in self.loader.load(joined):
-            return labels.label_str(joined, name)
+        try:  # (a BUILD.py there that fails: its error replaced the user's own, in a hint)
+            if self.loader.package_exists(joined) and name in self.loader.load(joined):
+                return labels.label_str(joined, name)
+        except BuildtoolError:
+            pass
         return None
 
     def _colon_for_slash(self, pkg: str) -> str | None:

@@ -152,6 +152,10 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     workspace.build_file("app", 'genrule(name="app", deps=[":x"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app:app")
     assert "app/BUILD.py:1" in err and "has no target named 'x'" in err and "did you mean" not in err, err
+    workspace.build_file("app/x", "genrule(\n")  # (a subpackage x, broken: the ':'-for-'/' hint loaded it)
+    err = expect_invalid(workspace, "//app:app")
+    assert "app/BUILD.py:1" in err and "syntax error" not in err, err
+    (workspace.root / "app" / "x" / "BUILD.py").unlink()
     workspace.build_file("x", "")  # (no targets: "did you mean a target of the package //x: ?")
     err = expect_invalid(workspace, "//app:app")
     assert "has no target named 'x'" in err and "did you mean" not in err, err
@@ -783,7 +787,14 @@ def test_keep_going_says_every_buildfile_that_cannot_be_evaluated(workspace: Wor
     workspace.build_file("c", 'genrul(name="c", outs=["c"], cmd="true")\n')
     err = expect_invalid(workspace, "-k", "//...")
     assert "b/BUILD.py:1" in err and "c/BUILD.py:1" in err, err
-    assert "(2 BUILD.py file(s) could not be evaluated; nothing was built)" in err, err
+    assert "(2 errors in the patterns and the BUILD.py files they load; nothing was built)" in err, err
     assert err.count("buildtool: error:") == 2, err
     err = expect_invalid(workspace, "//...")  # (without -k: the first, as before)
     assert err.count("buildtool: error:") == 1 and "b/BUILD.py:1" in err, err
+    # Each once, however many patterns reach it; later errors join them, not replace them.
+    workspace.build_file("d", 'genrule(name="d", outs=["d"], cmd="true", manual="yes")\n')
+    err = expect_invalid(workspace, "-k", "//b:all", "//...", "//...", "//nope/...", "//a:zz")
+    for said in ("b/BUILD.py:1", "c/BUILD.py:1", "d/BUILD.py:1", "'//nope/...' matches no package",
+                 "unknown target '//a:zz'"):
+        assert err.count(said) == 1, (said, err)
+    assert "(5 errors in the patterns" in err, err

@@ -1570,3 +1570,18 @@ def test_memory_levels_off_over_many_cycles(tmp_path: Path, cache: Path) -> None
         fd_dir = Path(f"/proc/{w.proc.pid}/fd")
         locks = [n for n in os.listdir(fd_dir) if os.readlink(fd_dir / n).endswith("gc.lock")]
         assert len(locks) <= 1, locks  # (each cycle's cache left its gc.lock open: one per storing cycle)
+
+
+def test_keep_going_names_every_broken_buildfile_in_a_cycle(tmp_path: Path, cache: Path) -> None:
+    """`watch -k` stopped at the first broken BUILD.py, as a build without -k does."""
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "a" / "BUILD.py", 'oldmacro(name="x")\n')
+    write(root / "b" / "BUILD.py", "genrule(\n")
+    w = Watch(root, cache, "-k", "//...")
+    try:
+        assert w.wait_cycle(1).status == "ERROR", w.log()
+        w.wait_settled(lambda cs: any("b/BUILD.py:1" in line for line in w.err), "b's error said too")
+        assert any("a/BUILD.py:1" in line for line in w.err), w.log()
+    finally:
+        w.stop()
