@@ -113,13 +113,7 @@ class ActionDB:
 
     def put(self, key: str, entry: bytes) -> bool:
         """Store (or replace) the entry of ``key``; False if it could not be stored."""
-
-        def write(c: sqlite3.Connection) -> bool:
-            c.execute("INSERT OR REPLACE INTO actions VALUES (?, ?, ?)", (key, entry, time.time_ns()))
-            self._touched.discard(key)
-            return True
-
-        return self._guarded("store into", write, False)
+        return self.put_many([(key, entry)]) > 0
 
     def put_many(self, rows: list[tuple[str, bytes]]) -> int:
         """Store (or replace) these (key, entry) rows in one transaction; the bytes of
@@ -132,7 +126,7 @@ class ActionDB:
             self._in_transaction(c, [("INSERT OR REPLACE INTO actions VALUES (?, ?, ?)",
                                       [(k, e, now) for k, e in rows])])
             self._touched.difference_update(k for k, _ in rows)
-            return sum(len(e) for _, e in rows)
+            return max(1, sum(len(e) for _, e in rows))  # (stored: never 0, even of empty entries)
 
         return int(self._guarded("store into", write, 0))  # type: ignore[call-overload]
 
