@@ -79,7 +79,10 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
     _add_build_flags(w, watch=True)
     _add_watch_flags(w, False)
-    sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)")
+    sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)",
+                   description="Remove the outputs earlier builds wrote (an output edited since is kept, "
+                               "said so) and the workspace's state in .buildtool/; the shared cache is left "
+                               "as it is, so the next build restores from it.")
     from buildtool.insight import add_parsers as add_insight_parsers
 
     add_insight_parsers(sub)

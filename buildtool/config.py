@@ -163,7 +163,11 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
     for k, v in raw.items():
         want = KEYS.get(k)
         if want is None:
-            msg = f"{path}: unknown config key {k!r}; known keys are: {', '.join(sorted(KEYS))}"
+            import difflib  # (this error only)
+
+            near = difflib.get_close_matches(str(k), list(KEYS), n=1, cutoff=0.7)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            msg = f"{path}: unknown config key {k!r}{hint}; known keys are: {', '.join(sorted(KEYS))}"
             raise UserError(msg)
         if k.startswith("remote_"):
             from buildtool.remote.options import check_key

@@ -40,7 +40,8 @@ def add_parsers(sub: Any) -> None:
 
     g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot or JSON)")
     g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
-    g.add_argument("--format", choices=("dot", "json"), default="dot")
+    g.add_argument("--format", choices=("dot", "json"), default="dot",
+                   help="dot (Graphviz, the default) or json (formats.md)")
 
 
 class _ReaderWatch:

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import Workspace
 
 from buildtool import config
 
@@ -202,3 +203,14 @@ def test_a_user_config_that_cannot_be_reached_is_no_user_config(
     assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"  # (this user's own 0700 dir)
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # (ignored, as the XDG spec says)
     assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"
+
+
+def test_an_unknown_config_key_gets_a_did_you_mean(workspace: Workspace) -> None:
+    """`jobz = 3` listed every key but did not say which was meant (BUILD.py attributes do)."""
+    workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    workspace.write("buildtool.toml", "jobz = 3\n")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "unknown config key 'jobz' (did you mean 'jobs'?); known keys are:" in err, err
+    workspace.write("buildtool.toml", "zzzz = 3\n")
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "unknown config key 'zzzz'; known keys are:" in err, err
