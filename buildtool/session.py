@@ -100,6 +100,10 @@ class BuildRequest:
         self.verbose = verbose
         self.print_directory = print_directory
 
+    def keeps_going(self, cfg: Any) -> bool:
+        """-k / --no-keep-going as asked, else the config's (env, buildtool.toml) keep_going."""
+        return bool(self.keep_going if self.keep_going is not None else cfg.keep_going)
+
 
 class BuildResult:
     """What a build did: each requested label's outcome, the wall time, the exit code."""
@@ -285,8 +289,7 @@ class Session:
             from buildtool.loader import Loader
 
             new = Loader(self.ws, self.recorded_outputs(record))
-            keep_going = req.keep_going if req.keep_going is not None else cfg.keep_going
-            return new, self._graph(new, req.patterns, req.mode, keep_going=bool(keep_going))
+            return new, self._graph(new, req.patterns, req.mode, keep_going=req.keeps_going(cfg))
 
         cleans = self.focus is None and not req.dry_run  # (dead outputs are deleted after a full evaluation)
         dead: tuple[list[tuple[str, list[Any]]], list[str]] = ([], [])
@@ -446,7 +449,7 @@ class Session:
             runner_reporter = Fanout(_Committer(runner), shown, events, self.observer, load_limit)
             sched = Scheduler(
                 plan, tests.wrap(runner) if tests else runner, runner_reporter, jobs=jobs,
-                keep_going=req.keep_going if req.keep_going is not None else cfg.keep_going,
+                keep_going=req.keeps_going(cfg),
                 pool_of=[t.pool for t in graph.targets], pool_depth=cfg.pools,
                 can_start=load_limit.can_start if load_limit else None,
                 exclusive=[t.exclusive for t in graph.targets],

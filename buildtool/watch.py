@@ -474,8 +474,7 @@ class Watcher:
             if not self.rescan:
                 new.take_discovery(old)
         self.partial = new
-        keep_going = req.keep_going if req.keep_going is not None else self.session.config.keep_going
-        graph = self.session._graph(new, req.patterns, req.mode, keep_going=bool(keep_going))  # (-k: every error)
+        graph = self.session._graph(new, req.patterns, req.mode, keep_going=req.keeps_going(self.session.config))
         if old is not None and not self.reload_all:  # the kept packages' reads, as they were read
             for f, st in old.read_stats.items():
                 new.read_stats.setdefault(f, st)
