@@ -309,7 +309,8 @@ class Cache:
         """Write the queued entries in one transaction and let go of the store guard, which
         the queue held since its first entry (no GC deleted their blobs meanwhile); only
         those whose blobs are all still there (removed by hand: an entry must never point
-        at a blob that is not there)."""
+        at a blob that is not there).  Written even when storing stopped since (a full
+        disk): their blobs were stored before it."""
         with self._write_mu:  # (the timer's write in progress: a flush returned before it was done)
             with self._queue_mu:
                 batch, self._queued = self._queued, {}
@@ -318,7 +319,7 @@ class Cache:
                 return
             stored = 0
             try:
-                if batch and self.writable:
+                if batch:
                     rows = [(k, raw) for k, (raw, blobs) in batch.items()
                             if all(os.path.exists(self._blob_path(d)) for d in blobs)]
                     stored = self.actions.put_many(rows)

@@ -673,6 +673,33 @@ def test_stored_entries_are_written_in_batches_and_never_one_whose_blob_is_gone(
     assert len(cv.entries(tmp_path / "c")) == 1 + QUEUE_MAX  # (written without a flush)
 
 
+def test_entries_queued_before_a_full_disk_stops_the_stores_are_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blob refused with ENOSPC stops storing for the rest of the build; the entries queued
+    before it (their blobs all written) were dropped with it: a build with one output too
+    large for the disk cached nothing, every time, and left the blobs named by no entry."""
+    import errno
+
+    warned: list[str] = []
+    c = Cache(str(tmp_path / "c"), warned.append)
+    data = b"a blob too large to go inline\n" * 200
+    d = hash_bytes(data)
+    assert c.put_bytes(data, d)
+    c.put_action("a" * 64, ActionEntry((CachedOutput("o", d, 0o644),), 1.0, None, None))
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Cache, "_write_new", full)
+    big = b"another one\n" * 400
+    assert not c.put_bytes(big, hash_bytes(big))
+    assert not c.writable and len(warned) == 1 and "nothing is stored in the cache" in warned[0], warned
+    c.put_action("b" * 64, ActionEntry((CachedOutput("p", hash_bytes(big), 0o644),), 1.0, None, None))
+    c.flush()
+    assert set(cv.entries(tmp_path / "c")) == {"a" * 64}
+
+
 def test_a_gc_waits_for_queued_entries_and_never_deletes_their_blobs(tmp_path: Path) -> None:
     """Queued entries' blobs are in cas/ with no entry naming them yet: a `cache gc` then
     deleted them as a killed build's garbage, and the entries were dropped unwritten (30 gc
