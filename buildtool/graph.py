@@ -18,7 +18,16 @@ import sys
 from buildtool import labels
 from buildtool.atomic import NAME_MAX
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
-from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, FS_ENCODING, IGNORE_FILE, MARKER, STATE_DIR, at_or_above
+from buildtool.workspace import (
+    ALWAYS_SKIPPED,
+    BUILDFILE,
+    CACHEDIR_TAG,
+    FS_ENCODING,
+    IGNORE_FILE,
+    MARKER,
+    STATE_DIR,
+    at_or_above,
+)
 
 PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
@@ -282,6 +291,17 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
         return f"the workspace's {path}"
     if path in read:
         return f"a file that evaluating the {BUILDFILE} files reads (imported or opened)"
+    return None
+
+
+def _boundary_file(path: str) -> str | None:
+    """What makes ``path`` change which packages and sources the workspace has (so never an
+    output: a build would make another graph than the one it ran), or None."""
+    d, _, name = path.rpartition("/")
+    if name == MARKER:
+        return f"a {MARKER}, which makes {d}/ a workspace of its own that this one skips"
+    if name == CACHEDIR_TAG and d:  # (one at the root is ignored)
+        return f"a {CACHEDIR_TAG}, which marks {d}/ a cache directory that this workspace skips"
     return None
 
 
@@ -1257,6 +1277,10 @@ class GraphBuilder:
                     raise _err(self.loader.load(pkg)[name],
                                f"output {o!r} of {lab} is really {real_o!r} (through the symbolic link {where!r}), "
                                f"{own}; an output is deleted before its command runs")
+            boundary = _boundary_file(o)
+            if boundary is not None:
+                pkg, name = labels.split_label(lab)
+                raise _err(self.loader.load(pkg)[name], f"output {o!r} of {lab} is {boundary}")
             full = os.path.join(root, o)
             link_out = False
             if ok and os.path.islink(full):

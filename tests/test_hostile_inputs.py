@@ -83,6 +83,12 @@ CATALOGUE = [
     ("output-is-the-marker", 'genrule(name="t", outs=["buildtool.toml"], cmd="true")', "buildtool.toml", "keep"),
     ("output-is-the-ignore-file", 'genrule(name="t", outs=[".buildtoolignore"], cmd="true")', ".buildtoolignore",
      "keep"),
+    # Either would take the packages below it out of the build once made (a no-op then
+    # vouched for the graph from before it, which query and a fresh evaluation refuse).
+    ("output-is-a-nested-marker", 'genrule(name="t", outs=["p/buildtool.toml"], cmd="true")',
+     "a buildtool.toml, which makes p/ a workspace of its own that this one skips", None),
+    ("output-is-a-cachedir-tag", 'genrule(name="t", outs=["p/CACHEDIR.TAG"], cmd="true")',
+     "a CACHEDIR.TAG, which marks p/ a cache directory that this workspace skips", None),
     ("output-is-a-read-file", 'open("a.txt").read()\ngenrule(name="t", outs=["a.txt"], cmd="true")',
      "evaluating the BUILD.py files reads", "keep"),
     ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
