@@ -109,9 +109,26 @@ def _emit(text: str) -> None:
     """Labels and paths as the file system has them: UTF-8 (a name that is not as its own
     bytes), whatever the locale's encoding (print() raised UnicodeEncodeError for 日本
     under a Latin-1 one, and wrote é as a Latin-1 byte into a dot file)."""
+    import os
+    import select
+
+    data = memoryview(text.encode("utf-8", "surrogateescape"))
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
-    sys.stdout.flush()
+    try:
+        fd = sys.stdout.buffer.fileno()
+    except (AttributeError, OSError, ValueError):  # (not a file: a test's capture)
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    # Not the buffer's write: a pipe whose reader left after taking part of a large write
+    # got the rest dropped without an error (exit 0, the listing cut short unsaid).
+    while data:
+        try:
+            n = os.write(fd, data)  # BrokenPipeError once the reader left (exit 141)
+        except BlockingIOError:  # (a non-blocking stdout someone handed us)
+            select.select([], [fd], [])
+            continue
+        data = data[n:]
 
 
 def _warn(msg: str) -> None:

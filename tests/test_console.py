@@ -260,6 +260,20 @@ def test_a_closed_stdout_ends_a_listing_quietly(workspace: Workspace, unbuffered
         assert err == "", (args, err)
 
 
+def test_a_listing_whose_reader_leaves_halfway_exits_141(workspace: Workspace) -> None:
+    """`buildtool query //... | head -2`: the pipe took the first 64 KiB of one large write,
+    and the rest was dropped without an error (exit 0, the listing cut short unsaid)."""
+    workspace.build_file("", "\n".join(
+        f'genrule(name="target_with_a_long_name_{i:05d}_{"x" * 40}", outs=["o{i}"], cmd="touch $@")'
+        for i in range(3000)))
+    for args in (("query", "//..."), ("graph",), ("graph", "--format", "json")):
+        p = subprocess.run(["bash", "-c", '"$0" "$@" | head -c 100 > /dev/null; exit "${PIPESTATUS[0]}"',
+                            BUILDTOOL, *args], cwd=workspace.root, capture_output=True, text=True, timeout=120,
+                           check=False)
+        assert p.returncode == 141, (args, p.returncode, p.stderr)
+        assert p.stderr == "", (args, p.stderr)
+
+
 def test_strip_controls_keeps_text_and_is_linear() -> None:
     from buildtool.console import strip_controls
 
