@@ -32,7 +32,7 @@ from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_path, temp_pa
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 from buildtool.keys import compact_loads
-from buildtool.workspace import BUILDFILE, CACHEDIR_SIGNATURE, CACHEDIR_TAG, MARKER
+from buildtool.workspace import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -132,13 +132,25 @@ def safe_rel_path(p: Any) -> bool:
     )
 
 
+def _own_name(name: str) -> bool:
+    """A name buildtool puts in a cache dir: its layouts (v2, and older ones) and the tag."""
+    return name == CACHEDIR_TAG or (name[:1] == "v" and name[1:].isdigit())
+
+
 def _tag(directory: str) -> None:
     """Mark the cache dir as a cache (CACHEDIR.TAG): backup tools skip it, and a cache kept
     inside a workspace stays out of its glob() results and of //... (workspace.py).  A
-    cache dir that holds a BUILD.py or buildtool.toml (a package or workspace named as the
-    cache dir) is not tagged, which would hide its BUILD.py: its ``v2/`` is.  A cache dir
-    that cannot be written keeps what it has."""
-    if any(os.path.lexists(os.path.join(directory, f)) for f in (BUILDFILE, MARKER)):
+    cache dir that holds anything besides buildtool's own files (a package or workspace
+    named as the cache dir, a user's folder of other things: ``cache_dir = ".."``) is not
+    tagged, which would hide them: its ``v2/`` is.  A cache dir that cannot be written
+    keeps what it has."""
+    if os.path.lexists(os.path.join(directory, CACHEDIR_TAG)):
+        return
+    try:
+        foreign = any(not _own_name(n) for n in os.listdir(directory))
+    except OSError:
+        return
+    if foreign:
         directory = os.path.join(directory, LAYOUT)
     tag = os.path.join(directory, CACHEDIR_TAG)
     if os.path.isdir(directory) and not os.path.lexists(tag):

@@ -501,6 +501,16 @@ def test_the_cache_dir_is_tagged_as_a_cache_and_a_tag_there_is_left_as_it_is(tmp
     Cache(str(tmp_path / "pkg"), lambda _: None)
     assert not (tmp_path / "pkg" / "CACHEDIR.TAG").exists()
     assert is_cache_tag(str(tmp_path / "pkg" / cache_mod.LAYOUT / "CACHEDIR.TAG"))
+    # A user's folder of other things named as the cache dir (`cache_dir = ".."`): tagged,
+    # `tar --exclude-caches`, borg and restic left the user's files out of every backup.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.txt").write_text("my work\n")
+    Cache(str(tmp_path / "mine"), lambda _: None)
+    assert not (tmp_path / "mine" / "CACHEDIR.TAG").exists()
+    assert is_cache_tag(str(tmp_path / "mine" / cache_mod.LAYOUT / "CACHEDIR.TAG"))
+    (tmp_path / "old" / cache_mod.LAYOUT).mkdir(parents=True)  # a cache of an older buildtool: its own
+    Cache(str(tmp_path / "old"), lambda _: None)
+    assert is_cache_tag(str(tmp_path / "old" / "CACHEDIR.TAG"))
 
 
 @pytest.mark.parametrize("sub", ["tmp", "cas"])
