@@ -571,7 +571,8 @@ def _unwritable(path: str, flag: str) -> str | None:
     if os.path.isdir(path):
         return "is a directory; name a file"
     if path.endswith("/") or os.path.basename(path) in (".", ".."):  # (reports/ not there yet: a file
-        return "names a directory; name a file (reports/junit.xml)"  # named reports was written)
+        example = {"--events": "events.jsonl", "--profile": "profile.json"}.get(flag, "junit.xml")  # named
+        return f"names a directory; name a file (reports/{example})"  # reports was written)
     try:
         regular: bool | None = stat.S_ISREG(os.stat(path).st_mode)
     except OSError:

@@ -673,8 +673,8 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     (["--events", "{tmp}"], {}, "is a directory"),
     (["--profile", "{tmp}"], {}, "--profile"),
     # A directory not made yet: a file named trace was written (and reports/junit.xml failed next time).
-    (["--profile", "{tmp}/new/"], {}, "--profile {tmp}/new/: names a directory; name a file"),
-    (["--events", "{tmp}/new/."], {}, "names a directory"),
+    (["--profile", "{tmp}/new/"], {}, "--profile {tmp}/new/: names a directory; name a file (reports/profile.json)"),
+    (["--events", "{tmp}/new/."], {}, "names a directory; name a file (reports/events.jsonl)"),
     # A name too long for the file system: --profile (and --junit) failed only once the build was done.
     (["--profile", "{tmp}/" + "p" * 300], {}, "its file system allows"),
     (["--events", "{tmp}/new/" + "e" * 300], {}, "its file system allows"),
