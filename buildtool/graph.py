@@ -950,7 +950,7 @@ class GraphBuilder:
                     from buildtool.profile import chain_text  # (an error path)
 
                     msg = "dependency cycle: " + chain_text(cyc)  # (a 6,000-target cycle: its ends)
-                    raise BuildfileError(msg, d.path, d.line)
+                    raise _err(d, msg)
                 if c == WHITE:
                     color[nxt] = GREY
                     path.append(nxt)
@@ -1084,6 +1084,7 @@ class GraphBuilder:
                            f"refer to '{producer}' instead (a link orders nothing: it may be read before "
                            "it is made)")
         self._check_output_paths(out_owner)
+        self._check_pyrule_modules(targets, out_owner)
         self._check_same_files(out_owner, src_users)
         final = [t for t in targets if t is not None]
         return Graph(
@@ -1216,6 +1217,26 @@ class GraphBuilder:
     def _fail_on(self, lab: str, msg: str) -> None:
         pkg, name = labels.split_label(lab)
         raise _err(self.loader.load(pkg)[name], msg)
+
+    def _check_pyrule_modules(self, targets: Iterable[Target | None], out_owner: dict[str, str]) -> None:
+        """A pyrule's ``fn`` module (and the packages' ``__init__.py`` on its way) is a source
+        of the workspace, part of the pyrule's key: never an output, which is deleted before
+        its command runs (an unrelated target writing it had the pyrule fail or pass by timing,
+        and a build that says OK leave a module that the next evaluation refuses)."""
+        from buildtool.keys import _module_file  # pyrules only
+
+        root = self.loader.ws.root
+        for t in targets:
+            if t is None or t.fn is None:
+                continue
+            parts = t.fn.partition(":")[0].split(".")
+            for i in range(1, len(parts) + 1):
+                path = _module_file(root, ".".join(parts[:i]))
+                rel = None if path is None else os.path.relpath(path, root).replace(os.sep, "/")
+                lab = None if rel is None else out_owner.get(rel)
+                if lab is not None:
+                    self._fail_on(lab, f"output {rel!r} of {lab} is a module of {t.label}'s fn={t.fn!r}; "
+                                       "an output is deleted before its command runs")
 
     def _check_output_paths(self, out_owner: dict[str, str]) -> None:
         root = self.loader.ws.root

@@ -780,6 +780,13 @@ class Loader:
             if pat.startswith("/") or ".." in pat.split("/"):
                 msg = f"glob pattern {pat!r} must stay inside package //{pkg} (no '..', not absolute)"
                 raise ValueError(msg)
+            segments = pat.split("/")
+            if "" in segments:  # (as Bazel: 'src//x.c' matched nothing, a trailing '/' too)
+                msg = f"glob pattern {pat!r} has an empty path segment ('//' or a trailing '/')"
+                raise ValueError(msg)
+            if any("**" in seg and seg != "**" for seg in segments):  # ('sr**/x.c' was 'sr*/x.c')
+                msg = f"glob pattern {pat!r}: '**' must be a whole path segment (as in 'src/**/x.c')"
+                raise ValueError(msg)
         inc = [_checked_glob(p) for p in include]
         exc = [_checked_glob(p) for p in exclude]
         self.glob_rules.setdefault(pkg, []).extend(zip(include, inc, strict=True))

@@ -93,6 +93,14 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
      "evaluating the BUILD.py files reads", "keep"),
+    # A pyrule's module is part of its key, and was deleted before the writer ran: the
+    # pyrule failed or passed by timing (-j2 / -j1) and the next evaluation refused it.
+    ("output-is-a-pyrule-module",
+     'pyrule(name="p", fn="tools.defs:VALUE", outs=["o"])\ngenrule(name="x", outs=["tools/defs.py"], cmd="true")',
+     "output 'tools/defs.py' of //:x is a module of //:p's fn='tools.defs:VALUE'", "keep"),
+    ("output-is-a-pyrule-module-package",
+     'pyrule(name="p", fn="tools.defs:VALUE", outs=["o"])\ngenrule(name="x", outs=["tools/__init__.py"], cmd="true")',
+     "output 'tools/__init__.py' of //:x is a module of //:p's fn='tools.defs:VALUE'", "keep"),
     ("manual-as-a-string", 'genrule(name="t", outs=["o"], cmd="echo > $@", manual="no")', "'manual' must be True",
      None),
     ("output-inside-an-output",
@@ -152,6 +160,10 @@ CATALOGUE = [
     ("raises-generator-exit", 'raise GeneratorExit("g")', "GeneratorExit", None),
     ("raises-an-unprintable", 'class E(Exception):\n    def __str__(self):\n        raise ValueError\n\nraise E()',
      "raised E", None),
+    ("glob-empty-segment", 'genrule(name="t", srcs=glob(["src//x.c"]), outs=["o"], cmd="true")',
+     "glob pattern 'src//x.c' has an empty path segment", None),
+    ("glob-partial-double-star", 'genrule(name="t", srcs=glob(["sr**/x.c"]), outs=["o"], cmd="true")',
+     "glob pattern 'sr**/x.c': '**' must be a whole path segment", None),
     ("glob-bad-range", 'genrule(name="t", srcs=glob(["[z-a]"]), outs=["o"], cmd="true")',
      "glob pattern '[z-a]' is not a valid pattern (bad character range", None),
     # It closed buildtool's own stderr: the error of the next package was lost (exit 1).
@@ -189,6 +201,8 @@ CATALOGUE = [
      "(in the macro at tools/macros.py:11)", "macro"),
     ("module-syntax-error", 'x = 1\nfrom tools import broken', "tools/broken.py:2: syntax error: ",
      "macro"),
+    ("macro-made-cycle", 'from tools.macros import loop\nloop(name="c")',
+     "BUILD.py:2: dependency cycle: //:c -> //:c_b -> //:c (in the macro at tools/macros.py:", "macro"),
     ("module-syntax-error-where", 'x = 1\nfrom tools import broken', "(imported from BUILD.py:2)", "macro"),
     ("exec-syntax-error", 'x = 1\nexec("def f(:")', "(called from BUILD.py:2)", None),
     # An error in a function the BUILD.py defines: where it raised, and the top-level line.
@@ -211,6 +225,10 @@ def dangling(name):
 
 def _lookup(opts, key):
     return opts[key]
+
+def loop(name):
+    genrule(name=name, srcs=[":" + name + "_b"], outs=[name + ".a"], cmd="true")
+    genrule(name=name + "_b", srcs=[":" + name], outs=[name + ".b"], cmd="true")
 
 def chain(name):
     x = 1
