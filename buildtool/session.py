@@ -705,13 +705,14 @@ class Session:
         record row) each, and the labels whose record entries go with them.  Nothing is
         deleted here (``_clean_dead`` does; the listing taken after the evaluation leaves
         these out, since their going is no change to the workspace).  A package that
-        .buildtoolignore leaves out now is not buildtool's to clean: its targets' entries go,
-        their outputs stay as plain files (said in a note)."""
+        .buildtoolignore leaves out now, or that a nested workspace (a buildtool.toml of its
+        own) or a cache directory (CACHEDIR.TAG) now holds, is not buildtool's to clean: its
+        targets' entries go, their outputs stay as plain files (said in a note)."""
         live_outputs = {o for t in graph.targets for o in t.outs}
         loaded = set(loader.loaded_packages())
         rows: list[tuple[str, list[Any]]] = []
         gone: list[str] = []
-        left: list[str] = []  # outputs in packages left out by .buildtoolignore, kept
+        left: dict[str, list[str]] = {}  # why they are left out -> outputs in such packages, kept
         for lab in list(record.entries):
             pkg, name = labels.split_label(lab)
             tid = graph.by_label.get(lab)
@@ -726,14 +727,22 @@ class Session:
             elif loader.package_exists(pkg):
                 continue
             dead = [(lab, o) for o in (record.entries.head(lab) or {}).get("o", []) if o[0] not in live_outputs]
-            if pkg and loader.ws.is_ignored(pkg):
-                left.extend(o[0] for _, o in dead if os.path.lexists(os.path.join(loader.ws.root, o[0])))
+            why = "" if not pkg else (".buildtoolignore now leaves out" if loader.ws.is_ignored(pkg)
+                                      else "a nested buildtool.toml now makes a workspace of its own"
+                                      if loader.in_nested_workspace(pkg)
+                                      else "a CACHEDIR.TAG now marks a cache directory"
+                                      if loader.in_cache_dir(pkg) else "")
+            if why:
+                left.setdefault(why, []).extend(
+                    o[0] for _, o in dead if os.path.lexists(os.path.join(loader.ws.root, o[0])))
             else:
                 rows.extend(dead)
             gone.append(lab)
-        if left:
-            _say(f"note: kept {len(left)} output(s) of earlier builds that .buildtoolignore now leaves out "
-                 f"({', '.join(sorted(left)[:3])}{', ...' if len(left) > 3 else ''}); they are plain files from now on")
+        for why, kept in left.items():
+            if kept:
+                _say(f"note: kept {len(kept)} output(s) of earlier builds in packages that {why} "
+                     f"({', '.join(sorted(kept)[:3])}{', ...' if len(kept) > 3 else ''}); "
+                     "they are plain files from now on")
         return rows, gone
 
     def _going(self, graph: Graph, rows: list[tuple[str, list[Any]]], stats: StatCache) -> list[str]:

@@ -842,12 +842,33 @@ def test_outputs_in_a_package_ignored_since_are_kept_as_plain_files(workspace: W
     r = workspace.build()
     assert r.rc == 0, r.output
     assert workspace.read("vendor/x.txt") == "built\n"
-    assert "note: kept 1 output(s) of earlier builds that .buildtoolignore now leaves out (vendor/x.txt)" \
-        in r.stderr, r.stderr
+    assert "note: kept 1 output(s) of earlier builds in packages that .buildtoolignore now leaves out " \
+        "(vendor/x.txt)" in r.stderr, r.stderr
     r = workspace.build()
     assert r.rc == 0 and "kept" not in r.stderr and workspace.read("vendor/x.txt") == "built\n", r.output
     rc, _, err = workspace.run("clean")
     assert rc == 0 and workspace.read("vendor/x.txt") == "built\n" and not workspace.exists("ok/y.txt"), err
+
+
+@pytest.mark.parametrize(("marker", "why"), [
+    ("vendor/buildtool.toml", "a nested buildtool.toml now makes a workspace of its own"),
+    ("vendor/CACHEDIR.TAG", "a CACHEDIR.TAG now marks a cache directory"),
+])
+def test_outputs_in_a_package_that_became_a_nested_workspace_or_a_cache_are_kept(
+    workspace: Workspace, marker: str, why: str
+) -> None:
+    """As with .buildtoolignore: the directory is no longer this workspace's to clean (a
+    nested buildtool.toml deleted the files built there without a word)."""
+    workspace.build_file("vendor", 'genrule(name="x", outs=["x.txt"], cmd="echo built > $@")')
+    workspace.build_file("ok", 'genrule(name="y", outs=["y.txt"], cmd="echo y > $@")')
+    assert workspace.build().rc == 0
+    workspace.write(marker, "Signature: 8a477f597d28d172789f06886806bc55\n" if marker.endswith(".TAG") else "")
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("vendor/x.txt") == "built\n"
+    assert f"note: kept 1 output(s) of earlier builds in packages that {why} (vendor/x.txt)" in r.stderr, r.stderr
+    r = workspace.build()
+    assert r.rc == 0 and "kept" not in r.stderr and workspace.read("vendor/x.txt") == "built\n", r.output
 
 
 def test_a_dead_output_whose_directory_now_links_outside_is_kept_and_so_is_it_by_clean(
