@@ -281,7 +281,8 @@ class Console:
     def _print_failure(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
         self._line(self._paint(f"FAILED: {target.label} ({target.where}): {escape_controls(o.message)}", "red"))
-        self.command_of(t)
+        if not o.extra.get("not_started"):  # (an unreadable input: no command ran, none to show)
+            self.command_of(t)
         self._output_of(t, (o.stdout, o.stderr))
 
     def _output_of(self, t: int, streams: Sequence[bytes | None]) -> None:

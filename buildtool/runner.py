@@ -672,7 +672,8 @@ class TargetRunner:
                 inputs = self._input_digests(t, None, keep_stats=True)
                 self._hash_s[tid] = time.monotonic() - t0
             except OSError as e:
-                return Outcome(Status.FAILED, Reason.FAILED, f"cannot read input {e.filename}: {e.strerror}")
+                return Outcome(Status.FAILED, Reason.FAILED, f"cannot read input {e.filename}: {e.strerror}",
+                               extra={"not_started": True})
             pre = self.describe(t, inputs)
             self._desc[tid] = pre
             entry = self.record.get(t.label)
@@ -1070,7 +1071,8 @@ class TargetRunner:
             tmp = self._tmpdir(lane)
         except OSError as e:  # (the state dir made read-only or immutable under the build)
             return Outcome(Status.FAILED, Reason.FAILED, f"cannot make the command's temp directory "
-                           f"{e.filename or 'in ' + self.state_dir}: {e.strerror}", key=key)
+                           f"{e.filename or 'in ' + self.state_dir}: {e.strerror}", key=key,
+                           extra={"not_started": True})
         env = dict(desc["env"])
         if "PATH" in env:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
@@ -1078,7 +1080,7 @@ class TargetRunner:
         env["HOME"] = tmp
         blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:
-            return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key)
+            return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key, extra={"not_started": True})
         try:
             for o in t.outs:
                 _make_dir(os.path.dirname(os.path.join(self.root, o)))

@@ -26,6 +26,18 @@ def test_hash_file_is_blake3_of_content(tmp_path: Path) -> None:
     assert hash_file(str(p)) == blake3.blake3(b"hello\n").hexdigest() == hash_bytes(b"hello\n")
 
 
+def test_what_is_not_a_file_is_named(tmp_path: Path) -> None:
+    """A source replaced by a directory during a build was called "a named pipe, device
+    or socket"."""
+    import re
+
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "p")
+    for name, what in (("d", "not a regular file (a directory)"), ("p", "not a regular file (a named pipe)")):
+        with pytest.raises(OSError, match=re.escape(what)):
+            hash_file(str(tmp_path / name))
+
+
 def test_large_files_hash_the_same_via_mmap(tmp_path: Path) -> None:
     data = os.urandom(1024) * (digest_mod.LARGE_FILE // 1024 + 3)
     p = tmp_path / "big"

@@ -1569,3 +1569,16 @@ def test_a_working_directory_deleted_under_the_shell_is_an_error_not_a_traceback
                        cwd=tmp_path, capture_output=True, text=True, env=_clean_env(workspace.cache, workspace.home),
                        timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_an_input_that_cannot_be_read_fails_its_target_without_a_command_line(workspace: Workspace) -> None:
+    """A source replaced by a directory during the build: the failure said "a named pipe,
+    device or socket", followed by a `command (in //)` line for a command that never ran."""
+    workspace.write("b.txt", "b\n")
+    workspace.build_file("", 'genrule(name="a", outs=["a.out"], cmd="rm b.txt && mkdir b.txt && echo a > $@")\n'
+                             'genrule(name="b", srcs=["b.txt", ":a"], outs=["b.out"], cmd="cat b.txt > $@")\n')
+    r = workspace.build()
+    assert r.rc == 1, r.output
+    assert "FAILED: //:b (BUILD.py:2): cannot read input" in r.output, r.output
+    assert "b.txt: not a regular file (a directory)" in r.output, r.output
+    assert "command (in //): cat b.txt" not in r.output, r.output
