@@ -233,10 +233,20 @@ def _interrupted(e: KeyboardInterrupt) -> int:
     by = "" if signum == 2 else f" by signal {signum}"
     where = getattr(e, "where", None)
     if where:
-        print(f"buildtool: interrupted{by} while evaluating {where}", file=sys.stderr)
+        _last_word(f"buildtool: interrupted{by} while evaluating {where}")
     elif by:  # (as a build interrupted while its commands ran says it)
-        print(f"buildtool: error: interrupted{by}", file=sys.stderr)
+        _last_word(f"buildtool: error: interrupted{by}")
     return 128 + signum
+
+
+def _last_word(msg: str) -> None:
+    """Print the command's closing message to stderr, if stderr can still take it: a
+    terminal closed, or ``| tee log`` ended by the same Ctrl-C, must not turn the exit code
+    into a write error's."""
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _on_termination(signum: int, frame: Any) -> None:
@@ -326,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     except BuildtoolError as e:
         if e.exit_code == 1 and str(e) == "build failed":
             return 1
-        print(f"buildtool: error: {e}", file=sys.stderr)
+        _last_word(f"buildtool: error: {e}")
         if e.exit_code == 2:
             from buildtool.atomic import drop_stale_reports
 

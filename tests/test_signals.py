@@ -500,3 +500,29 @@ def test_a_timed_out_test_s_escaped_server_is_gone_before_its_retry(tmp_path: Pa
     finally:
         if pid and _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("when", ["commands", "evaluation"])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_is_128_plus_the_signal_when_the_output_is_gone(
+    tmp_path: Path, when: str, sig: int, code: int
+) -> None:
+    """`buildtool build 2>&1 | tee log` cancelled (the signal ends tee too), or a terminal
+    closed: the last message went to a dead stderr, and its write error made the exit 1,
+    "a command failed", for a build that was interrupted."""
+    ws = _workspace(tmp_path)
+    marker = tmp_path / "started"
+    if when == "commands":
+        (ws / "BUILD.py").write_text(f'genrule(name="c", outs=["c.txt"], cmd="touch {marker}; sleep 30; echo > $@")\n')
+    else:
+        (ws / "BUILD.py").write_text(f"open({str(marker)!r}, 'w').close()\nwhile True:\n    pass\n")
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    r, w = os.pipe()
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build"], env=env, stdout=w, stderr=w,
+                         preexec_fn=_hup_default)
+    os.close(w)
+    with _reaped(p):
+        _wait_for(marker, "the build never started")
+        os.close(r)  # (the reader gone: each write now fails)
+        p.send_signal(sig)
+        assert p.wait(timeout=30) == code
