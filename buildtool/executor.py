@@ -165,9 +165,14 @@ class Running:
                     _killpg(proc.pid, signal.SIGKILL)
             proc.wait()  # reaps it; returns at once when it has exited
             with self._executor._lock:
-                killed = proc.pid in self._executor._killed
-                self._executor._killed.discard(proc.pid)
-            if killed:  # (a timeout, Ctrl-C: a test's server in a group of its own goes too, before a retry)
+                # A timeout: its session swept now (a test's server in a group of its own
+                # goes too, before a retry).  Ctrl-C (cancel_all): left to kill_remaining's
+                # one pass over /proc for all of them (a pass per command made stopping 500
+                # of them take 4 s, and grow with every process on the machine).
+                killed = proc.pid in self._executor._killed and not self._executor.cancelled
+                if killed:
+                    self._executor._killed.discard(proc.pid)
+            if killed:
                 sweep_sessions({proc.pid})
             out = _read_all(self._out_fd) if self._out_fd is not None else b""
             err = _read_all(self._err_fd) if self._err_fd is not None else b""
