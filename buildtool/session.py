@@ -389,6 +389,7 @@ class Session:
                           replay_output=req.replay_output, verbose=req.verbose,
                           print_directory=self.ws.root if req.print_directory else None)
         events = EventsWriter(req.events, graph) if req.events else None
+        handed_over = False  # the signals are the scheduler's (an interrupt then cancels, as it says itself)
         lost_report: str | None = None  # a report file (--profile, --junit, --events) that could not be written
         try:
             if req.dry_run:
@@ -460,6 +461,7 @@ class Session:
             children = orphans.Tracker(state)
             runner.executor.tracker = children
             signals.install(sched.request_stop)
+            handed_over = True
             t_sched = time.monotonic()
             gc.freeze()
             gc.enable()
@@ -502,6 +504,12 @@ class Session:
             if tests is not None:
                 tests.finish(outcomes, console.out, lambda lab: (record.get(lab) or {}).get("d"))
                 lost_report = lost_report or tests.lost_junit
+        except KeyboardInterrupt:  # (Ctrl-C, SIGTERM before the scheduler took the signals over)
+            if events and not handed_over:  # every wanted target gets its line, as when the commands are cut short
+                for t in sorted(wanted):
+                    events.target_finished(t, Outcome(Status.CANCELLED, Reason.INTERRUPTED,
+                                                      "not started: the build was interrupted"))
+            raise
         finally:
             record.close(compact=not req.dry_run)  # (a dry run leaves the snapshot, which names this file)
             stats.save()

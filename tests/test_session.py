@@ -140,3 +140,30 @@ def test_critical_path_weights_predict_what_is_fresh(tmp_path: Path, monkeypatch
     graph = result.graph
     fresh = {t.label: seen[0][t.id] for t in graph.targets}
     assert fresh == {"//:obj": change != "header", "//:plain": change != "command"}, fresh
+
+
+def test_an_interrupt_before_the_scheduler_leaves_a_line_per_target_in_the_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the events file's header, before the scheduler took the signals over
+    (1,500 tests: their sessions are set up there): the file held the header alone, a build
+    of no targets with nothing said of the interrupt."""
+    import json
+
+    from buildtool import session as session_mod
+
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    ws = _workspace(tmp_path / "ws", 'genrule(name="b", srcs=["a.txt"], outs=["b.txt"], cmd="cp $< $@")\n'
+                                     'genrule(name="c", srcs=[":b"], outs=["c.txt"], cmd="cp $< $@")\n')
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session_mod, "_fit_fd_limit", interrupted)  # (between the header and the scheduler)
+    events = tmp_path / "ev.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        Session(str(ws)).build(BuildRequest(patterns=["//:c"], events=str(events)))
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert lines[0]["type"] == "header"
+    assert sorted((e["label"], e["status"], e["reason_code"]) for e in lines[1:]) == [
+        ("//:b", "cancelled", "interrupted"), ("//:c", "cancelled", "interrupted")]
