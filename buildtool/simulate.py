@@ -41,6 +41,7 @@ class Costs:
 class Prediction:
     jobs: int
     makespan: float
+    peak: int = 0  # the most commands running at once (below ``jobs``: a larger -j changes nothing)
     start: dict[int, float] = field(default_factory=dict)
     end: dict[int, float] = field(default_factory=dict)
 
@@ -132,6 +133,7 @@ def simulate(
                 alone = t
             heapq.heappush(running, (now + c.cost[t], seq, t))
             seq += 1
+        pred.peak = max(pred.peak, len(running))
         if not running:
             break
         end, _, t = heapq.heappop(running)
@@ -195,8 +197,10 @@ def report(
     cp, chain = critical_path(graph, c)
     total = sum(c.cost)
     rows = []
+    p: Prediction | None = None
     for j in jobs_list:
-        p = simulate(graph, c, j, pool_depth=pool_depth, exclusive=exclusive)
+        if p is None or p.peak >= p.jobs or j < p.jobs:  # (else -j p.jobs never bound: the same schedule)
+            p = simulate(graph, c, j, pool_depth=pool_depth, exclusive=exclusive)
         bound = max(cp, total / j)
         rows.append({"jobs": j, "makespan_s": round(p.makespan, 4), "lower_bound_s": round(bound, 4)})
     src = "the current state (--incremental)" if incremental else "an empty cache"

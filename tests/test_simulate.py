@@ -177,3 +177,24 @@ def test_a_plan_of_build_leaves_out_the_tests_build_reaches(workspace: Workspace
     assert json.loads(out)["to_run"] == 1, out
     rc, out, err = workspace.run("plan", "--test", "//:g", "--json")
     assert rc == 0 and json.loads(out)["to_run"] == 2, out
+
+
+def test_a_jobs_range_simulates_only_until_jobs_stop_binding(monkeypatch) -> None:
+    """`plan --jobs-range 1-4096` simulated every -j (~40 s on 3,000 targets); once a
+    simulation never had -j commands running at once, every larger -j gives the same
+    schedule, so its rows come from that one."""
+    import buildtool.simulate as sim
+
+    c = costs_from_record(SEED, SEED_D)
+    full = [simulate(SEED, c, j).makespan for j in range(1, 65)]
+    calls: list[int] = []
+    real = sim.simulate
+
+    def counting(graph: Graph, costs: object, jobs: int, **kw: object) -> object:
+        calls.append(jobs)
+        return real(graph, costs, jobs, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim, "simulate", counting)
+    _, data = report(SEED, c, list(range(1, 65)), incremental=False)
+    assert [r["makespan_s"] for r in data["rows"]] == full  # type: ignore[index]
+    assert calls == [1, 2, 3]  # (the seed example never runs 3 at once: -j 3 and up are the same)
