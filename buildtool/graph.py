@@ -538,7 +538,7 @@ class GraphBuilder:
             for p in dict.fromkeys(r for r in readings if r != "." and not r.startswith("..")):
                 if not labels._parses(f"//{p}:{name}"):
                     continue
-                if self.loader.package_exists(p) and name in self.loader.load(p):
+                if self.loader.package_exists(p) and (name == "all" or name in self.loader.load(p)):
                     meant.append(f"'//{p}:{name}'")
                 elif (slashed := self._slash_for_colon(p, name)) is not None:
                     meant.append(f"'{slashed}'")
@@ -657,7 +657,8 @@ class GraphBuilder:
         if len(moved) == 1:  # the same directory name elsewhere: moved (//pkgs/p20 -> //pkgs/group/p20)
             return f"; did you mean //{moved[0]}?"
         for wanted in (pkg, joined):
-            close = difflib.get_close_matches(wanted, packages, n=1) if wanted else []
+            close = [p for p in packages if wanted and p.lower() == wanted.lower()]  # (//LIB: difflib finds none)
+            close = close or (difflib.get_close_matches(wanted, packages, n=1) if wanted else [])
             if close:
                 return f"; did you mean //{close[0]}?"
         return ""

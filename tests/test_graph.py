@@ -95,6 +95,7 @@ def test_unknown_target_on_command_line_with_did_you_mean(workspace: Workspace) 
         ("//lb:core", "did you mean //lib/core?"),  # a typo in the package of package and name
         ("//lib/cre:core", "did you mean //lib/core?"),
         ("//lib/core/core", "did you mean //lib/core:core?"),  # a '/' for a ':'
+        ("//LIB/Core:core", "did you mean //lib/core?"),  # the case alone (difflib found nothing alike)
     ],
 )
 def test_a_missing_package_gets_the_closest_one(workspace: Workspace, written: str, hint: str) -> None:
@@ -123,6 +124,16 @@ def test_a_label_written_without_its_slashes_gets_them_suggested(workspace: Work
     workspace.build_file("app", f'genrule(name="app", {attr}=["nowhere:x"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app")
     assert "app/BUILD.py:1: " in err and "'nowhere:x'" in err and "did you mean" not in err
+
+
+def test_a_relative_package_pattern_without_slashes_gets_its_label(workspace: Workspace) -> None:
+    """`buildtool build core:all` from lib/ (Bazel reads it relative to lib/): a hint for a
+    target name was given, none for :all."""
+    workspace.build_file("lib/core", 'genrule(name="c", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
+    for written in ("core:all", "core:c"):
+        rc, _, err = workspace.run("build", written, cwd=workspace.root / "lib")
+        assert rc == 2 and f"(got '{written}'); did you mean '//lib/{written}'?" in err, err
+    assert not workspace.exists("ran-marker")
 
 
 def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> None:
