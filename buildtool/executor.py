@@ -166,10 +166,12 @@ class Running:
             proc.wait()  # reaps it; returns at once when it has exited
             with self._executor._lock:
                 # A timeout: its session swept now (a test's server in a group of its own
-                # goes too, before a retry).  Ctrl-C (cancel_all): left to kill_remaining's
-                # one pass over /proc for all of them (a pass per command made stopping 500
-                # of them take 4 s, and grow with every process on the machine).
-                killed = proc.pid in self._executor._killed and not self._executor.cancelled
+                # goes too, before a retry).  Ctrl-C (cancel_all) of a build whose owner calls
+                # kill_remaining at its end (sweep_at_end): left to that one pass over /proc
+                # for all of them (a pass per command made stopping 500 of them take 4 s, and
+                # grow with every process on the machine).  A remote worker's lease: now.
+                killed = proc.pid in self._executor._killed and not (
+                    self._executor.cancelled and self._executor.sweep_at_end)
                 if killed:
                     self._executor._killed.discard(proc.pid)
             if killed:
@@ -444,6 +446,9 @@ class SubprocessExecutor:
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
         self.cancelled = False
+        # The owner calls kill_remaining when the build ends (Session.build): the sessions of
+        # commands cut short by cancel_all are swept there, in one pass.
+        self.sweep_at_end = False
         # Told the pgid of each command started (each leads a process group) and the boot
         # clock read before it was started, and which memfds capture a command's output
         # while it runs (orphans.py: what the next build kills if this one is killed).

@@ -460,6 +460,7 @@ class Session:
                 self.observer.started(graph, sched)
             children = orphans.Tracker(state)
             runner.executor.tracker = children
+            runner.executor.sweep_at_end = True  # (kill_remaining below, whatever happens)
             signals.install(sched.request_stop)
             handed_over = True
             t_sched = time.monotonic()
@@ -506,7 +507,7 @@ class Session:
                 lost_report = lost_report or tests.lost_junit
         except KeyboardInterrupt:  # (Ctrl-C, SIGTERM before the scheduler took the signals over)
             if events and not handed_over:  # every wanted target gets its line, as when the commands are cut short
-                for t in sorted(wanted):
+                for t in sorted(set(wanted) - events.written):  # (a dry run's listing has some)
                     events.target_finished(t, Outcome(Status.CANCELLED, Reason.INTERRUPTED,
                                                       "not started: the build was interrupted"))
             raise
