@@ -37,6 +37,7 @@ class EventsWriter:
         self.build_id = uuid.uuid4().hex
         self.path = path
         self.lost: str | None = None  # why the file is incomplete, once a write failed
+        self.written: set[int] = set()  # the targets that have their line
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self.f: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -77,6 +78,7 @@ class EventsWriter:
         return
 
     def target_finished(self, t: int, o: Outcome) -> None:
+        self.written.add(t)
         ev: dict[str, Any] = {
             "label": self.graph.targets[t].label,
             "status": o.status.value,

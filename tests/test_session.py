@@ -167,3 +167,32 @@ def test_an_interrupt_before_the_scheduler_leaves_a_line_per_target_in_the_event
     assert lines[0]["type"] == "header"
     assert sorted((e["label"], e["status"], e["reason_code"]) for e in lines[1:]) == [
         ("//:b", "cancelled", "interrupted"), ("//:c", "cancelled", "interrupted")]
+
+
+def test_an_interrupted_dry_run_gives_each_target_one_line_in_the_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dry run's listing writes the lines of the targets it lists: the interrupt's
+    cancelled lines are for the others only (some targets had two)."""
+    import json
+
+    from buildtool import session as session_mod
+
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    ws = _workspace(tmp_path / "ws", "".join(f'genrule(name="t{i}", outs=["o{i}"], cmd="echo > $@")\n'
+                                             for i in range(4)))
+    listed: list[str] = []
+
+    def escape(text: str, *a: object, **kw: object) -> str:
+        listed.append(text)
+        if len(listed) == 2:
+            raise KeyboardInterrupt
+        return text
+
+    monkeypatch.setattr(session_mod, "escape_controls", escape)
+    events = tmp_path / "ev.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        Session(str(ws)).build(BuildRequest(patterns=["//..."], events=str(events), dry_run=True))
+    lines = [json.loads(line) for line in events.read_text().splitlines()[1:]]
+    assert sorted(e["label"] for e in lines) == [f"//:t{i}" for i in range(4)], lines
+    assert [e["status"] for e in lines].count("cancelled") == 2, lines
