@@ -1224,17 +1224,21 @@ class GraphBuilder:
         of the workspace, part of the pyrule's key: never an output, which is deleted before
         its command runs (an unrelated target writing it had the pyrule fail or pass by timing,
         and a build that says OK leave a module that the next evaluation refuses)."""
-        from buildtool.keys import _module_file  # pyrules only
-
         root = self.loader.ws.root
         for t in targets:
             if t is None or t.fn is None:
                 continue
             parts = t.fn.partition(":")[0].split(".")
             for i in range(1, len(parts) + 1):
-                path = _module_file(root, ".".join(parts[:i]))
-                rel = None if path is None else os.path.relpath(path, root).replace(os.sep, "/")
-                lab = None if rel is None else out_owner.get(rel)
+                # What ``import`` would load once every output is made (not only what is on
+                # disk now: an output that turns a namespace package into a regular one
+                # passed a first build and failed the next evaluation): a package's
+                # __init__.py before a module file beside it.
+                base = "/".join(parts[:i])
+                init = f"{base}/__init__.py"
+                is_package = init in out_owner or os.path.isfile(os.path.join(root, init))
+                rel = init if is_package else f"{base}.py"
+                lab = out_owner.get(rel)
                 if lab is not None:
                     self._fail_on(lab, f"output {rel!r} of {lab} is a module of {t.label}'s fn={t.fn!r}; "
                                        "an output is deleted before its command runs")

@@ -784,8 +784,10 @@ class Loader:
             if "" in segments:  # (as Bazel: 'src//x.c' matched nothing, a trailing '/' too)
                 msg = f"glob pattern {pat!r} has an empty path segment ('//' or a trailing '/')"
                 raise ValueError(msg)
-            if any("**" in seg and seg != "**" for seg in segments):  # ('sr**/x.c' was 'sr*/x.c')
-                msg = f"glob pattern {pat!r}: '**' must be a whole path segment (as in 'src/**/x.c')"
+            if any("**" in seg and seg != "**" for seg in segments):
+                # (as Bazel; older buildtool read it as any characters, '/' included)
+                msg = (f"glob pattern {pat!r}: '**' must be a whole path segment; "
+                       f"{_whole_double_stars(segments)!r} matches what it did")
                 raise ValueError(msg)
         inc = [_checked_glob(p) for p in include]
         exc = [_checked_glob(p) for p in exclude]
@@ -1047,6 +1049,20 @@ def _under_symlink(root: str, pkg: str) -> bool:
         if os.path.islink(path):
             return True
     return False
+
+
+def _whole_double_stars(segments: list[str]) -> str:
+    """The pattern with each ``a**b`` segment written as ``a*/**/*b`` (``src/**.c`` ->
+    ``src/**/*.c``): what an older buildtool matched for it."""
+    out: list[str] = []
+    for seg in segments:
+        head, stars, tail = seg.partition("**")
+        if not stars or seg == "**":
+            out.append(seg)
+            continue
+        tail = tail.lstrip("*")
+        out += ([f"{head}*"] if head else []) + ["**"] + ([f"*{tail}"] if tail else [])
+    return "/".join(out)
 
 
 def _checked_glob(pattern: str) -> re.Pattern[str]:

@@ -98,6 +98,11 @@ CATALOGUE = [
     ("output-is-a-pyrule-module",
      'pyrule(name="p", fn="tools.defs:VALUE", outs=["o"])\ngenrule(name="x", outs=["tools/defs.py"], cmd="true")',
      "output 'tools/defs.py' of //:x is a module of //:p's fn='tools.defs:VALUE'", "keep"),
+    # (tools/ has none on disk: the output would make it a regular package, whose
+    # __init__.py is then a module of the fn; the first build passed, the next refused it)
+    ("output-is-a-pyrule-module-package-to-be",
+     'pyrule(name="p", fn="tools.defs:make", outs=["o"])\ngenrule(name="x", outs=["tools/__init__.py"], cmd="true")',
+     "output 'tools/__init__.py' of //:x is a module of //:p's fn='tools.defs:make'", "namespace"),
     ("output-is-a-pyrule-module-package",
      'pyrule(name="p", fn="tools.defs:VALUE", outs=["o"])\ngenrule(name="x", outs=["tools/__init__.py"], cmd="true")',
      "output 'tools/__init__.py' of //:x is a module of //:p's fn='tools.defs:VALUE'", "keep"),
@@ -163,7 +168,9 @@ CATALOGUE = [
     ("glob-empty-segment", 'genrule(name="t", srcs=glob(["src//x.c"]), outs=["o"], cmd="true")',
      "glob pattern 'src//x.c' has an empty path segment", None),
     ("glob-partial-double-star", 'genrule(name="t", srcs=glob(["sr**/x.c"]), outs=["o"], cmd="true")',
-     "glob pattern 'sr**/x.c': '**' must be a whole path segment", None),
+     "glob pattern 'sr**/x.c': '**' must be a whole path segment; 'sr*/**/x.c' matches what it did", None),
+    ("glob-double-star-suffix", 'genrule(name="t", srcs=glob(["src/**.c"]), outs=["o"], cmd="true")',
+     "glob pattern 'src/**.c': '**' must be a whole path segment; 'src/**/*.c' matches what it did", None),
     ("glob-bad-range", 'genrule(name="t", srcs=glob(["[z-a]"]), outs=["o"], cmd="true")',
      "glob pattern '[z-a]' is not a valid pattern (bad character range", None),
     # It closed buildtool's own stderr: the error of the next package was lost (exit 1).
@@ -226,13 +233,13 @@ def dangling(name):
 def _lookup(opts, key):
     return opts[key]
 
-def loop(name):
-    genrule(name=name, srcs=[":" + name + "_b"], outs=[name + ".a"], cmd="true")
-    genrule(name=name + "_b", srcs=[":" + name], outs=[name + ".b"], cmd="true")
-
 def chain(name):
     x = 1
     return _lookup({}, name)
+
+def loop(name):
+    genrule(name=name, srcs=[":" + name + "_b"], outs=[name + ".a"], cmd="true")
+    genrule(name=name + "_b", srcs=[":" + name], outs=[name + ".b"], cmd="true")
 '''
 
 
