@@ -137,28 +137,53 @@ def _own_name(name: str) -> bool:
     return name == CACHEDIR_TAG or (name[:1] == "v" and name[1:].isdigit())
 
 
+_TAG_TEXT = (CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag created by buildtool.\n"
+             b"# For information about cache directory tags, see https://bford.info/cachedir/\n")
+
+
 def _tag(directory: str) -> None:
     """Mark the cache dir as a cache (CACHEDIR.TAG): backup tools skip it, and a cache kept
     inside a workspace stays out of its glob() results and of //... (workspace.py).  A
     cache dir that holds anything besides buildtool's own files (a package or workspace
     named as the cache dir, a user's folder of other things: ``cache_dir = ".."``) is not
-    tagged, which would hide them: its ``v2/`` is.  A cache dir that cannot be written
-    keeps what it has."""
-    if os.path.lexists(os.path.join(directory, CACHEDIR_TAG)):
-        return
+    tagged, which would hide them: its ``v2/`` is (and a tag an older buildtool wrote there
+    moves to ``v2/``; a tag of anyone else's is left as it is).  A cache dir that cannot be
+    written keeps what it has."""
+    top = os.path.join(directory, CACHEDIR_TAG)
     try:
-        foreign = any(not _own_name(n) for n in os.listdir(directory))
+        with os.scandir(directory) as entries:
+            foreign = any(not _own_name(e.name) for e in entries)
     except OSError:
         return
+    if os.path.lexists(top):
+        if not foreign or not _ours(top):
+            return
+        try:
+            os.unlink(top)
+        except OSError:
+            return
     if foreign:
         directory = os.path.join(directory, LAYOUT)
     tag = os.path.join(directory, CACHEDIR_TAG)
     if os.path.isdir(directory) and not os.path.lexists(tag):
         try:
-            write_atomic(tag, CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag created by buildtool.\n"
-                         b"# For information about cache directory tags, see https://bford.info/cachedir/\n")
+            write_atomic(tag, _TAG_TEXT)
         except OSError:
             pass
+
+
+def _ours(tag: str) -> bool:
+    """Is ``tag`` the CACHEDIR.TAG buildtool writes, byte for byte?"""
+    try:  # (not a link, and a named pipe must not block)
+        fd = os.open(tag, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(_TAG_TEXT) + 1) == _TAG_TEXT
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class Cache:

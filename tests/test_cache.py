@@ -511,6 +511,14 @@ def test_the_cache_dir_is_tagged_as_a_cache_and_a_tag_there_is_left_as_it_is(tmp
     (tmp_path / "old" / cache_mod.LAYOUT).mkdir(parents=True)  # a cache of an older buildtool: its own
     Cache(str(tmp_path / "old"), lambda _: None)
     assert is_cache_tag(str(tmp_path / "old" / "CACHEDIR.TAG"))
+    # A folder an older buildtool tagged at the top: the tag moves to v2/ (one of the user's own stays).
+    (tmp_path / "old" / "thesis.txt").write_text("my work\n")
+    Cache(str(tmp_path / "old"), lambda _: None)
+    assert not (tmp_path / "old" / "CACHEDIR.TAG").exists()
+    assert is_cache_tag(str(tmp_path / "old" / cache_mod.LAYOUT / "CACHEDIR.TAG"))
+    (tmp_path / "d" / "thesis.txt").write_text("my work\n")
+    Cache(str(tmp_path / "d"), lambda _: None)
+    assert (tmp_path / "d" / "CACHEDIR.TAG").read_text() == "mine\n"
 
 
 @pytest.mark.parametrize("sub", ["tmp", "cas"])
