@@ -1189,7 +1189,8 @@ def test_editing_a_discovered_header_during_its_compile_cancels_the_cycle(tmp_pa
     try:
         assert w.wait_cycle(1).status == "OK", w.log()
         write(root / "a.h", "#define A 2 /* SLOW */\n")
-        wait_for(lambda: procs_with("sleep 41.5"), what="the slow compile to start")
+        # (a debounce, a cycle's start and a compile: more than TIMEOUT on a loaded 2-core runner)
+        wait_for(lambda: procs_with("sleep 41.5"), timeout=3 * TIMEOUT, what="the slow compile to start")
         write(root / "a.h", "#define A 3\n")
         cycles = w.wait_settled(lambda cs: len(cs) >= 3 and cs[-1].status == "OK", "the cycle after the cancel")
         assert cycles[1].status == "CANCELLED", w.log()
