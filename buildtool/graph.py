@@ -294,6 +294,26 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
     return None
 
 
+def _realpath(path: str, memo: dict[str, str]) -> str:
+    """``os.path.realpath`` of ``path`` (absolute, normalised, below a directory in ``memo``
+    or ``/``), each directory on the way resolved once per ``memo``: realpath lstats every
+    component of every path it is given, and 1,000 nested packages' outputs took 12 s."""
+    todo: list[str] = []
+    p = path
+    while p not in memo:
+        parent, base = os.path.split(p)
+        if not base or parent == p:  # (/)
+            memo[p] = os.path.realpath(p)
+            break
+        todo.append(p)
+        p = parent
+    for q in reversed(todo):
+        parent, base = os.path.split(q)
+        joined = os.path.join(memo[parent], base)
+        memo[q] = os.path.realpath(joined) if os.path.islink(joined) else joined
+    return memo[path]
+
+
 def _boundary_file(path: str) -> str | None:
     """What makes ``path`` change which packages and sources the workspace has (so never an
     output: a build would make another graph than the one it ran), or None."""
@@ -999,17 +1019,14 @@ class GraphBuilder:
             targets[i] = t
             ins: list[str] = []
             seen: set[str] = set()
-            dep_ids: list[int] = []
+            dep_ids: list[int] = list(t.deps)  # (in order, once each)
             for k, v in refs[lab]:
                 paths: Iterable[str]
                 if k == "file":
                     paths = (v,)
                     src_users.setdefault(v, lab)
                 else:
-                    j = index[v]
-                    if j not in dep_ids:
-                        dep_ids.append(j)
-                    paths = outs_of[j]
+                    paths = outs_of[index[v]]
                 for p in paths:
                     if p not in seen:
                         seen.add(p)
@@ -1145,6 +1162,7 @@ class GraphBuilder:
         root = self.loader.ws.root
         real_root = os.path.realpath(root)
         dirs: dict[str, str] = {}
+        reals: dict[str, str] = {root: real_root}
 
         def canonical(p: str) -> str:
             parent, base = posixpath.split(p)
@@ -1155,7 +1173,7 @@ class GraphBuilder:
                 while not os.path.lexists(probe) and probe != root:  # an output dir not made yet
                     probe, tail = os.path.split(probe)
                     rest = posixpath.join(tail, rest) if rest else tail
-                real = os.path.realpath(probe)
+                real = _realpath(probe, reals)
                 rel = os.path.relpath(real, real_root) if real != real_root else ""
                 r = dirs[parent] = posixpath.join(rel, rest) if rest else rel
             return posixpath.join(r, base) if r else base
@@ -1250,6 +1268,7 @@ class GraphBuilder:
         # relative to the root, the existing directory on the way that is the link's)
         linked: dict[str, tuple[str, str]] = {}
         definition = self.loader.read_files | self.loader.imported_workspace_modules()
+        reals: dict[str, str] = {root: os.path.realpath(root)}  # (_realpath's memo)
         room = PATH_MAX - 1 - len(os.fsencode(root)) - 1  # (the path's bytes, the NUL after them)
         for o, lab in out_owner.items():
             if len(o) * 4 > room and len(os.fsencode(o)) > room:
@@ -1288,7 +1307,7 @@ class GraphBuilder:
                     what = (f"a symbolic link to {os.readlink(probe)!r}, which does not exist"
                             if os.path.islink(probe) else "an existing file")
                     raise _err(d, f"output {o!r} of {lab} needs the directory {where!r}, which is {what}")
-                real = os.path.realpath(probe)
+                real = _realpath(probe, reals)
                 ok = real == root or real.startswith(root + os.sep)
                 checked[parent] = ok
                 if ok and real != os.path.normpath(probe):  # through a symlinked directory of the workspace
@@ -1500,10 +1519,9 @@ class GraphBuilder:
         if kind in ("genrule", "pyrule") and not outs and kind == "pyrule":
             raise _err(decl, "pyrule needs at least one output in 'outs'")
         srcs_files = tuple(v for k, v in refs if k == "file")
-        deps: list[int] = []
-        for k, v in refs:
-            if k == "label" and index[v] not in deps:
-                deps.append(index[v])
+        # (dict.fromkeys: in order, without duplicates, in linear time: a list's `in` made
+        # a target of 50,000 deps take 20 s)
+        deps = list(dict.fromkeys(index[v] for k, v in refs if k == "label"))
         return Target(
             id=i,
             label=lab,

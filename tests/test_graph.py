@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 from conftest import Workspace
@@ -809,3 +810,24 @@ def test_keep_going_says_every_buildfile_that_cannot_be_evaluated(workspace: Wor
                  "unknown target '//a:zz'"):
         assert err.count(said) == 1, (said, err)
     assert "(5 errors in the patterns" in err, err
+
+
+def test_realpath_memo_resolves_as_os_path_realpath(tmp_path: Path) -> None:
+    """graph._realpath resolves each directory once (realpath lstats every component of
+    every path: 1,000 nested packages' outputs took 12 s); it must agree with realpath on
+    links at any depth, relative and absolute, chained, dangling and looping."""
+    from buildtool.graph import _realpath
+
+    root = tmp_path / "ws"
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "elsewhere" / "x").mkdir(parents=True)
+    os.symlink("../elsewhere", root / "a" / "up")  # relative, out of its directory
+    os.symlink(root / "a" / "b", root / "abs")  # absolute
+    os.symlink("up", root / "a" / "chain")  # a link to a link
+    os.symlink("nowhere", root / "a" / "dangling")
+    os.symlink("loop2", root / "loop1")
+    os.symlink("loop1", root / "loop2")
+    memo = {str(root): os.path.realpath(root)}
+    for rel in ("a/b/c", "a/up/x", "abs/c", "a/chain/x", "a/dangling", "loop1", "a", "a/b", "a/up"):
+        p = os.path.join(str(root), rel)
+        assert _realpath(p, memo) == os.path.realpath(p), rel
