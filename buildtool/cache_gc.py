@@ -26,8 +26,11 @@ import fcntl
 import json
 import os
 import re
+import stat
 import threading
 import time
+
+from buildtool.workspace import open_regular, remove_if_not_a_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -183,7 +186,7 @@ def _exclusive(path: str, timeout_s: float, waiting: Callable[[], None] | None =
 # -- the running size counter -------------------------------------------------------------
 def read_counter(v_dir: str) -> int | None:
     try:
-        with open(os.path.join(v_dir, "size"), encoding="utf-8") as f:
+        with open_regular(os.path.join(v_dir, "size"), "r", encoding="utf-8") as f:
             if f.readline() != SIZE_HEADER:
                 return None
             n = json.loads(f.read())["bytes"]
@@ -461,8 +464,20 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
 
 def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
     line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-    fd = os.open(os.path.join(v_dir, "stats"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    path = os.path.join(v_dir, "stats")
+    # (O_NONBLOCK: a named pipe there is ENXIO, not a wait for a reader; it is removed, and
+    # the next build's line starts a new file)
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        remove_if_not_a_file(path)
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            remove_if_not_a_file(path)
+            return
         os.write(fd, line)  # one write of a short line: O_APPEND keeps concurrent builds' lines whole
     finally:
         os.close(fd)
@@ -473,7 +488,7 @@ def _trim_stats(v_dir: str) -> None:
     try:
         if os.path.getsize(path) <= STATS_MAX_BYTES:
             return
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             lines = f.read().splitlines(keepends=True)
         tmp = f"{path}.tmp.{os.getpid()}"
         with open(tmp, "wb") as f:
@@ -486,7 +501,7 @@ def _trim_stats(v_dir: str) -> None:
 def recent_builds(v_dir: str, n: int = RECENT_BUILDS) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
-        with open(os.path.join(v_dir, "stats"), "rb") as f:
+        with open_regular(os.path.join(v_dir, "stats")) as f:
             lines = f.read().splitlines()
     except OSError:
         return out

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import blake3
 
 from buildtool.atomic import write_atomic
+from buildtool.workspace import open_regular
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
@@ -52,6 +53,12 @@ REMOTE_MARK = "remote:"
 
 def is_remote(digest: str | None) -> bool:
     return digest is not None and digest.startswith(REMOTE_MARK)
+
+
+def _entry_ok(e: object) -> bool:
+    """Is ``e`` a stat cache entry as written: [size, mtime_ns, ino, ctime_ns, hashed_at, digest]?"""
+    return (isinstance(e, list) and len(e) == 6 and isinstance(e[5], str)
+            and all(type(v) is int for v in e[:5]))
 
 
 def hash_bytes(data: bytes) -> str:
@@ -369,7 +376,7 @@ class StatCache:
 
     def _load(self, path: str) -> None:
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 data = f.read()
         except FileNotFoundError:
             return
@@ -391,7 +398,7 @@ class StatCache:
                 body = data[nl + 1 :]
                 base, *journal = [body] if head == HEADER_V1.encode() else body.split(b"\n")
                 mapped = json.loads(base)
-                if not isinstance(mapped, dict):
+                if not isinstance(mapped, dict) or not all(map(_entry_ok, mapped.values())):
                     raise ValueError
                 entries = StatEntries()
                 entries.update(mapped)
@@ -407,8 +414,8 @@ class StatCache:
                 continue
             try:
                 changes = json.loads(line)
-                if not isinstance(changes, dict):
-                    raise ValueError
+                if not isinstance(changes, dict) or not all(e is None or _entry_ok(e) for e in changes.values()):
+                    raise ValueError  # (a line of another shape: as a damaged one, not a crash of every build)
             except ValueError:
                 if i < len(journal) - 1:  # only a torn last line is expected (a killed build)
                     self._warn(f"stat cache {path} has a corrupt line; discarding it")

@@ -43,6 +43,8 @@ import os
 import sys
 import time
 
+from buildtool.workspace import open_regular, remove_if_not_a_file
+
 TYPE_CHECKING = False  # the no-op path imports neither typing nor dataclasses (~20 ms of start-up)
 if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotations are strings here
     from collections.abc import Callable, Container, Iterable, Mapping, Sequence
@@ -495,7 +497,16 @@ def write(
 
         packed = b"".join(array("q", c).tobytes() for c in cols)
         write_atomic(_path(state_dir), _framed(raw, packed))
-    except (OSError, ValueError, pickle.PicklingError):
+    except OSError as e:
+        # A directory in the place of either (renamed onto: EISDIR) turned the fast path off
+        # for good without a word: removed, the next build writes them.
+        for p in (_graph_path(state_dir), _path(state_dir)):
+            if os.path.isdir(p) and not os.path.islink(p):
+                print(f"buildtool: warning: {p} is a directory, not the no-op snapshot's file ({e.strerror}); "
+                      "removed it", file=sys.stderr)
+                remove_if_not_a_file(p)
+        return False
+    except (ValueError, pickle.PicklingError):
         return False
     return True
 
@@ -542,7 +553,7 @@ def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) ->
     graph's rename lost to a crash, an older file copied back)."""
     pickle = _pickle()
     try:
-        with open(_graph_path(state_dir), "rb") as f:
+        with open_regular(_graph_path(state_dir)) as f:
             data = f.read()
     except OSError:
         return None
@@ -902,7 +913,7 @@ def _framed(raw: bytes, cols: bytes | bytearray) -> bytes:
 def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
     """What the snapshot proves for this request, or None: do the full build."""
     try:
-        with open(_path(state_dir), "rb") as f:
+        with open_regular(_path(state_dir)) as f:
             data = f.read()
         if not data.startswith(HEADER.encode()):
             if data.startswith(HEADER.split(" v")[0].encode() + b" v"):
@@ -930,6 +941,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
     except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
         why = e.strerror if isinstance(e, OSError) else "damaged or of another version"
         print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
+        remove_if_not_a_file(_path(state_dir))  # (a directory there: no snapshot could ever be written)
         return None
     try:
         if not _same_request(body["request"], request):
@@ -1042,7 +1054,7 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
 
     clock: Any = None
     try:
-        with open(_clock_path(state_dir), "rb") as f:
+        with open_regular(_clock_path(state_dir)) as f:
             data = f.read()
         start = len(CLOCK_HEADER) + 9
         if data.startswith(CLOCK_HEADER) and int(data[len(CLOCK_HEADER) : start - 1], 16) == _clock_sum(data[start:]):

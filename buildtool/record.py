@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from buildtool import keys
+from buildtool.workspace import open_regular, remove_if_not_a_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -43,6 +44,24 @@ def desc_of(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
         except ValueError:
             return None
     return d if isinstance(d, dict) else None
+
+
+def _well_formed(e: object) -> bool:
+    """Has the parsed line ``e`` the shape buildtool writes (formats.md): a label, and when
+    present a key that is a string, a description, a duration that is a number, outputs
+    that are [path, digest, mode] rows?  A line of another shape (edited by hand, written
+    by another tool) is a corrupt line, not a crash of every build until `clean`."""
+    if not isinstance(e, dict) or not isinstance(e.get("l"), str):
+        return False
+    if not isinstance(e.get("k", ""), str) or not isinstance(e.get("desc", ""), (str, dict)):  # (dict: a v1 file's)
+        return False
+    d = e.get("d", 0)
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        return False
+    outs = e.get("o", [])
+    return isinstance(outs, list) and all(
+        isinstance(o, list) and 2 <= len(o) <= 3 and isinstance(o[0], str) and isinstance(o[1], str)
+        and (len(o) == 2 or (isinstance(o[2], int) and not isinstance(o[2], bool))) for o in outs)
 
 
 _LABEL_START = b'{"l":"'
@@ -107,7 +126,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
             e = _loads(line)
         except ValueError:
             e = None
-        if not isinstance(e, dict) or not isinstance(e.get("l"), str):
+        if not _well_formed(e):
             self._warn("build record has a corrupt line; ignoring it")
             return None
         return e
@@ -147,7 +166,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
                 e = _loads(self._data[span[0] : cut] + b"}")
             except ValueError:
                 e = None
-            if isinstance(e, dict) and e.get("l") == label and "o" in e and "d" in e:  # (else: written otherwise)
+            if _well_formed(e) and e["l"] == label and "o" in e and "d" in e:  # (else: written otherwise)
                 self._heads[label] = e
                 return e
         return self.get(label)  # (another shape: whole, with the warning for a corrupt line)
@@ -219,16 +238,13 @@ class BuildRecord:
 
     def _load(self) -> None:
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 data = f.read()
         except FileNotFoundError:
             return
         except OSError as e:
             self._warn(f"build record unreadable ({e.strerror}); every target will be checked anew")
-            if os.path.isdir(self.path):  # nothing can ever be appended to it: replace it
-                import shutil
-
-                shutil.rmtree(self.path, ignore_errors=True)
+            remove_if_not_a_file(self.path)  # (a directory, a named pipe: nothing could be appended to it)
             return
         self.torn = not data.endswith(b"\n")
         nl = data.find(b"\n")
@@ -244,7 +260,7 @@ class BuildRecord:
         """Cut a last line that a killed build left without its newline, so the next
         append starts a fresh line instead of gluing itself onto the torn one."""
         try:
-            with open(self.path, "r+b") as f:
+            with open_regular(self.path, "r+b") as f:
                 end = f.seek(0, os.SEEK_END)
                 if end == 0:
                     return

@@ -21,6 +21,7 @@ from buildtool.atomic import make_dirs, write_atomic
 from buildtool.console import escape_controls
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
+from buildtool.workspace import open_regular
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class TestLogs:
 
     def _load_index(self) -> dict[str, str]:
         try:
-            with open(self.index_path, encoding="utf-8") as f:
+            with open_regular(self.index_path, "r", encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
             return {}
@@ -245,7 +246,7 @@ class TestLogs:
 
     def read(self, target: Target) -> bytes | None:
         try:
-            with open(self.path(target), "rb") as f:
+            with open_regular(self.path(target)) as f:
                 return f.read()
         except OSError:
             return None

@@ -13,7 +13,7 @@ import sys
 TYPE_CHECKING = False  # the no-op path imports neither typing nor errors.py from here
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import NoReturn
+    from typing import IO, Any, NoReturn
 
 # The encoding this process gives the system names and command texts in, when it is not
 # UTF-8 (a locale's: ISO-8859-1, ASCII); None under UTF-8.  `echo é` runs as other bytes
@@ -170,6 +170,46 @@ def read_file(path: str) -> tuple[bytes, os.stat_result]:
         return b"".join(chunks), st
     finally:
         os.close(fd)
+
+
+def open_regular(path: str, mode: str = "rb", encoding: str | None = None) -> IO[Any]:
+    """``open(path, mode)`` ("rb", "r", "r+b") of a state or cache file that must be a
+    regular file: a named pipe or a device put there is an OSError (it is then discarded as
+    a damaged file is), never a read that waits for a writer for good; a directory is
+    EISDIR, as open() says."""
+    import errno
+
+    fd = os.open(path, (os.O_RDWR if "+" in mode else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise OSError(errno.EINVAL, f"it is {kind}, not a file", path)
+        return os.fdopen(fd, mode, encoding=encoding)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def remove_if_not_a_file(path: str) -> None:
+    """Remove what stands at ``path`` in a state or cache file's place when it is not a
+    regular file (a directory, a named pipe: appends and renames onto it would fail or
+    block for good); a missing one, a regular file or a link is left."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    elif not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def read_ignore(root: str) -> tuple[str, ...]:

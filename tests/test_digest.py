@@ -492,8 +492,9 @@ def test_an_older_stat_cache_is_read_quietly_and_rewritten_as_v3(tmp_path: Path,
 
 
 def test_stat_cache_columns_round_trip_every_entry(tmp_path: Path) -> None:
-    """What the columns cannot hold (a remote digest, an inode past 2**64, a non-list) goes
-    to a JSON line; odd names and pre-1970 mtimes round-trip; entries are built on demand."""
+    """What the columns cannot hold (a remote digest, an inode past 2**64) goes to a JSON
+    line; odd names and pre-1970 mtimes round-trip; entries are built on demand.  (An entry
+    of another shape is not one: such a line is discarded as corrupt, below.)"""
     db = tmp_path / "stat-cache"
     blake = hash_bytes(b"x")
     want = {
@@ -501,7 +502,6 @@ def test_stat_cache_columns_round_trip_every_entry(tmp_path: Path) -> None:
         "old\nname \udcff.c": [0, -5 * SECOND, 2**64 - 1, 7, 8, blake],  # newline, non-UTF-8 byte
         "remote.o": [1, 2, 3, 4, 5, "remote:sha256:" + "ab" * 32 + ":1"],
         "huge-ino": [1, 2, 2**64, 4, 5, blake],
-        "short": [1, 2, 3],
     }
     sc = StatCache(str(tmp_path), str(db), lambda m: None)
     for rel, e in want.items():
@@ -511,13 +511,18 @@ def test_stat_cache_columns_round_trip_every_entry(tmp_path: Path) -> None:
     warned: list[str] = []
     back = StatCache(str(tmp_path), str(db), warned.append)
     assert not warned
-    assert back.entries._over == {"remote.o": want["remote.o"], "huge-ino": want["huge-ino"], "short": want["short"]}
-    assert len(back.entries) == 5 and set(back.entries) == set(want)
+    assert back.entries._over == {"remote.o": want["remote.o"], "huge-ino": want["huge-ino"]}
+    assert len(back.entries) == 4 and set(back.entries) == set(want)
     assert back.entries["plain.txt"] == want["plain.txt"]
     assert "old\nname \udcff.c" in back.entries and dict(back.entries) == want
     assert "missing" not in back.entries and back.entries.get("missing") is None
     back.entries.pop("plain.txt")
-    assert "plain.txt" not in back.entries and len(back.entries) == 4
+    assert "plain.txt" not in back.entries and len(back.entries) == 3
+    with open(db, "a") as f:  # (lookup indexed it: an IndexError in every build until `clean`)
+        f.write('{"short":[1,2,3]}\n{"plain.txt":null}\n')
+    warned.clear()
+    assert len(StatCache(str(tmp_path), str(db), warned.append).entries) == 0
+    assert warned == [f"stat cache {db} has a corrupt line; discarding it"], warned
 
 
 def test_stat_cache_written_in_the_other_byte_order_is_read(tmp_path: Path) -> None:

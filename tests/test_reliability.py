@@ -20,7 +20,7 @@ from pathlib import Path
 import cache_verify as cv
 import pytest
 from cache_verify import verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env, immutable, read_events
+from conftest import BUILDTOOL, Workspace, _clean_env, immutable, read_events, run_buildtool
 
 MIB = 1 << 20
 
@@ -573,3 +573,82 @@ def test_a_lane_temp_dir_that_cannot_be_made_again_fails_no_command_that_ended_w
     r = workspace.build("-j1")
     assert r.rc == 0 and r.status("//:g") == "ran" and workspace.read("g.out") == "ok\n", r.output
     assert "internal error" not in r.output
+
+
+@pytest.mark.parametrize("where", ["cache:size", "cache:stats", "state:record", "state:stat-cache", "state:noop",
+                                   "state:graph", "state:testlogs-index"])
+def test_a_named_pipe_in_the_place_of_a_state_or_cache_file_is_discarded_not_waited_on(
+    workspace: Workspace, where: str
+) -> None:
+    """A FIFO at <cache>/v2/size (or stats, record, the stat cache...) hung every build of
+    every workspace using that cache, SIGTERM ignored: opening it waited for a writer.  It
+    is damage like any other: discarded, and the build goes on."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n'
+                             'test(name="t", srcs=[":a"], cmd="grep -q a a.out")\n')
+    rc, out, err = workspace.run("test", "//...")
+    assert rc == 0, out + err
+    kind, _, name = where.partition(":")
+    path = (Path(workspace.cache) / "v2" / name) if kind == "cache" else workspace.root / ".buildtool" / name
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    workspace.write("a.txt", "a2\n")
+    for command in ("build", "test"):
+        try:
+            rc, out, err = run_buildtool(command, "//...", cwd=workspace.root, cache_dir=workspace.cache,
+                                         home=workspace.home, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{command} waited on the named pipe at {where}")
+        assert rc == 0, (command, out + err)
+        assert "Traceback" not in err
+    assert workspace.read("a.out") == "a2\n"
+    for _ in range(2):  # (the snapshot of the no-op fast path is a build's: then it answers)
+        rc, out, err = workspace.run("build", "//...")
+    assert rc == 0 and "nothing changed" in out + err, out + err
+
+
+@pytest.mark.parametrize(("name", "line"), [
+    ("record", '{"l":"//:a","k":"zz","o":[["a.out","abc",420]],"d":null,"desc":"{}"}'),
+    ("record", '{"l":"//:a","k":"zz","o":"x","d":1.0,"desc":"{}"}'),
+    ("record", '{"l":"//:a","k":"zz","o":[[5]],"d":1.0,"desc":"{}"}'),
+    ("record", '{"l":"//:a","k":"zz","o":[],"d":"s","desc":"{}"}'),
+    ("stat-cache", '{"a.txt":5}'),
+    ("stat-cache", '{"a.txt":{}}'),
+])
+def test_a_state_line_of_the_wrong_types_is_a_corrupt_line_not_a_crash(
+    workspace: Workspace, name: str, line: str
+) -> None:
+    """A well-formed JSON line with values of other types (a hand edit, another tool) made
+    every build end in a traceback (TypeError in the weights, IndexError, KeyError) until
+    `clean`: it is a corrupt line, as one of another shape was."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n')
+    assert workspace.run("build")[0] == 0
+    with open(workspace.root / ".buildtool" / name, "a") as f:
+        f.write(line + "\n")
+    workspace.write("a.txt", "a2\n")
+    for _ in range(2):
+        rc, out, err = workspace.run("build")
+        assert rc == 0 and "Traceback" not in err, out + err
+    assert workspace.read("a.out") == "a2\n"
+
+
+def test_a_directory_in_the_place_of_the_pickled_graph_is_removed_with_a_warning(workspace: Workspace) -> None:
+    """The snapshot's write failed on it without a word, and the no-op fast path was off
+    for good."""
+    workspace.write("a.txt", "a\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n')
+    time.sleep(0.2)  # (files written within the snapshot's racy window are not vouched for: none written)
+    assert workspace.run("build")[0] == 0
+    graph = workspace.root / ".buildtool" / "graph"
+    graph.unlink()
+    graph.mkdir()
+    workspace.write("a.txt", "a2\n")
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and "is a directory, not the no-op snapshot's file" in err, out + err
+    for _ in range(2):
+        rc, out, err = workspace.run("build")
+    assert rc == 0 and "nothing changed" in out + err, out + err
