@@ -125,13 +125,20 @@ def written_reports(state_dir: str) -> dict[str, list[int]]:
     [inode, size, mtime_ns] as written; empty if missing, of another version or corrupt."""
     import json
 
+    from buildtool.workspace import open_regular, remove_if_not_a_file
+
     try:
-        with open(_reports_path(state_dir), "rb") as f:
+        with open_regular(_reports_path(state_dir)) as f:  # (a named pipe there: not a wait for a writer)
             data = f.read()
         if not data.startswith(REPORTS_HEADER):
             return {}
         got = json.loads(data[len(REPORTS_HEADER) :])
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        remove_if_not_a_file(_reports_path(state_dir))
+        return {}
+    except ValueError:
         return {}
     if not isinstance(got, dict):
         return {}

@@ -33,6 +33,8 @@ import signal
 import threading
 import time
 
+from buildtool.workspace import open_regular, remove_if_not_a_file
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -153,7 +155,7 @@ def boot_clock() -> float | None:
 class Tracker:
     """Appends ``<pgid> <first tick> <last tick>`` for every command this build starts."""
 
-    _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+    _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK  # (a pipe: ENXIO)
 
     def __init__(self, state_dir: str) -> None:
         self.path = _path(state_dir)
@@ -363,18 +365,16 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
     Call only while holding the workspace lock."""
     path = _path(state_dir)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # (a named pipe there: not a wait for a writer)
             lines = f.read().splitlines()
     except FileNotFoundError:
         return 0
     except OSError as e:
         warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
-        if os.path.isdir(path):
-            import shutil
-
-            shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        remove_if_not_a_file(path)  # (a directory, a named pipe: the Tracker could never write it)
+        if os.path.isfile(path) and not os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         return 0
     header = lines[0].decode("utf-8", "replace") if lines else ""
     prefix = next((p for p in (HEADER_PREFIX, V1_PREFIX) if header.startswith(p)), None)

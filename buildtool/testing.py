@@ -21,7 +21,7 @@ from buildtool.atomic import make_dirs, write_atomic
 from buildtool.console import escape_controls
 from buildtool.graph import Graph, Target
 from buildtool.outcome import Outcome, Reason, Status
-from buildtool.workspace import open_regular
+from buildtool.workspace import open_regular, remove_if_not_a_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class TestLogs:
             return {}
         except (OSError, ValueError):
             self.warn("the test log index is unreadable; discarding it")
+            remove_if_not_a_file(self.index_path)  # (a directory there: it could never be written)
             return {}
         logs = data.get("logs") if isinstance(data, dict) and data.get("v") == INDEX_VERSION else None
         if not isinstance(logs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in logs.items()):

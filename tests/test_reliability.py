@@ -576,7 +576,7 @@ def test_a_lane_temp_dir_that_cannot_be_made_again_fails_no_command_that_ended_w
 
 
 @pytest.mark.parametrize("where", ["cache:size", "cache:stats", "state:record", "state:stat-cache", "state:noop",
-                                   "state:graph", "state:testlogs-index"])
+                                   "state:graph", "state:testlogs-index", "state:children", "state:reports"])
 def test_a_named_pipe_in_the_place_of_a_state_or_cache_file_is_discarded_not_waited_on(
     workspace: Workspace, where: str
 ) -> None:
@@ -596,9 +596,10 @@ def test_a_named_pipe_in_the_place_of_a_state_or_cache_file_is_discarded_not_wai
         path.unlink()
     os.mkfifo(path)
     workspace.write("a.txt", "a2\n")
+    reports = ["--events", str(workspace.home / "ev.jsonl")]  # (the reports ledger is read with a report)
     for command in ("build", "test"):
         try:
-            rc, out, err = run_buildtool(command, "//...", cwd=workspace.root, cache_dir=workspace.cache,
+            rc, out, err = run_buildtool(command, "//...", *reports, cwd=workspace.root, cache_dir=workspace.cache,
                                          home=workspace.home, timeout=60)
         except subprocess.TimeoutExpired:
             pytest.fail(f"{command} waited on the named pipe at {where}")
@@ -652,3 +653,16 @@ def test_a_directory_in_the_place_of_the_pickled_graph_is_removed_with_a_warning
     for _ in range(2):
         rc, out, err = workspace.run("build")
     assert rc == 0 and "nothing changed" in out + err, out + err
+
+
+def test_a_directory_in_the_place_of_the_test_log_index_is_removed(workspace: Workspace) -> None:
+    """Two warnings on every `test`, for good: it was read as unreadable and never written."""
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    assert workspace.run("test", "//...")[0] == 0
+    index = workspace.root / ".buildtool" / "testlogs-index"
+    index.unlink()
+    index.mkdir()
+    rc, out, err = workspace.run("test", "//...")
+    assert rc == 0 and "the test log index is unreadable; discarding it" in err, out + err
+    rc, out, err = workspace.run("test", "//...")
+    assert rc == 0 and "warning" not in err and index.is_file(), out + err
