@@ -786,8 +786,10 @@ class Loader:
                 raise ValueError(msg)
             if any("**" in seg and seg != "**" for seg in segments):
                 # (as Bazel; older buildtool read it as any characters, '/' included)
-                msg = (f"glob pattern {pat!r}: '**' must be a whole path segment; "
-                       f"{_whole_double_stars(segments)!r} matches what it did")
+                same = _whole_double_stars(segments)
+                msg = (f"glob pattern {pat!r}: '**' must be a whole path segment; " + (
+                    f"{same!r} matches what it did" if same is not None else
+                    "write it as a segment of its own, as in 'src/**/*.c' (it matched across directories)"))
                 raise ValueError(msg)
         inc = [_checked_glob(p) for p in include]
         exc = [_checked_glob(p) for p in exclude]
@@ -1051,17 +1053,21 @@ def _under_symlink(root: str, pkg: str) -> bool:
     return False
 
 
-def _whole_double_stars(segments: list[str]) -> str:
-    """The pattern with each ``a**b`` segment written as ``a*/**/*b`` (``src/**.c`` ->
-    ``src/**/*.c``): what an older buildtool matched for it."""
+def _whole_double_stars(segments: list[str]) -> str | None:
+    """The pattern with each ``**b`` segment written as ``**/*b`` (``src/**.c`` ->
+    ``src/**/*.c``): what an older buildtool matched for it; None when a segment has
+    something before its ``**`` (``a**b`` also matched within one name: no one pattern
+    says both)."""
     out: list[str] = []
     for seg in segments:
         head, stars, tail = seg.partition("**")
         if not stars or seg == "**":
             out.append(seg)
             continue
+        if head:
+            return None
         tail = tail.lstrip("*")
-        out += ([f"{head}*"] if head else []) + ["**"] + ([f"*{tail}"] if tail else [])
+        out += ["**"] + ([f"*{tail}"] if tail else [])
     return "/".join(out)
 
 

@@ -168,7 +168,7 @@ CATALOGUE = [
     ("glob-empty-segment", 'genrule(name="t", srcs=glob(["src//x.c"]), outs=["o"], cmd="true")',
      "glob pattern 'src//x.c' has an empty path segment", None),
     ("glob-partial-double-star", 'genrule(name="t", srcs=glob(["sr**/x.c"]), outs=["o"], cmd="true")',
-     "glob pattern 'sr**/x.c': '**' must be a whole path segment; 'sr*/**/x.c' matches what it did", None),
+     "glob pattern 'sr**/x.c': '**' must be a whole path segment; write it as a segment of its own", None),
     ("glob-double-star-suffix", 'genrule(name="t", srcs=glob(["src/**.c"]), outs=["o"], cmd="true")',
      "glob pattern 'src/**.c': '**' must be a whole path segment; 'src/**/*.c' matches what it did", None),
     ("glob-bad-range", 'genrule(name="t", srcs=glob(["[z-a]"]), outs=["o"], cmd="true")',
