@@ -27,9 +27,11 @@ small: the daemon itself (inotify, the sync, the answers) is monitord.py, which 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from buildtool.noop import MONITOR_SOCKET as SOCKET  # (noop.py checks it exists before importing this)
+from buildtool.workspace import remove_if_not_a_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -152,11 +154,13 @@ def holder(state_dir: str, root: str | None = None) -> int | None:
 def _lock_holder(state_dir: str) -> int | None:
     import fcntl
 
-    try:
-        fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDONLY | os.O_CLOEXEC)
+    try:  # (O_NONBLOCK: a named pipe there is no wait for a writer)
+        fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
@@ -201,6 +205,7 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
                         f"{MAX_SOCKET_PATH} bytes a Unix socket allows; move the workspace to a shorter path")
     os.makedirs(state_dir, exist_ok=True)
     log = os.path.join(state_dir, LOG)
+    remove_if_not_a_file(log)  # (a named pipe there: the open would wait for a reader)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "buildtool.monitord", root, str(idle_exit_s)],

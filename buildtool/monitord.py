@@ -384,6 +384,9 @@ def serve(root: str, idle_exit_s: float) -> int:
     signal.signal(signal.SIGINT, _term)
     # One monitor per workspace: it holds this lock for its whole life (a second one, say
     # from a `start` while the first was stopped, would otherwise take over its socket).
+    from buildtool.workspace import remove_if_not_a_file
+
+    remove_if_not_a_file(os.path.join(state_dir, PIDFILE))  # (a named pipe, a directory: damaged state)
     pid_fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(pid_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -631,3 +631,20 @@ def test_a_monitor_of_an_older_protocol_is_no_monitor_and_is_replaced(ws: Path, 
     old = _OlderMonitor(ws)  # `clean` ends one too
     assert bt(ws, tmp_path / "cache", "clean").returncode == 0
     assert old.stopped.is_set()
+
+
+def test_named_pipes_at_its_pid_file_and_log_are_not_waited_on(ws: Path, tmp_path: Path) -> None:
+    """`monitor status` waited for a writer on a named pipe at monitor.pid, and `monitor
+    start` for a reader on one at monitor.log: damaged state, passed over as such."""
+    cache = tmp_path / "cache"
+    state = ws / ".buildtool"
+    state.mkdir(exist_ok=True)
+    os.mkfifo(state / "monitor.pid")
+    os.mkfifo(state / "monitor.log")
+    try:
+        assert bt(ws, cache, "monitor", "status").returncode == 3  # (none running)
+        r = bt(ws, cache, "monitor", "start", "--idle-exit", "120")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert bt(ws, cache, "monitor", "status").returncode == 0
+    finally:
+        bt(ws, cache, "monitor", "stop")
