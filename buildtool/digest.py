@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import blake3
 
 from buildtool.atomic import write_atomic
-from buildtool.workspace import open_regular
+from buildtool.workspace import file_kind, open_regular
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
@@ -77,10 +77,8 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # (a named pipe must not block the open)
     try:
         st0 = os.fstat(fd)
-        kind = st0.st_mode & 0o170000
-        if kind != 0o100000:  # a directory (replaced a file since), a pipe, device or socket: no content
-            what = "a directory" if kind == 0o040000 else "a named pipe" if kind == 0o010000 else "a device or socket"
-            raise OSError(22, f"not a regular file ({what})", path)
+        if (st0.st_mode & 0o170000) != 0o100000:  # a directory (replaced a file since), a pipe...: no content
+            raise OSError(22, f"not a regular file ({file_kind(st0.st_mode)})", path)
         size = st0.st_size
         if size < LARGE_FILE:
             h = blake3.blake3(os.read(fd, size + 1))

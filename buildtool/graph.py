@@ -27,6 +27,7 @@ from buildtool.workspace import (
     MARKER,
     STATE_DIR,
     at_or_above,
+    file_kind,
 )
 
 PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
@@ -1076,8 +1077,7 @@ class GraphBuilder:
                 d = self.loader.load(pkg)[name]
                 what = ("a symlink to nothing" if isinstance(why, FileNotFoundError)
                         else f"a symlink that cannot be followed ({why.strerror})" if why is not None
-                        else "a directory" if stat.S_ISDIR(mode)
-                        else "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket")
+                        else file_kind(mode))
                 raise _err(d, f"{user}: source {src!r} is {what}, not a file")
         for src in linked:  # a link to another target's output: that target must come first
             real = os.path.realpath(os.path.join(root, src))

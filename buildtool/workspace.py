@@ -148,6 +148,12 @@ def find_workspace(start: str) -> Workspace:
     return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=read_ignore(d))
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for messages: "a directory", ..."""
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a symbolic link" if stat.S_ISLNK(mode) else "a device or socket")
+
+
 def read_file(path: str) -> tuple[bytes, os.stat_result]:
     """The content and stat of the file ``path``, which must be a regular file, or be
     /dev/null (a config masked by a link to it: empty): OSError otherwise (a named pipe
@@ -160,10 +166,8 @@ def read_file(path: str) -> tuple[bytes, os.stat_result]:
         if not stat.S_ISREG(st.st_mode):
             import errno
 
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe" if stat.S_ISFIFO(st.st_mode)
-                    else "a device or socket")
-            raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL, f"it is {kind}, not a file",
-                          path)
+            raise OSError(errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL,
+                          f"it is {file_kind(st.st_mode)}, not a file", path)
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -185,8 +189,7 @@ def open_regular(path: str, mode: str = "rb", encoding: str | None = None) -> IO
         if stat.S_ISDIR(st.st_mode):
             raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(st.st_mode):
-            kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
-            raise OSError(errno.EINVAL, f"it is {kind}, not a file", path)
+            raise OSError(errno.EINVAL, f"it is {file_kind(st.st_mode)}, not a file", path)
         return os.fdopen(fd, mode, encoding=encoding)
     except BaseException:
         os.close(fd)
