@@ -736,11 +736,7 @@ class Session:
             elif loader.package_exists(pkg):
                 continue
             dead = [(lab, o) for o in (record.entries.head(lab) or {}).get("o", []) if o[0] not in live_outputs]
-            why = "" if not pkg else (".buildtoolignore now leaves out" if loader.ws.is_ignored(pkg)
-                                      else "a nested buildtool.toml now makes a workspace of its own"
-                                      if loader.in_nested_workspace(pkg)
-                                      else "a CACHEDIR.TAG now marks a cache directory"
-                                      if loader.in_cache_dir(pkg) else "")
+            why = _left_out(loader, pkg)
             if why:
                 left.setdefault(why, []).extend(
                     o[0] for _, o in dead if os.path.lexists(os.path.join(loader.ws.root, o[0])))
@@ -908,6 +904,20 @@ class Session:
         finally:
             lock.release()
         return n
+
+
+def _left_out(loader: Loader, pkg: str) -> str:
+    """Why package ``pkg`` (not the root) is no longer this workspace's to build, if it is
+    not ("": it is, or it is gone)."""
+    if not pkg:
+        return ""
+    if loader.ws.is_ignored(pkg):
+        return ".buildtoolignore now leaves out"
+    if loader.in_nested_workspace(pkg):
+        return "a nested buildtool.toml now makes a workspace of its own"
+    if loader.in_cache_dir(pkg):
+        return "a CACHEDIR.TAG now marks a cache directory"
+    return ""
 
 
 class _Committer:
