@@ -661,8 +661,10 @@ class Watcher:
 
     def sync_watches(self, since_ns: int) -> None:
         """Recompute the watch set and (un)schedule directories.  Files in directories that
-        were not watched yet and that changed after ``since_ns`` (the start of the cycle that
-        read them) are queued as changes: no event could have reported them."""
+        were not watched yet, and sources new to the watch set (a header a depfile named in
+        this cycle), that changed after ``since_ns`` (the start of the cycle that read them)
+        are queued as changes: no event could have reported them (an event for a header
+        saved between the cycle's end and this call was filtered by the old set)."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()),
                self._pyrule_modules(), frozenset(self.tools_seen))
         replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
@@ -685,7 +687,8 @@ class Watcher:
             self._schedule(layout, set())
         new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
                                                  if d == r or (deep and (not r or d.startswith(r + "/")))}
-        if not new_dirs:
+        new_sources = self.ws.sources - old.sources - self.ws.outputs
+        if not new_dirs and not new_sources:
             return
         limit = since_ns - RACY_MARGIN_NS
         known = _buildfiles(self.ws.packages)
@@ -693,7 +696,7 @@ class Watcher:
             | _buildfiles(self.ws.scan_dirs) | self.ws.tools
         for rel in sorted(handled):
             d = rel.rsplit("/", 1)[0] if "/" in rel else ""
-            if d not in new_dirs:
+            if d not in new_dirs and rel not in new_sources:
                 continue
             try:
                 st = os.stat(os.path.join(self.root, rel))
