@@ -181,14 +181,14 @@ def open_regular(path: str, mode: str = "rb", encoding: str | None = None) -> IO
     regular file: a named pipe or a device put there is an OSError (it is then discarded as
     a damaged file is), never a read that waits for a writer for good; a directory is
     EISDIR, as open() says."""
-    import errno
-
     fd = os.open(path, (os.O_RDWR if "+" in mode else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(st.st_mode):
+            import errno  # (here: the monitored no-op imports nothing it does not need)
+
+            if stat.S_ISDIR(st.st_mode):
+                raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             raise OSError(errno.EINVAL, f"it is {file_kind(st.st_mode)}, not a file", path)
         return os.fdopen(fd, mode, encoding=encoding)
     except BaseException:
