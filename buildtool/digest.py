@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import blake3
 
 from buildtool.atomic import write_atomic
-from buildtool.workspace import file_kind, open_regular
+from buildtool.workspace import file_kind, open_regular, remove_if_not_a_file
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
@@ -380,10 +380,7 @@ class StatCache:
             return
         except OSError as e:
             self._warn(f"stat cache {path} unreadable ({e.strerror}); rehashing files")
-            if os.path.isdir(path):  # it could never be replaced by save(): remove it
-                import shutil
-
-                shutil.rmtree(path, ignore_errors=True)
+            remove_if_not_a_file(path)  # (a directory could never be replaced by save())
             return
         nl = data.find(b"\n")
         head = data[: nl + 1]

@@ -204,15 +204,10 @@ def remove_if_not_a_file(path: str) -> None:
         st = os.lstat(path)
     except OSError:
         return
-    if stat.S_ISDIR(st.st_mode):
-        import shutil
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        from buildtool.atomic import remove_path  # (here: the no-op path does not import it)
 
-        shutil.rmtree(path, ignore_errors=True)
-    elif not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        remove_path(path)
 
 
 def read_ignore(root: str) -> tuple[str, ...]:
