@@ -137,7 +137,7 @@ def fmt_secs(s: float) -> str:
     return f"{h}h{m:02d}m"
 
 
-_live: Console | None = None  # the console drawing a live area now: other lines go above it
+_live: Console | LoadingLine | None = None  # the console drawing a live area now: other lines go above it
 
 
 def say(msg: str) -> None:
@@ -152,6 +152,59 @@ def say(msg: str) -> None:
         return
     sys.stderr.write(f"buildtool: {msg}\n")
     sys.stderr.flush()
+
+
+class LoadingLine:
+    """The one line a terminal shows while BUILD.py files are evaluated, before the build's
+    own status area: nothing for the first half second, then how many packages were
+    evaluated and which one is now, redrawn from the loader's thread as each evaluation
+    begins (no ticker thread: ``Loader.load`` refuses threads left running).  Anything
+    written meanwhile (a BUILD.py's print, a warning) first erases it."""
+
+    DELAY_S = 0.5
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = ClosableStream(out)
+        self._next = time.monotonic() + self.DELAY_S
+        self._drawn = False
+
+    def evaluating(self, done: int, total: int | None, pkg: str) -> None:
+        """``done`` packages were evaluated (of ``total``, when all are wanted); ``pkg`` is next."""
+        global _live
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + TICK_S
+        width = 80
+        try:
+            width = os.get_terminal_size(self.out.fileno()).columns or width
+        except (OSError, ValueError, AttributeError):
+            pass
+        count = f"{done:,}/{total:,}" if total else f"{done:,}"
+        head = f"loading: {count} BUILD.py files evaluated, now "
+        room = max(width - 1, 1) - len(head)
+        text = (head + elide_middle(escape_controls(f"//{pkg}"), room))[: max(width - 1, 1)]
+        self.out.write(f"\r{text}\x1b[K")
+        self.out.flush()
+        self._drawn = True
+        _live = self
+
+    def clear(self) -> None:
+        if self._drawn:
+            self._drawn = False
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+
+    def say(self, msg: str) -> None:
+        self.clear()
+        sys.stderr.write(f"buildtool: {msg}\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        global _live
+        self.clear()
+        if _live is self:
+            _live = None
 
 
 class Console:

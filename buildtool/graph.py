@@ -13,7 +13,6 @@ import operator
 import os
 import posixpath
 import stat
-import sys
 
 from buildtool import labels
 from buildtool.atomic import NAME_MAX
@@ -882,9 +881,11 @@ class GraphBuilder:
                         if path in self.loader.globbed(pkg):  # an in-place output found by glob(): no source
                             if not isinstance(item, Globbed) and producer is not None and producer != me:
                                 # written by hand, or a glob result made anew (str(p)): cannot tell which
-                                print(f"buildtool: warning: {decl.path}:{decl.line}: {me}'s srcs entry {item!r} "
-                                      f"is an output of {producer} (a glob() of this package found a copy of it "
-                                      f"on disk): left out; refer to '{producer}' to read it", file=sys.stderr)
+                                from buildtool.console import say  # (above a terminal's loading line)
+
+                                say(f"warning: {decl.path}:{decl.line}: {me}'s srcs entry {item!r} "
+                                    f"is an output of {producer} (a glob() of this package found a copy of it "
+                                    f"on disk): left out; refer to '{producer}' to read it")
                             continue
                         if producer is not None and producer != me:
                             # (its producer may be outside this build: a stale copy on disk is no source)

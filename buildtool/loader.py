@@ -235,6 +235,9 @@ class Loader:
         self.glob_hidden: dict[str, str] = {}  # path -> the package whose glob() left it out
         self._listed: dict[str, list[str]] = {}  # package -> its files, listed once (its glob() calls)
         self._present: dict[str, frozenset[str]] = {}  # the same as sets, for literal patterns
+        # A terminal's loading line (console.LoadingLine), told as each evaluation begins and
+        # erased before a BUILD.py writes to stdout or stderr; None elsewhere.
+        self.progress: Any = None
 
     # -- discovery -------------------------------------------------------------------
     def all_packages(self) -> list[str]:
@@ -343,6 +346,9 @@ class Loader:
             raise UserError(msg) from None
         self.read_files.add(rel_bf)
         self.read_stats.setdefault(rel_bf, stat_row(st))
+        progress = self.progress
+        if progress is not None:
+            progress.evaluating(len(self._packages), len(self._all) if self._all is not None else None, pkg)
         ctx = dsl.PackageContext(
             root=self.ws.root, pkg=pkg, buildfile=buildfile, glob_fn=self._glob
         )
@@ -371,7 +377,10 @@ class Loader:
         token = dsl.set_context(ctx)
         # What a BUILD.py prints goes to stderr: stdout carries `graph --format json`,
         # `query` answers and the build's own lines.
-        stdout, sys.stdout = sys.stdout, _PrintsToStderr(sys.stderr)
+        stdout, stderr = sys.stdout, sys.stderr
+        sys.stdout = _PrintsToStderr(stderr, progress)
+        if progress is not None:
+            sys.stderr = _PrintsToStderr(stderr, progress)
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
@@ -489,6 +498,8 @@ class Loader:
                         pass
                 os.close(here[1])
             sys.stdout = stdout
+            if progress is not None:
+                sys.stderr = stderr
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx
@@ -944,12 +955,16 @@ class _StdlibFirst:
 
 class _PrintsToStderr:
     """``sys.stdout`` while a BUILD.py runs: what it prints goes to stderr, and closing it
-    closes nothing (``sys.stdout.close()`` closed buildtool's own stderr)."""
+    closes nothing (``sys.stdout.close()`` closed buildtool's own stderr).  With a loading
+    line on the terminal (``progress``), ``sys.stderr`` too, erasing that line first."""
 
-    def __init__(self, err: Any) -> None:
+    def __init__(self, err: Any, progress: Any = None) -> None:
         self._err = err
+        self._progress = progress
 
     def write(self, text: str) -> int:
+        if self._progress is not None:
+            self._progress.clear()
         return int(self._err.write(text))
 
     def flush(self) -> None:

@@ -18,7 +18,7 @@ from buildtool import cache_gc, labels, noop, orphans
 from buildtool.atomic import remember_reports, remove_path
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
-from buildtool.console import escape_controls
+from buildtool.console import LoadingLine, escape_controls, is_live_terminal
 from buildtool.console import say as console_say
 from buildtool.console import targets as console_targets
 from buildtool.digest import StatCache
@@ -150,6 +150,7 @@ class Session:
         self.tools_hashed: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
+        self.loading: LoadingLine | None = None  # a terminal's line while BUILD.py files are evaluated
 
     def reload_config(self) -> None:
         """Read buildtool.toml, .buildtoolignore and the user config again, for the same
@@ -192,8 +193,8 @@ class Session:
                     expanded.extend(needs)
                     if lab not in self._noted_tests:
                         self._noted_tests.add(lab)
-                        print(f"buildtool: note: {lab} is a test; `build` builds only its dependencies, "
-                              f"`buildtool test {lab}` runs it", file=sys.stderr, flush=True)
+                        _say(f"note: {lab} is a test; `build` builds only its dependencies, "
+                             f"`buildtool test {lab}` runs it")
                 else:
                     expanded.append(lab)
             roots = list(dict.fromkeys(expanded))
@@ -284,12 +285,20 @@ class Session:
         phases.begin("load buildfiles and graph")
 
         def evaluate(stale: set[str]) -> tuple[Loader, Graph]:
-            if self.graph_source is not None:
-                return self.graph_source(record, req, stale)
-            from buildtool.loader import Loader
+            stream = out or sys.stdout
+            self.loading = LoadingLine(stream) if is_live_terminal(stream) else None
+            try:
+                if self.graph_source is not None:
+                    return self.graph_source(record, req, stale)
+                from buildtool.loader import Loader
 
-            new = Loader(self.ws, self.recorded_outputs(record))
-            return new, self._graph(new, req.patterns, req.mode, keep_going=req.keeps_going(cfg))
+                new = Loader(self.ws, self.recorded_outputs(record))
+                new.progress = self.loading
+                return new, self._graph(new, req.patterns, req.mode, keep_going=req.keeps_going(cfg))
+            finally:
+                if self.loading is not None:
+                    self.loading.close()
+                    self.loading = None
 
         cleans = self.focus is None and not req.dry_run  # (dead outputs are deleted after a full evaluation)
         dead: tuple[list[tuple[str, list[Any]]], list[str]] = ([], [])

@@ -454,6 +454,7 @@ class Watcher:
         ):
             return self.loader, self.graph
         new = Loader(self.session.ws, self.session.recorded_outputs(record))
+        new.progress = self.session.loading
         old = self.loader
         if self.reload_all:
             _forget_workspace_modules(self.root)

@@ -390,3 +390,36 @@ def test_elide_middle() -> None:
     assert elide_middle("//pkg:t", 20) == "//pkg:t"
     assert elide_middle("//abcdefghijklmnopqrstuvwxyz:target", 20) == "//abc...vwxyz:target"
     assert len(elide_middle("x" * 100, 20)) == 20 and elide_middle("x" * 100, 5) == "xxxxx"
+
+
+def _slow_packages(ws: Workspace, n: int, extra: dict[int, str]) -> None:
+    for i in range(n):
+        ws.build_file(f"p{i}", "import time\ntime.sleep(0.15)\n"
+                               f'genrule(name="t", outs=["o{i}.txt"], cmd="echo > $@")\n' + extra.get(i, ""))
+
+
+def test_a_terminal_is_told_which_build_py_is_evaluated_and_the_line_goes_before_other_output(
+        workspace: Workspace) -> None:
+    """Evaluating the BUILD.py files of a large workspace printed nothing at all, even on a
+    terminal (seconds at 50,000 targets): a line says how many were evaluated and which one
+    is now, and is erased before a BUILD.py's print, a warning, an error or the build's lines."""
+    _slow_packages(workspace, 8, {5: 'print("hi-from-build")\n',
+                                  6: 'import sys\nsys.stderr.write("err-from-build\\n")\n'})
+    rc, out = _run_in_pty(workspace, "build", "//...", env_extra={})
+    assert rc == 0, out
+    assert re.search(r"\rloading: \d/8 BUILD\.py files evaluated, now //p\d\x1b\[K", out), repr(out)
+    plain = re.sub(r"\x1b\[[\d;]*m", "", out)  # (colours)
+    for text in ("hi-from-build", "err-from-build", "[0/8]"):  # each at the start of a line
+        at = plain.index(text)
+        assert plain[:at].endswith(("\r\x1b[K", "\n")), repr(out)
+    assert "loading:" not in out.splitlines()[-1]
+    # an error after the line was drawn starts a line of its own
+    _slow_packages(workspace, 8, {7: "raise ValueError('bad-p7')\n"})
+    rc, out = _run_in_pty(workspace, "build", "//...", env_extra={})
+    assert rc == 2 and "loading:" in out, repr(out)
+    plain = re.sub(r"\x1b\[[\d;]*m", "", out)
+    at = plain.index("buildtool: error")
+    assert plain[:at].endswith(("\r\x1b[K", "\n")) and "bad-p7" in out, repr(out)
+    # off a terminal: no such line
+    r = workspace.build("//...")
+    assert r.rc == 2 and "loading:" not in r.stdout + r.stderr, r.stderr
