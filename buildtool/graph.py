@@ -156,17 +156,17 @@ class Graph:
         return out
 
     def topo_order(self) -> list[int]:
-        """Every target id, each after all of its dependencies (Kahn's algorithm)."""
+        """Every target id, each after all of its dependencies (Kahn's algorithm), first in
+        first out: targets with no order between them come by id, as the scheduler starts them
+        when nothing else tells them apart (a dry run listed 3,000 independent targets from
+        the last to the first, the build ran them from the first)."""
         pending = [len(t.deps) for t in self.targets]
-        ready = [i for i, n in enumerate(pending) if n == 0]
-        order: list[int] = []
-        while ready:
-            i = ready.pop()
-            order.append(i)
+        order = [i for i, n in enumerate(pending) if n == 0]
+        for i in order:  # (the list grows as it is walked: a queue)
             for c in self.dependents[i]:
                 pending[c] -= 1
                 if pending[c] == 0:
-                    ready.append(c)
+                    order.append(c)
         return order
 
     def closure(self, start: Iterable[int]) -> set[int]:

@@ -502,6 +502,20 @@ def test_dry_run_runs_nothing_and_says_why(workspace: Workspace) -> None:
     assert workspace.read("one.out") == "x\n"
 
 
+def test_a_dry_run_lists_independent_targets_in_the_order_the_build_starts_them(workspace: Workspace) -> None:
+    """`build -n` listed targets with no order between them from the last declared to the
+    first, where the build (at -j1) runs them from the first: `make -n` prints what `make`
+    would run, in its order."""
+    workspace.build_file("", "".join(f'genrule(name="t{i}", outs=["o{i}.txt"], cmd="echo > $@")\n'
+                                     for i in range(6)))
+    rc, out, err = workspace.run("build", "-n", "-j1")
+    assert rc == 0, err
+    listed = re.findall(r"^(//:t\d): would run", out, re.M)
+    rc, out, err = workspace.run("build", "-j1")
+    assert rc == 0, err
+    assert listed == re.findall(r"ran (//:t\d)", out) == [f"//:t{i}" for i in range(6)], out
+
+
 def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace: Workspace) -> None:
     """always=True targets and tests under --no-cache-tests run although their record is
     current: -n and explain say so, with the build's own reasons."""
