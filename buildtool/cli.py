@@ -632,7 +632,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
 
     if args.command == "clean":
         n = Session(args.directory).clean()
-        print(f"removed {n} outputs and the workspace state")
+        print(f"removed {n} output{'' if n == 1 else 's'} and the workspace state")
         return 0
     if args.command in ("explain", "plan", "query", "graph"):
         from buildtool.insight import dispatch

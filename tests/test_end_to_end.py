@@ -860,8 +860,9 @@ def test_outputs_in_a_package_ignored_since_are_kept_as_plain_files(workspace: W
         "(vendor/x.txt)" in r.stderr, r.stderr
     r = workspace.build()
     assert r.rc == 0 and "kept" not in r.stderr and workspace.read("vendor/x.txt") == "built\n", r.output
-    rc, _, err = workspace.run("clean")
+    rc, out, err = workspace.run("clean")
     assert rc == 0 and workspace.read("vendor/x.txt") == "built\n" and not workspace.exists("ok/y.txt"), err
+    assert out == "removed 1 output and the workspace state\n", out  # (not "1 outputs")
 
 
 @pytest.mark.parametrize(("marker", "why"), [
