@@ -300,7 +300,7 @@ class TargetRunner:
                 out[name] = "missing"
                 if (t.label, name) not in self._missing_tools:
                     self._missing_tools.add((t.label, name))
-                    self.warn(f"{t.label}: declared tool {name!r} is not on the command's PATH")
+                    self.warn(f"{t.where}: {t.label}: declared tool {name!r} is not on the command's PATH")
                 continue
             d = self._tool_digests.get(path)
             if d is None:
