@@ -151,23 +151,31 @@ def _file_layer(path: str, user: bool = False) -> dict[str, Any]:
     """A config file's settings; a relative ``cache_dir`` in it is taken from the file's own
     directory (the workspace root for ``buildtool.toml``), whatever directory buildtool is
     started in."""
-    layer = _check(path, _read_toml(path, user))
+    raw = _read_toml(path, user)
+    try:
+        layer = _check(path, raw)
+    except UserError:  # again, with the file's text: the error names the key's line
+        _check(path, raw, read_file(path)[0].decode("utf-8", "replace"))
+        raise
     d = layer.get("cache_dir")
     if d and not d.startswith("~") and not os.path.isabs(d):
         layer["cache_dir"] = os.path.join(os.path.dirname(path), d)
     return layer
 
 
-def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
+def _check(path: str, raw: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+    """``raw``'s settings checked; an error names ``path`` and, given the file's ``text``,
+    the line that sets the key."""
     out: dict[str, Any] = {}
     for k, v in raw.items():
+        at = f"{path}:{n}" if text is not None and (n := _line_of(text, k)) else path
         want = KEYS.get(k)
         if want is None:
             import difflib  # (this error only)
 
             near = difflib.get_close_matches(str(k), list(KEYS), n=1, cutoff=0.7)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            msg = f"{path}: unknown config key {k!r}{hint}; known keys are: {', '.join(sorted(KEYS))}"
+            msg = f"{at}: unknown config key {k!r}{hint}; known keys are: {', '.join(sorted(KEYS))}"
             raise UserError(msg)
         if k.startswith("remote_"):
             from buildtool.remote.options import check_key
@@ -179,7 +187,7 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
                     from buildtool.remote.options import ENV_VARS
 
                     raise UserError(f"{ENV_VARS.get(k, path)}: {e}") from None
-                raise UserError(f"{path}: {e}") from None
+                raise UserError(f"{at}: {e}") from None
             continue
         if k == "max_size":
             from buildtool.cache_gc import parse_size
@@ -187,40 +195,70 @@ def _check(path: str, raw: dict[str, Any]) -> dict[str, Any]:
             try:
                 out[k] = parse_size(v)
             except ValueError:
-                msg = f"{path}: max_size must be a size such as 500M, 2G or a number of bytes (got {v!r})"
+                msg = f"{at}: max_size must be a size such as 500M, 2G or a number of bytes (got {v!r})"
                 raise UserError(msg) from None
             continue
         if want is int and (isinstance(v, bool) or not isinstance(v, int)):
-            msg = f"{path}: {k} must be an integer (got {v!r})"
+            msg = f"{at}: {k} must be an integer (got {v!r})"
             raise UserError(msg)
         if not isinstance(v, want):
-            msg = f"{path}: {k} must be a {want.__name__} (got {v!r})"
+            msg = f"{at}: {k} must be a {want.__name__} (got {v!r})"
             raise UserError(msg)
         if k == "action_env":
             if not all(isinstance(x, str) for x in v):
-                msg = f"{path}: action_env must be a list of variable names (got {v!r})"
+                msg = f"{at}: action_env must be a list of variable names (got {v!r})"
                 raise UserError(msg)
-            check_action_env(v, f"{path}: action_env")
+            check_action_env(v, f"{at}: action_env")
         if k == "pools":
             for name, depth in v.items():
+                if text is not None and (n := _line_of(text, k, str(name))):
+                    at = f"{path}:{n}"
                 if name == "console":
-                    msg = (f"{path}: pools.console cannot be configured: the console pool is built in "
+                    msg = (f"{at}: pools.console cannot be configured: the console pool is built in "
                            "with depth 1 (its actions share the terminal)")
                     raise UserError(msg)
                 if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-                    msg = f"{path}: pools.{name} must be a non-negative integer depth (got {depth!r})"
+                    msg = f"{at}: pools.{name} must be a non-negative integer depth (got {depth!r})"
                     raise UserError(msg)
         if k == "cache_dir" and not v:
-            msg = f"{path}: cache_dir must name a directory (got an empty string)"
+            msg = f"{at}: cache_dir must name a directory (got an empty string)"
             raise UserError(msg)
         if k == "restore_mode" and v not in RESTORE_MODES:
-            msg = f"{path}: restore_mode must be one of {', '.join(RESTORE_MODES)} (got {v!r})"
+            msg = f"{at}: restore_mode must be one of {', '.join(RESTORE_MODES)} (got {v!r})"
             raise UserError(msg)
         if k in ("jobs", "remote_jobs") and not 1 <= v <= MAX_JOBS:
-            msg = f"{path}: {k} must be from 1 to {MAX_JOBS} (got {v})"
+            msg = f"{at}: {k} must be from 1 to {MAX_JOBS} (got {v})"
             raise UserError(msg)
         out[k] = v
     return out
+
+
+def _line_of(text: str, key: str, sub: str | None = None) -> int | None:
+    """The line of a TOML text that sets top-level ``key`` (``key =``, ``key.x =`` or a
+    ``[key]`` table), or ``key.sub`` (``key.sub =``, ``sub =`` in ``[key]``), for an error to
+    point at; None where it cannot be told."""
+    import re  # (errors only)
+
+    def quoted(k: str) -> str:
+        return rf"(?:{re.escape(k)}|\"{re.escape(k)}\"|'{re.escape(k)}')"
+
+    name = quoted(key)
+    table: str | None = None  # the table the line is in ("": top level; a key inside another is not ours)
+    found: int | None = None
+    for n, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*\[\s*{name}\s*\]", line):
+            table, found = key, found or n
+        elif re.match(r"\s*\[", line):
+            table = "[other]"
+        elif table is None and re.match(rf"\s*{name}\s*[=.]", line):
+            if sub is None or re.match(rf"\s*{name}\s*\.\s*{quoted(sub)}\s*=", line):
+                return n
+            found = found or n
+        elif table == key and sub is not None and re.match(rf"\s*{quoted(sub)}\s*=", line):
+            return n
+        if table == key and sub is None and found:
+            return found
+    return found
 
 
 def env_bool(var: str, v: str) -> bool:

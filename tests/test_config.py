@@ -167,8 +167,8 @@ def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
 
 
 @pytest.mark.parametrize(("toml", "needle"), [
-    ('cache_dir = ""\n', "cache_dir must name a directory (got an empty string)"),
-    ("[pools]\nconsole = 4\n", "pools.console cannot be configured: the console pool is built in with depth 1"),
+    ('cache_dir = ""\n', "1: cache_dir must name a directory (got an empty string)"),
+    ("[pools]\nconsole = 4\n", "2: pools.console cannot be configured: the console pool is built in with depth 1"),
 ])
 def test_values_that_were_taken_silently_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, needle: str,
@@ -179,7 +179,27 @@ def test_values_that_were_taken_silently_are_refused(
     _write(tmp_path / "ws" / "buildtool.toml", toml)
     with pytest.raises(config.UserError) as e:
         config.load_config(str(tmp_path / "ws"), {})
-    assert f"buildtool.toml: {needle}" in str(e.value)
+    assert f"buildtool.toml:{needle}" in str(e.value)
+
+
+@pytest.mark.parametrize(("toml", "line", "needle"), [
+    ('# jobs = 2\n\njobs = "x"\n', 3, "jobs must be an integer (got 'x')"),
+    ("jobz = 3\n", 1, "unknown config key 'jobz'"),
+    ("[pools]\ncc = 2\n\nlink = -1\n", 4, "pools.link must be a non-negative integer depth (got -1)"),
+    ('pools.cc = 1\n"pools".link = "x"\n', 2, "pools.link must be a non-negative integer depth"),
+    ("jobs = 1\n[pools]\njobs = 3\n[remote]\nx = 1\n", 4, "unknown config key 'remote'"),
+    ("[pools]\njobs = 3\n[x]\n", 3, "unknown config key 'x'"),  # (not pools.jobs: a key inside a table)
+    ("remote_cache = 3\n", 1, "remote_cache must be a URL string (got 3)"),
+])
+def test_a_config_error_names_the_line_that_sets_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, line: int, needle: str,
+) -> None:
+    """A config error named the file alone, where a BUILD.py error names its line."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    _write(tmp_path / "ws" / "buildtool.toml", toml)
+    with pytest.raises(config.UserError) as e:
+        config.load_config(str(tmp_path / "ws"), {})
+    assert f"buildtool.toml:{line}: {needle}" in str(e.value), str(e.value)
 
 
 def test_a_user_config_that_cannot_be_reached_is_no_user_config(

@@ -176,7 +176,8 @@ def test_a_warning_during_a_build_goes_above_the_live_area(workspace: Workspace)
                              'genrule(name="first", outs=["f.txt"], cmd="sleep 0.3; echo > $@")\n')
     rc, out = _run_in_pty(workspace, "build", "-j", "2", env_extra={})
     assert rc == 0, out
-    assert re.search(r"(\x1b\[J|\n)buildtool: warning: BUILD.py:2: //:gen: declared tool 'no-such-tool-xyz'", out), repr(out)
+    assert re.search(r"(\x1b\[J|\n)buildtool: warning: BUILD.py:2: //:gen: declared tool 'no-such-tool-xyz'",
+                     out), repr(out)
 
 
 def test_the_live_area_fits_a_narrow_terminal(workspace: Workspace) -> None:

@@ -810,7 +810,8 @@ def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) ->
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@", tools=["no-such-tool-xyz"])\n')
     r = workspace.build()
     assert r.rc == 0, r.output
-    assert "warning: BUILD.py:1: //:g: declared tool 'no-such-tool-xyz' is not on the command's PATH" in r.stderr, r.stderr
+    assert "warning: BUILD.py:1: //:g: declared tool 'no-such-tool-xyz' is not on the command's PATH" in r.stderr, \
+        r.stderr
 
 
 # -- outputs of targets that are gone: deleted, unless they are the user's now ------------
