@@ -41,14 +41,16 @@ REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
 class Declaration:
     """One rule call as written in a BUILD.py (or a macro it called)."""
 
-    __slots__ = ("attrs", "kind", "line", "macro", "path")
+    __slots__ = ("attrs", "kind", "line", "macro", "path", "pkg")
 
-    def __init__(self, kind: str, attrs: dict[str, Any], path: str, line: int, macro: str = "") -> None:
+    def __init__(self, kind: str, attrs: dict[str, Any], path: str, line: int, macro: str = "",
+                 pkg: str = "") -> None:
         self.kind = kind
         self.attrs = attrs
         self.path = path  # workspace-relative file of the call site
         self.line = line
         self.macro = macro  # " (in the macro at tools/macros.py:12)" when a macro declared it, else ""
+        self.pkg = pkg  # the package it declares a target of
 
 
 class PackageContext:
@@ -200,7 +202,7 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
             f"(first at {previous.path}:{previous.line})"
         )
         raise BuildfileError(msg + macro, path, line)
-    ctx.declarations[name] = Declaration(kind, attrs, path, line, macro)
+    ctx.declarations[name] = Declaration(kind, attrs, path, line, macro, ctx.pkg)
 
 
 def genrule(*args: Any, **attrs: Any) -> None:

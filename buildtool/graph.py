@@ -192,7 +192,11 @@ MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits e
 
 
 def _err(decl: Declaration, msg: str) -> BuildfileError:
-    """The error of a declaration at its BUILD.py line, naming the macro line that made it."""
+    """The error of a declaration at its BUILD.py line, naming its target (a line of a
+    macro's loop declares many) and the macro line that made it."""
+    label = f"//{decl.pkg}:{decl.attrs['name']}"
+    if label not in msg:
+        msg = f"{label}: {msg}"
     return BuildfileError(msg + decl.macro, decl.path, decl.line)
 
 

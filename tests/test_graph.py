@@ -105,7 +105,7 @@ def test_a_missing_package_gets_the_closest_one(workspace: Workspace, written: s
     assert f"there is no {written[2:].partition(':')[0]}/BUILD.py; {hint}" in err
     workspace.build_file("app", f'genrule(name="app", deps=["{written}"], outs=["a"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//app")
-    assert f"app/BUILD.py:1: deps refers to '{written}' but there is no package" in err and hint in err
+    assert f"app/BUILD.py:1: //app:app: deps refers to '{written}' but there is no package" in err and hint in err
 
 
 def test_a_moved_package_is_suggested_by_its_directory_name(workspace: Workspace) -> None:
@@ -312,7 +312,7 @@ def test_an_output_listed_twice_is_named(workspace: Workspace, outs: str, said: 
     """The error named the line but not the file."""
     workspace.build_file("", f'genrule(name="a", outs={outs}, cmd="touch $(OUTS)")\n')
     err = expect_invalid(workspace)
-    assert f"BUILD.py:1: {said}" in err, err
+    assert f"BUILD.py:1: //:a: {said}" in err, err  # (the target: a macro's loop declares many on one line)
 
 
 def test_duplicate_outputs_even_when_only_one_is_requested(workspace: Workspace) -> None:
@@ -545,7 +545,7 @@ def test_bad_file_labels_say_what_they_name(workspace: Workspace, src: str, need
     workspace.build_file("app", f'genrule(name="a", srcs=["{src}"], outs=["a.txt"], cmd="touch $@")\n')
     assert workspace.run("build", "//lib:l")[0] == 0  # (.buildtool/record exists)
     err = expect_invalid(workspace, "//app:a")
-    assert f"app/BUILD.py:1: {needle}" in err, err
+    assert f"app/BUILD.py:1: //app:a: {needle}" in err, err
 
 
 def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_the_build(
@@ -568,7 +568,8 @@ def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_th
     assert ("p2/BUILD.py:2: srcs entry 'gen/o.txt' of //p2:r1 is an output of //p2:g (declared at p2/BUILD.py:1): "
             "refer to '//p2:g' instead, or rename that output if this is a source file") in err, err
     err = expect_invalid(workspace, "//p2:r2")
-    assert "p2/BUILD.py:3: srcs refers to ':gen/o.txt', an output of //p2:g: refer to '//p2:g' instead" in err, err
+    assert "p2/BUILD.py:3: //p2:r2: srcs refers to ':gen/o.txt', an output of //p2:g: refer to '//p2:g' instead" \
+        in err, err
     err = expect_invalid(workspace, "//p2:me")
     assert "'p2/m/x' is both an output and a source of //p2:me: a target cannot read what it writes" in err, err
 

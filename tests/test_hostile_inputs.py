@@ -922,7 +922,7 @@ def test_a_path_into_another_package_is_told_how_to_name_it(workspace: Workspace
     workspace.build_file("x", 'genrule(name="a", srcs=["a.txt"], outs=["o"], cmd="cp $< $@")\n')
     workspace.build_file("lib", 'genrule(name="t", srcs=["../x/a.txt"], outs=["o"], cmd="cat $< > $@")\n')
     rc, _, err = workspace.run("build", "//lib:t")
-    assert rc == 2 and "lib/BUILD.py:1: srcs path '../x/a.txt' must stay inside the package (no '..'); " \
+    assert rc == 2 and "lib/BUILD.py:1: //lib:t: srcs path '../x/a.txt' must stay inside the package (no '..'); " \
         "a file of another package is named by its label, '//pkg:file'" in err, err
     workspace.build_file("lib", 'genrule(name="t", srcs=["../../a.txt"], outs=["o"], cmd="cat $< > $@")\n')
     rc, _, err = workspace.run("build", "//lib:t")
