@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 KEY_CHANGED = "the action key changed"  # why_changed when no part of the description differs
 
 
+# (a record entry goes when its target's run fails and when the target leaves the graph)
+NOT_RECORDED = ("not in this workspace's build record "
+                "(never built here, its last run failed, or it left the graph since)")
+
+
 def outputs_match(
     recorded: list[list[Any]], digest_of: DigestOf, mode_of: Callable[[str], int | None] | None = None,
 ) -> tuple[bool, Reason | None, str]:
@@ -46,7 +51,7 @@ def up_to_date(
 ) -> tuple[bool, Reason, str]:
     """The verifying-trace check: same key as last time and outputs intact."""
     if entry is None:
-        return False, Reason.NEW, "never built in this workspace, or its last run failed"
+        return False, Reason.NEW, NOT_RECORDED
     if entry.get("k") != key:
         return False, Reason.DEFINITION_CHANGED, KEY_CHANGED
     ok, reason, msg = outputs_match(entry.get("o", []), digest_of, mode_of)
@@ -76,7 +81,7 @@ def why_changed(
     """Compare the recorded action description with the new one; the first difference
     decides the reason code, and the message lists up to a few differences."""
     if old is None:
-        return Reason.NEW, "never built in this workspace, or its last run failed"
+        return Reason.NEW, NOT_RECORDED
     found: list[tuple[Reason, str]] = []
     if old.get("cmd") != new.get("cmd"):
         was, now = _clip_pair(str(old.get("cmd")), str(new.get("cmd")))

@@ -981,6 +981,21 @@ def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
         return True
 
 
+def _replaced(full: str, entry: list[Any] | None) -> bool:
+    """Is the file at ``full`` another than the one the stat cache saw the build leave there
+    (another inode, size or mtime)?  A `git checkout` that brings the file in, committed, with
+    the very content the build wrote: the same digest, yet the user's file (it was deleted
+    as a dead output).  No entry: not known, False.  (The ctime is not compared: a hard
+    link made to a restored output's cache blob changes it.)"""
+    if entry is None:
+        return False
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return False
+    return (entry[0], entry[1], entry[2]) != (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
 def _led_elsewhere(root: str, rel: str, memo: dict[str, str | None]) -> str | None:
     """Why the recorded output ``rel`` is not to be deleted at that path: a directory on its
     way became a symbolic link (since the build wrote it) that leads outside the workspace,
@@ -1018,6 +1033,8 @@ def _remove_dead(
         _warn(f"kept {rel}: an output of {label} before, {where}")
     elif is_source:
         _warn(f"kept {rel}: an output of {label} before, it is a source now")
+    elif _replaced(full, stats.entries.get(rel)):
+        _warn(f"kept {rel}: an output of {label} before, another file is there now (put there by a checkout?)")
     elif not _as_written(root, rel, o[1], stats):
         _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")
     else:

@@ -846,6 +846,30 @@ def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_
     assert rc == 0 and workspace.read("y.txt") == "also edited\n" and "kept y.txt" in err, err
 
 
+def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspace: Workspace) -> None:
+    """A branch where the generated d.txt is checked in, its generator gone: the checkout
+    wrote d.txt (a new file, the very content the build wrote) and the next build deleted
+    it as a dead output, unsaid: `git status` showed it deleted and the glob left it out."""
+    workspace.write("a.txt", "alpha\n")
+    workspace.build_file("", 'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n'
+                             'genrule(name="mkd", outs=["d.txt"], cmd="echo delta > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.build_file("", 'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    os.unlink(workspace.root / "d.txt")  # (as git does: unlink, then write the blob anew)
+    workspace.write("d.txt", "delta\n")
+    r = workspace.build()
+    assert r.rc == 0 and workspace.read("d.txt") == "delta\n", r.output
+    assert "kept d.txt: an output of //:mkd before, another file is there now" in r.stderr, r.stderr
+    assert workspace.read("all.out") == "alpha\ndelta\n"  # (a source now: the glob has it)
+    # one the build left as it was goes, as before
+    workspace.build_file("", 'genrule(name="mke", outs=["e.out"], cmd="echo e > $@")\n'
+                             'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.build_file("", 'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0 and not workspace.exists("e.out") and "kept" not in r.stderr, r.output
+
+
 def test_outputs_in_a_package_ignored_since_are_kept_as_plain_files(workspace: Workspace) -> None:
     """Adding vendor/ to .buildtoolignore says "leave it alone": the next build deleted the
     files buildtool had built there, as dead outputs.  They stay, said in a note, and the

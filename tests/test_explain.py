@@ -74,7 +74,7 @@ def test_explain_without_record_and_without_cache(workspace: Workspace, tmp_path
     assert "output pkg/side.out is missing" in out and "WOULD RUN" in out
     rc, out, _ = workspace.run("clean")
     rc, out, _ = workspace.run("explain", "//pkg:side", "--cache-dir", str(tmp_path / "nothing"))
-    assert "never built in this workspace" in out
+    assert "not in this workspace's build record (never built here" in out
 
 
 def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Workspace) -> None:
@@ -90,8 +90,8 @@ def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Wor
         (workspace.root.parent / "flag").unlink()
     workspace.write("d.txt", "B\n")
     r = workspace.build(command="test")
-    assert r.rc == 0 and "never built in this workspace, or its last run failed" in r.by_label["//:t"]["reason"], \
-        r.by_label["//:t"]
+    assert r.rc == 0 and ("not in this workspace's build record (never built here, its last run failed, or it left "
+                          "the graph since)") in r.by_label["//:t"]["reason"], r.by_label["//:t"]
 
 
 def test_build_explain_prints_each_reason(workspace: Workspace) -> None:
@@ -316,8 +316,9 @@ def test_a_dry_run_of_a_test_whose_pass_is_in_the_cache_says_so(workspace: Works
     assert rc == 0 and "//:t" not in out and "0 of 1 target would run" in out, out + err
     r = workspace.build("-n", command="test")
     said = [e["reason"] for e in r.events if e["label"] == "//:t"]
-    assert r.rc == 0 and said == ["up to date: never built in this workspace, or its last run failed, "
-                                  "but the cache holds a pass of this key"], r.events
+    assert r.rc == 0 and said == ["up to date: not in this workspace's build record (never built here, its last run "
+                                  "failed, or it left the graph since), but the cache holds a pass of this key"], \
+        r.events
     rc, out, err = workspace.run("test", "-n", "--explain")
     assert rc == 0 and "PASSED (cached)" in out and "but the cache holds" not in out, out + err
 
