@@ -201,10 +201,19 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
 
 
 def _path_change(old: str, new: str) -> str:
-    """What differs between two PATH values: the entries gone and added, else the order."""
+    """What differs between two PATH values: the entries gone and added, else repeats or
+    the order."""
     o, n = old.split(":"), new.split(":")
     gone = [e for e in o if e not in n]
     added = [e for e in n if e not in o]
     parts = ([f"{', '.join(map(repr, added[:3]))}{' ...' if len(added) > 3 else ''} added"] if added else []) + \
             ([f"{', '.join(map(repr, gone[:3]))}{' ...' if len(gone) > 3 else ''} gone"] if gone else [])
-    return "; ".join(parts) if parts else "the same entries in another order"
+    if parts:
+        return "; ".join(parts)
+    twice = [e for e in dict.fromkeys(n) if n.count(e) > o.count(e)]
+    once = [e for e in dict.fromkeys(o) if o.count(e) > n.count(e)]
+    if twice or once:  # (`PATH=$PATH:/usr/bin`: nothing reordered)
+        said = [f"{', '.join(map(repr, twice[:3]))} listed again" if twice else "",
+                f"{', '.join(map(repr, once[:3]))} listed fewer times" if once else ""]
+        return "; ".join(p for p in said if p)
+    return "the same entries in another order"

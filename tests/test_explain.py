@@ -357,3 +357,17 @@ def test_a_failing_command_and_a_warning_show_a_control_character_name_escaped(
     console.say("warning: input a\x1b]0;PWNED\x07.txt changed\nwhile")  # (every warning goes through say)
     said = capsys.readouterr().err
     assert said == "buildtool: warning: input a\\x1b]0;PWNED\\x07.txt changed\\nwhile\n", repr(said)
+
+
+def test_a_path_entry_listed_again_is_not_called_a_reordering() -> None:
+    """`PATH=$PATH:/usr/bin` (already on it) was said to be "the same entries in another order"."""
+    from buildtool.rebuild import why_changed
+
+    base = {"cmd": "true", "env": {"PATH": "/venv/bin:/usr/bin:/bin"}, "inputs": {}, "extra": {}}
+    for path, said in [("/venv/bin:/usr/bin:/bin:/usr/bin", "'/usr/bin' listed again"),
+                       ("/usr/bin:/bin", "'/venv/bin' gone"),
+                       ("/usr/bin:/venv/bin:/bin", "the same entries in another order")]:
+        msg = why_changed(base, {**base, "env": {"PATH": path}}, lambda p: None)[1]
+        assert msg == f"env var PATH changed: {said}", msg
+    twice = {**base, "env": {"PATH": "/venv/bin:/venv/bin:/usr/bin:/bin"}}
+    assert why_changed(twice, base, lambda p: None)[1] == "env var PATH changed: '/venv/bin' listed fewer times"
