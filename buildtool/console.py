@@ -299,7 +299,8 @@ class Console:
             self._print_failure(t, o)
             return
         if self.explain:
-            self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {escape_controls(o.message)}")
+            said = o.message.removeprefix(status.replace("_", " ") + ": ")  # ("up_to_date: up to date: ...")
+            self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {escape_controls(said)}")
         elif o.status is not Status.UP_TO_DATE:
             dur = f" ({o.duration:.2f}s)" if o.status is Status.RAN else ""
             word = self._paint(status, _STATUS_COLOR.get(status))
