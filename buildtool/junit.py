@@ -5,7 +5,8 @@ One ``<testsuite>`` (inside ``<testsuites>``) with one ``<testcase>`` per test t
 this build; a failure or timeout carries ``<failure message=... type=...>`` with the test's
 output; a test that did not run because something it needs failed to build is an
 ``<error type="build_failed">`` (as Bazel's "FAILED TO BUILD": a dashboard that reads only
-this file must not show it as merely skipped), any other that did not run (the build
+this file must not show it as merely skipped), one the build was interrupted while it
+ran an ``<error type="interrupted">`` with its output so far, any other that did not run (the build
 stopped first: another failure without ``-k``, Ctrl-C) is ``<skipped/>``; every test with output has
 ``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
 the subset that GitHub Actions reporters, GitLab and Jenkins read.
@@ -50,8 +51,8 @@ def _escape(m: re.Match[str]) -> str:
 
 def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None) -> ET.ElementTree:
     failures = sum(1 for c in cases if c.result in (TestResult.FAILED, TestResult.TIMEOUT))
-    errors = sum(1 for c in cases if c.result is None and c.build_failed)
-    skipped = sum(1 for c in cases if c.result is None and not c.build_failed)
+    errors = sum(1 for c in cases if c.result is None and (c.build_failed or c.interrupted))
+    skipped = sum(1 for c in cases if c.result is None and not (c.build_failed or c.interrupted))
     total_time = sum(c.time for c in cases)
     counts = {
         "tests": str(len(cases)),
@@ -73,6 +74,8 @@ def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float
             f.text = xml_text(c.log)
         elif c.result is None and c.build_failed:
             ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "build_failed"})
+        elif c.result is None and c.interrupted:  # (it ran and has no verdict: not "skipped", which reads neutral)
+            ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
         elif c.result is None:
             ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
         if c.log:

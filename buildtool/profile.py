@@ -1,7 +1,8 @@
 """Profile: the ``--profile FILE`` Chrome trace of a build, and the critical path of what ran.
 
 The trace is Chrome trace-event JSON (opens in Perfetto and ``chrome://tracing``): one
-complete event (``"ph": "X"``) per target that ran or was restored, on the thread
+complete event (``"ph": "X"``) per target that ran, was restored or failed (or was running
+when the build was interrupted), on the thread
 ("lane") of the worker that ran it, with ``args`` {status, cache, reason}; plus one span
 per build phase (load buildfiles and graph, clean dead outputs, critical-path weights,
 schedule) on a separate "phases" thread.  Times are microseconds since the build began.
@@ -66,8 +67,8 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
         evs.append({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": PHASE_TID,
                     "ts": us(start), "dur": max(us(end - start), 1)})
     for t, o in sorted(outcomes.items(), key=lambda kv: (kv[1].start, kv[0])):
-        if o.status not in WORK and not (o.status is Status.FAILED and o.lane >= 0):
-            continue
+        if o.status not in WORK and not (o.status in (Status.FAILED, Status.CANCELLED) and o.lane >= 0):
+            continue  # (a command interrupted while it ran: its span too, what a cancelled CI job asks after)
         lane = max(o.lane, 0)
         lanes.add(lane)
         evs.append({

@@ -385,7 +385,8 @@ class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
     __test__ = False
-    __slots__ = ("build_failed", "failures", "label", "log", "log_lost", "log_path", "message", "pkg", "result", "time")
+    __slots__ = ("build_failed", "failures", "interrupted", "label", "log", "log_lost", "log_path", "message", "pkg",
+                 "result", "time")
 
     def __init__(
         self,
@@ -399,6 +400,7 @@ class TestCase:
         failures: list[str] | None = None,  # earlier failed attempts (flaky); None: []
         log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
         build_failed: bool = False,  # not run because something it needs failed to build
+        interrupted: bool = False,  # no result: the build was interrupted while it ran (``log``: its output so far)
     ) -> None:
         self.label = label
         self.pkg = pkg
@@ -410,6 +412,7 @@ class TestCase:
         self.failures = [] if failures is None else failures
         self.log_lost = log_lost
         self.build_failed = build_failed
+        self.interrupted = interrupted
 
 
 class OutputFilter:
@@ -487,14 +490,16 @@ class TestSession:
             if o is None:
                 continue
             r = test_result(t, o)
-            log = self.logs.output(t) if r is not None else None
+            # Interrupted while it ran (Ctrl-C, a CI job's timeout): its log holds the output so far.
+            cut = r is None and o.status is Status.CANCELLED and o.reason is Reason.INTERRUPTED and o.lane >= 0
+            log = self.logs.output(t) if r is not None or cut else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
             # A console-pool test's output went to the terminal: its log is empty, named nowhere.
             rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
             lost = self.logs.unwritten.get(t.label) if r is not None else None
             broken = r is None and o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED
-            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken))
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken, cut))
         return out
 
     def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:
@@ -513,8 +518,8 @@ class TestSession:
                         print(text, end="" if text.endswith("\n") else "\n", file=out)
         counts: dict[str, int] = {}
         for c in cases:
-            word = c.result.word if c.result is not None else "NOT RUN"
-            kind = c.result.value if c.result is not None else "not run"
+            word = c.result.word if c.result is not None else "INTERRUPTED" if c.interrupted else "NOT RUN"
+            kind = c.result.value if c.result is not None else "interrupted" if c.interrupted else "not run"
             counts[kind] = counts.get(kind, 0) + 1
             if c.result is TestResult.CACHED:
                 d = recorded(c.label)
@@ -522,7 +527,7 @@ class TestSession:
             else:
                 timing = f" in {c.time:.2f}s"
             extra = ""
-            if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
+            if c.result in (TestResult.FAILED, TestResult.TIMEOUT) or c.interrupted:
                 if not c.log_path:
                     extra = "  (output on the terminal: console pool)"
                 elif c.log_lost is not None:
@@ -533,7 +538,8 @@ class TestSession:
                 extra = f"  ({escape_controls(c.message)})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
         ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
-        order = ("passed", "cached", "flaky", "failed", "timeout", "not run")  # (fixed: CI logs are diffed)
+        # (a fixed order: CI logs are diffed)
+        order = ("passed", "cached", "flaky", "failed", "timeout", "interrupted", "not run")
         parts = [f"{counts[k]} {k}" for k in order if k in counts]
         if cases:  # (none: only non-tests were named; they were built, and the command exits 4)
             print(f"Tests: {len(cases)} ({', '.join(parts)}); {ran} executed", file=out, flush=True)

@@ -526,3 +526,33 @@ def test_an_interrupt_is_128_plus_the_signal_when_the_output_is_gone(
         os.close(r)  # (the reader gone: each write now fails)
         p.send_signal(sig)
         assert p.wait(timeout=30) == code
+
+
+def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path: Path) -> None:
+    """A CI job's timeout (SIGTERM) while a test ran: the summary said NOT RUN with no log,
+    JUnit `<skipped>` (neutral on a dashboard) without its output, and the profile had no
+    span of it: what was running, the first question, was answered by --events alone."""
+    ws = _workspace(tmp_path)
+    (ws / "BUILD.py").write_text(
+        'test(name="quick", cmd="echo quick ok")\n'
+        'test(name="hangs", cmd="echo connecting to db...; touch ../started; sleep 30")\n')
+    junit, profile = tmp_path / "j.xml", tmp_path / "trace.json"
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "-j2", "--junit", str(junit), "--profile", str(profile)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
+    with _reaped(p):
+        out, err = _signal_once_started(p, tmp_path / "started", signal.SIGTERM, "the test never started")
+    assert p.returncode == 143, out + err
+    line = next(x for x in out.splitlines() if x.startswith("//:hangs "))
+    assert " INTERRUPTED in " in line and "log: .buildtool/testlogs/hangs.log" in line, out
+    assert "1 passed, 1 interrupted" in out, out
+    assert (ws / ".buildtool/testlogs/hangs.log").read_text() == "connecting to db...\n"
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot()
+    case = next(c for c in suite.iter("testcase") if c.get("name") == "//:hangs")
+    error = case.find("error")
+    assert error is not None and error.get("type") == "interrupted" and case.find("skipped") is None, ET.tostring(case)
+    assert case.findtext("system-out") == "connecting to db...\n" and suite.get("errors") == "1", ET.tostring(suite)
+    spans = {e["name"]: e for e in json.loads(profile.read_text())["traceEvents"] if e.get("cat") == "target"}
+    assert spans["//:hangs"]["args"]["status"] == "cancelled" and spans["//:hangs"]["dur"] > 0, spans
