@@ -131,6 +131,25 @@ def test_a_remote_hit_whose_outputs_are_already_in_place_says_so(nginx: remote_s
     assert r.events[0]["reason"].endswith("; outputs on disk already match the remote cache's entry"), r.events
 
 
+def test_a_binary_grpc_header_is_sent_and_a_key_grpc_refuses_is_said_before_the_build(
+        bgd: remote_servers.Server, make_workspace: Callable[..., Workspace]) -> None:
+    """A header whose key ends in -bin is binary gRPC metadata: its text value made grpcio
+    raise TypeError in every call, so every target failed ("internal error"); a key with a
+    character gRPC refuses (HTTP allows it) was the server's "INTERNAL Invalid metadata"."""
+    a = make_workspace("bin-a")
+    a.build_file("", f'genrule(name="x", outs=["x.txt"], cmd="echo {time.time_ns()} > $@")\n')
+    r = a.build("--remote-cache", bgd.url, "--remote-upload", "--remote-header", "x-trace-bin=abc")
+    assert r.rc == 0 and "1 uploaded" in r.stdout and "internal error" not in r.output, r.output
+    b = make_workspace("bin-b")
+    b.build_file("", a.read("BUILD.py"))
+    r = b.build("--remote-cache", bgd.url, env_extra={"BUILDTOOL_REMOTE_HEADERS": "x-trace-bin=abc"})
+    assert r.rc == 0 and [(e["status"], e["cache"]) for e in r.events] == [("restored", "remote")], r.output
+    rc, _, err = b.run("build", "--remote-cache", bgd.url, "--remote-header", "x!y=1")
+    assert rc == 2 and "header 'x!y' cannot be sent to a grpc:// endpoint: gRPC metadata keys are" in err, err
+    r = b.build("--remote-cache", "http://127.0.0.1:1", "--remote-header", "x!y=1", "--remote-timeout", "2")
+    assert r.rc == 0, r.output  # (HTTP takes it)
+
+
 def test_config_file_and_env_select_the_remote(nginx: remote_servers.Server,
                                                make_workspace: Callable[..., Workspace]) -> None:
     a, b = _checkouts(make_workspace, f"cfg-{time.time_ns()}")

@@ -84,7 +84,7 @@ class GrpcStore(Store):
         self.name = str(ep)
         self.instance = opt.instance
         self.timeout = opt.timeout
-        self.metadata = tuple(ep.headers(opt.headers).items())
+        self.metadata = ep.metadata(opt.headers)
         self.chan = chan or channel(ep)
         self.cas = re_grpc.ContentAddressableStorageStub(self.chan)
         self.ac = re_grpc.ActionCacheStub(self.chan)

@@ -36,6 +36,11 @@ class Endpoint(namedtuple("Endpoint", ["scheme", "host", "port", "prefix", "user
 
         return {**given, "authorization": "Basic " + base64.b64encode(self.userinfo.encode()).decode("ascii")}
 
+    def metadata(self, given: dict[str, str]) -> tuple[tuple[str, str | bytes], ...]:
+        """``headers`` as gRPC metadata: the value of a key ending in ``-bin`` is binary
+        metadata, bytes (grpcio refused the text with a TypeError: every target failed)."""
+        return tuple((k, v.encode() if k.endswith("-bin") else v) for k, v in self.headers(given).items())
+
     @property
     def is_grpc(self) -> bool:
         return self.scheme in ("grpc", "grpcs")
@@ -157,6 +162,17 @@ def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-heade
             raise ValueError(msg)
         out[key] = v
     return out
+
+
+def grpc_header_problem(headers: dict[str, str], what: str) -> str | None:
+    """Why ``headers`` cannot go to a gRPC endpoint (metadata keys are lower-case letters,
+    digits, ``-``, ``_`` and ``.``: HTTP allows more), or None.  Said before the build, not
+    as the server's "INTERNAL Invalid metadata" on every call."""
+    for k in headers:
+        if not all(c in "abcdefghijklmnopqrstuvwxyz0123456789-_." for c in k):
+            return (f"{what}: header {k!r} cannot be sent to a grpc:// endpoint: gRPC metadata keys are "
+                    "lower-case letters, digits, '-', '_' and '.'")
+    return None
 
 
 class RemoteOptions:

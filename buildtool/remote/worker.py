@@ -83,7 +83,7 @@ class Worker:
         self.capacity = capacity
         self.work_dir = work_dir
         self.opt = RemoteOptions(instance=instance, timeout=timeout, headers=headers)
-        self.metadata = tuple(self.ep.headers(headers).items())
+        self.metadata = self.ep.metadata(headers)
         self.chan = channel(self.ep)
         self.bots = bots_pb2_grpc.BotsStub(self.chan)
         self.stop = threading.Event()

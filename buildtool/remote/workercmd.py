@@ -46,6 +46,11 @@ def run_command(args: argparse.Namespace) -> int:
         headers = parse_headers(args.remote_header)
     except ValueError as e:
         raise UserError(str(e)) from None
+    from buildtool.remote.options import grpc_header_problem
+
+    problem = grpc_header_problem(headers, "--remote-header")
+    if problem is not None:
+        raise UserError(problem)
     import signal
     import tempfile
 
