@@ -735,3 +735,20 @@ def test_an_execution_result_is_checked_as_a_cache_entry_is(tmp_path: pathlib.Pa
     st = type("Store", (), {"digest_fn": "sha256"})()
     with pytest.raises(RemoteError, match=re.escape(said)):
         ex._outputs(st, view, r, str(tmp_path), True)  # type: ignore[arg-type]
+
+
+def test_a_worker_whose_slots_all_end_on_their_own_exits_1_with_a_line_each(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A slot that raised (a header grpcio refused) printed a thread's traceback, and the
+    worker exited 0 serving nothing: a supervisor saw a clean exit and left it down."""
+    from buildtool.remote.worker import Worker
+
+    class Broken(Worker):
+        def slot(self, slot: int) -> None:
+            raise TypeError(f"slot {slot} cannot start")
+
+    w = Broken(f"grpc://127.0.0.1:{remote_servers.free_port()}", "", 2, str(tmp_path), 5.0, {})
+    assert w.serve() == 1
+    err = capsys.readouterr().err
+    assert "slot 0 stopped: TypeError: slot 0 cannot start" in err and "slot 1 stopped" in err, err
+    assert "Traceback" not in err and "every slot stopped: exiting with status 1" in err, err

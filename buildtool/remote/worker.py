@@ -404,14 +404,18 @@ class Worker:
 
     # -- process -------------------------------------------------------------------------------
     def serve(self) -> int:
-        threads = [threading.Thread(target=self.slot, args=(i,), name=f"slot-{i}", daemon=True)
+        """Serve until stopped (0), or until every slot ended on its own (1: a supervisor
+        restarts a worker that exits non-zero; one that exited 0 serving nothing stayed down)."""
+        threads = [threading.Thread(target=self._slot_said, args=(i,), name=f"slot-{i}", daemon=True)
                    for i in range(self.capacity)]
         for t in threads:
             t.start()
         log(f"serving {self.ep} instance {self.instance!r} with {self.capacity} slot(s); work dir {self.work_dir}")
+        stopped = False
         try:
             while any(t.is_alive() for t in threads) and not self.stop.is_set():
                 self.stop.wait(0.5)
+            stopped = self.stop.is_set()
         finally:
             self.stop.set()
             with self._live_lock:
@@ -421,7 +425,17 @@ class Worker:
             for t in threads:
                 t.join(POLL_S + 1)
             self.chan.close()
+        if not stopped:
+            log("every slot stopped: exiting with status 1")
+            return 1
         return 0
+
+    def _slot_said(self, slot: int) -> None:
+        """``slot``, its unexpected end said in one log line (not a thread's traceback)."""
+        try:
+            self.slot(slot)
+        except Exception as e:
+            log(f"slot {slot} stopped: {type(e).__name__}: {e}")
 
 
 def _inside(path: str, root: str) -> bool:
