@@ -1233,6 +1233,7 @@ class TargetRunner:
         return Outcome(
             Status.RAN, reason, why + note, key=key, duration=res.duration,
             stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra,
+            cache="remote" if base.get("remote_cached") else "none",  # (where the result came from)
         )
 
     def _inputs_changed(

@@ -591,6 +591,11 @@ def test_a_test_pass_from_the_executors_action_cache_is_reported_cached(
     r = b.build("--remote-executor", stack.url, "//:t", command="test")
     assert r.rc == 0 and r.by_label["//:t"]["test"] == "cached", r.output
     assert "PASSED (cached)" in r.stdout, r.stdout
+    # (its events said "cache": "none" and "executed remotely on ... (result from the remote
+    # action cache)" beside "no cache entry": where the result came from is the remote)
+    ev = r.by_label["//:t"]
+    assert ev["cache"] == "remote" and "answered from the remote executor's action cache (run before on" \
+        in ev["reason"] and "executed remotely on" not in ev["reason"], ev
 
 
 def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(

@@ -296,8 +296,8 @@ class RemoteExecutor:
             shutil.rmtree(tmp, ignore_errors=True)
         worker = r.execution_metadata.worker or "a remote worker"
         note = f"; executed remotely on {worker}"
-        if resp.cached_result:
-            note += " (result from the remote action cache)"
+        if resp.cached_result:  # (what "worker" names ran it before: nothing ran now)
+            note = f"; answered from the remote executor's action cache (run before on {worker})"
         if r.exit_code != 0:
             text = stderr.decode(errors="replace") + stdout.decode(errors="replace")
             if any(h in text for h in MISSING_HINTS):
