@@ -158,7 +158,8 @@ class TargetRunner:
         self._keyed_paths: dict[str, str] = {}  # PATH value -> as keys hold it (_key_env)
         self._checkout_root: str | None = None
         self.tool_stats: dict[str, list[int]] = {}  # path -> its stat just before it was hashed
-        self._missing_tools: set[tuple[str, str]] = set()  # (label, tool) warned about
+        # (tool, where it was looked for) warned about: once, not once a target (35 compiles)
+        self._missing_tools: set[tuple[str, tuple[str, ...]]] = set()
         self._owner_memo: dict[str, str] | None = None
         self.disk_modes: dict[str, int] = {}  # path -> st_mode the last _disk_digest of it saw
         self._lane_dirs: set[str] = set()  # the lanes' TMPDIRs made (_tmpdir)
@@ -298,8 +299,9 @@ class TargetRunner:
                 self._tools_absent[os.path.normpath(os.path.join(cwd, name))] = None
             if path is None:
                 out[name] = "missing"
-                if (t.label, name) not in self._missing_tools:
-                    self._missing_tools.add((t.label, name))
+                looked = (name, (cwd,) if "/" in name else tuple(search))
+                if looked not in self._missing_tools:
+                    self._missing_tools.add(looked)
                     self.warn(f"{t.where}: {t.label}: declared tool {name!r} is not on the command's PATH")
                 continue
             d = self._tool_digests.get(path)
