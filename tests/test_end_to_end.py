@@ -806,6 +806,14 @@ def test_an_events_file_on_a_full_disk_is_a_warning_then_exit_1(workspace: Works
     assert rc == 0 and "up_to_date" in out, out
 
 
+def test_a_pipe_failed_by_sigpipe_says_why(workspace: Workspace) -> None:
+    """`seq ... | grep -q x`: pipefail makes the writer's SIGPIPE the pipe's status, and
+    "exited with status 141" alone read as a flaky command to a Make user."""
+    workspace.build_file("", """genrule(name="g", outs=["g"], cmd="seq 1 200000 | grep -q '^1$$' && echo > $@")\n""")
+    r = workspace.build()
+    assert r.rc == 1 and "exited with status 141 (141 is SIGPIPE: with pipefail on" in r.stdout, r.output
+
+
 def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@", tools=["no-such-tool-xyz"])\n'
                              'genrule(name="h", outs=["h"], cmd="echo > $@", tools=["no-such-tool-xyz"])\n')
