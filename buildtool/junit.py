@@ -30,9 +30,10 @@ _BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def xml_text(data: bytes | str) -> str:
-    """Text safe for XML 1.0: undecodable bytes replaced, forbidden characters escaped,
-    and at most MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
-    s = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    """Text safe for XML 1.0: forbidden characters and bytes that are not UTF-8 written as
+    ``\\xNN`` (not U+FFFD: for an encoding bug the byte is the clue), and at most
+    MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
+    s = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
     if len(s) > MAX_OUTPUT_CHARS:
         s = f"[... {len(s) - MAX_OUTPUT_CHARS} characters cut ...]\n" + s[-MAX_OUTPUT_CHARS:]
     return xml_safe(s)

@@ -79,6 +79,8 @@ def test_control_characters_in_output_still_give_valid_xml(tmp_path: Path) -> No
     assert root.find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
     assert xml_text("a\x07b") == "a\\x07b"
     assert xml_text("tab\tand\nnewline") == "tab\tand\nnewline"
+    # a byte that is not UTF-8 is named, not replaced by U+FFFD (for an encoding bug it is the clue)
+    assert xml_text(b"caf\xe9 \xc3\xa9") == "caf\\xe9 \u00e9", xml_text(b"caf\xe9 \xc3\xa9")
 
 
 def test_a_non_utf8_package_name_still_gives_valid_xml(tmp_path: Path) -> None:
