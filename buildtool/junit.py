@@ -7,8 +7,8 @@ output; a test that did not run because something it needs failed to build is an
 ``<error type="build_failed">`` (as Bazel's "FAILED TO BUILD": a dashboard that reads only
 this file must not show it as merely skipped), one the build was interrupted while it
 ran an ``<error type="interrupted">`` with its output so far, any other that did not run (the build
-stopped first: another failure without ``-k``, Ctrl-C) is ``<skipped/>``; every test with output has
-``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
+stopped first: another failure without ``-k``, Ctrl-C) is ``<skipped/>``; every other test with output
+has ``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attempts).  This is
 the subset that GitHub Actions reporters, GitLab and Jenkins read.
 Characters XML 1.0 forbids (e.g. ANSI escapes) are written as ``\\xNN``; the file is
 written to a temp file and renamed.  Spec: docs/user-guide.md#junit-xml
@@ -79,7 +79,7 @@ def to_xml(cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float
             ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
         elif c.result is None:
             ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
-        if c.log:
+        if c.log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
             so = ET.SubElement(tc, "system-out")
             so.text = xml_text(c.log)
         if c.result is TestResult.FLAKY:

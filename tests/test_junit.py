@@ -46,6 +46,7 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
     bad = cases["//pkg:bad"].find("failure")
     assert bad is not None and bad.get("message") == "exited with status 2"
     assert "bad-output" in (bad.text or "") and "bad-err" in (bad.text or "")
+    assert cases["//pkg:bad"].find("system-out") is None  # (its output once, not twice: reports have size limits)
     slow = cases["//pkg:slow"].find("failure")
     assert slow is not None and slow.get("type") == "timeout" and "TIMEOUT" in (slow.get("message") or "")
     error = cases["//pkg:needs_gen"].find("error")

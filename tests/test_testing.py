@@ -203,7 +203,7 @@ def test_a_log_that_cannot_be_written_is_said_for_each_test(workspace: Workspace
     assert ".log\n" not in out and "log: .buildtool" not in out, out
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert (cases[f"//p:{n1}"].findtext("failure") or "") == "out-1\n"
-    assert (cases[f"//p:{n2}"].findtext("system-out") or "") == "out-2\n"
+    assert (cases[f"//p:{n2}"].findtext("failure") or "") == "out-2\n"
     # --test-output=none keeps a failure's output off the console only when its log has it.
     rc, out, err = workspace.run("test", "//p/...", "-k", "--test-output=none")
     assert rc == 1 and "out-1" in out + err and "output in" not in out + err, out + err
