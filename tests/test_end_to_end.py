@@ -541,6 +541,20 @@ def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace:
         assert rc == 0 and "always=True: runs on every build, never cached" in out, out + err
 
 
+def test_an_always_target_is_left_out_of_wildcards_and_runs_when_named(workspace: Workspace) -> None:
+    """always=True implies manual=True (user guide): a stamp or deploy task in //... would
+    run on every `build //...`."""
+    workspace.build_file("", 'genrule(name="stamp", outs=["stamp.txt"], cmd="date +%N >> ../stamps; echo > $@", '
+                             'always=True)\n'
+                             'genrule(name="plain", outs=["plain.txt"], cmd="echo > $@")\n')
+    r = workspace.build("//...")
+    assert r.rc == 0 and r.ran == {"//:plain"} and not (workspace.root.parent / "stamps").exists(), r.output
+    for n in (1, 2):  # named: runs, every time
+        r = workspace.build("//:stamp")
+        assert r.rc == 0 and r.ran == {"//:stamp"}, r.output
+        assert len((workspace.root.parent / "stamps").read_text().splitlines()) == n
+
+
 def test_small_command_line_contracts(workspace: Workspace) -> None:
     """-n said "would run: ...; would restore from the cache" of a target it would restore;
     keep_going from the environment could not be turned off for one build; `query ''`

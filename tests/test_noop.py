@@ -1711,3 +1711,21 @@ def test_a_moved_workspace_is_evaluated_again(tmp_path: Path) -> None:
     time.sleep(0.1)
     r = bt(moved, cache, "build")  # and there, a no-op again
     assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_dependency_added_to_an_unchanged_command_reruns_it_after_the_snapshot(tmp_path: Path) -> None:
+    """Graph.redefined compares dependencies by label: a target whose deps alone changed (its
+    command reads the new one's output, which existed and is unchanged) must run again when
+    the graph is diffed against the snapshot's (a mutant that ignored the deps left t.txt
+    stale, every later build up to date)."""
+    rules = ('genrule(name="a", srcs=["a.in"], outs=["a.txt"], cmd="cp $< $@")\n'
+             'genrule(name="b", srcs=["b.in"], outs=["b.txt"], cmd="cp $< $@")\n'
+             'genrule(name="t", deps=[{deps}], outs=["t.txt"], cmd="cat a.txt $$(ls b.txt 2>/dev/null) > $@")\n')
+    w = new_workspace(tmp_path, rules.format(deps='":a"'), {"a.in": "A\n", "b.in": "B\n"})
+    cache = tmp_path / "cache"
+    assert bt(w, cache, "build", "//:t").returncode == 0 and (w / "t.txt").read_text() == "A\n"
+    settle(w, cache)
+    (w / "BUILD.py").write_text(rules.format(deps='":a", ":b"'))
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and "ran //:t" in r.stdout, r.stdout + r.stderr
+    assert (w / "t.txt").read_text() == "A\nB\n"

@@ -1,0 +1,59 @@
+"""rebuild: the reason a target runs again, one difference kind at a time (why_changed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from buildtool.outcome import Reason
+from buildtool.rebuild import NOT_RECORDED, why_changed
+
+BASE: dict[str, Any] = {"cmd": "cat a.txt > $@", "shell": "sh", "env": {"LANG": "C"}, "tools": {},
+                        "inputs": {"a.txt": "aa" * 32}, "outs": ["o.txt"], "extra": {}, "pkg": "", "kind": "genrule"}
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    return {**BASE, **changes}
+
+
+def _no_owner(p: str) -> str | None:
+    return None
+
+
+@pytest.mark.parametrize(("new", "code", "said"), [
+    (_with(inputs={**BASE["inputs"], "run.sh": "bb" * 32}, extra={"executable": '["run.sh"]'}),
+     Reason.INPUTS_ADDED_REMOVED, "input run.sh was added"),  # (a new executable input: added, no KeyError)
+    (_with(inputs={}), Reason.INPUTS_ADDED_REMOVED, "input a.txt was removed"),
+    (_with(inputs={"a.txt": "cc" * 32}), Reason.INPUT_CHANGED, "input a.txt changed (aaaaaaaa -> cccccccc)"),
+    (_with(outs=["o.txt", "p.txt"]), Reason.OUTPUTS_CHANGED, "the declared outputs changed"),
+    (_with(env={}), Reason.ENV_CHANGED, "env var LANG was removed"),
+    (_with(env={"LANG": "C", "TZ": "UTC"}), Reason.ENV_CHANGED, "env var TZ was added"),
+    (_with(env={"LANG": "en_US.UTF-8"}), Reason.ENV_CHANGED, "env var LANG changed"),
+    (_with(shell="bash"), Reason.COMMAND_CHANGED, "shell changed from sh to bash"),
+    (_with(tools={"cc": "dd" * 32}), Reason.TOOL_CHANGED, "tool cc changed (absent -> dddddddd)"),
+    (_with(kind="test"), Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"),
+])
+def test_each_kind_of_difference_has_its_reason(new: dict[str, Any], code: Reason, said: str) -> None:
+    assert why_changed(BASE, new, _no_owner) == (code, said)
+
+
+def test_the_first_difference_decides_the_code_and_the_message_lists_a_few() -> None:
+    new = _with(cmd="cat a.txt b.txt > $@", inputs={"b.txt": "bb" * 32}, outs=["p.txt"],
+                env={"LANG": "C", "X": "1"}, extra={"timeout": "5"})
+    code, msg = why_changed(BASE, new, _no_owner)
+    assert code is Reason.COMMAND_CHANGED, (code, msg)
+    assert msg.split("; ") == ["command changed: was 'cat a.txt > $@', now 'cat a.txt b.txt > $@'",
+                               "env var X was added", "input b.txt was added", "input a.txt was removed",
+                               "and 2 more differences"], msg
+
+
+def test_a_dependency_s_output_names_its_producer() -> None:
+    new = _with(inputs={"a.txt": "cc" * 32})
+    assert why_changed(BASE, new, lambda p: "//:gen") == (
+        Reason.DEP_CHANGED, "dependency //:gen produced a different output a.txt (aaaaaaaa -> cccccccc)")
+
+
+def test_no_record_and_no_visible_difference() -> None:
+    assert why_changed(None, BASE, _no_owner) == (Reason.NEW, NOT_RECORDED)
+    assert why_changed(BASE, dict(BASE), _no_owner) == (Reason.DEFINITION_CHANGED, "the action key changed")
