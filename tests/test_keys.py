@@ -308,3 +308,27 @@ def test_a_pythonpath_entry_naming_the_interpreter_s_own_site_packages_is_kept(
 
     monkeypatch.setenv("PYTHONPATH", site.getsitepackages()[0])
     assert pyrule_fn_problem(str(tmp_path), "pytest:main") is None  # (pytest: in this venv's site-packages)
+
+
+def test_a_pyrule_s_parent_packages_count_and_a_same_size_edit_is_seen(tmp_path: Path) -> None:
+    """A module that imports nothing of its package still runs its package's __init__.py
+    (its import side effects); and an edit that keeps the file's size and inode (in place,
+    `from tools import a` -> `... b`) is a new parse: the memo is keyed by mtime too."""
+    from buildtool import keys
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "gen.py").write_text("import os\n")
+    assert keys.pyrule_module_files(str(tmp_path), "tools.gen:f") == ["tools/__init__.py", "tools/gen.py"]
+    for name in ("a", "b"):
+        (tmp_path / "tools" / f"{name}.py").write_text("")
+    gen = tmp_path / "tools" / "gen.py"
+    gen.write_text("from tools import a\n")
+    assert "tools/a.py" in keys.pyrule_module_files(str(tmp_path), "tools.gen:f")
+    st = gen.stat()
+    with open(gen, "r+") as f:  # (in place: the same inode and size)
+        f.write("from tools import b\n")
+    os.utime(gen, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert gen.stat().st_ino == st.st_ino and gen.stat().st_size == st.st_size
+    got = keys.pyrule_module_files(str(tmp_path), "tools.gen:f")
+    assert "tools/b.py" in got and "tools/a.py" not in got, got

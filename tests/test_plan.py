@@ -148,3 +148,17 @@ def test_seed_example_order_with_one_worker() -> None:
         order.append(t)
         plan.finished(t)
     assert order == [B, A, C, E, D]
+
+
+def test_would_release_counts_only_wanted_dependents_whose_last_pending_dependency_it_is() -> None:
+    """The lane hook asks before the scheduler finishes ``t``; a dependent outside ``wanted``
+    (an incremental build's focus) has no pending count and is never released."""
+    plan = Plan(deps=[[], [0], [0], [0, 1]], dependents=[[1, 2, 3], [3], [], []], wanted={0, 2, 3},
+                priority=[0] * 4, weight=[1.0] * 4)
+    assert plan.pending == {0: 0, 2: 1, 3: 1}  # (1 is not wanted: 3 waits on 0 alone)
+    assert plan.would_release(0) is True  # 2 and 3 have 0 as their last pending dependency
+    alone = Plan(deps=[[], [0]], dependents=[[1], []], wanted={0}, priority=[0, 0], weight=[1.0, 1.0])
+    assert alone.would_release(0) is False  # (1 outside wanted: nothing to release, no TypeError)
+    two = Plan(deps=[[], [], [0, 1]], dependents=[[2], [2], []], wanted={0, 1, 2}, priority=[0] * 3,
+               weight=[1.0] * 3)
+    assert two.would_release(0) is False  # 2 still waits on 1

@@ -176,3 +176,18 @@ def test_outputs_and_durations_come_from_each_line_s_head_without_its_descriptio
     assert again.get("//:a")["o"] == expected["//:a"]["o"] and desc_of(again.get("//:a")) == big
     again.entries["//:a"] = {"l": "//:a", "k": "k5", "o": [["new.out", "e" * 64, 420]], "d": 1.0, "desc": "{}"}
     assert again.entries.head("//:a")["o"] == [["new.out", "e" * 64, 420]] and "new.out" in again.all_outputs()
+
+
+def test_holds_is_true_only_for_the_entry_prepare_would_make_of_the_same_values() -> None:
+    """A result that holds the record's entry is not appended again; one with other outputs
+    (same key: an A-B-A edit of an output, a nondeterministic command) must be, or the next
+    build takes the output on disk for one modified since."""
+    desc = {"cmd": "x"}
+    outs = [["o.txt", "aa" * 32]]
+    entry, _ = BuildRecord.prepare("//:t", "k1", outs, 1.23456, desc)
+    text = keys.canonical(desc)
+    assert BuildRecord.holds(entry, "k1", [["o.txt", "aa" * 32]], 1.23456, text)
+    assert not BuildRecord.holds(entry, "k1", [["o.txt", "bb" * 32]], 1.23456, text)
+    assert not BuildRecord.holds(entry, "k2", outs, 1.23456, text)
+    assert not BuildRecord.holds(entry, "k1", outs, 2.0, text)
+    assert not BuildRecord.holds(entry, "k1", outs, 1.23456, keys.canonical({"cmd": "y"}))
