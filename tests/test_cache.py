@@ -758,3 +758,28 @@ def test_a_flush_waits_for_the_timer_s_write_in_progress(tmp_path: Path, monkeyp
     time.sleep(QUEUE_MAX_AGE_S + 0.1)  # (the timer is inside its write now)
     c.flush()
     assert set(cv.entries(tmp_path / "c")) == {"a" * 64} and c.bytes_added > 0
+
+
+def test_a_blob_whose_copy_fails_midway_leaves_nothing_under_its_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """put_file writes a temp file and renames it: a copy cut short (a full disk after some
+    bytes) must not leave a partial blob under the digest, which the next store would take
+    for the whole one (every entry naming it a miss, a corrupt blob, from then on)."""
+    import errno
+
+    src = tmp_path / "out.bin"
+    src.write_bytes(b"0123456789" * 1000)
+    d = hash_bytes(src.read_bytes())
+    c = Cache(str(tmp_path / "c"), lambda m: None)
+
+    def cut_short(self: Cache, fd: int, out: int) -> None:
+        os.write(out, b"01234")
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Cache, "_clone_or_copy", cut_short)
+    assert not c.put_file(str(src), d)
+    assert not c.has_blob(d)
+    monkeypatch.undo()
+    c2 = Cache(str(tmp_path / "c"), lambda m: None)
+    assert c2.put_file(str(src), d) and c2.read_blob(d) == src.read_bytes()
