@@ -728,6 +728,22 @@ def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(
     assert (workspace.root / "tool" / "check.sh").read_text() == "grep -qx ok lib/data.txt\n"
 
 
+def test_a_test_runs_again_when_a_source_two_levels_down_changes(workspace: Workspace) -> None:
+    """At any depth: the script reads lib/data.in, a source of its generator's dependency,
+    whose own output (a line count) and the script stay byte for byte the same."""
+    workspace.write("lib/data.in", "ok\n")
+    workspace.build_file("lib", 'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="wc -l < $< > $@")\n')
+    workspace.build_file("tool", 'genrule(name="check", srcs=["//lib:data"], outs=["check.sh"], '
+                                 'cmd="printf \'grep -qx ok lib/data.in\\\\n\' > $@")\n')
+    workspace.build_file("", 'test(name="t", srcs=["//tool:check"], cmd="sh tool/check.sh")\n')
+    rc, out, err = workspace.run("test")
+    assert rc == 0 and "PASSED" in out, (rc, out, err)
+    workspace.write("lib/data.in", "no\n")
+    rc, out, err = workspace.run("test")
+    assert rc == 1 and "FAILED" in out, (rc, out, err)
+    assert (workspace.root / "lib" / "data.txt").read_text().strip() == "1"
+
+
 def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) -> None:
     """The counts came in the order the results first appeared in the table: "(1 cached,
     1 passed)" or "(1 passed, 1 cached)" for the same run, whichever test was edited."""
