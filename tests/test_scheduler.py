@@ -325,6 +325,23 @@ def test_interrupt_cancels_running_and_unstarted_targets() -> None:
     assert outcomes[2].reason is Reason.INTERRUPTED
 
 
+def test_a_command_killed_by_a_watch_cancel_is_cancelled_not_failed() -> None:
+    """request_stop(0), watch mode's "an input changed": the command it kills ends non-zero,
+    and must be reported CANCELLED/INTERRUPTED as for a signal, not FAILED (a red cycle and
+    `failed` set for an edit)."""
+    holder: dict[str, Scheduler] = {}
+
+    def on_run(t: int) -> None:
+        if t == 0:
+            holder["s"].request_stop(0)
+
+    sched, _, _ = make([[], [0]], on_run=on_run, fail={0})
+    holder["s"] = sched
+    outcomes = sched.run()
+    assert sched.interrupt == 0 and not sched.failed
+    assert (outcomes[0].status, outcomes[0].reason) == (Status.CANCELLED, Reason.INTERRUPTED)
+
+
 def test_runner_exception_is_a_failure_not_a_hang() -> None:
     class Exploding(FakeRunner):
         def run(self, t: int, lane: int) -> Outcome:
