@@ -832,3 +832,11 @@ def test_realpath_memo_resolves_as_os_path_realpath(tmp_path: Path) -> None:
     for rel in ("a/b/c", "a/up/x", "abs/c", "a/chain/x", "a/dangling", "loop1", "a", "a/b", "a/up"):
         p = os.path.join(str(root), rel)
         assert _realpath(p, memo) == os.path.realpath(p), rel
+
+
+@pytest.mark.parametrize("name", ["1X", "A-B", "A B", ""])
+def test_an_env_name_that_is_no_variable_name_is_refused(workspace: Workspace, name: str) -> None:
+    """A name no shell can read ($1X is $1 then X) would silently never reach the command."""
+    workspace.build_file("", f'genrule(name="g", outs=["g"], cmd="echo > $@", env={{"{name}": "v"}})\n')
+    err = expect_invalid(workspace)
+    assert f"BUILD.py:1: //:g: env variable name {name!r} is not a valid name" in err, err

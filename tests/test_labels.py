@@ -96,6 +96,8 @@ def test_label_str_and_split_round_trip() -> None:
         (":all", "a", "package", "a", ""),
         ("//a:t", "", "target", "a", "t"),
         ("//a", "", "target", "a", "a"),
+        ("//x/all", "", "target", "x/all", "all"),  # (a package named all, not //x:all)
+        ("//x/all:all", "", "package", "x/all", ""),
     ],
 )
 def test_parse_pattern(text: str, cur: str, kind: str, pkg: str, name: str) -> None:
