@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import pytest
 from plans import make_plan
 
 from buildtool.outcome import Outcome, Reason, Status
@@ -340,6 +341,32 @@ def test_a_command_killed_by_a_watch_cancel_is_cancelled_not_failed() -> None:
     outcomes = sched.run()
     assert sched.interrupt == 0 and not sched.failed
     assert (outcomes[0].status, outcomes[0].reason) == (Status.CANCELLED, Reason.INTERRUPTED)
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_a_cache_store_that_raises_is_a_warning_and_the_build_goes_on(heavy: bool) -> None:
+    """A target's "after" work (its cache store) raising is said once as a warning; the
+    target stays ran and its dependents run (cache trouble never fails a build)."""
+    warned: list[str] = []
+
+    class Storing(FakeRunner):
+        def run(self, t: int, lane: int) -> Outcome:
+            o = super().run(t, lane)
+
+            def store() -> None:
+                raise OSError(f"disk gone storing t{t}")
+
+            o.extra["after"] = store
+            o.extra["after_heavy"] = heavy
+            return o
+
+    runner = Storing([[], [0]])
+    runner.warn = warned.append  # type: ignore[attr-defined]
+    sched = Scheduler(make_plan([[], [0]], None, None), runner, Recorder(), jobs=1)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "ran"} and not sched.failed
+    assert sorted(warned) == ["storing a result in the cache failed: OSError: disk gone storing t0",
+                              "storing a result in the cache failed: OSError: disk gone storing t1"], warned
 
 
 def test_runner_exception_is_a_failure_not_a_hang() -> None:
