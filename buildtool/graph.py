@@ -751,6 +751,7 @@ class GraphBuilder:
         # Iterative discovery; ids are assigned in first-visit order (deterministic).
         queue = list(roots)
         qi = 0
+        failed: dict[str, UserError] = {}  # (-k) every target's error, by its text (Bazel's --keep_going)
         while qi < len(queue):
             lab = queue[qi]
             qi += 1
@@ -759,14 +760,26 @@ class GraphBuilder:
             index[lab] = len(order)
             order.append(lab)
             pkg, name = labels.split_label(lab)
-            decl = self.loader.load(pkg)[name]
-            r = self._resolve_refs(pkg, decl)
+            try:
+                decl = self.loader.load(pkg)[name]
+                r = self._resolve_refs(pkg, decl)
+            except UserError as e:
+                if not self.keep_going:
+                    raise
+                failed.setdefault(str(e), e)
+                continue
             refs[lab] = r
             for kind, value in r:
                 if kind == "label" and index.get(value, -1) < 0:
                     index.setdefault(value, -1)
                     queue.append(value)
         del stack
+        if failed:
+            errs = list(failed.values())
+            if len(errs) == 1:
+                raise errs[0]
+            more = "".join(f"\nbuildtool: error: {e}" for e in errs[1:])
+            raise UserError(f"{errs[0]}{more}\n({len(errs)} errors in the targets to build; nothing was built)")
         self._check_sources_written(order)
         self._check_cycles(order, refs)
         return self._instantiate(order, index, refs, roots)
@@ -1051,6 +1064,7 @@ class GraphBuilder:
                 out_owner[o] = lab
         self._check_loaded_duplicates(out_owner)
         linked: list[str] = []  # sources that are symbolic links
+        unusable: list[BuildfileError] = []  # missing sources, each said under -k
         real_root = os.path.realpath(root)
         for src, user in src_users.items():
             if src in out_owner:
@@ -1070,8 +1084,12 @@ class GraphBuilder:
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
                 if isinstance(e, FileNotFoundError):
-                    raise _err(d, f"{user}: source file {src!r} does not exist") from None
-                raise _err(d, f"{user}: source file {src!r} cannot be looked at: {e.strerror}") from None
+                    unusable.append(_err(d, f"{user}: source file {src!r} does not exist"))
+                else:
+                    unusable.append(_err(d, f"{user}: source file {src!r} cannot be looked at: {e.strerror}"))
+                if not self.keep_going:
+                    raise unusable[0] from None
+                continue
             why = None
             try:
                 mode = os.stat(full).st_mode
@@ -1083,7 +1101,14 @@ class GraphBuilder:
                 what = ("a symlink to nothing" if isinstance(why, FileNotFoundError)
                         else f"a symlink that cannot be followed ({why.strerror})" if why is not None
                         else file_kind(mode))
-                raise _err(d, f"{user}: source {src!r} is {what}, not a file")
+                unusable.append(_err(d, f"{user}: source {src!r} is {what}, not a file"))
+                if not self.keep_going:
+                    raise unusable[0]
+        if unusable:  # (-k: every missing source, as Bazel's --keep_going lists every missing file)
+            if len(unusable) == 1:
+                raise unusable[0]
+            more = "".join(f"\nbuildtool: error: {e}" for e in unusable[1:])
+            raise UserError(f"{unusable[0]}{more}\n({len(unusable)} sources missing or unusable; nothing was built)")
         for src in linked:  # a link to another target's output: that target must come first
             real = os.path.realpath(os.path.join(root, src))
             if not real.startswith(real_root + os.sep):

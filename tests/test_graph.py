@@ -840,3 +840,19 @@ def test_an_env_name_that_is_no_variable_name_is_refused(workspace: Workspace, n
     workspace.build_file("", f'genrule(name="g", outs=["g"], cmd="echo > $@", env={{"{name}": "v"}})\n')
     err = expect_invalid(workspace)
     assert f"BUILD.py:1: //:g: env variable name {name!r} is not a valid name" in err, err
+
+
+def test_keep_going_names_every_missing_source_and_unknown_target(workspace: Workspace) -> None:
+    """-k listed BUILD.py evaluation errors all, but only the first missing source or unknown
+    label (Bazel's --keep_going lists every one): a fix-one-rerun loop per file."""
+    workspace.build_file("a", 'genrule(name="x", srcs=["nope.c"], outs=["x.o"], cmd="cp $< $@")\n')
+    workspace.build_file("b", 'genrule(name="y", srcs=["nope2.c"], outs=["y.o"], cmd="cp $< $@")\n')
+    err = expect_invalid(workspace, "//...", "-k")
+    assert "//a:x: source file 'a/nope.c' does not exist" in err and \
+        "//b:y: source file 'b/nope2.c' does not exist" in err and "(2 sources missing or unusable" in err, err
+    err = expect_invalid(workspace, "//...")  # (without -k: the first)
+    assert err.count("does not exist") == 1, err
+    workspace.build_file("a", 'genrule(name="x", srcs=[":nox"], outs=["x.o"], cmd="cp $< $@")\n')
+    workspace.build_file("b", 'genrule(name="y", srcs=["//a:noy"], outs=["y.o"], cmd="cp $< $@")\n')
+    err = expect_invalid(workspace, "//...", "-k")
+    assert "no target named 'nox'" in err and "no target named 'noy'" in err and "(2 errors in the targets" in err, err
