@@ -767,7 +767,9 @@ class Session:
             return []
         sources = {s for t in graph.targets for s in t.srcs}
         elsewhere: dict[str, str | None] = {}
-        return [o[0] for _, o in rows if o[0] not in sources and _as_written(self.ws.root, o[0], o[1], stats)
+        identity = _identity_trusted(self.ws.state_dir)
+        return [o[0] for _, o in rows if o[0] not in sources
+                and _changed_since_built(self.ws.root, o[0], o[1], stats, identity) is None
                 and _led_elsewhere(self.ws.root, o[0], elsewhere) is None]
 
     def _clean_dead(
@@ -781,10 +783,11 @@ class Session:
         sources = {s for t in graph.targets for s in t.srcs} if rows else set()
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
+        identity = _identity_trusted(self.ws.state_dir) if rows else False
         for lab, o in rows:
             if os.path.lexists(os.path.join(self.ws.root, o[0])):
                 self.removed_dead.add(o[0])  # (before its deletion event can come)
-            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere):
+            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere, identity):
                 kept.add(o[0])
                 self.removed_dead.discard(o[0])
         for lab in gone:
@@ -858,6 +861,7 @@ class Session:
             n = 0
             recorded = {o[0]: o for _, e in record.entries.heads() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+            identity = _identity_trusted(state)
             sources: set[str] | None = None
             failed = 0
             elsewhere: dict[str, str | None] = {}
@@ -869,8 +873,9 @@ class Session:
                         _warn(f"kept {p}: {where}")
                         continue
                     o = recorded.get(p)
-                    if o is not None and not _as_written(self.ws.root, p, o[1], stats):
-                        _warn(f"kept {p}: its content is not what the build wrote (edited since?)")
+                    why = _changed_since_built(self.ws.root, p, o[1], stats, identity) if o is not None else None
+                    if why is not None:
+                        _warn(f"kept {p}: {why}")
                         continue
                     if sources is None:
                         sources = self._sources_now(recorded)
@@ -963,10 +968,26 @@ def _remove(root: str, rel: str, stats: StatCache) -> None:
     stats.forget(rel)
 
 
-def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
-    """Does the file ``rel`` still hold what the build recorded writing there (the stat
-    cache vouches, else it is hashed)?  (A symlink or other non-regular file, or a digest
-    of an output left remote: not checked.)"""
+def _identity_trusted(state: str) -> bool:
+    """Does the stat cache know the outputs the build record names as the last build left
+    them (saved after the record's last write)?  Not after a crash: the record has lines of
+    the killed build, whose outputs the saved stat cache never saw."""
+    try:
+        saved = os.stat(os.path.join(state, "stat-cache")).st_mtime_ns
+        return saved >= os.stat(os.path.join(state, "record")).st_mtime_ns
+    except OSError:
+        return False
+
+
+def _changed_since_built(root: str, rel: str, digest: str, stats: StatCache, identity: bool) -> str | None:
+    """Why the file ``rel`` is not what the build recorded writing there (so it is the
+    user's, kept), or None: other content (the stat cache vouches, else it is hashed), or
+    the same content written again since the build left it (another mtime than the stat
+    cache saw, when it is to be trusted: ``identity``, ``_identity_trusted``): a `git
+    checkout` of a branch where the file is checked in writes it anew (the inode number
+    may well be the freed one's), or a `touch`; a copy of the workspace (`cp -a`, tar,
+    rsync) keeps the mtime and stays the build's.  A symlink or other non-regular file, or
+    a digest of an output left remote: not checked."""
     import stat as stat_mod
 
     from buildtool.digest import hash_file, is_remote
@@ -975,25 +996,15 @@ def _as_written(root: str, rel: str, digest: str, stats: StatCache) -> bool:
     try:
         st = os.lstat(full)
         if is_remote(digest) or not stat_mod.S_ISREG(st.st_mode):
-            return True
-        return (stats.lookup(rel, st) or hash_file(full)) == digest
+            return None
+        if (stats.lookup(rel, st) or hash_file(full)) != digest:
+            return "its content is not what the build wrote (edited since?)"
     except OSError:
-        return True
-
-
-def _replaced(full: str, entry: list[Any] | None) -> bool:
-    """Is the file at ``full`` another than the one the stat cache saw the build leave there
-    (another inode, size or mtime)?  A `git checkout` that brings the file in, committed, with
-    the very content the build wrote: the same digest, yet the user's file (it was deleted
-    as a dead output).  No entry: not known, False.  (The ctime is not compared: a hard
-    link made to a restored output's cache blob changes it.)"""
-    if entry is None:
-        return False
-    try:
-        st = os.lstat(full)
-    except OSError:
-        return False
-    return (entry[0], entry[1], entry[2]) != (st.st_size, st.st_mtime_ns, st.st_ino)
+        return None
+    e = stats.entries.get(rel) if identity else None
+    if e is not None and e[1] != st.st_mtime_ns:
+        return "it was written again since the build left it, with the same content (a checkout? a touch?)"
+    return None
 
 
 def _led_elsewhere(root: str, rel: str, memo: dict[str, str | None]) -> str | None:
@@ -1017,7 +1028,8 @@ def _led_elsewhere(root: str, rel: str, memo: dict[str, str | None]) -> str | No
 
 
 def _remove_dead(
-    root: str, label: str, o: list[Any], is_source: bool, stats: StatCache, elsewhere: dict[str, str | None]
+    root: str, label: str, o: list[Any], is_source: bool, stats: StatCache, elsewhere: dict[str, str | None],
+    identity: bool,
 ) -> bool:
     """Delete ``o`` (a record's [path, digest, ...]), a dead output of ``label``, unless it
     became a source or someone changed it since: those are the user's now, kept (warned);
@@ -1033,10 +1045,8 @@ def _remove_dead(
         _warn(f"kept {rel}: an output of {label} before, {where}")
     elif is_source:
         _warn(f"kept {rel}: an output of {label} before, it is a source now")
-    elif _replaced(full, stats.entries.get(rel)):
-        _warn(f"kept {rel}: an output of {label} before, another file is there now (put there by a checkout?)")
-    elif not _as_written(root, rel, o[1], stats):
-        _warn(f"kept {rel}: an output of {label} before, its content is not what the build wrote (edited since?)")
+    elif (why := _changed_since_built(root, rel, o[1], stats, identity)) is not None:
+        _warn(f"kept {rel}: an output of {label} before, {why}")
     else:
         _remove(root, rel, stats)
         return True

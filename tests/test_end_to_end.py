@@ -883,15 +883,40 @@ def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspa
     workspace.write("d.txt", "delta\n")
     r = workspace.build()
     assert r.rc == 0 and workspace.read("d.txt") == "delta\n", r.output
-    assert "kept d.txt: an output of //:mkd before, another file is there now" in r.stderr, r.stderr
+    assert "kept d.txt: an output of //:mkd before, it was written again since the build left it" in r.stderr, \
+        r.stderr
     assert workspace.read("all.out") == "alpha\ndelta\n"  # (a source now: the glob has it)
-    # one the build left as it was goes, as before
-    workspace.build_file("", 'genrule(name="mke", outs=["e.out"], cmd="echo e > $@")\n'
-                             'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
+    # One the build left as it was goes, as before; so does one copied with its mtime (cp -a,
+    # tar: another inode) and, after a crash (the record newer than the stat cache), one the
+    # stat cache cannot vouch for but whose content is the build's.
+    import shutil
+
+    def copied(path: Path) -> None:
+        shutil.copy2(path, path.with_name("tmp-copy"))
+        os.replace(path.with_name("tmp-copy"), path)
+
+    def after_a_crash(path: Path) -> None:
+        os.unlink(path)
+        path.write_text("e\n")
+        record = workspace.root / ".buildtool" / "record"
+        os.utime(record, ns=(record.stat().st_atime_ns, record.stat().st_mtime_ns + 10_000_000_000))
+
+    for change in (None, copied, after_a_crash):
+        workspace.build_file("", 'genrule(name="mke", outs=["e.out"], cmd="echo e > $@")\n'
+                                 'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
+        assert workspace.build().rc == 0
+        if change is not None:
+            change(workspace.root / "e.out")
+        workspace.build_file("", 'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
+        r = workspace.build()
+        assert r.rc == 0 and not workspace.exists("e.out") and "kept" not in r.stderr, (change, r.output)
+    # `clean` keeps a file a checkout put there as `build` does
+    workspace.build_file("", 'genrule(name="mkd", outs=["d2.txt"], cmd="echo delta > $@")\n')
     assert workspace.build().rc == 0
-    workspace.build_file("", 'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
-    r = workspace.build()
-    assert r.rc == 0 and not workspace.exists("e.out") and "kept" not in r.stderr, r.output
+    os.unlink(workspace.root / "d2.txt")
+    workspace.write("d2.txt", "delta\n")
+    rc, _, err = workspace.run("clean")
+    assert rc == 0 and workspace.read("d2.txt") == "delta\n" and "kept d2.txt: it was written again since" in err, err
 
 
 def test_outputs_in_a_package_ignored_since_are_kept_as_plain_files(workspace: Workspace) -> None:
