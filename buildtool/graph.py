@@ -195,7 +195,9 @@ def _err(decl: Declaration, msg: str) -> BuildfileError:
     """The error of a declaration at its BUILD.py line, naming its target (a line of a
     macro's loop declares many) and the macro line that made it."""
     label = f"//{decl.pkg}:{decl.attrs['name']}"
-    if label not in msg:
+    import re  # (errors only)
+
+    if not re.search(re.escape(label) + r"(?![\w.+=,@~/-])", msg):  # (//:lib is not in "did you mean //:lib_test")
         msg = f"{label}: {msg}"
     return BuildfileError(msg + decl.macro, decl.path, decl.line)
 

@@ -856,3 +856,13 @@ def test_keep_going_names_every_missing_source_and_unknown_target(workspace: Wor
     workspace.build_file("b", 'genrule(name="y", srcs=["//a:noy"], outs=["y.o"], cmd="cp $< $@")\n')
     err = expect_invalid(workspace, "//...", "-k")
     assert "no target named 'nox'" in err and "no target named 'noy'" in err and "(2 errors in the targets" in err, err
+
+
+def test_the_target_is_named_also_when_a_longer_label_is_in_the_message(workspace: Workspace) -> None:
+    """The label was left out when it appeared in the message as part of another one
+    ("did you mean //:lib_test?" holds "//:lib"): which target of a loop failed?"""
+    workspace.build_file("", 'for n in ["lib", "lib_test"]:\n'
+                             '    genrule(name=n, srcs=[":lib_tst"] if n == "lib" else [], outs=[n + ".txt"], '
+                             'cmd="echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:2: //:lib: srcs refers to an unknown target ':lib_tst'" in err, err
