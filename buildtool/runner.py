@@ -26,6 +26,7 @@ from buildtool.executor import (
     PYRULE_MAIN,
     Running,
     SubprocessExecutor,
+    has_pipe,
     pidfds_work,
     pyrule_texts,
     shell_argv,
@@ -1150,10 +1151,10 @@ class TargetRunner:
                 msg = f"killed by signal {-res.exit_code}"
             else:
                 msg = f"exited with status {res.exit_code}"
-                if res.exit_code == 141 and "|" in t.cmd:  # 128 + SIGPIPE, from a stage of a pipe
+                if res.exit_code == 141 and has_pipe(t.cmd):  # 128 + SIGPIPE, from a stage of a pipe
                     msg += (" (141 is SIGPIPE: with pipefail on, a stage whose reader stopped early, as "
-                            "`grep -q` or `head` do, fails the pipe; let that reader take all its input, or "
-                            "add `|| true` to the stage)")
+                            "`grep -q` or `head` do, fails the pipe; let the reader take all its input: "
+                            "`grep -c`, `sed -n`)")
             msg += note
             return Outcome(
                 Status.FAILED, Reason.FAILED, msg, key=key, duration=res.duration,

@@ -826,6 +826,10 @@ def test_a_pipe_failed_by_sigpipe_says_why(workspace: Workspace) -> None:
     workspace.build_file("", """genrule(name="g", outs=["g"], cmd="seq 1 200000 | grep -q '^1$$' && echo > $@")\n""")
     r = workspace.build()
     assert r.rc == 1 and "exited with status 141 (141 is SIGPIPE: with pipefail on" in r.stdout, r.output
+    assert "|| true" not in r.stdout, r.stdout  # (`w || true | r` reads `w || (true | r)`: no fix)
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="exit 141 || echo > $@")\n')  # (no pipe)
+    r = workspace.build()
+    assert r.rc == 1 and "exited with status 141" in r.stdout and "SIGPIPE" not in r.stdout, r.output
 
 
 def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) -> None:
