@@ -163,8 +163,9 @@ class LoadingLine:
 
     DELAY_S = 0.5
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], whole: bool = False) -> None:
         self.out = ClosableStream(out)
+        self.whole = whole  # every package is wanted (//...): the count has a total
         self._next = time.monotonic() + self.DELAY_S
         self._drawn = False
 
@@ -180,7 +181,7 @@ class LoadingLine:
             width = os.get_terminal_size(self.out.fileno()).columns or width
         except (OSError, ValueError, AttributeError):
             pass
-        count = f"{done:,}/{total:,}" if total else f"{done:,}"
+        count = f"{done:,}/{total:,}" if total and self.whole else f"{done:,}"
         head = f"loading: {count} BUILD.py files evaluated, now "
         room = max(width - 1, 1) - len(head)
         text = (head + elide_middle(escape_controls(f"//{pkg}"), room))[: max(width - 1, 1)]

@@ -286,7 +286,8 @@ class Session:
 
         def evaluate(stale: set[str]) -> tuple[Loader, Graph]:
             stream = out or sys.stdout
-            self.loading = LoadingLine(stream) if is_live_terminal(stream) else None
+            whole = not req.patterns or "//..." in req.patterns  # (a total of //a/... would count all)
+            self.loading = LoadingLine(stream, whole) if is_live_terminal(stream) else None
             try:
                 if self.graph_source is not None:
                     return self.graph_source(record, req, stale)
