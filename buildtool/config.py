@@ -334,7 +334,7 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
             else:
                 merged[k] = v
     cfg = Config(**merged)
-    if cfg.remote_headers and any(u and u.startswith("grpc") for u in (cfg.remote_cache, cfg.remote_executor)):
+    if cfg.remote_headers and any(u and u.lower().startswith("grpc") for u in (cfg.remote_cache, cfg.remote_executor)):
         from buildtool.remote.options import grpc_header_problem
 
         problem = grpc_header_problem(cfg.remote_headers, "--remote-header / remote_headers")

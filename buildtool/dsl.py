@@ -178,8 +178,10 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
 
             near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
+            name = attrs.get("name")
+            who = f"//{ctx.pkg}:{name}: " if isinstance(name, str) and name else ""  # (a macro's loop)
             msg = (
-                f"{kind}() got an unknown attribute {key!r}{hint}; "
+                f"{who}{kind}() got an unknown attribute {key!r}{hint}; "
                 f"allowed attributes are: {', '.join(allowed)}"
             )
             raise BuildfileError(msg + macro, path, line)

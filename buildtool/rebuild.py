@@ -200,20 +200,25 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
     return f"the rule's definition changed ({key})"
 
 
+def _entry(e: str) -> str:
+    """A PATH entry as an explanation shows it (an empty one is the current directory)."""
+    return repr(e) if e else "an empty entry (the current directory)"
+
+
 def _path_change(old: str, new: str) -> str:
     """What differs between two PATH values: the entries gone and added, else repeats or
     the order."""
     o, n = old.split(":"), new.split(":")
     gone = [e for e in o if e not in n]
     added = [e for e in n if e not in o]
-    parts = ([f"{', '.join(map(repr, added[:3]))}{' ...' if len(added) > 3 else ''} added"] if added else []) + \
-            ([f"{', '.join(map(repr, gone[:3]))}{' ...' if len(gone) > 3 else ''} gone"] if gone else [])
+    parts = ([f"{', '.join(map(_entry, added[:3]))}{' ...' if len(added) > 3 else ''} added"] if added else []) + \
+            ([f"{', '.join(map(_entry, gone[:3]))}{' ...' if len(gone) > 3 else ''} gone"] if gone else [])
     if parts:
         return "; ".join(parts)
     twice = [e for e in dict.fromkeys(n) if n.count(e) > o.count(e)]
     once = [e for e in dict.fromkeys(o) if o.count(e) > n.count(e)]
     if twice or once:  # (`PATH=$PATH:/usr/bin`: nothing reordered)
-        said = [f"{', '.join(map(repr, twice[:3]))} listed again" if twice else "",
-                f"{', '.join(map(repr, once[:3]))} listed fewer times" if once else ""]
+        said = [f"{', '.join(map(_entry, twice[:3]))} listed again" if twice else "",
+                f"{', '.join(map(_entry, once[:3]))} listed fewer times" if once else ""]
         return "; ".join(p for p in said if p)
     return "the same entries in another order"

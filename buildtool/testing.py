@@ -497,7 +497,7 @@ class TestSession:
             # A console-pool test's output went to the terminal: its log is empty, named nowhere.
             rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
-            lost = self.logs.unwritten.get(t.label) if r is not None else None
+            lost = self.logs.unwritten.get(t.label) if r is not None or cut else None
             broken = r is None and o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED
             out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken, cut))
         return out
@@ -537,7 +537,7 @@ class TestSession:
             elif c.result is None:
                 extra = f"  ({escape_controls(c.message)})"
             print(f"{c.label:<50} {word}{timing}{extra}", file=out)
-        ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED))
+        ran = sum(1 for c in cases if c.result not in (None, TestResult.CACHED) or c.interrupted)
         # (a fixed order: CI logs are diffed)
         order = ("passed", "cached", "flaky", "failed", "timeout", "interrupted", "not run")
         parts = [f"{counts[k]} {k}" for k in order if k in counts]

@@ -369,7 +369,8 @@ def test_a_path_entry_listed_again_is_not_called_a_reordering() -> None:
     base = {"cmd": "true", "env": {"PATH": "/venv/bin:/usr/bin:/bin"}, "inputs": {}, "extra": {}}
     for path, said in [("/venv/bin:/usr/bin:/bin:/usr/bin", "'/usr/bin' listed again"),
                        ("/usr/bin:/bin", "'/venv/bin' gone"),
-                       ("/usr/bin:/venv/bin:/bin", "the same entries in another order")]:
+                       ("/usr/bin:/venv/bin:/bin", "the same entries in another order"),
+                       ("/venv/bin:/usr/bin:/bin:", "an empty entry (the current directory) added")]:
         msg = why_changed(base, {**base, "env": {"PATH": path}}, lambda p: None)[1]
         assert msg == f"env var PATH changed: {said}", msg
     twice = {**base, "env": {"PATH": "/venv/bin:/venv/bin:/usr/bin:/bin"}}

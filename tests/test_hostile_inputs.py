@@ -59,7 +59,7 @@ CATALOGUE = [
     ("bazel-load", 'load("//tools:defs.bzl", "m")', "name 'load' is not defined (a BUILD.py is Python: import", None),
     ("bazel-filegroup", 'filegroup(name="f", srcs=[])', "name 'filegroup' is not defined (use group(", None),
     ("misspelled-attribute", 'genrule(name="t", src=["a.txt"], outs=["o"], cmd="echo > $@")',
-     "genrule() got an unknown attribute 'src' (did you mean 'srcs'?)", None),
+     "//:t: genrule() got an unknown attribute 'src' (did you mean 'srcs'?)", None),
     ("syntax", 'genrule(name="t", outs=["o"], cmd="echo" ', "BUILD.py", None),
     ("import-cycle", "import tools.loop\n", "circular import", "loop"),
     ("imports-itself", 'import BUILD\ngenrule(name="t", outs=["o"], cmd="echo > $@")', "BUILD.py:2", None),
