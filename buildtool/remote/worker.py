@@ -50,6 +50,7 @@ MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No m
 HINT = ("buildtool worker: hint: a file the command needed was missing. A remote action sees only its "
         "declared inputs (srcs, deps' outputs): the input was probably not declared.\n")
 CODE_CANCELLED = 1
+CODE_UNAVAILABLE = 14
 CODE_INTERNAL = 13
 CODE_FAILED_PRECONDITION = 9
 
@@ -137,6 +138,8 @@ class Worker:
                     finished.add(running.lease_id)
                     running = None
             try:
+                if self.stop.is_set():  # (no new lease for a bot that is going: it would wait out its keepalive)
+                    session.status = bots_pb2.BOT_TERMINATING
                 session = self.bots.UpdateBotSession(
                     bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
                     timeout=POLL_S, metadata=self.metadata)
@@ -161,6 +164,26 @@ class Worker:
                         running = None
                     session = self._new_session(slot)
                     finished.clear()  # a new session: leases it is given are new work, whatever their ids
+        if running is not None and session is not None:  # stopped in the middle of a lease: hand it back
+            self._hand_back(slot, session, running)
+
+    def _hand_back(self, slot: int, session: Any, running: Running) -> None:
+        """The lease of a stopping worker is reported at once (its command killed, UNAVAILABLE),
+        so the server need not wait for the session's keepalive to run out (~30 s, then the
+        action again from the start) and the client hears why."""
+        if running.executor is not None:
+            running.executor.cancel_all()
+        running.thread.join(RETRY_S)
+        if not running.done:
+            return
+        self._report(session, running)
+        session.status = bots_pb2.BOT_TERMINATING
+        try:
+            self.bots.UpdateBotSession(bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
+                                       timeout=RETRY_S, metadata=self.metadata)
+            log(f"slot {slot}: lease {running.lease_id} handed back: the worker is stopping")
+        except grpc.RpcError as e:
+            log(f"slot {slot}: lease {running.lease_id} could not be handed back ({e.code().name})")
 
     @staticmethod
     def _cancelled(session: Any, r: Running) -> bool:
@@ -277,7 +300,9 @@ class Worker:
         except OSError as e:
             exit_code, stdout, stderr = 127, b"", f"buildtool worker: cannot run {argv[:1]}: {e.strerror}\n".encode()
         md.execution_completed_timestamp.GetCurrentTime()
-        if executor.cancelled:  # the server cancelled the lease: nothing to upload or report
+        if executor.cancelled:  # the server cancelled the lease, or this worker is stopping: nothing to upload
+            if self.stop.is_set():  # (UNAVAILABLE: the client runs it elsewhere, as for any lost worker)
+                raise ActionError(CODE_UNAVAILABLE, "the worker was stopped (a signal) while the action ran")
             raise ActionError(CODE_CANCELLED, "cancelled by the server")
         if exit_code != 0 and any(h in stderr.decode(errors="replace") for h in MISSING_HINTS):
             stderr += HINT.encode()
@@ -423,7 +448,7 @@ class Worker:
             for ex in live:
                 ex.cancel_all()
             for t in threads:
-                t.join(POLL_S + 1)
+                t.join(POLL_S + 2 * RETRY_S + 1)  # (a long poll, then the hand-back of a lease)
             self.chan.close()
         if not stopped:
             log("every slot stopped: exiting with status 1")
