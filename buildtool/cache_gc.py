@@ -10,7 +10,8 @@ Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc-files--cache
     stats     JSON lines, one per build: ran / restored / up_to_date counts, bytes added
 
 Eviction: action entries are sorted by their ``used`` time (stored, or hit by a build:
-actiondb.py), the least recently used are deleted first, and a blob is deleted once no
+actiondb.py), the least recently used are deleted first (of those used at the same time,
+the one freeing the most bytes), and a blob is deleted once no
 surviving entry references it.  An action database that cannot be read stops GC: it
 must never take every blob for unreferenced.
 Blobs referenced by no entry at all (left by a killed build) and temp files older than an
@@ -366,7 +367,13 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
         entry_bytes = 0  # (what the evicted entries themselves take, in the database)
         evicted: list[str] = []
         unreferenced: list[str] = []
-        for _, key, size, refs in sorted(s.entries):
+        # Least recently used first; of entries used at the same moment (one build stores its
+        # entries in batches, each with one time) the one freeing the most bytes: by key, 33
+        # small test passes went before the one large blob that alone was over the cap.
+        def frees(e: tuple[int, str, int, tuple[str, ...]]) -> int:
+            return e[2] + sum(s.blobs.get(d, 0) for d in set(e[3]) if refcount.get(d) == 1)
+
+        for _, key, size, refs in sorted(s.entries, key=lambda e: (e[0], -frees(e), e[1])):
             if total <= target:
                 break
             evicted.append(key)

@@ -336,3 +336,22 @@ def test_gc_gives_the_database_s_free_pages_back(workspace: Workspace) -> None:
     assert rc == 0 and "; the database gave back " in out, out + err
     on_disk = sum(p.stat().st_size for p in layout_dir(workspace.cache).rglob("*") if p.is_file())
     assert on_disk < 900_000, on_disk  # (300K of entries and the database's own overhead; it was ~2 MB)
+
+
+def test_of_entries_used_at_the_same_time_gc_evicts_the_largest_first(workspace: Workspace) -> None:
+    """A build stores its entries in batches, each with one `used` time: ties were broken by
+    key, so many small entries went before the one large blob that alone was over the cap
+    (the next checkout reran 18 targets instead of 2)."""
+    import sqlite3
+
+    sized_targets(workspace, {"big": 600 * KIB, **{f"s{i}": 4 * KIB for i in range(8)}})
+    assert workspace.build().rc == 0
+    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:  # (one moment for all, as a batch)
+        db.execute("UPDATE actions SET used = 1")
+        db.execute("DELETE FROM hits")
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "300K")
+    assert rc == 0 and "evicted 1 entries" in out, out + err
+    for p in workspace.root.glob("*.bin"):
+        p.unlink()
+    r = workspace.build()
+    assert r.status("//:big") == "ran" and all(r.status(f"//:s{i}") == "restored" for i in range(8)), r.output
