@@ -486,7 +486,9 @@ class Scheduler:
         if outcome.status is Status.FAILED:
             self.failed = True
             self.plan.block_dependents(t)
-            if not self.keep_going and not self.stopping:
+            # A test's verdict stops nothing (`buildtool test`, as Bazel: every test gets its
+            # result); a build failure does, without -k.
+            if not self.keep_going and not self.stopping and not outcome.extra.get("test_verdict"):
                 self.stopping = True
                 stopping = getattr(self.runner, "build_stopping", None)
                 if stopping is not None:

@@ -404,20 +404,37 @@ def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, 
 def test_a_flaky_test_gets_no_further_attempt_once_a_failure_stops_the_build(
     workspace: Workspace, tmp_path: Path
 ) -> None:
-    """Without -k the first failure starts no new work; a flaky test's next attempt is new
-    work, yet all of them ran.  With -k they do."""
+    """Without -k the first build failure starts no new work; a flaky test's next attempt is
+    new work, yet all of them ran.  With -k they do."""
     counter = tmp_path / "attempts.txt"
-    workspace.build_file("", f'test(name="a_fail", cmd="exit 1")\n'
+    workspace.build_file("", 'genrule(name="broken", outs=["x"], cmd="exit 1")\n'
+                             'test(name="a_needs", srcs=[":broken"], cmd="true")\n'
                              f'test(name="b_flaky", flaky=3, env={{"C": "{counter}"}}, '
                              'cmd="echo x >> $$C; sleep 0.5; exit 1")')
     r = workspace.build("-j2", command="test")
-    assert r.rc == 1 and r.by_label["//:a_fail"]["test"] == "failed", r.output
+    assert r.rc == 1 and r.by_label["//:broken"]["status"] == "failed", r.output
     assert r.by_label["//:b_flaky"]["test"] == "failed" and _runs(counter) == 1, r.output
     said = "not retried (flaky=3): the build stopped after a failure"  # (why one attempt of flaky=3)
     assert said in r.by_label["//:b_flaky"]["reason"] and said in r.stdout, r.output
     counter.unlink()
     r = workspace.build("-j2", "-k", command="test")
     assert r.rc == 1 and _runs(counter) == 4 and "not retried" not in r.output, r.output
+
+
+def test_a_failing_test_stops_no_other_test_a_build_failure_does(workspace: Workspace) -> None:
+    """As Bazel: a test's failure is its result, not a build failure; without -k one red test
+    left the others NOT RUN (a developer saw one failure and no other result).  A build
+    failure still stops the rest (-k goes on)."""
+    workspace.build_file("", 'test(name="a_fails", cmd="exit 1")\n'
+                             + "".join(f'test(name="t{i}", cmd="sleep 0.2; echo {i}")\n' for i in range(4)))
+    r = workspace.build("-j1", command="test")
+    assert r.rc == 1 and {r.by_label[f"//:t{i}"]["test"] for i in range(4)} == {"passed"}, r.output
+    assert "Tests: 5 (4 passed, 1 failed); 5 executed" in r.stdout, r.stdout
+    workspace.build_file("", 'genrule(name="broken", outs=["x"], cmd="exit 1")\n'
+                             'test(name="a_needs", srcs=[":broken"], cmd="true")\n'
+                             + "".join(f'test(name="t{i}", cmd="sleep 0.2; echo {i}b")\n' for i in range(4)))
+    r = workspace.build("-j1", command="test")
+    assert r.rc == 1 and "not started: the build stopped after a failure" in r.stdout, r.output
 
 
 def test_a_pattern_below_no_package_is_bad_input_not_no_tests(workspace: Workspace) -> None:
