@@ -277,6 +277,12 @@ class Session:
             verdict, prior_graph = None, None
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         stats.begin_build()
+        if not req.dry_run and not _identity_trusted(state):
+            # The record has lines the saved stat cache never saw (a build killed after them):
+            # its entries of recorded outputs may be older than the files, which a removed
+            # rule's output would then take for written again since (_changed_since_built).
+            for p in record.all_outputs():
+                stats.forget(p)
         # Before the evaluation: a cache dir made in the workspace during the build would be a
         # directory entry that appeared after the listings, refusing the no-op snapshot once.
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
@@ -524,6 +530,14 @@ class Session:
         finally:
             record.close(compact=not req.dry_run)  # (a dry run leaves the snapshot, which names this file)
             stats.save()
+            if not req.dry_run and not stats.dirty and stats.path and not _identity_trusted(state):
+                # Saved with nothing new (a test rerun writes the record, no stat): the stat
+                # cache still knows the outputs as this build left them; say so by its time,
+                # or the next build takes it for one a crash left behind (_identity_trusted).
+                try:
+                    os.utime(stats.path)
+                except OSError:
+                    pass
             if events:
                 events.close()
                 lost_report = lost_report or events.lost

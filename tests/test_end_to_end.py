@@ -914,6 +914,37 @@ def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspa
         workspace.build_file("", 'genrule(name="k", outs=["k.out"], cmd="echo k > $@")\n')
         r = workspace.build()
         assert r.rc == 0 and not workspace.exists("e.out") and "kept" not in r.stderr, (change, r.output)
+    # ... also after a build that wrote the record and no stat (a test rerun): the stat cache
+    # is still the record's (it was taken for one a crash left behind, and the file deleted)
+    workspace.build_file("", 'genrule(name="mkd", outs=["d3.txt"], cmd="echo delta > $@")\n'
+                             'test(name="t", cmd="true")\n')
+    assert workspace.build().rc == 0 and workspace.build(command="test").rc == 0
+    workspace.build_file("", 'genrule(name="mkd", outs=["d3.txt"], cmd="echo delta > $@")\n'
+                             'test(name="t", cmd="true; true")\n')
+    assert workspace.build(command="test").rc == 0
+    os.unlink(workspace.root / "d3.txt")
+    workspace.write("d3.txt", "delta\n")
+    workspace.build_file("", 'test(name="t", cmd="true; true")\n')
+    r = workspace.build(command="test")
+    assert r.rc == 0 and workspace.read("d3.txt") == "delta\n" and "kept d3.txt: an output of //:mkd before, it was written again" in r.stderr, \
+        r.output
+    # A build killed after rewriting an output and recording it, then a build of something
+    # else: the stat cache's entry of that output stayed the older file's, and removing its
+    # rule later kept the build's own file as "written again" (the entries are forgotten now).
+    workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo t > $@")\n'
+                             'genrule(name="other", outs=["other.out"], cmd="echo o > $@")\n')
+    assert workspace.build().rc == 0
+    os.unlink(workspace.root / "t.out")  # (the killed build's rewrite)
+    workspace.write("t.out", "t\n")
+    record = workspace.root / ".buildtool" / "record"
+    os.utime(record, ns=(record.stat().st_atime_ns, record.stat().st_mtime_ns + 10_000_000_000))
+    workspace.write("other.in", "x\n")
+    workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo t > $@")\n'
+                             'genrule(name="other", srcs=["other.in"], outs=["other.out"], cmd="echo o > $@")\n')
+    assert workspace.build("//:other").rc == 0
+    workspace.build_file("", 'genrule(name="other", srcs=["other.in"], outs=["other.out"], cmd="echo o > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0 and not workspace.exists("t.out") and "kept" not in r.stderr, r.output
     # `clean` keeps a file a checkout put there as `build` does
     workspace.build_file("", 'genrule(name="mkd", outs=["d2.txt"], cmd="echo delta > $@")\n')
     assert workspace.build().rc == 0
