@@ -11,7 +11,7 @@ Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc-files--cache
 
 Eviction: action entries are sorted by their ``used`` time (stored, or hit by a build:
 actiondb.py), the least recently used are deleted first (of those used at the same time,
-the one freeing the most bytes), and a blob is deleted once no
+the smallest that alone is enough, else the one freeing the most bytes), and a blob is deleted once no
 surviving entry references it.  An action database that cannot be read stops GC: it
 must never take every blob for unreferenced.
 Blobs referenced by no entry at all (left by a killed build) and temp files older than an
@@ -21,6 +21,7 @@ is a miss: it reruns the command.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import fcntl
@@ -367,13 +368,28 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
         entry_bytes = 0  # (what the evicted entries themselves take, in the database)
         evicted: list[str] = []
         unreferenced: list[str] = []
-        # Least recently used first; of entries used at the same moment (one build stores its
-        # entries in batches, each with one time) the one freeing the most bytes: by key, 33
-        # small test passes went before the one large blob that alone was over the cap.
+        # Least recently used first.  Of entries used at the same moment (one build stores
+        # its entries in batches, each with one time), the smallest that alone brings the
+        # cache under the cap, else the one freeing the most bytes: by key, 33 small test
+        # passes went before the one large blob that alone was over the cap, and by size
+        # alone a 2 MB entry went where one of 200 KB was enough.
         def frees(e: tuple[int, str, int, tuple[str, ...]]) -> int:
             return e[2] + sum(s.blobs.get(d, 0) for d in set(e[3]) if refcount.get(d) == 1)
 
-        for _, key, size, refs in sorted(s.entries, key=lambda e: (e[0], -frees(e), e[1])):
+        def lru_order() -> Iterator[tuple[int, str, int, tuple[str, ...]]]:
+            by_time: dict[int, list[tuple[int, str, int, tuple[str, ...]]]] = {}
+            for e in s.entries:
+                by_time.setdefault(e[0], []).append(e)
+            for used in sorted(by_time):
+                group = sorted(by_time[used], key=lambda e: (frees(e), e[1]))  # (sizes as the group began)
+                sizes = [frees(e) for e in group]
+                while group:
+                    i = bisect.bisect_left(sizes, total - target) if total > target else 0
+                    i = i if i < len(group) else len(group) - 1  # (none frees enough alone: the largest)
+                    sizes.pop(i)
+                    yield group.pop(i)
+
+        for _, key, size, refs in lru_order():
             if total <= target:
                 break
             evicted.append(key)

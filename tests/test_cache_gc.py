@@ -355,3 +355,22 @@ def test_of_entries_used_at_the_same_time_gc_evicts_the_largest_first(workspace:
         p.unlink()
     r = workspace.build()
     assert r.status("//:big") == "ran" and all(r.status(f"//:s{i}") == "restored" for i in range(8)), r.output
+
+
+def test_of_entries_used_at_the_same_time_gc_evicts_the_smallest_that_is_enough(workspace: Workspace) -> None:
+    """Largest first alone threw away a 2 MB entry (likely the costliest target) where one
+    of 200 KB brought the cache under the cap."""
+    import sqlite3
+
+    sized_targets(workspace, {"big": 2048 * KIB, **{f"s{i}": 200 * KIB for i in range(4)}})
+    assert workspace.build().rc == 0
+    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:
+        db.execute("UPDATE actions SET used = 1")
+        db.execute("DELETE FROM hits")
+    cap = cache_bytes(workspace.cache) - 150 * KIB
+    rc, out, err = workspace.run("cache", "gc", "--max-size", str(cap))
+    assert rc == 0 and "evicted 1 entries" in out, out + err
+    for p in workspace.root.glob("*.bin"):
+        p.unlink()
+    r = workspace.build()
+    assert r.status("//:big") == "restored" and sum(r.status(f"//:s{i}") == "ran" for i in range(4)) == 1, r.output
