@@ -292,7 +292,7 @@ class Session:
 
         def evaluate(stale: set[str]) -> tuple[Loader, Graph]:
             stream = out or sys.stdout
-            whole = not req.patterns or "//..." in req.patterns  # (a total of //a/... would count all)
+            whole = _wants_everything(req.patterns, self.ws.cwd_pkg_dir)  # (a total of //a/... would count all)
             self.loading = LoadingLine(stream, whole) if is_live_terminal(stream) else None
             try:
                 if self.graph_source is not None:
@@ -981,6 +981,20 @@ def _remove(root: str, rel: str, stats: StatCache) -> None:
     except OSError as e:  # it stays, and no record remembers it: say so
         _warn(f"could not remove {rel}, an output no target declares any more: {e.strerror}")
     stats.forget(rel)
+
+
+def _wants_everything(patterns: list[str], cwd_pkg: str) -> bool:
+    """Do the patterns take every package (none, ``//...``, ``...`` at the root)?"""
+    if not patterns:
+        return True
+    for text in patterns:
+        try:
+            p = labels.parse_pattern(text, cwd_pkg)
+        except labels.LabelError:
+            continue
+        if p.kind == "recursive" and p.pkg == "":
+            return True
+    return False
 
 
 def _identity_trusted(state: str) -> bool:

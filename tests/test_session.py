@@ -196,3 +196,11 @@ def test_an_interrupted_dry_run_gives_each_target_one_line_in_the_events(
     lines = [json.loads(line) for line in events.read_text().splitlines()[1:]]
     assert sorted(e["label"] for e in lines) == [f"//:t{i}" for i in range(4)], lines
     assert [e["status"] for e in lines].count("cancelled") == 2, lines
+
+
+def test_the_loading_line_has_a_total_only_for_patterns_that_take_every_package() -> None:
+    from buildtool.session import _wants_everything
+
+    assert _wants_everything([], "") and _wants_everything(["//..."], "a") and _wants_everything(["..."], "")
+    assert _wants_everything(["//a:b", "//..."], "")
+    assert not _wants_everything(["..."], "a") and not _wants_everything(["//a/...", "//b:c"], "")

@@ -174,8 +174,8 @@ class Worker:
         if running.executor is not None:
             running.executor.cancel_all()
         running.thread.join(RETRY_S)
-        if not running.done:
-            return
+        if not running.done:  # (still fetching inputs or uploading outputs: handed back all the same)
+            running.result = ActionError(CODE_UNAVAILABLE, "the worker was stopped (a signal) while the action ran")
         self._report(session, running)
         session.status = bots_pb2.BOT_TERMINATING
         try:
