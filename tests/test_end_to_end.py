@@ -926,8 +926,8 @@ def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspa
     workspace.write("d3.txt", "delta\n")
     workspace.build_file("", 'test(name="t", cmd="true; true")\n')
     r = workspace.build(command="test")
-    assert r.rc == 0 and workspace.read("d3.txt") == "delta\n" and "kept d3.txt: an output of //:mkd before, it was written again" in r.stderr, \
-        r.output
+    assert r.rc == 0 and workspace.read("d3.txt") == "delta\n", r.output
+    assert "kept d3.txt: an output of //:mkd before, it was written again" in r.stderr, r.output
     # A build killed after rewriting an output and recording it, then a build of something
     # else: the stat cache's entry of that output stayed the older file's, and removing its
     # rule later kept the build's own file as "written again" (the entries are forgotten now).
