@@ -4,6 +4,7 @@ checkout with its own cache builds locally, for byte-for-byte comparison."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,28 +42,38 @@ class Stack:
         return sum(w.log.read_text(errors="replace").count("was cancelled by the server") for w in self.workers)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    work = tmp_path_factory.mktemp("rexec")
+@contextlib.contextmanager
+def _buildgrid_exec(work: pathlib.Path) -> Iterator[remote_servers.Server]:
+    """PostgreSQL and BuildGrid with execution in ``work`` (the test skipped where they cannot
+    start), stopped afterwards."""
     try:
         pg = rx.Postgres(work)
         pg.start()
     except (remote_servers.Unavailable, OSError) as e:
         pytest.skip(f"PostgreSQL for BuildGrid's scheduler unavailable: {e}")
-    server = workers = None
+    server = None
     try:
         try:
             server = rx.start_buildgrid_exec(work, pg)
         except remote_servers.Unavailable as e:
             pytest.skip(f"BuildGrid {remote_servers.BGD_VERSION} with execution unavailable: {e}")
-        workers = [rx.start_worker(work, server.url, n, capacity=2) for n in range(2)]
-        yield Stack(server.url, workers, server)
+        yield server
     finally:
-        for w in workers or []:
-            rx.stop_gracefully(w)
         if server is not None:
             server.stop()
         pg.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("rexec")
+    with _buildgrid_exec(work) as server:
+        workers = [rx.start_worker(work, server.url, n, capacity=2) for n in range(2)]
+        try:
+            yield Stack(server.url, workers, server)
+        finally:
+            for w in workers:
+                rx.stop_gracefully(w)
 
 
 def _project(ws: Workspace) -> None:
@@ -769,55 +780,44 @@ def test_a_worker_stopped_mid_action_hands_its_lease_back_at_once(
     which nothing had asked for (the client gave up on the remote and ran it here).  It
     reports the lease at once as UNAVAILABLE, which the server gives to another worker."""
     work = tmp_path_factory.mktemp("rexec-stop")
-    try:
-        pg = rx.Postgres(work)
-        pg.start()
-    except (remote_servers.Unavailable, OSError) as e:
-        pytest.skip(f"PostgreSQL for BuildGrid's scheduler unavailable: {e}")
-    server = first = second = None
-    try:
+    first = second = None
+    with _buildgrid_exec(work) as server:
         try:
-            server = rx.start_buildgrid_exec(work, pg)
-        except remote_servers.Unavailable as e:
-            pytest.skip(f"BuildGrid {remote_servers.BGD_VERSION} with execution unavailable: {e}")
-        first = rx.start_worker(work, server.url, 0, capacity=1)
-        ws = make_workspace("stop")
-        ws.home.mkdir(parents=True, exist_ok=True)
-        marker = ws.home / "remote-started"
-        # The first run (on the first worker) is slow; the one after it is quick.
-        ws.build_file("", f'genrule(name="slow", outs=["s.txt"], cmd="if [ ! -e {marker} ]; then touch {marker}; '
-                          f'sleep 60; fi; echo done > $@")\n')
-        p = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-executor", server.url, "--events", "ev.jsonl"],
-                             cwd=ws.root, env=conftest_env(ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not marker.exists():
-                if p.poll() is not None:
-                    pytest.fail(f"the build ended before the remote action started: {p.communicate()}")
-                assert time.monotonic() < deadline, "the remote action never started\n" + first.log_tail()
-                time.sleep(0.05)
-            stopped = time.monotonic()
-            os.killpg(first.proc.pid, signal.SIGTERM)
-            assert first.proc.wait(timeout=20) == 0, first.log_tail()
-            second = rx.start_worker(work, server.url, 1, capacity=1)
-            out, err = p.communicate(timeout=60)
+            first = rx.start_worker(work, server.url, 0, capacity=1)
+            ws = make_workspace("stop")
+            ws.home.mkdir(parents=True, exist_ok=True)
+            marker = ws.home / "remote-started"
+            # The first run (on the first worker) is slow; the one after it is quick.
+            ws.build_file("", f'genrule(name="slow", outs=["s.txt"], cmd="if [ ! -e {marker} ]; then touch {marker}; '
+                              f'sleep 60; fi; echo done > $@")\n')
+            p = subprocess.Popen([conftest.BUILDTOOL, "build", "--remote-executor", server.url, "--events", "ev.jsonl"],
+                                 cwd=ws.root, env=conftest_env(ws), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            try:
+                deadline = time.monotonic() + 60
+                while not marker.exists():
+                    if p.poll() is not None:
+                        pytest.fail(f"the build ended before the remote action started: {p.communicate()}")
+                    assert time.monotonic() < deadline, "the remote action never started\n" + first.log_tail()
+                    time.sleep(0.05)
+                stopped = time.monotonic()
+                os.killpg(first.proc.pid, signal.SIGTERM)
+                assert first.proc.wait(timeout=20) == 0, first.log_tail()
+                second = rx.start_worker(work, server.url, 1, capacity=1)
+                out, err = p.communicate(timeout=60)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+            took = time.monotonic() - stopped
+            assert p.returncode == 0 and ws.read("s.txt") == "done\n", out + err + first.log_tail()
+            assert "running it locally" not in err, err  # (not given up on: another worker ran it)
+            [ev] = [json.loads(line) for line in ws.read("ev.jsonl").splitlines()[1:] if '"label"' in line]
+            assert ev["executed"] == "remote", ev
+            assert took < 25, (took, err, first.log_tail(), second.log_tail())  # (the keepalive's 30 s not waited out)
+            assert "the worker was stopped (a signal) while the action ran" in first.log_tail(), first.log_tail()
+            assert "cancelled by the server" not in first.log_tail(), first.log_tail()
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-        took = time.monotonic() - stopped
-        assert p.returncode == 0 and ws.read("s.txt") == "done\n", out + err + first.log_tail()
-        assert "running it locally" not in err, err  # (not given up on: another worker ran it)
-        [ev] = [json.loads(line) for line in ws.read("ev.jsonl").splitlines()[1:] if '"label"' in line]
-        assert ev["executed"] == "remote", ev
-        assert took < 25, (took, err, first.log_tail(), second.log_tail())  # (the keepalive's 30 s not waited out)
-        assert "the worker was stopped (a signal) while the action ran" in first.log_tail(), first.log_tail()
-        assert "cancelled by the server" not in first.log_tail(), first.log_tail()
-    finally:
-        for w in (first, second):
-            if w is not None:
-                rx.stop_gracefully(w)
-        if server is not None:
-            server.stop()
-        pg.stop()
+            for w in (first, second):
+                if w is not None:
+                    rx.stop_gracefully(w)

@@ -726,39 +726,29 @@ def test_test_logs_are_written_through_the_state_dirs_tmp(tmp_path: Path, monkey
     assert os.listdir(log.parent) == ["t.log"]
 
 
-def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(workspace: Workspace) -> None:
+@pytest.mark.parametrize(("make_data", "reads", "edited", "made"), [
+    ("cp $< $@", "lib/data.txt", "broken\n", "broken\n"),  # a file made one level down
+    ("wc -l < $< > $@", "lib/data.in", "no\n", "1\n"),  # a source two levels down, its output the same
+])
+def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(
+        workspace: Workspace, make_data: str, reads: str, edited: str, made: str) -> None:
     """A wrapper script whose own output does not change when the data it reads does: the
     test that runs it must not stay PASSED (cached) on the old data (a CI false green).
     A test's inputs are its dependencies' inputs too, at any depth, as Bazel's runfiles."""
     workspace.write("lib/data.in", "ok\n")
-    workspace.build_file("lib", 'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="cp $< $@")\n')
+    workspace.build_file("lib", f'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="{make_data}")\n')
     workspace.build_file("tool", 'genrule(name="check", srcs=["//lib:data"], outs=["check.sh"], '
-                                 'cmd="printf \'grep -qx ok lib/data.txt\\\\n\' > $@")\n')
+                                 f'cmd="printf \'grep -qx ok {reads}\\\\n\' > $@")\n')
     workspace.build_file("", 'test(name="t", srcs=["//tool:check"], cmd="sh tool/check.sh")\n')
     rc, out, err = workspace.run("test")
     assert rc == 0 and "PASSED" in out, (rc, out, err)
     rc, out, err = workspace.run("test")
     assert rc == 0 and "PASSED (cached)" in out, (rc, out, err)
-    workspace.write("lib/data.in", "broken\n")  # check.sh is rebuilt, byte for byte the same
+    workspace.write("lib/data.in", edited)  # check.sh is rebuilt, byte for byte the same
     rc, out, err = workspace.run("test")
     assert rc == 1 and "FAILED" in out and "cached" not in out.split("FAILED")[0][-200:], (rc, out, err)
-    assert (workspace.root / "tool" / "check.sh").read_text() == "grep -qx ok lib/data.txt\n"
-
-
-def test_a_test_runs_again_when_a_source_two_levels_down_changes(workspace: Workspace) -> None:
-    """At any depth: the script reads lib/data.in, a source of its generator's dependency,
-    whose own output (a line count) and the script stay byte for byte the same."""
-    workspace.write("lib/data.in", "ok\n")
-    workspace.build_file("lib", 'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="wc -l < $< > $@")\n')
-    workspace.build_file("tool", 'genrule(name="check", srcs=["//lib:data"], outs=["check.sh"], '
-                                 'cmd="printf \'grep -qx ok lib/data.in\\\\n\' > $@")\n')
-    workspace.build_file("", 'test(name="t", srcs=["//tool:check"], cmd="sh tool/check.sh")\n')
-    rc, out, err = workspace.run("test")
-    assert rc == 0 and "PASSED" in out, (rc, out, err)
-    workspace.write("lib/data.in", "no\n")
-    rc, out, err = workspace.run("test")
-    assert rc == 1 and "FAILED" in out, (rc, out, err)
-    assert (workspace.root / "lib" / "data.txt").read_text().strip() == "1"
+    assert (workspace.root / "tool" / "check.sh").read_text() == f"grep -qx ok {reads}\n"
+    assert (workspace.root / "lib" / "data.txt").read_text().strip() == made.strip()
 
 
 def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) -> None:
