@@ -235,11 +235,6 @@ class Loader:
         self.glob_hidden: dict[str, str] = {}  # path -> the package whose glob() left it out
         self._listed: dict[str, list[str]] = {}  # package -> its files, listed once (its glob() calls)
         self._present: dict[str, frozenset[str]] = {}  # the same as sets, for literal patterns
-        # Directory -> the packages whose BUILD.py listed it itself (os.listdir, os.scandir,
-        # glob.glob, Path.iterdir), not through glob(): any entry appearing or going there
-        # evaluates them again (watch mode; a glob()'s patterns say which entries matter).
-        self.listed_by: dict[str, set[str]] = {}
-        self._evaluating: str | None = None  # the package whose BUILD.py runs now
         # A terminal's loading line (console.LoadingLine), told as each evaluation begins and
         # erased before a BUILD.py writes to stdout or stderr; None elsewhere.
         self.progress: Any = None
@@ -406,7 +401,6 @@ class Loader:
             sys.meta_path.insert(0, probe)
             sys.dont_write_bytecode = True  # no __pycache__ among the sources
             code = compile(source, buildfile, "exec")
-            self._evaluating = pkg
             exec(code, namespace)
             left, ended = guard.end(outer), True
             if here is not None and _getcwd() != here[0]:  # (another way than os.chdir: os.fchdir, say)
@@ -504,7 +498,6 @@ class Loader:
                         pass
                 os.close(here[1])
             sys.stdout = stdout
-            self._evaluating = None
             if progress is not None:
                 sys.stderr = stderr
             dsl.reset_context(token)
@@ -715,8 +708,6 @@ class Loader:
                 rel = rel_of(path)
                 if rel is not None and not ours():
                     self._listing(rel)
-                    if self._evaluating is not None:
-                        self.listed_by.setdefault(rel, set()).add(self._evaluating)
                 return real(path, *args, **kwargs)
 
             return listing

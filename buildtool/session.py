@@ -279,10 +279,19 @@ class Session:
         stats.begin_build()
         if not req.dry_run and not _identity_trusted(state):
             # The record has lines the saved stat cache never saw (a build killed after them):
-            # its entries of recorded outputs may be older than the files, which a removed
-            # rule's output would then take for written again since (_changed_since_built).
+            # an entry of a recorded output that is not the file's stat now (one lstat each,
+            # no hashing) was left by the killed build's rewrite, which a removed rule's output
+            # would then take for written again since (_changed_since_built).
             for p in record.all_outputs():
-                stats.forget(p)
+                e = stats.entries.get(p)
+                if e is None:
+                    continue
+                try:
+                    st = os.lstat(os.path.join(self.ws.root, p))
+                except OSError:
+                    continue
+                if (e[0], e[1], e[2]) != (st.st_size, st.st_mtime_ns, st.st_ino):
+                    stats.forget(p)
         # Before the evaluation: a cache dir made in the workspace during the build would be a
         # directory entry that appeared after the listings, refusing the no-op snapshot once.
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)

@@ -339,9 +339,9 @@ class TestRunner:
             o.message = f"{o.message}; not retried (flaky={t.flaky}): the build stopped after a failure"
         if o.status in (Status.RAN, Status.FAILED):
             self.logs.write(t, o.stdout, o.stderr, o.key if o.ok else None)
+        if o.status is Status.FAILED:  # (FAILED, also one that could not start: other tests go on)
+            o.extra["test_verdict"] = True
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):
-            if not o.ok:  # (the test ran to a verdict: the build goes on, scheduler._finish)
-                o.extra["test_verdict"] = True
             self.logs.ran(t, o.key, o.ok)
             if not o.ok:  # the record's earlier pass must not make the next run a no-op,
                 o.extra.setdefault("forget", []).append(t.label)

@@ -118,9 +118,6 @@ class WatchSet:
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     pyrules: bool = False  # the graph has pyrules: a new .py may be a module one imports (it did not exist)
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
-    # Directory -> the packages whose BUILD.py listed it itself (Loader.listed_by): any
-    # entry appearing or going there evaluates them again.
-    listed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -153,9 +150,6 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
             return None
         if rel in ws.loader_files:  # a package directory an import looked for
             return Change(rel, "all")
-        if parent in ws.listed:  # a BUILD.py listed the directory it appeared in or left
-            listers = ws.listed[parent]
-            return Change(rel, "package", listers[0]) if len(listers) == 1 else Change(rel, "all")
         reached = None  # the package whose glob may reach into the directory
         if parent in ws.glob_dirs or rel in ws.glob_dirs:
             pkg = _owner(ws.packages, parent) or ""
@@ -182,9 +176,6 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         # a directory becomes a cache or a workspace of its own, or stops being one:
         # packages and globs below it change
         return Change(rel, "rescan", _owner(ws.packages, parent) or "")
-    if structural and parent in ws.listed:  # a BUILD.py listed this directory itself
-        listers = ws.listed[parent]
-        return Change(rel, "package", listers[0]) if len(listers) == 1 else Change(rel, "all")
     if structural and not (appears and rel in ws.sources) and _globbed(ws, rel):
         return Change(rel, "package", _owner(ws.packages, parent) or "")
     if rel in ws.sources:
@@ -363,6 +354,7 @@ class Watcher:
         self.cycle_no = 0
         self.cycle_start_ns = 0
         self.cycle_span = (0.0, 0.0)  # (monotonic start and end of the last cycle: _rewritten_as_was)
+        self.cycle_wall = (0, 0)  # (the same in time_ns: a polled change is seen late, its file's mtime says when)
         self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
         self.followed_up = False  # the last cycle was one more for such results
         # graph kept between cycles, and what must be re-evaluated before the next one
@@ -477,10 +469,6 @@ class Watcher:
             new.probes |= old.probes
             new.looked_for |= old.looked_for
             new.glob_dirs |= old.glob_dirs
-            for d, pkgs in old.listed_by.items():  # (a package evaluated again lists anew)
-                kept = pkgs - self.dirty_pkgs
-                if kept:
-                    new.listed_by.setdefault(d, set()).update(kept)
             new.env_reads.update(old.env_reads)  # (also a kept module's, read when it was imported)
             for pkg, rules in old.glob_rules.items():
                 if pkg not in self.dirty_pkgs:
@@ -576,10 +564,7 @@ class Watcher:
         glob_dirs: set[str] = set()
         glob_rules: dict[str, tuple[tuple[str, Any], ...]] = {}
         packages: set[str] = set()
-        listed: dict[str, set[str]] = {}
         for ld in {id(x): x for x in (self.loader, loader) if x is not None}.values():
-            for d, pkgs in ld.listed_by.items():
-                listed.setdefault(d, set()).update(pkgs)
             loader_files |= {f for f in ld.read_files if f.rsplit("/", 1)[-1] != BUILDFILE}
             loader_files |= ld.imported_workspace_modules()
             probes |= ld.probes  # looked for, maybe missing: one appearing changes the graph
@@ -625,7 +610,6 @@ class Watcher:
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
             self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles), tools,
-            {d: tuple(sorted(p)) for d, p in listed.items()},
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
@@ -869,16 +853,21 @@ class Watcher:
         writes it again, with no end.  Only writes made while the last cycle ran: a person's
         identical save between cycles retries the failed targets, as ever."""
         begun, ended = self.cycle_span
-        if ch.kind != "content" or not begun <= ch.at <= ended:  # (seen while the last cycle ran)
+        if ch.kind != "content" or not begun:
             return False
         stats = self.session.stats
         entry = stats.entries.get(ch.path) if stats is not None else None
         if entry is None:
             return False
+        full = os.path.join(self.root, ch.path)
         from buildtool.digest import hash_file
 
         try:
-            return bool(hash_file(os.path.join(self.root, ch.path)) == entry[5])
+            if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later:
+                wall0, wall1 = self.cycle_wall  # by its mtime then, from the coarser file clock)
+                if not (self.poll and wall0 - 20_000_000 <= os.stat(full).st_mtime_ns <= wall1):
+                    return False
+            return bool(hash_file(full) == entry[5])
         except OSError:
             return False
 
@@ -1083,9 +1072,9 @@ class Watcher:
         try:
             changes: list[Change] | None = []
             while changes is not None and self.stop_signal is None:
-                begun = time.monotonic()
+                begun, wall = time.monotonic(), time.time_ns()
                 self.cycle(changes)
-                self.cycle_span = (begun, time.monotonic())
+                self.cycle_span, self.cycle_wall = (begun, time.monotonic()), (wall, time.time_ns())
                 if self.stop_signal is not None:
                     break
                 self._note_tools()

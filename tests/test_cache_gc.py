@@ -338,7 +338,7 @@ def test_gc_gives_the_database_s_free_pages_back(workspace: Workspace) -> None:
     assert on_disk < 900_000, on_disk  # (300K of entries and the database's own overhead; it was ~2 MB)
 
 
-def test_of_entries_used_at_the_same_time_gc_evicts_the_largest_first(workspace: Workspace) -> None:
+def test_of_entries_used_at_the_same_time_gc_evicts_the_one_large_enough_first(workspace: Workspace) -> None:
     """A build stores its entries in batches, each with one `used` time: ties were broken by
     key, so many small entries went before the one large blob that alone was over the cap
     (the next checkout reran 18 targets instead of 2)."""

@@ -932,6 +932,7 @@ def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspa
     # else: the stat cache's entry of that output stayed the older file's, and removing its
     # rule later kept the build's own file as "written again" (the entries are forgotten now).
     workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo t > $@")\n'
+                             'genrule(name="u", outs=["u.out"], cmd="echo u > $@")\n'
                              'genrule(name="other", outs=["other.out"], cmd="echo o > $@")\n')
     assert workspace.build().rc == 0
     os.unlink(workspace.root / "t.out")  # (the killed build's rewrite)
@@ -940,11 +941,16 @@ def test_a_dead_output_a_checkout_put_back_with_the_same_content_is_kept(workspa
     os.utime(record, ns=(record.stat().st_atime_ns, record.stat().st_mtime_ns + 10_000_000_000))
     workspace.write("other.in", "x\n")
     workspace.build_file("", 'genrule(name="t", outs=["t.out"], cmd="echo t > $@")\n'
+                             'genrule(name="u", outs=["u.out"], cmd="echo u > $@")\n'
                              'genrule(name="other", srcs=["other.in"], outs=["other.out"], cmd="echo o > $@")\n')
     assert workspace.build("//:other").rc == 0
+    os.unlink(workspace.root / "u.out")  # (and a checkout then writes u.out, which the crash never touched:
+    workspace.write("u.out", "u\n")  # its entry was kept, so it is still known as written again)
     workspace.build_file("", 'genrule(name="other", srcs=["other.in"], outs=["other.out"], cmd="echo o > $@")\n')
     r = workspace.build()
-    assert r.rc == 0 and not workspace.exists("t.out") and "kept" not in r.stderr, r.output
+    assert r.rc == 0 and not workspace.exists("t.out") and "kept t.out" not in r.stderr, r.output
+    assert workspace.read("u.out") == "u\n" and "kept u.out: an output of //:u before, it was written again" \
+        in r.stderr, r.output
     # `clean` keeps a file a checkout put there as `build` does
     workspace.build_file("", 'genrule(name="mkd", outs=["d2.txt"], cmd="echo delta > $@")\n')
     assert workspace.build().rc == 0

@@ -430,6 +430,14 @@ def test_a_failing_test_stops_no_other_test_a_build_failure_does(workspace: Work
     r = workspace.build("-j1", command="test")
     assert r.rc == 1 and {r.by_label[f"//:t{i}"]["test"] for i in range(4)} == {"passed"}, r.output
     assert "Tests: 5 (4 passed, 1 failed); 5 executed" in r.stdout, r.stdout
+    # nor does one that could not start (a test before it deleted its input)
+    workspace.write("x.txt", "x\n")
+    workspace.build_file("", 'test(name="a_del", cmd="rm x.txt")\n'
+                             'test(name="b_reads", srcs=["x.txt"], cmd="cat x.txt")\n'
+                             + "".join(f'test(name="t{i}", cmd="sleep 0.2; echo {i}c")\n' for i in range(2)))
+    r = workspace.build("-j1", command="test")
+    assert r.rc == 1 and r.by_label["//:b_reads"]["status"] == "failed", r.output
+    assert {r.by_label[f"//:t{i}"]["test"] for i in range(2)} == {"passed"}, r.output
     workspace.build_file("", 'genrule(name="broken", outs=["x"], cmd="exit 1")\n'
                              'test(name="a_needs", srcs=[":broken"], cmd="true")\n'
                              + "".join(f'test(name="t{i}", cmd="sleep 0.2; echo {i}b")\n' for i in range(4)))
