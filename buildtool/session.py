@@ -151,6 +151,9 @@ class Session:
         self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
         self.loading: LoadingLine | None = None  # a terminal's line while BUILD.py files are evaluated
+        # This build's stat cache knows the recorded outputs as the last build left them
+        # (_identity_trusted; after a crash, once the entries the files no longer match are gone)
+        self.identity_trusted = False
 
     def reload_config(self) -> None:
         """Read buildtool.toml, .buildtoolignore and the user config again, for the same
@@ -277,7 +280,8 @@ class Session:
             verdict, prior_graph = None, None
         stats = self.stats or StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
         stats.begin_build()
-        if not req.dry_run and not _identity_trusted(state):
+        self.identity_trusted = _identity_trusted(state)
+        if not req.dry_run and not self.identity_trusted:
             # The record has lines the saved stat cache never saw (a build killed after them):
             # an entry of a recorded output that is not the file's stat now (one lstat each,
             # no hashing) was left by the killed build's rewrite, which a removed rule's output
@@ -292,6 +296,7 @@ class Session:
                     continue
                 if (e[0], e[1], e[2]) != (st.st_size, st.st_mtime_ns, st.st_ino):
                     stats.forget(p)
+            self.identity_trusted = True  # (what is left is the files as they are)
         # Before the evaluation: a cache dir made in the workspace during the build would be a
         # directory entry that appeared after the listings, refusing the no-op snapshot once.
         cache = self.cache or Cache(cfg.cache_dir, _warn, cfg.restore_mode)
@@ -791,9 +796,8 @@ class Session:
             return []
         sources = {s for t in graph.targets for s in t.srcs}
         elsewhere: dict[str, str | None] = {}
-        identity = _identity_trusted(self.ws.state_dir)
         return [o[0] for _, o in rows if o[0] not in sources
-                and _changed_since_built(self.ws.root, o[0], o[1], stats, identity) is None
+                and _changed_since_built(self.ws.root, o[0], o[1], stats, self.identity_trusted) is None
                 and _led_elsewhere(self.ws.root, o[0], elsewhere) is None]
 
     def _clean_dead(
@@ -807,11 +811,10 @@ class Session:
         sources = {s for t in graph.targets for s in t.srcs} if rows else set()
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
-        identity = _identity_trusted(self.ws.state_dir) if rows else False
         for lab, o in rows:
             if os.path.lexists(os.path.join(self.ws.root, o[0])):
                 self.removed_dead.add(o[0])  # (before its deletion event can come)
-            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere, identity):
+            if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere, self.identity_trusted):
                 kept.add(o[0])
                 self.removed_dead.discard(o[0])
         for lab in gone:
