@@ -110,6 +110,15 @@ def use_color(mode: str, out: IO[str]) -> bool:
     return is_live_terminal(out)
 
 
+def _terminal_size(out: ClosableStream, default: tuple[int, int]) -> tuple[int, int]:
+    """(columns, lines) of the terminal ``out`` writes to, ``default`` where not told."""
+    try:
+        size = os.get_terminal_size(out.fileno())
+    except (OSError, ValueError, AttributeError):
+        return default
+    return size.columns or default[0], size.lines or default[1]
+
+
 def targets(n: int) -> str:
     """``n`` with the word "target", in the plural unless ``n`` is 1 (the summary lines)."""
     return f"{n} target" if n == 1 else f"{n} targets"
@@ -176,11 +185,7 @@ class LoadingLine:
         if now < self._next:
             return
         self._next = now + TICK_S
-        width = 80
-        try:
-            width = os.get_terminal_size(self.out.fileno()).columns or width
-        except (OSError, ValueError, AttributeError):
-            pass
+        width = _terminal_size(self.out, (80, 24))[0]
         count = f"{done:,}/{total:,}" if total and self.whole else f"{done:,}"
         head = f"loading: {count} BUILD.py files evaluated, now "
         room = max(width - 1, 1) - len(head)
@@ -448,12 +453,7 @@ class Console:
     def _draw(self) -> None:
         if not self.tty or not self.running or self._console_actions:
             return
-        width, height = 120, 24
-        try:
-            size = os.get_terminal_size(self.out.fileno())
-            width, height = size.columns or width, size.lines or height
-        except (OSError, ValueError, AttributeError):
-            pass
+        width, height = _terminal_size(self.out, (120, 24))
         lines = self.status_lines(time.monotonic(), width)[: max(height - 1, 1)]  # (the cursor-up stops at the top)
         self.out.write("\n".join(lines))
         self.out.flush()

@@ -33,7 +33,7 @@ PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
     from typing import Any
 
     from buildtool.dsl import Declaration
@@ -189,6 +189,13 @@ class Graph:
 
 
 MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits every timer
+
+
+def _together(errs: Sequence[BuildtoolError], what: str) -> UserError:
+    """Several errors (-k) as one: each on a ``buildtool: error:`` line of its own, then how
+    many ``what`` there were."""
+    more = "".join(f"\nbuildtool: error: {e}" for e in errs[1:])
+    return UserError(f"{errs[0]}{more}\n({len(errs)} {what}; nothing was built)")
 
 
 def _err(decl: Declaration, msg: str) -> BuildfileError:
@@ -394,9 +401,8 @@ class GraphBuilder:
                     failed.append(e)
         if failed:
             failed = list({str(e): e for e in failed}.values())  # (one BUILD.py reached by two patterns: said once)
-            more = "".join(f"\nbuildtool: error: {e}" for e in failed[1:])
-            raise UserError(f"{failed[0]}{more}\n({len(failed)} errors in the patterns and the BUILD.py files "
-                            "they load; nothing was built)" if len(failed) > 1 else str(failed[0]))
+            raise (_together(failed, "errors in the patterns and the BUILD.py files they load") if len(failed) > 1
+                   else UserError(str(failed[0])))
         return result
 
     def _expand_one(self, text: str, cur: str, want_tests: bool, result: list[str], seen: set[str],
@@ -778,10 +784,7 @@ class GraphBuilder:
         del stack
         if failed:
             errs = list(failed.values())
-            if len(errs) == 1:
-                raise errs[0]
-            more = "".join(f"\nbuildtool: error: {e}" for e in errs[1:])
-            raise UserError(f"{errs[0]}{more}\n({len(errs)} errors in the targets to build; nothing was built)")
+            raise errs[0] if len(errs) == 1 else _together(errs, "errors in the targets to build")
         self._check_sources_written(order)
         self._check_cycles(order, refs)
         return self._instantiate(order, index, refs, roots)
@@ -1107,10 +1110,7 @@ class GraphBuilder:
                 if not self.keep_going:
                     raise unusable[0]
         if unusable:  # (-k: every missing source, as Bazel's --keep_going lists every missing file)
-            if len(unusable) == 1:
-                raise unusable[0]
-            more = "".join(f"\nbuildtool: error: {e}" for e in unusable[1:])
-            raise UserError(f"{unusable[0]}{more}\n({len(unusable)} sources missing or unusable; nothing was built)")
+            raise unusable[0] if len(unusable) == 1 else _together(unusable, "sources missing or unusable")
         for src in linked:  # a link to another target's output: that target must come first
             real = os.path.realpath(os.path.join(root, src))
             if not real.startswith(real_root + os.sep):
