@@ -475,9 +475,10 @@ class SubprocessExecutor:
         timeout: float | None = None,
         capture: str | None = None,
         direct: SimpleCommand | None = None,
+        merge_stderr: bool = False,
     ) -> ProcessResult:
         """Run to completion (``start`` then ``Running.wait``)."""
-        return self.start(argv, cwd, env, timeout, capture, direct).wait()
+        return self.start(argv, cwd, env, timeout, capture, direct, merge_stderr).wait()
 
     def start(
         self,
@@ -487,6 +488,7 @@ class SubprocessExecutor:
         timeout: float | None = None,
         capture: str | None = None,
         direct: SimpleCommand | None = None,
+        merge_stderr: bool = False,
     ) -> Running:
         """Start the command and return at once.  ``capture``: its stdout and stderr go to
         new memory files (``_new_captures``; files at this path prefix where there are
@@ -494,7 +496,9 @@ class SubprocessExecutor:
         terminal (the ``console`` pool), in a process group of its own.  ``direct``: the
         same command as ``argv``'s shell line, started without the shell (simplecmd.py); if
         it cannot be started, ``argv`` runs instead, so the shell reports the problem.
-        OSError: the command could not be started at all."""
+        ``merge_stderr``: a captured command's stderr goes where its stdout goes, one
+        stream in the order it was written (a test's log, as ``2>&1``); its stderr capture
+        stays empty.  OSError: the command could not be started at all."""
         start = time.monotonic()
         if self.cancelled:
             return Running(self, None, None, None, start, None)
@@ -506,6 +510,7 @@ class SubprocessExecutor:
             out_fd, err_fd, on_disk = _new_captures(capture)
             if tracker is not None and not on_disk:
                 tracker.capturing(capture, out_fd, err_fd)  # before the child exists
+        child_err = out_fd if merge_stderr and capture is not None else err_fd
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _TTY_STOPS) if capture is None else None
         try:
             proc = None
@@ -514,7 +519,7 @@ class SubprocessExecutor:
                 if program is not None:
                     spawn = self._spawn_closing(cwd)
                     proc = _start_direct(
-                        direct, program, cwd, env, out_fd, err_fd, capture is not None, spawn, self._create
+                        direct, program, cwd, env, out_fd, child_err, capture is not None, spawn, self._create
                     )
             if proc is None:
                 import subprocess
@@ -526,7 +531,7 @@ class SubprocessExecutor:
                         env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=out_fd,
-                        stderr=err_fd,
+                        stderr=child_err,
                         start_new_session=capture is not None,
                         process_group=None if capture is not None else 0,
                         close_fds=True,

@@ -2,8 +2,9 @@
 
 ``buildtool test`` wraps the target runner in a :class:`TestRunner`, which reruns a failing
 ``flaky=N`` test up to N times (in the worker thread that ran it) and keeps each test's
-stdout and stderr in ``.buildtool/testlogs/<pkg>/<name>.log`` (``other_log_rel_path``
-when another test's log is in the way): the latest run, or for a cached result the log of
+output in ``.buildtool/testlogs/<pkg>/<name>.log`` (``other_log_rel_path`` when another
+test's log is in the way; run here, its stdout and stderr are one stream, merged by the
+runner): the latest run, or for a cached result the log of
 the run that passed (replayed from the cache's blobs when the log on disk is not that
 run's).  :meth:`TestRunner.finish` prints the per-test results, the output asked for by
 ``--test-output``, flakiness warnings, and writes ``--junit``.
@@ -176,7 +177,8 @@ class TestLogs:
         return held if held is not None else self.read(target)
 
     def write(self, target: Target, stdout: bytes, stderr: bytes, passed_key: str | None, attempt: int = 0) -> None:
-        """Write a run's log (stdout, then stderr).  ``attempt`` > 0 names an earlier failed
+        """Write a run's log (stdout, then stderr: empty for a test run here, merged into
+        stdout).  ``attempt`` > 0 names an earlier failed
         attempt of a flaky test (``<name>#attempt-<n>.log``); ``passed_key`` is the key of a
         passing run (None for a failure).  A log that cannot be written is warned about,
         each one (and its test's summary line says so)."""

@@ -150,6 +150,23 @@ def test_failing_test_exits_1_shows_output_and_is_never_cached(workspace: Worksp
     assert _runs(counter) == 2
 
 
+@pytest.mark.parametrize("started", ["shell", "direct"])
+def test_a_tests_log_holds_stdout_and_stderr_in_the_order_written(workspace: Workspace, started: str) -> None:
+    # One stream, as Bazel's test.log (and `2>&1`): a `set -x` trace or a traceback beside the
+    # output that came before it.  "direct": a simple command started without the shell.
+    workspace.write("t/t.py", "import sys\nfor s in (sys.stdout, sys.stderr, sys.stdout, sys.stderr):\n"
+                              "    print(s.name, file=s, flush=True)\nsys.exit(1)\n")
+    cmd = "python3 t.py" if started == "direct" else "python3 t.py; exit $?"
+    workspace.build_file("t", f'test(name="unit", srcs=["t.py"], cmd="{cmd}")')
+    r = workspace.build("//t:unit", "--junit", "junit.xml", command="test")
+    assert r.rc == 1, r.output
+    order = "<stdout>\n<stderr>\n<stdout>\n<stderr>\n"
+    assert workspace.read(".buildtool/testlogs/t/unit.log") == order
+    assert order in r.stdout  # the failure's output on the console, as in the log
+    failure = ET.parse(workspace.root / "junit.xml").find(".//failure")
+    assert failure is not None and order in (failure.text or "")
+
+
 def test_the_log_of_a_test_with_a_long_name_is_written(workspace: Workspace, tmp_path: Path) -> None:
     """A name whose log fits in NAME_MAX (255 bytes) but whose temp file
     ``<name>.log.tmp.<pid>.<thread>`` would not: the temp file gets a shorter name."""
