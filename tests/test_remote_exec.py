@@ -115,6 +115,14 @@ REMOTE = ["//gen:header", "//gen:leaf0", "//gen:leaf1", "//gen:leaf2", "//gen:le
           "//lib:joined", "//:app"]
 
 
+def test_an_execute_status_is_said_by_its_name_too() -> None:
+    from buildtool.remote.exec_layer import status_text
+
+    assert status_text(9, "input blob missing") == "9 FAILED_PRECONDITION: input blob missing"
+    assert status_text(8, "") == "8 RESOURCE_EXHAUSTED"
+    assert status_text(99, "x") == "99 an unknown code: x"
+
+
 def test_remote_build_matches_local_build(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
     remote = make_workspace("remote")
     _project(remote)

@@ -52,6 +52,15 @@ HINT = ("buildtool: hint: the remote action failed on a missing file. A remote a
         "declared inputs (srcs and the outputs of deps): the file was probably not declared.\n")
 
 
+def status_text(code: int, message: str) -> str:
+    """A google.rpc.Status as users read it: ``9 FAILED_PRECONDITION: <message>`` (the
+    number alone told nothing without the table of gRPC codes)."""
+    import grpc
+
+    name = next((c.name for c in grpc.StatusCode if c.value[0] == code), "an unknown code")
+    return f"{code} {name}" + (f": {message}" if message else "")
+
+
 @dataclass(slots=True)
 class RemoteResult:
     """What the runner needs of an execution (the fields of executor.ProcessResult) + a note."""
@@ -279,7 +288,8 @@ class RemoteExecutor:
         if resp.status.code == CODE_DEADLINE_EXCEEDED and not resp.HasField("result"):
             raise RemoteError(f"the server reports a timeout without a result: {resp.status.message}")
         if resp.status.code not in (0, CODE_DEADLINE_EXCEEDED):
-            raise RemoteError(f"Execute answered status {resp.status.code}: {resp.status.message or resp.message}")
+            status = status_text(resp.status.code, resp.status.message or resp.message)
+            raise RemoteError(f"Execute answered status {status}")
         r = resp.result
         timed_out = resp.status.code == CODE_DEADLINE_EXCEEDED
         os.makedirs(self.tmp_dir, exist_ok=True)
@@ -360,7 +370,7 @@ class RemoteExecutor:
                             self._ops.add(name)
                     if op.done:
                         if op.HasField("error"):
-                            raise RemoteError(f"Execute failed: status {op.error.code} {op.error.message}")
+                            raise RemoteError(f"Execute failed: status {status_text(op.error.code, op.error.message)}")
                         resp = re_pb2.ExecuteResponse()
                         if not op.response.Unpack(resp):
                             raise RemoteError(f"Execute answered a {op.response.type_url}, not an ExecuteResponse")
