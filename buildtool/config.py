@@ -319,7 +319,8 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     ws_toml = os.path.join(root, "buildtool.toml")
     ws_layer = _file_layer(ws_toml)
     if "max_size" in ws_layer:
-        msg = (f"{ws_toml}: max_size cannot be set by a workspace: the cache is shared by all "
+        n = _line_of(read_file(ws_toml)[0].decode("utf-8", "replace"), "max_size")
+        msg = (f"{ws_toml}{f':{n}' if n else ''}: max_size cannot be set by a workspace: the cache is shared by all "
                f"workspaces; set it in {user_config_path() or 'the user config'} or BUILDTOOL_MAX_CACHE_SIZE")
         raise UserError(msg)
     for layer in (

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import IO
 
+from buildtool import rebuild
 from buildtool.console import escape_controls, targets
 from buildtool.graph import Graph
 from buildtool.outcome import Outcome, Reason, Status
@@ -66,7 +67,7 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
             v = CACHED
             why = "same action key as its last pass in this workspace, so it would not run"
         elif v == FRESH:
-            why = "same action key as this workspace's last build, outputs unchanged"
+            why = rebuild.UNCHANGED
         elif v == GROUP:
             members = [graph.targets[d].label for d in graph.targets[t].deps]
             why = "runs nothing; builds " + (", ".join(members[:5]) + (" ..." if len(members) > 5 else ""))

@@ -25,6 +25,8 @@ KEY_CHANGED = "the action key changed"  # why_changed when no part of the descri
 # (a record entry goes when its target's run fails and when the target leaves the graph)
 NOT_RECORDED = ("not in this workspace's build record "
                 "(never built here, its last run failed, or it left the graph since)")
+# The one wording of "fresh": build --explain, --events and explain say it alike.
+UNCHANGED = "same action key as this workspace's last build, outputs unchanged"
 
 
 def outputs_match(
@@ -56,7 +58,7 @@ def up_to_date(
         return False, Reason.DEFINITION_CHANGED, KEY_CHANGED
     ok, reason, msg = outputs_match(entry.get("o", []), digest_of, mode_of)
     if ok:
-        return True, Reason.UP_TO_DATE, "up to date: same action key as the last build and outputs unchanged"
+        return True, Reason.UP_TO_DATE, f"up to date: {UNCHANGED}"
     assert reason is not None
     return False, reason, msg
 

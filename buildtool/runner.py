@@ -556,7 +556,7 @@ class TargetRunner:
             return Outcome(
                 Status.UP_TO_DATE,
                 Reason.UP_TO_DATE,
-                "up to date: same action key as the last build and outputs unchanged",
+                f"up to date: {rebuild.UNCHANGED}",
                 key=key,
                 extra={"outputs": entry["o"]},
             )

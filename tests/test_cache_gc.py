@@ -102,10 +102,10 @@ def test_gc_keeps_entries_whose_contents_are_inline(workspace: Workspace) -> Non
 
 def test_max_size_is_refused_in_a_workspace_config(workspace: Workspace) -> None:
     sized_targets(workspace, {"a": 10})
-    (workspace.root / "buildtool.toml").write_text('max_size = "1G"\n')
+    (workspace.root / "buildtool.toml").write_text('# the cache\njobs = 2\nmax_size = "1G"\n')
     rc, _, err = workspace.run("build")
     assert rc == 2
-    assert "max_size cannot be set by a workspace" in err and "buildtool.toml" in err
+    assert "buildtool.toml:3: max_size cannot be set by a workspace" in err, err
 
 
 def test_bad_max_size_is_a_config_error(workspace: Workspace) -> None:

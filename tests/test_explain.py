@@ -103,8 +103,8 @@ def test_build_explain_prints_each_reason(workspace: Workspace) -> None:
     assert re.search(r"//pkg:side: ran: input pkg/other\.txt changed \([0-9a-f]{8} -> [0-9a-f]{8}\)", out), out
     assert re.search(r"//pkg:use: ran: dependency //pkg:gen produced a different output pkg/gen\.out", out), out
     r = workspace.build("//pkg:use", "--explain")  # (not "up_to_date: up to date: same action key...")
-    assert r.rc == 0 and "//pkg:use: up_to_date: same action key as the last build and outputs unchanged" in r.stdout, \
-        r.stdout
+    fresh = "//pkg:use: up_to_date: same action key as this workspace's last build, outputs unchanged"
+    assert r.rc == 0 and fresh in r.stdout, r.stdout
 
 
 def test_explain_bad_label_exits_2(workspace: Workspace) -> None:
