@@ -30,10 +30,11 @@ class EventsWriter:
     def __init__(self, path: str, graph: Graph) -> None:
         import uuid  # with platform, ~5 ms: only when --events is given
 
-        from buildtool.testing import test_result
+        from buildtool.testing import cut_short, test_result
 
         self.graph = graph
         self._test_result = test_result
+        self._cut_short = cut_short
         self.build_id = uuid.uuid4().hex
         self.path = path
         self.lost: str | None = None  # why the file is incomplete, once a write failed
@@ -97,9 +98,12 @@ class EventsWriter:
             ev["exit_code"] = o.exit_code
         if o.extra.get("executed"):
             ev["executed"] = o.extra["executed"]  # "remote": ran on a remote executor (docs/remote.md)
-        tr = self._test_result(self.graph.targets[t], o)
+        target = self.graph.targets[t]
+        tr = self._test_result(target, o)
         if tr is not None:
             ev["test"] = tr.value  # passed | failed | timeout | flaky | cached
+        elif target.kind == "test" and self._cut_short(o):
+            ev["test"] = "interrupted"  # it ran, with no verdict (INTERRUPTED in the summary)
         self._write(ev)
 
     def remote(self, totals: dict[str, Any]) -> None:

@@ -385,6 +385,19 @@ class TestRunner:
         self.logs.write(t, out, err, o.key)
 
 
+def _wall_span(graph: Graph, outcomes: dict[int, Outcome]) -> float:
+    """From the first test's start to the last one's end, in seconds: the tests that ran
+    here (not cached passes)."""
+    ran = [o for t in graph.targets if t.kind == "test" and (o := outcomes.get(t.id)) is not None
+           and (test_result(t, o) not in (None, TestResult.CACHED) or cut_short(o))]
+    return max(o.end for o in ran) - min(o.start for o in ran) if ran else 0.0
+
+
+def cut_short(o: Outcome) -> bool:
+    """Interrupted while it ran (Ctrl-C, a CI job's timeout): its log holds the output so far."""
+    return o.status is Status.CANCELLED and o.reason is Reason.INTERRUPTED and o.lane >= 0
+
+
 class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
@@ -494,8 +507,7 @@ class TestSession:
             if o is None:
                 continue
             r = test_result(t, o)
-            # Interrupted while it ran (Ctrl-C, a CI job's timeout): its log holds the output so far.
-            cut = r is None and o.status is Status.CANCELLED and o.reason is Reason.INTERRUPTED and o.lane >= 0
+            cut = r is None and cut_short(o)
             log = self.logs.output(t) if r is not None or cut else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
             # A console-pool test's output went to the terminal: its log is empty, named nowhere.
@@ -559,7 +571,7 @@ class TestSession:
             from buildtool.junit import write_junit
 
             try:
-                write_junit(self.junit, cases)
+                write_junit(self.junit, cases, _wall_span(self.graph, outcomes))
             except OSError as e:
                 from buildtool.atomic import remove_stale_report
 

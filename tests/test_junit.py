@@ -84,6 +84,30 @@ def test_control_characters_in_output_still_give_valid_xml(tmp_path: Path) -> No
     assert xml_text(b"caf\xe9 \xc3\xa9") == "caf\\xe9 \u00e9", xml_text(b"caf\xe9 \xc3\xa9")
 
 
+def test_only_the_testsuite_counts_skipped_and_a_character_above_ff_is_no_byte() -> None:
+    # The Jenkins xUnit plugin checks reports against junit-10.xsd, which has no `skipped`
+    # on <testsuites>; a character XML forbids above U+00FF must not read as a byte + text.
+    case = TestCase("//a:t", "a", None, 0.0, "not run", b"", "")
+    root = to_xml([case]).getroot()
+    assert "skipped" not in root.attrib and root.find("testsuite").get("skipped") == "1"  # type: ignore[union-attr]
+    assert xml_text("a\ufffeb") == "a\\ufffeb" and xml_text("\x07") == "\\x07"
+
+
+def test_the_suites_time_is_the_wall_time_the_tests_ran_in(workspace: Workspace, tmp_path: Path) -> None:
+    # Four 1 s tests at -j4 take ~1 s, not 4 (Ant, Surefire and pytest report elapsed time).
+    workspace.build_file("p", "\n".join(f'test(name="t{i}", cmd="sleep 1")' for i in range(4)))
+    junit = tmp_path / "j.xml"
+    assert workspace.run("test", "//p/...", "-j4", "--junit", str(junit))[0] == 0
+    root = ET.parse(junit).getroot()
+    cases = [float(c.get("time", "0")) for c in root.iter("testcase")]
+    assert len(cases) == 4 and min(cases) >= 0.95, cases
+    assert max(cases) <= float(root.get("time", "0")) < 0.75 * sum(cases), (root.get("time"), cases)
+    assert root.find("testsuite").get("time") == root.get("time")  # type: ignore[union-attr]
+    # All cached: nothing ran in this build.
+    assert workspace.run("test", "//p/...", "-j4", "--junit", str(junit))[0] == 0
+    assert ET.parse(junit).getroot().get("time") == "0.000"
+
+
 def test_a_non_utf8_package_name_still_gives_valid_xml(tmp_path: Path) -> None:
     """A package directory named with byte 0xE9 (not UTF-8) reaches the label as the lone
     surrogate U+DCE9; written as a character reference, expat refused the whole report."""

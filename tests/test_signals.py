@@ -536,9 +536,10 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     (ws / "BUILD.py").write_text(
         'test(name="quick", cmd="echo quick ok")\n'
         'test(name="hangs", cmd="echo connecting to db...; touch ../started; sleep 30")\n')
-    junit, profile = tmp_path / "j.xml", tmp_path / "trace.json"
+    junit, profile, events = tmp_path / "j.xml", tmp_path / "trace.json", tmp_path / "ev.jsonl"
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "-j2", "--junit", str(junit), "--profile", str(profile)],
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "-j2", "--junit", str(junit), "--profile", str(profile),
+                          "--events", str(events)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
     with _reaped(p):
         out, err = _signal_once_started(p, tmp_path / "started", signal.SIGTERM, "the test never started")
@@ -556,3 +557,5 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     assert case.findtext("system-out") == "connecting to db...\n" and suite.get("errors") == "1", ET.tostring(suite)
     spans = {e["name"]: e for e in json.loads(profile.read_text())["traceEvents"] if e.get("cat") == "target"}
     assert spans["//:hangs"]["args"]["status"] == "cancelled" and spans["//:hangs"]["dur"] > 0, spans
+    lines = {e["label"]: e for e in map(json.loads, events.read_text().splitlines()) if "label" in e}
+    assert lines["//:hangs"]["test"] == "interrupted" and lines["//:quick"]["test"] == "passed", lines
