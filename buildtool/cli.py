@@ -226,16 +226,16 @@ def _state_dir(args: Any) -> str | None:
 
 def _interrupted(e: KeyboardInterrupt) -> int:
     """Name the BUILD.py that Ctrl-C (or SIGTERM, SIGHUP) stopped, if one was running (an
-    endless loop in one otherwise ended the command without a word), and the signal if it
-    was not Ctrl-C (whose ^C the terminal shows); the exit code, 128 + the signal."""
+    endless loop in one otherwise ended the command without a word), else the signal; the
+    exit code, 128 + the signal."""
     _leaving()
     signum = getattr(e, "signum", 2)  # (a plain KeyboardInterrupt: SIGINT)
-    by = "" if signum == 2 else f" by signal {signum}"
     where = getattr(e, "where", None)
     if where:
+        by = "" if signum == 2 else f" by signal {signum}"
         _last_word(f"buildtool: interrupted{by} while evaluating {where}")
-    elif by:  # (as a build interrupted while its commands ran says it)
-        _last_word(f"buildtool: error: interrupted{by}")
+    else:  # (as a build interrupted while its commands ran says it; also SIGINT: a CI cancel shows no ^C)
+        _last_word(f"buildtool: error: interrupted by signal {signum}")
     return 128 + signum
 
 
