@@ -15,7 +15,7 @@ import posixpath
 import stat
 
 from buildtool import labels
-from buildtool.atomic import NAME_MAX
+from buildtool.atomic import NAME_MAX, RESTORE_TMP_SUFFIX
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
 from buildtool.workspace import (
     ALWAYS_SKIPPED,
@@ -227,6 +227,9 @@ def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
     full = f"{pkg}/{norm}" if pkg else norm
     if full == STATE_DIR or full.startswith(STATE_DIR + "/"):
         raise _err(decl, f"{attr} path {path!r} is inside buildtool's state directory")
+    if norm.endswith(RESTORE_TMP_SUFFIX):  # (a build deletes the one beside each output it runs)
+        raise _err(decl, f"{attr} path {path!r} ends in {RESTORE_TMP_SUFFIX}, the suffix of buildtool's own temp "
+                         "files (a restore cut short leaves one, and the next build deletes it): rename the file")
     if attr == "outs" and len(norm) > NAME_MAX // 4:  # (shorter, no name in it can be too long)
         for part in norm.split("/"):
             if len(os.fsencode(part)) > NAME_MAX:

@@ -548,6 +548,20 @@ def test_bad_file_labels_say_what_they_name(workspace: Workspace, src: str, need
     assert f"app/BUILD.py:1: //app:a: {needle}" in err, err
 
 
+@pytest.mark.parametrize("attrs", ['srcs=["r.pdf.buildtool-tmp"], outs=["u.txt"]',
+                                   'srcs=["//:r.pdf.buildtool-tmp"], outs=["u.txt"]',
+                                   'outs=["r", "r.buildtool-tmp"]'])
+def test_a_name_ending_in_buildtools_temp_suffix_is_refused(workspace: Workspace, attrs: str) -> None:
+    """A build deletes <output>.buildtool-tmp before the output's command runs (a restore a
+    kill cut short leaves it): a source of that name beside an output was silently deleted."""
+    workspace.write("r.pdf.buildtool-tmp", "precious\n")
+    workspace.build_file("", f'genrule(name="u", {attrs}, cmd="touch $(OUTS)")\n'
+                             'genrule(name="g", outs=["r.pdf"], cmd="touch $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1: //:u: " in err and "ends in .buildtool-tmp, the suffix of buildtool's own temp" in err, err
+    assert workspace.read("r.pdf.buildtool-tmp") == "precious\n"
+
+
 def test_an_output_named_as_a_source_is_refused_while_its_producer_is_outside_the_build(
     workspace: Workspace,
 ) -> None:
