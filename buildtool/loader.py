@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 _REAL_OPEN = io.open  # (builtins.open is the same function)
 _REAL_OPEN_CODE = io.open_code  # (what the import system and runpy read Python files with; _io's is the same)
 _LOOKS = ("stat", "lstat", "access", "readlink", "listdir", "scandir")  # os functions tracked while a BUILD.py runs
+_SPAWNS = ("system", "posix_spawn", "posix_spawnp")  # os functions that start a process (Loader._noting_spawn)
 # Callers of those that stand for their own caller (os.path.exists, Path.glob, ...), and
 # buildtool's own modules, whose looks while a BUILD.py runs (glob(), package checks) are
 # noted by what they do with them.
@@ -213,6 +214,10 @@ class Loader:
         # A BUILD.py opened a workspace file by a relative path: from the working directory,
         # as Python's open() does, so the graph holds for that directory only.
         self.cwd_relative = False
+        # A BUILD.py (or a module it imported) started a process: what it read (`git
+        # rev-parse HEAD`: .git's files) cannot be tracked, so no snapshot may vouch for the
+        # graph; the first such call, for the note.  None: none did.
+        self.spawned: str | None = None
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
         # each listed directory's (mtime_ns, ctime_ns, ino) just before its first listing (None:
         # no directory): one that differs after the evaluation changed while it was read
@@ -371,6 +376,10 @@ class Loader:
         looks = {name: getattr(os, name) for name in _LOOKS}
         real_chdir = os.chdir
         stand_ins = self._tracking_looks()
+        import _posixsubprocess
+
+        spawns = [(m, name, getattr(m, name)) for m, names in ((os, _SPAWNS), (_posixsubprocess, ("fork_exec",)))
+                  for name in names if hasattr(m, name)]
         probe = _ImportProbes(self.ws.root, self.probes)
         no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
@@ -395,6 +404,8 @@ class Loader:
             FileLoader.get_data = tracking_get_data  # (... from a compiled file alone)
             for name, fn in stand_ins.items():
                 setattr(os, name, fn)
+            for m, name, real in spawns:
+                setattr(m, name, self._noting_spawn(rel_bf, real))
             os.chdir = _refused_chdir  # (process-wide: the next BUILD.py's relative paths, the reports)
             if shadows:  # (after the probes: they record what was looked for, for the snapshot)
                 sys.meta_path.insert(0, stdlib_first)
@@ -487,6 +498,8 @@ class Loader:
             FileLoader.get_data = get_data
             for name, fn in looks.items():
                 setattr(os, name, fn)
+            for m, name, real in spawns:
+                setattr(m, name, real)
             os.chdir = real_chdir
             if not ended:
                 guard.end(outer)
@@ -609,6 +622,18 @@ class Loader:
             self.read_stats.setdefault(rel, stat_row(st))
         except (OSError, AttributeError, ValueError):
             pass
+
+    def _noting_spawn(self, rel_bf: str, real: Any) -> Any:
+        """A stand-in for a function that starts a process (``subprocess`` goes through
+        ``_posixsubprocess.fork_exec``; ``os.system``, ``os.posix_spawn``): noted in
+        ``spawned``, then called."""
+
+        def spawn(*args: Any, **kwargs: Any) -> Any:
+            if self.spawned is None:
+                self.spawned = rel_bf
+            return real(*args, **kwargs)
+
+        return spawn
 
     def _tracking_looks(self) -> dict[str, Any]:
         """Stand-ins for ``os.stat``/``os.lstat``/``os.access`` (so ``os.path.exists``,

@@ -592,8 +592,12 @@ class Session:
                 except OSError:  # deleted under the shell: no directory to tie a snapshot to
                     pass
                 else:
-                    self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
-                                         listed=listed, cwd=cwd, carry=carry)
+                    # A BUILD.py that started a process (`git rev-parse HEAD`): what the process
+                    # read is unknown, so no snapshot; every build evaluates the BUILD.py files,
+                    # as Make runs a $(shell ...) each time.
+                    if loader.spawned is None:
+                        self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
+                                             listed=listed, cwd=cwd, carry=carry)
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:

@@ -474,6 +474,7 @@ class Watcher:
                 if pkg not in self.dirty_pkgs:
                     new.glob_rules.setdefault(pkg, rules)
             new.cwd_relative = old.cwd_relative  # (a kept package may have opened files so)
+            new.spawned = new.spawned or old.spawned
             if not self.rescan:
                 new.take_discovery(old)
         self.partial = new

@@ -539,6 +539,30 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("how", ["subprocess", "os.system"])
+def test_a_buildfile_that_starts_a_process_is_evaluated_on_every_build(tmp_path: Path, how: str) -> None:
+    """`git rev-parse HEAD` in a BUILD.py: what the process reads (.git's files) is not
+    tracked, so the snapshot kept the old commit's version stamp ("nothing changed") until a
+    tracked file changed; explain, which evaluates, said WOULD RUN.  As Make's $(shell ...):
+    evaluated each time."""
+    read = 'import os, subprocess\nf = os.path.join(os.path.dirname(__file__), "data", "v.txt")\n' + (
+        'v = subprocess.run(["cat", f], capture_output=True, text=True).stdout\n' if how == "subprocess"
+        else 'v = "yes" if os.system("grep -q yes " + f) == 0 else "no"\n')
+    ws = new_workspace(tmp_path, read + 'genrule(name="v", outs=["v.out"], cmd="echo %s > $@" % v.strip())\n')
+    (ws / "data").mkdir()
+    (ws / "data" / "v.txt").write_text("yes\n")
+    cache = tmp_path / "cache"
+    for _ in range(3):
+        r = bt(ws, cache, "build")
+        assert r.returncode == 0 and (ws / "v.out").read_text() == "yes\n", r.stdout + r.stderr
+        time.sleep(0.1)
+    assert not (ws / ".buildtool" / "noop").exists()
+    (ws / "data" / "v.txt").write_text("no!\n")  # (same size: the directory's listing stays)
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "v.out").read_text() == ("no!\n" if how == "subprocess" else "no\n"), \
+        r.stdout + r.stderr
+
+
 def test_a_relative_open_that_leads_out_of_the_workspace_ties_the_graph_to_its_directory(tmp_path: Path) -> None:
     """Started from outside the workspace (-C), open("data.txt") read a file outside it:
     the snapshot was not tied to that directory, and a build started in the workspace
