@@ -158,22 +158,26 @@ def python_identity() -> str:
 def pyrule_module_files(root: str, fn: str, missing: list[str] | None = None) -> list[str]:
     """Workspace-relative files of the pyrule's module and the workspace modules it
     imports (found statically, transitively).  ``missing``: filled with the workspace files
-    an import looked for in vain (``m/__init__.py``, ``m.py``): one made later would be
-    imported instead (the no-op snapshot watches them)."""
+    an import looked for in vain (``m/__init__.py``, ``m.py``) or that would shadow the one
+    found (``m/__init__.py`` beside ``m.py``): one made later would be imported instead (the
+    no-op snapshot watches them).  An absolute import is looked for from the workspace root
+    and also beside the importing module (``sys.path.insert(0, os.path.dirname(__file__))``,
+    a script's habit): each file found counts."""
     module = fn.partition(":")[0]
-    todo = [module]
-    seen_mods: set[str] = set()
+    todo: list[tuple[str, str]] = [(module, "")]  # (module, the importer's directory, relative to root)
+    seen_mods: set[tuple[str, str]] = set()
     files: list[str] = []
     while todo:
-        mod = todo.pop()
-        if mod in seen_mods:
+        mod, near = todo.pop()
+        if (mod, near) in seen_mods:
             continue
-        seen_mods.add(mod)
-        path = _module_file(root, mod)
+        seen_mods.add((mod, near))
+        where = os.path.join(root, near) if near else root
+        path = _module_file(where, mod)
+        if missing is not None and (path is None or not path.endswith("__init__.py")):
+            base = os.path.join(near, *mod.split("."))
+            missing.extend([os.path.join(base, "__init__.py")] + ([] if path else [base + ".py"]))
         if path is None:
-            if missing is not None:
-                base = os.path.join(*mod.split("."))
-                missing.extend((os.path.join(base, "__init__.py"), base + ".py"))
             continue
         files.append(os.path.relpath(path, root))
         # A relative import (``from . import x``, ``from .sub import y``) is from this
@@ -187,11 +191,13 @@ def pyrule_module_files(root: str, fn: str, missing: list[str] | None = None) ->
                 base = ".".join([*up[:len(up) - (level - 1)], *([base] if base else [])])
             if not base:
                 continue
-            todo.append(base)
-            todo.extend(f"{base}.{n}" for n in names)
+            here = os.path.relpath(os.path.dirname(path), root)
+            for d in ("", here) if not level and here != "." else ("",):
+                todo.append((base, d))
+                todo.extend((f"{base}.{n}", d) for n in names)
         # Parent packages' __init__ run on import too.
         parts = mod.split(".")
-        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend((".".join(parts[:i]), near) for i in range(1, len(parts)))  # (found where mod was)
     return sorted(set(files))
 
 

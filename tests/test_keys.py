@@ -261,6 +261,26 @@ def test_a_pyrule_s_module_is_the_package_python_imports_not_the_file_beside_it(
     assert absent == ["nothere/__init__.py", "nothere.py"]
 
 
+def test_a_package_that_would_shadow_a_pyrule_s_module_is_watched_and_a_sibling_import_counts(tmp_path: Path) -> None:
+    """tools/consts.py found: a tools/consts/__init__.py made later is what Python imports,
+    so the snapshot must watch it (it was a regraph that left the pyrule "unchanged").  And
+    `sys.path.insert(0, os.path.dirname(__file__)); import helper` in tools/gen.py runs
+    tools/helper.py, which the key left out (an edit of it was "up to date")."""
+    from buildtool import keys
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "consts.py").write_text("X = 1\n")
+    (tmp_path / "tools" / "helper.py").write_text("Y = 2\n")
+    (tmp_path / "tools" / "gen.py").write_text("import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                                               "import helper\nfrom tools import consts\n")
+    absent: list[str] = []
+    got = keys.pyrule_module_files(str(tmp_path), "tools.gen:run", absent)
+    assert got == ["tools/__init__.py", "tools/consts.py", "tools/gen.py", "tools/helper.py"], got
+    assert "tools/consts/__init__.py" in absent and "tools/gen/__init__.py" in absent, absent
+    assert "tools/helper/__init__.py" in absent and "helper.py" in absent, absent
+
+
 def test_a_missing_module_of_a_namespace_package_the_workspace_shares_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

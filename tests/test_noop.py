@@ -539,6 +539,23 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
 
 
+def test_a_package_made_beside_a_pyrule_s_module_file_is_what_runs_next(tmp_path: Path) -> None:
+    """tools/consts.py imported; then tools/consts/__init__.py made, which Python imports
+    instead: the build took the regraph path and left the pyrule "unchanged" for good."""
+    ws = new_workspace(tmp_path, 'pyrule(name="a", fn="tools.gen:run", outs=["a.txt"])\n')
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "gen.py").write_text('from tools import consts\ndef run(srcs, outs):\n'
+                                         '    open(outs[0], "w").write(consts.X + "\\n")\n')
+    (ws / "tools" / "consts.py").write_text('X = "module"\n')
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    (ws / "tools" / "consts").mkdir()
+    (ws / "tools" / "consts" / "__init__.py").write_text('X = "package"\n')
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and (ws / "a.txt").read_text() == "package\n", r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("how", ["subprocess", "os.system"])
 def test_a_buildfile_that_starts_a_process_is_evaluated_on_every_build(tmp_path: Path, how: str) -> None:
     """`git rev-parse HEAD` in a BUILD.py: what the process reads (.git's files) is not
