@@ -1100,8 +1100,20 @@ def request_of(mode: str, patterns: list[str], root: str, cwd_pkg: str, action_e
 
     v = sys.version_info  # (a pyrule's key has the interpreter's version: keys.python_identity)
     return {"mode": mode, "patterns": list(patterns), "root": root, "cwd": cwd_pkg, "action_env": list(action_env),
-            "version": __version__, "python": f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}",
+            "version": __version__, "install": _install_id(),
+            "python": f"{sys.implementation.name}-{v.major}.{v.minor}.{v.micro}",
             "fsenc": sys.getfilesystemencoding()}  # (a locale's encoding is in the keys: workspace.FS_ENCODING)
+
+
+def _install_id() -> list[int]:
+    """This install of buildtool: its package directory's inode and mtime.  ``pip install``
+    of another commit (the same ``__version__``: macros such as cc_binary may declare other
+    commands) writes the directory anew; one stat."""
+    try:
+        st = os.stat(os.path.dirname(os.path.abspath(__file__)))
+    except OSError:
+        return []
+    return [st.st_ino, st.st_mtime_ns]
 
 
 def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[str]) -> tuple[Verdict, float] | None:

@@ -539,6 +539,25 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
 
 
+def test_another_install_of_the_same_version_takes_the_full_path(ws: Path, tmp_path: Path) -> None:
+    """`pip install` of another commit keeps __version__ ("0.1.0") while a macro may declare
+    other commands: the snapshot vouched for the old graph.  The request has the install's
+    identity (its package directory, which pip writes anew)."""
+    import buildtool
+
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    package = os.path.dirname(os.path.abspath(buildtool.__file__))
+    st = os.stat(package)
+    try:
+        os.utime(package, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        r = bt(ws, cache, "build")
+        assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+        assert "(nothing changed)" in bt(ws, cache, "build").stdout  # (and it is armed again)
+    finally:
+        os.utime(package, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def test_a_package_made_beside_a_pyrule_s_module_file_is_what_runs_next(tmp_path: Path) -> None:
     """tools/consts.py imported; then tools/consts/__init__.py made, which Python imports
     instead: the build took the regraph path and left the pyrule "unchanged" for good."""
