@@ -51,6 +51,18 @@ def _path(state_dir: str) -> str:
     return os.path.join(state_dir, "children")
 
 
+def _spare_path(state_dir: str) -> str | None:
+    """Where a copy of the list's header (``pid=... since=...``) is kept outside the
+    workspace, beside the second lock (``/tmp/buildtool-<uid>/<dev>-<ino>.children``): a
+    ``kill -9`` followed by ``rm -rf .buildtool`` or ``git clean -ffdx`` (a cancelled CI job,
+    then the checkout step) takes the list with the state, and the orphans went on writing
+    into the next build's outputs.  None where there is no such place."""
+    from buildtool.lock import second_lock_path
+
+    lock = second_lock_path(os.path.dirname(os.path.abspath(state_dir)))
+    return None if lock is None else lock.removesuffix(".lock") + ".children"
+
+
 def _lanes_of(state_dir: str, pid: int) -> str:
     return os.path.join(state_dir, "tmp", f"{pid}-")
 
@@ -163,6 +175,7 @@ class Tracker:
         self._lines: list[bytes] = []  # what the file holds: written again if it is deleted
         self._mu = threading.Lock()  # spawns come from the scheduler's thread and worker threads
         self._marks: dict[str, int] = {}  # a lane's capture prefix -> its marker file, open
+        self._spare = _spare_path(state_dir)
         try:
             fd = os.open(self.path, self._FLAGS, 0o644)
             booted = boot_clock()
@@ -172,6 +185,16 @@ class Tracker:
             self._fd = fd
         except OSError:
             pass  # no tracking: the next build cannot reap, but nothing else changes
+        if self._fd is not None and self._spare is not None:
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+                spare = os.open(self._spare, flags, 0o600)
+                try:
+                    os.write(spare, self._lines[0])
+                finally:
+                    os.close(spare)
+            except OSError:
+                self._spare = None
 
     def add(self, pgid: int, started_after: float | None = None) -> None:
         """``pgid`` was started after ``started_after`` (``boot_clock()`` read before the
@@ -251,6 +274,9 @@ class Tracker:
                 os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+        if self._spare is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._spare)
 
 
 def _stat_of(pid: str) -> tuple[int, int, int] | None:
@@ -321,7 +347,7 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
     return killed
 
 
-def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
+def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
     environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stdout or
@@ -332,12 +358,13 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
     a command started (it inherits TMPDIR, leads a session of its own and would have outlived
     a build that ended cleanly).  (A command whose pid went unrecorded and whose own process
     has exited, leaving children, is not found.)  Only this user's processes can be read, and
-    that is all a build starts."""
+    that is all a build starts.  ``lost``: the state directory went with its lane markers
+    (the list's spare copy named ``holder``): no capture rule, so such a daemon goes too."""
     needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
     out: set[int] = set()
     captures = _capture_files(state_dir, holder)
     try:
-        names = os.listdir("/proc") if captures else []
+        names = os.listdir("/proc") if captures or lost else []
     except OSError:
         return out
     for name in names:
@@ -355,35 +382,65 @@ def _lane_leaders(state_dir: str, holder: int, since: int) -> set[int]:
         if not env[at + len(needle) : end if end >= 0 else None].isdigit():  # the lane: a number
             continue
         got = _stat_of(name)
-        if got is not None and got[0] == got[1] == int(name) and got[2] >= since and _writes_to(name, captures):
+        if got is not None and got[0] == got[1] == int(name) and got[2] >= since \
+                and (lost or _writes_to(name, captures)):
             out.add(got[0])
     return out
 
 
 def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) -> int:
     """Kill what the previous holder of the lock left running; the number of groups killed.
-    Call only while holding the workspace lock."""
-    path = _path(state_dir)
+    Call only while holding the workspace lock.  Where the list is gone or damaged, its
+    spare copy outside the workspace (``_spare_path``) still names the killed build: its
+    commands are found by their lane directories alone (``_lane_leaders``)."""
+    path, spare = _path(state_dir), _spare_path(state_dir)
+    try:
+        killed = _reap(state_dir, path, _spare_header(spare), warn, wait_s)
+    finally:
+        if spare is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(spare)
+    return killed
+
+
+def _spare_header(spare: str | None) -> bytes | None:
+    """The header line the spare copy holds (None: none, or not a header)."""
+    if spare is None:
+        return None
+    try:
+        with open_regular(spare) as f:
+            line = f.read(4096).split(b"\n")[0]
+    except OSError:
+        return None
+    return line if line.startswith(HEADER_PREFIX.encode()) else None
+
+
+def _reap(state_dir: str, path: str, spare: bytes | None, warn: Callable[[str], None], wait_s: float) -> int:
+    lost = False  # the list is gone: the spare copy's header stands in for it
     try:
         with open_regular(path) as f:  # (a named pipe there: not a wait for a writer)
             lines = f.read().splitlines()
     except FileNotFoundError:
-        return 0
+        lines = []
     except OSError as e:
-        warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
+        if spare is None:
+            warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
         remove_if_not_a_file(path)  # (a directory, a named pipe: the Tracker could never write it)
         if os.path.isfile(path) and not os.path.islink(path):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        return 0
+        lines = []
     header = lines[0].decode("utf-8", "replace") if lines else ""
     prefix = next((p for p in (HEADER_PREFIX, V1_PREFIX) if header.startswith(p)), None)
     if prefix is None:
-        if lines:
+        if lines and spare is None:
             warn(f"{path} has an unknown format; discarding it")
         with contextlib.suppress(OSError):
             os.unlink(path)
-        return 0
+        if spare is None:
+            return 0
+        lines, lost, prefix = [spare], True, HEADER_PREFIX
+        header = spare.decode("utf-8", "replace")
     holder, _, since = header[len(prefix) :].partition(" since=")
     if holder.isdigit() and since.isdigit() and (born := start_time(int(holder))) is not None \
             and born <= int(since) + 1:
@@ -410,7 +467,7 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
             continue  # the leader's pid was recycled: its group is long gone
         targets.add(pgid)
     if holder.isdigit() and since.isdigit():  # (a header without it: an older buildtool's)
-        targets |= _lane_leaders(state_dir, int(holder), int(since))
+        targets |= _lane_leaders(state_dir, int(holder), int(since), lost)
     killed = 0
     for pgid in targets:
         try:
@@ -419,8 +476,9 @@ def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) ->
         except (ProcessLookupError, PermissionError):
             pass
     if killed:
+        gone = " (its list of them went with the state directory: found by their TMPDIR)" if lost else ""
         warn(f"killed {killed} command(s) left running by a previous buildtool (pid {holder}) that did not exit "
-             "cleanly; their targets will run again")
+             f"cleanly{gone}; their targets will run again")
         deadline = time.monotonic() + wait_s
         while live_groups(targets) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -141,17 +141,22 @@ def _children_of_session(marker: str) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize(("recorded", "clean"), [(True, False), (False, False), (True, True)],
-                         ids=["recorded", "killed-before-recording", "then-clean"])
+@pytest.mark.parametrize(("recorded", "clean", "lose"),
+                         [(True, False, ""), (False, False, ""), (True, True, ""), (True, False, "state"),
+                          (True, False, "list")],
+                         ids=["recorded", "killed-before-recording", "then-clean", "state-removed", "list-emptied"])
 def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
-    workspace: Workspace, recorded: bool, clean: bool
+    workspace: Workspace, recorded: bool, clean: bool, lose: str
 ) -> None:
     """The build is killed once its command runs and is listed (on a busy machine the
     listing can come long after the start).  ``recorded=False``: as a build killed after
     starting the command but before it wrote the pid to .buildtool/children (a window
     that can last milliseconds while the scheduler's thread waits for the GIL); the
     command's TMPDIR still gives it away.
-    ``clean``: ``buildtool clean`` comes first; it removes the list of them with the state."""
+    ``clean``: ``buildtool clean`` comes first; it removes the list of them with the state.
+    ``lose``: the state directory removed (``rm -rf .buildtool``, a CI checkout's ``git clean
+    -ffdx``) or the list emptied: the orphan appended to the next build's output, which was
+    recorded so; the list's spare copy outside the workspace still names the killed build."""
     marker = f"orphanmark{os.getpid()}x{time.monotonic_ns()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
@@ -181,6 +186,10 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
         assert len(lines) == 2, lines  # the header and the one command
         if not recorded:
             children.write_text(lines[0] + "\n")
+        if lose == "state":
+            shutil.rmtree(workspace.path(".buildtool"))
+        elif lose == "list":
+            children.write_text("")
         workspace.build_file("", """
             genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
         """)
