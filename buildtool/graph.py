@@ -374,6 +374,7 @@ class GraphBuilder:
         self.keep_going = False  # -k: a BUILD.py a wildcard loads that fails does not stop the others'
         self._outs_memo: dict[str, set[str]] = {}
         self._subpkg_memo: dict[str, bool] = {}  # directory -> holds a package (a BUILD.py)
+        self._real_root: str | None = None  # the workspace root, links resolved (_output_behind)
 
     # -- patterns --------------------------------------------------------------------
     def current_package(self) -> str:
@@ -917,6 +918,9 @@ class GraphBuilder:
                             raise _err(decl, f"{attr} entry {item!r} of {me} is an output of {producer}"
                                              f"{self._declared_at(producer)}: refer to '{producer}' instead, or "
                                              "rename that output if this is a source file")
+                    if isinstance(item, Globbed) and path in self.loader.glob_links \
+                            and self._output_behind(path) is not None:
+                        continue  # (`latest.txt -> out/x.txt`: glob() leaves out outputs, and links to them)
                     sub = self._subpackage_on_the_way(pkg, path)
                     if sub is not None:
                         name = path[len(sub) + 1:]
@@ -928,6 +932,33 @@ class GraphBuilder:
                         raise _err(decl, msg + self._absolute_hint(item, pkg))
                     out.append(("file", path))
         return out
+
+    def _output_behind(self, src: str, out_owner: dict[str, str] | None = None) -> tuple[str, str] | None:
+        """(the output, its producer) that the symbolic link ``src`` leads to (made or not
+        yet), or None: a link to a source, or out of the workspace."""
+        if self._real_root is None:
+            self._real_root = os.path.realpath(self.loader.ws.root)
+        real_root = self._real_root
+        real = os.path.realpath(os.path.join(real_root, src))  # (non-strict: a dangling link's target too)
+        if not real.startswith(real_root + os.sep):
+            return None
+        o = os.path.relpath(real, real_root)
+        producer = out_owner.get(o) if out_owner is not None else None
+        if producer is None:  # (one outside this build: built alone, the target read it stale)
+            owner = posixpath.dirname(o)
+            while owner and not self.loader.package_exists(owner):
+                owner = posixpath.dirname(owner)
+            try:  # (the package's outputs once, memoised: not a scan of it per link)
+                if (owner or self.loader.package_exists("")) and o in self._declared_outs(owner):
+                    producer = self._producer_of(o)
+            except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
+                producer = None
+        return None if producer is None else (o, producer)
+
+    @staticmethod
+    def _link_msg(src: str, user: str, o: str, producer: str) -> str:
+        return (f"source {src!r} of {user} is a symbolic link to {o!r}, an output of {producer}: refer to "
+                f"'{producer}' instead (a link orders nothing: it may be read before it is made)")
 
     def _absolute_hint(self, item: str, pkg: str) -> str:
         """``; did you mean '//lib:core'?`` for ``lib:core`` written without its ``//``
@@ -1073,7 +1104,6 @@ class GraphBuilder:
         self._check_loaded_duplicates(out_owner)
         linked: list[str] = []  # sources that are symbolic links
         unusable: list[BuildfileError] = []  # missing sources, each said under -k
-        real_root = os.path.realpath(root)
         for src, user in src_users.items():
             if src in out_owner:
                 pkg, name = labels.split_label(out_owner[src])
@@ -1106,6 +1136,9 @@ class GraphBuilder:
             if mode is None or not stat.S_ISREG(mode):
                 pkg, name = labels.split_label(user)
                 d = self.loader.load(pkg)[name]
+                behind = self._output_behind(src, out_owner) if isinstance(why, FileNotFoundError) else None
+                if behind is not None:  # (not built yet: said as once it is, not "a symlink to nothing")
+                    raise _err(d, self._link_msg(src, user, *behind))
                 what = ("a symlink to nothing" if isinstance(why, FileNotFoundError)
                         else f"a symlink that cannot be followed ({why.strerror})" if why is not None
                         else file_kind(mode))
@@ -1115,27 +1148,11 @@ class GraphBuilder:
         if unusable:  # (-k: every missing source, as Bazel's --keep_going lists every missing file)
             raise unusable[0] if len(unusable) == 1 else _together(unusable, "sources missing or unusable")
         for src in linked:  # a link to another target's output: that target must come first
-            real = os.path.realpath(os.path.join(root, src))
-            if not real.startswith(real_root + os.sep):
-                continue
-            o = os.path.relpath(real, real_root)
-            producer = out_owner.get(o)
-            if producer is None:  # (one outside this build: built alone, the target read it stale)
-                owner = posixpath.dirname(o)
-                while owner and not self.loader.package_exists(owner):
-                    owner = posixpath.dirname(owner)
-                try:  # (the package's outputs once, memoised: not a scan of it per link)
-                    if (owner or self.loader.package_exists("")) and o in self._declared_outs(owner):
-                        producer = self._producer_of(o)
-                except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
-                    producer = None
-            if producer is not None:
+            behind = self._output_behind(src, out_owner)
+            if behind is not None:
                 user = src_users[src]
                 pkg, name = labels.split_label(user)
-                raise _err(self.loader.load(pkg)[name],
-                           f"source {src!r} of {user} is a symbolic link to {o!r}, an output of {producer}: "
-                           f"refer to '{producer}' instead (a link orders nothing: it may be read before "
-                           "it is made)")
+                raise _err(self.loader.load(pkg)[name], self._link_msg(src, user, *behind))
         self._check_output_paths(out_owner)
         self._check_pyrule_modules(targets, out_owner)
         self._check_same_files(out_owner, src_users)

@@ -219,6 +219,7 @@ class Loader:
         # graph; the first such call, for the note.  None: none did.
         self.spawned: str | None = None
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
+        self.glob_links: set[str] = set()  # workspace-relative files glob() found that are symbolic links
         # each listed directory's (mtime_ns, ctime_ns, ino) just before its first listing (None:
         # no directory): one that differs after the evaluation changed while it was read
         self.dir_stats: dict[str, tuple[int, int, int] | None] = {}
@@ -899,6 +900,8 @@ class Loader:
                         dirs.append(rel)
                     elif entry.is_file() and not name.endswith(RESTORE_TMP_SUFFIX):  # (buildtool's own temp)
                         files.append(rel)  # (follows a file symlink; dir symlinks are skipped)
+                        if entry.is_symlink():  # (one to an output is left out: graph.py)
+                            self.glob_links.add(f"{wrel}/{name}" if wrel else name)
                 except OSError:
                     continue
         out += files

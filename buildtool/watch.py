@@ -469,6 +469,7 @@ class Watcher:
             new.probes |= old.probes
             new.looked_for |= old.looked_for
             new.glob_dirs |= old.glob_dirs
+            new.glob_links |= old.glob_links
             new.env_reads.update(old.env_reads)  # (also a kept module's, read when it was imported)
             for pkg, rules in old.glob_rules.items():
                 if pkg not in self.dirty_pkgs:

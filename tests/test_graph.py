@@ -679,6 +679,27 @@ def test_a_source_that_links_to_another_targets_output_is_refused(workspace: Wor
         assert "is a symbolic link to 'p/g.out', an output of //p:g: refer to '//p:g' instead" in err, (alone, err)
 
 
+def test_a_link_to_an_output_is_said_so_before_it_is_built_and_left_out_by_glob(workspace: Workspace) -> None:
+    """latest.txt -> out/gen.txt: listed in srcs before gen.txt was made, it was "a symlink
+    to nothing"; taken by glob(["*.txt"]), the first build passed (a dangling link is no
+    file) and the second, with nothing changed, was exit 2.  glob() leaves it out, as it
+    leaves out outputs; named by hand, it is refused the same way made or not."""
+    workspace.write("s.txt", "s\n")
+    os.symlink("out/gen.txt", workspace.root / "latest.txt")
+    workspace.build_file("", 'genrule(name="gen", srcs=["s.txt"], outs=["out/gen.txt"], cmd="cat $< > $@")\n'
+                             'genrule(name="all", srcs=glob(["*.txt"]), outs=["all.out"], cmd="cat $(SRCS) > $@")\n')
+    for _ in range(2):
+        r = workspace.build()
+        assert r.rc == 0 and workspace.read("all.out") == "s\n", r.output
+    workspace.build_file("q", 'genrule(name="u", srcs=["alias.txt"], outs=["u.out"], cmd="cp $< $@")\n')
+    os.symlink("../out/never.txt", workspace.root / "q" / "alias.txt")
+    workspace.build_file("", 'genrule(name="gen", srcs=["s.txt"], outs=["out/gen.txt", "out/never.txt"], '
+                             'cmd="cat $< > out/gen.txt; cp $< out/never.txt")\n')
+    err = expect_invalid(workspace, "//q:u")
+    assert "q/BUILD.py:1: source 'q/alias.txt' of //q:u is a symbolic link to 'out/never.txt', an output of " \
+           "//:gen: refer to '//:gen' instead" in err, err
+
+
 def test_an_output_through_a_symlinked_dir_onto_a_source_of_its_package_is_refused_built_alone(
     workspace: Workspace,
 ) -> None:
