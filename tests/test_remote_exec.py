@@ -705,17 +705,19 @@ def test_a_server_busy_through_every_retry_is_left_for_the_rest_of_the_build(
     assert len(said) == 1 and "remote execution unavailable (still busy after 6 retries" in said[0], said
 
 
-def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs_here(
+def test_a_pyrule_or_a_command_too_long_for_a_command_line_runs_here(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:
     """A worker's command line refused them (exit 127, "Argument list too long"): the
-    action runs here, where they go through a file."""
+    action runs here, where they go through a file.  A genrule over a glob() of 1,500 long
+    paths: green here, red remotely."""
     ws = make_workspace("longargs")
     ws.write("mk.py", "def run(srcs, outs, x):\n    open(outs[0], 'w').write(str(len(x)))\n")
-    ws.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={"x": "y" * 150000})\n')
+    ws.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], kwargs={"x": "y" * 150000})\n'
+                      'genrule(name="g", outs=["g.txt"], cmd="echo " + "z" * 150000 + " | wc -c > $@")\n')
     r = ws.build("--remote-executor", stack.url)
-    assert r.rc == 0 and ws.read("o.txt") == "150000", r.output
-    assert "too long for a remote command line; running it here" in r.stderr, r.stderr
+    assert r.rc == 0 and ws.read("o.txt") == "150000" and ws.read("g.txt").strip() == "150001", r.output
+    assert r.stderr.count("too long for a remote command line") == 2 and "; running it locally" in r.stderr, r.stderr
 
 
 def test_a_target_with_a_name_that_is_not_utf8_runs_here(

@@ -273,7 +273,10 @@ class RemoteExecutor:
         if t.kind == "pyrule" and \
                 sum(map(len, pyrule_texts(view.pkg, view.inputs, view.outs, view.kwargs_json))) > MAX_ARG:
             # (here they go through a file: executor.PYRULE_MAIN; a worker's command line refuses them)
-            raise RemoteError("its srcs, outs and kwargs are too long for a remote command line; running it here")
+            raise RemoteError("its srcs, outs and kwargs are too long for a remote command line")
+        if t.kind != "pyrule" and len(t.cmd) > MAX_ARG:  # (here: a script file, executor.shell_argv)
+            raise RemoteError(f"its command ({len(t.cmd):,} characters) is too long for a remote command line "
+                              "(a worker's exec refuses an argument over 128 KiB)")
         act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc),
                        self.kept_modes.get)
         blobs: dict[Digest, Source] = dict(act.blobs)
