@@ -239,7 +239,7 @@ def _compile(
         label = f"{name}@{key}"
         # A path goes into the command quoted for the shell and with its '$' doubled (a file
         # named m$x.c is no substitution); a label, which holds neither, as $(location).
-        loc = '"$s"' if generated else _literal(src)
+        loc = '"$s"' if generated else _literal("./" + src if src.startswith("-") else src)  # (-x.c: no option)
         mf = _literal(dep)
         # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
         assemble = f"{cc} {flags} -c {loc} -o $@ && printf '%s:\\n' $@ > {mf}"

@@ -416,7 +416,7 @@ def test_sources_whose_names_hold_substitution_characters_compile(workspace: Wor
     """The cc macros put a source's path into the command as text: m$x.c lost its $x to
     substitution ("did not write its depfile"), x$@.c got $@ expanded, a).c and x$(y).c
     were exit 2 about a $(location) or $(y) the user never wrote."""
-    names = ["m$x.c", "x$@.c", "a).c", "x$(y).c"]
+    names = ["m$x.c", "x$@.c", "a).c", "x$(y).c", "-dash.c"]  # (-dash.c: a compiler option, unless ./-dash.c)
     for i, n in enumerate(names):
         workspace.write(n, f"int f{i}(void) {{ return {i}; }}\n")
     workspace.write("main.c", "int main(void) { return 0; }\n")
