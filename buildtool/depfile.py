@@ -8,8 +8,9 @@ The format is a subset of Make (as Ninja's depfile parser reads it)::
 
 A backslash-newline continues a line; ``\\ `` is a space inside a path (2N backslashes
 before a space are N backslashes and end the path, 2N+1 are N backslashes and a space);
-``\\#`` is ``#``; ``$$`` is ``$``; an unescaped ``#`` starts a comment.  A ``:`` followed
-by whitespace or the end of the line ends a rule's targets.  ``-MP`` phony rules
+N backslashes before ``#`` are N-1 backslashes and a ``#`` (``\\#`` is ``#``; gcc writes a
+file ``e\\#f.h`` as ``e\\\\#f.h``); ``$$`` is ``$``; an unescaped ``#`` starts a comment.
+A ``:`` followed by whitespace or the end of the line ends a rule's targets.  ``-MP`` phony rules
 (``a.h:``) add targets without prerequisites.  ``workspace_inputs`` turns the
 prerequisites into workspace-relative paths, leaving out files outside the workspace
 (system headers) and buildtool's state directory.
@@ -79,8 +80,8 @@ def _tokens(text: str) -> Iterable[tuple[str, bool]]:
                 else:
                     i = j
                 continue
-            if nxt == "#" and count % 2:
-                word.append("\\" * (count // 2) + "#")
+            if nxt == "#":  # (as Ninja: N backslashes and '#' are N-1 backslashes and a '#')
+                word.append("\\" * (count - 1) + "#")
                 have = True
                 i = j + 1
                 continue

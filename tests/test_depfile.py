@@ -31,6 +31,14 @@ def test_backslashes_before_a_space_follow_make() -> None:
     assert d.prerequisites == ["a\\", "b.h", "c\\ d.h"]
 
 
+def test_backslashes_before_a_hash_are_one_fewer_and_the_line_goes_on() -> None:
+    # gcc 12 writes the header e\#f.h as e\\#f.h: read as "e\" and a comment, x.h was lost
+    # (an edit of it left the object up to date).  Ninja: N backslashes + '#' -> N-1 and '#'.
+    d = parse("m.o: m.c e\\\\#f.h x.h\n")
+    assert d.prerequisites == ["m.c", "e\\#f.h", "x.h"], d.prerequisites
+    assert parse("m.o: a\\\\\\#b.h\n").prerequisites == ["a\\\\#b.h"]
+
+
 def test_other_backslashes_are_literal() -> None:
     assert parse("o.o: a\\b.h\n").prerequisites == ["a\\b.h"]
 
