@@ -6,6 +6,7 @@ Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -130,9 +131,16 @@ def find_workspace(start: str) -> Workspace:
     d = start_abs
     while True:
         marker = os.path.join(d, MARKER)
-        if os.path.isfile(marker):
+        try:
+            mode: int | None = os.stat(marker).st_mode
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # (not "no marker here": the parent's workspace was built)
+                _refuse(f"the path {d} is too long for this system ({len(os.fsencode(marker)):,} bytes with "
+                        f"/{MARKER}): buildtool cannot work there; move the workspace to a shorter path")
+            mode = None
+        if mode is not None and stat.S_ISREG(mode):
             break
-        if os.path.isdir(marker):
+        if mode is not None and stat.S_ISDIR(mode):
             msg = f"{marker} is a directory; the workspace marker must be a file (an empty one will do)"
             _refuse(msg)
         parent = os.path.dirname(d)

@@ -540,6 +540,22 @@ def test_a_directory_named_like_the_marker_or_a_file_for_c(tmp_path: Path) -> No
         assert needle in p.stderr, p.stderr
 
 
+def test_a_workspace_whose_marker_path_is_too_long_is_refused_not_its_parents(tmp_path: Path) -> None:
+    """<deep dir>/buildtool.toml longer than PATH_MAX: the lookup took ENAMETOOLONG for "no
+    marker here" and built the enclosing workspace instead, exit 0."""
+    (tmp_path / "buildtool.toml").write_text("")
+    (tmp_path / "BUILD.py").write_text('genrule(name="parent", outs=["p.txt"], cmd="echo PARENT > $@")\n')
+    deep = str(tmp_path)
+    while len(os.fsencode(deep)) < 4085 - 201:
+        deep += "/" + "d" * 200
+    deep += "/" + "e" * (4085 - len(os.fsencode(deep)) - 1)
+    os.makedirs(deep)
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    p = subprocess.run([BUILDTOOL, "-C", deep, "build"], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and "is too long for this system" in p.stderr, p.stdout + p.stderr
+    assert not (tmp_path / "p.txt").exists()
+
+
 def test_an_output_through_a_symlinked_directory_cannot_be_a_source_or_another_output(make_workspace) -> None:
     """gen -> src: 'gen/data.txt' as an output would overwrite the source 'src/data.txt';
     'l/o' and 'c/o' with l -> c are one file written by two targets.  Both are exit 2, and
