@@ -44,6 +44,15 @@ ENOENT, ENOTDIR = 2, 20
 LIMITS = (28, 24, 12)  # ENOSPC, EMFILE, ENOMEM: the OS's watch limits
 
 
+def _unescape(field: bytes) -> bytes:
+    """A /proc/self/mountinfo path field: ``\\040`` (space), ``\\011``, ``\\012``, ``\\134`` as bytes."""
+    if b"\\" not in field:
+        return field
+    import re
+
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
+
+
 class Exit(Exception):
     """The monitor must stop (asked to, idle, or its workspace went away)."""
 
@@ -91,9 +100,57 @@ class Monitor:
             except OSError as e:
                 self.unsure = f"cannot watch the parent directory {up}: {e.strerror}"
         self.root_wd = -1
+        # A filesystem mounted over a directory of the workspace is no inotify event: the
+        # kernel's mount table is watched instead (POLLPRI on /proc/self/mountinfo).
+        self.mounts_fd: int | None = None
+        try:
+            self.mounts_fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.unsure = "cannot watch the mount table (/proc/self/mountinfo)"
+        self.mounts = self._mounts_inside()
         self.add_tree(root)
         self.root_wd = next(wd for wd, d in self.dirs.items() if d == root)
         self.links_checked_at = self.link_checks  # (all of them checked just now, by the listing)
+
+    def _mounts_inside(self) -> frozenset[str]:
+        """The mount points at or below the root (reading the table to its end re-arms
+        its POLLPRI)."""
+        fd = self.mounts_fd
+        if fd is None:
+            return frozenset()
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        root = os.fsencode(self.root)
+        out = set()
+        for line in b"".join(chunks).split(b"\n"):
+            fields = line.split(b" ")
+            if len(fields) > 4:  # (the 5th: the mount point, with space, tab, \n and \\ as octal escapes)
+                point = _unescape(fields[4])
+                if point == root or point.startswith(root + b"/"):
+                    out.add(os.fsdecode(point))
+        return frozenset(out)
+
+    def check_mounts(self, signalled: bool = False) -> None:
+        """A mount or unmount since the last look: one inside the workspace is a change
+        (every directory is watched again, those of the new filesystem too, as after an
+        overflow).  ``signalled``: the main loop's poll reported it (a poll takes the
+        signal: asking again would find nothing)."""
+        if self.mounts_fd is None:
+            return
+        if not signalled:
+            import select
+
+            poller = select.poll()
+            poller.register(self.mounts_fd, select.POLLPRI)
+            if not poller.poll(0):
+                return
+        now = self._mounts_inside()
+        if now != self.mounts:
+            self.mounts = now
+            self.gen += 1
+            self._add_tree_or_give_up(self.root)
 
     def _watch(self, path: str, mask: int = WATCH_MASK, record: bool = True) -> int:
         wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
@@ -353,6 +410,7 @@ class Monitor:
             raise Exit("stopping")
         if len(parts) == 4 and parts[0] == "since" and parts[3] == str(PROTOCOL):
             synced = self.sync(select_mod)
+            self.check_mounts()
             if self.link_checks != self.links_checked_at:
                 self.recheck_links()
             if self.moved_out and synced:  # (the arrival of a move is read by the sync too)
@@ -424,6 +482,8 @@ def serve(root: str, idle_exit_s: float) -> int:
     poller = select.poll()
     poller.register(mon.fd, select.POLLIN)
     poller.register(srv.fileno(), select.POLLIN)
+    if mon.mounts_fd is not None:
+        poller.register(mon.mounts_fd, select.POLLPRI)
     last = time.monotonic()
     why = "?"
     try:
@@ -431,10 +491,13 @@ def serve(root: str, idle_exit_s: float) -> int:
             left = idle_exit_s - (time.monotonic() - last)
             if left <= 0:
                 raise Exit(f"idle for {idle_exit_s:.0f} s")
-            for fd, _ev in poller.poll(min(left, 3600.0) * 1000):
+            ready = poller.poll(min(left, 3600.0) * 1000)
+            if any(fd == mon.mounts_fd for fd, _ev in ready):  # (first: a request in the same poll is
+                mon.check_mounts(signalled=True)  # answered after it, and its own poll would find nothing)
+            for fd, _ev in ready:
                 if fd == mon.fd:
                     mon.read_events()
-                else:
+                elif fd != mon.mounts_fd:
                     last = time.monotonic()
                     _serve_one(mon, srv, select)
     except Exit as e:

@@ -247,6 +247,35 @@ def test_many_events_overflow_is_a_change(ws: Path, tmp_path: Path) -> None:
     assert info is not None and int(info["overflows"]) >= 1  # type: ignore[call-overload]
 
 
+@pytest.mark.parametrize("over", ["an output's directory", "a source directory"])
+def test_a_filesystem_mounted_inside_the_workspace_is_a_change(ws: Path, tmp_path: Path, over: str) -> None:
+    """A mount is no inotify event: a tmpfs over out/ hid the output and a bind mount over
+    src/ swapped the sources, and the monitor vouched "nothing changed".  (Needs the right
+    to mount: root, as on the CI machine.)"""
+    cache = tmp_path / "cache"
+    (ws / "BUILD.py").write_text((ws / "BUILD.py").read_text().replace('outs=["up.txt"]', 'outs=["out/up.txt"]'))
+    armed(ws, cache)
+    where = ws / ("out" if over == "an output's directory" else "src")
+    other = tmp_path / "other-src"
+    (other / "sub").mkdir(parents=True)
+    (other / "a.txt").write_text("mounted\n")
+    argv = ["mount", "-t", "tmpfs", "tmpfs", str(where)] if over == "an output's directory" \
+        else ["mount", "--bind", str(other), str(where)]
+    if subprocess.run(argv, capture_output=True, check=False).returncode != 0:
+        pytest.skip("no right to mount here")
+    try:
+        rebuilt(ws, cache)
+        want = "A\n" if over == "an output's directory" else "MOUNTED\n"
+        assert (ws / "out" / "up.txt").read_text() == want
+        (other / "sub" / "new.in").write_text("new\n")  # (a directory of the mounted filesystem: watched now)
+        if over == "a source directory":
+            rebuilt(ws, cache)
+            assert "new" in (ws / "g.txt").read_text()
+    finally:
+        monitor.stop(str(ws / ".buildtool"))
+        subprocess.run(["umount", str(where)], check=False)
+
+
 def test_git_state_is_not_watched_but_what_a_build_file_reads_there_is_checked(ws: Path, tmp_path: Path) -> None:
     """`git status` rewrites .git/index all the time: that must not cost the monitor's
     vouching; but a .git file that a BUILD.py read is still stat-ed by the no-op."""
