@@ -78,19 +78,26 @@ test_result.__test__ = False  # type: ignore[attr-defined]
 
 
 def log_rel_path(target: Target) -> str:
-    """The log of a test, relative to the state dir: ``testlogs/<pkg>/<name>.log``."""
+    """The log of a test, relative to the state dir: ``testlogs/<pkg>/<name>.log`` (a ``#``
+    in a package directory's name doubled: ``other_log_rel_path``'s directories end in one)."""
     name = target.label.rsplit(":", 1)[1]
-    return os.path.join(LOG_DIR, target.pkg, f"{name}.log") if target.pkg else os.path.join(LOG_DIR, f"{name}.log")
+    return os.path.join(LOG_DIR, *_log_dirs(target.pkg), f"{name}.log")
+
+
+def _log_dirs(pkg: str) -> list[str]:
+    return [part.replace("#", "##") for part in pkg.split("/")] if pkg else []
 
 
 def other_log_rel_path(target: Target) -> str:
     """Where a test's log goes when another test's log stands in the way of
     ``log_rel_path`` (the log ``a/b.log`` of //a:b and the directory ``a/b.log/`` of the
     package //a/b.log): ``testlogs/<each package directory>#/<name>.log``, or
-    ``testlogs/#/<name>.log`` for the root package.  No label's name has a ``#``, so these
-    directories are no other test's log nor package."""
+    ``testlogs/#/<name>.log`` for the root package.  No target's name has a ``#``, and a
+    package directory's ``#`` is doubled in both paths (a package ``a#`` keeps its logs in
+    ``a##/``), so these directories, ending in an odd run of ``#``, are no other test's log
+    nor package's."""
     name = target.label.rsplit(":", 1)[1]
-    dirs = [f"{part}#" for part in target.pkg.split("/")] if target.pkg else ["#"]
+    dirs = [f"{part}#" for part in _log_dirs(target.pkg)] if target.pkg else ["#"]
     return os.path.join(LOG_DIR, *dirs, f"{name}.log")
 
 

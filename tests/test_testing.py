@@ -69,6 +69,11 @@ def test_log_paths_and_index(tmp_path: Path) -> None:
     assert log_rel_path(_target(label="//:t", pkg="")) == "testlogs/t.log"
     assert other_log_rel_path(_target(label="//a/b:t", pkg="a/b")) == "testlogs/a#/b#/t.log"
     assert other_log_rel_path(_target(label="//:t", pkg="")) == "testlogs/#/t.log"
+    # A package directory named a# (discovery takes it): its logs must not be where //a:b's
+    # go when //a/b.log's are in their way (one test's log was shown as another's).
+    assert log_rel_path(_target(label="//a#:b", pkg="a#")) == "testlogs/a##/b.log"
+    assert other_log_rel_path(_target(label="//a:b", pkg="a")) == "testlogs/a#/b.log"
+    assert other_log_rel_path(_target(label="//a#:b", pkg="a#")) == "testlogs/a###/b.log"
     warnings: list[str] = []
     logs = TestLogs(str(tmp_path), warnings.append)
     t = _target()
