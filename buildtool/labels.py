@@ -146,9 +146,11 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
         return Pattern("recursive", base, text=text)
     if text.endswith("/..."):
         base = text[:-4]
+        typed = base  # (what must be names: the working directory's own path need not be, as for "...")
         if base.startswith("//"):
-            base = base[2:]
+            base = typed = base[2:]
         else:
+            typed = "/".join(p for p in base.split("/") if p not in (".", "..")) or ""
             if "." in base.split("/") or ".." in base.split("/"):  # ./... and ../... from a subdirectory
                 import posixpath
 
@@ -160,7 +162,7 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
             if here:
                 base = f"{here}/{base}"
         try:
-            check_package(base)
+            check_package(typed)
         except LabelError as e:
             msg = f"bad pattern {text!r}: {e}"
             raise LabelError(msg) from None

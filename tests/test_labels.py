@@ -111,6 +111,13 @@ def test_relative_recursive_patterns_start_at_the_working_directory() -> None:
     assert (parse_pattern("...", "", "lib").pkg, parse_pattern("a/...", "", "lib").pkg) == ("lib", "lib/a")
     assert parse_pattern(":t", "", "lib").pkg == ""
     assert parse_pattern("//...", "", "lib").pkg == ""
+    # In a directory whose name is no label's (`my dir`), `./...` and `sub/...` are `...`'s
+    # kin: the working directory's path need not be names (they were exit 2, `...` was not).
+    got = [parse_pattern(t, "", "my dir").pkg for t in ("...", "./...", "sub/...")]
+    assert got == ["my dir", "my dir", "my dir/sub"]
+    assert parse_pattern("../...", "", "my dir/x").pkg == "my dir"
+    with pytest.raises(LabelError, match=r"bad pattern 'a b/\.\.\.'"):
+        parse_pattern("a b/...", "", "my dir")
 
 
 def test_recursive_pattern_matches_subpackages_only_below() -> None:
