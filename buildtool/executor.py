@@ -29,7 +29,7 @@ from buildtool.orphans import boot_clock, live_groups, sweep_sessions
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from buildtool.orphans import Tracker
     from buildtool.simplecmd import SimpleCommand
@@ -489,6 +489,7 @@ class SubprocessExecutor:
         capture: str | None = None,
         direct: SimpleCommand | None = None,
         merge_stderr: bool = False,
+        outs: Sequence[str] = (),
     ) -> Running:
         """Start the command and return at once.  ``capture``: its stdout and stderr go to
         new memory files (``_new_captures``; files at this path prefix where there are
@@ -498,7 +499,9 @@ class SubprocessExecutor:
         it cannot be started, ``argv`` runs instead, so the shell reports the problem.
         ``merge_stderr``: a captured command's stderr goes where its stdout goes, one
         stream in the order it was written (a test's log, as ``2>&1``); its stderr capture
-        stays empty.  OSError: the command could not be started at all."""
+        stays empty.  ``outs``: the workspace-relative outputs it writes, named in its lane's
+        record while it runs (``orphans.Tracker.writing``).  OSError: the command could not
+        be started at all."""
         start = time.monotonic()
         if self.cancelled:
             return Running(self, None, None, None, start, None)
@@ -508,8 +511,10 @@ class SubprocessExecutor:
         on_disk = False
         if capture is not None:
             out_fd, err_fd, on_disk = _new_captures(capture)
-            if tracker is not None and not on_disk:
-                tracker.capturing(capture, out_fd, err_fd)  # before the child exists
+            if tracker is not None:
+                if not on_disk:
+                    tracker.capturing(capture, out_fd, err_fd)  # before the child exists
+                tracker.writing(capture, outs)
         child_err = out_fd if merge_stderr and capture is not None else err_fd
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _TTY_STOPS) if capture is None else None
         try:
@@ -563,7 +568,7 @@ class SubprocessExecutor:
         its lane's marker stops naming its memory files."""
         if on_disk:
             _unlink_capture(capture)
-        elif self.tracker is not None:
+        if self.tracker is not None:
             self.tracker.captured(capture)
 
     def _spawn_closing(self, cwd: str) -> tuple[int, ...] | None:

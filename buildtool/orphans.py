@@ -37,11 +37,12 @@ from buildtool.workspace import open_regular, remove_if_not_a_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
 HEADER_PREFIX = "# buildtool children v2 pid="
 MARK_PREFIX = b"capture v1"  # a lane's marker: "capture v1 <dev> <ino> <dev> <ino>" (stdout, stderr)
 MARK_SIZE = 128  # rewritten in place, padded with spaces; all spaces: no command on the lane
+OUTS_SUFFIX = ".outs"  # "<lane>.capture.outs": the outputs of the command running on the lane (Tracker.writing)
 V1_PREFIX = "# buildtool children v1 pid="  # "<pgid> <start>": still read (a killed older build)
 WAIT_S = 5.0
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -105,6 +106,27 @@ def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
             except OSError:
                 continue
             out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def _being_written(state_dir: str, holder: int) -> list[str]:
+    """The outputs ``holder``'s lanes named as being written when it died (``Tracker.writing``)."""
+    lanes = _lanes_of(state_dir, holder)
+    tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
+    suffix = capture_of("") + OUTS_SUFFIX
+    out: list[str] = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith(head) and name.endswith(suffix) and name[len(head):-len(suffix)].isdigit():
+            try:
+                with open_regular(os.path.join(tmp, name)) as f:
+                    data = f.read(1 << 24)
+            except OSError:
+                continue
+            out.extend(p for p in data.decode("utf-8", "surrogateescape").split("\0") if p)
     return out
 
 
@@ -230,13 +252,23 @@ class Tracker:
             return
         self._mark(lane, b"%s %d %d %d %d" % (MARK_PREFIX, a.st_dev, a.st_ino, b.st_dev, b.st_ino))
 
+    def writing(self, lane: str, outs: Sequence[str]) -> None:
+        """The outputs the command about to start on ``lane`` writes, in ``<lane>.outs``
+        (NUL-separated, emptied when it ends): a ``kill -9`` of buildtool leaves them half
+        written (the next build's ``reap`` kills the command), and that build deletes them
+        (``reap``'s ``cut_short``) rather than take them for files a user edited."""
+        if self._fd is not None and outs:
+            self._mark(lane + OUTS_SUFFIX, "\0".join(outs).encode("utf-8", "surrogateescape"), exact=True)
+
     def captured(self, lane: str) -> None:
         """The command on ``lane`` has ended: its marker names nothing (a daemon it started
         that still holds its output files is left alone, as a cleanly ending build leaves it)."""
         if lane in self._marks:
             self._mark(lane, b"")
+        if lane + OUTS_SUFFIX in self._marks:
+            self._mark(lane + OUTS_SUFFIX, b"", exact=True)
 
-    def _mark(self, lane: str, record: bytes) -> None:
+    def _mark(self, lane: str, record: bytes, exact: bool = False) -> None:
         with self._mu, contextlib.suppress(OSError):  # (under the lock: close() may not free fd meanwhile)
             if self._fd is None:  # (closed meanwhile)
                 return
@@ -244,7 +276,11 @@ class Tracker:
             if fd is None:  # (never through a link: a record is written at its start)
                 fd = os.open(lane, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
                 self._marks[lane] = fd
-            os.pwrite(fd, record.ljust(MARK_SIZE), 0)
+            if exact:  # (its length is the record's: ended by truncation, not padding)
+                os.pwrite(fd, record, 0)
+                os.ftruncate(fd, len(record))
+            else:
+                os.pwrite(fd, record.ljust(MARK_SIZE), 0)
 
     def _write_again(self) -> None:
         """The file was deleted under the build (``rm -rf .buildtool``, ``git clean -xfd``):
@@ -388,14 +424,18 @@ def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -
     return out
 
 
-def reap(state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S) -> int:
+def reap(
+    state_dir: str, warn: Callable[[str], None], wait_s: float = WAIT_S, cut_short: list[str] | None = None,
+) -> int:
     """Kill what the previous holder of the lock left running; the number of groups killed.
     Call only while holding the workspace lock.  Where the list is gone or damaged, its
     spare copy outside the workspace (``_spare_path``) still names the killed build: its
-    commands are found by their lane directories alone (``_lane_leaders``)."""
+    commands are found by their lane directories alone (``_lane_leaders``).  ``cut_short``:
+    filled with the outputs (workspace-relative) of the commands the killed build was
+    running (``Tracker.writing``), whatever they left: half-written files to delete."""
     path, spare = _path(state_dir), _spare_path(state_dir)
     try:
-        killed = _reap(state_dir, path, _spare_header(spare), warn, wait_s)
+        killed = _reap(state_dir, path, _spare_header(spare), warn, wait_s, cut_short)
     finally:
         if spare is not None:
             with contextlib.suppress(OSError):
@@ -415,7 +455,10 @@ def _spare_header(spare: str | None) -> bytes | None:
     return line if line.startswith(HEADER_PREFIX.encode()) else None
 
 
-def _reap(state_dir: str, path: str, spare: bytes | None, warn: Callable[[str], None], wait_s: float) -> int:
+def _reap(
+    state_dir: str, path: str, spare: bytes | None, warn: Callable[[str], None], wait_s: float,
+    cut_short: list[str] | None,
+) -> int:
     lost = False  # the list is gone: the spare copy's header stands in for it
     try:
         with open_regular(path) as f:  # (a named pipe there: not a wait for a writer)
@@ -468,6 +511,8 @@ def _reap(state_dir: str, path: str, spare: bytes | None, warn: Callable[[str], 
         targets.add(pgid)
     if holder.isdigit() and since.isdigit():  # (a header without it: an older buildtool's)
         targets |= _lane_leaders(state_dir, int(holder), int(since), lost)
+    if cut_short is not None and holder.isdigit():
+        cut_short.extend(_being_written(state_dir, int(holder)))
     killed = 0
     for pgid in targets:
         try:

@@ -1121,7 +1121,7 @@ class TargetRunner:
                     self._reset_tmp(tmp)
                     return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key, extra={"forget": lost[1]})
                 running = self.executor.start(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct,
-                                              merge_stderr=t.kind == "test")  # (one log, in order)
+                                              merge_stderr=t.kind == "test", outs=t.outs)  # (one log, in order)
         except OSError as e:
             self._delete_outputs(t)
             self._reset_tmp(tmp)

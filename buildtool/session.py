@@ -273,7 +273,10 @@ class Session:
             prior_graph = noop.load_graph(state, _warn, verdict.body.get("graph")) if verdict is not None else None
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
             noop.invalidate(state)
-        orphans.reap(state, _warn)  # commands a kill -9ed buildtool left running (docs/reliability.md)
+        cut: list[str] | None = None if req.dry_run else []
+        orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (docs/reliability.md)
+        if cut:
+            _remove_cut_short(self.ws.root, cut)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
         if verdict is not None and record.torn:  # the snapshot's build ended on whole lines: a crash's
             _warn("the build record ends in a torn line (a crash?); checking every target")  # zeros, say
@@ -887,9 +890,10 @@ class Session:
         try:
             # Commands a kill -9ed build left running would write into outputs after the
             # clean, and the list of them goes with the state: kill them first.
-            orphans.reap(state, _warn)
+            cut: list[str] = []
+            orphans.reap(state, _warn, cut_short=cut)
+            n = _remove_cut_short(self.ws.root, cut)
             record = BuildRecord(os.path.join(state, "record"), _warn)
-            n = 0
             recorded = {o[0]: o for _, e in record.entries.heads() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
             identity = _identity_trusted(state)
@@ -1050,6 +1054,29 @@ def _changed_since_built(root: str, rel: str, digest: str, stats: StatCache, ide
     if e is not None and e[1] != st.st_mtime_ns:
         return "it was written again since the build left it, with the same content (a checkout? a touch?)"
     return None
+
+
+def _remove_cut_short(root: str, paths: Iterable[str]) -> int:
+    """Delete the outputs a killed build's commands were writing when it died (the next
+    build's reap killed what still ran): half-written, they are no user's edit to keep.
+    Their targets run again (or are restored).  The number deleted."""
+    n = 0
+    elsewhere: dict[str, str | None] = {}
+    for rel in dict.fromkeys(paths):
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or parts[0] == STATE_DIR or _led_elsewhere(root, rel, elsewhere):
+            continue  # (a damaged list: nothing outside the workspace's own outputs' places)
+        full = os.path.join(root, rel)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                continue
+            os.unlink(full)
+        except OSError:
+            continue
+        n += 1
+    if n:
+        _warn(f"removed {n} output(s) that commands of the killed build were writing when it died")
+    return n
 
 
 def _led_elsewhere(root: str, rel: str, memo: dict[str, str | None]) -> str | None:

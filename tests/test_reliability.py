@@ -197,6 +197,8 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
             rc, _, err = workspace.run("clean")
             assert rc == 0 and "left running by a previous buildtool" in err, err
             assert not _children_of_session(marker)
+            # Half written by the killed command (no record names it): it was kept.
+            assert not workspace.path("o.txt").exists() and "were writing when it died" in err, err
         r = workspace.build()
         assert r.rc == 0, r.output
         assert ("left running by a previous buildtool" in r.stderr) is not clean
@@ -213,6 +215,47 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
                     os.kill(pid, signal.SIGKILL)
                 else:
                     os.killpg(group, signal.SIGKILL)
+
+
+def test_a_half_written_output_of_a_killed_build_is_deleted_not_kept_as_a_users_edit(workspace: Workspace) -> None:
+    """kill -9 while a command was writing p.out, then its rule renamed the output: p.out,
+    half written, differed from the record and was kept as "edited since?" (a dead output),
+    and a glob(["*.out"]) took it into bundle.txt, which a fresh checkout makes without it."""
+    marker = f"halfmark{os.getpid()}x{time.monotonic_ns()}"
+    workspace.write("in.txt", "two\n")
+    workspace.build_file("", """
+        genrule(name="p", srcs=["in.txt"], outs=["p.out"], cmd="echo start > $@; cat $< >> $@")
+        genrule(name="bundle", srcs=glob(["*.out"]), outs=["bundle.txt"], cmd="cat $(SRCS) /dev/null > $@")
+    """)
+    assert workspace.build().rc == 0
+    workspace.write("in.txt", "three\n")
+    workspace.build_file("", f"""
+        genrule(name="p", srcs=["in.txt"], outs=["p.out"], cmd="echo start > $@; sleep 30 # {marker}\\ncat $< >> $@")
+        genrule(name="bundle", srcs=glob(["*.out"]), outs=["bundle.txt"], cmd="cat $(SRCS) /dev/null > $@")
+    """)
+    p = popen_build(workspace, "//:p")
+    try:
+        deadline = time.monotonic() + 20
+        while not _children_of_session(marker):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=10)
+        assert workspace.read("p.out") == "start\n"  # (half written)
+        workspace.build_file("", """
+            genrule(name="p", srcs=["in.txt"], outs=["gen/p.out"], cmd="echo start > $@; cat $< >> $@")
+            genrule(name="bundle", srcs=glob(["*.out"]), outs=["bundle.txt"], cmd="cat $(SRCS) /dev/null > $@")
+        """)
+        r = workspace.build()
+        assert r.rc == 0 and "were writing when it died" in r.stderr, r.output
+        assert not workspace.path("p.out").exists() and workspace.read("bundle.txt") == "", r.output
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for pid in _children_of_session(marker):
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
 # -- commands killed by a signal, partial outputs -------------------------------------------
