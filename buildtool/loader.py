@@ -379,8 +379,13 @@ class Loader:
         stand_ins = self._tracking_looks()
         import _posixsubprocess
 
-        spawns = [(m, name, getattr(m, name)) for m, names in ((os, _SPAWNS), (_posixsubprocess, ("fork_exec",)))
-                  for name in names if hasattr(m, name)]
+        # (subprocess keeps its own reference, _fork_exec, taken when it was imported: an
+        # import made before the evaluation (watchdog's, in watch mode) has the real one)
+        sub = sys.modules.get("subprocess")
+        spawns = [(m, name, getattr(m, name)) for m, names in ((os, _SPAWNS), (_posixsubprocess, ("fork_exec",)),
+                                                                (sub, ("_fork_exec",)))
+                  if m is not None for name in names if hasattr(m, name)]
+        real_fork_exec = _posixsubprocess.fork_exec
         probe = _ImportProbes(self.ws.root, self.probes)
         no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
@@ -501,6 +506,9 @@ class Loader:
                 setattr(os, name, fn)
             for m, name, real in spawns:
                 setattr(m, name, real)
+            sub = sys.modules.get("subprocess")  # (imported during the evaluation: it took the stand-in)
+            if sub is not None and getattr(sub, "_fork_exec", None) not in (None, real_fork_exec):
+                sub._fork_exec = real_fork_exec
             os.chdir = real_chdir
             if not ended:
                 guard.end(outer)

@@ -48,6 +48,26 @@ def test_an_evaluation_that_raises_puts_everything_back(tmp_path: Path, build_py
     assert after == before
 
 
+def test_a_process_started_by_a_buildfile_is_noted_with_subprocess_imported_before(tmp_path: Path) -> None:
+    """subprocess keeps its own reference to fork_exec, taken at its import: imported before
+    any evaluation (by watchdog, in watch mode; by this test run here), a BUILD.py's
+    subprocess.run went unnoticed and the snapshot vouched for what git rev-parse said.
+    And the stand-ins are all gone afterwards (an import during the evaluation took one
+    for good: every later command of the build counted as the BUILD.py's)."""
+    import _posixsubprocess
+
+    assert "subprocess" in sys.modules
+    ws = _workspace(tmp_path, "import subprocess\nsubprocess.run(['true'], check=True)\n")
+    loader = Loader(Workspace(str(ws), "", ()))
+    loader.load("")
+    assert loader.spawned == "BUILD.py"
+    assert subprocess._fork_exec is _posixsubprocess.fork_exec  # type: ignore[attr-defined]
+    (tmp_path / "q").mkdir()
+    quiet = Loader(Workspace(str(_workspace(tmp_path / "q", "import subprocess\n")), "", ()))
+    quiet.load("")
+    assert quiet.spawned is None
+
+
 def test_a_compiled_module_imported_before_importlib_util_is(tmp_path: Path) -> None:
     """The ``io.open_code`` stand-in maps a ``__pycache__`` file to its source without an
     import of its own: one made there, while ``importlib.util`` was not loaded yet (a
