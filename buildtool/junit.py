@@ -32,7 +32,7 @@ _BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 def xml_text(data: bytes | str) -> str:
     """Text safe for XML 1.0: forbidden characters and bytes that are not UTF-8 written as
-    ``\\xNN`` (not U+FFFD: for an encoding bug the byte is the clue), and at most
+    ``\\xNN`` (``\\uNNNN`` above U+00FF; not U+FFFD: for an encoding bug the byte is the clue), and at most
     MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
     s = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
     if len(s) > MAX_OUTPUT_CHARS:
@@ -41,7 +41,7 @@ def xml_text(data: bytes | str) -> str:
 
 
 def xml_safe(s: str) -> str:
-    """``s`` with the characters XML 1.0 forbids written as ``\\xNN``; a byte of a
+    """``s`` with the characters XML 1.0 forbids written as ``\\xNN`` (``\\uNNNN`` above U+00FF); a byte of a
     non-UTF-8 file name (held as a lone surrogate, Python's surrogateescape) as that byte."""
     return _BAD_XML.sub(_escape, s)
 

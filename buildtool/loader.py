@@ -216,7 +216,7 @@ class Loader:
         self.cwd_relative = False
         # A BUILD.py (or a module it imported) started a process: what it read (`git
         # rev-parse HEAD`: .git's files) cannot be tracked, so no snapshot may vouch for the
-        # graph; the first such call, for the note.  None: none did.
+        # graph; the BUILD.py that did it first, for `build -v`'s note.  None: none did.
         self.spawned: str | None = None
         self.glob_dirs: set[str] = set()  # workspace-relative directories listed (discovery, glob)
         self.glob_links: set[str] = set()  # workspace-relative files glob() found that are symbolic links

@@ -601,6 +601,10 @@ class Session:
                     if loader.spawned is None:
                         self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
                                              listed=listed, cwd=cwd, carry=carry)
+                    elif req.verbose:
+                        _say(f"buildtool: note: {loader.spawned} started a process while it was evaluated; what "
+                             "that process read cannot be tracked, so every build evaluates the BUILD.py files "
+                             "(no no-op snapshot)")
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
