@@ -112,9 +112,11 @@ class Monitor:
         self.root_wd = next(wd for wd, d in self.dirs.items() if d == root)
         self.links_checked_at = self.link_checks  # (all of them checked just now, by the listing)
 
-    def _mounts_inside(self) -> frozenset[str]:
-        """The mount points at or below the root (reading the table to its end re-arms
-        its POLLPRI)."""
+    def _mounts_inside(self) -> frozenset[tuple[bytes, str]]:
+        """The mounts at or below the root, each as (its mount ID, its point): a mount
+        stacked on an existing mount point, or an unmount and a mount between two looks,
+        leaves the points as they were, not the IDs.  (Reading the table to its end
+        re-arms its POLLPRI.)"""
         fd = self.mounts_fd
         if fd is None:
             return frozenset()
@@ -129,7 +131,7 @@ class Monitor:
             if len(fields) > 4:  # (the 5th: the mount point, with space, tab, \n and \\ as octal escapes)
                 point = _unescape(fields[4])
                 if point == root or point.startswith(root + b"/"):
-                    out.add(os.fsdecode(point))
+                    out.add((fields[0], os.fsdecode(point)))
         return frozenset(out)
 
     def check_mounts(self, signalled: bool = False) -> None:

@@ -4,6 +4,7 @@ can see still makes the next build a real one.  Real daemons, real inotify, real
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -247,33 +248,44 @@ def test_many_events_overflow_is_a_change(ws: Path, tmp_path: Path) -> None:
     assert info is not None and int(info["overflows"]) >= 1  # type: ignore[call-overload]
 
 
-@pytest.mark.parametrize("over", ["an output's directory", "a source directory"])
+@pytest.mark.parametrize("over", ["an output's directory", "a source directory", "a mount point"])
 def test_a_filesystem_mounted_inside_the_workspace_is_a_change(ws: Path, tmp_path: Path, over: str) -> None:
     """A mount is no inotify event: a tmpfs over out/ hid the output and a bind mount over
-    src/ swapped the sources, and the monitor vouched "nothing changed".  (Needs the right
-    to mount: root, as on the CI machine.)"""
+    src/ swapped the sources, and the monitor vouched "nothing changed"; so it did for a
+    mount stacked on a directory that was a mount point already (the same point, another
+    mount).  (Needs the right to mount: root, as on the CI machine.)"""
     cache = tmp_path / "cache"
     (ws / "BUILD.py").write_text((ws / "BUILD.py").read_text().replace('outs=["up.txt"]', 'outs=["out/up.txt"]'))
-    armed(ws, cache)
     where = ws / ("out" if over == "an output's directory" else "src")
     other = tmp_path / "other-src"
     (other / "sub").mkdir(parents=True)
     (other / "a.txt").write_text("mounted\n")
-    argv = ["mount", "-t", "tmpfs", "tmpfs", str(where)] if over == "an output's directory" \
-        else ["mount", "--bind", str(other), str(where)]
-    if subprocess.run(argv, capture_output=True, check=False).returncode != 0:
-        pytest.skip("no right to mount here")
+    (ws / "out").mkdir()
+
+    def mount(*argv: str) -> None:
+        if subprocess.run(["mount", *argv], capture_output=True, check=False).returncode != 0:
+            pytest.skip("no right to mount here")
+
     try:
+        if over == "a mount point":
+            shutil.copytree(ws / "src", tmp_path / "first-src")
+            mount("--bind", str(tmp_path / "first-src"), str(where))
+        armed(ws, cache)
+        if over == "an output's directory":
+            mount("-t", "tmpfs", "tmpfs", str(where))
+        else:
+            mount("--bind", str(other), str(where))
         rebuilt(ws, cache)
         want = "A\n" if over == "an output's directory" else "MOUNTED\n"
         assert (ws / "out" / "up.txt").read_text() == want
-        (other / "sub" / "new.in").write_text("new\n")  # (a directory of the mounted filesystem: watched now)
-        if over == "a source directory":
+        if over != "an output's directory":
+            (other / "sub" / "new.in").write_text("new\n")  # (a directory of the mounted filesystem: watched now)
             rebuilt(ws, cache)
             assert "new" in (ws / "g.txt").read_text()
     finally:
         monitor.stop(str(ws / ".buildtool"))
-        subprocess.run(["umount", str(where)], check=False)
+        while subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
+            pass
 
 
 def test_git_state_is_not_watched_but_what_a_build_file_reads_there_is_checked(ws: Path, tmp_path: Path) -> None:
