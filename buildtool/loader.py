@@ -856,9 +856,20 @@ class Loader:
             if prefix + rel in self.recorded_outputs:
                 self.glob_hidden[prefix + rel] = pkg
                 continue
+            if prefix + rel in self.glob_links and self._links_to_recorded_output(prefix + rel):
+                continue  # (`latest.txt -> out/gen.txt`: dangling before the build, skipped; so after it)
             out.append(rel)
         out.sort()
         return out
+
+    def _links_to_recorded_output(self, rel: str) -> bool:
+        """Whether the symbolic link ``rel`` leads to a file an earlier build recorded as an
+        output (one declared but not built yet is left out by graph.py)."""
+        if not self.recorded_outputs:
+            return False
+        root = os.path.realpath(self.ws.root)
+        real = os.path.realpath(os.path.join(root, rel))
+        return real.startswith(root + os.sep) and os.path.relpath(real, root) in self.recorded_outputs
 
     def _cache_dir(self, tag: str) -> bool:
         """Is the directory of ``tag`` (a CACHEDIR.TAG below the root) a cache, whose files
