@@ -179,7 +179,9 @@ def pyrule_module_files(root: str, fn: str, missing: list[str] | None = None) ->
             missing.extend([os.path.join(base, "__init__.py")] + ([] if path else [base + ".py"]))
         if path is None:
             continue
-        files.append(os.path.relpath(path, root))
+        rel = os.path.relpath(path, root)
+        files.append(rel)
+        here = os.path.dirname(rel)  # ("": at the root)
         # A relative import (``from . import x``, ``from .sub import y``) is from this
         # module's package: the module itself for a package's __init__.py.
         package = mod if os.path.basename(path) == "__init__.py" else mod.rpartition(".")[0]
@@ -191,8 +193,8 @@ def pyrule_module_files(root: str, fn: str, missing: list[str] | None = None) ->
                 base = ".".join([*up[:len(up) - (level - 1)], *([base] if base else [])])
             if not base:
                 continue
-            here = os.path.relpath(os.path.dirname(path), root)
-            for d in ("", here) if not level and here != "." else ("",):
+            beside = not level and here and base.partition(".")[0] not in sys.stdlib_module_names
+            for d in ("", here) if beside else ("",):  # (`import os` is never looked for beside it)
                 todo.append((base, d))
                 todo.extend((f"{base}.{n}", d) for n in names)
         # Parent packages' __init__ run on import too.
