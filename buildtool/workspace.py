@@ -134,10 +134,12 @@ def find_workspace(start: str) -> Workspace:
         try:
             mode: int | None = os.stat(marker).st_mode
         except OSError as e:
-            if e.errno == errno.ENAMETOOLONG:  # (not "no marker here": the parent's workspace was built)
-                _refuse(f"the path {d} is too long for this system ({len(os.fsencode(marker)):,} bytes with "
-                        f"/{MARKER}): buildtool cannot work there; move the workspace to a shorter path")
             mode = None
+            if e.errno == errno.ENAMETOOLONG:  # (not "no marker here": the parent's workspace was built)
+                mode = _marker_mode_in(d)
+                if mode is not None:
+                    _refuse(f"the path {d} is too long for this system ({len(os.fsencode(marker)):,} bytes with "
+                            f"/{MARKER}): buildtool cannot work there; move the workspace to a shorter path")
         if mode is not None and stat.S_ISREG(mode):
             break
         if mode is not None and stat.S_ISDIR(mode):
@@ -154,6 +156,21 @@ def find_workspace(start: str) -> Workspace:
     rel = os.path.relpath(start_abs, d)
     rel = "" if rel == "." else rel.replace(os.sep, "/")
     return Workspace(root=d, cwd_pkg_dir=rel, ignore_patterns=read_ignore(d))
+
+
+def _marker_mode_in(d: str) -> int | None:
+    """The mode of ``d``'s marker, looked up relative to ``d`` (whose path with the marker's
+    name is too long for one call); None: there is none (or ``d`` cannot be opened either)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0  # (not even the directory: no telling, refused)
+    try:
+        return os.stat(MARKER, dir_fd=fd).st_mode
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def file_kind(mode: int) -> str:

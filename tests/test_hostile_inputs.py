@@ -551,6 +551,16 @@ def test_a_workspace_whose_marker_path_is_too_long_is_refused_not_its_parents(tm
     deep += "/" + "e" * (4085 - len(os.fsencode(deep)) - 1)
     os.makedirs(deep)
     env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    # No marker down there: the enclosing workspace is the one, as from any subdirectory.
+    p = subprocess.run([BUILDTOOL, "-C", deep, "build", "//:parent"], env=env, capture_output=True, text=True,
+                       check=False)
+    assert p.returncode == 0 and (tmp_path / "p.txt").read_text() == "PARENT\n", p.stdout + p.stderr
+    (tmp_path / "p.txt").unlink()
+    fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.close(os.open("buildtool.toml", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
     p = subprocess.run([BUILDTOOL, "-C", deep, "build"], env=env, capture_output=True, text=True, check=False)
     assert p.returncode == 2 and "is too long for this system" in p.stderr, p.stdout + p.stderr
     assert not (tmp_path / "p.txt").exists()
