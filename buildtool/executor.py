@@ -36,6 +36,12 @@ if TYPE_CHECKING:
     from buildtool.staging import Stage
 
 MAX_ARG = 100_000  # longer commands go through a script file (MAX_ARG_STRLEN is 128 KiB)
+
+
+def arg_size(s: str) -> int:
+    """The bytes ``s`` takes as an argument (the kernel's limit counts bytes: 45,000 "€" are
+    135,000 of them)."""
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogateescape"))
 KILL_GRACE_S = 2.0
 
 PYRULE_MAIN = (

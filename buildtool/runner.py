@@ -26,6 +26,7 @@ from buildtool.executor import (
     PYRULE_MAIN,
     Running,
     SubprocessExecutor,
+    arg_size,
     has_pipe,
     pidfds_work,
     pyrule_texts,
@@ -1093,13 +1094,13 @@ class TargetRunner:
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
                 texts = pyrule_texts(t.pkg, self.graph.inputs[t.id], t.outs, t.kwargs_json)
-                if sum(map(len, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
+                if sum(map(arg_size, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
                     args = os.path.join(tmp, "pyrule-args.json")
                     with open(args, "w", encoding="utf-8") as f:
                         json.dump(texts, f)
                     texts = ["@" + args]
                 argv += texts
-            elif len(t.cmd) > MAX_ARG:
+            elif arg_size(t.cmd) > MAX_ARG:
                 script = os.path.join(tmp, "cmd.sh")
                 with open(script, "w") as f:
                     f.write(t.cmd)

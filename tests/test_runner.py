@@ -568,6 +568,14 @@ def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs(tmp_path: Path
     assert (ws / "o.txt").read_text() == "3000 150000 many/file_with_a_fairly_long_name_number_0000.txt\n"
 
 
+def test_a_command_over_the_argument_limit_in_bytes_runs_from_a_script(tmp_path: Path) -> None:
+    """45,000 "€" are 45,000 characters but 135,000 bytes: the check counted characters,
+    and the command failed with "Argument list too long" instead of going through a script."""
+    ws = make_ws(tmp_path, 'genrule(name="e", outs=["e.txt"], cmd="printf %s ' + "€" * 45000 + ' | wc -c > $@")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "e.txt").read_text().strip() == "135000", (r.stdout + r.stderr)[-2000:]
+
+
 def test_a_same_stat_rewrite_after_the_key_read_is_caught_by_content(tmp_path: Path) -> None:
     """With sources stat'ed once a build, a key may be made from a stat read seconds before
     the command starts.  On a file system with whole-second times, a rewrite in the second

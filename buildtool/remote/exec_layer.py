@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from buildtool.digest import REMOTE_MARK
-from buildtool.executor import MAX_ARG, pyrule_texts
+from buildtool.executor import MAX_ARG, arg_size, pyrule_texts
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, TargetView
 from buildtool.remote.grpc_store import GrpcStore, rpc_error
@@ -271,11 +271,11 @@ class RemoteExecutor:
     ) -> RemoteResult:
         view = TargetView.of(t, inputs)
         if t.kind == "pyrule" and \
-                sum(map(len, pyrule_texts(view.pkg, view.inputs, view.outs, view.kwargs_json))) > MAX_ARG:
+                sum(map(arg_size, pyrule_texts(view.pkg, view.inputs, view.outs, view.kwargs_json))) > MAX_ARG:
             # (here they go through a file: executor.PYRULE_MAIN; a worker's command line refuses them)
             raise RemoteError("its srcs, outs and kwargs are too long for a remote command line")
-        if t.kind != "pyrule" and len(t.cmd) > MAX_ARG:  # (here: a script file, executor.shell_argv)
-            raise RemoteError(f"its command ({len(t.cmd):,} characters) is too long for a remote command line "
+        if t.kind != "pyrule" and arg_size(t.cmd) > MAX_ARG:  # (here: a script file, executor.shell_argv)
+            raise RemoteError(f"its command ({arg_size(t.cmd):,} bytes) is too long for a remote command line "
                               "(a worker's exec refuses an argument over 128 KiB)")
         act = ra.build(self.root, view, desc, st.digest_fn, lambda rel, loc: self._file_digest(st, rel, loc),
                        self.kept_modes.get)
