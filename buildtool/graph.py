@@ -283,6 +283,25 @@ def _non_str_key(value: object) -> tuple[object] | None:
     return None
 
 
+def _unjsonable(value: object, at: str = "", within: frozenset[int] = frozenset()) -> tuple[str, str] | None:
+    """(the path, ``['models'][0]['when']``, and what it is) of the first value inside
+    ``value`` that JSON cannot hold, or None."""
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in within:
+            return at, "the dict or list it is inside (a circular reference)"
+        within = within | {id(value)}
+        items: Iterable[tuple[str, object]] = ((f"[{k!r}]", v) for k, v in value.items()) \
+            if isinstance(value, dict) else ((f"[{i}]", v) for i, v in enumerate(value))
+        for step, v in items:
+            found = _unjsonable(v, at + step, within)
+            if found is not None:
+                return found
+        return None
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return None
+    return at, f"a {type(value).__name__} ({value!r:.120})"
+
+
 def _str_list(decl: Declaration, attr: str) -> list[Any]:
     v = decl.attrs.get(attr, [])
     if isinstance(v, str) or not isinstance(v, (list, tuple)):
@@ -1558,10 +1577,12 @@ class GraphBuilder:
             if bad:  # (JSON would make 1 the keyword "1"; srcs/outs are passed already: a TypeError at run time)
                 raise _err(decl, f"{lab}: kwargs key {bad[0]!r} cannot be a keyword argument of fn: keys are "
                                  "strings other than 'srcs' and 'outs' (which fn receives anyway)")
-            try:
-                kwargs_json = json.dumps(kw, sort_keys=True, separators=(",", ":"))
+            try:  # (in the order written: fn sees the dicts so, as Python keeps them; a reorder reruns it)
+                kwargs_json = json.dumps(kw, separators=(",", ":"))
             except (TypeError, ValueError):
-                raise _err(decl, "pyrule kwargs must be JSON-serialisable (str, numbers, lists, dicts)") from None
+                where = _unjsonable(kw)
+                raise _err(decl, "pyrule kwargs must be JSON-serialisable (str, numbers, lists, dicts)"
+                           + (f": kwargs{where[0]} is {where[1]}" if where else "")) from None
             nested = _non_str_key(kw)
             if nested is not None:  # (JSON makes it a string: {1: "a"} reached fn as {"1": "a"})
                 was = json.dumps({nested[0]: 0})[1:-4]

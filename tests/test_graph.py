@@ -807,6 +807,31 @@ def test_pyrule_kwargs_keys_any_string_reach_fn_through_kw(workspace: Workspace)
     assert rc == 0 and workspace.read("o.txt") == "['content-type']", out + err
 
 
+def test_pyrule_kwargs_reach_fn_in_the_order_written_and_a_reorder_reruns_it(workspace: Workspace) -> None:
+    """Dicts reached fn with their keys sorted (the key and the payload were
+    json.dumps(sort_keys=True)): a code generator's dataclass fields came out as email, id,
+    name, and reordering the dict reran nothing."""
+    workspace.write("mk.py", "def run(srcs, outs, fields):\n    open(outs[0], 'w').write(','.join(fields))\n")
+    workspace.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], '
+                             'kwargs={"fields": {"id": 1, "name": 2, "email": 3}})\n')
+    assert workspace.build().rc == 0 and workspace.read("o.txt") == "id,name,email"
+    workspace.build_file("", 'pyrule(name="p", fn="mk:run", outs=["o.txt"], '
+                             'kwargs={"fields": {"name": 2, "id": 1, "email": 3}})\n')
+    r = workspace.build()
+    assert r.rc == 0 and r.status("//:p") == "ran" and workspace.read("o.txt") == "name,id,email", r.output
+
+
+def test_pyrule_kwargs_that_json_cannot_hold_are_named_by_their_path(workspace: Workspace) -> None:
+    """A TOML date three levels down: "must be JSON-serialisable" named no value to look at."""
+    workspace.write("mk.py", "def run(srcs, outs, **kw):\n    pass\n")
+    workspace.build_file("", 'import datetime\n'
+                             'pyrule(name="p", fn="mk:run", outs=["o.txt"], '
+                             'kwargs={"models": [{"name": "m", "when": datetime.date(2024, 1, 1)}]})\n'
+                             'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "kwargs['models'][0]['when'] is a date (datetime.date(2024, 1, 1))" in err, err
+
+
 def test_a_relative_label_in_a_package_buildtool_does_not_load_is_an_error_not_the_next_package(
     workspace: Workspace,
 ) -> None:
