@@ -536,7 +536,16 @@ class Session:
             if remote is not None:
                 remote.finish(console.out, events)
             if tests is not None:
-                tests.finish(outcomes, console.out, lambda lab: (record.get(lab) or {}).get("d"))
+                shown = outcomes
+                if focus is not None:  # (watch, the snapshot's incremental build): the tests left out
+                    # of the plan passed last time and none of their inputs changed since: cached
+                    # passes, as a full `test` shows them (JUnit lost them, and the summary's count)
+                    shown = dict(outcomes)
+                    for t in range(len(graph.targets)):
+                        if t not in wanted and graph.targets[t].kind == "test":
+                            shown[t] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
+                                               "up to date: none of its inputs changed since the last build")
+                tests.finish(shown, console.out, lambda lab: (record.get(lab) or {}).get("d"))
                 lost_report = lost_report or tests.lost_junit
         except KeyboardInterrupt:  # (Ctrl-C, SIGTERM before the scheduler took the signals over)
             if events and not handed_over:  # every wanted target gets its line, as when the commands are cut short

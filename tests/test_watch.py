@@ -545,6 +545,26 @@ def test_reports_it_writes_in_the_workspace_start_no_cycle(watch, ws: Path, juni
     assert w.stop() == 0
 
 
+def test_a_cycle_s_junit_keeps_the_tests_it_did_not_rerun(watch, ws: Path) -> None:
+    """A cycle that reran one test wrote a JUnit file (and a summary) of that test alone: a
+    dashboard saw the others disappear.  They are cached passes, as a full `test` says."""
+    write(ws / "BUILD.py", 'test(name="ta", srcs=["a.txt"], cmd="true")\n'
+                           'test(name="tb", srcs=["b.txt"], cmd="true")\n')
+    junit = ws / "rep" / "junit.xml"
+    w = watch("--junit", str(junit), command=("test", "--watch"))
+    w.wait_watching()
+    write(ws / "a.txt", "a2\n")
+    w.wait_settled(lambda cs: len(cs) >= 2, "the cycle of the edit")
+    assert w.cycles()[1].status == "OK", w.log()
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(junit).getroot()
+    assert root.get("tests") == "2" and {c.get("name") for c in root.iter("testcase")} == {"//:ta", "//:tb"}, \
+        ET.tostring(root)
+    assert "Tests: 2 (1 passed, 1 cached); 1 executed" in w.log(), w.log()
+    assert w.stop() == 0
+
+
 def test_an_error_cycle_leaves_no_earlier_cycle_s_reports(watch, ws: Path) -> None:
     """After a cycle that could not evaluate the BUILD.py, the JUnit, events and profile
     files still held the previous cycle's green results (a one-shot build removes them)."""
