@@ -262,6 +262,9 @@ class ActionDB:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = _sqlite().connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            from buildtool.atomic import share
+
+            share(self.path)  # (SQLite gives its -wal and -shm the database's mode: a team's, if shared)
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version not in (0, 1, 2, SCHEMA_VERSION):

@@ -16,6 +16,49 @@ if TYPE_CHECKING:
 
 
 _WRITTEN: set[str] = set()  # real paths of the reports this process wrote (never an earlier run's)
+_USER_UMASK: list[int] = []  # the umask buildtool was started with, once the commands' 022 is set
+
+
+def umask_for_commands() -> None:
+    """Set the process's umask to 022, for the commands (outputs get the same modes
+    whoever builds), keeping the one buildtool was started with (``share_bits``)."""
+    prev = os.umask(0o022)
+    if not _USER_UMASK:
+        _USER_UMASK.append(prev)
+
+
+def share_bits() -> int:
+    """The permission bits the user's umask grants and 022 takes away (umask 002: group
+    write): what a file or directory buildtool makes in the cache gets back, so that a cache
+    a team shares (a setgid group directory) stays writable to the group."""
+    if _USER_UMASK:
+        return 0o022 & ~_USER_UMASK[0]
+    u = os.umask(0o022)
+    os.umask(u)
+    return 0o022 & ~u
+
+
+def share(path_or_fd: str | int) -> None:
+    """Give a directory or writable file buildtool just made in the cache the
+    ``share_bits`` (best effort: only its owner can; a read-only blob stays read-only)."""
+    bits = share_bits()
+    if not bits:
+        return
+    import stat
+
+    try:
+        st = os.fstat(path_or_fd) if isinstance(path_or_fd, int) else os.stat(path_or_fd)
+        if st.st_mode & bits == bits or st.st_uid != os.geteuid():
+            return
+        if not (stat.S_ISDIR(st.st_mode) or st.st_mode & 0o200):
+            return
+        mode = stat.S_IMODE(st.st_mode) | bits  # (a setgid bit stays)
+        if isinstance(path_or_fd, int):
+            os.fchmod(path_or_fd, mode)
+        else:
+            os.chmod(path_or_fd, mode)
+    except OSError:
+        pass
 
 
 def wrote_report(path: str) -> None:

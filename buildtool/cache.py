@@ -28,7 +28,7 @@ import threading
 import time
 
 from buildtool.actiondb import ActionDB
-from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_path, temp_path, write_atomic
+from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_path, share, temp_path, write_atomic
 from buildtool.cache_gc import StoreGuard, start_counter
 from buildtool.digest import hash_bytes, hash_file
 from buildtool.keys import compact_loads
@@ -240,6 +240,8 @@ class Cache:
     def _mkdir(self, d: str) -> None:
         if d not in self._made:
             make_dirs(d)  # (an output's directory may be 1,000 levels deep: os.makedirs recurses)
+            if d.startswith(self.dir + os.sep):  # (a shard of cas/: the team's too, if the umask shares)
+                share(d)
             self._made.add(d)
 
     def _mkparent(self, path: str) -> None:

@@ -32,6 +32,7 @@ import stat
 import threading
 import time
 
+from buildtool.atomic import share
 from buildtool.workspace import open_regular, remove_if_not_a_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
@@ -136,7 +137,7 @@ class StoreGuard:
     def _take(self) -> bool:
         try:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = _lock_fd(self.path)
         except OSError:
             return True  # a read-only cache: nothing will be written anyway
         deadline = time.monotonic() + (0.0 if self._busy else STORE_WAIT_S)
@@ -159,13 +160,25 @@ class StoreGuard:
             return True
 
 
+def _lock_fd(path: str) -> int:
+    """A descriptor of the lock file ``path`` (made if missing, with the team's bits when
+    the umask shares: ``atomic.share``); read-only where another user's file is not
+    writable to this one: flock needs no write access."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    share(fd)
+    return fd
+
+
 @contextlib.contextmanager
 def _exclusive(path: str, timeout_s: float, waiting: Callable[[], None] | None = None) -> Iterator[bool]:
     """Hold an exclusive flock on ``path``; yields False if not obtained within the timeout
     (busy); ``waiting`` is called once if it has to wait.  A lock file that cannot be
     opened or locked at all (a read-only cache, a directory in its place) raises the
     OSError: retrying would not help, and "busy" misled."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _lock_fd(path)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -497,6 +510,7 @@ def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
             raise
         remove_if_not_a_file(path)
         return
+    share(fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             remove_if_not_a_file(path)

@@ -15,7 +15,7 @@ import sys
 import time
 
 from buildtool import cache_gc, labels, noop, orphans
-from buildtool.atomic import remember_reports, remove_path
+from buildtool.atomic import remember_reports, remove_path, umask_for_commands
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
 from buildtool.console import LoadingLine, escape_controls, is_live_terminal
@@ -456,7 +456,7 @@ class Session:
                     if events.lost:
                         raise BuildtoolError(f"the dry run ended, but {events.lost}")
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
-            os.umask(0o022)
+            umask_for_commands()
             phases.begin("critical-path weights")
             weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None, cache)
             plan = Plan(

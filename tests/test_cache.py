@@ -73,6 +73,35 @@ def test_outputs_are_stored_in_the_cache(workspace: Workspace, size: str) -> Non
     assert blob_path(workspace, digest).exists() == (size == "blob")
 
 
+@pytest.mark.parametrize("umask", [0o002, 0o022])
+def test_a_group_sharing_umask_keeps_what_the_cache_makes_writable_to_the_group(
+    workspace: Workspace, tmp_path: Path, umask: int,
+) -> None:
+    """The commands' umask (022) made the cache's shards, database and lock files 0755/0644
+    whatever the user's: in a team's setgid cache the next user could not store, and the
+    -wal another user's build made then locked the database's owner out.  Outputs keep
+    022's modes either way."""
+    import subprocess
+    import sys
+
+    from conftest import BUILDTOOL, _clean_env
+
+    workspace.write("in.txt", "x\n")
+    workspace.build_file("", 'genrule(name="a", srcs=["in.txt"], outs=["a.out"], cmd="cp $< $@")\n')
+    cache = tmp_path / "team-cache"
+    p = subprocess.run([BUILDTOOL, "build"], cwd=workspace.root, env=_clean_env(cache, tmp_path / "home"),
+                       capture_output=True, text=True, preexec_fn=lambda: os.umask(umask), check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    v2 = cache / "v2"
+    made = [v2 / "actions.db", *(d for d in (v2 / "cas").iterdir() if d.is_dir()),
+            *(f for f in v2.iterdir() if f.name.endswith(".lock"))]
+    assert len(made) >= 3, made
+    for f in made:
+        writable = bool(f.stat().st_mode & 0o020)
+        assert writable is (umask == 0o002), (f, oct(f.stat().st_mode), sys.platform)
+    assert oct(workspace.path("a.out").stat().st_mode & 0o777) == oct(0o644)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace, size: str) -> None:
     r = setup_built(workspace, SIZES[size])
