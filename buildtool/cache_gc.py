@@ -307,8 +307,8 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
 class GcResult:
     """What a collection did: bytes before and after, and what it deleted."""
 
-    __slots__ = ("after", "before", "blobs_deleted", "db_shrunk", "entries_evicted", "entries_kept", "garbage_blobs",
-                 "tmp_deleted")
+    __slots__ = ("after", "before", "blobs_deleted", "blobs_kept", "db_shrunk", "entries_evicted", "entries_kept",
+                 "garbage_blobs", "tmp_deleted", "undeletable")
 
     def __init__(self, before: int, after: int) -> None:
         self.before = before
@@ -319,9 +319,13 @@ class GcResult:
         self.garbage_blobs = 0
         self.tmp_deleted = 0
         self.db_shrunk = 0  # bytes the action database gave back (evicted entries' free pages)
+        self.blobs_kept = 0  # blobs to delete that could not be (another user's shard, say): still counted
+        self.undeletable = ""  # the first of those, and why
 
 
-def _unlink(p: str) -> bool:
+def _unlink(p: str, failed: list[str] | None = None) -> bool:
+    """Delete ``p``; False if it was not there or could not be deleted (``failed`` gets
+    the path and why, for the latter)."""
     try:
         os.unlink(p)
         return True
@@ -332,7 +336,9 @@ def _unlink(p: str) -> bool:
 
         shutil.rmtree(p, ignore_errors=True)
         return True
-    except OSError:
+    except OSError as e:
+        if failed is not None:
+            failed.append(f"{p}: {e.strerror}")
         return False
 
 
@@ -365,12 +371,21 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
             refcount[d] = refcount.get(d, 0) + 1
     total = s.total
 
+    failed: list[str] = []
+
     def drop_blob(d: str) -> int:
-        """Delete blob ``d``; the bytes that freed."""
+        """Delete blob ``d``; the bytes that freed (none when it could not be deleted: it
+        still takes its room, and is counted so)."""
         size = s.blobs.pop(d, None)
-        if size is not None and _unlink(os.path.join(v_dir, "cas", d[:2], d)):
+        if size is None:
+            return 0
+        if _unlink(os.path.join(v_dir, "cas", d[:2], d), failed):
             res.blobs_deleted += 1
             return size
+        if failed and not res.undeletable:
+            res.undeletable = failed[0]
+        res.blobs_kept += len(failed)
+        failed.clear()
         return 0
 
     # Blobs no entry references: a build killed between its blobs and its entry.
@@ -422,7 +437,11 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
             res.entries_kept = len(evicted)
             total += entry_bytes
         for d in unreferenced:
+            size = s.blobs.get(d, 0)
+            kept = res.blobs_kept
             drop_blob(d)
+            if res.blobs_kept > kept:
+                total += size  # (counted as freed above: it is still there)
     res.db_shrunk = db.compact()  # (the evicted entries' pages, given back to the file system)
     res.after = total
     _write_counter(v_dir, total)

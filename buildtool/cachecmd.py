@@ -84,6 +84,11 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         + (f"; the database gave back {cache_gc.human(res.db_shrunk)}" if res.db_shrunk else ""),
         file=sys.stdout,
     )
+    if res.blobs_kept:  # (it said "36.5 MiB -> 0 B" and exit 0 with every blob in place)
+        print(f"buildtool: warning: {res.blobs_kept} blob(s) could not be deleted (first: {res.undeletable}); "
+              "they are still counted in the cache's size", file=sys.stderr)
+        if not res.entries_kept:
+            return 1
     if res.entries_kept:  # (it said "evicted 0 entries" and exit 0 on a full disk)
         print(f"buildtool: warning: the cache's database could not be changed (a full disk?): {res.entries_kept} "
               "entries chosen for eviction stay, their blobs deleted (each a miss); run cache gc again once "

@@ -302,6 +302,35 @@ def test_gc_on_a_database_that_refuses_frees_the_blobs_and_says_so(
     assert r.rc == 0 and len(r.with_status("ran")) == 2 and len(r.with_status("restored")) == 1, r.output
 
 
+def test_gc_counts_the_blobs_it_could_not_delete_and_says_so(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Blobs in another user's shard (or root's, after `sudo -E buildtool build`): `cache gc`
+    said "36.5 MiB -> 0 B", exit 0, and wrote 0 into the size counter with every blob in
+    place (a max_size cap then undercounted).  (The refusal is faked: root may delete
+    anything, and the tests run as root.)"""
+    from buildtool import cache_gc, cli
+
+    sized_targets(workspace, {"a": 300 * KIB, "b": 300 * KIB, "c": 300 * KIB})
+    assert workspace.build().rc == 0
+    real_unlink = os.unlink
+
+    def refuse(p: str, *a: object, **k: object) -> None:
+        if "/cas/" in str(p):
+            raise PermissionError(13, "Permission denied", str(p))
+        real_unlink(p, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_gc.os, "unlink", refuse)
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(workspace.cache))
+    rc = cli.main(["-C", str(workspace.root), "cache", "gc", "--max-size", "400K"])
+    out, err = capsys.readouterr()
+    monkeypatch.undo()
+    assert rc == 1 and "blob(s) could not be deleted (first: " in err and "Permission denied" in err, out + err
+    on_disk = cache_bytes(workspace.cache)
+    assert on_disk >= 900 * KIB and read_counter(str(layout_dir(workspace.cache))) >= 900 * KIB, (
+        on_disk, read_counter(str(layout_dir(workspace.cache))))
+
+
 def test_what_a_build_stored_before_the_cache_turned_off_is_counted(workspace: Workspace) -> None:
     """A build that stored 10 MB and then hit a full disk (the cache turned off for it)
     skipped the counter: the cache stayed over max_size with a counter of 0 (a review of a
