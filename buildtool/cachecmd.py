@@ -58,8 +58,12 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         raise UserError(f"the cache dir {cfg.cache_dir} is not a directory")
     from buildtool.cache import LAYOUT
 
-    if not os.path.isdir(os.path.join(cfg.cache_dir, LAYOUT)):  # (a mistyped --cache-dir read as an empty cache)
+    layout = os.path.join(cfg.cache_dir, LAYOUT)
+    if not os.path.isdir(layout):  # (a mistyped --cache-dir read as an empty cache)
         print(f"buildtool: note: there is no cache at {cfg.cache_dir} (no build has used it)", file=sys.stderr)
+    elif not os.access(layout, os.R_OK | os.X_OK):  # (another user's, made under umask 077: it read as empty)
+        raise UserError(f"cannot read the cache {layout}: it is not readable to this user (its mode is "
+                        f"{os.stat(layout).st_mode & 0o7777:o}, its owner uid {os.stat(layout).st_uid})")
 
     if args.cache_command == "stats":
         print(cache_gc.stats_report(cfg.cache_dir, cfg.max_size))
