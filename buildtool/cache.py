@@ -644,7 +644,8 @@ class Cache:
 
     def _write_failed(self, e: OSError, dest: str) -> None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-            self._disable(f"cannot write to the cache ({e.strerror})")
+            where = e.filename if e.errno in (errno.EACCES, errno.EPERM) and e.filename else None
+            self._disable(f"cannot write to the cache ({e.strerror}{f': {where}' if where else ''})")
         elif e.errno == errno.ENOENT and not os.path.isdir(os.path.join(self.dir, "tmp")):
             # (made with the layout: gone, every later write would fail alike)
             self._disable(f"the cache directory {self.dir} was removed during the build")
