@@ -3,7 +3,8 @@ build graph (nothing is hashed or run).
 
 Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
 ``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE's closure that depend on TARGET,
-transitively, TARGET included if it is in it), ``outputs(PATTERN)`` (the files the
+transitively, TARGET included if it is in it; TARGET may be a source file's label, then
+the targets that read it and theirs), ``outputs(PATTERN)`` (the files the
 matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON.
@@ -109,9 +110,21 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
     """The graph of the query's universe and the result (labels or output paths)."""
     if q.fn == "rdeps":
         universe = roots(builder, q.args[0].split())
-        target = roots(builder, q.args[1].split())
+        target: list[str] = []
+        files: list[str] = []  # source files named (//lib:src/core.py, //lib:VERSION): who reads them
+        for item in q.args[1].split():
+            try:
+                target.extend(roots(builder, [item]))
+            except UserError:
+                path = _source_file(builder, item)
+                if path is None:
+                    raise
+                files.append(path)
         graph = builder.build(list(dict.fromkeys([*universe, *target])))
         wanted = {graph.by_label[lab] for lab in target}
+        if files:
+            named = set(files)
+            wanted |= {t.id for t in graph.targets if not named.isdisjoint(t.srcs)}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         seen = set(wanted)
         stack = list(wanted)
@@ -137,6 +150,25 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
         if t.id in closure:
             files.extend(t.outs)
     return graph, sorted(set(files))
+
+
+def _source_file(builder: GraphBuilder, text: str) -> str | None:
+    """The workspace-relative path of the file a label names (``//lib:src/core.py``,
+    ``//lib:VERSION``, ``:x.txt``), if it is a file there and no target; else None."""
+    import os
+
+    from buildtool import labels
+
+    cur = builder.current_package()
+    found = labels.file_label(text, cur)
+    if found is None:
+        try:
+            found = labels.parse_label(text, cur)
+        except labels.LabelError:
+            return None
+    pkg, name = found
+    path = f"{pkg}/{name}" if pkg else name
+    return path if os.path.isfile(os.path.join(builder.loader.ws.root, path)) else None
 
 
 def _dot_id(label: str) -> str:

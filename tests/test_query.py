@@ -45,6 +45,23 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
     assert sorted(_q(workspace, "rdeps(//lib:lib, //...)")) == ["//lib:gen", "//lib:lib"]
 
 
+def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspace) -> None:
+    """"Which tests cover core.py?": rdeps(//..., //lib:src/core.py) was "bad label", though
+    srcs takes that label."""
+    _ws(workspace)
+    workspace.write("lib/sub/deep.txt", "d\n")
+    workspace.build_file("lib", 'genrule(name="gen", srcs=["src.txt", "sub/deep.txt"], outs=["gen.h"], '
+                                'cmd="cat $(SRCS) > $@")\n'
+                                'genrule(name="lib", srcs=[":gen"], outs=["lib.a", "lib.idx"], '
+                                'cmd="cp $< lib.a; cp $< lib.idx")\n')
+    want = ["//app:app", "//app:app_test", "//lib:gen", "//lib:lib"]
+    assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == want
+    assert sorted(_q(workspace, "rdeps(//..., //lib:sub/deep.txt)")) == want
+    assert _q(workspace, "rdeps(//app:other, //lib:src.txt)") == []  # (no target of that universe reads it)
+    rc, _, err = workspace.run("query", "rdeps(//..., //lib:nothere.txt)")
+    assert rc == 2 and "nothere.txt" in err, err
+
+
 def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="a,b", outs=["o"], cmd="echo > $@")\n'
                              'genrule(name="c", srcs=[":a,b"], outs=["c.out"], cmd="cat $< > $@")')
