@@ -122,6 +122,10 @@ def current_context() -> PackageContext:
         misplaced_calls.append(name)
         msg = ("buildtool.dsl functions can only be called while a BUILD.py is evaluated, "
                "in the thread evaluating it")
+        if "buildtool.loader" not in sys.modules:  # (no buildtool here: a pyrule's own process, say)
+            msg += (f"; {name}() was called in a process that evaluates no BUILD.py (a pyrule's function runs "
+                    "in a Python process of its own, which imports the function's module: keep the function in "
+                    "a module that declares no targets and calls no getenv() when imported)")
         raise OutsideEvaluation(msg)
     return ctx
 

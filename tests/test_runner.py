@@ -568,6 +568,22 @@ def test_a_pyrule_with_arguments_too_long_for_a_command_line_runs(tmp_path: Path
     assert (ws / "o.txt").read_text() == "3000 150000 many/file_with_a_fairly_long_name_number_0000.txt\n"
 
 
+def test_a_pyrule_function_in_a_macro_module_says_why_getenv_fails(tmp_path: Path) -> None:
+    """doit's habit: the action beside the task definitions.  The pyrule's own process
+    imports that module, whose getenv() at import raised OutsideEvaluation with no word of
+    why a pyrule's process is no evaluation."""
+    ws = make_ws(tmp_path, "from tools.defs import make\nmake()\n")
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "defs.py").write_text(
+        'from buildtool.dsl import getenv, pyrule\nMODE = getenv("MODE", "dev")\n'
+        'def gen(srcs, outs):\n    open(outs[0], "w").write(MODE)\n'
+        'def make():\n    pyrule(name="g", fn="tools.defs:gen", outs=["g.txt"])\n')
+    r = bt(ws, "build")
+    assert r.returncode == 1 and "getenv() was called in a process that evaluates no BUILD.py (a pyrule's " \
+        "function runs in a Python process of its own" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def test_a_command_over_the_argument_limit_in_bytes_runs_from_a_script(tmp_path: Path) -> None:
     """45,000 "€" are 45,000 characters but 135,000 bytes: the check counted characters,
     and the command failed with "Argument list too long" instead of going through a script."""
