@@ -6,7 +6,6 @@ Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import sys
@@ -134,6 +133,8 @@ def find_workspace(start: str) -> Workspace:
         try:
             mode: int | None = os.stat(marker).st_mode
         except OSError as e:
+            import errno  # (not on every no-op: test_imports)
+
             mode = None
             if e.errno == errno.ENAMETOOLONG:  # (not "no marker here": the parent's workspace was built)
                 mode = _marker_mode_in(d)

@@ -543,11 +543,12 @@ def test_another_install_of_the_same_version_takes_the_full_path(ws: Path, tmp_p
     """`pip install` of another commit keeps __version__ ("0.1.0") while a macro may declare
     other commands: the snapshot vouched for the old graph.  The request has the install's
     identity (its package directory, which pip writes anew)."""
-    import buildtool
-
     cache = tmp_path / "cache"
     settle(ws, cache)
-    package = os.path.dirname(os.path.abspath(buildtool.__file__))
+    # The buildtool the command runs (a regular install's, not the checkout's this test run
+    # may import): asked of the same interpreter, away from the checkout.
+    package = subprocess.run([sys.executable, "-c", "import buildtool, os; print(os.path.dirname(buildtool.__file__))"],
+                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
     st = os.stat(package)
     try:
         os.utime(package, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
