@@ -417,9 +417,19 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
                     sizes.pop(i)
                     yield group.pop(i)
 
+        shards: dict[str, bool] = {}
+
+        def deletable(d: str) -> bool:  # (a shard this user may not change: another's, root's)
+            shard = d[:2]
+            if shard not in shards:
+                shards[shard] = os.access(os.path.join(v_dir, "cas", shard), os.W_OK | os.X_OK)
+            return shards[shard]
+
         for _, key, size, refs in lru_order():
             if total <= target:
                 break
+            if not all(deletable(d) for d in set(refs) if refcount.get(d) == 1 and d in s.blobs):
+                continue  # (evicting it frees nothing: each build would evict more and more in vain)
             evicted.append(key)
             total -= size
             entry_bytes += size
@@ -512,6 +522,9 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
                 if res.entries_kept:  # (a full disk: the database could not change)
                     warn(f"the cache's database could not be changed: {res.entries_kept} entries over max_size "
                          "stay, their blobs deleted (each a miss)")
+                if res.blobs_kept:
+                    warn(f"{res.blobs_kept} cache blob(s) could not be deleted (first: {res.undeletable}); the "
+                         "cache stays over its max_size")
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
             warn(f"cache maintenance failed ({e.strerror or e}); continuing")
