@@ -273,9 +273,9 @@ class Session:
             prior_graph = noop.load_graph(state, _warn, verdict.body.get("graph")) if verdict is not None else None
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
             noop.invalidate(state)
-        cut: list[str] | None = None if req.dry_run else []
-        orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (docs/reliability.md)
-        if cut:
+        if not req.dry_run:  # (a dry run leaves them, and their lanes' records, to the next build)
+            cut: list[str] = []
+            orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (reliability.md)
             _remove_cut_short(self.ws.root, cut)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
         if verdict is not None and record.torn:  # the snapshot's build ended on whole lines: a crash's
@@ -567,7 +567,8 @@ class Session:
             if events:
                 events.close()
                 lost_report = lost_report or events.lost
-            remove_path(os.path.join(state, "tmp"))  # (the lanes' markers and emptied TMPDIRs)
+            if not req.dry_run:  # (a killed build's lane records are the next real build's to read)
+                remove_path(os.path.join(state, "tmp"))  # (the lanes' markers and emptied TMPDIRs)
             remember_reports(state)  # (what a refused request may remove: drop_stale_reports)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
