@@ -31,11 +31,11 @@ def share_bits() -> int:
     """The permission bits the user's umask grants and 022 takes away (umask 002: group
     write): what a file or directory buildtool makes in the cache gets back, so that a cache
     a team shares (a setgid group directory) stays writable to the group."""
-    if _USER_UMASK:
-        return 0o022 & ~_USER_UMASK[0]
-    u = os.umask(0o022)
-    os.umask(u)
-    return 0o022 & ~u
+    if not _USER_UMASK:  # (before umask_for_commands: the process's is still the user's; read once)
+        u = os.umask(0o022)
+        os.umask(u)
+        _USER_UMASK.append(u)
+    return 0o022 & ~_USER_UMASK[0]
 
 
 def share(path_or_fd: str | int) -> None:

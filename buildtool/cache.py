@@ -218,6 +218,8 @@ class Cache:
                     warn(f"cache: {d} was not a directory; replaced it with one")
                 os.makedirs(d, exist_ok=True)
             if new:
+                for d in (directory, self.dir, os.path.join(self.dir, "cas"), os.path.join(self.dir, "tmp")):
+                    share(d)  # (made after the commands' umask was set, in a later watch cycle: the team's too)
                 start_counter(self.dir)
         except OSError as e:
             where = f" at {e.filename}" if e.filename else ""
