@@ -73,7 +73,7 @@ class Target:
         pool: str | None,
         timeout: float | None,
         fn: str | None,  # pyrule "module:function"
-        kwargs_json: str | None,  # pyrule kwargs, canonical JSON
+        kwargs_json: str | None,  # pyrule kwargs, compact JSON, dict keys in the order written
         where: str,  # "path:line" of the declaration
         always: bool = False,  # runs on every build, never cached or recorded as fresh (implies manual)
         flaky: int = 0,  # test: rerun a failing test up to this many times

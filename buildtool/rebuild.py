@@ -198,8 +198,22 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
         return f"the locale's encoding changed from {old or 'utf-8'} to {new or 'utf-8'}"
     if key in names:
         was, now = _clip_pair(str(old), str(new), 60)
-        return f"the rule's {names[key]} changed from {was} to {now}"
+        said = f"the rule's {names[key]} changed from {was} to {now}"
+        if key == "kwargs" and _same_but_order(old, new):  # (fn sees the order: it reran, rightly)
+            said += (" (the same items in another order: a dict built from a set comes out in another order "
+                     "each run, as Python's string hashing is randomised; build it from sorted())")
+        return said
     return f"the rule's definition changed ({key})"
+
+
+def _same_but_order(old: Any, new: Any) -> bool:
+    """Whether two kwargs JSON texts hold equal values, keys in another order."""
+    import json
+
+    try:
+        return old != new and json.loads(old) == json.loads(new)
+    except (TypeError, ValueError):
+        return False
 
 
 def _entry(e: str) -> str:

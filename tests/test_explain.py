@@ -129,6 +129,11 @@ def test_reasons_show_where_a_long_command_differs_and_which_module_changed() ->
     assert "module tools/mk.py changed (8dfe48b3 -> 4ba782f9)" in msg
     new = {**base, "extra": {**base["extra"], "module:tools/util.py": "11"}}
     assert "now imports module tools/util.py" in why_changed(base, new, lambda p: None)[1]
+    # The same items in another order (fn sees the order, so it reruns): a dict from a set.
+    two = {**base, "extra": {**base["extra"], "kwargs": '{"f":{"a":1,"b":2}}'}}
+    swapped = {**base, "extra": {**base["extra"], "kwargs": '{"f":{"b":2,"a":1}}'}}
+    assert "the same items in another order: a dict built from a set" in why_changed(two, swapped, lambda p: None)[1]
+    assert "another order" not in msg
 
 
 def test_a_dependency_output_s_mode_change_says_same_content_only_when_it_is() -> None:
