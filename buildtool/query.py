@@ -4,7 +4,8 @@ build graph (nothing is hashed or run).
 Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
 ``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE's closure that depend on TARGET,
 transitively, TARGET included if it is in it; TARGET may be a source file's label, then
-the targets that read it and theirs), ``outputs(PATTERN)`` (the files the
+the targets that read it, as a source or a pyrule's module, and theirs; not headers
+that only a depfile named), ``outputs(PATTERN)`` (the files the
 matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON.
@@ -122,9 +123,12 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
                 files.append(path)
         graph = builder.build(list(dict.fromkeys([*universe, *target])))
         wanted = {graph.by_label[lab] for lab in target}
-        if files:
-            named = set(files)
-            wanted |= {t.id for t in graph.targets if not named.isdisjoint(t.srcs)}
+        if files:  # (a target reads its srcs; a pyrule, the modules its function imports too)
+            from buildtool.keys import pyrule_module_files
+
+            named, root = set(files), builder.loader.ws.root
+            wanted |= {t.id for t in graph.targets if not named.isdisjoint(t.srcs)
+                       or (t.kind == "pyrule" and t.fn and not named.isdisjoint(pyrule_module_files(root, t.fn)))}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         seen = set(wanted)
         stack = list(wanted)

@@ -58,6 +58,12 @@ def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspac
     assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == want
     assert sorted(_q(workspace, "rdeps(//..., //lib:sub/deep.txt)")) == want
     assert _q(workspace, "rdeps(//app:other, //lib:src.txt)") == []  # (no target of that universe reads it)
+    # A pyrule's module (and one it imports) is read by it, though in no srcs.
+    workspace.write("tools/__init__.py", "")
+    workspace.write("tools/h.py", "X = 1\n")
+    workspace.write("tools/mk.py", "from tools import h\ndef run(srcs, outs):\n    open(outs[0], 'w').write('x')\n")
+    workspace.build_file("gen", 'pyrule(name="p", fn="tools.mk:run", outs=["p.txt"])\n')
+    assert _q(workspace, "rdeps(//..., //:tools/h.py)") == ["//gen:p"]
     rc, _, err = workspace.run("query", "rdeps(//..., //lib:nothere.txt)")
     assert rc == 2 and "nothere.txt" in err, err
 
