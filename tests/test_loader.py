@@ -66,6 +66,15 @@ def test_a_process_started_by_a_buildfile_is_noted_with_subprocess_imported_befo
     quiet = Loader(Workspace(str(_workspace(tmp_path / "q", "import subprocess\n")), "", ()))
     quiet.load("")
     assert quiet.spawned is None
+    # First imported by the BUILD.py (a fresh interpreter: here it was imported long ago),
+    # subprocess took the stand-in for good, and every command of the build counted.
+    ws = tmp_path / "q" / "ws"  # (its BUILD.py imports subprocess, and calls nothing)
+    script = ("import sys\nassert 'subprocess' not in sys.modules\n"
+              "from buildtool.loader import Loader\nfrom buildtool.workspace import Workspace\n"
+              f"Loader(Workspace({str(ws)!r}, '', ())).load('')\n"
+              "import subprocess, _posixsubprocess\nassert subprocess._fork_exec is _posixsubprocess.fork_exec\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
 
 
 def test_a_compiled_module_imported_before_importlib_util_is(tmp_path: Path) -> None:
