@@ -537,7 +537,7 @@ class Session:
                 remote.finish(console.out, events)
             if tests is not None:
                 shown = outcomes
-                if focus is not None:  # (watch, the snapshot's incremental build): the tests left out
+                if focus is not None:  # (a watch cycle; the snapshot's path is build-only): the tests left out
                     # of the plan passed last time and none of their inputs changed since: cached
                     # passes, as a full `test` shows them (JUnit lost them, and the summary's count)
                     shown = dict(outcomes)
