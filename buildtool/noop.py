@@ -1130,8 +1130,8 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
         if isinstance(e, OSError) or type(e).__module__ == "buildtool.errors":
             return None  # the full path reports it
         raise
-    if not os.path.exists(_path(ws.state_dir)):
-        return None
+    if not os.path.exists(_path(ws.state_dir)) or os.path.islink(ws.state_dir):
+        return None  # (a link: the full path refuses it)
     lock = WorkspaceLock(ws.state_dir)
     try:
         lock.acquire(False, lambda _msg: None)

@@ -895,9 +895,9 @@ class Session:
 
     def clean(self) -> int:
         state = self.ws.state_dir
-        if not os.path.isdir(state):
+        if not os.path.isdir(state) or os.path.islink(state):
             if os.path.lexists(state):
-                self.ws.ensure_state_dir()  # says what is in the way (exit 2)
+                self.ws.ensure_state_dir()  # says what is in the way (exit 2), a link too
             return 0
         lock = WorkspaceLock(state)
         lock.acquire(True, _say)

@@ -82,6 +82,9 @@ class Workspace:
         """The state dir, made if missing; a file or other non-directory in its place is
         not buildtool's to delete: exit 2, saying so."""
         path = self.state_dir
+        if os.path.islink(path):  # (checked in, say: clean emptied, and builds wrote and removed, where it led)
+            _refuse(f"{path} is a symbolic link (to {os.readlink(path)!r}); buildtool keeps its state in a "
+                    "directory of the workspace's own, whose contents it deletes: remove the link and build again")
         if not os.path.isdir(path):
             if os.path.lexists(path):
                 msg = (f"{path} must be buildtool's state directory but is a file (or a link to one); "

@@ -612,6 +612,22 @@ def test_a_source_replaced_by_a_named_pipe_after_a_build_does_not_hang(make_work
     assert rc == 2 and "is a named pipe, not a file" in err, out + err
 
 
+def test_a_state_directory_that_is_a_symbolic_link_is_refused_and_its_target_untouched(make_workspace) -> None:
+    """A checked-in `.buildtool -> ../victim`: `clean` emptied the victim directory (all but a
+    `lock`), and builds wrote their state there and removed its `tmp`."""
+    ws = make_workspace("statelink")
+    ws.write("a", "x\n")
+    ws.write("BUILD.py", 'genrule(name="g", srcs=["a"], outs=["o"], cmd="cat $< > $@")\n')
+    victim = ws.root.parent / "victim"
+    (victim / "tmp").mkdir(parents=True)
+    (victim / "notes.txt").write_text("precious\n")
+    os.symlink("../victim", ws.root / ".buildtool")
+    for command in ("clean", "build", "explain"):
+        rc, _, err = ws.run(command)
+        assert rc == 2 and ".buildtool is a symbolic link" in err and "remove the link" in err, (command, err)
+    assert sorted(p.name for p in victim.iterdir()) == ["notes.txt", "tmp"]
+
+
 @pytest.mark.parametrize("damage", ["state-is-a-file", "lock-is-a-directory", "tmp-is-a-file"])
 def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_workspace, damage: str) -> None:
     ws = make_workspace("state")
