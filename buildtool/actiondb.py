@@ -261,6 +261,8 @@ class ActionDB:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
+            if os.path.islink(self.path):  # (planted: SQLite would write its tables into the file it leads to)
+                raise _sqlite().DatabaseError("it is a symbolic link, not the cache's own file")
             conn = _sqlite().connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             from buildtool.atomic import share
 

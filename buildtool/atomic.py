@@ -47,9 +47,9 @@ def share(path_or_fd: str | int) -> None:
     import stat
 
     try:
-        st = os.fstat(path_or_fd) if isinstance(path_or_fd, int) else os.stat(path_or_fd)
-        if st.st_mode & bits == bits or st.st_uid != os.geteuid():
-            return
+        st = os.fstat(path_or_fd) if isinstance(path_or_fd, int) else os.lstat(path_or_fd)
+        if st.st_mode & bits == bits or st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
+            return  # (a link: chmod would change what it leads to)
         if not (stat.S_ISDIR(st.st_mode) or st.st_mode & 0o200):
             return
         mode = stat.S_IMODE(st.st_mode) | bits  # (a setgid bit stays)

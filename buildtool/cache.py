@@ -243,6 +243,8 @@ class Cache:
         if d not in self._made:
             make_dirs(d)  # (an output's directory may be 1,000 levels deep: os.makedirs recurses)
             if d.startswith(self.dir + os.sep):  # (a shard of cas/: the team's too, if the umask shares)
+                if os.path.islink(d):  # (planted: blobs would be written, and modes changed, where it leads)
+                    raise OSError(errno.ELOOP, "a symbolic link where the cache keeps a directory", d)
                 share(d)
             self._made.add(d)
 
@@ -645,8 +647,8 @@ class Cache:
             return False
 
     def _write_failed(self, e: OSError, dest: str) -> None:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-            where = e.filename if e.errno in (errno.EACCES, errno.EPERM) and e.filename else None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ELOOP):
+            where = e.filename if e.errno in (errno.EACCES, errno.EPERM, errno.ELOOP) and e.filename else None
             self._disable(f"cannot write to the cache ({e.strerror}{f': {where}' if where else ''})")
         elif e.errno == errno.ENOENT and not os.path.isdir(os.path.join(self.dir, "tmp")):
             # (made with the layout: gone, every later write would fail alike)

@@ -266,6 +266,10 @@ def _actions(v_dir: str) -> ActionDB:
     return ActionDB(v_dir, lambda _msg: None, lambda _msg: None)
 
 
+_SHARD = re.compile("[0-9a-f]{2}")
+_BLOB = re.compile("[0-9a-f]{64}")
+
+
 def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
     """Entries (from the action database) and blobs; ActionDBError (an OSError) if the
     database cannot be read, so that no blob is ever taken for unreferenced by mistake."""
@@ -284,17 +288,22 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
         s.entries.append((used, key, len(raw), refs))
         s.entry_bytes += len(raw)
     base = os.path.join(v_dir, "cas")
-    try:
-        shards = os.listdir(base)
+    try:  # (never through a link: what gc deletes must be the cache's own; one planted in a
+        # team's or a restored cache led it to empty another directory)
+        shards = [] if os.path.islink(base) else os.listdir(base)
     except OSError:
         shards = []
     for shard in shards:
         d = os.path.join(base, shard)
+        if not _SHARD.fullmatch(shard) or os.path.islink(d):
+            continue
         try:
             names = os.listdir(d)
         except OSError:
             continue
         for name in names:
+            if not name.startswith(shard) or not _BLOB.match(name):  # (a digest, or a temp file named after one)
+                continue
             try:
                 size = os.lstat(os.path.join(d, name)).st_size
             except OSError:
@@ -358,7 +367,7 @@ def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:
     now = time.time()
     tmp_dir = os.path.join(v_dir, "tmp")
     with contextlib.suppress(OSError):
-        for name in os.listdir(tmp_dir):
+        for name in ([] if os.path.islink(tmp_dir) else os.listdir(tmp_dir)):  # (a planted link: not ours)
             p = os.path.join(tmp_dir, name)
             with contextlib.suppress(OSError):
                 if now - os.lstat(p).st_mtime > TMP_MAX_AGE_S and _unlink(p):

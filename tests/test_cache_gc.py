@@ -3,6 +3,7 @@ and GC running while a build restores from the same cache."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -339,6 +340,48 @@ def test_gc_counts_the_blobs_it_could_not_delete_and_says_so(
     out, err = capsys.readouterr()
     monkeypatch.undo()
     assert rc == 0 and "evicted 0 entries" in out, out + err
+
+
+def test_links_planted_in_the_cache_lead_gc_and_builds_nowhere_outside_it(workspace: Workspace, tmp_path: Path) -> None:
+    """A team's (group-writable) or a restored cache: `v2/tmp` linked to another directory
+    had gc empty it, a `cas/pr` link had gc delete that directory's `pr*` entries, a linked
+    shard received blobs (and a chmod), and a linked actions.db got the cache's tables."""
+    import sqlite3
+
+    sized_targets(workspace, {"a": 3 * KIB, "b": 3 * KIB})
+    assert workspace.build().rc == 0
+    v2 = layout_dir(workspace.cache)
+    victim = tmp_path / "victim"
+    (victim / "projects").mkdir(parents=True)
+    (victim / "prices.csv").write_text("1\n")
+    (victim / "notes.txt").write_text("n\n")
+    old = time.time() - 7 * 86400
+    for p in (victim / "prices.csv", victim / "notes.txt", victim / "projects"):
+        os.utime(p, (old, old))
+    shutil.rmtree(v2 / "tmp")
+    os.symlink(victim, v2 / "tmp")
+    os.symlink(victim, v2 / "cas" / "pr")
+    other_db = tmp_path / "other.db"
+    sqlite3.connect(other_db).execute("CREATE TABLE mine (x)").connection.commit()
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            (v2 / ("actions.db" + suffix)).unlink()
+    os.symlink(other_db, v2 / "actions.db")
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "0")
+    assert rc in (0, 1), out + err
+    assert sorted(p.name for p in victim.iterdir()) == ["notes.txt", "prices.csv", "projects"], err
+    assert [r[0] for r in sqlite3.connect(other_db).execute("SELECT name FROM sqlite_master")] == ["mine"]
+    # A build storing into a linked shard: storing is off, said with the path; nothing lands there.
+    for shard in [p for p in (v2 / "cas").iterdir() if p.is_dir() and not p.is_symlink()]:
+        shutil.rmtree(shard)
+        os.symlink(victim, shard)
+    for n in "ab":
+        workspace.path(f"{n}.bin").unlink()
+    sized_targets(workspace, {"a": 3 * KIB + 1, "b": 3 * KIB + 1})
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert sorted(p.name for p in victim.iterdir()) == ["notes.txt", "prices.csv", "projects"], r.output
+    assert oct(victim.stat().st_mode & 0o777) == oct(0o755)
 
 
 def test_what_a_build_stored_before_the_cache_turned_off_is_counted(workspace: Workspace) -> None:
