@@ -63,7 +63,8 @@ FORMAT_VERSION = 12  # v6: the body in marshal, not JSON (json pulls in re and e
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
-GRAPH_HEADER = b"# buildtool graph v4 "
+# v5: the checksum is keyed with this user's secret (_user_key), preceded by the key's id
+GRAPH_HEADER = b"# buildtool graph v5 "
 WINDOW_NS = 50_000_000
 COARSE_WINDOW_NS = 2_000_000_000
 ENV_PREFIXES = ("BUILDTOOL_",)
@@ -489,8 +490,9 @@ def write(
     try:
         if keep is None:
             data = pickle.dumps(graph, protocol=-1)  # -1: the highest
-            gsum = _graph_sum(data)
-            write_atomic(_graph_path(state_dir), GRAPH_HEADER + gsum + b"\n" + data)
+            key = _user_key()
+            gsum = _graph_sum(data, key)
+            write_atomic(_graph_path(state_dir), GRAPH_HEADER + _key_id(key) + b" " + gsum + b"\n" + data)
             body["graph"] = gsum.decode()
         raw = marshal.dumps(body, MARSHAL_VERSION)
         from array import array
@@ -560,9 +562,13 @@ def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) ->
     head, nl, body = data.partition(b"\n")
     if not head.startswith(GRAPH_HEADER) and head.startswith(GRAPH_HEADER.split(b" v")[0] + b" v"):
         return None  # another version's: evaluated afresh, as after an upgrade (an empty or foreign file: damaged)
+    key = _user_key()
+    key_id, _, gsum = head[len(GRAPH_HEADER):].partition(b" ")
+    if head.startswith(GRAPH_HEADER) and nl and (key is None or key_id != _key_id(key)):
+        return None  # written under another key (this user's made anew after a reboot's /tmp), or none here
     try:
-        if head.startswith(GRAPH_HEADER) and nl and head[len(GRAPH_HEADER):] == _graph_sum(body):
-            if head[len(GRAPH_HEADER):].decode() == expected:
+        if head.startswith(GRAPH_HEADER) and nl and gsum == _graph_sum(body, key):
+            if gsum.decode() == expected:
                 return pickle.loads(body)
             warn(f"{_graph_path(state_dir)} is not the graph the no-op snapshot was written with; evaluating the "
                  "BUILD.py files again")
@@ -573,10 +579,62 @@ def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) ->
     return None
 
 
-def _graph_sum(data: bytes) -> bytes:
+def _graph_sum(data: bytes, key: bytes | None) -> bytes:
+    """The pickle's BLAKE3, keyed with this user's secret: a forged ``.buildtool/`` (a CI
+    cache restored, a checkout, a copy) cannot name a pickle of its own making, so none
+    is ever unpickled (a pickle runs code).  Unkeyed where there is no key: then never loaded."""
     import blake3
 
-    return blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest().encode()
+    h = blake3.blake3(key=key, max_threads=blake3.blake3.AUTO) if key else blake3.blake3(max_threads=blake3.blake3.AUTO)
+    h.update(data)
+    return h.hexdigest().encode()
+
+
+def _key_id(key: bytes | None) -> bytes:
+    """Which key a graph was written under (not secret: a digest of it)."""
+    if key is None:
+        return b"none"
+    import blake3
+
+    return blake3.blake3(b"buildtool graph key id " + key).hexdigest(8).encode()
+
+
+def _user_key() -> bytes | None:
+    """This user's 32-byte secret for the graph's checksum: ``/tmp/buildtool-<uid>/graph-key``
+    (0600, in a 0700 directory of this user's own), made if missing; None where there is
+    no such place or the file is not this user's alone."""
+    from buildtool.workspace import private_tmp_dir
+
+    d = private_tmp_dir()
+    if d is None:
+        return None
+    path = os.path.join(d, "graph-key")
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                continue  # (another buildtool made it meanwhile: read that one)
+            except OSError:
+                return None
+            try:
+                os.write(fd, os.urandom(32))
+            finally:
+                os.close(fd)
+            continue
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            key = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077 or len(key) != 32:
+            return None
+        return key
+    return None
 
 
 def _listing(root: str, rel: str, outputs: Container[str]) -> str | None:

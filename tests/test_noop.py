@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -537,6 +538,47 @@ def test_relative_paths_a_build_reads_are_signed_where_they_were_read(tmp_path: 
     time.sleep(0.1)
     r = _bt_in(sub, cache, "build", "//...", path_prefix=".")
     assert r.returncode == 0 and (sub / "y.out").read_text() == "y\n", r.stdout + r.stderr
+
+
+class _Planted:
+    """A pickle that runs code when loaded: touches ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def test_a_graph_pickle_made_elsewhere_is_never_unpickled(ws: Path, tmp_path: Path) -> None:
+    """A `.buildtool/` restored from a CI cache, checked in or copied: its noop snapshot can
+    be forged to name any graph checksum, and the graph was unpickled (a pickle runs code).
+    The checksum is keyed with this user's secret now: one made without it is refused."""
+    import blake3
+
+    from buildtool import noop
+
+    cache = tmp_path / "cache"
+    settle(ws, cache)
+    state = str(ws / ".buildtool")
+    graph_file = ws / ".buildtool" / "graph"
+    head = graph_file.read_bytes().partition(b"\n")[0]
+    assert head.startswith(noop.GRAPH_HEADER)
+    key_id = head[len(noop.GRAPH_HEADER):].partition(b" ")[0]
+    pwned = tmp_path / "pwned"
+    data = pickle.dumps(_Planted(str(pwned)))
+    forged = blake3.blake3(data).hexdigest().encode()  # (what a forger can compute: no key)
+    # As the format was (the plain BLAKE3 after the header), and with the key's id copied
+    # from a graph file the forger could read: neither loads.
+    for head in (noop.GRAPH_HEADER + forged, noop.GRAPH_HEADER + key_id + b" " + forged):
+        graph_file.write_bytes(head + b"\n" + data)
+        assert noop.load_graph(state, lambda _m: None, forged.decode()) is None
+        assert not pwned.exists(), "the planted pickle ran"
+    # The real one (written by a build) loads.
+    assert bt(ws, cache, "build").returncode == 0
+    (ws / "a.txt").write_text("edited\n")
+    r = bt(ws, cache, "build")
+    assert r.returncode == 0 and not pwned.exists(), r.stdout + r.stderr
 
 
 def test_another_install_of_the_same_version_takes_the_full_path(ws: Path, tmp_path: Path) -> None:
