@@ -394,6 +394,22 @@ def test_cache_server_killed_in_the_middle_of_a_build(
         server.stop()
 
 
+@pytest.mark.parametrize(("args", "env"), [
+    ([], {"BUILDTOOL_REMOTE_CACHE": "https://ci:4711#Xy9SECRET@cache.example.com/team"}),
+    ([], {"BUILDTOOL_REMOTE_CACHE": "https://ci:Xy9?SECRET@cache.example.com/team"}),
+    (["--remote-cache", "http://127.0.0.1:1", "--remote-header", "Authorization: Bearer SECRET"], None),
+    ([], {"BUILDTOOL_REMOTE_CACHE": "http://127.0.0.1:1", "BUILDTOOL_REMOTE_HEADERS": "authorization=Bearer a,SECRET"}),
+    (["--remote-cache", "http://127.0.0.1:1", "--remote-header", "=SECRET"], None),
+], ids=["hash-in-password", "query-in-password", "curl-header", "comma-in-value", "no-key"])
+def test_a_refused_remote_option_never_shows_its_secret(workspace: Workspace, args: list[str],
+                                                        env: dict[str, str] | None) -> None:
+    """An unencoded '#' or '?' in a URL's password moved the '@' out of urlsplit's netloc,
+    and a header given in curl's syntax (or split at a ',' in its value) was echoed whole."""
+    workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    rc, out, err = workspace.run("build", *args, env_extra=env)
+    assert rc == 2 and "SECRET" not in out + err and "Traceback" not in err, err
+
+
 def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
     rc, _, err = workspace.run("build", "--remote-cache", "ftp://example.com")

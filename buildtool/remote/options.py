@@ -107,6 +107,12 @@ def _redacted(url: str) -> str:
     alone, which may be a token, as well)."""
     import urllib.parse
 
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:  # (by the last @, not urlsplit's netloc: a '#', '?' or '/' in an unencoded
+        # password ends the netloc early, and the rest of the password was shown as a path or fragment)
+        userinfo, _, host = rest.rpartition("@")
+        shown = f"{userinfo.partition(':')[0]}:***" if ":" in userinfo else "***"
+        return f"{scheme}://{shown}@{host}"
     try:
         u = urllib.parse.urlsplit(url)
     except ValueError:
@@ -139,13 +145,16 @@ def parse_headers(items: list[str] | dict[str, str], what: str = "--remote-heade
     else:
         pairs = []
         for i in items:
-            if not isinstance(i, str) or "=" not in i:
-                msg = f"{what} must be KEY=VALUE (got {i!r})"
+            if not isinstance(i, str) or "=" not in i:  # (shown up to a ':' or blank: the rest may be a token,
+                # "Authorization: Bearer ..." in curl's syntax)
+                got = f"{i.partition(':')[0].strip()!r}: ..." if isinstance(i, str) and ":" in i else \
+                    "an entry without '='"  # (a value split at a ',' in it: all of it may be the token)
+                msg = f"{what} must be KEY=VALUE (got {got}; what may be a token is not shown)"
                 raise ValueError(msg)
             pairs.append(tuple(i.partition("=")[::2]))
     for k, v in pairs:
         if not isinstance(k, str) or not k.strip():
-            msg = f"{what} must be KEY=VALUE with a non-empty KEY (got {k!r}={v!r})"
+            msg = f"{what} must be KEY=VALUE with a non-empty KEY (got {k!r}=...; the value is not shown)"
             raise ValueError(msg)
         if not isinstance(v, str):
             msg = f"{what}: the value of {k!r} must be a string (got {v!r})"
