@@ -588,8 +588,9 @@ def recent_builds(v_dir: str, n: int = RECENT_BUILDS) -> list[dict[str, Any]]:
             obj = json.loads(ln)
         except ValueError:
             continue
-        if isinstance(obj, dict) and obj.get("v") == STATS_VERSION:
-            out.append(obj)
+        if isinstance(obj, dict) and obj.get("v") == STATS_VERSION and all(
+                type(v) is int and 0 <= v < 1 << 62 for k, v in obj.items() if k not in ("v", "t")):
+            out.append(obj)  # (a count of another type or size: a damaged or planted line, skipped)
     return out
 
 
