@@ -470,7 +470,7 @@ class Session:
             jobs = req.jobs or cfg.jobs or cpu_count()
             if cfg.remote_executor and cfg.remote_jobs:  # remote actions do not use local cores
                 jobs = max(jobs, cfg.remote_jobs)
-            console.estimate(weights, jobs)
+            console.estimate(weights, jobs, wanted)
             jobs = _fit_fd_limit(jobs, _warn)
             load_limit: LoadLimit | None = None
             if req.load is not None:
