@@ -197,6 +197,7 @@ class Tracker:
         self._lines: list[bytes] = []  # what the file holds: written again if it is deleted
         self._mu = threading.Lock()  # spawns come from the scheduler's thread and worker threads
         self._marks: dict[str, int] = {}  # a lane's capture prefix -> its marker file, open
+        self._sizes: dict[str, int] = {}  # an exact record's file -> the length it holds
         self._spare = _spare_path(state_dir)
         try:
             fd = os.open(self.path, self._FLAGS, 0o644)
@@ -276,9 +277,14 @@ class Tracker:
             if fd is None:  # (never through a link: a record is written at its start)
                 fd = os.open(lane, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
                 self._marks[lane] = fd
+                self._sizes[lane] = -1  # (what it held before: unknown)
             if exact:  # (its length is the record's: ended by truncation, not padding)
-                os.pwrite(fd, record, 0)
-                os.ftruncate(fd, len(record))
+                held, self._sizes[lane] = self._sizes.get(lane, -1), -1  # (unknown until both calls succeed)
+                if record:
+                    os.pwrite(fd, record, 0)
+                if held != 0:  # (over an empty file, a record needs no truncation and an empty one
+                    os.ftruncate(fd, len(record))  # nothing: one call a command each way)
+                self._sizes[lane] = len(record)
             else:
                 os.pwrite(fd, record.ljust(MARK_SIZE), 0)
 
