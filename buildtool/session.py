@@ -612,7 +612,7 @@ class Session:
                         self._write_snapshot(req, state, graph, runner, *self._struct_of(loader), seen, relied,
                                              listed=listed, cwd=cwd, carry=carry)
                     elif req.verbose:
-                        _say(f"buildtool: note: {loader.spawned} started a process while it was evaluated; what "
+                        _say(f"note: {loader.spawned} started a process while it was evaluated; what "
                              "that process read cannot be tracked, so every build evaluates the BUILD.py files "
                              "(no no-op snapshot)")
         if sched.interrupt is not None:

@@ -637,7 +637,8 @@ def test_a_buildfile_that_starts_a_process_is_evaluated_on_every_build(tmp_path:
         time.sleep(0.1)
     assert not (ws / ".buildtool" / "noop").exists()
     r = bt(ws, cache, "build", "-v")
-    assert "note: BUILD.py started a process while it was evaluated" in r.stderr, r.stderr
+    assert "buildtool: note: BUILD.py started a process while it was evaluated" in r.stderr, r.stderr
+    assert "buildtool: buildtool:" not in r.stderr, r.stderr
     (ws / "data" / "v.txt").write_text("no!\n")  # (same size: the directory's listing stays)
     r = bt(ws, cache, "build")
     assert r.returncode == 0 and (ws / "v.out").read_text() == ("no!\n" if how == "subprocess" else "no\n"), \
