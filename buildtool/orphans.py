@@ -80,27 +80,34 @@ def capture_of(lane: str) -> str:
     return f"{lane}.capture"
 
 
+def _lane_files(state_dir: str, holder: int) -> list[tuple[str, str]]:
+    """(path, what follows the lane's number: ``.capture``, ``.capture.out``, ...) of the
+    files beside ``holder``'s lane directories in the state's ``tmp/``."""
+    lanes = _lanes_of(state_dir, holder)
+    tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        lane, dot, rest = name.removeprefix(head).partition(".")
+        if name.startswith(head) and lane.isdigit() and dot:
+            out.append((os.path.join(tmp, name), dot + rest))
+    return out
+
+
 def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
     """(device, inode) of what captured the output of the commands ``holder``'s lanes were
     running: the memory files their markers (``<lane>.capture``) name, and the files
     ``<lane>.capture.out`` and ``.err`` (where there were no memory files)."""
-    lanes = _lanes_of(state_dir, holder)
-    tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
     marker = capture_of("")
     suffixes = (marker + ".out", marker + ".err")
     out: set[tuple[int, int]] = set()
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        return out
-    for name in names:
-        lane, dot, rest = name.removeprefix(head).partition(".")
-        if not (name.startswith(head) and lane.isdigit()):
-            continue
-        path = os.path.join(tmp, name)
-        if dot + rest == marker:
+    for path, kind in _lane_files(state_dir, holder):
+        if kind == marker:
             out |= _marked(path)
-        elif dot + rest in suffixes:
+        elif kind in suffixes:
             try:
                 st = os.stat(path)
             except OSError:
@@ -111,18 +118,12 @@ def _capture_files(state_dir: str, holder: int) -> set[tuple[int, int]]:
 
 def _being_written(state_dir: str, holder: int) -> list[str]:
     """The outputs ``holder``'s lanes named as being written when it died (``Tracker.writing``)."""
-    lanes = _lanes_of(state_dir, holder)
-    tmp, head = os.path.dirname(lanes), os.path.basename(lanes)
-    suffix = capture_of("") + OUTS_SUFFIX
+    kind = capture_of("") + OUTS_SUFFIX
     out: list[str] = []
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        return out
-    for name in names:
-        if name.startswith(head) and name.endswith(suffix) and name[len(head):-len(suffix)].isdigit():
+    for path, k in _lane_files(state_dir, holder):
+        if k == kind:
             try:
-                with open_regular(os.path.join(tmp, name)) as f:
+                with open_regular(path) as f:
                     data = f.read(1 << 24)
             except OSError:
                 continue
