@@ -180,6 +180,24 @@ class Graph:
                     stack.append(d)
         return seen
 
+    def closure_inputs(self, tid: int) -> list[str]:
+        """``tid``'s inputs, then those of every target it depends on, directly or not
+        (their sources and their own dependencies' outputs), each path once: what a test
+        may read at run time, as Bazel's runfiles are transitive (a wrapper that reads a
+        file made two levels down), and so what a remote worker's input root must hold.
+        A test's key covers them through its dependencies' closure digests (runner.py)."""
+        seen: dict[str, None] = dict.fromkeys(self.inputs[tid])
+        stack = list(self.targets[tid].deps)
+        visited = set(stack)
+        while stack:
+            j = stack.pop()
+            seen.update(dict.fromkeys(self.inputs[j]))
+            for d in self.targets[j].deps:
+                if d not in visited:
+                    visited.add(d)
+                    stack.append(d)
+        return list(seen)
+
     def outputs_of(self, tid: int) -> tuple[str, ...]:
         """The files a label stands for: its outputs, or a group's members' outputs."""
         t = self.targets[tid]
@@ -358,27 +376,6 @@ def _boundary_file(path: str) -> str | None:
     if name == CACHEDIR_TAG and d:  # (one at the root is ignored)
         return f"a {CACHEDIR_TAG}, which marks {d}/ a cache directory that this workspace skips"
     return None
-
-
-def _add_transitive_inputs(
-    dep_ids: list[int], targets: list[Any], inputs: list[tuple[str, ...]], ins: list[str], seen: set[str],
-) -> None:
-    """Append to a test's ``ins`` the inputs of every target it depends on, directly or not
-    (their sources and their own dependencies' outputs), as Bazel's runfiles are
-    transitive: a test that runs a wrapper which reads a file made two levels down must
-    run again when that file changes, though the wrapper's own output did not."""
-    stack = list(dep_ids)
-    visited = set(dep_ids)
-    while stack:
-        j = stack.pop()
-        for p in inputs[j]:
-            if p not in seen:
-                seen.add(p)
-                ins.append(p)
-        for d in targets[j].deps:
-            if d not in visited:
-                visited.add(d)
-                stack.append(d)
 
 
 class GraphBuilder:
@@ -1096,7 +1093,6 @@ class GraphBuilder:
             targets[i] = t
             ins: list[str] = []
             seen: set[str] = set()
-            dep_ids: list[int] = list(t.deps)  # (in order, once each)
             for k, v in refs[lab]:
                 paths: Iterable[str]
                 if k == "file":
@@ -1108,10 +1104,8 @@ class GraphBuilder:
                     if p not in seen:
                         seen.add(p)
                         ins.append(p)
-            if t.kind == "test":  # what a test runs may read what its dependencies read or made, at any depth
-                _add_transitive_inputs(dep_ids, targets, inputs, ins, seen)
             inputs[i] = tuple(ins)
-            for j in dep_ids:
+            for j in t.deps:
                 dependents[j].append(i)
             outs_of[i] = inputs[i] if t.kind == "group" else t.outs
             for o in t.outs:

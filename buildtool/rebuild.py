@@ -84,6 +84,9 @@ def why_changed(
     decides the reason code, and the message lists up to a few differences."""
     if old is None:
         return Reason.NEW, NOT_RECORDED
+    if _flat_test_closure(old, new):
+        return Reason.DEFINITION_CHANGED, ("the test's key format changed: its dependencies' inputs are keyed "
+                                           "through their closure digests now, not listed one by one")
     found: list[tuple[Reason, str]] = []
     if old.get("cmd") != new.get("cmd"):
         was, now = _clip_pair(str(old.get("cmd")), str(new.get("cmd")))
@@ -108,11 +111,14 @@ def why_changed(
                 (Reason.TOOL_CHANGED, f"tool {k} changed ({_short(otools.get(k))} -> {_short(ntools.get(k))})")
             )
     oin, nin = old.get("inputs", {}), new.get("inputs", {})
+    made_other: set[str] = set()  # dependencies whose outputs changed (what they read did too: said once)
     for p, d in nin.items():
         od = oin.get(p)
         if od == d:
             continue
         owner = owner_of(p)
+        if owner is not None:
+            made_other.add(owner)
         if od is None:
             found.append((Reason.INPUTS_ADDED_REMOVED, f"input {p} was added"))
         elif owner is not None and _where(od) != _where(d):  # (two hash functions: no telling the content)
@@ -141,8 +147,11 @@ def why_changed(
         if p in nin:
             found.append(_mode_changed(p, owner_of(p), "is no longer executable", oin.get(p) == nin[p]))
     for k in sorted(set(oextra) | set(nextra)):
+        if k.startswith("closure:") and k[len("closure:"):] in made_other and k in oextra and k in nextra:
+            continue
         if oextra.get(k) != nextra.get(k):
-            found.append((Reason.DEFINITION_CHANGED, _extra_changed(k, oextra.get(k), nextra.get(k))))
+            code = Reason.DEP_CHANGED if k.startswith("closure:") else Reason.DEFINITION_CHANGED
+            found.append((code, _extra_changed(k, oextra.get(k), nextra.get(k))))
     if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
         found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))
     if not found:
@@ -151,6 +160,16 @@ def why_changed(
     if len(found) > 4:
         msgs.append(f"and {len(found) - 4} more differences")
     return found[0][0], "; ".join(msgs)
+
+
+def _flat_test_closure(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``old`` is a test's description from before closure digests, which listed
+    every input of its dependencies, at any depth, in ``inputs``: its first run after the
+    upgrade would otherwise list thousands of inputs "removed"."""
+    oextra, nextra = old.get("extra"), new.get("extra", {})
+    if old.get("kind") != "test" or not isinstance(oextra, dict) or any(k.startswith("closure:") for k in oextra):
+        return False
+    return any(k.startswith("closure:") for k in nextra)
 
 
 def _mode_changed(p: str, owner: str | None, how: str, same: bool) -> tuple[Reason, str]:
@@ -188,6 +207,12 @@ def _clip_pair(a: str, b: str, n: int = 80) -> tuple[str, str]:
 
 def _extra_changed(key: str, old: Any, new: Any) -> str:
     """The sentence for one changed ``extra`` entry of an action description."""
+    if key.startswith("closure:"):  # a test's dependency: what it reads, at any depth
+        label = key[len("closure:"):]
+        if old is None or new is None:
+            return f"dependency {label} was {'added' if old is None else 'removed'}"
+        return (f"something dependency {label} reads changed, at some depth: a source of it or of a target "
+                f"below it, or an output one of them made (closure {_short(old)} -> {_short(new)})")
     if key.startswith("module:"):  # a pyrule's module or one it imports
         path = key[len("module:"):]
         if old is None or new is None:

@@ -54,6 +54,39 @@ def test_a_dependency_s_output_names_its_producer() -> None:
         Reason.DEP_CHANGED, "dependency //:gen produced a different output a.txt (aaaaaaaa -> cccccccc)")
 
 
+TEST: dict[str, Any] = {**BASE, "kind": "test", "cmd": "sh run.sh", "inputs": {"run.sh": "aa" * 32},
+                        "extra": {"closure://tool:run": "11" * 32, "closure://lib:data": "22" * 32}}
+
+
+def test_a_test_names_the_dependency_below_which_something_changed() -> None:
+    """A test's key holds its dependencies' closure digests: what changed is said by the
+    dependency it is below, and not again beside a changed output of that dependency."""
+    owner = {"run.sh": "//tool:run"}.get
+    below = {**TEST, "extra": {**TEST["extra"], "closure://lib:data": "33" * 32}}
+    assert why_changed(TEST, below, owner) == (Reason.DEP_CHANGED, (
+        "something dependency //lib:data reads changed, at some depth: a source of it or of a target below it, "
+        "or an output one of them made (closure 22222222 -> 33333333)"))
+    both = {**below, "inputs": {"run.sh": "cc" * 32}, "extra": {**below["extra"], "closure://tool:run": "44" * 32}}
+    code, said = why_changed(TEST, both, owner)
+    assert code is Reason.DEP_CHANGED and said.split("; ") == [
+        "dependency //tool:run produced a different output run.sh (aaaaaaaa -> cccccccc)",
+        "something dependency //lib:data reads changed, at some depth: a source of it or of a target below it, "
+        "or an output one of them made (closure 22222222 -> 33333333)"], said
+    fewer = {**TEST, "extra": {"closure://tool:run": "11" * 32}}
+    assert why_changed(TEST, fewer, owner) == (Reason.DEP_CHANGED, "dependency //lib:data was removed")
+
+
+def test_a_test_recorded_with_its_closure_listed_file_by_file_says_the_format_changed() -> None:
+    """Before closure digests a test's ``inputs`` listed every file below it: its first run
+    after the upgrade says so once, not "input ... was removed" thousands of times."""
+    old = {**TEST, "inputs": {"run.sh": "aa" * 32, "lib/data.txt": "bb" * 32, "lib/data.in": "cc" * 32},
+           "extra": {}}
+    assert why_changed(old, TEST, _no_owner) == (Reason.DEFINITION_CHANGED, (
+        "the test's key format changed: its dependencies' inputs are keyed through their closure digests now, "
+        "not listed one by one"))
+    assert why_changed({**old, "kind": "genrule"}, TEST, _no_owner)[1].startswith("input lib/data.txt was removed")
+
+
 def test_no_record_and_no_visible_difference() -> None:
     assert why_changed(None, BASE, _no_owner) == (Reason.NEW, NOT_RECORDED)
     assert why_changed(BASE, dict(BASE), _no_owner) == (Reason.DEFINITION_CHANGED, "the action key changed")

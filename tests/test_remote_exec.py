@@ -618,6 +618,36 @@ def test_a_test_pass_from_the_executors_action_cache_is_reported_cached(
         in ev["reason"] and "executed remotely on" not in ev["reason"], ev
 
 
+def test_a_remote_test_gets_every_file_its_dependencies_read_at_any_depth(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A test's key holds its dependencies' closure digests, not their files: its remote
+    input root must still hold the data file two levels down that the script it runs
+    reads, and editing that file (the script comes out byte for byte the same) must run
+    the test again, remotely, with the new file, as --remote-download minimal must fetch
+    the files left remote below a test that runs here."""
+    ws = make_workspace("closure")
+    ws.write("lib/data.in", "ok\n")
+    ws.build_file("lib", 'genrule(name="data", srcs=["data.in"], outs=["data.txt"], cmd="cp $< $@")\n')
+    ws.build_file("tool", 'genrule(name="check", srcs=["//lib:data"], outs=["check.sh"], '
+                          'cmd="printf \'grep -qx ok lib/data.txt && grep -qx ok lib/data.in\\\\n\' > $@")\n')
+    ws.build_file("", 'test(name="t", srcs=["//tool:check"], cmd="sh tool/check.sh")\n'
+                      'test(name="here", srcs=["//tool:check"], cmd="sh tool/check.sh", local=True)\n')
+    remote = ("--remote-executor", stack.url)
+    r = ws.build(*remote, "//:t", command="test")
+    assert r.rc == 0 and r.by_label["//:t"].get("executed") == "remote", r.output + stack.worker_logs()
+    ws.write("lib/data.in", "broken\n")
+    r = ws.build(*remote, "//:t", command="test")
+    assert r.rc == 1 and r.by_label["//:t"].get("executed") == "remote", r.output + stack.worker_logs()
+    assert ws.read("tool/check.sh").startswith("grep -qx ok lib/data.txt")  # (the same script)
+    ws.write("lib/data.in", "ok\nnew\n")  # (new keys: run remotely, left there)
+    r = ws.build(*remote, "--remote-download", "minimal", "//:here", command="test")
+    assert r.rc == 0 and r.by_label["//:here"]["test"] == "passed", r.output + stack.worker_logs()
+    assert r.by_label["//lib:data"].get("executed") == "remote", r.output
+    assert "executed" not in r.by_label["//:here"], r.by_label["//:here"]
+    assert ws.read("lib/data.txt") == "ok\nnew\n"  # fetched: the test's script reads it
+
+
 def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(
     stack: Stack, make_workspace: Callable[..., Workspace], tmp_path: pathlib.Path
 ) -> None:

@@ -775,10 +775,39 @@ def test_a_test_runs_again_when_a_file_its_dependency_reads_at_run_time_changes(
     rc, out, err = workspace.run("test")
     assert rc == 0 and "PASSED (cached)" in out, (rc, out, err)
     workspace.write("lib/data.in", edited)  # check.sh is rebuilt, byte for byte the same
+    assert workspace.run("build", "//tool:check")[0] == 0
+    rc, out, err = workspace.run("explain", "--test", "//:t")  # (said through the dependency it is below)
+    assert "something dependency //tool:check reads changed, at some depth" in out, (rc, out, err)
     rc, out, err = workspace.run("test")
     assert rc == 1 and "FAILED" in out and "cached" not in out.split("FAILED")[0][-200:], (rc, out, err)
     assert (workspace.root / "tool" / "check.sh").read_text() == f"grep -qx ok {reads}\n"
     assert (workspace.root / "lib" / "data.txt").read_text().strip() == made.strip()
+
+
+def test_a_test_s_record_line_holds_its_own_inputs_and_its_dependencies_closure_digests(
+        workspace: Workspace) -> None:
+    """A test below a 40-deep chain: its key and record line name its one input and its one
+    dependency's closure digest, not the 80 files below (a flat list made the record tests x
+    closure); an edit at the bottom still reruns it, said through that dependency."""
+    chain = []
+    for i in range(40):
+        workspace.write(f"lib/s{i}.txt", f"{i}\n")
+        dep = f', ":g{i - 1}"' if i else ""
+        chain.append(f'genrule(name="g{i}", srcs=["s{i}.txt"{dep}], outs=["o{i}.txt"], cmd="cat $(SRCS) > $@")\n')
+    workspace.build_file("lib", "".join(chain))
+    workspace.build_file("", 'test(name="t", srcs=["//lib:g39"], cmd="test -s lib/o39.txt")\n')
+    rc, out, err = workspace.run("test")
+    assert rc == 0 and "PASSED" in out, (rc, out, err)
+    lines = (workspace.root / ".buildtool" / "record").read_text().splitlines()[1:]
+    [entry] = [json.loads(line) for line in lines if json.loads(line)["l"] == "//:t"]
+    desc = json.loads(entry["desc"])
+    assert list(desc["inputs"]) == ["lib/o39.txt"], desc
+    assert [k for k in desc["extra"] if k.startswith("closure:")] == ["closure://lib:g39"], desc
+    workspace.write("lib/s0.txt", "edited\n")
+    rc, out, err = workspace.run("test", "--explain")
+    assert rc == 0 and "//:t: ran: dependency //lib:g39 produced a different output lib/o39.txt" in out, out
+    rc, out, err = workspace.run("test")
+    assert rc == 0 and "PASSED (cached)" in out, (rc, out, err)
 
 
 def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) -> None:
