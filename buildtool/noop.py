@@ -74,12 +74,54 @@ ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTHONPATH",
 ENV_SECRET = ("BUILDTOOL_REMOTE_CACHE", "BUILDTOOL_REMOTE_EXECUTOR", "BUILDTOOL_REMOTE_HEADERS")
 
 
-def _path(state_dir: str) -> str:
-    return os.path.join(state_dir, "noop")
+MAX_SLOTS = 4  # requests remembered at once: `build //...` and `build //app` in turn stay no-ops
 
 
-def _graph_path(state_dir: str) -> str:
-    return os.path.join(state_dir, "graph")
+def slot_of(request: Mapping[str, object]) -> str:
+    """The file-name suffix of a request's snapshot, graph and clock: each request (patterns,
+    mode, working directory...) keeps its own, up to MAX_SLOTS of them, so a developer who
+    builds ``//...`` and ``//app`` in turn gets a no-op from each (one file held the last
+    request's alone: at 30,000 targets every switch evaluated everything, 6-8 s).  A digest
+    of ``request_of``'s value, builtins only (``_clock_sum``); two requests that share one
+    still compare their whole request, and the second takes the full path."""
+    return f"{_clock_sum(marshal.dumps(request, MARSHAL_VERSION)):08x}"
+
+
+def _path(state_dir: str, slot: str) -> str:
+    return os.path.join(state_dir, "noop." + slot)
+
+
+def _graph_path(state_dir: str, slot: str) -> str:
+    return os.path.join(state_dir, "graph." + slot)
+
+
+def _slot_names(state_dir: str) -> list[tuple[int, str]]:
+    """(mtime_ns, slot) of every snapshot in ``state_dir``."""
+    found = []
+    try:
+        with os.scandir(state_dir) as it:
+            for e in it:
+                s = e.name[5:]
+                if e.name.startswith("noop.") and len(s) == 8 and all(c in "0123456789abcdef" for c in s):
+                    try:
+                        found.append((e.stat(follow_symlinks=False).st_mtime_ns, s))
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+    return found
+
+
+def _evict(state_dir: str, keep: str) -> None:
+    """Remove the snapshots (with their graphs and clocks) of the requests built longest
+    ago, beyond MAX_SLOTS."""
+    others = sorted((m, s) for m, s in _slot_names(state_dir) if s != keep)
+    for _, s in others[: max(0, len(others) - (MAX_SLOTS - 1))]:
+        for path in (_path(state_dir, s), _graph_path(state_dir, s), _clock_path(state_dir, s)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def _record_id(state_dir: str) -> list[int] | None:
@@ -98,11 +140,11 @@ def _record_id(state_dir: str) -> list[int] | None:
 class Verdict:
     """What the snapshot proves: a no-op, or a build where only ``changed`` files differ."""
 
-    __slots__ = ("body", "changed", "dirs", "env_names", "lock", "regraph", "struct", "targets", "verified")
+    __slots__ = ("body", "changed", "dirs", "env_names", "lock", "regraph", "slot", "struct", "targets", "verified")
 
     def __init__(
         self, targets: int, changed: list[str], struct: list[str], dirs: list[str], env_names: list[str],
-        body: dict[str, Any], regraph: bool = False, verified: dict[str, list[Any]] | None = None,
+        body: dict[str, Any], regraph: bool = False, verified: dict[str, list[Any]] | None = None, slot: str = "",
     ) -> None:
         self.targets = targets
         self.changed = changed  # sources and outputs whose stat differs ([] for a no-op); for a
@@ -113,6 +155,7 @@ class Verdict:
         self.env_names = env_names
         self.body = body  # the snapshot as read: its unchanged parts are kept
         self.lock: Any = None  # from try_noop: the workspace lock, still held, so the verdict stays true
+        self.slot = slot  # which request's files (slot_of)
         self.verified = verified or {}  # racy rows whose content the check found unchanged: their stat and digest
 
     def rows(self) -> dict[str, list[Any] | None]:
@@ -170,8 +213,18 @@ def _same_env(recorded: Mapping[str, str | None]) -> list[str] | None:
     return names if env_view(names) == recorded else None
 
 
-def invalidate(state_dir: str) -> None:
-    for path in (_path(state_dir), _clock_path(state_dir)):
+def invalidate(state_dir: str, slot: str) -> None:
+    """Before a build that may write files: remove this request's snapshot, and every
+    request's clock (the monitor's "nothing changed since" must not outlive a build: what
+    it wrote in .buildtool/ is unwatched).  Other requests' snapshots stay: each is still
+    checked file by file, and against the build record's identity, before it vouches."""
+    paths = [_path(state_dir, slot)]
+    try:
+        with os.scandir(state_dir) as it:
+            paths += [e.path for e in it if e.name.startswith("noop-clock.")]
+    except OSError:
+        pass
+    for path in paths:
         try:
             os.unlink(path)
         except IsADirectoryError:  # damaged state: remove it, or no snapshot could ever be written
@@ -414,6 +467,7 @@ def write(
     right after evaluation (``dir_listings``; after an incremental build, the ones the
     check verified): a directory whose listing differs now refuses the snapshot."""
     now = time.time_ns()
+    slot = slot_of(request)
     if keep is not None:
         old = keep.body
         cwd = old["request"].get("dir") if isinstance(old["request"], dict) else None
@@ -427,7 +481,7 @@ def write(
     parts = [_sigs(root, struct, now, False, seen, every=struct_seen), _sigs(root, srcs, now, True, seen, racy),
              _sigs(root, outs, now, True, seen, racy)]
     if any(p is None for p in parts):
-        invalidate(state_dir)
+        invalidate(state_dir, slot)
         return False
     struct_sigs, src_sigs, out_sigs = parts
     assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
@@ -466,7 +520,7 @@ def write(
     for d in made:  # a directory the build made for outputs holds nothing else (a command that
         expected.setdefault(d, EMPTY_LISTING)  # put a BUILD.py or a source there changed the tree)
     if any(d in expected and sig[0] != expected[d] for d, sig in dir_sigs.items()):
-        invalidate(state_dir)  # an entry appeared or went away during the build
+        invalidate(state_dir, slot)  # an entry appeared or went away during the build
         return False
     if cwd is not None:
         request = {**request, "dir": cwd}
@@ -492,17 +546,17 @@ def write(
             data = pickle.dumps(graph, protocol=-1)  # -1: the highest
             key = _user_key()
             gsum = _graph_sum(data, key)
-            write_atomic(_graph_path(state_dir), GRAPH_HEADER + _key_id(key) + b" " + gsum + b"\n" + data)
+            write_atomic(_graph_path(state_dir, slot), GRAPH_HEADER + _key_id(key) + b" " + gsum + b"\n" + data)
             body["graph"] = gsum.decode()
         raw = marshal.dumps(body, MARSHAL_VERSION)
         from array import array
 
         packed = b"".join(array("q", c).tobytes() for c in cols)
-        write_atomic(_path(state_dir), _framed(raw, packed))
+        write_atomic(_path(state_dir, slot), _framed(raw, packed))
     except OSError as e:
         # A directory in the place of either (renamed onto: EISDIR) turned the fast path off
         # for good without a word: removed, the next build writes them.
-        for p in (_graph_path(state_dir), _path(state_dir)):
+        for p in (_graph_path(state_dir, slot), _path(state_dir, slot)):
             if os.path.isdir(p) and not os.path.islink(p):
                 print(f"buildtool: warning: {p} is a directory, not the no-op snapshot's file ({e.strerror}); "
                       "removed it", file=sys.stderr)
@@ -510,6 +564,7 @@ def write(
         return False
     except (ValueError, pickle.PicklingError):
         return False
+    _evict(state_dir, slot)
     return True
 
 
@@ -547,7 +602,7 @@ def _pickle() -> Any:
         return pickle
 
 
-def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) -> object | None:
+def load_graph(state_dir: str, warn: Callable[[str], None], expected: object, slot: str) -> object | None:
     """The graph pickled with the snapshot (only after ``check`` vouched for it); None when
     the file is missing, of another version or damaged (checked by its checksum: a flipped
     byte in a pickle may still load, as a graph with another command or path in it), or
@@ -555,7 +610,7 @@ def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) ->
     graph's rename lost to a crash, an older file copied back)."""
     pickle = _pickle()
     try:
-        with open_regular(_graph_path(state_dir)) as f:
+        with open_regular(_graph_path(state_dir, slot)) as f:
             data = f.read()
     except OSError:
         return None
@@ -570,12 +625,12 @@ def load_graph(state_dir: str, warn: Callable[[str], None], expected: object) ->
         if head.startswith(GRAPH_HEADER) and nl and gsum == _graph_sum(body, key):
             if gsum.decode() == expected:
                 return pickle.loads(body)
-            warn(f"{_graph_path(state_dir)} is not the graph the no-op snapshot was written with; evaluating the "
+            warn(f"{_graph_path(state_dir, slot)} is not the graph the no-op snapshot was written with; evaluating the "
                  "BUILD.py files again")
             return None
     except Exception:  # a pickle that does not load: said below
         pass
-    warn(f"{_graph_path(state_dir)} is damaged; evaluating the BUILD.py files again")
+    warn(f"{_graph_path(state_dir, slot)} is damaged; evaluating the BUILD.py files again")
     return None
 
 
@@ -926,7 +981,7 @@ def _read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result] | None:
 
 
 def _settle(
-    state_dir: str, body: dict[str, Any], tail: memoryview, paths: list[str],
+    state_dir: str, slot: str, body: dict[str, Any], tail: memoryview, paths: list[str],
     dirs: Mapping[str, list[object]], rows: Mapping[int, list[int]],
 ) -> None:
     """Rewrite the snapshot (and ``body``) that a no-op just vouched for, with the
@@ -948,7 +1003,7 @@ def _settle(
 
     try:
         raw = marshal.dumps(new, MARSHAL_VERSION)
-        write_atomic(_path(state_dir), _framed(raw, cols))
+        write_atomic(_path(state_dir, slot), _framed(raw, cols))
     except (OSError, ValueError):
         return
     body.update(new, _cols=[q[i * m : (i + 1) * m] for i in range(4)])  # (the verdict's body: the clock's source)
@@ -970,8 +1025,9 @@ def _framed(raw: bytes, cols: bytes | bytearray) -> bytes:
 
 def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict | None:
     """What the snapshot proves for this request, or None: do the full build."""
+    slot = slot_of(request)
     try:
-        with open_regular(_path(state_dir)) as f:
+        with open_regular(_path(state_dir, slot)) as f:
             data = f.read()
         if not data.startswith(HEADER.encode()):
             if data.startswith(HEADER.split(" v")[0].encode() + b" v"):
@@ -999,7 +1055,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
     except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
         why = e.strerror if isinstance(e, OSError) else "damaged or of another version"
         print(f"buildtool: warning: no-op snapshot unusable ({why}); discarding it", file=sys.stderr)
-        remove_if_not_a_file(_path(state_dir))  # (a directory there: no snapshot could ever be written)
+        remove_if_not_a_file(_path(state_dir, slot))  # (a directory there: no snapshot could ever be written)
         return None
     try:
         if not _same_request(body["request"], request):
@@ -1032,14 +1088,16 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             # check judges it (exit 2, or an earlier output's directory to empty; a BUILD.py in it
             # is a package), as a fresh build would
         if not found and not regraph and (settled_dirs or settled_rows):
-            _settle(state_dir, body, tail, paths, settled_dirs, settled_rows)
+            _settle(state_dir, slot, body, tail, paths, settled_dirs, settled_rows)
         if (found or regraph) and body["record"] != _record_id(state_dir):
+            if _newer_slot(state_dir, slot):
+                return None  # (another request's build wrote it since: no crash to tell of)
             print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
                   "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
             return None
         changed = [paths[k] for k in found]
         return Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
-                       bool(regraph), verified)
+                       bool(regraph), verified, slot)
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError):
         return None  # a body of the right shape but wrong contents: damaged, do the full build
 
@@ -1059,14 +1117,21 @@ def _clock_sum(raw: bytes) -> int:
     return (int.from_bytes(raw, "little") + len(raw)) % CLOCK_MOD
 
 
-def _clock_path(state_dir: str) -> str:
-    return os.path.join(state_dir, "noop-clock")
+def _newer_slot(state_dir: str, slot: str) -> bool:
+    """Whether another request's snapshot was written after this one's."""
+    times = dict((s, m) for m, s in _slot_names(state_dir))
+    mine = times.get(slot)
+    return mine is not None and any(m > mine for s, m in times.items() if s != slot)
 
 
-def _snapshot_id(state_dir: str) -> list[int] | None:
+def _clock_path(state_dir: str, slot: str) -> str:
+    return os.path.join(state_dir, "noop-clock." + slot)
+
+
+def _snapshot_id(state_dir: str, slot: str) -> list[int] | None:
     """Which snapshot file a clock vouches for (it is only ever replaced by a rename)."""
     try:
-        st = os.stat(_path(state_dir))
+        st = os.stat(_path(state_dir, slot))
     except OSError:
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
@@ -1090,14 +1155,14 @@ def _write_clock(state_dir: str, answer: Any, verdict: Verdict) -> None:
             if _unwatched(p):
                 row = [c[k] for c in cols]
                 files[p] = None if row[0] == MISSING else row
-        clock = {"token": answer.token, "gen": answer.gen, "snapshot": _snapshot_id(state_dir),
+        clock = {"token": answer.token, "gen": answer.gen, "snapshot": _snapshot_id(state_dir, verdict.slot),
                  "request": body["request"], "env": body["env"], "targets": body["targets"], "files": files,
                  "dirs": {d: s for d, s in body["dirs"].items() if _unwatched(d)},
                  "outs": [p for p in body["outs"] if _unwatched(p)]}
         raw = marshal.dumps(clock, MARSHAL_VERSION)
         from buildtool.atomic import write_atomic
 
-        write_atomic(_clock_path(state_dir), CLOCK_HEADER + b"%08x\n" % _clock_sum(raw) + raw)
+        write_atomic(_clock_path(state_dir, verdict.slot), CLOCK_HEADER + b"%08x\n" % _clock_sum(raw) + raw)
     except Exception:  # a damaged snapshot body or a full disk: only the next no-op's speed suffers
         pass
 
@@ -1110,9 +1175,10 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
         return None, None  # no monitor: not even its client is imported
     from buildtool import monitor
 
+    slot = slot_of(request)
     clock: Any = None
     try:
-        with open_regular(_clock_path(state_dir)) as f:
+        with open_regular(_clock_path(state_dir, slot)) as f:
             data = f.read()
         start = len(CLOCK_HEADER) + 9
         if data.startswith(CLOCK_HEADER) and int(data[len(CLOCK_HEADER) : start - 1], 16) == _clock_sum(data[start:]):
@@ -1125,14 +1191,14 @@ def _by_monitor(state_dir: str, root: str, request: Mapping[str, object]) -> tup
     if answer is None or answer.changed or not ok:
         return None, answer
     try:
-        if clock["snapshot"] != _snapshot_id(state_dir) or not _same_request(clock["request"], request):
+        if clock["snapshot"] != _snapshot_id(state_dir, slot) or not _same_request(clock["request"], request):
             return None, answer
         names = _same_env(clock["env"])
         if names is None or _differs(root, clock["files"]):
             return None, answer
         if _dirs_differ(root, clock["dirs"], clock["outs"], 0, {}):  # (now=0: nothing settles here)
             return None, answer
-        return Verdict(int(clock["targets"]), [], [], [], names, {}), answer
+        return Verdict(int(clock["targets"]), [], [], [], names, {}, slot=slot), answer
     except Exception:  # the clock is read from disk: any damage means the full check
         return None, answer
 
@@ -1188,7 +1254,8 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
         if isinstance(e, OSError) or type(e).__module__ == "buildtool.errors":
             return None  # the full path reports it
         raise
-    if not os.path.exists(_path(ws.state_dir)) or os.path.islink(ws.state_dir):
+    request = request_of(mode, patterns, ws.root, ws.cwd_pkg_dir, action_env)
+    if not os.path.exists(_path(ws.state_dir, slot_of(request))) or os.path.islink(ws.state_dir):
         return None  # (a link: the full path refuses it)
     lock = WorkspaceLock(ws.state_dir)
     try:
@@ -1196,7 +1263,6 @@ def try_noop(start_dir: str, mode: str, patterns: list[str], action_env: list[st
     except Exception:
         return None  # busy: the full path waits with a message
     try:
-        request = request_of(mode, patterns, ws.root, ws.cwd_pkg_dir, action_env)
         n, answer = _by_monitor(ws.state_dir, ws.root, request)
         if n is None:
             n = check(ws.state_dir, ws.root, request)

@@ -270,9 +270,11 @@ class Session:
             if verdict.lock is None:
                 request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
                 verdict = noop.check(state, self.ws.root, request)
-            prior_graph = noop.load_graph(state, _warn, verdict.body.get("graph")) if verdict is not None else None
+            prior_graph = noop.load_graph(state, _warn, verdict.body.get("graph"), verdict.slot) \
+                if verdict is not None else None
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
-            noop.invalidate(state)
+            request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
+            noop.invalidate(state, noop.slot_of(request))
         if not req.dry_run:  # (a dry run leaves them, and their lanes' records, to the next build)
             cut: list[str] = []
             orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (reliability.md)

@@ -77,6 +77,17 @@ def run_buildtool(
     return p.returncode, p.stdout, p.stderr
 
 
+def slot_file(state: Path | str, kind: str) -> Path:
+    """The one request's ``kind`` file (``noop``, ``graph``, ``noop-clock``) in a state
+    directory: ``<kind>.<request's slot>`` (noop.slot_of); a path that does not exist
+    when there is none; a test with several requests' files names the slot itself."""
+    import re
+
+    found = [p for p in Path(state).iterdir() if re.fullmatch(re.escape(kind) + r"\.[0-9a-f]{8}", p.name)]
+    assert len(found) <= 1, found
+    return found[0] if found else Path(state) / f"{kind}.none"
+
+
 def read_events(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Parse an ``--events`` JSONL file: (header, [event, ...])."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import slot_file
 
 from buildtool import monitor, monitord
 
@@ -479,7 +480,7 @@ def test_damaged_clock_falls_back_to_the_full_check(ws: Path, tmp_path: Path, da
     armed(ws, cache)
     from buildtool import noop
 
-    path = ws / ".buildtool" / "noop-clock"
+    path = slot_file(ws / ".buildtool", "noop-clock")
     header = noop.CLOCK_HEADER
     clock = marshal.loads(path.read_bytes()[len(header) + 9:])
     assert isinstance(clock, dict) and clock["token"]
@@ -504,7 +505,7 @@ def test_a_clock_that_does_not_match_its_checksum_is_not_used(ws: Path, tmp_path
 
     cache = tmp_path / "cache"
     armed(ws, cache)
-    path = ws / ".buildtool" / "noop-clock"
+    path = slot_file(ws / ".buildtool", "noop-clock")
     start = len(noop.CLOCK_HEADER) + 9
     data = path.read_bytes()
     clock = marshal.loads(data[start:])

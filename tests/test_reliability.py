@@ -20,7 +20,7 @@ from pathlib import Path
 import cache_verify as cv
 import pytest
 from cache_verify import verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env, immutable, read_events, run_buildtool
+from conftest import BUILDTOOL, Workspace, _clean_env, immutable, read_events, run_buildtool, slot_file
 
 MIB = 1 << 20
 
@@ -400,7 +400,7 @@ def test_damaged_state_file_is_discarded_not_fatal(workspace: Workspace, name: s
     state_workspace(workspace)
     assert workspace.build().rc == 0
     state = workspace.root / ".buildtool"
-    path = state / name
+    path = slot_file(state, name) if name == "noop" else state / name
     if not path.exists():
         path.write_text("# buildtool children v1 pid=1\n12345 1\n")  # as a kill -9ed build leaves it
     _damage(path, how)
@@ -703,7 +703,7 @@ def test_a_directory_in_the_place_of_the_pickled_graph_is_removed_with_a_warning
     workspace.build_file("", 'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp a.txt a.out")\n')
     time.sleep(0.2)  # (files written within the snapshot's racy window are not vouched for: none written)
     assert workspace.run("build")[0] == 0
-    graph = workspace.root / ".buildtool" / "graph"
+    graph = slot_file(workspace.root / ".buildtool", "graph")
     graph.unlink()
     graph.mkdir()
     workspace.write("a.txt", "a2\n")

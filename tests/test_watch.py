@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import slot_file
 
 TIMEOUT = 10.0
 REPO = str(Path(__file__).resolve().parents[1])  # run this checkout's buildtool, not an installed copy
@@ -942,7 +943,7 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
 def _until_a_cycle_writes_a_snapshot(w: Watch, root: Path) -> None:
     """Add files pkg/bN.in (globbed into pkg/p.out, which holds p1 first) one by one until
     a cycle that re-evaluated only //pkg leaves a new no-op snapshot; then stop the watch."""
-    snapshot = root / ".buildtool" / "noop"
+    snapshot = slot_file(root / ".buildtool", "noop")
     before = snapshot.stat().st_mtime_ns if snapshot.exists() else None  # (none if a BUILD.py was racily new)
     expected = "p1\n"
     for n in range(2, 6):  # (a cycle within the snapshot's racy window of the new file writes none: again)
