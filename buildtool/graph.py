@@ -206,6 +206,8 @@ class Graph:
         return self.inputs[tid]
 
 
+MAX_PRIORITY = 10**9  # (`graph --format json` wrote it: json cannot print an int of over 4,300 digits)
+MAX_FLAKY = 100  # reruns of a failing test: more only runs a broken test for hours
 MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits every timer
 
 
@@ -1453,8 +1455,11 @@ class GraphBuilder:
         a = decl.attrs
         kind = decl.kind
         priority = a.get("priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise _err(decl, f"attribute 'priority' must be an int (got {priority!r})")
+        if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
+            got = repr(priority) if not isinstance(priority, int) or abs(priority) < 10**30 else "an int of " \
+                f"{priority.bit_length()} bits"  # (repr of 10**5000 raises: Python's 4,300-digit limit)
+            raise _err(decl, f"attribute 'priority' must be an int from {-MAX_PRIORITY:,} to {MAX_PRIORITY:,} "
+                             f"(got {got})")
         manual = a.get("manual", False)
         if not isinstance(manual, bool):
             raise _err(decl, f"attribute 'manual' must be True or False (got {manual!r})")
@@ -1498,6 +1503,11 @@ class GraphBuilder:
                 if not isinstance(item, str) or not item:
                     raise _err(decl, f"{what} entries must be non-empty strings (got {item!r})")
                 _text(decl, f"{what} entry", item)
+        for item in tools:
+            if item.startswith(("//", ":", "@")):  # (Bazel's tools= takes labels: a habit)
+                raise _err(decl, f"tools entry {item!r} is a label; tools names programs found on PATH (their "
+                                 "binary is hashed into the key): a target that makes a program goes in srcs, "
+                                 f"and the command runs it as $(location {item})")
         for k in pass_env:
             if not set(k) <= _ENV_NAME_OK or k[0].isdigit():
                 hint = " (a value goes in env={...})" if "=" in k else ""
@@ -1506,8 +1516,9 @@ class GraphBuilder:
         if not isinstance(always, bool):
             raise _err(decl, f"attribute 'always' must be True or False (got {always!r})")
         flaky = a.get("flaky", 0)
-        if isinstance(flaky, bool) or not isinstance(flaky, int) or flaky < 0:
-            raise _err(decl, f"attribute 'flaky' must be a whole number of reruns, 0 or more (got {flaky!r})")
+        if isinstance(flaky, bool) or not isinstance(flaky, int) or not 0 <= flaky <= MAX_FLAKY:
+            got = repr(flaky) if not isinstance(flaky, int) or abs(flaky) < 10**30 else "a larger int"
+            raise _err(decl, f"attribute 'flaky' must be a whole number of reruns from 0 to {MAX_FLAKY} (got {got})")
         exclusive = a.get("exclusive", False)
         if not isinstance(exclusive, bool):
             raise _err(decl, f"attribute 'exclusive' must be True or False (got {exclusive!r})")

@@ -520,8 +520,7 @@ class Loader:
                         pass
                 os.close(here[1])
             sys.stdout = stdout
-            if progress is not None:
-                sys.stderr = stderr
+            sys.stderr = stderr  # (always: a BUILD.py that set its own silenced every later error and warning)
             dsl.reset_context(token)
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx

@@ -176,6 +176,18 @@ CATALOGUE = [
     # It closed buildtool's own stderr: the error of the next package was lost (exit 1).
     ("closes-stdout", 'import sys\nprint("hello")\nsys.stdout.close()\nraise RuntimeError("after the close")',
      "after the close", None),
+    # A macro library that silences a noisy import: buildtool's own errors went with it (exit 2, no word).
+    # A label in tools= (Bazel's habit) was a "not on PATH" warning and no dependency: a race.
+    ("tools-label", 'genrule(name="g", outs=["g.sh"], cmd="true")\ngenrule(name="t", outs=["o"], cmd="./g.sh", '
+     'tools=[":g"])', "tools entry ':g' is a label; tools names programs found on PATH", None),
+    ("huge-priority", 'genrule(name="t", outs=["o"], cmd="true", priority=10**5000)',
+     "attribute 'priority' must be an int from -1,000,000,000 to 1,000,000,000 (got an int of 16610 bits)", None),
+    ("huge-flaky", 'test(name="t", cmd="false", flaky=10**9)\ngenrule(name="g", deps=[":t"], outs=["o"], cmd="true")',
+     "attribute 'flaky' must be a whole number of reruns from 0 to 100 (got 1000000000)", None),
+    ("replaces-stderr", 'import io, sys\nsys.stderr = io.StringIO()\n'
+     'genrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")', "missing.txt", None),
+    ("stderr-none", 'import sys\nsys.stderr = None\ngenrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")',
+     "missing.txt", None),
     # Built alone, //:t wrote into //tools through the link (and //tools:u, alone, back).
     ("output-through-a-link-into-a-package", 'genrule(name="t", outs=["gen/x"], cmd="echo > $@")',
      "is really 'tools/x' (through the symbolic link 'gen'), in package //tools", "linkpkg"),
