@@ -966,9 +966,36 @@ class Session:
             for name in os.listdir(state):
                 if name not in ("lock", ".gitignore"):
                     remove_path(os.path.join(state, name))
+            left = sorted(name for name in os.listdir(state) if name not in ("lock", ".gitignore"))
+            if left:  # (a read-only or immutable .buildtool: its test passes would still be cached)
+                why = _why_not_removed(os.path.join(state, left[0]))
+                msg = (f"removed {n} output(s) but not the workspace state: could not remove "
+                       f"{os.path.join(os.path.basename(state), left[0])}{why}"
+                       f"{f' and {len(left) - 1} more' if len(left) > 1 else ''}; the next build still "
+                       "uses its record and cached test results")
+                raise BuildtoolError(msg)
         finally:
             lock.release()
         return n
+
+
+def _why_not_removed(path: str) -> str:
+    """`` (<strerror>)`` of removing ``path`` once more (a directory: its first entry), or ""."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            with os.scandir(path) as it:
+                first = next(iter(it), None)
+            if first is None:
+                os.rmdir(path)
+                return ""
+            path = first.path  # (what kept the directory from going)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        return f" ({e.strerror})"
+    return ""
 
 
 def _left_out(loader: Loader, pkg: str) -> str:

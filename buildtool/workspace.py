@@ -144,10 +144,15 @@ def find_workspace(start: str) -> Workspace:
                 if mode is not None:
                     _refuse(f"the path {d} is too long for this system ({len(os.fsencode(marker)):,} bytes with "
                             f"/{MARKER}): buildtool cannot work there; move the workspace to a shorter path")
+            elif os.path.islink(marker):  # (skipped, the enclosing workspace was built instead, silently)
+                _refuse(f"{marker} is a symbolic link to {os.readlink(marker)!r}, which "
+                        f"{'leads round in a loop' if e.errno == errno.ELOOP else 'does not exist'}; the workspace "
+                        "marker must be a file (an empty one will do)")
         if mode is not None and stat.S_ISREG(mode):
             break
-        if mode is not None and stat.S_ISDIR(mode):
-            msg = f"{marker} is a directory; the workspace marker must be a file (an empty one will do)"
+        if mode is not None:
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a pipe, socket or device)"
+            msg = f"{marker} is {what}; the workspace marker must be a file (an empty one will do)"
             _refuse(msg)
         parent = os.path.dirname(d)
         if parent == d:

@@ -1084,6 +1084,20 @@ def test_an_output_that_cannot_be_removed_is_said_and_clean_keeps_the_state(work
     assert rc == 0 and not workspace.exists("a.out"), err
 
 
+def test_clean_that_cannot_remove_the_state_says_so_and_exits_1(workspace: Workspace) -> None:
+    """A read-only (here: immutable) .buildtool: clean said "removed 0 outputs and the
+    workspace state" and exited 0, and the record it kept still vouched for every target."""
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    assert workspace.run("test")[0] == 0
+    with immutable(workspace.root / ".buildtool"):
+        rc, out, err = workspace.run("clean")
+        assert rc == 1 and "removed 0 output(s) but not the workspace state: could not remove .buildtool/" in err \
+            and "(Operation not permitted)" in err and "cached test results" in err, (rc, out, err)
+    assert workspace.exists(".buildtool/record")
+    rc, out, err = workspace.run("clean")
+    assert rc == 0 and "workspace state" in out and not workspace.exists(".buildtool/record"), (rc, out, err)
+
+
 @pytest.mark.parametrize("spelling", ["vend/vendored.txt", "//:vend/vendored.txt", ":vend/vendored.txt"])
 def test_clean_keeps_a_removed_rules_output_that_is_a_source_now(workspace: Workspace, spelling: str) -> None:
     """A generated file kept as a source and its rule dropped, then clean before any build:

@@ -552,6 +552,30 @@ def test_a_directory_named_like_the_marker_or_a_file_for_c(tmp_path: Path) -> No
         assert needle in p.stderr, p.stderr
 
 
+def test_a_marker_that_is_a_dangling_link_or_a_pipe_is_refused_not_skipped_for_the_parent(tmp_path: Path) -> None:
+    """inner/buildtool.toml -> ../moved.toml (moved away): `build` in inner/ built the outer
+    workspace, exit 0, while `query //...` in outer left //inner out as a nested one."""
+    (tmp_path / "buildtool.toml").write_text("")
+    (tmp_path / "BUILD.py").write_text('genrule(name="outer", outs=["o.txt"], cmd="echo > $@")\n')
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    for kind, needle in (("dangling", "is a symbolic link to '../moved.toml', which does not exist"),
+                         ("loop", "which leads round in a loop"), ("fifo", "is not a regular file (a pipe")):
+        inner = tmp_path / kind
+        inner.mkdir()
+        (inner / "BUILD.py").write_text('genrule(name="inner", outs=["i.txt"], cmd="echo > $@")\n')
+        if kind == "dangling":
+            os.symlink("../moved.toml", inner / "buildtool.toml")
+        elif kind == "loop":
+            os.symlink("buildtool.toml", inner / "buildtool.toml")
+        else:
+            os.mkfifo(inner / "buildtool.toml")
+        p = subprocess.run([BUILDTOOL, "build"], cwd=inner, env=env, capture_output=True, text=True, check=False,
+                           timeout=60)
+        assert p.returncode == 2 and needle in p.stderr and "the workspace marker must be a file" in p.stderr, \
+            (kind, p.stdout, p.stderr)
+        assert not (tmp_path / "o.txt").exists()
+
+
 def test_a_workspace_whose_marker_path_is_too_long_is_refused_not_its_parents(tmp_path: Path) -> None:
     """<deep dir>/buildtool.toml longer than PATH_MAX: the lookup took ENAMETOOLONG for "no
     marker here" and built the enclosing workspace instead, exit 0."""
