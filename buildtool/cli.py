@@ -627,6 +627,9 @@ def _too_long(parent: str, target: str) -> str | None:
     return None
 
 
+LOST_REMOTE_RETRIES = 2  # builds again once remote outputs were lost (Bazel: remote cache eviction retries)
+
+
 def _run(args: argparse.Namespace, prior: Any) -> int:
     from buildtool.session import BuildRequest, Session
 
@@ -676,5 +679,17 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
 
         return watch(session, req, poll=args.poll, debounce_ms=args.debounce_ms)
     req.prior = prior
-    session.build(req)
-    return 0
+    from buildtool.errors import LostRemoteInputs
+
+    for attempt in range(1, LOST_REMOTE_RETRIES + 2):
+        try:
+            session.build(req)
+            return 0
+        except LostRemoteInputs:
+            if attempt > LOST_REMOTE_RETRIES:
+                raise
+        req.prior = None  # (released: the first build's)
+        print(f"buildtool: note: the remote CAS no longer has outputs this build needed (left there by "
+              f"--remote-download); building again, their producers anew (retry {attempt} of "
+              f"{LOST_REMOTE_RETRIES})", file=sys.stderr, flush=True)
+    return 0  # (not reached)

@@ -65,6 +65,13 @@ class BuildFailed(BuildtoolError):
     exit_code = 1
 
 
+class LostRemoteInputs(BuildFailed):
+    """Every failure was a target whose inputs were left in a remote CAS (--remote-download)
+    that the server no longer has: their producers are forgotten, so the same build run
+    again makes them anew (the command line does, as Bazel retries an invocation whose
+    remote blobs were evicted)."""
+
+
 class LockBusy(BuildtoolError):
     """Another buildtool holds the workspace and ``--no-wait`` was given (exit 1)."""
 

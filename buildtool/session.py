@@ -22,7 +22,15 @@ from buildtool.console import LoadingLine, escape_controls, is_live_terminal
 from buildtool.console import say as console_say
 from buildtool.console import targets as console_targets
 from buildtool.digest import StatCache
-from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, NoTestsError, ReportPathError, UserError
+from buildtool.errors import (
+    BuildFailed,
+    BuildtoolError,
+    Interrupted,
+    LostRemoteInputs,
+    NoTestsError,
+    ReportPathError,
+    UserError,
+)
 from buildtool.graph import Graph, GraphBuilder
 from buildtool.lock import WorkspaceLock
 from buildtool.outcome import Outcome, Reason, Status
@@ -620,6 +628,9 @@ class Session:
         if sched.interrupt is not None:
             raise Interrupted(sched.interrupt)
         if sched.failed:
+            failed = [o for o in outcomes.values() if o.status is Status.FAILED]
+            if failed and all(o.extra.get("forget") for o in failed):
+                raise LostRemoteInputs("build failed")
             raise BuildFailed("build failed")
         if lost_report:  # a CI job must not pass without the report it asked for
             raise BuildtoolError(f"the build succeeded, but {lost_report}")
