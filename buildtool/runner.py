@@ -1181,7 +1181,8 @@ class TargetRunner:
                 lost = self._fetch_inputs(t)
                 if lost is not None:
                     self._reset_tmp(tmp)
-                    return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key, extra={"forget": lost[1]})
+                    return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key,
+                                   extra={"forget": lost[1], "not_started": True, "lost_remote": True})
                 running = self.executor.start(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct,
                                               merge_stderr=t.kind == "test", outs=t.outs)  # (one log, in order)
         except OSError as e:

@@ -629,7 +629,7 @@ class Session:
             raise Interrupted(sched.interrupt)
         if sched.failed:
             failed = [o for o in outcomes.values() if o.status is Status.FAILED]
-            if failed and all(o.extra.get("forget") for o in failed):
+            if failed and all(o.extra.get("lost_remote") for o in failed):  # (runner._fetch_inputs)
                 raise LostRemoteInputs("build failed")
             raise BuildFailed("build failed")
         if lost_report:  # a CI job must not pass without the report it asked for

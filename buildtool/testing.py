@@ -514,6 +514,11 @@ class TestSession:
             if o is None:
                 continue
             r = test_result(t, o)
+            # An input it could not get (unreadable, lost in a remote CAS): no command ran, and
+            # its log would be empty; as Bazel's FAILED TO BUILD, a JUnit error with the reason.
+            never_ran = r is TestResult.FAILED and bool(o.extra.get("not_started"))
+            if never_ran:
+                r = None
             cut = r is None and cut_short(o)
             log = self.logs.output(t) if r is not None or cut else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
@@ -521,7 +526,7 @@ class TestSession:
             rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
             lost = self.logs.unwritten.get(t.label) if r is not None or cut else None
-            broken = r is None and o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED
+            broken = r is None and (never_ran or (o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED))
             out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken, cut))
         return out
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BUILDTOOL, Workspace, _clean_env
+from conftest import BUILDTOOL, Workspace, _clean_env, immutable
 
 from buildtool.graph import Target
 from buildtool.outcome import Outcome, Reason, Status
@@ -808,6 +808,25 @@ def test_a_test_s_record_line_holds_its_own_inputs_and_its_dependencies_closure_
     assert rc == 0 and "//:t: ran: dependency //lib:g39 produced a different output lib/o39.txt" in out, out
     rc, out, err = workspace.run("test")
     assert rc == 0 and "PASSED (cached)" in out, (rc, out, err)
+
+
+def test_a_test_that_could_not_start_is_a_junit_error_with_its_reason_not_a_failure_with_an_empty_log(
+        workspace: Workspace) -> None:
+    """Nothing ran (here: its temp directory could not be made; also an input lost in a
+    remote CAS): it was FAILED with an empty log and a JUnit <failure>, where Bazel says
+    FAILED TO BUILD; now NOT RUN with the reason, a JUnit error of type build_failed."""
+    workspace.build_file("", 'test(name="t", cmd="echo hi")\n')
+    tmp = workspace.root / ".buildtool" / "tmp"
+    tmp.mkdir(parents=True)
+    junit = workspace.root / "j.xml"
+    with immutable(tmp):
+        rc, out, err = workspace.run("test", "--junit", str(junit))
+    assert rc == 1 and re.search(r"//:t +NOT RUN.*cannot make the command's temp directory", out), (out, err)
+    assert "Tests: 1 (1 not run); 0 executed" in out, out
+    [case] = ET.parse(junit).getroot().iter("testcase")
+    [error] = list(case)
+    assert error.tag == "error" and error.get("type") == "build_failed", ET.tostring(case)
+    assert "cannot make the command's temp directory" in (error.get("message") or ""), ET.tostring(case)
 
 
 def test_the_tests_summary_line_counts_in_a_fixed_order(workspace: Workspace) -> None:
