@@ -208,7 +208,8 @@ class ActionDB:
                 c = self._connection()
                 return [(k, u, bytes(e or b"")) for k, u, e in c.execute(sql)]
         except Exception as e:  # sqlite3.Error, OSError, _OtherVersion
-            raise ActionDBError(f"the cache database {self.path} is unreadable ({_describe(e)})") from None
+            how = "cannot be written" if "readonly" in str(e) else "is unreadable"  # (a read of a -wal writes)
+            raise ActionDBError(f"the cache database {self.path} {how} ({_describe(e)})") from None
 
     def compact(self, min_free: int = 64 << 10) -> int:
         """Give the free pages of evicted entries back to the file system (GC: an eviction

@@ -536,7 +536,8 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
                          "cache stays over its max_size")
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
-            warn(f"cache maintenance failed ({e.strerror or e}); continuing")
+            where = f" on {e.filename}" if e.filename else ""  # (a directory where `stats` goes: which)
+            warn(f"cache maintenance failed{where} ({e.strerror or e}); continuing")
 
 
 def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
@@ -547,7 +548,7 @@ def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as e:
-        if e.errno != errno.ENXIO:
+        if e.errno not in (errno.ENXIO, errno.EISDIR):  # (a directory there: every build warned, none repaired it)
             raise
         remove_if_not_a_file(path)
         return
@@ -611,7 +612,8 @@ def stats_report(cache_dir: str, max_size: int | None) -> str:
     ]
     if builds:
         rate = f"{100.0 * hits / (hits + ran):.1f}%" if hits + ran else "n/a (nothing needed to run)"
-        lines.append(f"hit rate:    {rate} over the last {len(builds)} builds ({restored} restored, "
+        n = len(builds)
+        lines.append(f"hit rate:    {rate} over the last {n} build{'s' if n != 1 else ''} ({restored} restored, "
                      f"{adopted} adopted, {ran} ran)")
     else:
         lines.append("hit rate:    n/a (no builds recorded yet)")

@@ -232,6 +232,8 @@ def _err(decl: Declaration, msg: str) -> BuildfileError:
 def _norm_rel(decl: Declaration, pkg: str, path: Any, attr: str) -> str:
     """A package-relative path -> workspace-relative, rejecting escapes."""
     if not isinstance(path, str) or not path:
+        if attr == "depfile":  # (one path, not a list)
+            raise _err(decl, f"attribute 'depfile' must be a non-empty path string (got {path!r})")
         raise _err(decl, f"{attr} entries must be non-empty strings (got {path!r})")
     if path.startswith("/"):
         raise _err(decl, f"{attr} path {path!r} must be relative to the package, not absolute")

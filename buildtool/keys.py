@@ -240,7 +240,8 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
     """Why ``fn`` ("module.path:function") cannot name a function, or None: its module is
     neither in the workspace nor importable here, or the workspace module never binds the
     name (no ``def``, ``class``, assignment or import of it anywhere in the file).
-    Conservative: a module that does not parse, defines ``__getattr__``, star-imports or
+    A module with a syntax error: where.
+    Conservative: a module that cannot be read, defines ``__getattr__``, star-imports or
     binds names through ``globals()``/``setattr``/``match`` is left for the run to judge."""
     import ast
     import importlib.machinery
@@ -283,7 +284,10 @@ def pyrule_fn_problem(root: str, fn: str) -> str | None:
         with open(path, "rb") as f:
             source = f.read()
         tree = ast.parse(source, path)
-    except (OSError, SyntaxError, ValueError):
+    except SyntaxError as e:  # (the run failed on it, exit 1, in ten frames of importlib)
+        return (f"{os.path.relpath(path, root)}:{e.lineno}: syntax error: {e.msg} (the module of fn={fn!r}, "
+                "which the rule's process imports)")
+    except (OSError, ValueError):
         return None
     if b"globals()" in source or b"setattr(" in source:
         return None

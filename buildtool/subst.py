@@ -127,6 +127,9 @@ def _expand(
         return quote_path(paths[0])
     if word == "locations" and arg:
         return quote_all(_located(word, arg, locations))
+    if word in ("location", "locations"):  # (`$(location )`: not an unknown substitution)
+        msg = f"$({word}) needs a label or a file, as in $({word} :gen) or $({word} data.txt)"
+        raise SubstError(msg)
     msg = (
         f"unknown substitution $({body}) in cmd: the supported ones are $(SRCS), $(OUTS), "
         f"$<, $@, $(location X), $(locations X) and $$; write $$( for shell command substitution"

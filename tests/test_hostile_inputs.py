@@ -184,6 +184,10 @@ CATALOGUE = [
      "attribute 'priority' must be an int from -1,000,000,000 to 1,000,000,000 (got an int of 16610 bits)", None),
     ("huge-flaky", 'test(name="t", cmd="false", flaky=10**9)\ngenrule(name="g", deps=[":t"], outs=["o"], cmd="true")',
      "attribute 'flaky' must be a whole number of reruns from 0 to 100 (got 1000000000)", None),
+    ("depfile-not-a-string", 'genrule(name="t", outs=["o"], cmd="true", depfile=5)',
+     "attribute 'depfile' must be a non-empty path string (got 5)", None),
+    ("location-without-argument", 'genrule(name="t", outs=["o"], cmd="cat $(location ) > $@")',
+     "$(location) needs a label or a file, as in $(location :gen)", None),
     ("replaces-stderr", 'import io, sys\nsys.stderr = io.StringIO()\n'
      'genrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")', "missing.txt", None),
     ("stderr-none", 'import sys\nsys.stderr = None\ngenrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")',

@@ -125,6 +125,9 @@ def test_pyrule_fn_problem_finds_what_the_run_would_miss(tmp_path: Path) -> None
     missing = keys.pyrule_fn_problem(str(tmp_path), "gen.other:write")
     assert missing is not None and "module 'gen.other'" in missing and "gen/other.py" in missing
     assert "Python identifiers" in (keys.pyrule_fn_problem(str(tmp_path), "gen.rules:a-b") or "")
+    (tmp_path / "broken.py").write_text("def write(srcs, outs):\n    return (\n")  # (the run failed, exit 1)
+    said = keys.pyrule_fn_problem(str(tmp_path), "broken:write") or ""
+    assert said.startswith("broken.py:2: syntax error: ") and "the module of fn='broken:write'" in said, said
 
 
 _LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text())

@@ -72,11 +72,17 @@ def test_a_dash_named_source_is_copied_for_real(workspace: Workspace) -> None:
     assert r.rc == 0 and workspace.read("-o") == "dash\n", r.output
 
 
-@pytest.mark.parametrize("cmd", ["echo $(FOO)", "echo $(date)", "echo $(shell ls)", "echo $(location)"])
+@pytest.mark.parametrize("cmd", ["echo $(FOO)", "echo $(date)", "echo $(shell ls)"])
 def test_unknown_substitution_is_an_error_that_suggests_double_dollar(cmd: str) -> None:
     with pytest.raises(SubstError) as e:
         sub(cmd)
     assert "$$(" in str(e.value)
+
+
+@pytest.mark.parametrize("cmd", ["echo $(location)", "echo $(location )", "echo $(locations  )"])
+def test_location_without_its_argument_says_it_needs_one(cmd: str) -> None:
+    with pytest.raises(SubstError, match=r"needs a label or a file, as in \$\(locations? :gen\)"):
+        sub(cmd)
 
 
 def test_unterminated_paren_is_an_error() -> None:
