@@ -1302,6 +1302,12 @@ class TargetRunner:
             extra["after_heavy"] = size > INLINE_HASH_LIMIT
         elif not record:
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
+        if base.get("remote_cached") and t.kind != "test":  # (a test's: a cached pass, testing.test_result)
+            # Nothing ran: the executor's action cache answered, as a remote cache's hit is
+            # "restored" (the console said "ran", the summary and `cache stats` counted it so).
+            extra["ran_for"] = res.duration
+            return Outcome(Status.RESTORED, Reason.RESTORED, why + note, key=key, duration=res.duration,
+                           stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra, cache="remote")
         return Outcome(
             Status.RAN, reason, why + note, key=key, duration=res.duration,
             stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=extra,

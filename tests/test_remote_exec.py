@@ -646,6 +646,28 @@ def test_a_remote_test_gets_every_file_its_dependencies_read_at_any_depth(
     assert ws.read("lib/data.txt") == "ok\nnew\n"  # fetched: the test's script reads it
 
 
+def test_an_action_the_executor_answers_from_its_action_cache_is_restored_not_ran(
+    stack: Stack, make_workspace: Callable[..., Workspace]
+) -> None:
+    """A second checkout: the executor answers from its action cache, nothing runs; the
+    console said "ran //:g", the summary "1 ran" and `cache stats` counted a run, beside
+    the executor's own "(1 from its cache)". A hit is "restored", as a remote cache's is."""
+    tag = f"{time.time_ns()}"
+    a, b = make_workspace("acg-a"), make_workspace("acg-b")
+    for ws in (a, b):
+        ws.build_file("", f'genrule(name="g", outs=["g.txt"], cmd="echo {tag} > $@")')
+    assert a.build("--remote-executor", stack.url, "//:g").rc == 0
+    r = b.build("--remote-executor", stack.url, "//:g")
+    assert r.rc == 0 and r.status("//:g") == "restored" and r.by_label["//:g"]["cache"] == "remote", r.output
+    assert "restored //:g" in r.stdout and "1 restored" in r.stdout and "ran" not in r.stdout.split("critical")[0], \
+        r.stdout
+    assert b.read("g.txt") == f"{tag}\n"
+    rc, out, _ = b.run("cache", "stats")
+    assert rc == 0 and "(0 restored, 0 adopted, 0 ran)" not in out and "1 restored" in out, out
+    again = b.build("--remote-executor", stack.url, "//:g")  # (recorded as any restore: a no-op now)
+    assert again.rc == 0 and again.with_status("ran", "restored") == set(), again.output
+
+
 def test_a_test_to_rerun_is_executed_not_answered_from_the_action_cache(
     stack: Stack, make_workspace: Callable[..., Workspace], tmp_path: pathlib.Path
 ) -> None:
