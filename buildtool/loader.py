@@ -394,8 +394,7 @@ class Loader:
         # `query` answers and the build's own lines.
         stdout, stderr = sys.stdout, sys.stderr
         sys.stdout = _PrintsToStderr(stderr, progress)
-        if progress is not None:
-            sys.stderr = _PrintsToStderr(stderr, progress)
+        sys.stderr = _PrintsToStderr(stderr, progress)  # (its close() closed buildtool's own: errors lost)
         guard = _exit_guard()
         outer = guard.begin()
         ended = False
@@ -1001,8 +1000,8 @@ class _StdlibFirst:
 
 class _PrintsToStderr:
     """``sys.stdout`` while a BUILD.py runs: what it prints goes to stderr, and closing it
-    closes nothing (``sys.stdout.close()`` closed buildtool's own stderr).  With a loading
-    line on the terminal (``progress``), ``sys.stderr`` too, erasing that line first."""
+    closes nothing (``sys.stdout.close()`` closed buildtool's own stderr); ``sys.stderr``
+    too.  With a loading line on the terminal (``progress``), erasing that line first."""
 
     def __init__(self, err: Any, progress: Any = None) -> None:
         self._err = err

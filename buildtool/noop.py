@@ -95,14 +95,15 @@ def _graph_path(state_dir: str, slot: str) -> str:
     return os.path.join(state_dir, "graph." + slot)
 
 
-def _slot_names(state_dir: str) -> list[tuple[int, str]]:
-    """(mtime_ns, slot) of every snapshot in ``state_dir``."""
+def _slot_names(state_dir: str, kind: str = "noop") -> list[tuple[int, str]]:
+    """(mtime_ns, slot) of every snapshot (``kind`` "graph": graph) in ``state_dir``."""
     found = []
+    n = len(kind) + 1
     try:
         with os.scandir(state_dir) as it:
             for e in it:
-                s = e.name[5:]
-                if e.name.startswith("noop.") and len(s) == 8 and all(c in "0123456789abcdef" for c in s):
+                s = e.name[n:]
+                if e.name.startswith(kind + ".") and len(s) == 8 and all(c in "0123456789abcdef" for c in s):
                     try:
                         found.append((e.stat(follow_symlinks=False).st_mtime_ns, s))
                     except OSError:
@@ -116,7 +117,11 @@ def _evict(state_dir: str, keep: str) -> None:
     """Remove the snapshots (with their graphs and clocks) of the requests built longest
     ago, beyond MAX_SLOTS."""
     others = sorted((m, s) for m, s in _slot_names(state_dir) if s != keep)
-    for _, s in others[: max(0, len(others) - (MAX_SLOTS - 1))]:
+    gone = [s for _, s in others[: max(0, len(others) - (MAX_SLOTS - 1))]]
+    kept = {s for _, s in others} - set(gone) | {keep}
+    # (and a graph without its snapshot: a request whose last build failed, or started a process)
+    gone += [s for _, s in _slot_names(state_dir, "graph") if s not in kept and s not in gone]
+    for s in gone:
         for path in (_path(state_dir, s), _graph_path(state_dir, s), _clock_path(state_dir, s)):
             try:
                 os.unlink(path)

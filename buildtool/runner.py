@@ -41,7 +41,7 @@ from buildtool.workspace import FS_ENCODING
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
 FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
@@ -142,6 +142,9 @@ class TargetRunner:
         self._sources: dict[str, tuple[os.stat_result, str, int]] = {}  # (and when the stat was read)
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self._closure_memo: dict[int, str] = {}  # per target: closure_digest
+        # per target in a closure: its input digests and the stats of its sources, as the digest read them
+        self._closure_read: dict[int, tuple[dict[str, str], dict[str, tuple[int, int, int, int, int]]]] = {}
+        self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
         self._closure_of: dict[int, dict[str, str]] = {}  # per test: its dependencies' closure digests, by label
         self._left_remote = False  # an output this build knows of was left in a remote CAS (--remote-download)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
@@ -391,13 +394,46 @@ class TargetRunner:
                 stack.extend(waiting)
                 continue
             stack.pop()
-            own = self._input_digests(t, None)
+            self._publish_recorded(t.deps)
+            kept = self._key_stats.pop(i, None)  # (its own run's, should it be a flaky test still running)
+            own = self._input_digests(t, None, keep_stats=True)
             assert own is not None  # (no budget)
+            self._closure_read[i] = (own, self._key_stats.pop(i, {}))
+            if kept is not None:
+                self._key_stats[i] = kept
             below = {targets[d].label: memo[d] for d in t.deps}
             memo[i] = keys.key_of(
                 {"inputs": own, "executable": sorted(self._executable.get(i, ())), "deps": below}
             )
         return memo[tid]
+
+    def _publish_recorded(self, deps: Iterable[int]) -> None:
+        """The outputs of ``deps`` this build has not made or checked, as the build record
+        has them: a closure reaches targets a focused (watch) or incremental build does not
+        plan, whose outputs it takes from the record (a file left in a remote CAS is not on
+        disk to hash; one that is would be hashed on the scheduler's thread)."""
+        for d in deps:
+            t = self.graph.targets[d]
+            if t.kind == "group" or all(o in self.out_digests for o in t.outs):
+                continue
+            entry = self.record.get(t.label)
+            for p, dg, *m in entry.get("o", ()) if entry else ():
+                if p not in self.out_digests:
+                    self.publish_output(p, dg, m[0] if m else None)
+
+    def _closure_changed(self, t: Target, started_ns: int) -> str | None:
+        """The first source below ``t``'s dependencies, at any depth, that changed while its
+        command ran, as ``_inputs_changed`` judges its own: a test's key names them only
+        through closure digests, read once (an A-B-A rewrite below during the run, `git
+        stash; git stash pop`, must not leave a pass recorded for content it did not see)."""
+        for j in self.graph.closure(t.deps):
+            own, stats = self._closure_read.get(j, ({}, {}))
+            for p, was in stats.items():
+                if self._moved(p, own[p], was, started_ns):
+                    self._sources.pop(p, None)
+                    self._closure_memo.clear()  # (the tests keyed from now on read it again)
+                    return p
+        return None
 
     def same_action(self, t: Target, desc: Mapping[str, Any]) -> bool:
         """Whether a recorded description has ``t``'s kind, command, environment, outputs
@@ -841,11 +877,13 @@ class TargetRunner:
         paths = self.graph.closure_inputs(t.id)
         if desc is None:
             return paths, {}
-        full: dict[str, str] = {}
-        for j in self.graph.closure([t.id]):
-            got = self._input_digests(self.graph.targets[j], None)
-            assert got is not None  # (no budget)
-            full.update(got)
+        full = self._remote_full.get(t.id)  # (once a run: the upload after the run sends what the key read)
+        if full is None:
+            full = dict(desc["inputs"])
+            for j in self.graph.closure(t.deps):
+                self.closure_digest(j)
+                full.update(self._closure_read[j][0])
+            self._remote_full[t.id] = full
         return paths, {**desc, "inputs": full}
 
     def _remote_producers(self, labels: list[str]) -> list[str]:
@@ -1279,7 +1317,8 @@ class TargetRunner:
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
             self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {})) \
-            or self._helpers_changed(t, desc, started_ns)
+            or self._helpers_changed(t, desc, started_ns) \
+            or (self._closure_changed(t, started_ns) if t.kind == "test" else None)
         record = changed is None
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if not record:  # its outputs are still the build's (clean removes them): kept under a key that never matches

@@ -190,6 +190,8 @@ CATALOGUE = [
      "$(location) needs a label or a file, as in $(location :gen)", None),
     ("replaces-stderr", 'import io, sys\nsys.stderr = io.StringIO()\n'
      'genrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")', "missing.txt", None),
+    ("closes-stderr", 'import sys\nsys.stderr.close()\ngenrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")',
+     "missing.txt", None),
     ("stderr-none", 'import sys\nsys.stderr = None\ngenrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")',
      "missing.txt", None),
     # Built alone, //:t wrote into //tools through the link (and //tools:u, alone, back).

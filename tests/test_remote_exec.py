@@ -739,6 +739,12 @@ def test_an_input_left_remote_that_the_server_lost_is_said_so_not_as_a_missing_l
     with pytest.raises(RemoteError, match=r"^input gen/b.txt was left in its CAS \(--remote-download\) and the "
                                           r"server no longer has it$"):
         ex._run(LostStore(), t, t.inputs, desc, 0.0, False)  # type: ignore[arg-type]
+    # A source deleted since it was hashed is not "left in the CAS": the upload's own error.
+    (tmp_path / "gen" / "a.txt").unlink()
+    desc["inputs"]["gen/b.txt"] = blake3.blake3(b"b\n").hexdigest()
+    (tmp_path / "gen" / "b.txt").write_text("b\n")
+    with pytest.raises(OSError):
+        ex._run(LostStore(), t, t.inputs, desc, 0.0, False)  # type: ignore[arg-type]
 
 
 def test_a_chain_left_remote_and_lost_is_rebuilt_by_the_same_command_not_one_level_a_build(

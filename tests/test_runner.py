@@ -46,6 +46,24 @@ def test_input_changed_while_running_is_not_recorded(tmp_path: Path) -> None:
     assert events(ev)["//:t"]["status"] == "ran"  # it stayed dirty
 
 
+def test_a_source_below_a_test_s_dependency_changed_and_back_while_it_runs_is_not_recorded(tmp_path: Path) -> None:
+    """The test's key names what its dependencies read only through closure digests: an
+    A -> B -> A rewrite of a source two levels down while it ran left a pass recorded (and
+    cached) for content the run did not see; the next `test` said PASSED (cached)."""
+    ws = make_ws(tmp_path, 'test(name="t", deps=["//lib:wrap"], cmd="if [ ! -e once ]; then touch once; '
+                           'echo ok > lib/data.in; sh lib/check.sh; r=$$?; echo bad > lib/data.in; exit $$r; fi; '
+                           'sh lib/check.sh")\n')
+    (ws / "lib").mkdir()
+    (ws / "lib" / "data.in").write_text("bad\n")
+    (ws / "lib" / "BUILD.py").write_text('genrule(name="wrap", srcs=["data.in"], outs=["check.sh"], '
+                                         'cmd="echo \'grep -qx ok lib/data.in\' > $@")\n')
+    r = bt(ws, "test")
+    assert r.returncode == 0 and "//:t: input lib/data.in changed while the command ran" in r.stderr, \
+        r.stdout + r.stderr
+    r = bt(ws, "test")
+    assert r.returncode == 1 and "FAILED" in r.stdout and "cached" not in r.stdout, r.stdout + r.stderr
+
+
 def test_input_changed_and_changed_back_while_running_is_not_recorded(tmp_path: Path) -> None:
     """A -> B -> A during the run (``git stash; git stash pop``): the content is back, but
     the command read B.  Recorded under A's key, out.txt said B until the next edit, and the

@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from buildtool.digest import REMOTE_MARK
+from buildtool.digest import REMOTE_MARK, is_remote
 from buildtool.executor import MAX_ARG, arg_size, pyrule_texts
 from buildtool.remote import action as ra
 from buildtool.remote.action import Digest, TargetView
@@ -283,10 +283,11 @@ class RemoteExecutor:
         for d, path in act.files.items():
             blobs.setdefault(d, path)
         missing = st.find_missing(blobs)
-        lost = sorted(p for d in missing if isinstance(p := blobs[d], str) and not os.path.lexists(p))
+        inputs = desc["inputs"]
+        lost = sorted(rel for d in missing if isinstance(p := blobs[d], str)
+                      and is_remote(inputs.get(rel := os.path.relpath(p, self.root))))
         if lost:  # (upload opened a file that never was here: "[Errno 2] No such file" of an absolute path)
-            rel = os.path.relpath(lost[0], self.root)
-            raise RemoteError(f"input {rel} was left in its CAS (--remote-download) and the server no longer "
+            raise RemoteError(f"input {lost[0]} was left in its CAS (--remote-download) and the server no longer "
                               "has it" + (f" ({len(lost) - 1} more such)" if len(lost) > 1 else ""))
         if missing:
             sent = st.upload({d: blobs[d] for d in missing})
