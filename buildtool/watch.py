@@ -64,6 +64,7 @@ POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
 MAX_EMITTERS = 16  # more watched directories than this: recursive watches on top-level dirs
 RACY_MARGIN_NS = 20_000_000  # file timestamps may lag the clock by a tick
 CANCEL_SIGNUM = 0  # Scheduler.request_stop(0): "an input changed", not a signal
+_FINISHED = (Status.RAN, Status.UP_TO_DATE, Status.RESTORED, Status.FAILED)  # a target a cycle got to the end of
 
 IGNORED_DIRS = frozenset({*ALWAYS_SKIPPED, "__pycache__"})
 EVENT_TYPES = [
@@ -356,6 +357,8 @@ class Watcher:
         self.cycle_span = (0.0, 0.0)  # (monotonic start and end of the last cycle: _rewritten_as_was)
         self.cycle_wall = (0, 0)  # (the same in time_ns: a polled change is seen late, its file's mtime says when)
         self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
+        # the graph of the last cycle that ended OK or FAILED, and the targets it finished (_rewritten_as_was)
+        self.last_finished: tuple[Graph | None, set[int]] = (None, set())
         self.followed_up = False  # the last cycle was one more for such results
         # graph kept between cycles, and what must be re-evaluated before the next one
         self.loader: Loader | None = None
@@ -855,7 +858,15 @@ class Watcher:
         writes it again, with no end.  Only writes made while the last cycle ran: a person's
         identical save between cycles retries the failed targets, as ever."""
         begun, ended = self.cycle_span
-        if ch.kind != "content" or not begun:
+        g, finished = self.last_finished
+        if ch.kind != "content" or not begun or g is None:
+            return False
+        # Only when the last cycle ended (OK or FAILED: not cancelled, its killed targets
+        # still to run) with every target reading the file finished in it: the content a
+        # cycle read was not read by the targets a focused cycle left out (a second save
+        # 50 ms after the first, keyed by the first's cycle through another reader).
+        readers = [*self._readers_of(g).get(ch.path, ()), *self._discovered().get(ch.path, ())]
+        if not readers or not finished.issuperset(readers):
             return False
         stats = self.session.stats
         entry = stats.entries.get(ch.path) if stats is not None else None
@@ -892,18 +903,22 @@ class Watcher:
             self.clean = set()
             return None
         assert g is not None
+        idx = self._readers_of(g)
+        disc = self._discovered()
+        affected = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
+        if any(c.path.endswith(".py") for c in changes):  # a pyrule's module, or one it imports
+            affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
+        return affected | (set(range(len(g.targets))) - self.clean)
+
+    def _readers_of(self, g: Graph) -> dict[str, list[int]]:
+        """Source path -> the targets of ``g`` that list it in ``srcs`` (memoised per graph)."""
         if self._src_index[0] is not g:
             m: dict[str, list[int]] = {}
             for t in g.targets:
                 for src in t.srcs:
                     m.setdefault(src, []).append(t.id)
             self._src_index = (g, m)
-        idx = self._src_index[1]
-        disc = self._discovered()
-        affected = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
-        if any(c.path.endswith(".py") for c in changes):  # a pyrule's module, or one it imports
-            affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
-        return affected | (set(range(len(g.targets))) - self.clean)
+        return self._src_index[1]
 
     def _pyrule_modules(self) -> frozenset[str]:
         """The module files the graph's pyrules import now (a module edited to import another
@@ -1002,6 +1017,9 @@ class Watcher:
 
         gc.collect()
         g = col.graph
+        ended = g is not None and status in ("OK", "FAILED")
+        self.last_finished = (g, {t for t, o in col.outcomes.items() if o.status in _FINISHED}) if ended \
+            else (None, set())
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if g is not None and status in ("OK", "FAILED") \
             else []
