@@ -1091,6 +1091,7 @@ class Watcher:
         s.observer = _Forward(self)
         try:
             changes: list[Change] | None = []
+            said_none = False
             while changes is not None and self.stop_signal is None:
                 begun, wall = time.monotonic(), time.time_ns()
                 self.cycle(changes)
@@ -1100,10 +1101,11 @@ class Watcher:
                 self._note_tools()
                 self.sync_watches(self.cycle_start_ns)
                 self._follow_up()
-                if self.cycle_no == 1:
-                    mode = "polling" if self.poll else "inotify"
+                if self.cycle_no == 1 or (said_none and self.ws.sources):  # (again once a broken first cycle's
+                    mode = "polling" if self.poll else "inotify"  # BUILD.py is mended: it said "0 sources")
                     _say(f"watching {len(self.ws.sources)} sources and {len(self.ws.dirs)} directories ({mode}); "
                          "Ctrl-C to stop")
+                    said_none = not self.ws.sources
                 changes = self.wait_for_changes()
         except _Stop:
             pass

@@ -1684,3 +1684,16 @@ def test_a_rewrite_as_read_is_dropped_only_when_every_reader_finished_in_a_cycle
     write(root / "F.txt", "other\n")
     w.last_finished = (g, {tg, tf})
     assert not w._rewritten_as_was(ch)  # (other content: a change, as ever)
+
+
+def test_the_watching_line_is_said_again_once_a_broken_first_cycle_is_mended(watch, ws: Path) -> None:
+    """A first cycle that failed to evaluate said "watching 0 sources and ..." and never
+    said the real counts, though the watch went on."""
+    write(ws / "BUILD.py", "genrule(\n")
+    w = watch()
+    assert w.wait_cycle(1).status == "ERROR", w.log()
+    w.wait_settled(lambda cs: any("watching 0 sources" in line for line in w.err), "the first watching line")
+    write(ws / "BUILD.py", 'genrule(name="a", srcs=["a.txt"], outs=["out/a.out"], cmd="cat a.txt > out/a.out")\n')
+    w.wait_settled(lambda cs: any(c.status == "OK" for c in cs), "a cycle of the mended BUILD.py")
+    w.wait_settled(lambda cs: any(re.match(r".*watching [1-9]\d* sources", line) for line in w.err),
+                   "the watching line with the real counts")
