@@ -582,6 +582,17 @@ def test_a_marker_that_is_a_dangling_link_or_a_pipe_is_refused_not_skipped_for_t
         assert not (tmp_path / "o.txt").exists()
 
 
+def test_a_package_whose_build_py_is_a_dangling_link_says_so(workspace: Workspace) -> None:
+    """`build //s3` said "there is no s3/BUILD.py; did you mean //s3?" (itself), `//...`
+    "cannot read s3/BUILD.py: No such file or directory"."""
+    (workspace.root / "s3").mkdir()
+    os.symlink("../nowhere/BUILD.py", workspace.root / "s3" / "BUILD.py")
+    for pattern in ("//s3", "//s3:x", "//..."):
+        rc, _, err = workspace.run("build", pattern)
+        assert rc == 2 and "s3/BUILD.py is a symbolic link to '../nowhere/BUILD.py', which does not exist" in err \
+            and "did you mean" not in err, (pattern, err)
+
+
 def test_a_workspace_whose_marker_path_is_too_long_is_refused_not_its_parents(tmp_path: Path) -> None:
     """<deep dir>/buildtool.toml longer than PATH_MAX: the lookup took ENAMETOOLONG for "no
     marker here" and built the enclosing workspace instead, exit 0."""
