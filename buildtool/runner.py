@@ -325,9 +325,14 @@ class TargetRunner:
             found[path] = self.tool_stats.get(path)  # (None: it could not be read; nothing to compare)
         return out
 
-    def _input_digests(self, t: Target, budget: int | None, keep_stats: bool = False) -> dict[str, str] | None:
+    def _input_digests(
+        self, t: Target, budget: int | None, keep_stats: bool = False,
+        stats_into: dict[str, tuple[int, int, int, int, int]] | None = None,
+    ) -> dict[str, str] | None:
         """path -> digest for every input; None if hashing would exceed ``budget`` bytes.
-        ``keep_stats``: for a key the target may run with, keep the sources' stats as read."""
+        ``keep_stats``: for a key the target may run with, keep the sources' stats as read
+        (``stats_into``: in that dict, not as the target's own key's)."""
+        keep_stats = keep_stats or stats_into is not None
         res: dict[str, str] = {}
         outs = self.out_digests
         sources = self._sources
@@ -365,7 +370,9 @@ class TargetRunner:
             self._executable[t.id] = executable
         else:
             self._executable.pop(t.id, None)
-        if keep_stats:
+        if stats_into is not None:
+            stats_into.update(seen)
+        elif keep_stats:
             self._key_stats[t.id] = seen
         if t.kind == "test" and t.deps:  # (a dependency's unreadable source: said as the test's own)
             labels = [self.graph.targets[d].label for d in t.deps]
@@ -395,12 +402,10 @@ class TargetRunner:
                 continue
             stack.pop()
             self._publish_recorded(t.deps)
-            kept = self._key_stats.pop(i, None)  # (its own run's, should it be a flaky test still running)
-            own = self._input_digests(t, None, keep_stats=True)
+            read: dict[str, tuple[int, int, int, int, int]] = {}
+            own = self._input_digests(t, None, stats_into=read)
             assert own is not None  # (no budget)
-            self._closure_read[i] = (own, self._key_stats.pop(i, {}))
-            if kept is not None:
-                self._key_stats[i] = kept
+            self._closure_read[i] = (own, read)
             below = {targets[d].label: memo[d] for d in t.deps}
             memo[i] = keys.key_of(
                 {"inputs": own, "executable": sorted(self._executable.get(i, ())), "deps": below}
@@ -431,8 +436,8 @@ class TargetRunner:
             for p, was in stats.items():
                 if self._moved(p, own[p], was, started_ns):
                     self._sources.pop(p, None)
-                    self._closure_memo.clear()  # (the tests keyed from now on read it again)
-                    return p
+                    self._closure_memo = {}  # (the tests keyed from now on read it again; a new dict:
+                    return p  # a worker thread computing one meanwhile goes on with the one it holds)
         return None
 
     def same_action(self, t: Target, desc: Mapping[str, Any]) -> bool:
