@@ -74,6 +74,7 @@ ENV_ALWAYS = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTHONPATH",
 ENV_SECRET = ("BUILDTOOL_REMOTE_CACHE", "BUILDTOOL_REMOTE_EXECUTOR", "BUILDTOOL_REMOTE_HEADERS")
 
 
+LAST_STARTED = "noop-last"  # the slot of the request whose build started last
 MAX_SLOTS = 4  # requests remembered at once: `build //...` and `build //app` in turn stay no-ops
 
 
@@ -227,6 +228,15 @@ def invalidate(state_dir: str, slot: str) -> None:
     try:
         with os.scandir(state_dir) as it:
             paths += [e.path for e in it if e.name.startswith("noop-clock.")]
+    except OSError:
+        pass
+    try:  # (another request's snapshot then finds the record changed by this build: no crash warning)
+        fd = os.open(os.path.join(state_dir, LAST_STARTED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o644)  # (a named pipe there: ENXIO, not a wait)
+        try:
+            os.write(fd, slot.encode())
+        finally:
+            os.close(fd)
     except OSError:
         pass
     for path in paths:
@@ -1095,8 +1105,8 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if not found and not regraph and (settled_dirs or settled_rows):
             _settle(state_dir, slot, body, tail, paths, settled_dirs, settled_rows)
         if (found or regraph) and body["record"] != _record_id(state_dir):
-            if _newer_slot(state_dir, slot):
-                return None  # (another request's build wrote it since: no crash to tell of)
+            if _last_started(state_dir) != slot:
+                return None  # (another request's build wrote it since, maybe failing: no crash to tell of)
             print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
                   "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
             return None
@@ -1122,11 +1132,13 @@ def _clock_sum(raw: bytes) -> int:
     return (int.from_bytes(raw, "little") + len(raw)) % CLOCK_MOD
 
 
-def _newer_slot(state_dir: str, slot: str) -> bool:
-    """Whether another request's snapshot was written after this one's."""
-    times = dict((s, m) for m, s in _slot_names(state_dir))
-    mine = times.get(slot)
-    return mine is not None and any(m > mine for s, m in times.items() if s != slot)
+def _last_started(state_dir: str) -> str | None:
+    """The slot of the request whose build started last (``invalidate``), None if unknown."""
+    try:
+        with open_regular(os.path.join(state_dir, LAST_STARTED)) as f:
+            return f.read(8).decode("ascii", "replace")
+    except OSError:
+        return None
 
 
 def _clock_path(state_dir: str, slot: str) -> str:
