@@ -147,6 +147,7 @@ class TargetRunner:
         self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
         self._closure_of: dict[int, dict[str, str]] = {}  # per test: its dependencies' closure digests, by label
         self._left_remote = False  # an output this build knows of was left in a remote CAS (--remote-download)
+        self.after: dict[int, list[int]] = {}  # the plan's edges from depfiles: reader -> makers (session.py)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
         self._desc: dict[int, tuple[str, dict[str, Any]]] = {}
         # Target -> the stat (size, mtime_ns, ino, ctime_ns) of each source as its key read
@@ -213,7 +214,7 @@ class TargetRunner:
             if label is None or p not in self.out_digests:
                 return False
             if ancestors is None:
-                ancestors = self.graph.closure(t.deps)
+                ancestors = self.graph.closure([*t.deps, *self.after.get(t.id, ())])
             if self.graph.by_label[label] not in ancestors:
                 return False
             return not self._output_edited(p, self.out_digests[p])

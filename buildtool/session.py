@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from buildtool import cache_gc, labels, noop, orphans
+from buildtool import cache_gc, discovered, labels, noop, orphans
 from buildtool.atomic import remember_reports, remove_path, umask_for_commands
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
@@ -414,6 +414,7 @@ class Session:
             wanted = _with_dependents(graph, focus)
             if not (from_snapshot or rediff):  # (the snapshot's check already counts a changed output as changed)
                 _add_stale_producers(graph, wanted, record, stats)
+            later = _discovered_order(graph, record, wanted)  # (grows the cone: a reader of a header it remakes)
             # What the rest produced last time, for the keys of the cone: the outputs of the
             # cone's dependencies outside it (other record entries are not even parsed).
             outside: set[int] = set()
@@ -428,6 +429,8 @@ class Session:
                 entry = record.get(graph.targets[d].label)
                 for o in entry["o"] if entry else ():
                     runner.publish_output(o[0], o[1], o[2] if len(o) > 2 else None)
+        else:
+            later = _discovered_order(graph, record, wanted)
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output, verbose=req.verbose,
                           print_directory=self.ws.root if req.print_directory else None)
@@ -469,9 +472,18 @@ class Session:
             umask_for_commands()
             phases.begin("critical-path weights")
             weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None, cache)
+            deps: list[Any] = [t.deps for t in graph.targets]
+            dependents: Any = graph.dependents
+            if later:  # (the edges depfiles name: a header made by another target first)
+                runner.after = later
+                dependents = [list(c) for c in dependents]
+                for r, makers in later.items():
+                    deps[r] = (*deps[r], *makers)
+                    for m in makers:
+                        dependents[m].append(r)
             plan = Plan(
-                [t.deps for t in graph.targets],
-                graph.dependents,
+                deps,
+                dependents,
                 wanted,
                 [t.priority for t in graph.targets],
                 weights,
@@ -1270,6 +1282,45 @@ class _Signals:
         for s, h in self._prev.items():
             signal.signal(s, h)
         self._prev.clear()
+
+
+def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int]) -> dict[int, list[int]]:
+    """Edges for this build's plan from what depfiles named: a target whose last run read a
+    header that another target makes (a generated header missing from ``hdr_deps``) runs
+    after it, as Make and Ninja order it by their .d files and deps log; and, in a cone
+    (``wanted`` a set: an incremental or watch build, grown here), joins the cone when that
+    maker is in it (it was left out, so the build said OK over an object compiled from the
+    old header).  Returns reader -> makers; an edge that would close a cycle is left out."""
+    readers = [t for t in graph.targets if t.depfile is not None]
+    if not readers:
+        return {}
+    read: dict[int, list[str]] = {t.id: list(discovered.recorded_paths(record.get(t.label)) or ()) for t in readers}
+    maker = {o: t.id for t in graph.targets for o in t.outs}
+    edges: dict[int, list[int]] = {}
+    for t in readers:
+        for p in read[t.id]:
+            m = maker.get(p)
+            if m is not None and m != t.id and m not in t.deps:
+                edges.setdefault(t.id, []).append(m)
+    if not edges:
+        return {}
+    if isinstance(wanted, set):
+        grew = True
+        while grew:
+            grew = False
+            for r, ms in edges.items():
+                if r not in wanted and any(m in wanted for m in ms):
+                    wanted |= _with_dependents(graph, {r})
+                    grew = True
+    out: dict[int, list[int]] = {}
+    for r, ms in edges.items():
+        if r not in wanted:
+            continue
+        below = _with_dependents(graph, {r})  # (a maker that depends on the reader: a cycle; left out)
+        keep = [m for m in dict.fromkeys(ms) if m in wanted and m not in below]
+        if keep:
+            out[r] = keep
+    return out
 
 
 def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
