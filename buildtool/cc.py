@@ -198,6 +198,13 @@ def _compile(
     """One compile genrule per source file; returns their labels, and the ``srcs`` entries
     with one of the ``prebuilt`` suffixes (objects, archives), which the caller links."""
     flags = _flags(copts, includes, defines)
+    if any(o.startswith("-g") and o != "-g0" for o in copts):
+        # Debug information names the compile's directory, which the key leaves out: an
+        # object restored in another checkout sent gdb to the first one's sources. Written
+        # as "." (the package directory), by the shell's $PWD: the key stays the same
+        # everywhere, and so do the objects (ccache hashes the directory instead).
+        flags = f'-fdebug-prefix-map="$$PWD"=. {flags}'
+    flags = f" {flags}" if flags else ""  # (no double space in `cc -MD` without flags)
     labels: list[str] = []
     given: list[str] = []
     for src in srcs:
@@ -242,8 +249,8 @@ def _compile(
         loc = '"$s"' if generated else _literal("./" + src if src.startswith("-") else src)  # (-x.c: no option)
         mf = _literal(dep)
         # (gcc writes no depfile for assembly it does not preprocess: an empty one, then)
-        assemble = f"{cc} {flags} -c {loc} -o $@ && printf '%s:\\n' $@ > {mf}"
-        compile_ = f"{cc} {flags} -MD -MF {mf} -c {loc} -o $@"
+        assemble = f"{cc}{flags} -c {loc} -o $@ && printf '%s:\\n' $@ > {mf}"
+        compile_ = f"{cc}{flags} -MD -MF {mf} -c {loc} -o $@"
         if not generated:
             cmd = assemble if src.endswith(".s") else compile_
         else:  # its outputs are known only once the graph is: the command looks at them

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -252,7 +253,27 @@ def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_d
     assert ws.build().ran == set()
 
 
+def test_debug_objects_restored_in_another_checkout_do_not_name_the_first_one(
+        make_workspace: Callable[..., Workspace]) -> None:
+    """copts=["-g"]: the object's debug information named the directory it was compiled
+    in, which the key leaves out, so a second checkout sharing the cache got objects whose
+    gdb listed the first checkout's (edited) sources. Written as "." now, by the shell's
+    $PWD (the keys stay the same in every checkout, and the cache still shares them)."""
+    a = make_workspace("dbg-a")
+    b = make_workspace("dbg-b", cache=a.cache)
+    for ws in (a, b):
+        ws.write("main.c", "int main(void) { return 0; }\n")
+        ws.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="app", srcs=["main.c"], copts=["-g"])\n')
+    assert a.build().rc == 0
+    r = b.build()
+    assert r.rc == 0 and "//:app@main.c" in r.with_status("restored"), r.output
+    for ws in (a, b):
+        obj = (ws.root / "_objs" / "app" / "main.o").read_bytes()
+        assert str(a.root).encode() not in obj and str(b.root).encode() not in obj, ws.root
+
+
 def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
+
     ws = workspace
     ws.write("a.c", "")
     ws.build_file("", 'genrule(name="x", srcs=["a.c"], outs=["a.o"], depfile="../a.d", cmd="true")\n')
