@@ -330,7 +330,8 @@ def cc_binary(
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
     genrule(
         name=name,
-        srcs=[*objs, *given, *deps],
+        srcs=[*objs, *given],
+        deps=list(deps),  # ($(SRCS) lists their outputs after the srcs; a typo is said of `deps`)
         outs=[name],
         tools=[_tool(linker)],
         cmd=f"{linker} -o $@ {start}$(SRCS){end} {links}".rstrip(),

@@ -272,6 +272,16 @@ def test_debug_objects_restored_in_another_checkout_do_not_name_the_first_one(
         assert str(a.root).encode() not in obj and str(b.root).encode() not in obj, ws.root
 
 
+def test_a_typo_in_cc_binary_deps_is_said_of_deps(workspace: Workspace) -> None:
+    """The link's genrule took `deps` among its srcs: a typo said "srcs refers to an
+    unknown target", of an attribute the user wrote right."""
+    workspace.write("main.c", "int main(void) { return 0; }\n")
+    workspace.build_file("", 'from buildtool.cc import cc_binary\ncc_binary(name="app", srcs=["main.c"], '
+                             'deps=[":libx"])\n')
+    rc, _, err = workspace.run("build")
+    assert rc == 2 and "//:app: deps refers to an unknown target ':libx'" in err, err
+
+
 def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
 
     ws = workspace
