@@ -64,7 +64,8 @@ POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
 MAX_EMITTERS = 16  # more watched directories than this: recursive watches on top-level dirs
 RACY_MARGIN_NS = 20_000_000  # file timestamps may lag the clock by a tick
 CANCEL_SIGNUM = 0  # Scheduler.request_stop(0): "an input changed", not a signal
-_FINISHED = (Status.RAN, Status.UP_TO_DATE, Status.RESTORED, Status.FAILED)  # a target a cycle got to the end of
+# a target a cycle got to the end of (SKIPPED: a dependency failed, what it reads is moot until that is mended)
+_FINISHED = (Status.RAN, Status.UP_TO_DATE, Status.RESTORED, Status.FAILED, Status.SKIPPED)
 
 IGNORED_DIRS = frozenset({*ALWAYS_SKIPPED, "__pycache__"})
 EVENT_TYPES = [
@@ -331,7 +332,12 @@ class _Collector:
         if sched is None:
             return any(True for _ in self.src_targets.get(ch.path, ()))
         done, wanted = sched.outcomes, sched.plan.wanted  # (a focused cycle plans only the changed cone)
-        return any(t in wanted and t not in done for t in self.src_targets.get(ch.path, ()))
+        if not any(t in wanted and t not in done for t in self.src_targets.get(ch.path, ())):
+            return False
+        # Written with the content the cycle keyed from (a failing tool rewriting its report, a
+        # `:w` of an unchanged buffer), or never keyed from (its readers, not started, read it
+        # as it is): nothing to cancel for.
+        return ch.kind != "content" or self.w.as_read(ch.path) is False
 
 
 class Watcher:
@@ -358,7 +364,7 @@ class Watcher:
         self.cycle_wall = (0, 0)  # (the same in time_ns: a polled change is seen late, its file's mtime says when)
         self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
         # the graph of the last cycle that ended OK or FAILED, and the targets it finished (_rewritten_as_was)
-        self.last_finished: tuple[Graph | None, set[int]] = (None, set())
+        self.last_finished: tuple[Graph | None, dict[int, Status]] = (None, {})
         self.followed_up = False  # the last cycle was one more for such results
         # graph kept between cycles, and what must be re-evaluated before the next one
         self.loader: Loader | None = None
@@ -866,21 +872,31 @@ class Watcher:
         # cycle read was not read by the targets a focused cycle left out (a second save
         # 50 ms after the first, keyed by the first's cycle through another reader).
         readers = [*self._readers_of(g).get(ch.path, ()), *self._discovered().get(ch.path, ())]
-        if not readers or not finished.issuperset(readers):
+        if not readers or any(r not in finished for r in readers):
             return False
+        if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later:
+            wall0, wall1 = self.cycle_wall  # by its mtime then, from the coarser file clock)
+            try:
+                if not (self.poll and wall0 - 20_000_000 <= os.stat(os.path.join(self.root, ch.path)).st_mtime_ns
+                        <= wall1):
+                    return False
+            except OSError:
+                return False
+        if all(finished[r] is Status.SKIPPED for r in readers) and self.as_read(ch.path) is None:
+            return True  # (none read it, each waits for a failed dependency: one made with it reads it then)
+        return bool(self.as_read(ch.path))
+
+    def as_read(self, rel: str) -> bool | None:
+        """Whether source ``rel`` holds the content this session last hashed of it (the stat
+        cache's entry: what the keys were made from); None if it never hashed it."""
         stats = self.session.stats
-        entry = stats.entries.get(ch.path) if stats is not None else None
+        entry = stats.entries.get(rel) if stats is not None else None
         if entry is None:
-            return False
-        full = os.path.join(self.root, ch.path)
+            return None
         from buildtool.digest import hash_file
 
         try:
-            if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later:
-                wall0, wall1 = self.cycle_wall  # by its mtime then, from the coarser file clock)
-                if not (self.poll and wall0 - 20_000_000 <= os.stat(full).st_mtime_ns <= wall1):
-                    return False
-            return bool(hash_file(full) == entry[5])
+            return bool(hash_file(os.path.join(self.root, rel)) == entry[5])
         except OSError:
             return False
 
@@ -1018,11 +1034,10 @@ class Watcher:
         gc.collect()
         g = col.graph
         ended = g is not None and status in ("OK", "FAILED")
-        self.last_finished = (g, {t for t, o in col.outcomes.items() if o.status in _FINISHED}) if ended \
-            else (None, set())
+        self.last_finished = (g, {t: o.status for t, o in col.outcomes.items() if o.status in _FINISHED}) \
+            if ended else (None, {})
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
-                           if o.extra.get("record", True) is False] if g is not None and status in ("OK", "FAILED") \
-            else []
+                           if o.extra.get("record", True) is False] if ended else []
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
