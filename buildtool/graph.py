@@ -546,10 +546,11 @@ class GraphBuilder:
             elif pkg and os.path.isfile(os.path.join(self.loader.ws.root, pkg, "BUILD.py")):
                 msg = (f"no package //{pkg} for {text!r}: {pkg}/BUILD.py is reached through a symbolic link, and "
                        "packages are not (a package of two names would be built twice); use the real directory")
-            elif os.path.islink(build_py := os.path.join(self.loader.ws.root, pkg, "BUILD.py")):  # (dangling:
+            elif os.path.islink(build_py := os.path.join(self.loader.ws.root, pkg, "BUILD.py")) \
+                    and not os.path.exists(build_py):  # (dangling or a loop:
                 # the hint offered //s3 itself, for a package discovery counts)
                 raise UserError(f"no package //{pkg} for {text!r}: {pkg + '/' if pkg else ''}BUILD.py is a symbolic "
-                                f"link to {os.readlink(build_py)!r}, which does not exist")
+                                f"link to {os.readlink(build_py)!r}, which leads nowhere (missing, or a loop)")
             elif text.startswith(":") and self.cwd_pkg != pkg and self.loader.ws.is_ignored(self.cwd_pkg):
                 msg += (f" (the working directory {self.cwd_pkg} is left out by .buildtoolignore, so {text!r} "
                         f"names a target of //{pkg}, its nearest package)")

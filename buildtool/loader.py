@@ -350,7 +350,8 @@ class Loader:
         except OSError as e:
             msg = f"cannot read {rel_bf}: {e.strerror}"
             if os.path.islink(buildfile) and not os.path.exists(buildfile):
-                msg = f"{rel_bf} is a symbolic link to {os.readlink(buildfile)!r}, which does not exist"
+                msg = (f"{rel_bf} is a symbolic link to {os.readlink(buildfile)!r}, which leads nowhere (missing, "
+                       "or a loop)")
             raise UserError(msg) from None
         self.read_files.add(rel_bf)
         self.read_stats.setdefault(rel_bf, stat_row(st))

@@ -412,9 +412,10 @@ class Session:
         wanted: range | set[int] = range(len(graph.targets))
         if focus is not None:
             wanted = _with_dependents(graph, focus)
+        later = _discovered_order(graph, record, wanted)  # plan edges from depfiles (and a cone grown by them)
+        if focus is not None:
             if not (from_snapshot or rediff):  # (the snapshot's check already counts a changed output as changed)
                 _add_stale_producers(graph, wanted, record, stats)
-            later = _discovered_order(graph, record, wanted)  # (grows the cone: a reader of a header it remakes)
             # What the rest produced last time, for the keys of the cone: the outputs of the
             # cone's dependencies outside it (other record entries are not even parsed).
             outside: set[int] = set()
@@ -429,8 +430,6 @@ class Session:
                 entry = record.get(graph.targets[d].label)
                 for o in entry["o"] if entry else ():
                     runner.publish_output(o[0], o[1], o[2] if len(o) > 2 else None)
-        else:
-            later = _discovered_order(graph, record, wanted)
         console = Console(graph, len(wanted), out, explain=req.explain, color=req.color,
                           replay_output=req.replay_output, verbose=req.verbose,
                           print_directory=self.ws.root if req.print_directory else None)
@@ -1285,42 +1284,69 @@ class _Signals:
 
 
 def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int]) -> dict[int, list[int]]:
-    """Edges for this build's plan from what depfiles named: a target whose last run read a
-    header that another target makes (a generated header missing from ``hdr_deps``) runs
-    after it, as Make and Ninja order it by their .d files and deps log; and, in a cone
-    (``wanted`` a set: an incremental or watch build, grown here), joins the cone when that
-    maker is in it (it was left out, so the build said OK over an object compiled from the
-    old header).  Returns reader -> makers; an edge that would close a cycle is left out."""
+    """The targets whose last run's depfile named an output of another target of the build
+    (a generated header missing from ``hdr_deps``): the plan runs each after the target
+    that makes it (a full build raced the two), as Make's .d files and Ninja's deps log
+    order them; in an incremental or watch build (``wanted`` a set, the cone of what
+    changed: grown here) they join the cone (they were left out, and the build said OK over
+    an object compiled from the old header).  Returns reader -> makers, none if those edges
+    would close a cycle.  A cone's build parses only the record lines that name one of its
+    outputs."""
     readers = [t for t in graph.targets if t.depfile is not None]
     if not readers:
         return {}
-    read: dict[int, list[str]] = {t.id: list(discovered.recorded_paths(record.get(t.label)) or ()) for t in readers}
-    maker = {o: t.id for t in graph.targets for o in t.outs}
-    edges: dict[int, list[int]] = {}
-    for t in readers:
-        for p in read[t.id]:
-            m = maker.get(p)
-            if m is not None and m != t.id and m not in t.deps:
-                edges.setdefault(t.id, []).append(m)
-    if not edges:
+    raw = record.entries.raw_line
+    read: dict[int, list[str]] = {}
+    edges: dict[int, dict[int, None]] = {}
+    while True:
+        made = {o: i for i in wanted for o in graph.targets[i].outs}
+        # (a path as the record line holds it, where JSON writes it unescaped: a cheap test
+        # before parsing a line that may name hundreds of headers; a full build parses all)
+        plain = [o.encode() for o in made if o.isprintable() and '"' not in o and "\\" not in o] \
+            if isinstance(wanted, set) else []
+        every = len(plain) < len(made)
+        grow: set[int] = set()
+        for t in readers:
+            line = raw(t.label) if t.id not in read else None
+            if line is not None and not every and not any(o in line for o in plain):
+                continue
+            if t.id not in read:
+                read[t.id] = list(discovered.recorded_paths(record.get(t.label)) or ())
+            for p in read[t.id]:
+                m = made.get(p)
+                if m is not None and m != t.id and m not in t.deps:
+                    edges.setdefault(t.id, {})[m] = None
+                    if t.id not in wanted:
+                        grow.add(t.id)
+        if not grow or not isinstance(wanted, set):
+            break
+        wanted |= _with_dependents(graph, grow)
+    out = {r: list(ms) for r, ms in edges.items() if r in wanted}
+    if out and _cyclic(graph, wanted, out):
         return {}
-    if isinstance(wanted, set):
-        grew = True
-        while grew:
-            grew = False
-            for r, ms in edges.items():
-                if r not in wanted and any(m in wanted for m in ms):
-                    wanted |= _with_dependents(graph, {r})
-                    grew = True
-    out: dict[int, list[int]] = {}
-    for r, ms in edges.items():
-        if r not in wanted:
-            continue
-        below = _with_dependents(graph, {r})  # (a maker that depends on the reader: a cycle; left out)
-        keep = [m for m in dict.fromkeys(ms) if m in wanted and m not in below]
-        if keep:
-            out[r] = keep
     return out
+
+
+def _cyclic(graph: Graph, wanted: range | set[int], extra: dict[int, list[int]]) -> bool:
+    """Whether ``wanted``'s dependencies plus ``extra`` (target -> more dependencies) hold a
+    cycle (Kahn's algorithm: some target never becomes ready)."""
+    dependents: dict[int, list[int]] = {}
+    pending: dict[int, int] = {}
+    for i in wanted:
+        ds = [d for d in (*graph.targets[i].deps, *extra.get(i, ())) if d in wanted]
+        pending[i] = len(ds)
+        for d in ds:
+            dependents.setdefault(d, []).append(i)
+    ready = [i for i, n in pending.items() if n == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for c in dependents.get(i, ()):
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    return done < len(wanted)
 
 
 def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:

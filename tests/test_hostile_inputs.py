@@ -589,7 +589,7 @@ def test_a_package_whose_build_py_is_a_dangling_link_says_so(workspace: Workspac
     os.symlink("../nowhere/BUILD.py", workspace.root / "s3" / "BUILD.py")
     for pattern in ("//s3", "//s3:x", "//..."):
         rc, _, err = workspace.run("build", pattern)
-        assert rc == 2 and "s3/BUILD.py is a symbolic link to '../nowhere/BUILD.py', which does not exist" in err \
+        assert rc == 2 and "s3/BUILD.py is a symbolic link to '../nowhere/BUILD.py', which leads nowhere" in err \
             and "did you mean" not in err, (pattern, err)
 
 
