@@ -442,7 +442,7 @@ class Session:
                     from buildtool.testing import TestLogs
 
                     runner.failed_tests = TestLogs(state, _warn).failed
-                outcomes = dry_run(graph, runner, record)
+                outcomes = dry_run(graph, runner, record, later)
                 _no_reports_of_a_dry_run(req)
                 if req.explain:
                     from buildtool import explain
@@ -1327,6 +1327,24 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
     return out
 
 
+def _topo_order(graph: Graph, extra: dict[int, list[int]]) -> list[int]:
+    """``graph.topo_order()``, with ``extra`` (target -> more dependencies, acyclic) too."""
+    if not extra:
+        return graph.topo_order()
+    pending = [len(t.deps) + len(extra.get(t.id, ())) for t in graph.targets]
+    after: dict[int, list[int]] = {}
+    for r, makers in extra.items():
+        for m in makers:
+            after.setdefault(m, []).append(r)
+    order = [i for i, n in enumerate(pending) if n == 0]
+    for i in order:  # (the list grows as it is walked: a queue)
+        for c in (*graph.dependents[i], *after.get(i, ())):
+            pending[c] -= 1
+            if pending[c] == 0:
+                order.append(c)
+    return order
+
+
 def _cyclic(graph: Graph, wanted: range | set[int], extra: dict[int, list[int]]) -> bool:
     """Whether ``wanted``'s dependencies plus ``extra`` (target -> more dependencies) hold a
     cycle (Kahn's algorithm: some target never becomes ready)."""
@@ -1563,13 +1581,18 @@ def _no_reports_of_a_dry_run(req: BuildRequest) -> None:
                   + ("; removed the one an earlier run left there" if gone else ""))
 
 
-def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int, Outcome]:
-    """What a build would do, without running anything."""
+def dry_run(
+    graph: Graph, runner: TargetRunner, record: BuildRecord, later: dict[int, list[int]] | None = None,
+) -> dict[int, Outcome]:
+    """What a build would do, without running anything.  ``later``: the plan's edges from
+    depfiles (reader -> makers, _discovered_order): a maker that would run makes its
+    reader run too, as the build would."""
     out: dict[int, Outcome] = {}
     would: dict[int, str] = {}  # target that would run, or a group holding one -> that runnable's label
     from buildtool import rebuild
 
-    for i in graph.topo_order():
+    later = later or {}
+    for i in _topo_order(graph, later):
         t = graph.targets[i]
         if t.kind == "group" or (t.kind == "test" and not runner.opt.run_tests):
             out[i] = runner.try_inline(i) if t.kind == "test" else Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
@@ -1577,7 +1600,7 @@ def dry_run(graph: Graph, runner: TargetRunner, record: BuildRecord) -> dict[int
             if member is not None:  # (a group runs nothing: its member is the reason)
                 would[i] = member
             continue
-        blocking = [would[d] for d in t.deps if d in would]
+        blocking = [would[d] for d in (*t.deps, *later.get(i, ())) if d in would]
         if blocking:
             would[i] = t.label
             own = _own_changes(t, record, runner)  # (its key waits for the dependency; its sources do not)

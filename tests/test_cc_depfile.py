@@ -247,6 +247,8 @@ def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_d
             if snap.name.startswith("noop."):
                 snap.unlink()
     edit(ws, "val.txt", "2\n")
+    rc, out, err = ws.run("build", "-n")  # (it said //:obj was up to date)
+    assert rc == 0 and "//:obj: would run: dependency //:gen would run" in out + err, out + err
     r = ws.build()
     assert r.rc == 0 and r.ran == {"//:gen", "//:obj"} and "changed while the command ran" not in r.output, r.output
     assert "GEN 2" in ws.read("main.o"), r.output
