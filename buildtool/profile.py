@@ -21,7 +21,7 @@ from buildtool.outcome import Outcome, Status
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 PROFILE_VERSION = 1
 PHASE_TID = 0  # worker lane n is thread n + 1
@@ -97,10 +97,13 @@ def write_profile(path: str, graph: Graph, outcomes: Mapping[int, Outcome], phas
     write_report(path, json.dumps(doc, separators=(",", ":")) + "\n")
 
 
-def actual_critical_path(graph: Graph, outcomes: Mapping[int, Outcome]) -> list[int]:
+def actual_critical_path(
+    graph: Graph, outcomes: Mapping[int, Outcome], extra: Mapping[int, Sequence[int]] | None = None,
+) -> list[int]:
     """The chain of targets whose end times determined the wall time: start from the
     target that finished last and repeatedly step to the dependency that finished last
-    (the one that released it).  Only targets that ran or were restored are returned."""
+    (the one that released it; ``extra``: the plan's edges from depfiles too).  Only
+    targets that ran or were restored are returned."""
     work = {t: o for t, o in outcomes.items() if o.status in WORK or o.status is Status.FAILED}
     if not work:
         return []
@@ -110,14 +113,17 @@ def actual_critical_path(graph: Graph, outcomes: Mapping[int, Outcome]) -> list[
         o = outcomes.get(cur)
         if o is not None and (o.status in WORK or o.status is Status.FAILED):
             chain.append(cur)
-        deps = [d for d in graph.targets[cur].deps if d in outcomes]
+        deps = [d for d in (*graph.targets[cur].deps, *(extra or {}).get(cur, ())) if d in outcomes]
         cur = max(deps, key=lambda d: (outcomes[d].end, -d)) if deps else None
     chain.reverse()
     return chain
 
 
-def format_critical_path(graph: Graph, outcomes: Mapping[int, Outcome], wall: float | None = None) -> str | None:
-    chain = actual_critical_path(graph, outcomes)
+def format_critical_path(
+    graph: Graph, outcomes: Mapping[int, Outcome], wall: float | None = None,
+    extra: Mapping[int, Sequence[int]] | None = None,
+) -> str | None:
+    chain = actual_critical_path(graph, outcomes, extra)
     if not chain:
         return None
     busy = sum(outcomes[t].end - outcomes[t].start for t in chain)

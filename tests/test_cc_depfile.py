@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -252,6 +253,7 @@ def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_d
     r = ws.build()
     assert r.rc == 0 and r.ran == {"//:gen", "//:obj"} and "changed while the command ran" not in r.output, r.output
     assert "GEN 2" in ws.read("main.o"), r.output
+    assert re.search(r"critical path: [\d.]+s of [\d.]+s wall: //:gen [\d.]+s -> //:obj", r.output), r.output
     assert ws.build().ran == set()
 
 
