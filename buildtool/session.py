@@ -538,7 +538,8 @@ class Session:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
             cache.note_durations((graph.targets[t].label, o.extra.get("attempt_s", o.duration))  # (a flaky test's:
                                  for t, o in outcomes.items()  # the attempt that passed, as the record has)
-                                 if o.status is Status.RAN and o.duration > 0)
+                                 if (o.status is Status.RAN or o.extra.get("executed") == "remote")  # (an
+                                 and o.duration > 0)  # executor's action cache hit: its run's time)
             if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
                 cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always

@@ -664,6 +664,11 @@ def test_an_action_the_executor_answers_from_its_action_cache_is_restored_not_ra
     assert b.read("g.txt") == f"{tag}\n"
     rc, out, _ = b.run("cache", "stats")
     assert rc == 0 and "(0 restored, 0 adopted, 0 ran)" not in out and "1 restored" in out, out
+    import sqlite3
+
+    import cache_verify
+    with contextlib.closing(sqlite3.connect(cache_verify.db_path(b.cache))) as db:  # (its run's time, for `plan`)
+        assert db.execute("SELECT seconds FROM durations WHERE label = '//:g'").fetchone() is not None
     again = b.build("--remote-executor", stack.url, "//:g")  # (recorded as any restore: a no-op now)
     assert again.rc == 0 and again.with_status("ran", "restored") == set(), again.output
 
