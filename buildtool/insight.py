@@ -23,6 +23,13 @@ def add_parsers(sub: Any) -> None:
     e.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")
     e.add_argument("--test", action="store_true",
                    help="explain `buildtool test` (would each test run, or is its pass cached?) instead of build")
+    # A build's --remote-* flags pasted in (a CI job's): refused with what explain does instead.
+    for flag in ("--remote-cache", "--remote-executor", "--remote-instance", "--remote-timeout", "--remote-jobs",
+                 "--remote-download"):
+        e.add_argument(flag, help=argparse.SUPPRESS)
+    e.add_argument("--remote-header", action="append", help=argparse.SUPPRESS)
+    e.add_argument("--remote-upload", action="store_true", default=None, help=argparse.SUPPRESS)
+    e.add_argument("--no-remote-upload", action="store_false", dest="remote_upload", help=argparse.SUPPRESS)
 
     p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
@@ -75,6 +82,15 @@ def dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "explain":
         from buildtool.session import BuildRequest
+
+        given = sorted(k for k, v in vars(args).items() if k.startswith("remote_") and v is not None)
+        if given:
+            from buildtool.errors import UserError
+
+            flag = "--" + given[0].replace("_", "-")
+            msg = (f"explain takes no {flag}: it never contacts a remote cache or executor (what one holds shows as "
+                   f"WOULD RUN); `buildtool build --explain {flag} ...` says what a build with it does")
+            raise UserError(msg)
 
         session = Session(args.directory, {"cache_dir": args.cache_dir})
         req = BuildRequest(patterns=args.patterns, mode="test" if args.test else "explain", dry_run=True, explain=True,

@@ -380,3 +380,14 @@ def test_a_path_entry_listed_again_is_not_called_a_reordering() -> None:
         assert msg == f"env var PATH changed: {said}", msg
     twice = {**base, "env": {"PATH": "/venv/bin:/venv/bin:/usr/bin:/bin"}}
     assert why_changed(twice, base, lambda p: None)[1] == "env var PATH changed: '/venv/bin' listed fewer times"
+
+
+@pytest.mark.parametrize("flags", [["--remote-cache", "http://127.0.0.1:9"], ["--remote-upload"],
+                                   ["--remote-header", "authorization=Bearer x"]])
+def test_explain_given_a_build_s_remote_flags_says_what_it_does_instead(workspace: Workspace, flags: list[str]) -> None:
+    """A CI job's build flags pasted in: argparse's "unrecognized arguments" (exit 2) said
+    nothing of why; explain never contacts a remote, and `build --explain` does."""
+    workspace.build_file("", 'genrule(name="a", outs=["a.out"], cmd="echo a > $@")\n')
+    rc, out, err = workspace.run("explain", *flags)
+    assert rc == 2 and f"explain takes no {flags[0]}: it never contacts a remote cache or executor" in err \
+        and "buildtool build --explain" in err and out == "", (rc, out, err)
