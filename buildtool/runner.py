@@ -702,6 +702,24 @@ class TargetRunner:
             return None
         return self._settled(step.t.id, self._landed(step, res, not here))
 
+    def _missing_header_hint(self, t: Target, output: bytes) -> str:
+        """For a compile that failed on a header it could not find: the target that makes a
+        file of that name, when ``t`` does not depend on it (a generated header missing from
+        ``hdr_deps``: the first build has no depfile to order the two by), as a sentence."""
+        import re
+
+        m = re.search(rb"fatal error: '?([^':\n]+?)'?(?::| file not found)", output)  # (gcc's, clang's)
+        if m is None:
+            return ""
+        name = m.group(1).decode("utf-8", "replace").strip()
+        makers = sorted({lab for p, lab in self._owner.items() if p == name or p.endswith("/" + name.lstrip("./"))})
+        ancestors = {self.graph.targets[i].label for i in self.graph.closure(t.deps)}
+        makers = [lab for lab in makers if lab not in ancestors and lab != t.label]
+        if len(makers) != 1:
+            return ""
+        return (f" ({name} is made by {makers[0]}, which {t.label} does not depend on: add it to hdr_deps of the "
+                "cc_* macro, or to deps)")
+
     def _outputs_size(self, t: Target) -> int:
         size = 0
         for o in t.outs:
@@ -1263,6 +1281,8 @@ class TargetRunner:
                     msg += (" (141 is SIGPIPE: with pipefail on, a stage whose reader stopped early, as "
                             "`grep -q` or `head` do, fails the pipe; let the reader take all its input: "
                             "`grep -c`, `sed -n`)")
+                elif t.depfile is not None:
+                    msg += self._missing_header_hint(t, res.stdout + res.stderr)
             msg += note
             return Outcome(
                 Status.FAILED, Reason.FAILED, msg, key=key, duration=res.duration,

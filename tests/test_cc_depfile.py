@@ -308,6 +308,22 @@ def test_depfile_edges_that_would_close_a_cycle_are_left_out(workspace: Workspac
     assert r.rc == 0 and "internal error" not in r.output and ws.read("a.h") == "2\n", r.output
 
 
+def test_a_compile_that_misses_a_generated_header_names_the_target_that_makes_it(workspace: Workspace) -> None:
+    """A first build without hdr_deps: gcc's "fatal error: gen.h: No such file or directory"
+    alone, where buildtool knows which target makes gen.h and that the object does not
+    depend on it."""
+    ws = workspace
+    ws.write("main.c", '#include "gen.h"\nint main(void) { return VAL; }\n')
+    ws.build_file("", """
+        from buildtool.cc import cc_binary
+        genrule(name="gen", outs=["gen.h"], cmd="sleep 0.5; echo '#define VAL 0' > $@")
+        cc_binary(name="app", srcs=["main.c"])
+    """)
+    r = ws.build()
+    assert r.rc == 1 and "(gen.h is made by //:gen, which //:app@main.c does not depend on: add it to hdr_deps" \
+        in r.output, r.output
+
+
 def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
     ws = workspace
     ws.write("a.c", "")
