@@ -206,6 +206,7 @@ class Graph:
         return self.inputs[tid]
 
 
+MAX_ENV_STRING = 128 * 1024  # NAME=value, as execve takes one (MAX_ARG_STRLEN, its NUL included)
 MAX_PRIORITY = 10**9  # (`graph --format json` wrote it: json cannot print an int of over 4,300 digits)
 MAX_FLAKY = 100  # reruns of a failing test: more only runs a broken test for hours
 MAX_TIMEOUT_S = 1e8  # ~3 years: in ms and ns (poll, REAPI's Duration) it fits every timer
@@ -1498,6 +1499,10 @@ class GraphBuilder:
             if not k or not set(k) <= _ENV_NAME_OK or k[0].isdigit():
                 raise _err(decl, f"env variable name {k!r} is not a valid name")
             _text(decl, f"env value of {k}", v)
+            size = len(k) + 1 + len(v.encode("utf-8", "surrogateescape"))
+            if size >= MAX_ENV_STRING:  # (the command failed to start: "Argument list too long", naming nothing)
+                raise _err(decl, f"env value of {k} is {size:,} bytes with its name: one environment string "
+                                 f"holds less than {MAX_ENV_STRING:,} (Linux's MAX_ARG_STRLEN); pass it in a file")
         pass_env = tuple(_str_list(decl, "pass_env"))
         if kind == "pyrule":  # (the runner sets them: the value given would change the key, not the run)
             for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):

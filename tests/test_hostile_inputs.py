@@ -188,6 +188,8 @@ CATALOGUE = [
      "attribute 'depfile' must be a non-empty path string (got 5)", None),
     ("location-without-argument", 'genrule(name="t", outs=["o"], cmd="cat $(location ) > $@")',
      "$(location) needs a label or a file, as in $(location :gen)", None),
+    ("env-value-too-long", 'genrule(name="t", outs=["o"], cmd="true", env={"BIG": "x" * 200_000})',
+     "env value of BIG is 200,004 bytes with its name: one environment string holds less than 131,072", None),
     ("replaces-stderr", 'import io, sys\nsys.stderr = io.StringIO()\n'
      'genrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")', "missing.txt", None),
     ("closes-stderr", 'import sys\nsys.stderr.close()\ngenrule(name="t", srcs=["missing.txt"], outs=["o"], cmd="true")',
