@@ -84,7 +84,12 @@ def _split_args(inner: str, text: str) -> list[str]:
         msg = f"query {text!r}: a {quote} is left open; close it after the label it quotes"
         raise UserError(msg)
     out.append("".join(cur).strip())
-    return [a for a in out if a]
+    if out == [""]:
+        return []  # (f(): said as "takes 1 argument, got 0")
+    if "" in out:  # (deps(//:a,) was deps(//:a), the empty one dropped without a word)
+        msg = f"query {text!r}: argument {out.index('') + 1} is empty (a comma with nothing after or before it)"
+        raise UserError(msg)
+    return out
 
 
 def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:

@@ -87,7 +87,8 @@ def test_bad_queries_exit_2(workspace: Workspace) -> None:
     for expr, word in (("deps(//app:nope)", "//app:nope"), ("frob(//...)", "frob"), ("rdeps(//...)", "rdeps"),
                        ("deps(", "unbalanced parentheses (1 '(' and 0 ')')"),
                        ("deps(//app:greet))", "unbalanced"), ("deps(deps(//app:greet))", "do not nest"),
-                       ("x deps(//...)", "expected deps(PATTERN)")):
+                       ("x deps(//...)", "expected deps(PATTERN)"),
+                       ("deps(//app:greet,)", "argument 2 is empty"), ("rdeps(, //app:greet)", "argument 1 is empty")):
         rc, _, err = workspace.run("query", expr)
         assert rc == 2, (expr, err)
         assert word in err, (expr, err)
