@@ -87,8 +87,8 @@ class Workspace:
                     "directory of the workspace's own, whose contents it deletes: remove the link and build again")
         if not os.path.isdir(path):
             if os.path.lexists(path):
-                msg = (f"{path} must be buildtool's state directory but is a file (or a link to one); "
-                       "move it away and build again")
+                what = "a file" if os.path.isfile(path) else "not a directory (a named pipe, socket or device)"
+                msg = f"{path} must be buildtool's state directory but is {what}; move it away and build again"
                 _refuse(msg)
             try:
                 os.makedirs(path, exist_ok=True)

@@ -683,7 +683,7 @@ def test_a_state_directory_that_is_a_symbolic_link_is_refused_and_its_target_unt
     assert sorted(p.name for p in victim.iterdir()) == ["notes.txt", "tmp"]
 
 
-@pytest.mark.parametrize("damage", ["state-is-a-file", "lock-is-a-directory", "tmp-is-a-file"])
+@pytest.mark.parametrize("damage", ["state-is-a-file", "state-is-a-pipe", "lock-is-a-directory", "tmp-is-a-file"])
 def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_workspace, damage: str) -> None:
     ws = make_workspace("state")
     ws.write("a", "x\n")
@@ -696,6 +696,11 @@ def test_a_damaged_state_directory_is_exit_2_or_mended_never_a_traceback(make_wo
             assert rc == 2 and "must be buildtool's state directory but is a file" in err, (command, err)
             assert "Traceback" not in err
         assert state.read_text() == "not a directory\n"  # not ours to delete
+        return
+    if damage == "state-is-a-pipe":  # (it said "is a file (or a link to one)")
+        os.mkfifo(state)
+        rc, _, err = ws.run("build")
+        assert rc == 2 and "must be buildtool's state directory but is not a directory (a named pipe" in err, err
         return
     assert ws.run("build")[0] == 0
     if damage == "lock-is-a-directory":
