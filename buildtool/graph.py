@@ -33,7 +33,7 @@ PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
     from typing import Any
 
     from buildtool.dsl import Declaration
@@ -155,15 +155,22 @@ class Graph:
                 out.add(t.id)
         return out
 
-    def topo_order(self) -> list[int]:
+    def topo_order(self, extra: Mapping[int, Sequence[int]] | None = None) -> list[int]:
         """Every target id, each after all of its dependencies (Kahn's algorithm), first in
         first out: targets with no order between them come by id, as the scheduler starts them
         when nothing else tells them apart (a dry run listed 3,000 independent targets from
-        the last to the first, the build ran them from the first)."""
+        the last to the first, the build ran them from the first).  ``extra``: target -> more
+        dependencies (a build's edges from depfiles); a cycle through them leaves its
+        targets out."""
         pending = [len(t.deps) for t in self.targets]
+        after: dict[int, list[int]] = {}
+        for r, makers in (extra or {}).items():
+            pending[r] += len(makers)
+            for m in makers:
+                after.setdefault(m, []).append(r)
         order = [i for i, n in enumerate(pending) if n == 0]
         for i in order:  # (the list grows as it is walked: a queue)
-            for c in self.dependents[i]:
+            for c in (*self.dependents[i], *after.get(i, ())) if after else self.dependents[i]:
                 pending[c] -= 1
                 if pending[c] == 0:
                     order.append(c)

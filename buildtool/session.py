@@ -1323,49 +1323,9 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
             break
         wanted |= _with_dependents(graph, grow)
     out = {r: list(ms) for r, ms in edges.items() if r in wanted}
-    if out and _cyclic(graph, wanted, out):
+    if out and len(graph.topo_order(out)) < len(graph.targets):  # (a cycle: never ready, "internal error")
         return {}
     return out
-
-
-def _topo_order(graph: Graph, extra: dict[int, list[int]]) -> list[int]:
-    """``graph.topo_order()``, with ``extra`` (target -> more dependencies, acyclic) too."""
-    if not extra:
-        return graph.topo_order()
-    pending = [len(t.deps) + len(extra.get(t.id, ())) for t in graph.targets]
-    after: dict[int, list[int]] = {}
-    for r, makers in extra.items():
-        for m in makers:
-            after.setdefault(m, []).append(r)
-    order = [i for i, n in enumerate(pending) if n == 0]
-    for i in order:  # (the list grows as it is walked: a queue)
-        for c in (*graph.dependents[i], *after.get(i, ())):
-            pending[c] -= 1
-            if pending[c] == 0:
-                order.append(c)
-    return order
-
-
-def _cyclic(graph: Graph, wanted: range | set[int], extra: dict[int, list[int]]) -> bool:
-    """Whether ``wanted``'s dependencies plus ``extra`` (target -> more dependencies) hold a
-    cycle (Kahn's algorithm: some target never becomes ready)."""
-    dependents: dict[int, list[int]] = {}
-    pending: dict[int, int] = {}
-    for i in wanted:
-        ds = [d for d in (*graph.targets[i].deps, *extra.get(i, ())) if d in wanted]
-        pending[i] = len(ds)
-        for d in ds:
-            dependents.setdefault(d, []).append(i)
-    ready = [i for i, n in pending.items() if n == 0]
-    done = 0
-    while ready:
-        i = ready.pop()
-        done += 1
-        for c in dependents.get(i, ()):
-            pending[c] -= 1
-            if pending[c] == 0:
-                ready.append(c)
-    return done < len(wanted)
 
 
 def _with_dependents(graph: Graph, seeds: set[int]) -> set[int]:
@@ -1593,7 +1553,7 @@ def dry_run(
     from buildtool import rebuild
 
     later = later or {}
-    for i in _topo_order(graph, later):
+    for i in graph.topo_order(later):
         t = graph.targets[i]
         if t.kind == "group" or (t.kind == "test" and not runner.opt.run_tests):
             out[i] = runner.try_inline(i) if t.kind == "test" else Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
