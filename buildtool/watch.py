@@ -882,9 +882,10 @@ class Watcher:
                     return False
             except OSError:
                 return False
-        if all(finished[r] is Status.SKIPPED for r in readers) and self.as_read(ch.path) is None:
-            return True  # (none read it, each waits for a failed dependency: one made with it reads it then)
-        return bool(self.as_read(ch.path))
+        read = self.as_read(ch.path)
+        if read is None:  # (never hashed: none read it; dropped when each waits for a failed dependency)
+            return all(finished[r] is Status.SKIPPED for r in readers)
+        return read
 
     def as_read(self, rel: str) -> bool | None:
         """Whether source ``rel`` holds the content this session last hashed of it (the stat
