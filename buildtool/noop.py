@@ -1105,11 +1105,13 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         if not found and not regraph and (settled_dirs or settled_rows):
             _settle(state_dir, slot, body, tail, paths, settled_dirs, settled_rows)
         if (found or regraph) and body["record"] != _record_id(state_dir):
-            if _last_started(state_dir) != slot:
-                return None  # (another request's build wrote it since, maybe failing: no crash to tell of)
-            print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
-                  "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
-            return None
+            if _last_started(state_dir) != slot:  # (another request's build wrote it since: no crash to tell of)
+                if not _record_extends(state_dir, body["record"]):
+                    return None  # (compacted, or not as it was: every target checked)
+            else:
+                print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
+                      "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
+                return None
         changed = [paths[k] for k in found]
         return Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
                        bool(regraph), verified, slot)
@@ -1130,6 +1132,26 @@ def _clock_sum(raw: bytes) -> int:
     import was ~0.35 ms of a no-op the monitor vouches for (~14 ms in all).  Not for the
     snapshot: on megabytes the division costs more than the import."""
     return (int.from_bytes(raw, "little") + len(raw)) % CLOCK_MOD
+
+
+def _record_extends(state_dir: str, was: Any) -> bool:
+    """Whether the build record is the one the snapshot saw with lines appended since (by
+    another request's build): the same file, no shorter, its old part still ending in a
+    whole line.  Its newer lines then say what that build made, and a target outside the
+    cone of what changed since the snapshot (its files as the snapshot signed them) has
+    the same outputs in them: an incremental build may take them from it.  (Edit, `build
+    //app`, `build //...` evaluated everything: 3.7 s and 6.8 s at 30,000 targets.)"""
+    try:
+        ino, size = int(was[0]), int(was[1])
+        with open_regular(os.path.join(state_dir, "record"), "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_ino != ino or st.st_size < size or size < 1:
+                return False
+            f.seek(max(0, size - 4096))
+            tail = f.read(size - max(0, size - 4096))
+    except (OSError, TypeError, ValueError, IndexError):
+        return False
+    return tail.endswith(b"\n") and b"\0" not in tail  # (a crash's zeros: not a continuation)
 
 
 def _last_started(state_dir: str) -> str | None:
