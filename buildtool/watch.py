@@ -300,10 +300,7 @@ class _Collector:
         self.outcomes: dict[int, Outcome] = {}
 
     def started(self, graph: Graph, sched: Any) -> None:
-        m: dict[str, list[int]] = {}
-        for t in graph.targets:
-            for s in t.srcs:
-                m.setdefault(s, []).append(t.id)
+        m = {p: list(ids) for p, ids in self.w._readers_of(graph).items()}  # (copied: extended below)
         self.graph, self.src_targets = graph, m
         if self.w.graph is graph:  # headers its depfiles found (by the record: the same graph's ids)
             for p, ids in self.w._discovered().items():
