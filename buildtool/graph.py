@@ -194,15 +194,8 @@ class Graph:
         file made two levels down), and so what a remote worker's input root must hold.
         A test's key covers them through its dependencies' closure digests (runner.py)."""
         seen: dict[str, None] = dict.fromkeys(self.inputs[tid])
-        stack = list(self.targets[tid].deps)
-        visited = set(stack)
-        while stack:
-            j = stack.pop()
+        for j in sorted(self.closure(self.targets[tid].deps)):
             seen.update(dict.fromkeys(self.inputs[j]))
-            for d in self.targets[j].deps:
-                if d not in visited:
-                    visited.add(d)
-                    stack.append(d)
         return list(seen)
 
     def outputs_of(self, tid: int) -> tuple[str, ...]:
