@@ -47,8 +47,9 @@ def add_parsers(sub: Any) -> None:
 
     g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot or JSON)")
     g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
-    g.add_argument("--format", choices=("dot", "json"), default="dot",
-                   help="dot (Graphviz, the default) or json (formats.md)")
+    g.add_argument("--format", choices=("dot", "json", "compdb"), default="dot",
+                   help="dot (Graphviz, the default), json (formats.md) or compdb (compile_commands.json of "
+                   "the compile targets, for clangd: docs/cc.md)")
 
 
 class _ReaderWatch:
@@ -116,7 +117,12 @@ def dispatch(args: argparse.Namespace) -> int:
             _emit("".join(f"{line}\n" for line in result))
             return 0
         graph = builder.build(query.roots(builder, args.patterns))
-        _emit((query.to_dot(graph) if args.format == "dot" else query.to_json(graph)) + "\n")
+        if args.format == "compdb":
+            from buildtool import compdb
+
+            _emit(compdb.to_json(graph, session.ws.root) + "\n")
+        else:
+            _emit((query.to_dot(graph) if args.format == "dot" else query.to_json(graph)) + "\n")
         return 0
     raise AssertionError(args.command)
 

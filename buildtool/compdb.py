@@ -1,0 +1,74 @@
+"""Compilation database: the ``compile_commands.json`` of a graph's compile targets.
+
+clangd, clang-tidy and most C/C++ editors read the commands that compile each source from
+a JSON Compilation Database (clang's format: an array of ``directory``, ``file``,
+``arguments`` and ``output``), as ``ninja -t compdb`` and CMake's
+``CMAKE_EXPORT_COMPILE_COMMANDS`` write it.  ``buildtool graph --format compdb`` writes it
+for the targets the patterns need.
+
+A compile target here is one with a ``depfile`` (the cc macros' compiles, and a genrule of
+the same shape written by hand) whose inputs hold exactly one C, C++ or assembly source and
+whose command is a single command: words, quotes and ``$PWD`` (which the cc macros use for
+``-fdebug-prefix-map``, replaced by the command's directory), no ``;``, ``&&``, pipes or
+redirections.  Others are left out: a script has no one command line an editor can rerun
+(the cc macros' compile of a generated source, which picks the source among a target's
+outputs, is one).  Nothing is built: the generated sources and headers an entry names
+exist once a build made them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+from buildtool.graph import Graph, Target
+
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm", ".S", ".s")
+_OPERATORS = ";&|<>()"
+
+
+def entries(graph: Graph, root: str) -> list[dict[str, object]]:
+    """One entry per compile target of ``graph`` (workspace ``root``), in graph order."""
+    found: list[dict[str, object]] = []
+    for t in graph.targets:
+        if t.depfile is None or not t.cmd or t.kind != "genrule":
+            continue
+        sources = [p for p in graph.inputs[t.id] if p.endswith(SOURCE_SUFFIXES)]
+        directory = os.path.join(root, t.pkg) if t.pkg else root
+        arguments = command_words(t.cmd, directory)
+        if len(sources) != 1 or arguments is None:
+            continue
+        entry: dict[str, object] = {
+            "directory": directory,
+            "file": os.path.join(root, sources[0]),
+            "arguments": arguments,
+        }
+        if t.outs:
+            entry["output"] = os.path.join(root, _object(t))
+        found.append(entry)
+    return found
+
+
+def _object(t: Target) -> str:
+    """The output an editor takes for the compile's product: the first ``.o``, else the first."""
+    return next((o for o in t.outs if o.endswith(".o")), t.outs[0])
+
+
+def command_words(cmd: str, directory: str) -> list[str] | None:
+    """``cmd`` as the argument vector the shell would run in ``directory``, or None when it
+    is more than one simple command (an operator outside quotes) or cannot be split."""
+    lexer = shlex.shlex(cmd, posix=True, punctuation_chars=_OPERATORS)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # (an unterminated quote: the shell's error when it runs)
+        return None
+    if not words or any(w and set(w) <= set(_OPERATORS) for w in words):
+        return None
+    return [w.replace("${PWD}", directory).replace("$PWD", directory) for w in words]
+
+
+def to_json(graph: Graph, root: str) -> str:
+    """The database as ``compile_commands.json`` holds it."""
+    return json.dumps(entries(graph, root), indent=2, ensure_ascii=False)
