@@ -17,8 +17,13 @@ import json
 import re
 from dataclasses import dataclass
 
+from buildtool.discovered import recorded_paths
 from buildtool.errors import UserError
 from buildtool.graph import Graph, GraphBuilder
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from buildtool.record import BuildRecord
 
 _EXPR = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
 FUNCTIONS = ("deps", "rdeps", "outputs")
@@ -112,8 +117,10 @@ def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
     return list(out)
 
 
-def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
-    """The graph of the query's universe and the result (labels or output paths)."""
+def evaluate(builder: GraphBuilder, q: Query, record: BuildRecord | None = None) -> tuple[Graph, list[str]]:
+    """The graph of the query's universe and the result (labels or output paths).
+    ``record``: the build record, whose depfile lists tell who read a file named in
+    ``rdeps`` that no BUILD.py lists (a header)."""
     if q.fn == "rdeps":
         universe = roots(builder, q.args[0].split())
         target: list[str] = []
@@ -133,7 +140,9 @@ def evaluate(builder: GraphBuilder, q: Query) -> tuple[Graph, list[str]]:
 
             named, root = set(files), builder.loader.ws.root
             wanted |= {t.id for t in graph.targets if not named.isdisjoint(t.srcs)
-                       or (t.kind == "pyrule" and t.fn and not named.isdisjoint(pyrule_module_files(root, t.fn)))}
+                       or (t.kind == "pyrule" and t.fn and not named.isdisjoint(pyrule_module_files(root, t.fn)))
+                       or (t.depfile is not None and record is not None
+                           and not named.isdisjoint(recorded_paths(record.get(t.label)) or ()))}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         seen = set(wanted)
         stack = list(wanted)

@@ -1202,8 +1202,10 @@ class TargetRunner:
         env = dict(desc["env"])
         if "PATH" in env:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
-        env["TMPDIR"] = tmp
-        env["HOME"] = tmp
+        # The lane's fresh directory, unless the action's environment names them (env,
+        # pass_env, --action-env: in its key; they were keyed and then dropped).
+        env.setdefault("TMPDIR", tmp)
+        env.setdefault("HOME", tmp)
         blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:
             return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key, extra={"not_started": True})

@@ -117,6 +117,20 @@ def test_header_edit_reruns_exactly_its_objects_and_the_link(workspace: Workspac
     assert run_app(ws) == "36 48\n"
 
 
+def test_rdeps_of_a_header_are_the_objects_whose_last_depfile_named_it_and_their_dependents(
+    workspace: Workspace,
+) -> None:
+    """"What uses this header?": no BUILD.py lists it, the depfiles of the last build do
+    (before any build, the answer is only what lists it: nothing)."""
+    make_project(workspace)
+    rc, out, err = workspace.run("query", "rdeps(//..., //:include/square.h)")
+    assert rc == 0 and out == "", (out, err)
+    assert workspace.build("//:app").rc == 0
+    rc, out, err = workspace.run("query", "rdeps(//..., //:include/square.h)")
+    assert rc == 0, err
+    assert sorted(out.split()) == sorted(["//:app", OBJ_SQUARE, "//:shapes", "//:shapes.a"])
+
+
 def test_fresh_checkout_restores_everything_and_never_a_stale_object(
     workspace: Workspace, tmp_path: Path
 ) -> None:

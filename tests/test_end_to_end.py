@@ -621,6 +621,32 @@ def test_environment_is_scrubbed(workspace: Workspace) -> None:
     assert names == {"PATH", "HOME", "TMPDIR", "MINE", "PASSED"}
 
 
+def test_home_and_tmpdir_named_by_the_action_s_environment_reach_the_command(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """HOME and TMPDIR are a fresh per-action directory unless the target's env, pass_env
+    or --action-env names them: then the command gets that value (they were keyed, so the
+    target reran when they changed, and then replaced by the lane's directory)."""
+    mine = tmp_path / "my-tmp"
+    mine.mkdir()
+    workspace.build_file("", f"""
+        genrule(name="given", outs=["given.txt"], env={{"TMPDIR": "{mine}"}}, cmd="echo $$TMPDIR $$HOME > $@")
+        genrule(name="passed", outs=["passed.txt"], pass_env=["HOME"], cmd="echo $$HOME > $@")
+        genrule(name="fresh", outs=["fresh.txt"], cmd="echo $$TMPDIR $$HOME > $@")
+        """)
+    r = workspace.build("--action-env", "HOME=/srv/ci-home", env_extra={"HOME": str(workspace.home)})
+    assert r.rc == 0, r.output
+    tmpdir, home = workspace.read("given.txt").split()
+    assert tmpdir == str(mine) and home == "/srv/ci-home"
+    assert workspace.read("passed.txt").split() == [str(workspace.home)]  # (the target's pass_env over --action-env)
+    tmpdir, home = workspace.read("fresh.txt").split()
+    lanes = str(workspace.root / ".buildtool" / "tmp") + "/"
+    assert tmpdir.startswith(lanes) and home == "/srv/ci-home"
+    r = workspace.build()  # without --action-env: only the lane's directory for HOME
+    assert r.rc == 0, r.output
+    assert workspace.read("fresh.txt").split()[1].startswith(lanes)
+
+
 # ---------------------------------------------------------------------------------------
 # 5. Exit codes
 # ---------------------------------------------------------------------------------------
