@@ -899,7 +899,10 @@ class Session:
             try:
                 decls = loader.load(pkg)
             except BuildtoolError as e:
-                _warn(f"could not evaluate //{pkg} ({e}); outputs it may read as sources are not known to clean")
+                # (the error's first line: a syntax error's source and caret lines, in a
+                # one-line warning, came out as literal \n escapes)
+                first = str(e).partition("\n")[0]
+                _warn(f"could not evaluate //{pkg} ({first}); outputs it may read as sources are not known to clean")
                 continue
             for decl in decls.values():
                 outs = decl.attrs.get("outs", ())

@@ -1124,6 +1124,16 @@ def test_clean_that_cannot_remove_the_state_says_so_and_exits_1(workspace: Works
     assert rc == 0 and "workspace state" in out and not workspace.exists(".buildtool/record"), (rc, out, err)
 
 
+def test_clean_with_a_build_py_that_does_not_parse_warns_in_one_readable_line(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="a", outs=["a.txt"], cmd="echo > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.write("BUILD.py", workspace.read("BUILD.py") + "bad(\n")
+    rc, out, err = workspace.run("clean")
+    assert rc == 0 and not workspace.exists("a.txt"), (rc, out, err)
+    assert "could not evaluate // (BUILD.py:2: syntax error: '(' was never closed); outputs" in err, err
+    assert "\\n" not in err
+
+
 @pytest.mark.parametrize("spelling", ["vend/vendored.txt", "//:vend/vendored.txt", ":vend/vendored.txt"])
 def test_clean_keeps_a_removed_rules_output_that_is_a_source_now(workspace: Workspace, spelling: str) -> None:
     """A generated file kept as a source and its rule dropped, then clean before any build:
