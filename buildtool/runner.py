@@ -161,6 +161,7 @@ class TargetRunner:
         self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._refused: dict[int, str] = {}  # target -> key whose local entry the scheduler thread found unusable
+        self._no_commands = False  # settle(): the build stopped; what needs its command stays unstarted
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._tools_absent: dict[str, None] = {}  # where a tool was looked for in vain (or not executable)
@@ -659,6 +660,20 @@ class TargetRunner:
                 self._refused[tid] = key  # (it said why: the worker does not try the entry again)
         return None
 
+    def settle(self, tid: int) -> Outcome | None:
+        """Scheduler thread, once a failure stopped the build (without -k) and nothing runs:
+        ``tid``'s outcome if it needs no command (up to date, a restore from a cache of any
+        size, a depfile target's too, a cached test pass), else None (it stays unstarted).
+        ``try_inline`` leaves large restores and depfile targets to workers: a fresh
+        checkout's cached cc_test showed as NOT RUN when a failure came first."""
+        done = self.try_inline(tid, True)
+        if done is not None:
+            return done
+        self._no_commands = True
+        step = self._run(tid, 0)
+        assert not isinstance(step, Pending)
+        return None if step is None else self._settled(tid, step)
+
     def run(self, tid: int, lane: int) -> Outcome:
         """Worker thread: decide, restore or execute; pre-serialise the record entry."""
         step = self._run(tid, lane)
@@ -832,6 +847,8 @@ class TargetRunner:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
         elif not cache_skip:
             why = f"{why}; no cache entry for key {key[:12]}"
+        if self._no_commands:
+            return None
         return self._execute(t, key, desc, reason, why, lane)
 
     # -- outputs left in the remote executor's CAS (--remote-download; docs/remote.md) ----------

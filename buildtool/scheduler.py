@@ -42,7 +42,9 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
 
         A runner may also have ``build_stopping()``: called once, when the first failure
         (without ``-k``) stops the build from starting new work; a flaky test's next
-        attempt is new work."""
+        attempt is new work.  And ``settle(t)``: once the stopped build has nothing
+        running, ``t``'s outcome if it needs no command (a restore of any size), else
+        None; without it, ``try_inline(t, True)`` settles what it can."""
 
         def try_inline(self, t: int, waiting: bool = False) -> Outcome | None: ...
         def run(self, t: int, lane: int) -> Outcome: ...
@@ -214,8 +216,19 @@ class Scheduler:
         looked at in turn, rather than as "not started": whether an untouched test showed
         as a cached pass or as NOT RUN (JUnit ``<skipped/>``) depended on how soon the
         failure came.  What would need a command is left unstarted."""
+        settle = getattr(self.runner, "settle", None)
         while self.interrupt is None and (t := self.plan.pop()) is not None:  # (Ctrl-C ends it at once)
-            if self._settled_inline(t, True):  # (waiting: a fresh checkout's passes are the cache's)
+            if settle is None:
+                if self._settled_inline(t, True):  # (waiting: a fresh checkout's passes are the cache's)
+                    self.pools.settled(t)
+                continue
+            try:
+                done = settle(t)
+            except Exception as e:  # a bug in a runner must not hang the build
+                done = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+            if done is not None:
+                done.start = done.end = self.clock() - self.t0
+                self._finish(t, done)
                 self.pools.settled(t)
 
     def _to_worker(self, item: tuple[Any, ...]) -> None:

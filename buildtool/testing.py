@@ -311,6 +311,13 @@ class TestRunner:
             self._keep_cached_log(t, o)
         return o
 
+    def settle(self, tid: int) -> Outcome | None:
+        o = self.inner.settle(tid)
+        t = self.graph.targets[tid]
+        if o is not None and t.kind == "test" and o.ok:
+            self._keep_cached_log(t, o)
+        return o
+
     def run(self, tid: int, lane: int) -> Outcome:
         t = self.graph.targets[tid]
         o = self.inner.run(tid, lane)

@@ -830,6 +830,30 @@ def test_after_a_failure_what_needs_no_command_is_still_settled() -> None:
     assert out[4].status is Status.CANCELLED and 4 not in runner.started
 
 
+def test_after_a_failure_a_runner_s_settle_decides_what_needs_no_command() -> None:
+    """A runner with ``settle`` answers for the ready targets once the stopped build has
+    nothing running (a restore too large for try_inline, a depfile target's): what it
+    settles is reported so and its dependents looked at in turn; what it leaves stays
+    unstarted and never runs."""
+    # 0 fails at once; 1 (inline) and 2 (settle only) need no command, 3 after 2 neither;
+    # 4 would need its command; 5 waits for 4.
+    sched, runner, _ = make([[], [], [], [2], [], [4]], fail={0}, inline={1}, priority=[0, 1, 1, 1, 1, 1])
+    asked: list[int] = []
+
+    def settle(t: int) -> Outcome | None:
+        asked.append(t)
+        if t in (2, 3):
+            return Outcome(Status.RESTORED, Reason.RESTORED, "fake: restored")
+        return runner.try_inline(t, True)
+
+    runner.settle = settle  # type: ignore[attr-defined]
+    out = sched.run()
+    assert out[0].status is Status.FAILED and out[1].status is Status.UP_TO_DATE
+    assert out[2].status is Status.RESTORED and out[3].status is Status.RESTORED
+    assert out[4].status is Status.CANCELLED and out[5].status is Status.CANCELLED
+    assert set(runner.started) == {0} and 3 in asked and 5 not in asked
+
+
 def test_ctrl_c_ends_the_settling_after_a_failure_at_once() -> None:
     """The settling of what needs no command went on through the whole graph (restoring,
     hashing) after Ctrl-C, and a second Ctrl-C was not heard either (a review)."""

@@ -715,6 +715,31 @@ def test_a_fresh_checkouts_cached_exclusive_test_does_not_drain_the_build(worksp
     assert r.by_label["//:ex"]["end"] < r.by_label["//:busy"]["end"], (r.by_label["//:ex"], r.by_label["//:busy"])
 
 
+def test_a_fresh_checkout_s_cached_pass_behind_a_large_restore_is_reported_after_an_early_failure(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """Without -k, a failure stops the build; a test whose pass is in the shared cache is
+    still reported as a cached pass, also when its dependency's restore is too large to do
+    inline (a cc_test's objects, depfile targets, likewise): it was NOT RUN, JUnit <skipped/>,
+    when the failure came first."""
+    workspace.build_file("", 'genrule(name="big", outs=["big.bin"], cmd="head -c 2000000 /dev/zero > $@")\n'
+                             'test(name="uses_big", deps=[":big"], cmd="test -s big.bin")\n'
+                             'genrule(name="broken", outs=["b.txt"], cmd="exit 1", priority=-1)\n'
+                             'test(name="needs_broken", deps=[":broken"], cmd="true")\n')
+    assert workspace.build("//:uses_big", command="test").rc == 0
+    fresh = workspace.copy_to(tmp_path / "fresh")  # same cache, no state
+    fresh.path("big.bin").unlink()  # (a clone: no outputs)
+    junit = tmp_path / "j.xml"
+    r = fresh.build("-j", "1", "--junit", str(junit), command="test")
+    assert r.rc == 1 and r.by_label["//:broken"]["status"] == "failed", r.output
+    assert r.by_label["//:big"]["status"] == "restored" and r.by_label["//:uses_big"]["test"] == "cached", r.output
+    assert fresh.path("big.bin").stat().st_size == 2_000_000
+    assert "//:uses_big" in r.stdout and "PASSED (cached)" in r.stdout, r.stdout
+    case = ET.parse(junit).getroot().find(".//testcase[@name='//:uses_big']")
+    assert case is not None and list(case.iter("skipped")) == [] and list(case.iter("failure")) == [], \
+        ET.tostring(case)
+
+
 def test_a_waiting_exclusive_test_that_failed_here_is_not_taken_from_anothers_pass(
     workspace: Workspace, tmp_path: Path,
 ) -> None:
