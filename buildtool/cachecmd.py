@@ -34,8 +34,11 @@ def _config(args: argparse.Namespace) -> Config:
 
     try:
         root = find_workspace(args.directory).root
-    except UserError:
-        root = os.path.abspath(args.directory)  # no workspace: user config and env only
+    except UserError as e:
+        try:
+            root = os.path.abspath(args.directory)  # no workspace: user config and env only
+        except FileNotFoundError:  # the working directory was deleted: exit 2, said as build says it
+            raise e from None
     return load_config(root, {"cache_dir": args.cache_dir})
 
 

@@ -61,7 +61,15 @@ def _add_watch_flags(p: argparse.ArgumentParser, with_switch: bool) -> None:
 def parser() -> argparse.ArgumentParser:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="buildtool", description="Build targets declared in BUILD.py files.")
+    class Parser(argparse.ArgumentParser):
+        """No abbreviated long options (argparse's default took `--no-cache` for
+        `--no-cache-tests`, as Bazel and Ninja do not): the command's parsers are its kind."""
+
+        def __init__(self, *a: Any, **k: Any) -> None:
+            k.setdefault("allow_abbrev", False)
+            super().__init__(*a, **k)
+
+    ap = Parser(prog="buildtool", description="Build targets declared in BUILD.py files.")
     ap.add_argument("--version", action="version", version=f"buildtool {__version__}")
     ap.add_argument("-C", dest="directory", action="append", metavar="DIR",
                     help="run as if started in DIR (repeated: each relative to the one before, as make -C)")
@@ -324,7 +332,15 @@ def main(argv: list[str] | None = None) -> int:
         if checked is not None and not checked[0].changed:
             return _nothing_changed(checked[0].targets, checked[1])
     else:
-        args = _parse(argv)
+        try:
+            args = _parse(argv)
+        except SystemExit as e:
+            if e.code == 2:  # refused: no report of an earlier run left to pass for this one's
+                from buildtool.atomic import drop_stale_reports
+
+                named = _reports_named(argv)
+                drop_stale_reports(named, _state_dir(named))
+            raise
         if not args.command:
             parser().print_help()
             return 2
@@ -359,6 +375,23 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if e.filename else ""
         print(f"buildtool: error: {e.strerror}{where}", file=sys.stderr)
         return 1
+
+
+def _reports_named(argv: list[str]) -> argparse.Namespace:
+    """The report paths (--junit, --events, --profile) and -C directories of a command line
+    that did not parse, read word by word (a mistyped flag must not leave the last run's
+    JUnit file where the CI step that publishes it looks)."""
+    import argparse
+
+    found = argparse.Namespace(junit=None, events=None, profile=None, directory=[])
+    words = iter(argv[:argv.index("--")] if "--" in argv else argv)
+    for word in words:
+        flag, eq, value = word.partition("=")
+        if word.startswith("-C"):  # -C DIR, -CDIR
+            found.directory.append(word[2:] or next(words, "."))
+        elif flag in ("--junit", "--events", "--profile"):
+            setattr(found, flag[2:], value if eq else next(words, None))
+    return found
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -96,3 +98,20 @@ def test_ninja_s_keep_going_count_says_there_is_none(capsys: pytest.CaptureFixtu
     assert "-k takes no count" in capsys.readouterr().err
     assert _parse(["build", "-k", "//..."]).keep_going is True
     assert _parse(["run", "//:t", "--", "-k", "3"]).args == ["-k", "3"]
+
+
+@pytest.mark.parametrize("command", [["build"], ["cache", "stats"], ["cache", "gc", "--max-size", "1G"]])
+def test_a_deleted_working_directory_is_exit_2_said_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    """`cache gc`/`stats` in a directory deleted under the shell (a CI step after its
+    checkout was removed) raised FileNotFoundError with a traceback, exit 1."""
+    from conftest import BUILDTOOL, _clean_env
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    p = subprocess.run(["sh", "-c", script, "sh", str(gone), BUILDTOOL, *command], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr == ("buildtool: error: the current directory no longer exists (deleted after the shell "
+                        "entered it): cd to the workspace again\n"), p.stderr

@@ -234,7 +234,8 @@ def test_a_junit_name_too_long_is_exit_2_before_any_test_runs(workspace: Workspa
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("j") and p.name != "j" * 250]  # no temp left
 
 
-@pytest.mark.parametrize("refusal", ["buildfile-error", "no-such-target"])
+@pytest.mark.parametrize("refusal", ["buildfile-error", "no-such-target", "--bogus", "-j abc", "--test-output=x",
+                                     "--no-cache"])
 def test_a_request_refused_before_anything_runs_leaves_no_stale_report(
     workspace: Workspace, tmp_path: Path, refusal: str
 ) -> None:
@@ -251,8 +252,13 @@ def test_a_request_refused_before_anything_runs_leaves_no_stale_report(
     if refusal == "buildfile-error":
         workspace.build_file("", 'test(name=\n')
         rc, out, err = workspace.run("test", *flags)
-    else:
+    elif refusal == "no-such-target":
         rc, out, err = workspace.run("test", "//:nope", *flags)
+    else:  # the command line does not parse (--no-cache: no abbreviation of --no-cache-tests);
+        # -C and --flag=VALUE spellings as the report flags of a CI script may be
+        rc, out, err = workspace.run("-C", str(workspace.root), "test", *refusal.split(),
+                                     *(f"{a}={b}" for a, b in zip(flags[::2], flags[1::2], strict=True)),
+                                     cwd=tmp_path)
     assert rc == 2, (rc, out, err)
     assert {p.name for p in reports.iterdir()} == {"notes.txt"}, err
 
