@@ -50,6 +50,13 @@ _CREATE_HITS = "CREATE TABLE IF NOT EXISTS hits (key TEXT PRIMARY KEY, used INTE
 # write: a buildtool that does not know it leaves it alone, and a lookup finds none.
 _CREATE_DURATIONS = ("CREATE TABLE IF NOT EXISTS durations (label TEXT PRIMARY KEY, seconds REAL NOT NULL, "
                      "used INTEGER NOT NULL) WITHOUT ROWID")
+# The description (docs/formats.md, the build record's "desc") of each label's last stored
+# action, from every workspace using the cache: what `--explain` compares a miss with when
+# this workspace has no record of the target (a fresh CI checkout: "env var PATH changed"
+# rather than only "no cache entry").  Advisory, as durations: added to version 3 by the
+# first write, trimmed with them.
+_CREATE_DESCRIPTIONS = ("CREATE TABLE IF NOT EXISTS descriptions (label TEXT PRIMARY KEY, key TEXT NOT NULL, "
+                        "desc TEXT NOT NULL, used INTEGER NOT NULL)")
 _LOOKUP_CHUNK = 500  # labels per query (SQLite allows 999 parameters in older builds)
 BUSY_TIMEOUT_S = 10.0
 IMPATIENT_MS = 20  # the busy timeout of a build that has already waited out BUSY_TIMEOUT_S once
@@ -91,6 +98,7 @@ class ActionDB:
         self._mu = threading.Lock()
         self._touched: set[str] = set()
         self._timed: dict[str, float] = {}  # label -> seconds, to write at the next flush
+        self._described: dict[str, tuple[str, str]] = {}  # label -> (key, description JSON), likewise
         self._unusable = False
         self._no_stores = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
@@ -150,6 +158,8 @@ class ActionDB:
         old = ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
                "LEFT JOIN hits h ON h.key = a.key)")
         self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DURATIONS, None), (old, None)]), None)
+        self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None),
+                                                          (old.replace("durations", "descriptions", 1), None)]), None)
         return done
 
     def flush(self) -> None:
@@ -158,6 +168,7 @@ class ActionDB:
         with self._mu:
             touched, self._touched = self._touched, set()
             timed, self._timed = self._timed, {}
+            described, self._described = self._described, {}
         now = time.time_ns()
         if touched:
             steps: list[tuple[str, list[tuple[object, ...]] | None]] = [
@@ -167,6 +178,10 @@ class ActionDB:
             rows = [(lab, d, now) for lab, d in timed.items()]
             self._advisory(lambda c: self._in_transaction(c, [
                 (_CREATE_DURATIONS, None), ("INSERT OR REPLACE INTO durations VALUES (?, ?, ?)", rows)]), None)
+        if described:
+            kept = [(lab, k, d, now) for lab, (k, d) in described.items()]
+            self._advisory(lambda c: self._in_transaction(c, [
+                (_CREATE_DESCRIPTIONS, None), ("INSERT OR REPLACE INTO descriptions VALUES (?, ?, ?, ?)", kept)]), None)
 
     # -- durations -------------------------------------------------------------------------
     def note_durations(self, durations: Iterable[tuple[str, float]]) -> None:
@@ -182,6 +197,27 @@ class ActionDB:
         if not wanted or not os.path.exists(self.path):
             return {}
         return self._advisory(lambda c: _durations_in(c, wanted), {}, writes=False)
+
+    # -- descriptions ----------------------------------------------------------------------
+    def note_descriptions(self, described: Iterable[tuple[str, str, str]]) -> None:
+        """Remember the action each of these targets stored last (label, key, description
+        JSON), written at the next ``flush``."""
+        with self._mu:
+            self._described.update((lab, (k, d)) for lab, k, d in described)
+
+    def described_labels(self) -> frozenset[str]:
+        """The labels the descriptions table holds (none on any trouble)."""
+        if not os.path.exists(self.path):
+            return frozenset()
+        return self._advisory(_described_labels, frozenset(), writes=False)
+
+    def description(self, label: str) -> tuple[str, str] | None:
+        """(key, description JSON) of the last action stored for ``label``, if any."""
+        def one(c: sqlite3.Connection) -> tuple[str, str] | None:
+            row = c.execute("SELECT key, desc FROM descriptions WHERE label = ?", (label,)).fetchone()
+            return (row[0], row[1]) if row and isinstance(row[0], str) and isinstance(row[1], str) else None
+
+        return self._advisory(one, None, writes=False)
 
     def _advisory(self, fn: Callable[[sqlite3.Connection], Any], default: Any, writes: bool = True) -> Any:
         """``fn(connection)`` for the durations table, which only weighs the schedule: any
@@ -385,6 +421,12 @@ def _durations_in(c: sqlite3.Connection, labels: list[str]) -> dict[str, float]:
             if isinstance(seconds, (int, float)) and seconds >= 0:
                 found[label] = float(seconds)
     return found
+
+
+def _described_labels(c: sqlite3.Connection) -> frozenset[str]:
+    if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'descriptions'").fetchone() is None:
+        return frozenset()
+    return frozenset(label for (label,) in c.execute("SELECT label FROM descriptions"))
 
 
 def read_durations(directory: str, labels: list[str]) -> dict[str, float]:

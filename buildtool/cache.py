@@ -402,6 +402,19 @@ class Cache:
         """The durations the cache holds for these labels (noted by any workspace using it)."""
         return self.actions.durations(labels) if self.actions.readable else {}
 
+    def note_descriptions(self, described: Iterable[tuple[str, str, str]]) -> None:
+        """The actions these targets stored (label, key, description JSON): what a later
+        miss with no record of its own is compared with (actiondb's descriptions table)."""
+        if self.writable:
+            self.actions.note_descriptions(described)
+
+    def described_labels(self) -> frozenset[str]:
+        return self.actions.described_labels() if self.actions.readable else frozenset()
+
+    def description(self, label: str) -> tuple[str, str] | None:
+        """(key, description JSON) of the last action stored for ``label`` by any workspace."""
+        return self.actions.description(label) if self.actions.readable else None
+
     # -- blobs -----------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
         return os.path.exists(self._blob_path(digest))

@@ -162,6 +162,7 @@ class TargetRunner:
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
         self._refused: dict[int, str] = {}  # target -> key whose local entry the scheduler thread found unusable
         self._no_commands = False  # settle(): the build stopped; what needs its command stays unstarted
+        self._described: frozenset[str] | None = None  # labels the cache's descriptions table holds
         self._claimed: dict[str, str] | None = None  # source or output path -> a target that has it
         self._tool_dirs: dict[str, None] = {}  # PATH directories searched before a tool was found (or in vain)
         self._tools_absent: dict[str, None] = {}  # where a tool was looked for in vain (or not executable)
@@ -846,7 +847,7 @@ class TargetRunner:
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
         elif not cache_skip:
-            why = f"{why}; no cache entry for key {key[:12]}"
+            why = f"{why}; no cache entry for key {key[:12]}{self._stored_elsewhere(t, key, desc, entry)}"
         if self._no_commands:
             return None
         return self._execute(t, key, desc, reason, why, lane)
@@ -1560,7 +1561,32 @@ class TargetRunner:
         if hit is not None:  # (the cache has the key: `build -n` and `explain` say so, not "would run")
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would restore from the cache: {why}", key=key,
                            extra={"dry_reason": reason, "would_restore": True})
+        hint = "" if self._never_fresh(t) else self._stored_elsewhere(t, key, desc, entry)
+        if hint:
+            why += f"; no cache entry for key {key[:12]}{hint}"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
+
+    def _stored_elsewhere(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> str:
+        """For a miss with no record entry to compare with (a fresh checkout, after
+        ``clean``): how its action differs from the last one stored for its label in the
+        cache, by any workspace using it ("" when none is known, or it is the same key)."""
+        if entry is not None:
+            return ""
+        if self._described is None:  # (one query a build; a race between workers only repeats it)
+            self._described = self.cache.described_labels()
+        if t.label not in self._described:
+            return ""
+        found = self.cache.description(t.label)
+        if found is None or found[0] == key:
+            return ""
+        try:
+            old = json.loads(found[1])
+        except ValueError:
+            return ""
+        if not isinstance(old, dict):
+            return ""
+        _, why = rebuild.why_changed(old, desc, self._producer_for(t))
+        return f"; the cache's last entry for this label, from this or another checkout, differs: {why}"
 
     def dry_hit(self, t: Target, key: str, desc: dict[str, Any]) -> ActionEntry | None:
         """The cache entry a build would restore ``t`` from, without restoring it (never one

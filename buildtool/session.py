@@ -44,7 +44,7 @@ from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, STATE_DIR, Workspace,
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import Any
 
     from buildtool.graph import Target
@@ -540,6 +540,7 @@ class Session:
                                  for t, o in outcomes.items()  # the attempt that passed, as the record has)
                                  if (o.status is Status.RAN or o.extra.get("executed") == "remote")  # (an
                                  and o.duration > 0)  # executor's action cache hit: its run's time)
+            cache.note_descriptions(_stored_descriptions(outcomes.values()))
             if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
                 cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
             if focus is not None and (events or self.observer):  # one event per target, as always
@@ -1285,6 +1286,16 @@ class _Signals:
         for s, h in self._prev.items():
             signal.signal(s, h)
         self._prev.clear()
+
+
+def _stored_descriptions(outcomes: Iterable[Outcome]) -> Iterator[tuple[str, str, str]]:
+    """(label, key, description text) of each action that ran and was recorded under its
+    key (not always=True, not changed while it ran): what the cache's descriptions table
+    keeps for a later miss to be compared with (actiondb)."""
+    for o in outcomes:
+        prepared = o.extra.get("record_entry") if o.status is Status.RAN else None
+        if prepared is not None and prepared[0]["k"] == o.key and o.key:
+            yield prepared[0]["l"], o.key, prepared[0]["desc"]
 
 
 def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int]) -> dict[int, list[int]]:

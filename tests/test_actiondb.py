@@ -229,6 +229,41 @@ def test_gc_drops_the_durations_older_than_every_entry_left(tmp_path: Path) -> N
     db.close()
 
 
+def test_descriptions_are_noted_written_at_the_flush_kept_per_label_and_trimmed_by_gc(tmp_path: Path) -> None:
+    """The last action stored for each label (key, description), from every workspace:
+    what a miss without a record of its own is compared with.  Another shape of the table
+    answers nothing and costs the cache nothing."""
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.described_labels() == frozenset() and db.description("//:a") is None  # (no table yet)
+    db.note_descriptions([("//:old", "k0", '{"cmd": "x"}')])
+    db.flush()
+    time.sleep(0.01)
+    assert db.put("k", b"x")
+    db.note_descriptions([("//:a", "k1", '{"cmd": "one"}'), ("//:b", "k2", '{"cmd": "b"}')])
+    db.note_descriptions([("//:a", "k3", '{"cmd": "two"}')])  # the last noted wins
+    assert db.description("//:a") is None  # (not written before the flush)
+    db.flush()
+    other = calls.db(tmp_path)
+    assert other.described_labels() == {"//:old", "//:a", "//:b"}
+    assert other.description("//:a") == ("k3", '{"cmd": "two"}') and other.description("//:c") is None
+    other.close()
+    assert db.drop_stray_hits()  # (written before the oldest entry: trimmed, as durations)
+    assert db.described_labels() == {"//:a", "//:b"}
+    db.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("DROP TABLE descriptions")
+        c.execute("CREATE TABLE descriptions (label TEXT PRIMARY KEY, what TEXT)")
+        c.commit()
+    db = calls.db(tmp_path)
+    assert db.described_labels() == frozenset() and db.description("//:a") is None and db.get("k") == b"x"
+    db.note_descriptions([("//:a", "k4", "{}")])
+    db.flush()
+    assert db.readable and db.drop_stray_hits()
+    db.close()
+    assert calls.warned == calls.unusable == []
+
+
 def test_a_version_2_database_gains_the_hits_table_keeping_its_entries(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
         c.execute("CREATE TABLE actions (key TEXT PRIMARY KEY, entry BLOB NOT NULL, used INTEGER NOT NULL)")

@@ -3,7 +3,9 @@ running anything, against this workspace's build record."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from conftest import Workspace
@@ -75,6 +77,39 @@ def test_explain_without_record_and_without_cache(workspace: Workspace, tmp_path
     rc, out, _ = workspace.run("clean")
     rc, out, _ = workspace.run("explain", "//pkg:side", "--cache-dir", str(tmp_path / "nothing"))
     assert "not in this workspace's build record (never built here" in out
+
+
+def test_a_fresh_checkout_s_miss_is_compared_with_the_last_action_stored_for_its_label(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """A fresh CI checkout sharing the cache misses: with no record to compare with, the
+    reason said only "no cache entry"; the cache keeps each label's last stored action, so
+    explain and --explain name what differs (a PATH entry, a source, an env value)."""
+    workspace.build_file("", 'genrule(name="g", srcs=["in.txt"], outs=["o.txt"], cmd="cp $< $@", env={"MODE": "a"})\n'
+                             'genrule(name="same", outs=["s.txt"], cmd="echo s > $@")\n')
+    workspace.write("in.txt", "one\n")
+    assert workspace.build().rc == 0
+    fresh = workspace.copy_to(tmp_path / "fresh")  # same cache, no state
+    for out in ("o.txt", "s.txt"):
+        fresh.path(out).unlink()
+    fresh.write("in.txt", "two\n")
+    fresh.build_file("", fresh.read("BUILD.py").replace('"a"', '"b"'))
+    rc, out, err = fresh.run("explain")
+    assert rc == 0, err
+    g = _lines(out)["//:g"]
+    assert g.startswith("WOULD RUN: not in this workspace's build record") and "; no cache entry for key " in g, g
+    assert re.search(r"; the cache's last entry for this label, from this or another checkout, differs: "
+                     r"env var MODE changed; input in\.txt changed \([0-9a-f]{8} -> [0-9a-f]{8}\)$", g), g
+    assert _lines(out)["//:same"].startswith("WOULD RESTORE: "), out  # (a hit: nothing to compare)
+    r = fresh.build("--explain")
+    assert r.rc == 0 and "env var MODE changed; input in.txt changed" in r.by_label["//:g"]["reason"], r.output
+    # Once the fresh checkout stored its own, its record answers; the cache's row is its.
+    fresh.write("in.txt", "three\n")
+    rc, out, err = fresh.run("explain")
+    assert re.fullmatch(r"WOULD RUN: input in\.txt changed \([0-9a-f]{8} -> [0-9a-f]{8}\)", _lines(out)["//:g"]), out
+    other = fresh.copy_to(tmp_path / "other")  # another fresh checkout, its PATH with one entry more
+    rc, out, err = other.run("explain", env_extra={"PATH": f"/opt/bin:{os.environ['PATH']}"})
+    assert _lines(out)["//:same"].endswith("differs: env var PATH changed: '/opt/bin' added"), out
 
 
 def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Workspace) -> None:
