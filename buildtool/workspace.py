@@ -68,14 +68,19 @@ class Workspace:
         return os.path.join(self.root, STATE_DIR)
 
     def is_ignored(self, rel: str) -> bool:
-        """True if the workspace-relative path is listed in .buildtoolignore."""
+        """True if the workspace-relative path is listed in .buildtoolignore, or is below a
+        directory that is (by path or by pattern: ``*/fixtures`` leaves ``a/fixtures/sub``
+        out too, as discovery never enters ``a/fixtures``; a label naming it was built)."""
         for pat in self.ignore_patterns:
             if rel == pat or rel.startswith(pat + "/"):
                 return True
             import fnmatch  # here: fnmatch imports re, ~4 ms of the no-op path, which never asks
 
-            if fnmatch.fnmatchcase(rel, pat):
-                return True
+            end = len(rel)
+            while end > 0:  # rel, then each directory above it
+                if fnmatch.fnmatchcase(rel[:end], pat):
+                    return True
+                end = rel.rfind("/", 0, end)
         return False
 
     def ensure_state_dir(self) -> str:

@@ -218,6 +218,21 @@ def test_an_ignored_package_is_said_to_be_ignored(workspace: Workspace) -> None:
     assert rc == 2 and "BUILD.py:1" in err and "no package //ign/p: ign/p is left out by .buildtoolignore" in err, err
 
 
+def test_a_package_below_a_directory_an_ignore_pattern_matches_is_ignored_too(workspace: Workspace) -> None:
+    """`*/fixtures` left //a:x's fixtures out of //..., but //a/fixtures/sub:x still built when
+    named, and //a/fixtures/sub/... said there was no BUILD.py below it."""
+    for d in ("a", "a/fixtures", "a/fixtures/sub"):
+        workspace.build_file(d, 'genrule(name="x", outs=["x.out"], cmd="echo x > $@")\n')
+    workspace.write(".buildtoolignore", "*/fixtures\n")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and out.split() == ["//a:x"], (out, err)
+    rc, _, err = workspace.run("build", "//a/fixtures/sub:x")
+    assert rc == 2 and "a/fixtures/sub is left out by .buildtoolignore" in err, err
+    assert not workspace.exists("a/fixtures/sub/x.out")
+    rc, _, err = workspace.run("build", "//a/fixtures/sub/...")
+    assert rc == 2 and "a/fixtures/sub is left out by .buildtoolignore" in err, err
+
+
 def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
     _two_packages(workspace)
     rc, _, err = workspace.run("build", "//lbi:lib")
