@@ -156,7 +156,7 @@ class Session:
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
         self.removed_dead: set[str] = set()  # dead outputs this session deleted (watch: not a user's change)
         self.tools_hashed: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
-        self._noted_tests: set[str] = set()  # named tests `build` expanded (noted once each)
+        self._noted_tests: set[str] = set()  # named tests `build` does not run (noted once each)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
         self.loading: LoadingLine | None = None  # a terminal's line while BUILD.py files are evaluated
         # This build's stat cache knows the recorded outputs as the last build left them
@@ -193,22 +193,14 @@ class Session:
                 self.tests_missing = f"no test targets among {' '.join(patterns)}"
             return graph
         if mode == "build":
-            # `build` never runs tests: a named test stands for what it needs.
-            expanded: list[str] = []
+            # `build` never runs tests: a named test's dependencies are built and the test is
+            # reported "not run" (reason test_not_run), as one a group reaches: every named
+            # target has its --events line and is counted.
             for lab in roots:
                 pkg, name = labels.split_label(lab)
-                d = loader.load(pkg)[name]
-                if d.kind == "test":
-                    tmp = builder.build([lab])
-                    needs = [tmp.targets[i].label for i in tmp.targets[tmp.by_label[lab]].deps]
-                    expanded.extend(needs)
-                    if lab not in self._noted_tests:
-                        self._noted_tests.add(lab)
-                        _say(f"note: {lab} is a test; `build` builds only its dependencies, "
-                             f"`buildtool test {lab}` runs it")
-                else:
-                    expanded.append(lab)
-            roots = list(dict.fromkeys(expanded))
+                if loader.load(pkg)[name].kind == "test" and lab not in self._noted_tests:
+                    self._noted_tests.add(lab)
+                    _say(f"note: {lab} is a test; `build` builds only its dependencies, `buildtool test {lab}` runs it")
         return builder.build(roots)
 
     def load_graph(self, patterns: list[str], mode: str = "build") -> Graph:

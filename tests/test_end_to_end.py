@@ -710,6 +710,8 @@ def test_test_runs_tests_and_build_never_does(workspace: Workspace) -> None:
     r = workspace.build("//:fails")  # named in `build`: what it needs is built, and that is said
     assert r.rc == 0, r.output
     assert "boom" not in r.output
+    fails = r.by_label["//:fails"]  # (a line for each named target: it had none, and the summary did not count it)
+    assert fails["status"] == "up_to_date" and fails["reason_code"] == "test_not_run", r.by_label
     assert "note: //:fails is a test; `build` builds only its dependencies, `buildtool test //:fails` runs it" \
         in r.stderr
 
