@@ -900,7 +900,7 @@ class GraphBuilder:
                             raise _err(decl, f"{msg}: {self._cache_dir_why(p)}")
                         raise _err(decl, msg + self._package_hint(p, item))
                     decls = self.loader.load(p)
-                    sub = self._subpackage_on_the_way(p, f"{p}/{n}" if p else n) if "/" in n else None
+                    sub = self.subpackage_on_the_way(p, f"{p}/{n}" if p else n) if "/" in n else None
                     if sub is not None:
                         rest = (f"{p}/{n}" if p else n)[len(sub) + 1:]
                         raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{p}: "
@@ -947,7 +947,7 @@ class GraphBuilder:
                     if isinstance(item, Globbed) and path in self.loader.glob_links \
                             and self._output_behind(path) is not None:
                         continue  # (`latest.txt -> out/x.txt`: glob() leaves out outputs, and links to them)
-                    sub = self._subpackage_on_the_way(pkg, path)
+                    sub = self.subpackage_on_the_way(pkg, path)
                     if sub is not None:
                         name = path[len(sub) + 1:]
                         raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{pkg}: "
@@ -1004,7 +1004,7 @@ class GraphBuilder:
         slashed = self._slash_for_colon(p, name) if ":" in item else None
         return f"; did you mean '{slashed}'?" if slashed is not None else ""
 
-    def _subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
+    def subpackage_on_the_way(self, pkg: str, path: str) -> str | None:
         """The package below ``pkg`` that owns the file ``path``, if any (a file belongs to
         the nearest package above it, as in Bazel); memoised per directory."""
         d = path.rpartition("/")[0]
@@ -1486,7 +1486,7 @@ class GraphBuilder:
                 raise _err(decl, f"output path {o!r} contains a control character or a line separator, "
                                  "which break commands and one-path-per-line listings")
         for o in outs:  # the subpackage's own targets, never loaded for this build, may read it
-            sub = self._subpackage_on_the_way(pkg, o)
+            sub = self.subpackage_on_the_way(pkg, o)
             if sub is not None:
                 raise _err(decl, f"output {o[len(pkg) + 1 if pkg else 0:]!r} is in package //{sub}, not //{pkg}: "
                                  f"a target writes only inside its own package (declare it in //{sub})")

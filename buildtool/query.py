@@ -172,7 +172,9 @@ def evaluate(builder: GraphBuilder, q: Query, record: BuildRecord | None = None)
 
 def _source_file(builder: GraphBuilder, text: str) -> str | None:
     """The workspace-relative path of the file a label names (``//lib:src/core.py``,
-    ``//lib:VERSION``, ``:x.txt``), if it is a file there and no target; else None."""
+    ``//lib:VERSION``, ``:x.txt``), if it is a file there and no target; else None (the
+    caller's error stands: no such package, no such target).  As ``srcs`` takes it: a file
+    of a subpackage, or a missing file below a package, is exit 2 saying so."""
     import os
 
     from buildtool import labels
@@ -185,8 +187,17 @@ def _source_file(builder: GraphBuilder, text: str) -> str | None:
         except labels.LabelError:
             return None
     pkg, name = found
+    if pkg and not builder.loader.package_exists(pkg):  # (the root's: any workspace file, as a pyrule's module)
+        return None
     path = f"{pkg}/{name}" if pkg else name
-    return path if os.path.isfile(os.path.join(builder.loader.ws.root, path)) else None
+    sub = builder.subpackage_on_the_way(pkg, path) if "/" in name else None
+    if sub is not None:
+        raise UserError(f"{text!r} is in package //{sub}, not //{pkg}: refer to it as '//{sub}:{path[len(sub) + 1:]}'")
+    if os.path.isfile(os.path.join(builder.loader.ws.root, path)):
+        return path
+    if "/" in name:  # (a file label: a target's name has no '/')
+        raise UserError(f"{text!r} names no target and there is no file {path}")
+    return None
 
 
 def _dot_id(label: str) -> str:

@@ -45,6 +45,23 @@ def test_deps_rdeps_outputs(workspace: Workspace) -> None:
     assert sorted(_q(workspace, "rdeps(//lib:lib, //...)")) == ["//lib:gen", "//lib:lib"]
 
 
+def test_rdeps_refuses_the_file_labels_srcs_refuses_saying_why(workspace: Workspace) -> None:
+    """A file of a plain directory named as a package, a subpackage's file named through its
+    parent, a missing file below a package: srcs refuses them (exit 2), query printed
+    readers, or said the label was badly formed."""
+    workspace.build_file("lib", 'genrule(name="l", srcs=["nonpkg/d.txt"], outs=["l.out"], cmd="cat $(SRCS) > $@")\n')
+    workspace.build_file("lib/sub", 'genrule(name="u", srcs=["s.txt"], outs=["u.out"], cmd="cat $(SRCS) > $@")\n')
+    workspace.write("lib/nonpkg/d.txt", "d\n")
+    workspace.write("lib/sub/s.txt", "s\n")
+    for label, said in [("//lib/nonpkg:d.txt", "no package //lib/nonpkg"),
+                        ("//lib:sub/s.txt", "is in package //lib/sub, not //lib: refer to it as '//lib/sub:s.txt'"),
+                        ("//lib:nonpkg/missing.txt", "names no target and there is no file lib/nonpkg/missing.txt")]:
+        rc, out, err = workspace.run("query", f"rdeps(//..., {label})")
+        assert rc == 2 and out == "" and said in err, (label, out, err)
+    assert _q(workspace, "rdeps(//..., //lib:nonpkg/d.txt)") == ["//lib:l"]
+    assert _q(workspace, "rdeps(//..., //lib/sub:s.txt)") == ["//lib/sub:u"]
+
+
 def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspace) -> None:
     """"Which tests cover core.py?": rdeps(//..., //lib:src/core.py) was "bad label", though
     srcs takes that label."""
