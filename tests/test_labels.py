@@ -49,6 +49,9 @@ def test_label_error_names_allowed_characters() -> None:
         parse_label("//a:b c", "")
     assert labels.ALLOWED_NAME_CHARS_TEXT in str(e.value)
     assert "'//a:b c'" in str(e.value)
+    for bazel in ("//a:*", "//a:all-targets"):  # (Bazel's forms: ours is said)
+        with pytest.raises(LabelError, match=r"every target of a package is ':all' \(//pkg:all\)"):
+            parse_pattern(bazel, "")
 
 
 @pytest.mark.parametrize(("text", "hint"), [("pkg:lib", "did you mean '//pkg:lib'?"), ("a/b", "did you mean '//a/b'?"),
