@@ -24,7 +24,7 @@ def check_name(name: str) -> None:
         raise LabelError("target name must not be empty (got '')")
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         msg = f"target name must be made of {ALLOWED_NAME_CHARS_TEXT}, and not be '.' or '..' (got {name!r})"
-        if name in ("*", "all-targets"):  # (Bazel's every target and file of a package)
+        if name == "*":  # (Bazel's every target and file of a package)
             msg += "; every target of a package is ':all' (//pkg:all), of a tree '...' (//pkg/...)"
         raise LabelError(msg)
 
