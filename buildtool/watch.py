@@ -118,7 +118,10 @@ class WatchSet:
     # The file a source reached through a symlink (to it, or to a directory on its way)
     # really is, in the workspace -> those sources: an event there is theirs.
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    pyrules: bool = False  # the graph has pyrules: a new .py may be a module one imports (it did not exist)
+    # Files a pyrule's import looked for in vain (or that would shadow the module found): one
+    # appearing is a module it imports now.  (Any new .py did: a venv's pip install in an
+    # ignored directory started a cycle per file.)
+    pyrules: frozenset[str] = frozenset()
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
 
 
@@ -190,7 +193,7 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         return Change(rel, "tool")  # adds this to what a tool that is also a source or a glob's match is)
     if rel in ws.aliases:  # the file a symlinked source really is
         return Change(ws.aliases[rel][0], "content")
-    if appears and ws.pyrules and name.endswith(".py"):  # (a module a pyrule tried to import, in vain)
+    if appears and rel in ws.pyrules:  # (a module a pyrule tried to import, in vain)
         return Change(rel, "content")
     if ws.broken and (structural or name.endswith(".py") or name in (MARKER, IGNORE_FILE)):
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
@@ -552,6 +555,7 @@ class Watcher:
         sources: set[str] = set()
         outputs: set[str] = set()
         pyfiles: set[str] = set()
+        pywanted: list[str] = []  # files its imports looked for in vain
         pymods: dict[str, list[int]] = {}  # a pyrule's module file -> the pyrules importing it
         if graph is not None:
             for t in graph.targets:
@@ -560,7 +564,7 @@ class Watcher:
                 if getattr(t, "depfile", None):  # written and deleted by every compile: not a change
                     outputs.add(t.depfile)
                 if t.kind == "pyrule" and t.fn:
-                    for f in keys.pyrule_module_files(self.root, t.fn):
+                    for f in keys.pyrule_module_files(self.root, t.fn, pywanted):
                         pyfiles.add(f)
                         pymods.setdefault(f, []).append(t.id)
         self.pymods = (graph, pymods)
@@ -617,7 +621,8 @@ class Watcher:
         return WatchSet(
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
-            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()}, bool(pyfiles), tools,
+            self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
+            frozenset(os.path.normpath(p) for p in pywanted), tools,
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:

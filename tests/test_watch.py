@@ -916,6 +916,12 @@ def test_classify_rules() -> None:
     broken_py = WatchSet(sources=frozenset({"gen.py"}), glob_dirs=frozenset({""}), packages=frozenset({""}),
                          broken=True)  # (a pyrule's module: the edit that mends fn="gen:main2")
     assert classify(broken_py, "gen.py", "modified", False) is not None
+    # With pyrules: a module one of their imports looked for in vain appearing is a change;
+    # any other new .py is not (a venv's pip install under .buildtoolignore ran a cycle a file).
+    py = WatchSet(glob_dirs=frozenset({""}), packages=frozenset({""}), pyrules=frozenset({"opt_helper.py"}))
+    assert classify(py, "opt_helper.py", "created", False).kind == "content"
+    assert classify(py, ".venv/lib/python3.11/site-packages/pytest/__init__.py", "created", False) is None
+    assert classify(py, "scratch.py", "created", False) is None
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
