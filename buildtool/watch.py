@@ -332,12 +332,33 @@ class _Collector:
         if sched is None:
             return any(True for _ in self.src_targets.get(ch.path, ()))
         done, wanted = sched.outcomes, sched.plan.wanted  # (a focused cycle plans only the changed cone)
-        if not any(t in wanted and t not in done for t in self.src_targets.get(ch.path, ())):
+        readers = self.src_targets.get(ch.path, ())
+        if not any(t in wanted and t not in done for t in readers) and not self._test_above(readers, wanted, done):
             return False
         # Written with the content the cycle keyed from (a failing tool rewriting its report, a
         # `:w` of an unchanged buffer), or never keyed from (its readers, not started, read it
         # as it is): nothing to cancel for.
         return ch.kind != "content" or self.w.as_read(ch.path) is False
+
+    def _test_above(self, readers: Iterable[int], wanted: Any, done: Any) -> bool:
+        """Does a test not finished yet depend on one of ``readers``, at any depth?  A
+        test's key holds its dependencies' inputs at any depth (runfiles): a source edited
+        below a running test makes its verdict one of the old content (the cycle ran on to
+        an OK for a state already gone)."""
+        g = self.graph
+        if g is None:
+            return False
+        seen: set[int] = set()
+        stack = list(readers)
+        while stack:
+            for c in g.dependents[stack.pop()]:
+                if c in seen:
+                    continue
+                seen.add(c)
+                if g.targets[c].kind == "test" and c in wanted and c not in done:
+                    return True
+                stack.append(c)
+        return False
 
 
 class Watcher:

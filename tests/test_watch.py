@@ -1159,6 +1159,24 @@ def test_a_source_deleted_while_its_command_runs_cancels_the_cycle(watch, ws: Pa
     assert c3.status == "ERROR" and "source file 'k/b.txt' does not exist" in w.log(), w.log()
 
 
+def test_a_source_below_a_running_test_edited_cancels_the_cycle(watch, ws: Path) -> None:
+    """A test's key holds its dependencies' inputs at any depth: an edit of the source of a
+    library the running test depends on did not cancel (only the test's own srcs did); the
+    cycle ended OK for a state already gone."""
+    running, once = ws.parent / "running", ws.parent / "once"
+    write(ws / "k" / "mod.txt", "v1\n")
+    write(ws / "k" / "BUILD.py", 'genrule(name="lib", srcs=["mod.txt"], outs=["lib.out"], cmd="cp mod.txt lib.out")\n'
+                                 f'test(name="slow", deps=[":lib"], cmd="if [ -e {once} ]; then touch {running}; '
+                                 f'sleep 30; fi; touch {once}; grep -q v lib.out")\n')
+    w = watch("//k:slow", command=("test", "--watch"))
+    assert w.wait_cycle(1).status == "OK", w.log()
+    write(ws / "k" / "mod.txt", "v2\n")  # cycle 2 runs the test again, for 30 s this time
+    wait_for(running.exists, what="cycle 2's test started")
+    write(ws / "k" / "mod.txt", "v3\n")
+    c2 = w.wait_cycle(2)
+    assert c2.status == "CANCELLED", w.log()
+
+
 def test_a_record_another_buildtool_changed_makes_the_next_cycle_check_everything(watch, ws: Path, cache: Path) -> None:
     """`buildtool clean` between two cycles: the next cycle, focused on the changed source,
     counted //:x up to date (the watcher's memory said so), and x.out stayed missing."""
