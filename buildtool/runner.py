@@ -1066,6 +1066,8 @@ class TargetRunner:
                 return Status.UP_TO_DATE, "outputs on disk already match the cache entry" if hit.outputs else \
                     f"the cache holds a {'pass' if t.kind == 'test' else 'run'} of this key"  # (a test has no outputs)
         for o in stale:
+            if o.path.endswith(".py"):
+                _drop_bytecode(os.path.join(self.root, o.path))
             try:
                 st = self._restore_one(o, hit)
             except CannotPlace as e:
@@ -1174,6 +1176,8 @@ class TargetRunner:
         when the graph is evaluated; a graph reused from the no-op snapshot was not)."""
         for o in t.outs:
             full = os.path.join(self.root, o)
+            if o.endswith(".py"):
+                _drop_bytecode(full)
             if before_run:  # a restore beside it that a kill -9 cut short (atomic.RESTORE_TMP_SUFFIX)
                 with contextlib.suppress(OSError):
                     os.unlink(temp_path(full, RESTORE_TMP_SUFFIX))
@@ -1606,6 +1610,25 @@ class TargetRunner:
                for o in hit.outputs):
             return None
         return hit
+
+
+def _drop_bytecode(source: str) -> None:
+    """Delete the ``__pycache__`` files Python compiled from the output ``source`` before it
+    is written anew.  Python takes a .pyc as current when the source's size and whole-second
+    mtime are those it recorded: a generated module rewritten in the same second with the
+    same size (two quick builds, a script) was imported as the old one, and a test run on
+    old code had its pass cached under the new key."""
+    d, name = os.path.split(source)
+    cache = os.path.join(d, "__pycache__")
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return
+    stem = name[:-3] + "."
+    for n in names:
+        if n.startswith(stem) and n.endswith(".pyc"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(cache, n))
 
 
 def _make_dir(d: str) -> None:

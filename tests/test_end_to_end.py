@@ -1764,3 +1764,28 @@ def test_an_input_that_cannot_be_read_fails_its_target_without_a_command_line(wo
     assert "FAILED: //:b (BUILD.py:2): cannot read input" in r.output, r.output
     assert "b.txt: not a regular file (a directory)" in r.output, r.output
     assert "command (in //): cat b.txt" not in r.output, r.output
+
+
+def test_a_generated_module_rewritten_with_the_same_size_and_mtime_is_not_imported_from_its_old_pyc(
+    workspace: Workspace,
+) -> None:
+    """Python takes __pycache__'s .pyc as current when the source's size and whole-second
+    mtime match: a generated module rewritten in the same second with the same size (two
+    quick builds) was imported as the old one, and the test's pass on old code was cached
+    under the new key.  The output's bytecode goes before it is written anew."""
+    import sys
+
+    workspace.write("v.txt", "g01\n")
+    workspace.write("check.py", "import sys\nimport genmod\nsys.exit(genmod.V == 'bad')\n")
+    workspace.build_file("", f"""
+        genrule(name="gen", srcs=["v.txt"], outs=["genmod.py"],
+                cmd="printf 'V = %s\\\\n' \\"'$$(cat v.txt)'\\" > $@ && touch -d @1000000000 $@")
+        test(name="t", deps=[":gen"], srcs=["check.py"], cmd="{sys.executable} check.py")
+        """)
+    r = workspace.build(command="test")
+    assert r.rc == 0 and workspace.read("genmod.py") == "V = 'g01'\n", r.output
+    assert [p.name for p in workspace.path("__pycache__").iterdir() if p.name.startswith("genmod.")], r.output
+    workspace.write("v.txt", "bad\n")  # the same size, and the same mtime (touch -d)
+    r = workspace.build(command="test")
+    assert workspace.read("genmod.py") == "V = 'bad'\n"
+    assert r.rc == 1 and r.by_label["//:t"]["status"] == "failed", r.output
