@@ -1238,6 +1238,7 @@ class TargetRunner:
             if t.kind == "pyrule":
                 env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
+                env["BUILDTOOL_PYRULE_MODULES"] = os.path.join(tmp, "pyrule-modules")  # (_unkeyed_modules)
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
                 texts = pyrule_texts(t.pkg, self.graph.inputs[t.id], t.outs, t.kwargs_json)
                 if sum(map(arg_size, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
@@ -1282,6 +1283,7 @@ class TargetRunner:
         prepared as the outcome's "after" work.  ``release_early``: tell the scheduler (lane
         hook) that the lane is free before the outputs are hashed (worker threads)."""
         t, key, desc, reason, why, started_ns = p.t, p.key, p.desc, p.reason, p.why, p.started_ns
+        imported = _imported_modules(p.tmp) if t.kind == "pyrule" else []  # (before the lane's directory is emptied)
         self._reset_tmp(p.tmp)
         base: dict[str, Any] = {"desc": desc}
         note = getattr(res, "note", "")  # remote execution: where it ran
@@ -1364,6 +1366,8 @@ class TargetRunner:
                     duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,
                 )
             size += st.st_size
+        if imported:
+            self._unkeyed_modules(t, desc, imported)
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
             self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {})) \
@@ -1441,6 +1445,22 @@ class TargetRunner:
         return (st.st_size, st.st_mtime_ns, st.st_ino) != was[:3] or \
             ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, min(started_ns, was[4])))
              and self._disk_digest(p) != d)
+
+    def _unkeyed_modules(self, t: Target, desc: dict[str, Any], imported: list[str]) -> None:
+        """Warn of the workspace modules a pyrule's function imported that its key does not
+        hold (PYRULE_MAIN lists them): reached through a ``sys.path`` entry it added (a
+        src-layout library), or imported by a name the static search cannot see; an edit of
+        them would not rerun it, and the cache would give the old output elsewhere too."""
+        found = [os.path.relpath(m, self.root) for m in imported]
+        keyed = {k[len("module:"):] for k in desc.get("extra", {}) if k.startswith("module:")}
+        keyed.update(desc.get("inputs", {}))
+        unkeyed = [m for m in found if m not in keyed and not m.startswith("..")]
+        if unkeyed:
+            more = f" and {len(unkeyed) - 3} more" if len(unkeyed) > 3 else ""
+            self.warn(f"{t.label}: its function imported {', '.join(unkeyed[:3])}{more}, which its key does not "
+                      "hold (found through a sys.path entry it added, or a name an import statement does not "
+                      "show): an edit there will not rerun it; list them in its srcs, or import them from the "
+                      "workspace root")
 
     def _helpers_changed(self, t: Target, desc: dict[str, Any], started_ns: int) -> str | None:
         """The first file besides the inputs that the key covers and that changed while the
@@ -1610,6 +1630,16 @@ class TargetRunner:
                for o in hit.outputs):
             return None
         return hit
+
+
+def _imported_modules(tmp: str) -> list[str]:
+    """The module files a pyrule's function imported, as PYRULE_MAIN listed them in the
+    lane's directory ``tmp`` (none: it failed, or ran remotely)."""
+    try:
+        with open(os.path.join(tmp, "pyrule-modules"), encoding="utf-8", errors="surrogateescape") as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
+    except OSError:
+        return []
 
 
 def _drop_bytecode(source: str) -> None:

@@ -272,6 +272,7 @@ def test_a_pyrule_tracks_its_relative_imports_and_sees_the_workspace_root_first(
     (ws / "pkg" / "BUILD.py").write_text('pyrule(name="p", fn="gen.main:run", outs=["o.txt"])\n')
     r = bt(ws, "build")
     assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel1 leaf1 root helper\n", r.stdout + r.stderr
+    assert "its key does not hold" not in r.stderr, r.stderr  # (every module it imported is keyed)
     (ws / "gen" / "relmod.py").write_text('V = "rel2"\n')
     (ws / "gen" / "sub" / "leaf.py").write_text('V = "leaf2"\n')
     r = bt(ws, "build")
@@ -279,6 +280,27 @@ def test_a_pyrule_tracks_its_relative_imports_and_sees_the_workspace_root_first(
     (ws / "helper.py").write_text('WHO = "root edited"\n')
     r = bt(ws, "build")
     assert r.returncode == 0 and (ws / "pkg" / "o.txt").read_text() == "rel2 leaf2 root edited\n", r.stdout + r.stderr
+
+
+def test_a_pyrule_importing_a_workspace_module_through_its_own_sys_path_entry_is_warned_of(tmp_path: Path) -> None:
+    """A src-layout library reached through `sys.path.insert` is no import the static
+    search follows: its edit never reran the pyrule (and the cache handed the stale output
+    to other checkouts), without a word."""
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="tools.slugs:make", srcs=["a.txt"], outs=["o.txt"])\n',
+                 {"a.txt": "Hello World\n"})
+    (ws / "tools").mkdir()
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "libs" / "core" / "core").mkdir(parents=True)
+    (ws / "libs" / "core" / "core" / "strings.py").write_text("def slug(s):\n    return '-'.join(s.split())\n")
+    (ws / "tools" / "slugs.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'libs', 'core'))\n"
+        "from core.strings import slug\n\n\n"
+        "def make(srcs, outs):\n    open(outs[0], 'w').write(slug(open(srcs[0]).read()) + '\\n')\n")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "o.txt").read_text() == "Hello-World\n", r.stdout + r.stderr
+    assert "warning: //:p: its function imported libs/core/core/strings.py, which its key does not hold" \
+        in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("name", ["json.py", "_json.py"])
