@@ -75,6 +75,20 @@ def _where(d: str) -> str:
     return "left in the remote CAS" if d.startswith("remote:") else "on disk"
 
 
+def shared_description(desc: Mapping[str, Any]) -> dict[str, Any]:
+    """``desc`` as the cache's descriptions table keeps it (formats.md): each env value but
+    PATH's replaced by its digest (``blake3:<hex>``), which tells "changed" as well, and
+    keeps a secret a target reads from the environment out of a cache other users read."""
+    env = desc.get("env")
+    if not isinstance(env, dict):
+        return dict(desc)
+    import blake3
+
+    hidden = {k: v if k == "PATH" or not isinstance(v, str) else
+              "blake3:" + blake3.blake3(v.encode("utf-8", "surrogateescape")).hexdigest() for k, v in env.items()}
+    return {**desc, "env": hidden}
+
+
 def why_changed(
     old: Mapping[str, Any] | None,
     new: Mapping[str, Any],

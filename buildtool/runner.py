@@ -1603,13 +1603,16 @@ class TargetRunner:
         found = self.cache.description(t.label)
         if found is None or found[0] == key:
             return ""
-        try:
+        try:  # (advisory: a row of another shape, from a damaged cache or a later buildtool, says nothing)
             old = json.loads(found[1])
-        except ValueError:
+            if t.depfile is not None:  # (the row is a final description: compare finals, the same headers')
+                paths = discovered.recorded_paths({"desc": old})
+                if paths:
+                    desc = discovered.final_key(discovered.primary_description(desc), paths,
+                                                self._discovered_digest)[1]
+            _, why = rebuild.why_changed(old, rebuild.shared_description(desc), self._producer_for(t))
+        except Exception:
             return ""
-        if not isinstance(old, dict):
-            return ""
-        _, why = rebuild.why_changed(old, desc, self._producer_for(t))
         return f"; the cache's last entry for this label, from this or another checkout, differs: {why}"
 
     def dry_hit(self, t: Target, key: str, desc: dict[str, Any]) -> ActionEntry | None:

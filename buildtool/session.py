@@ -1283,11 +1283,18 @@ class _Signals:
 def _stored_descriptions(outcomes: Iterable[Outcome]) -> Iterator[tuple[str, str, str]]:
     """(label, key, description text) of each action that ran and was recorded under its
     key (not always=True, not changed while it ran): what the cache's descriptions table
-    keeps for a later miss to be compared with (actiondb)."""
+    keeps for a later miss to be compared with (actiondb), in its shared form (no env value
+    but PATH's: a token passed through pass_env must not land in a shared cache)."""
+    from buildtool import keys
+    from buildtool.rebuild import shared_description
+
     for o in outcomes:
         prepared = o.extra.get("record_entry") if o.status is Status.RAN else None
         if prepared is not None and prepared[0]["k"] == o.key and o.key:
-            yield prepared[0]["l"], o.key, prepared[0]["desc"]
+            desc, text = o.extra.get("desc"), prepared[0]["desc"]
+            if isinstance(desc, dict) and any(k != "PATH" for k in desc.get("env", ())):
+                text = keys.canonical(shared_description(desc))
+            yield prepared[0]["l"], o.key, text
 
 
 def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int]) -> dict[int, list[int]]:

@@ -131,6 +131,20 @@ def test_rdeps_of_a_header_are_the_objects_whose_last_depfile_named_it_and_their
     assert sorted(out.split()) == sorted(["//:app", OBJ_SQUARE, "//:shapes", "//:shapes.a"])
 
 
+def test_a_fresh_checkout_s_compile_miss_names_the_header_that_changed(workspace: Workspace, tmp_path: Path) -> None:
+    """With no record, a miss is compared with the cache's last description of the label,
+    a final one (its headers too): the edited header was said to be "removed", each one."""
+    make_project(workspace)
+    assert workspace.build("//:app").rc == 0
+    fresh = workspace.copy_to(tmp_path / "fresh")
+    fresh.write("include/square.h", SQUARE_H.replace("3", "4"))
+    rc, out, err = fresh.run("explain", OBJ_SQUARE)
+    assert rc == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith(OBJ_SQUARE))
+    assert re.search(r"differs: input include/square\.h changed \([0-9a-f]{8} -> [0-9a-f]{8}\)$", line), line
+    assert "removed" not in line, line
+
+
 def test_fresh_checkout_restores_everything_and_never_a_stale_object(
     workspace: Workspace, tmp_path: Path
 ) -> None:

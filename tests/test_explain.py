@@ -112,6 +112,35 @@ def test_a_fresh_checkout_s_miss_is_compared_with_the_last_action_stored_for_its
     assert _lines(out)["//:same"].endswith("differs: env var PATH changed: '/opt/bin' added"), out
 
 
+def test_the_cache_s_descriptions_hold_no_env_value_but_path_s_and_a_bad_row_says_nothing(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """The shared table held pass_env values in plain text (a token); a row of another
+    shape (a damaged cache, a later buildtool) failed every build of the label with an
+    internal error."""
+    import sqlite3
+
+    workspace.build_file("", 'genrule(name="g", srcs=["in.txt"], outs=["o.txt"], pass_env=["TOKEN"], '
+                             'cmd="cp $< $@")\n')
+    workspace.write("in.txt", "one\n")
+    assert workspace.build(env_extra={"TOKEN": "s3cr3t-value"}).rc == 0
+    db = workspace.cache / "v2" / "actions.db"
+    with sqlite3.connect(db) as c:
+        (desc,) = c.execute("SELECT desc FROM descriptions WHERE label = '//:g'").fetchone()
+    assert "s3cr3t" not in desc and '"TOKEN":"blake3:' in desc.replace(" ", ""), desc
+    fresh = workspace.copy_to(tmp_path / "fresh")
+    fresh.path("o.txt").unlink()
+    rc, out, err = fresh.run("explain", env_extra={"TOKEN": "another"})
+    assert _lines(out)["//:g"].endswith("differs: env var TOKEN changed"), out
+    with sqlite3.connect(db) as c:
+        c.execute("""UPDATE descriptions SET desc = '{"env": ["PATH=/bin"], "inputs": 7}' WHERE label = '//:g'""")
+    rc, out, err = fresh.run("explain", env_extra={"TOKEN": "another"})
+    line = _lines(out)["//:g"]
+    assert rc == 0 and line.startswith("WOULD RUN: not in this workspace") and "differs" not in line, (out, err)
+    r = fresh.build(env_extra={"TOKEN": "another"})
+    assert r.rc == 0 and r.status("//:g") == "ran", r.output
+
+
 def test_a_target_whose_last_run_failed_is_not_called_never_built(workspace: Workspace) -> None:
     """A failing test drops its record entry (its earlier pass must not answer); the next
     reason said "never built in this workspace" of a test that had run twice."""

@@ -294,7 +294,8 @@ def test_a_pyrule_importing_a_workspace_module_through_its_own_sys_path_entry_is
     (ws / "libs" / "core" / "core" / "strings.py").write_text("def slug(s):\n    return '-'.join(s.split())\n")
     (ws / "tools" / "slugs.py").write_text(
         "import os, sys\n"
-        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'libs', 'core'))\n"
+        "root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n"
+        "sys.path.insert(0, os.path.join(root, 'libs', 'core'))\n"
         "from core.strings import slug\n\n\n"
         "def make(srcs, outs):\n    open(outs[0], 'w').write(slug(open(srcs[0]).read()) + '\\n')\n")
     r = bt(ws, "build")
