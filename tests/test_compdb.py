@@ -20,11 +20,15 @@ def test_a_simple_command_is_split_as_the_shell_would_and_pwd_is_its_directory()
     words = command_words("cc -fdebug-prefix-map=\"$PWD\"=. -DNAME='a b' -c 'x y.c' -o _objs/x.o", "/w/p")
     assert words == ["cc", "-fdebug-prefix-map=/w/p=.", "-DNAME=a b", "-c", "x y.c", "-o", "_objs/x.o"]
     assert command_words("cc -I${PWD}/inc -c a.c", "/w") == ["cc", "-I/w/inc", "-c", "a.c"]
+    assert command_words("cc -DA=a#b -c x.c", "/w") == ["cc", "-DA=a#b", "-c", "x.c"]  # ('#' mid-word: no comment)
+    assert command_words("cc -c \\\nx.c", "/w") == ["cc", "-c", "x.c"]  # (a backslash-newline joins lines)
+    assert command_words("cc '-DA=a\nb' -c x.c", "/w") == ["cc", "-DA=a\nb", "-c", "x.c"]  # (a quoted newline)
 
 
 @pytest.mark.parametrize("cmd", [
     "cc -c a.c -o a.o && printf '%s:\\n' a.o > a.d",  # (the cc macros' assembly: no depfile from cc)
     "cc -c a.c; true", "cc -c a.c | tee log", "cc -c a.c > log", "(cc -c a.c)", "cc -c 'a.c", "",
+    "cc -c f.c -o f.o\nrm -f stale.tmp", "# a comment\ncc -c a.c", "CCACHE_DIR=/c cc -c a.c",
 ])
 def test_more_than_one_simple_command_has_no_entry(cmd: str) -> None:
     assert command_words(cmd, "/w") is None
@@ -81,6 +85,23 @@ genrule(name="notes", srcs=["main.c"], outs=["notes.txt"], cmd="wc -l main.c > $
     rc, out, err = workspace.run("graph", "--format", "compdb", "//lib:made")
     assert rc == 0, err
     assert json.loads(out) == []
+
+
+@needs_cc
+def test_a_compile_whose_header_maker_also_makes_a_c_file_has_its_own_source(workspace: Workspace) -> None:
+    """hdr_deps naming a target that makes parser.c and parser.h (bison's layout): main.c's
+    compile has two C sources among its inputs, and had no entry."""
+    workspace.build_file("", """
+from buildtool.cc import cc_binary
+genrule(name="parser", outs=["parser.c", "parser.h"],
+        cmd="echo 'int parse(void) { return 0; }' > parser.c && echo 'int parse(void);' > parser.h")
+cc_binary(name="app", srcs=["main.c", ":parser"], hdr_deps=[":parser"])
+""")
+    workspace.write("main.c", '#include "parser.h"\nint main(void) { return parse(); }\n')
+    rc, out, err = workspace.run("graph", "--format", "compdb", "//:app")
+    assert rc == 0, err
+    files = sorted(Path(e["file"]).name for e in json.loads(out))
+    assert files == ["main.c"], out  # (the generated parser.c's compile is a script: left out, as documented)
 
 
 def test_a_workspace_without_compiles_has_an_empty_database(workspace: Workspace) -> None:
