@@ -391,6 +391,11 @@ def _reports_named(argv: list[str]) -> argparse.Namespace:
             found.directory.append(word[2:] or next(words, "."))
         elif flag in ("--junit", "--events", "--profile"):
             setattr(found, flag[2:], value if eq else next(words, None))
+    if found.directory:  # (a relative report path is taken from -C DIR, as a build takes it)
+        for name in ("junit", "events", "profile"):
+            path = getattr(found, name)
+            if path:
+                setattr(found, name, os.path.join(*found.directory, path))
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -255,9 +256,11 @@ def test_a_request_refused_before_anything_runs_leaves_no_stale_report(
     elif refusal == "no-such-target":
         rc, out, err = workspace.run("test", "//:nope", *flags)
     else:  # the command line does not parse (--no-cache: no abbreviation of --no-cache-tests);
-        # -C and --flag=VALUE spellings as the report flags of a CI script may be
+        # -C and --flag=VALUE spellings as the report flags of a CI script may be, the paths
+        # relative to -C's directory
+        rel = [os.path.relpath(f, workspace.root) if f.startswith("/") else f for f in flags]
         rc, out, err = workspace.run("-C", str(workspace.root), "test", *refusal.split(),
-                                     *(f"{a}={b}" for a, b in zip(flags[::2], flags[1::2], strict=True)),
+                                     *(f"{a}={b}" for a, b in zip(rel[::2], rel[1::2], strict=True)),
                                      cwd=tmp_path)
     assert rc == 2, (rc, out, err)
     assert {p.name for p in reports.iterdir()} == {"notes.txt"}, err
