@@ -393,7 +393,7 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
 def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
-    environment has ``TMPDIR`` in one of ``holder``'s lane directories and whose stdout or
+    environment has ``TMPDIR`` (or ``HOME``) in one of ``holder``'s lane directories and whose stdout or
     stderr is what one of those lanes was capturing into (``_capture_files``): the commands that build started, recorded
     or not.  The start time excludes a process that an earlier build with the same pid left
     running; the session rule, a console-pool command, which leads a process group in the
@@ -403,7 +403,9 @@ def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -
     has exited, leaving children, is not found.)  Only this user's processes can be read, and
     that is all a build starts.  ``lost``: the state directory went with its lane markers
     (the list's spare copy named ``holder``): no capture rule, so such a daemon goes too."""
-    needle = f"\0TMPDIR={_lanes_of(state_dir, holder)}".encode()
+    lanes = _lanes_of(state_dir, holder)
+    # (TMPDIR, else HOME: an action's env may name one of them, not both, runner._execute)
+    needles = [f"\0TMPDIR={lanes}".encode(), f"\0HOME={lanes}".encode()]
     out: set[int] = set()
     captures = _capture_files(state_dir, holder)
     try:
@@ -418,17 +420,23 @@ def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -
                 env = b"\0" + f.read()
         except OSError:
             continue
-        at = env.find(needle)
-        if at < 0:
-            continue
-        end = env.find(b"\0", at + 1)
-        if not env[at + len(needle) : end if end >= 0 else None].isdigit():  # the lane: a number
+        if not any(_in_a_lane(env, needle) for needle in needles):
             continue
         got = _stat_of(name)
         if got is not None and got[0] == got[1] == int(name) and got[2] >= since \
                 and (lost or _writes_to(name, captures)):
             out.add(got[0])
     return out
+
+
+def _in_a_lane(env: bytes, needle: bytes) -> bool:
+    """Does ``env`` (NUL-separated, a NUL first) set the variable of ``needle`` to a lane
+    directory (the needle's prefix, then the lane's number)?"""
+    at = env.find(needle)
+    if at < 0:
+        return False
+    end = env.find(b"\0", at + 1)
+    return env[at + len(needle) : end if end >= 0 else None].isdigit()
 
 
 def reap(

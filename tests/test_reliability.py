@@ -141,12 +141,13 @@ def _children_of_session(marker: str) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize(("recorded", "clean", "lose"),
-                         [(True, False, ""), (False, False, ""), (True, True, ""), (True, False, "state"),
-                          (True, False, "list")],
-                         ids=["recorded", "killed-before-recording", "then-clean", "state-removed", "list-emptied"])
+@pytest.mark.parametrize(("recorded", "clean", "lose", "own_tmpdir"),
+                         [(True, False, "", False), (False, False, "", False), (True, True, "", False),
+                          (True, False, "state", False), (True, False, "list", False), (True, False, "state", True)],
+                         ids=["recorded", "killed-before-recording", "then-clean", "state-removed", "list-emptied",
+                              "state-removed-own-tmpdir"])
 def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
-    workspace: Workspace, recorded: bool, clean: bool, lose: str
+    workspace: Workspace, recorded: bool, clean: bool, lose: str, own_tmpdir: bool
 ) -> None:
     """The build is killed once its command runs and is listed (on a busy machine the
     listing can come long after the start).  ``recorded=False``: as a build killed after
@@ -156,13 +157,15 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
     ``clean``: ``buildtool clean`` comes first; it removes the list of them with the state.
     ``lose``: the state directory removed (``rm -rf .buildtool``, a CI checkout's ``git clean
     -ffdx``) or the list emptied: the orphan appended to the next build's output, which was
-    recorded so; the list's spare copy outside the workspace still names the killed build."""
+    recorded so; the list's spare copy outside the workspace still names the killed build.
+    ``own_tmpdir``: the action's env names TMPDIR (its HOME is still the lane's directory)."""
     marker = f"orphanmark{os.getpid()}x{time.monotonic_ns()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
     # append to the output of the next build's run.
+    env = ', env={"TMPDIR": "/tmp"}' if own_tmpdir else ""
     workspace.build_file("", f"""
-        genrule(name="slow", srcs=["in.txt"], outs=["o.txt"],
+        genrule(name="slow", srcs=["in.txt"], outs=["o.txt"]{env},
                 cmd="cat $< > $@; sleep 30 # {marker}\\necho ORPHAN >> $@")
     """)
     p = popen_build(workspace)
