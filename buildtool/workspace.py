@@ -53,12 +53,13 @@ class Workspace:
     """A workspace root and the paths derived from it.  (A plain class, not a dataclass:
     the no-op fast path imports this module, and ``dataclasses`` costs ~12 ms to import.)"""
 
-    __slots__ = ("cwd_pkg_dir", "ignore_patterns", "root")
+    __slots__ = ("_ignore_rx", "cwd_pkg_dir", "ignore_patterns", "root")
 
     def __init__(self, root: str, cwd_pkg_dir: str, ignore_patterns: tuple[str, ...]) -> None:
         self.root = root  # absolute, symlinks resolved
         self.cwd_pkg_dir = cwd_pkg_dir  # workspace-relative directory the user started in ("" for root)
         self.ignore_patterns = ignore_patterns
+        self._ignore_rx: Any = None  # the patterns as one regex, made at the first question
 
     def __repr__(self) -> str:
         return f"Workspace(root={self.root!r}, cwd_pkg_dir={self.cwd_pkg_dir!r})"
@@ -74,14 +75,19 @@ class Workspace:
         for pat in self.ignore_patterns:
             if rel == pat or rel.startswith(pat + "/"):
                 return True
-            import fnmatch  # here: fnmatch imports re, ~4 ms of the no-op path, which never asks
+        if not self.ignore_patterns:
+            return False
+        rx = self._ignore_rx
+        if rx is None:  # here: fnmatch imports re, ~4 ms of the no-op path, which never asks
+            import fnmatch
+            import re
 
-            end = len(rel)
-            while end > 0:  # rel, then each directory above it
-                if fnmatch.fnmatchcase(rel[:end], pat):
-                    return True
-                end = rel.rfind("/", 0, end)
-        return False
+            # Each pattern as fnmatch takes it ("(?s:...)\Z"), then anything below it: one
+            # match a path, where a try of every pattern at every directory above it cost
+            # discovery 3.5 times as much.
+            alts = "|".join(fnmatch.translate(p).removesuffix("\\Z") for p in self.ignore_patterns)
+            rx = self._ignore_rx = re.compile(f"(?:{alts})(?:/.*)?\\Z", re.S)
+        return rx.match(rel) is not None
 
     def ensure_state_dir(self) -> str:
         """The state dir, made if missing; a file or other non-directory in its place is
