@@ -146,7 +146,11 @@ class ActionDB:
         with self._mu:  # a hit on an entry deleted since is not written at the flush
             self._touched.difference_update(k for (k,) in doomed)
         steps = [("DELETE FROM actions WHERE key = ?", doomed), ("DELETE FROM hits WHERE key = ?", doomed)]
-        return bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
+        done = bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
+        if done:  # (their descriptions go with them: GC's --max-size counts the database)
+            self._advisory(lambda c: self._in_transaction(c, [
+                (_CREATE_DESCRIPTIONS, None), ("DELETE FROM descriptions WHERE key = ?", doomed)]), None)
+        return done
 
     def drop_stray_hits(self) -> bool:
         """Delete the hits of entries that are gone (GC's sweep): a build that hit an entry
@@ -158,8 +162,10 @@ class ActionDB:
         old = ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
                "LEFT JOIN hits h ON h.key = a.key)")
         self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DURATIONS, None), (old, None)]), None)
-        self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None),
-                                                          (old.replace("durations", "descriptions", 1), None)]), None)
+        # A description goes with its entry (they are larger than durations: kept, 1,500 of
+        # them held a 300K cache at 1.2 MB): a miss is then compared with what is still there.
+        gone = "DELETE FROM descriptions WHERE key NOT IN (SELECT key FROM actions)"
+        self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None), (gone, None)]), None)
         return done
 
     def flush(self) -> None:
@@ -210,6 +216,20 @@ class ActionDB:
         if not os.path.exists(self.path):
             return frozenset()
         return self._advisory(_described_labels, frozenset(), writes=False)
+
+    def description_sizes(self) -> dict[str, int]:
+        """Bytes of the descriptions kept for each entry's key (GC weighs an entry with its
+        description: the table is in the database file the size cap counts)."""
+        if not os.path.exists(self.path):
+            return {}
+
+        def sizes(c: sqlite3.Connection) -> dict[str, int]:
+            if not _has_table(c, "descriptions"):
+                return {}
+            return {k: n + len(lab) for k, n, lab in c.execute("SELECT key, length(desc), label FROM descriptions")
+                    if isinstance(n, int) and isinstance(lab, str)}
+
+        return self._advisory(sizes, {}, writes=False)
 
     def description(self, label: str) -> tuple[str, str] | None:
         """(key, description JSON) of the last action stored for ``label``, if any."""
@@ -411,7 +431,7 @@ def _on_disk(path: str) -> int:
 
 def _durations_in(c: sqlite3.Connection, labels: list[str]) -> dict[str, float]:
     """The durations table's seconds for those of ``labels`` it has (none: no table)."""
-    if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'durations'").fetchone() is None:
+    if not _has_table(c, "durations"):
         return {}
     found: dict[str, float] = {}
     for i in range(0, len(labels), _LOOKUP_CHUNK):
@@ -423,8 +443,13 @@ def _durations_in(c: sqlite3.Connection, labels: list[str]) -> dict[str, float]:
     return found
 
 
+def _has_table(c: sqlite3.Connection, name: str) -> bool:
+    """Does the database hold the (advisory) table ``name``?  The first write makes one."""
+    return c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
 def _described_labels(c: sqlite3.Connection) -> frozenset[str]:
-    if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'descriptions'").fetchone() is None:
+    if not _has_table(c, "descriptions"):
         return frozenset()
     return frozenset(label for (label,) in c.execute("SELECT label FROM descriptions"))
 

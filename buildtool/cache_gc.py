@@ -277,6 +277,7 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
     db = actions or _actions(v_dir)
     try:
         rows = db.rows()
+        described = db.description_sizes()  # (an entry's description is evicted with it: weighed with it)
     finally:
         if actions is None:
             db.close()
@@ -285,8 +286,9 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
         if refs is None:
             s.corrupt.append(key)
             continue
-        s.entries.append((used, key, len(raw), refs))
-        s.entry_bytes += len(raw)
+        size = len(raw) + described.get(key, 0)
+        s.entries.append((used, key, size, refs))
+        s.entry_bytes += size
     base = os.path.join(v_dir, "cas")
     try:  # (never through a link: what gc deletes must be the cache's own; one planted in a
         # team's or a restored cache led it to empty another directory)
