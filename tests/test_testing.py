@@ -723,7 +723,7 @@ def test_a_fresh_checkout_s_cached_pass_behind_a_large_restore_is_reported_after
     inline (a cc_test's objects, depfile targets, likewise): it was NOT RUN, JUnit <skipped/>,
     when the failure came first."""
     workspace.build_file("", 'genrule(name="big", outs=["big.bin"], cmd="head -c 2000000 /dev/zero > $@")\n'
-                             'test(name="uses_big", deps=[":big"], cmd="test -s big.bin")\n'
+                             'test(name="uses_big", deps=[":big"], cmd="test -s big.bin && echo big-ok")\n'
                              'genrule(name="broken", outs=["b.txt"], cmd="exit 1", priority=-1)\n'
                              'test(name="needs_broken", deps=[":broken"], cmd="true")\n')
     assert workspace.build("//:uses_big", command="test").rc == 0
@@ -735,6 +735,7 @@ def test_a_fresh_checkout_s_cached_pass_behind_a_large_restore_is_reported_after
     assert r.by_label["//:big"]["status"] == "restored" and r.by_label["//:uses_big"]["test"] == "cached", r.output
     assert fresh.path("big.bin").stat().st_size == 2_000_000
     assert "//:uses_big" in r.stdout and "PASSED (cached)" in r.stdout, r.stdout
+    assert fresh.read(".buildtool/testlogs/uses_big.log") == "big-ok\n"  # (its log, from the cache's blobs)
     case = ET.parse(junit).getroot().find(".//testcase[@name='//:uses_big']")
     assert case is not None and list(case.iter("skipped")) == [] and list(case.iter("failure")) == [], \
         ET.tostring(case)
