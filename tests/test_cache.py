@@ -4,9 +4,11 @@ a wrong output."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -153,10 +155,17 @@ def test_truncated_blob_is_never_restored(workspace: Workspace, size: str) -> No
 def test_corrupt_or_foreign_action_entry_is_a_miss_with_a_warning(
     workspace: Workspace, mutate: Callable[[dict], bytes]
 ) -> None:
+    import copy
+
     r = setup_built(workspace)
     key = r.by_label["//:gen"]["key"]
-    cv.write_entry(workspace.cache, key, mutate(cv.entry(workspace.cache, key)))
+    good = cv.entry(workspace.cache, key)
+    cv.write_entry(workspace.cache, key, mutate(copy.deepcopy(good)))
     (workspace.root / "gen.out").unlink()
+    rc, _, err = workspace.run("explain")  # (a lookup, nothing run: the entry is deleted, not kept)
+    assert rc == 0 and "corrupt or of another version" in err and key not in cv.entries(workspace.cache), err
+    with contextlib.closing(sqlite3.connect(cv.db_path(workspace.cache))) as c, c:  # (back, as damaged)
+        c.execute("INSERT INTO actions VALUES (?, ?, 0)", (key, mutate(copy.deepcopy(good))))
     r2 = workspace.build()
     assert r2.rc == 0, r2.output
     assert r2.status("//:gen") == "ran"

@@ -553,6 +553,11 @@ def test_an_always_target_is_left_out_of_wildcards_and_runs_when_named(workspace
         r = workspace.build("//:stamp")
         assert r.rc == 0 and r.ran == {"//:stamp"}, r.output
         assert len((workspace.root.parent / "stamps").read_text().splitlines()) == n
+    import cache_verify as cv
+
+    # Its result is never stored in the cache (user guide): only //:plain's entry is there.
+    stored = cv.entries(workspace.cache)
+    assert len(stored) == 1 and r.by_label["//:stamp"].get("key") not in stored, stored
 
 
 def test_small_command_line_contracts(workspace: Workspace) -> None:
@@ -1124,6 +1129,16 @@ def test_clean_that_cannot_remove_the_state_says_so_and_exits_1(workspace: Works
     assert workspace.exists(".buildtool/record")
     rc, out, err = workspace.run("clean")
     assert rc == 0 and "workspace state" in out and not workspace.exists(".buildtool/record"), (rc, out, err)
+
+
+def test_clean_removes_the_directories_it_emptied_and_keeps_the_others(workspace: Workspace) -> None:
+    workspace.build_file("", 'genrule(name="g", outs=["out/deep/g.txt", "kept/g.txt"], cmd="echo > out/deep/g.txt; '
+                             'echo > kept/g.txt")\n')
+    workspace.write("kept/mine.txt", "a user's file\n")
+    assert workspace.build().rc == 0
+    rc, _, err = workspace.run("clean")
+    assert rc == 0, err
+    assert not workspace.exists("out") and not workspace.exists("kept/g.txt") and workspace.exists("kept/mine.txt")
 
 
 def test_clean_with_a_build_py_that_does_not_parse_warns_in_one_readable_line(workspace: Workspace) -> None:

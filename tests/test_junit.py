@@ -304,12 +304,16 @@ def test_only_an_earlier_report_is_ever_removed(tmp_path: Path) -> None:
 def test_a_test_whose_build_failed_is_an_error_and_one_the_build_stopped_before_is_skipped(tmp_path: Path) -> None:
     broken = TestCase("//a:t", "a", None, 0.0, "not run because //a:gen failed", b"", "", build_failed=True)
     stopped = TestCase("//a:u", "a", None, 0.0, "the build stopped after a failure", b"", "")
-    root = to_xml([broken, stopped]).getroot()
+    cut = TestCase("//a:v", "a", None, 1.5, "interrupted", b"so far\n", "", interrupted=True)
+    root = to_xml([broken, stopped, cut]).getroot()
     suite = root.find("testsuite")
     assert suite is not None
+    # (an interrupted test is an error, not also skipped: dashboards add the counts up)
     counts = (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped"))
-    assert counts == ("2", "0", "1", "1")
-    assert root.get("errors") == "1"
+    assert counts == ("3", "0", "2", "1")
+    assert root.get("errors") == "2"
+    interrupted = {c.get("name"): c for c in suite.findall("testcase")}["//a:v"]
+    assert interrupted.find("skipped") is None and interrupted.find("error").get("type") == "interrupted"
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     error = cases["//a:t"].find("error")
     assert error is not None and error.get("type") == "build_failed"
