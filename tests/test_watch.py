@@ -1159,6 +1159,37 @@ def test_a_source_deleted_while_its_command_runs_cancels_the_cycle(watch, ws: Pa
     assert c3.status == "ERROR" and "source file 'k/b.txt' does not exist" in w.log(), w.log()
 
 
+def test_an_edit_for_a_target_the_cycle_already_finished_lets_the_cycle_complete(watch, ws: Path) -> None:
+    """watch.md: changes that only concern targets already finished let the cycle complete
+    (the next cycle handles them): a long command must not be thrown away for them."""
+    running = ws.parent / "running"
+    write(ws / "BUILD.py", 'genrule(name="a", srcs=["a.txt"], outs=["out/a.out"], cmd="cat a.txt > out/a.out")\n'
+                           f'genrule(name="slow", srcs=["b.txt"], outs=["slow.out"], cmd="touch {running}; '
+                           'sleep 3; cat b.txt > slow.out")\n')
+    w = watch()
+    wait_for(lambda: running.exists() and read(ws / "out" / "a.out") == "a1\n", what="//:a done, //:slow running")
+    write(ws / "a.txt", "a2\n")  # //:a is planned by cycle 1, and finished
+    c1 = w.wait_cycle(1)
+    assert c1.status == "OK", w.log()  # (not CANCELLED: its long command was not thrown away)
+    c2 = w.wait_cycle(2)
+    assert c2.status == "OK" and c2.ran == {"//:a"} and read(ws / "out" / "a.out") == "a2\n", w.log()
+
+
+def test_a_steady_stream_of_changes_still_starts_cycles(watch, ws: Path) -> None:
+    """watch.md: a cycle starts at the latest 500 ms after the first event, so a steady
+    stream of changes (a generator rewriting a file every 20 ms) still builds."""
+    w = watch("//:a")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    end = time.monotonic() + 4
+    i = 0
+    while time.monotonic() < end:
+        i += 1
+        write(ws / "a.txt", f"a{i}\n")
+        time.sleep(0.02)
+    during = [c for c in w.cycles() if c.n > 1]
+    assert during and during[0].status in ("OK", "CANCELLED"), w.log()  # (begun and ended while it streamed)
+
+
 def test_a_source_below_a_running_test_edited_cancels_the_cycle(watch, ws: Path) -> None:
     """A test's key holds its dependencies' inputs at any depth: an edit of the source of a
     library the running test depends on did not cancel (only the test's own srcs did); the
