@@ -1412,6 +1412,25 @@ def test_after_clean_the_cache_gives_the_weights_the_record_held(workspace: Work
     assert order[:2] == ["//:L1", "//:L2"], order
 
 
+def test_a_never_run_target_weighs_the_median_of_the_recorded_durations(workspace: Workspace) -> None:
+    """User guide: a target never run counts as the median recorded duration (else 1 s):
+    here 2 s, more than //:z's recorded 1.3 s, so at -j1 the new //:n starts first (at 1 s
+    it would wait behind //:z, declared before it)."""
+    workspace.build_file("", "".join(f'genrule(name="{n}", outs=["{n}.out"], cmd="echo > $@")\n' for n in "abz"))
+    assert workspace.build().rc == 0
+    record = workspace.path(".buildtool/record")
+    lines = record.read_text().splitlines()
+    durations = {"//:a": 2.0, "//:b": 2.0, "//:z": 1.3}
+    edited = [lines[0]] + [json.dumps({**e, "d": durations[e["l"]]}) for e in map(json.loads, lines[1:])]
+    record.write_text("\n".join(edited) + "\n")
+    workspace.build_file("", "".join(f'genrule(name="{n}", outs=["{n}.out"], cmd="echo {n} > $@")\n'
+                                     for n in "abzn"))
+    r = workspace.build("-j1", "//:z", "//:n")
+    assert r.rc == 0, r.output
+    order = [e["label"] for e in sorted(r.events, key=lambda e: e["start"]) if e["status"] == "ran"]
+    assert order == ["//:n", "//:z"], order
+
+
 def test_what_a_command_leaves_running_in_its_group_ends_with_it(workspace: Workspace) -> None:
     # `cmd &` left behind wrote on into the lane's next capture files (another test's log
     # and JUnit) and TMPDIR, and outlived buildtool.
