@@ -27,6 +27,33 @@ BUILDTOOL = shutil.which("buildtool") or ""
 RUN_TIMEOUT_S = 120
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """End-to-end tests run the installed ``buildtool``, unit tests import this checkout's:
+    the two must be the same code, or a change tested without reinstalling passes on the
+    old code (a regular install is what CI and the README use).  Stop at once, saying so."""
+    if not BUILDTOOL:
+        return
+    checkout = Path(__file__).resolve().parent.parent / "buildtool"
+    with open(BUILDTOOL, "rb") as f:
+        first = f.readline()
+    python = first[2:].strip().decode() if first.startswith(b"#!") else ""
+    if not python or not os.path.exists(python):
+        return  # (not a pip console script: nothing to compare)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([python, "-c", "import buildtool, os; print(os.path.dirname(os.path.realpath("
+                            "buildtool.__file__)))"], cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    installed = Path(found.stdout.strip())
+    if found.returncode != 0 or installed == checkout:
+        return
+    differ = sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*.py")
+                    if not (installed / p.relative_to(checkout)).is_file()
+                    or (installed / p.relative_to(checkout)).read_bytes() != p.read_bytes())
+    if differ:
+        pytest.exit(f"the installed buildtool ({installed}, run by the end-to-end tests) is not this checkout's "
+                    f"code ({checkout}): {', '.join(differ[:5])} differ; reinstall (pip install .) and run again",
+                    returncode=3)
+
+
 def _clean_env(cache_dir: Path, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDTOOL_")}
     env["BUILDTOOL_CACHE_DIR"] = str(cache_dir)
