@@ -59,6 +59,7 @@ from buildtool.record import BuildRecord
 from buildtool.workspace import ALWAYS_SKIPPED, CACHEDIR_TAG, IGNORE_FILE, MARKER, is_cache_tag
 
 QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
+REHASH_S = 0.05  # a rewrite that looked changed is hashed again this much later (it may have been half done)
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
 POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
 MAX_EMITTERS = 16  # more watched directories than this: recursive watches on top-level dirs
@@ -338,7 +339,13 @@ class _Collector:
         # Written with the content the cycle keyed from (a failing tool rewriting its report, a
         # `:w` of an unchanged buffer), or never keyed from (its readers, not started, read it
         # as it is): nothing to cancel for.
-        return ch.kind != "content" or self.w.as_read(ch.path) is False
+        if ch.kind != "content":
+            return True
+        same = self.w.as_read(ch.path)
+        if same is False:  # (maybe read between `> f`'s truncation and its write: once more, a moment later)
+            time.sleep(REHASH_S)
+            same = self.w.as_read(ch.path)
+        return same is False
 
     def _test_above(self, readers: Iterable[int], wanted: Any, done: Any) -> bool:
         """Does a test not finished yet depend on one of ``readers``, at any depth?  A
