@@ -404,9 +404,13 @@ class Cache:
 
     def note_descriptions(self, described: Iterable[tuple[str, str, str]]) -> None:
         """The actions these targets stored (label, key, description JSON): what a later
-        miss with no record of its own is compared with (actiondb's descriptions table)."""
+        miss with no record of its own is compared with (actiondb's descriptions table).
+        Their bytes count as stored (cache_gc's running size: GC weighs them too; a row
+        replaced is counted again, on the safe side)."""
         if self.writable:
-            self.actions.note_descriptions(described)
+            rows = list(described)
+            self.actions.note_descriptions(rows)
+            self.bytes_added += sum(len(lab) + len(d) for lab, _, d in rows)
 
     def described_labels(self) -> frozenset[str]:
         return self.actions.described_labels() if self.actions.readable else frozenset()

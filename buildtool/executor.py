@@ -65,15 +65,21 @@ PYRULE_MAIN = (
     "f(srcs=json.loads(a[0]), outs=json.loads(a[1]), **json.loads(a[2]))\n"
     # The workspace modules it imported, for the runner to compare with the ones its key
     # holds (one reached through a sys.path entry the function added is not keyed).  Not
-    # those of an environment inside the workspace (a .venv): installed, not sources.
+    # those of an environment inside the workspace (a .venv): installed, not sources.  Only
+    # plain modules, their __file__ read from their __dict__: a lazy module's proxy would
+    # run its import (importlib.util.LazyLoader).  Advisory: no trouble here fails the rule.
     "m = os.environ.get('BUILDTOOL_PYRULE_MODULES')\n"
-    "if m:\n"
-    "    r = sorted(w)[0] + os.sep if w else None\n"
+    "try:\n"
+    "    r = sorted(w)[0] + os.sep if m and w else None\n"
     "    ex = tuple(os.path.abspath(e) + os.sep for e in {sys.prefix, sys.base_prefix, sys.exec_prefix})\n"
-    "    fs = {os.path.abspath(getattr(x, '__file__', None) or '') for x in list(sys.modules.values())}\n"
-    "    fs = sorted(f for f in fs if r and f.startswith(r) and not f.startswith(ex) and f.endswith('.py')\n"
+    "    fs = {os.path.abspath(x.__dict__.get('__file__') or '') for x in list(sys.modules.values())\n"
+    "          if type(x) is type(sys)} if r else ()\n"
+    "    fs = sorted(f for f in fs if f.startswith(r) and not f.startswith(ex) and f.endswith('.py')\n"
     "                and 'site-packages' not in f.split(os.sep))\n"
-    "    open(m, 'w', encoding='utf-8', errors='surrogateescape').write(''.join(f + '\\n' for f in fs))\n"
+    "    if r:\n"
+    "        open(m, 'w', encoding='utf-8', errors='surrogateescape').write(''.join(f + '\\n' for f in fs))\n"
+    "except Exception:\n"
+    "    pass\n"
 )
 
 

@@ -1065,9 +1065,8 @@ class TargetRunner:
             if not stale:
                 return Status.UP_TO_DATE, "outputs on disk already match the cache entry" if hit.outputs else \
                     f"the cache holds a {'pass' if t.kind == 'test' else 'run'} of this key"  # (a test has no outputs)
+        _drop_bytecode(self.root, [o.path for o in stale])
         for o in stale:
-            if o.path.endswith(".py"):
-                _drop_bytecode(os.path.join(self.root, o.path))
             try:
                 st = self._restore_one(o, hit)
             except CannotPlace as e:
@@ -1174,10 +1173,9 @@ class TargetRunner:
         after the command ran (it made it); ``before_run``, it is someone's directory: kept,
         and the reason the target cannot run is returned (the graph check says the same
         when the graph is evaluated; a graph reused from the no-op snapshot was not)."""
+        _drop_bytecode(self.root, t.outs)
         for o in t.outs:
             full = os.path.join(self.root, o)
-            if o.endswith(".py"):
-                _drop_bytecode(full)
             if before_run:  # a restore beside it that a kill -9 cut short (atomic.RESTORE_TMP_SUFFIX)
                 with contextlib.suppress(OSError):
                     os.unlink(temp_path(full, RESTORE_TMP_SUFFIX))
@@ -1645,23 +1643,33 @@ def _imported_modules(tmp: str) -> list[str]:
         return []
 
 
-def _drop_bytecode(source: str) -> None:
-    """Delete the ``__pycache__`` files Python compiled from the output ``source`` before it
-    is written anew.  Python takes a .pyc as current when the source's size and whole-second
-    mtime are those it recorded: a generated module rewritten in the same second with the
-    same size (two quick builds, a script) was imported as the old one, and a test run on
-    old code had its pass cached under the new key."""
-    d, name = os.path.split(source)
-    cache = os.path.join(d, "__pycache__")
-    try:
-        names = os.listdir(cache)
-    except OSError:
-        return
-    stem = name[:-3] + "."
-    for n in names:
-        if n.startswith(stem) and n.endswith(".pyc"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(cache, n))
+def _drop_bytecode(root: str, outputs: Iterable[str]) -> None:
+    """Delete the ``__pycache__`` files Python compiled from the ``.py`` ones of ``outputs``
+    before they are written anew.  Python takes a .pyc as current when the source's size
+    and whole-second mtime are those it recorded: a generated module rewritten in the same
+    second with the same size (two quick builds, a script) was imported as the old one, and
+    a test run on old code had its pass cached under the new key.  One listing a directory
+    (a codegen target of 3,000 modules listed it 3,000 times); a .pyc is
+    ``<stem>.<tag>[.opt-N].pyc``, its stem matched exactly (``a.py`` is not ``a.b.py``)."""
+    stems: dict[str, set[str]] = {}
+    for o in outputs:
+        if o.endswith(".py"):
+            d, name = os.path.split(os.path.join(root, o))
+            stems.setdefault(os.path.join(d, "__pycache__"), set()).add(name[:-3])
+    for cache, names in stems.items():
+        try:
+            found = os.listdir(cache)
+        except OSError:
+            continue
+        for n in found:
+            base = n.removesuffix(".pyc")
+            if base == n:
+                continue
+            if ".opt-" in base:
+                base = base.rpartition(".opt-")[0]
+            if base.rpartition(".")[0] in names:  # (what precedes the interpreter's tag)
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(cache, n))
 
 
 def _make_dir(d: str) -> None:

@@ -334,7 +334,8 @@ class _Collector:
             return any(True for _ in self.src_targets.get(ch.path, ()))
         done, wanted = sched.outcomes, sched.plan.wanted  # (a focused cycle plans only the changed cone)
         readers = self.src_targets.get(ch.path, ())
-        if not any(t in wanted and t not in done for t in readers) and not self._test_above(readers, wanted, done):
+        if not any(t in wanted and t not in done for t in readers) and not (
+                self.w.req.mode == "test" and not sched.stopping and self._test_above(readers, wanted, done)):
             return False
         # Written with the content the cycle keyed from (a failing tool rewriting its report, a
         # `:w` of an unchanged buffer), or never keyed from (its readers, not started, read it
@@ -351,7 +352,8 @@ class _Collector:
         """Does a test not finished yet depend on one of ``readers``, at any depth?  A
         test's key holds its dependencies' inputs at any depth (runfiles): a source edited
         below a running test makes its verdict one of the old content (the cycle ran on to
-        an OK for a state already gone)."""
+        an OK for a state already gone).  (Asked in `test --watch` only: a build's tests
+        run nothing, and a finished reader's edit must not cancel its long link.)"""
         g = self.graph
         if g is None:
             return False

@@ -140,6 +140,18 @@ def test_max_size_from_user_config_keeps_the_cache_under_the_cap(workspace: Work
         assert (workspace.root / f"{n}.bin").stat().st_size == 200 * KIB + len(n)
 
 
+def test_the_cap_after_a_build_counts_the_descriptions_it_stored(workspace: Workspace) -> None:
+    """A build's descriptions (the cache's explanation of misses) were weighed by GC's scan
+    but not added to the running counter: with max_size set, 600 targets with a long
+    command left a 300K cache at twice its cap, evicting nothing."""
+    workspace.build_file("", f'for i in range(600):\n'
+                             f'    genrule(name=f"t{{i}}", outs=[f"o/t{{i}}.txt"], '
+                             f'cmd=f"echo {{i}} {"z" * 400} > /dev/null; echo {{i}} > $@")\n')
+    r = workspace.build("-j", "2", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "300K"})
+    assert r.rc == 0, r.output
+    assert cache_bytes(workspace.cache) <= 300 * KIB, cache_bytes(workspace.cache)
+
+
 def test_cache_stats_reports_entries_bytes_and_hit_rate(workspace: Workspace) -> None:
     sized_targets(workspace, {"a": 1000, "b": 2000})
     assert workspace.build().rc == 0  # 2 ran

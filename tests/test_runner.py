@@ -304,6 +304,24 @@ def test_a_pyrule_importing_a_workspace_module_through_its_own_sys_path_entry_is
         in r.stderr, r.stderr
 
 
+def test_listing_a_pyrule_s_imports_never_runs_a_module_it_imported_lazily(tmp_path: Path) -> None:
+    """The listing of the workspace modules a pyrule imported read __file__ of every entry
+    of sys.modules: a lazy module's proxy (importlib.util.LazyLoader) ran its import then,
+    and an optional dependency that raises failed a rule that had succeeded."""
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="gen:main", outs=["p.txt"])\n', {})
+    (ws / "optional_dep.py").write_text("raise ImportError('optional_dep needs libfoo')\n")
+    (ws / "gen.py").write_text(
+        "import importlib.util, sys\n"
+        "spec = importlib.util.find_spec('optional_dep')\n"
+        "spec.loader = importlib.util.LazyLoader(spec.loader)\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['optional_dep'] = module\n"
+        "spec.loader.exec_module(module)\n\n\n"
+        "def main(srcs, outs):\n    open(outs[0], 'w').write('plain\\n')\n")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "p.txt").read_text() == "plain\n", r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("name", ["json.py", "_json.py"])
 def test_a_workspace_module_named_as_a_standard_one_leaves_the_pyrule_runner_alone(tmp_path: Path, name: str) -> None:
     """The runner imported json with the workspace root first on sys.path: a root json.py
@@ -656,3 +674,18 @@ def test_a_same_stat_rewrite_after_the_key_read_is_caught_by_content(tmp_path: P
     assert changed == "s.txt" and "s.txt" not in fake._sources
     same = TargetRunner._inputs_changed(fake, {"s.txt": hash_bytes(b"v2\n")}, started_ns, at_key)  # type: ignore[arg-type]
     assert same is None
+
+
+def test_a_py_output_s_bytecode_goes_and_only_its_own(tmp_path: Path) -> None:
+    """Each `.py` output's `<stem>.<tag>[.opt-N].pyc`, whatever the interpreter; not another
+    module's whose name it starts (`a.py` is not `a.b.py`), in one listing a directory."""
+    from buildtool.runner import _drop_bytecode
+
+    cache = tmp_path / "pkg" / "__pycache__"
+    cache.mkdir(parents=True)
+    for n in ("a.cpython-311.pyc", "a.cpython-312.opt-1.pyc", "a.b.cpython-311.pyc", "ab.cpython-311.pyc",
+              "b.cpython-311.pyc", "a.txt"):
+        (cache / n).write_text("")
+    _drop_bytecode(str(tmp_path), ["pkg/a.py", "pkg/x.txt", "other/none.py"])
+    assert sorted(p.name for p in cache.iterdir()) == ["a.b.cpython-311.pyc", "a.txt", "ab.cpython-311.pyc",
+                                                       "b.cpython-311.pyc"]

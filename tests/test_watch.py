@@ -1208,6 +1208,23 @@ def test_a_source_below_a_running_test_edited_cancels_the_cycle(watch, ws: Path)
     assert c2.status == "CANCELLED", w.log()
 
 
+def test_in_build_mode_a_finished_source_below_a_named_test_does_not_cancel(watch, ws: Path) -> None:
+    """`watch //k:t` builds what the test needs and runs no test: an edit of a source whose
+    reader finished cancelled the cycle (and the long link beside it) because a test was
+    above it."""
+    running = ws.parent / "running"
+    write(ws / "k" / "data.txt", "1\n")
+    write(ws / "k" / "BUILD.py", 'genrule(name="data", srcs=["data.txt"], outs=["data.out"], cmd="cp data.txt $@")\n'
+                                 f'genrule(name="link", outs=["link.out"], cmd="touch {running}; sleep 3; touch $@")\n'
+                                 'test(name="t", deps=[":data", ":link"], cmd="true")\n')
+    w = watch("//k:t")
+    wait_for(lambda: running.exists() and read(ws / "k" / "data.out") == "1\n", what="//k:data done, //k:link running")
+    write(ws / "k" / "data.txt", "2\n")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    c2 = w.wait_cycle(2)
+    assert c2.status == "OK" and c2.ran == {"//k:data"} and read(ws / "k" / "data.out") == "2\n", w.log()
+
+
 def test_a_record_another_buildtool_changed_makes_the_next_cycle_check_everything(watch, ws: Path, cache: Path) -> None:
     """`buildtool clean` between two cycles: the next cycle, focused on the changed source,
     counted //:x up to date (the watcher's memory said so), and x.out stayed missing."""
