@@ -75,7 +75,7 @@ PYRULE_MAIN = (
     "    fs = {os.path.abspath(x.__dict__.get('__file__') or '') for x in list(sys.modules.values())\n"
     "          if type(x) is type(sys)} if r else ()\n"
     "    fs = sorted(f for f in fs if f.startswith(r) and not f.startswith(ex) and f.endswith('.py')\n"
-    "                and 'site-packages' not in f.split(os.sep))\n"
+    "                and not {'site-packages', 'dist-packages', '__pypackages__'} & set(f.split(os.sep)))\n"
     "    if r:\n"
     "        open(m, 'w', encoding='utf-8', errors='surrogateescape').write(''.join(f + '\\n' for f in fs))\n"
     "except Exception:\n"
