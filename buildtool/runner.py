@@ -881,6 +881,7 @@ class TargetRunner:
                 and not _has_remote_digest(os.path.join(self.root, p), d)]
         if not want or any(not is_remote(d) and self._disk_digest(p) != d for p, d, _ in entry.get("o", ())):
             return None
+        _drop_bytecode(self.root, [p for p, _, _ in want])
         problem = self.remote_exec.fetch(want)
         if problem is not None:
             self.warn(f"{t.label}: {problem}; running it again")
@@ -904,6 +905,7 @@ class TargetRunner:
         if self.remote_exec is None:
             return (f"input {want[0][0]} was left in a remote CAS (--remote-download) and no --remote-executor "
                     "is set; the targets that made it run again on the next build", owners)
+        _drop_bytecode(self.root, [p for p, _, _ in want])
         problem = self.remote_exec.fetch(want)
         if problem is None:
             return None
