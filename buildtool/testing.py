@@ -305,14 +305,13 @@ class TestRunner:
     # free when its outcome is (scheduler.Runner).
 
     def try_inline(self, tid: int, waiting: bool = False) -> Outcome | None:
-        o = self.inner.try_inline(tid, waiting)
-        t = self.graph.targets[tid]
-        if o is not None and t.kind == "test" and o.ok:
-            self._keep_cached_log(t, o)
-        return o
+        return self._with_cached_log(tid, self.inner.try_inline(tid, waiting))
 
     def settle(self, tid: int) -> Outcome | None:
-        o = self.inner.settle(tid)
+        return self._with_cached_log(tid, self.inner.settle(tid))
+
+    def _with_cached_log(self, tid: int, o: Outcome | None) -> Outcome | None:
+        """``o``, a test's cached pass settled without its command having its log kept."""
         t = self.graph.targets[tid]
         if o is not None and t.kind == "test" and o.ok:
             self._keep_cached_log(t, o)
