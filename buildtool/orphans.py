@@ -393,19 +393,20 @@ def sweep_sessions(sids: set[int], own: Iterable[int] = ()) -> int:
 def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -> set[int]:
     """Pids of live processes that lead their own session (as every command a build starts
     outside the console pool does), were started at or after tick ``since``, and whose
-    environment has ``TMPDIR`` (or ``HOME``) in one of ``holder``'s lane directories and whose stdout or
-    stderr is what one of those lanes was capturing into (``_capture_files``): the commands that build started, recorded
-    or not.  The start time excludes a process that an earlier build with the same pid left
-    running; the session rule, a console-pool command, which leads a process group in the
-    session of whoever started buildtool (recorded all the same); the capture rule, a daemon
-    a command started (it inherits TMPDIR, leads a session of its own and would have outlived
-    a build that ended cleanly).  (A command whose pid went unrecorded and whose own process
-    has exited, leaving children, is not found.)  Only this user's processes can be read, and
-    that is all a build starts.  ``lost``: the state directory went with its lane markers
-    (the list's spare copy named ``holder``): no capture rule, so such a daemon goes too."""
+    environment has ``BUILDTOOL_LANE`` (or ``TMPDIR``, ``HOME``) in one of ``holder``'s lane
+    directories and whose stdout or stderr is what one of those lanes was capturing into
+    (``_capture_files``): the commands that build started, recorded or not. The start time
+    excludes a process that an earlier build with the same pid left running; the session
+    rule, a console-pool command, which leads a process group in the session of whoever
+    started buildtool (recorded all the same); the capture rule, a daemon a command started
+    (it inherits TMPDIR, leads a session of its own and would have outlived a build that
+    ended cleanly). (A command whose pid went unrecorded and whose own process has exited,
+    leaving children, is not found.) Only this user's processes can be read, and that is all
+    a build starts. ``lost``: the state directory went with its lane markers (the list's
+    spare copy named ``holder``): no capture rule, so such a daemon goes too."""
     lanes = _lanes_of(state_dir, holder)
-    # (TMPDIR, else HOME: an action's env may name one of them, not both, runner._execute)
-    needles = [f"\0TMPDIR={lanes}".encode(), f"\0HOME={lanes}".encode()]
+    # (BUILDTOOL_LANE, which every command gets; TMPDIR or HOME: a build of an older buildtool's)
+    needles = [f"\0{v}={lanes}".encode() for v in ("BUILDTOOL_LANE", "TMPDIR", "HOME")]
     out: set[int] = set()
     captures = _capture_files(state_dir, holder)
     try:

@@ -1225,9 +1225,13 @@ class TargetRunner:
         if "PATH" in env:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
         # The lane's fresh directory, unless the action's environment names them (env,
-        # pass_env, --action-env: in its key; they were keyed and then dropped).
+        # pass_env, --action-env: in its key; they were keyed and then dropped).  The lane
+        # is named in BUILDTOOL_LANE whatever they are: how the next build finds the
+        # commands of a killed one (orphans._lane_leaders; an action naming both HOME and
+        # TMPDIR left an orphan appending to the next build's output, cached so).
         env.setdefault("TMPDIR", tmp)
         env.setdefault("HOME", tmp)
+        env["BUILDTOOL_LANE"] = tmp
         blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:
             return Outcome(Status.FAILED, Reason.FAILED, blocked, key=key, extra={"not_started": True})

@@ -623,7 +623,7 @@ def test_environment_is_scrubbed(workspace: Workspace) -> None:
     r = workspace.build(env_extra={"SECRET_LEAK": "x", "PASSED": "p"})
     assert r.rc == 0, r.output
     names = set(workspace.read("env.txt").split()) - {"_", "PWD", "OLDPWD", "SHLVL"}  # set by the shell
-    assert names == {"PATH", "HOME", "TMPDIR", "MINE", "PASSED"}
+    assert names == {"PATH", "HOME", "TMPDIR", "BUILDTOOL_LANE", "MINE", "PASSED"}
 
 
 def test_home_and_tmpdir_named_by_the_action_s_environment_reach_the_command(

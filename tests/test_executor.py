@@ -69,7 +69,7 @@ def test_direct_start_sees_the_same_environment_as_the_shell_gives(workspace: Wo
 
     def env_of(rel: str) -> dict[str, str]:
         pairs = (line.partition("=") for line in workspace.read(rel).splitlines())
-        return {k: v for k, _, v in pairs if k not in ("_", "SHLVL", "OLDPWD", "TMPDIR", "HOME")}
+        return {k: v for k, _, v in pairs if k not in ("_", "SHLVL", "OLDPWD", "TMPDIR", "HOME", "BUILDTOOL_LANE")}
 
     direct, shell = env_of("sub/direct.txt"), env_of("sub/shell.txt")
     assert direct == shell

@@ -158,12 +158,12 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
     ``lose``: the state directory removed (``rm -rf .buildtool``, a CI checkout's ``git clean
     -ffdx``) or the list emptied: the orphan appended to the next build's output, which was
     recorded so; the list's spare copy outside the workspace still names the killed build.
-    ``own_tmpdir``: the action's env names TMPDIR (its HOME is still the lane's directory)."""
+    ``own_tmpdir``: the action's env names TMPDIR and HOME (BUILDTOOL_LANE still names its lane)."""
     marker = f"orphanmark{os.getpid()}x{time.monotonic_ns()}"
     workspace.write("in.txt", "v1\n")
     # The command writes half its output, sleeps, then appends: an orphan left alive would
     # append to the output of the next build's run.
-    env = ', env={"TMPDIR": "/tmp"}' if own_tmpdir else ""
+    env = ', env={"TMPDIR": "/tmp", "HOME": "/tmp"}' if own_tmpdir else ""
     workspace.build_file("", f"""
         genrule(name="slow", srcs=["in.txt"], outs=["o.txt"]{env},
                 cmd="cat $< > $@; sleep 30 # {marker}\\necho ORPHAN >> $@")
