@@ -537,7 +537,7 @@ def _reap(
         except (ProcessLookupError, PermissionError):
             pass
     if killed:
-        gone = " (its list of them went with the state directory: found by their TMPDIR)" if lost else ""
+        gone = " (its list of them went with the state directory: found by their BUILDTOOL_LANE)" if lost else ""
         warn(f"killed {killed} command(s) left running by a previous buildtool (pid {holder}) that did not exit "
              f"cleanly{gone}; their targets will run again")
         deadline = time.monotonic() + wait_s
