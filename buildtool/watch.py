@@ -203,6 +203,25 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
     return None
 
 
+def _holds_a_package(top: str, limit: int = 10_000) -> bool:
+    """Is there a BUILD.py or a buildtool.toml at or below directory ``top``?  True too when
+    more than ``limit`` entries were looked at without an answer (a rescan decides then)."""
+    seen = 0
+    stack = [top]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    seen += 1
+                    if seen > limit or e.name in (BUILDFILE, MARKER):
+                        return True
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return False
+
+
 def _globbed(ws: WatchSet, rel: str) -> bool:
     """Does a glob of the package owning ``rel`` match it (the test ``classify`` makes)?"""
     parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
@@ -635,7 +654,9 @@ class Watcher:
         for base in rec:
             _scan(self.root, base, out_dirs, self.session.ws.is_ignored, scan, fences)
         loader_files |= fences  # (one going away: that tree joins the workspace)
-        wanted = {f.rsplit("/", 1)[0] if "/" in f else "" for f in sources | loader_files | aliases.keys() | tools}
+        looked_for = {os.path.normpath(p) for p in pywanted}  # (a module a pyrule's import missed: its directory)
+        wanted = {f.rsplit("/", 1)[0] if "/" in f else ""
+                  for f in sources | loader_files | aliases.keys() | tools | looked_for}
         wanted |= glob_dirs | scan | packages
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         # and every directory on their way: moving one away (or a new one in its place) is
@@ -652,7 +673,7 @@ class Watcher:
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
             self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
-            frozenset(os.path.normpath(p) for p in pywanted), tools,
+            frozenset(looked_for), tools,
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
@@ -739,7 +760,7 @@ class Watcher:
         limit = since_ns - RACY_MARGIN_NS
         known = _buildfiles(self.ws.packages)
         handled = self.ws.sources | self.ws.loader_files | self.ws.aliases.keys() | known \
-            | _buildfiles(self.ws.scan_dirs) | self.ws.tools
+            | _buildfiles(self.ws.scan_dirs) | self.ws.tools | self.ws.pyrules
         for rel in sorted(handled):
             d = rel.rsplit("/", 1)[0] if "/" in rel else ""
             if d not in new_dirs and rel not in new_sources:
@@ -851,6 +872,11 @@ class Watcher:
                     appeared = {ch.path for ch in pending if ch.appeared}
                     pending = [self._settled(ch) for ch in pending if not self._came_and_went(ch, appeared)]
                     pending = [ch for ch in pending if not self._rewritten_as_was(ch)]
+                    churn = [ch for ch in pending if self._scratch_dir(ch)]
+                    if churn:  # (watched from now on, so a BUILD.py made in one later is seen)
+                        pending = [ch for ch in pending if ch not in churn]
+                        self._synced_for = None
+                        self.sync_watches(self.cycle_wall[0] or time.time_ns())
                     if pending:
                         return pending
                     continue
@@ -888,6 +914,22 @@ class Watcher:
                     or ch.path in ws.packages or ch.path in ws.missing_dirs
                     or (ch.path.rsplit("/", 1)[-1] == BUILDFILE
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
+
+    def _scratch_dir(self, ch: Change) -> bool:
+        """A directory made, or removed and made again, that holds no package and that no
+        glob reaches (a failing test's `rm -rf scratch; mkdir scratch`, a `mktemp -d` left
+        behind, a `.venv` made): nothing to build again (it is watched from now on, so a
+        BUILD.py made in it later is seen), and a cycle for a failing command's would run
+        it again, which makes it again, with no end."""
+        if ch.kind != "rescan" or ch.pkg or ch.path in self.ws.missing_dirs:
+            return False  # (a directory the watch set wanted: what it holds may be read)
+        full = os.path.join(self.root, ch.path)
+        if not os.path.isdir(full) or os.path.islink(full):
+            return False  # (gone: a package may have gone with it; the rescan says)
+        below = ch.path + "/"
+        if any(p == ch.path or p.startswith(below) for p in self.ws.packages):
+            return False
+        return not _holds_a_package(full)
 
     def _rewritten_as_was(self, ch: Change) -> bool:
         """A source written again during the last cycle with the content the cycle read (a

@@ -1190,6 +1190,57 @@ def test_a_steady_stream_of_changes_still_starts_cycles(watch, ws: Path) -> None
     assert during and during[0].status in ("OK", "CANCELLED"), w.log()  # (begun and ended while it streamed)
 
 
+@pytest.mark.parametrize("command", [("test", "--watch"), ("watch",)])
+def test_a_failing_command_that_leaves_a_directory_does_not_make_watch_loop(
+    watch, ws: Path, command: tuple[str, ...],
+) -> None:
+    """A failing test or genrule whose command remakes a scratch directory (`rm -rf
+    scratch; mkdir scratch`) started a cycle for the new directory, which ran the failing
+    command again: ~15 cycles a second.  A BUILD.py made in such a directory later is
+    still seen (it is watched)."""
+    write(ws / "t" / "BUILD.py", 'test(name="scratch_test", cmd="rm -rf scratch; mkdir scratch; exit 1")\n'
+                                 'genrule(name="gen", outs=["g.out"], cmd="rm -rf tmpdir; mkdir tmpdir; exit 1")\n')
+    target = "//t:scratch_test" if command[0] == "test" else "//t:gen"
+    w = watch(target, command=command)
+    w.wait_settled(lambda cs: len(cs) >= 1 and cs[0].status == "FAILED", "the first, failing cycle")
+    time.sleep(2.0)
+    n = len(w.cycles())
+    assert n <= 2, w.log()
+    time.sleep(1.0)
+    assert len(w.cycles()) == n, w.log()
+
+
+def test_a_new_directory_is_watched_so_a_package_made_in_it_later_is_built(watch, ws: Path) -> None:
+    w = watch("//...")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    (ws / "newpkg").mkdir()
+    time.sleep(0.5)  # (a cycle or none for the empty directory; then its BUILD.py)
+    write(ws / "newpkg" / "BUILD.py", 'genrule(name="n", outs=["n.out"], cmd="echo new > $@")\n')
+    w.wait_file(ws / "newpkg" / "n.out", "new\n", "the new package to be built")
+
+
+def test_a_module_a_pyrule_looked_for_in_a_directory_not_made_yet_is_seen(tmp_path: Path, cache: Path) -> None:
+    """`from tools.sub import mod` in vain, watching //lib:py only: tools/sub was never
+    watched, so mod.py made there started no cycle and the output stayed stale."""
+    root = tmp_path / "pws"
+    write(root / "buildtool.toml", "")
+    write(root / "tools" / "__init__.py", "")
+    write(root / "tools" / "gen.py", "try:\n    from tools.sub import mod\n    EXTRA = mod.EXTRA\n"
+                                     "except ImportError:\n    EXTRA = ''\n\n\n"
+                                     "def run(srcs, outs):\n    open(outs[0], 'w').write('x' + EXTRA + '\\n')\n")
+    write(root / "lib" / "BUILD.py", 'pyrule(name="py", fn="tools.gen:run", outs=["py.out"])\n')
+    w = Watch(root, cache, "//lib:py")
+    try:
+        assert w.wait_cycle(1).status == "OK", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        (root / "tools" / "sub").mkdir()
+        time.sleep(0.3)
+        write(root / "tools" / "sub" / "mod.py", "EXTRA = '+sub'\n")
+        w.wait_file(root / "lib" / "py.out", "x+sub\n", "the pyrule to rerun with the new module")
+    finally:
+        w.stop()
+
+
 def test_a_source_below_a_running_test_edited_cancels_the_cycle(watch, ws: Path) -> None:
     """A test's key holds its dependencies' inputs at any depth: an edit of the source of a
     library the running test depends on did not cancel (only the test's own srcs did); the
