@@ -1282,14 +1282,17 @@ class _Signals:
 
 def _stored_descriptions(outcomes: Iterable[Outcome]) -> Iterator[tuple[str, str, str]]:
     """(label, key, description text) of each action that ran and was recorded under its
-    key (not always=True, not changed while it ran): what the cache's descriptions table
-    keeps for a later miss to be compared with (actiondb), in its shared form (no env value
-    but PATH's: a token passed through pass_env must not land in a shared cache)."""
+    key (not always=True, not changed while it ran), or whose result a remote cache gave (it
+    is in the local cache now: the label's latest entry there): what the cache's
+    descriptions table keeps for a later miss to be compared with (actiondb), in its shared
+    form (no env value but PATH's: a token passed through pass_env must not land in a
+    shared cache)."""
     from buildtool import keys
     from buildtool.rebuild import shared_description
 
     for o in outcomes:
-        prepared = o.extra.get("record_entry") if o.status is Status.RAN else None
+        stored = o.status is Status.RAN or (o.status is Status.RESTORED and o.cache == "remote")
+        prepared = o.extra.get("record_entry") if stored else None
         if prepared is not None and prepared[0]["k"] == o.key and o.key:
             desc, text = o.extra.get("desc"), prepared[0]["desc"]
             if isinstance(desc, dict) and any(k != "PATH" for k in desc.get("env", ())):

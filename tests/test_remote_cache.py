@@ -131,6 +131,32 @@ def test_a_remote_hit_whose_outputs_are_already_in_place_says_so(nginx: remote_s
     assert r.events[0]["reason"].endswith("; outputs on disk already match the remote cache's entry"), r.events
 
 
+def test_a_miss_is_compared_with_the_latest_entry_the_local_cache_got_from_the_remote(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace],
+) -> None:
+    """The local cache's descriptions were written for actions that ran only: after a
+    restore from the remote cache, a fresh checkout's miss was compared with an older run
+    (a PATH difference that was not the cause)."""
+    import shutil
+
+    url = f"{nginx.url}/described-{time.time_ns()}"
+    laptop, ci = make_workspace("laptop"), make_workspace("ci")
+    for ws in (laptop, ci):
+        ws.build_file("", 'genrule(name="s", srcs=["s.txt"], outs=["s.out"], cmd="cp $< $@")\n')
+    laptop.write("s.txt", "v1\n")
+    assert laptop.build(env_extra={"PATH": f"/opt/old/bin:{os.environ['PATH']}"}).rc == 0  # (v1, another PATH)
+    ci.write("s.txt", "v2\n")
+    assert ci.build("--remote-cache", url, "--remote-upload").rc == 0
+    laptop.write("s.txt", "v2\n")
+    shutil.rmtree(laptop.root / ".buildtool")
+    r = laptop.build("--remote-cache", url)
+    assert r.rc == 0 and r.by_label["//:s"]["cache"] == "remote", r.output
+    shutil.rmtree(laptop.root / ".buildtool")
+    laptop.write("s.txt", "v3\n")
+    rc, out, _ = laptop.run("explain")
+    assert rc == 0 and "differs: input s.txt changed" in out and "PATH" not in out, out
+
+
 def test_a_binary_grpc_header_is_sent_and_a_key_grpc_refuses_is_said_before_the_build(
         bgd: remote_servers.Server, make_workspace: Callable[..., Workspace]) -> None:
     """A header whose key ends in -bin is binary gRPC metadata: its text value made grpcio
