@@ -59,6 +59,7 @@ from buildtool.record import BuildRecord
 from buildtool.workspace import ALWAYS_SKIPPED, CACHEDIR_TAG, IGNORE_FILE, MARKER, is_cache_tag
 
 QUIET_S = 0.04  # a cycle starts after this long without a new relevant event ...
+SCRATCH_GRACE_S = 0.2  # an event of the last cycle's commands may be read this long after it ended
 REHASH_S = 0.05  # a rewrite that looked changed is hashed again this much later (it may have been half done)
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
 POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
@@ -133,6 +134,7 @@ class Change:
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
+    reached: bool = False  # a directory a package's glob reaches (the root package's too: pkg "")
 
 
 def _owner(pkgs: Iterable[str], d: str) -> str | None:
@@ -164,7 +166,7 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | 
         if rel in ws.scan_dirs or parent in ws.scan_dirs or rel in ws.missing_dirs:
             # (a package may appear in it; and the package whose glob reaches it is evaluated
             # again, which a rescan alone did not do under //..., where every dir is scanned)
-            return Change(rel, "rescan", reached or "")
+            return Change(rel, "rescan", reached or "", reached=reached is not None)
         if reached is not None:
             return Change(rel, "package", reached)
         if rel in ws.dirs:  # a watched directory, or one on the way to one, moved away or made again:
@@ -916,12 +918,17 @@ class Watcher:
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
 
     def _scratch_dir(self, ch: Change) -> bool:
-        """A directory made, or removed and made again, that holds no package and that no
-        glob reaches (a failing test's `rm -rf scratch; mkdir scratch`, a `mktemp -d` left
-        behind, a `.venv` made): nothing to build again (it is watched from now on, so a
-        BUILD.py made in it later is seen), and a cycle for a failing command's would run
-        it again, which makes it again, with no end."""
-        if ch.kind != "rescan" or ch.pkg or ch.path in self.ws.missing_dirs:
+        """A directory the last cycle's own commands made, or removed and made again, that
+        the watch set did not watch, that holds no package and that no glob reaches (a
+        failing test's `rm -rf scratch; mkdir scratch`, a `mktemp -d` left behind): nothing
+        to build again (it is watched from now on, so a BUILD.py made in it later is seen),
+        and a cycle for it would run the failing command again, which makes it again, with
+        no end.  (Made by a person between cycles, or one the watch set watched, which may
+        come back holding other sources: a cycle, as ever.)"""
+        begun, ended = self.cycle_span
+        if ch.kind != "rescan" or ch.reached or not begun or not begun <= ch.at <= ended + SCRATCH_GRACE_S:
+            return False
+        if ch.path in self.ws.missing_dirs or ch.path in self.ws.dirs:
             return False  # (a directory the watch set wanted: what it holds may be read)
         full = os.path.join(self.root, ch.path)
         if not os.path.isdir(full) or os.path.islink(full):

@@ -1210,6 +1210,35 @@ def test_a_failing_command_that_leaves_a_directory_does_not_make_watch_loop(
     assert len(w.cycles()) == n, w.log()
 
 
+def test_a_watched_source_directory_swapped_for_one_made_earlier_is_a_change(watch, ws: Path) -> None:
+    """`mv src old; mv staged src`: its files are older than the last cycle; the directory
+    was watched (its sources read): a cycle, and the new content (a review of the scratch
+    directory rule found it dropped)."""
+    write(ws / "pkg" / "src" / "a.txt", "OLD\n")
+    write(ws / "pkg" / "BUILD.py", 'genrule(name="copy", srcs=["src/a.txt"], outs=["out/a"], cmd="cp $< $@")\n')
+    staged = ws.parent / "stage" / "src"
+    write(staged / "a.txt", "NEW\n")
+    w = watch("//pkg:copy")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    (ws / "pkg" / "src").rename(ws.parent / "stage" / "oldsrc")
+    staged.rename(ws / "pkg" / "src")
+    w.wait_file(ws / "pkg" / "out" / "a", "NEW\n", "the swapped-in source to be built")
+
+
+def test_a_directory_moved_in_where_the_root_package_s_recursive_glob_reaches_is_a_change(
+    watch, ws: Path,
+) -> None:
+    write(ws / "docs" / "a.txt", "one\n")
+    write(ws / "BUILD.py", 'genrule(name="all_txt", srcs=glob(["**/*.txt"]), outs=["out/list"], '
+                           'cmd="echo $(SRCS) > $@")\n')
+    moved = ws.parent / "elsewhere" / "newdir"
+    write(moved / "b.txt", "b\n")
+    w = watch("//:all_txt")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    moved.rename(ws / "newdir")
+    w.wait_settled(lambda cs: "newdir/b.txt" in (read(ws / "out" / "list") or ""), "the moved-in file to be globbed")
+
+
 def test_a_new_directory_is_watched_so_a_package_made_in_it_later_is_built(watch, ws: Path) -> None:
     w = watch("//...")
     assert w.wait_cycle(1).status == "OK", w.log()
