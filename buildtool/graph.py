@@ -1504,6 +1504,9 @@ class GraphBuilder:
                 raise _err(decl, f"env value of {k} is {size:,} bytes with its name: one environment string "
                                  f"holds less than {MAX_ENV_STRING:,} (Linux's MAX_ARG_STRLEN); pass it in a file")
         pass_env = tuple(_str_list(decl, "pass_env"))
+        if "BUILDTOOL_LANE" in env_raw or "BUILDTOOL_LANE" in pass_env:  # (every command's: runner._execute)
+            raise _err(decl, "BUILDTOOL_LANE is set by buildtool for every command (its lane directory: how a "
+                             "killed build's commands are found), so env and pass_env cannot give it")
         if kind == "pyrule":  # (the runner sets them: the value given would change the key, not the run)
             for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
                 if k in env_raw or k in pass_env:

@@ -782,6 +782,14 @@ def test_a_pyrule_cannot_be_given_the_python_variables_the_runner_sets(workspace
     assert "BUILD.py:1:" in err and "is set by buildtool" in err and "so env and pass_env cannot give it" in err, err
 
 
+@pytest.mark.parametrize("given", ['env={"BUILDTOOL_LANE": "/x"}', 'pass_env=["BUILDTOOL_LANE"]'])
+def test_no_target_can_be_given_the_lane_variable_every_command_gets(workspace: Workspace, given: str) -> None:
+    workspace.build_file("", f'genrule(name="g", outs=["o.txt"], cmd="echo > $@", {given})\n'
+                             'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1:" in err and "BUILDTOOL_LANE is set by buildtool" in err, err
+
+
 def test_a_build_pattern_that_matches_only_tests_says_so(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="t", cmd="touch ran-marker")\n')
     err = expect_invalid(workspace)
