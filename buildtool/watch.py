@@ -918,24 +918,27 @@ class Watcher:
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
 
     def _scratch_dir(self, ch: Change) -> bool:
-        """A directory the last cycle's own commands made, or removed and made again, that
-        the watch set did not watch, that holds no package and that no glob reaches (a
+        """A directory the last cycle's own commands made, or removed and made again, below
+        which the watch set reads nothing, that holds no package and that no glob reaches (a
         failing test's `rm -rf scratch; mkdir scratch`, a `mktemp -d` left behind): nothing
         to build again (it is watched from now on, so a BUILD.py made in it later is seen),
         and a cycle for it would run the failing command again, which makes it again, with
-        no end.  (Made by a person between cycles, or one the watch set watched, which may
-        come back holding other sources: a cycle, as ever.)"""
+        no end.  (Made by a person between cycles, or one holding what the watch set reads,
+        which may come back holding other sources: a cycle, as ever.)"""
         begun, ended = self.cycle_span
         if ch.kind != "rescan" or ch.reached or not begun or not begun <= ch.at <= ended + SCRATCH_GRACE_S:
             return False
-        if ch.path in self.ws.missing_dirs or ch.path in self.ws.dirs:
-            return False  # (a directory the watch set wanted: what it holds may be read)
+        ws = self.ws
+        below = ch.path + "/"
+        if ch.path in ws.missing_dirs or any(  # (what the watch set reads there: it may come back as other files)
+                p == ch.path or p.startswith(below)
+                for group in (ws.packages, ws.glob_dirs, ws.sources, ws.loader_files, ws.tools, ws.pyrules,
+                              ws.aliases.keys())
+                for p in group):
+            return False
         full = os.path.join(self.root, ch.path)
         if not os.path.isdir(full) or os.path.islink(full):
             return False  # (gone: a package may have gone with it; the rescan says)
-        below = ch.path + "/"
-        if any(p == ch.path or p.startswith(below) for p in self.ws.packages):
-            return False
         return not _holds_a_package(full)
 
     def _rewritten_as_was(self, ch: Change) -> bool:
