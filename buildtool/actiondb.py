@@ -54,7 +54,7 @@ _CREATE_DURATIONS = ("CREATE TABLE IF NOT EXISTS durations (label TEXT PRIMARY K
 # action, from every workspace using the cache: what `--explain` compares a miss with when
 # this workspace has no record of the target (a fresh CI checkout: "env var PATH changed"
 # rather than only "no cache entry").  Advisory, as durations: added to version 3 by the
-# first write, trimmed with them.
+# first write; a row goes with the entry of its key, and GC weighs the two together.
 _CREATE_DESCRIPTIONS = ("CREATE TABLE IF NOT EXISTS descriptions (label TEXT PRIMARY KEY, key TEXT NOT NULL, "
                         "desc TEXT NOT NULL, used INTEGER NOT NULL)")
 _LOOKUP_CHUNK = 500  # labels per query (SQLite allows 999 parameters in older builds)
