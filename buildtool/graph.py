@@ -592,7 +592,7 @@ class GraphBuilder:
             below = f"{here}/{bare}" if here else bare
             if self.loader.package_exists(below):
                 meant.append(self._package_reading(below))
-            elif (producer := self._producer_of(below)) is not None:  # `make foo.o` typed as is
+            elif (producer := self.producer_of(below)) is not None:  # `make foo.o` typed as is
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         elif ":" in text_rel:
             pkg_part, _, name = text_rel.partition(":")
@@ -610,7 +610,7 @@ class GraphBuilder:
                 pass  # (outside the workspace: no package there, and no BUILD.py there is evaluated)
             elif self.loader.package_exists(path):
                 meant.append(self._package_reading(path))
-            elif (producer := self._producer_of(path)) is not None:
+            elif (producer := self.producer_of(path)) is not None:
                 meant.append(f"'{producer}' (the target that makes it; patterns name targets, not files)")
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""  # (no guess at what does not exist)
         return f"a label must start with '//' or ':' (got {text!r}){hint}"
@@ -630,7 +630,7 @@ class GraphBuilder:
         """``msg``, and for a file label (``//:obj/x.out``) the target that makes that
         file, if any: patterns name targets."""
         found = labels.file_label(text, cur)
-        producer = self._producer_of(posixpath.join(*found) if found[0] else found[1]) if found else None
+        producer = self.producer_of(posixpath.join(*found) if found[0] else found[1]) if found else None
         if producer is None:
             return msg
         return f"{msg}; did you mean '{producer}' (the target that makes it; patterns name targets, not files)?"
@@ -664,7 +664,7 @@ class GraphBuilder:
         decl = self.loader.load(p).get(n)
         return f" (declared at {decl.path}:{decl.line})" if decl is not None else ""
 
-    def _producer_of(self, path: str) -> str | None:
+    def producer_of(self, path: str) -> str | None:
         """The label of the target declaring the output ``path`` (workspace-relative), found
         in the package that owns the path's directory, or None."""
         d = posixpath.dirname(path)
@@ -701,7 +701,7 @@ class GraphBuilder:
         import difflib  # (error messages only)
 
         name = text.rpartition(":")[2] if ":" in text else ""
-        producer = self._producer_of(pkg) if pkg and not name else None  # //lib/x.o: a file path
+        producer = self.producer_of(pkg) if pkg and not name else None  # //lib/x.o: a file path
         if producer is not None:
             return f"; did you mean '{producer}' (the target that makes that file; labels name targets)?"
         if not name and pkg and os.path.isfile(os.path.join(self.loader.ws.root, pkg)):
@@ -733,7 +733,7 @@ class GraphBuilder:
 
         same = [d for d in decls if d.lower() == name.lower()]
         path = f"{pkg}/{name}" if pkg else name
-        producer = None if same else self._producer_of(path)
+        producer = None if same else self.producer_of(path)
         close = same or ([] if producer else difflib.get_close_matches(name, list(decls), n=1))
         if not same and producer is None and os.path.isfile(os.path.join(self.loader.ws.root, path)):
             msg += (f" ({path} is a source file: a file goes in srcs)" if attr == "deps"  # (no look-alike guess)
@@ -836,7 +836,7 @@ class GraphBuilder:
             for name, decl, item, full in self._named_sources(pkg):
                 if full not in outs:
                     continue
-                producer, me = self._producer_of(full), labels.label_str(pkg, name)
+                producer, me = self.producer_of(full), labels.label_str(pkg, name)
                 if producer is None or producer == me or producer not in building:
                     continue
                 raise _err(decl, f"srcs entry {item!r} of {me} is an output of {producer}"
@@ -906,7 +906,7 @@ class GraphBuilder:
                         raise _err(decl, f"{attr} entry {item!r} is in package //{sub}, not //{p}: "
                                          f"refer to it as '//{sub}:{rest}'")
                     path, root = f"{p}/{n}" if p else n, self.loader.ws.root
-                    producer = self._producer_of(path) if n not in decls and path in self._declared_outs(p) else None
+                    producer = self.producer_of(path) if n not in decls and path in self._declared_outs(p) else None
                     if n in decls:
                         out.append(("label", labels.label_str(p, n)))
                     elif producer is None and attr == "srcs" and os.path.isfile(os.path.join(root, path)):
@@ -929,7 +929,7 @@ class GraphBuilder:
                 else:
                     path = _norm_rel(decl, pkg, item, attr)
                     if path in self._declared_outs(pkg):
-                        producer, me = self._producer_of(path), labels.label_str(pkg, decl.attrs["name"])
+                        producer, me = self.producer_of(path), labels.label_str(pkg, decl.attrs["name"])
                         if path in self.loader.globbed(pkg):  # an in-place output found by glob(): no source
                             if not isinstance(item, Globbed) and producer is not None and producer != me:
                                 # written by hand, or a glob result made anew (str(p)): cannot tell which
@@ -976,7 +976,7 @@ class GraphBuilder:
                 owner = posixpath.dirname(owner)
             try:  # (the package's outputs once, memoised: not a scan of it per link)
                 if (owner or self.loader.package_exists("")) and o in self._declared_outs(owner):
-                    producer = self._producer_of(o)
+                    producer = self.producer_of(o)
             except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
                 producer = None
         return None if producer is None else (o, producer)
@@ -1301,7 +1301,7 @@ class GraphBuilder:
         if not d and not self.loader.package_exists(""):
             return  # in no package: nobody's output
         try:
-            producer = self._producer_of(real) if real in self._declared_outs(d) else None
+            producer = self.producer_of(real) if real in self._declared_outs(d) else None
         except BuildtoolError:  # (that package's BUILD.py is broken: its own build says so)
             return
         if producer is not None and producer != user:

@@ -23,6 +23,8 @@ from buildtool.graph import Graph, GraphBuilder
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from buildtool.record import BuildRecord
 
 _EXPR = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
@@ -117,10 +119,13 @@ def roots(builder: GraphBuilder, patterns: list[str]) -> list[str]:
     return list(out)
 
 
-def evaluate(builder: GraphBuilder, q: Query, record: BuildRecord | None = None) -> tuple[Graph, list[str]]:
+def evaluate(
+    builder: GraphBuilder, q: Query, record: BuildRecord | None = None, warn: Callable[[str], None] | None = None,
+) -> tuple[Graph, list[str]]:
     """The graph of the query's universe and the result (labels or output paths).
     ``record``: the build record, whose depfile lists tell who read a file named in
-    ``rdeps`` that no BUILD.py lists (a header)."""
+    ``rdeps`` that no BUILD.py lists (a header); ``warn`` is told of the universe's depfile
+    targets it has no list for (never built here, or cleaned): the answer may lack them."""
     if q.fn == "rdeps":
         universe = roots(builder, q.args[0].split())
         target: list[str] = []
@@ -144,6 +149,14 @@ def evaluate(builder: GraphBuilder, q: Query, record: BuildRecord | None = None)
                        or (t.depfile is not None and record is not None
                            and not named.isdisjoint(recorded_paths(record.get(t.label)) or ()))}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
+        if files and warn is not None:
+            unknown = [t.label for t in graph.targets if t.depfile is not None and t.id in in_universe
+                       and (record is None or recorded_paths(record.get(t.label)) is None)]
+            if unknown:
+                more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+                warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"
+                     f"{more}): the files they read are known only once they are built, so this answer may "
+                     "lack them")
         seen = set(wanted)
         stack = list(wanted)
         while stack:
@@ -185,6 +198,9 @@ def _source_file(builder: GraphBuilder, text: str) -> str | None:
         try:
             found = labels.parse_label(text, cur)
         except labels.LabelError:
+            meant = _file_typed_as_path(builder, text)
+            if meant is not None:  # (`rdeps(//..., lvm.h)`: a Make user's path)
+                raise UserError(f"{text!r} is a file path, not a label: did you mean {meant}?") from None
             return None
     pkg, name = found
     if pkg and not builder.loader.package_exists(pkg):  # (the root's: any workspace file, as a pyrule's module)
@@ -193,11 +209,38 @@ def _source_file(builder: GraphBuilder, text: str) -> str | None:
     sub = builder.subpackage_on_the_way(pkg, path) if "/" in name else None
     if sub is not None:
         raise UserError(f"{text!r} is in package //{sub}, not //{pkg}: refer to it as '//{sub}:{path[len(sub) + 1:]}'")
+    producer = builder.producer_of(path)
+    if producer is not None:  # (once built it is a file too: it answered nothing, exit 0)
+        raise UserError(f"{text!r} is an output of {producer}, not a source file; rdeps takes a target or a "
+                        f"source file: did you mean '{producer}' (the target that makes it)?")
     if os.path.isfile(os.path.join(builder.loader.ws.root, path)):
         return path
     if "/" in name:  # (a file label: a target's name has no '/')
         raise UserError(f"{text!r} names no target and there is no file {path}")
     return None
+
+
+def _file_typed_as_path(builder: GraphBuilder, text: str) -> str | None:
+    """The label of the workspace file that ``text``, a path relative to the directory the
+    command runs in, names (``src/lvm.h`` -> ``//src:lvm.h``; for an output, the target that
+    makes it), quoted and described, or None."""
+    import os
+    import posixpath
+
+    if text.startswith(("/", "//", ":")) or ":" in text:
+        return None
+    path = posixpath.normpath(posixpath.join(builder.cwd_pkg, text))
+    if path.startswith("../") or path in (".", ".."):
+        return None
+    producer = builder.producer_of(path)
+    if producer is not None:
+        return f"'{producer}' (the target that makes it)"
+    if not os.path.isfile(os.path.join(builder.loader.ws.root, path)):
+        return None
+    pkg = posixpath.dirname(path)
+    while pkg and not builder.loader.package_exists(pkg):
+        pkg = posixpath.dirname(pkg)
+    return f"'//{pkg}:{path[len(pkg) + 1:] if pkg else path}'"
 
 
 def _dot_id(label: str) -> str:

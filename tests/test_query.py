@@ -85,6 +85,27 @@ def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspac
     assert rc == 2 and "nothere.txt" in err, err
 
 
+def test_rdeps_of_an_output_or_a_path_names_the_label_to_use(workspace: Workspace) -> None:
+    """A built output's label answered nothing (exit 0: "nothing uses it") where before the
+    build it was an error naming its target; a path typed as Make takes it (``lib/src.txt``)
+    got only "a label must start with '//'"."""
+    _ws(workspace)
+    workspace.build("//app:app")
+    assert workspace.exists("lib/gen.h")
+    rc, out, err = workspace.run("query", "rdeps(//..., //lib:gen.h)")
+    assert rc == 2 and out == "" and "did you mean '//lib:gen' (the target that makes it)" in err, (out, err)
+    rc, out, err = workspace.run("query", "rdeps(//..., lib/src.txt)")
+    assert rc == 2 and "'lib/src.txt' is a file path, not a label: did you mean '//lib:src.txt'?" in err, err
+    rc, out, err = workspace.run("query", "rdeps(//..., src.txt)", cwd=workspace.root / "lib")
+    assert rc == 2 and "did you mean '//lib:src.txt'?" in err, err
+    rc, out, err = workspace.run("query", "rdeps(//..., gen.h)", cwd=workspace.root / "lib")
+    assert rc == 2 and "did you mean '//lib:gen' (the target that makes it)?" in err, err
+    rc, out, err = workspace.run("query", "rdeps(//..., nothere.txt)")
+    assert rc == 2 and "a label must start with '//' or ':'" in err, err
+    assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == ["//app:app", "//app:app_test", "//lib:gen",
+                                                                  "//lib:lib"]
+
+
 def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="a,b", outs=["o"], cmd="echo > $@")\n'
                              'genrule(name="c", srcs=[":a,b"], outs=["c.out"], cmd="cat $< > $@")')
