@@ -27,6 +27,9 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
                    help="stop at the first failure, whatever keep_going the config or environment sets")
     p.add_argument("-n", "--dry-run", action="store_true",  # (watch takes it only to say why not)
                    help=argparse.SUPPRESS if watch else "show what would run, and why; run nothing")
+    p.add_argument("-B", "--always-make", action="store_true",  # (watch takes it only to say why not)
+                   help=argparse.SUPPRESS if watch else
+                   "run every target's command, up to date or cached (make -B); results are stored as usual")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
     p.add_argument("-w", "--print-directory", action="store_true",
@@ -113,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
 # What ``parser().parse_args(argv)`` gives a plain build besides its directory, patterns,
 # -j, --cache-dir and --action-env (tests/test_cli.py keeps the two in step).
 _PLAIN_BUILD_DEFAULTS: dict[str, object] = {
-    "command": "build", "keep_going": None, "dry_run": False, "explain": False, "events": None,
+    "command": "build", "keep_going": None, "dry_run": False, "always_make": False, "explain": False, "events": None,
     "profile": None, "load": None, "color": "auto", "replay_output": False, "no_wait": False, "verbose": False,
     "print_directory": False,
     "remote_cache": None, "remote_executor": None, "remote_instance": None, "remote_header": None,
@@ -540,7 +543,8 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
         return run_worker_command(args)
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
-        args.dry_run or args.explain or args.events or args.profile or getattr(args, "watch", False)
+        args.dry_run or getattr(args, "always_make", False) or args.explain or args.events or args.profile
+        or getattr(args, "watch", False)
     ):
         from buildtool import noop
 
@@ -584,6 +588,10 @@ def _check_build_flags(args: argparse.Namespace) -> None:
     if getattr(args, "dry_run", False) and (args.command == "watch" or getattr(args, "watch", False)):
         msg = ("-n (a dry run) is not for watch mode: a watch rebuilds what each save changes, and a dry "
                "run builds nothing; run `buildtool build -n` after a change")
+        raise UserError(msg)
+    if getattr(args, "always_make", False) and (args.command == "watch" or getattr(args, "watch", False)):
+        msg = ("-B (--always-make) is not for watch mode: each save would rerun every command; run "
+               "`buildtool build -B` once, then watch")
         raise UserError(msg)
     cache_dir = getattr(args, "cache_dir", None)
     if cache_dir is not None and not cache_dir:
@@ -711,6 +719,7 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
         replay_output=args.replay_output,
         verbose=args.verbose,
         print_directory=args.print_directory,
+        always_make=getattr(args, "always_make", False),
     )
     if args.command == "watch" or getattr(args, "watch", False):
         from buildtool.watch import watch

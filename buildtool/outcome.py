@@ -36,6 +36,7 @@ class Reason(enum.Enum):
     CACHE_CORRUPT = "cache_corrupt"
     ALWAYS = "always"  # always=True: runs on every build
     NO_CACHE_TESTS = "no_cache_tests"  # --no-cache-tests: a test reruns even with an unchanged key
+    ALWAYS_MAKE = "always_make"  # -B (--always-make): every target runs, up to date or cached
     FAILED_BEFORE = "failed_before"  # a test that failed with this key runs again, whatever the cache holds
     DEFINITION_CHANGED = "definition_changed"
     GROUP = "group"

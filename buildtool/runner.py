@@ -45,17 +45,19 @@ if TYPE_CHECKING:
     from typing import Any
 
 FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
+ALWAYS_MAKE_WHY = "-B (--always-make): up to date, but every target runs"
 DIRTY_KEY = "dirty"  # the record's key of a result not recorded (an input changed while it ran): never a key
 INLINE_HASH_LIMIT = 1 << 20  # hash up to this many bytes of changed sources inline
 
 
 class RunOptions:
-    """How the runner runs actions: the base PATH, the --action-env variables, -n, test caching."""
+    """How the runner runs actions: the base PATH, the --action-env variables, -n, test caching, -B."""
 
-    __slots__ = ("action_env", "base_path", "cache_tests", "dry_run", "run_tests")
+    __slots__ = ("action_env", "always_make", "base_path", "cache_tests", "dry_run", "run_tests")
 
     def __init__(self, base_path: str, action_env: dict[str, str | None] | None = None, dry_run: bool = False,
-                 cache_tests: bool = True, run_tests: bool = True) -> None:
+                 cache_tests: bool = True, run_tests: bool = True, always_make: bool = False) -> None:
+        self.always_make = always_make  # -B: every target runs, whatever its record or the cache holds
         self.base_path = base_path
         self.action_env = {} if action_env is None else action_env  # name -> fixed value or None (inherit)
         self.dry_run = dry_run
@@ -809,6 +811,8 @@ class TargetRunner:
         failed_before = self._failed_before(t, key)
         if t.always:
             reason, why = Reason.ALWAYS, "always=True: runs on every build, never cached"
+        elif self.opt.always_make and entry is not None and entry.get("k") == key:
+            reason, why = Reason.ALWAYS_MAKE, ALWAYS_MAKE_WHY
         elif cache_skip and entry is not None and entry.get("k") == key:
             reason, why = Reason.NO_CACHE_TESTS, "--no-cache-tests: the test passed before but runs again"
         elif failed_before:
@@ -1002,8 +1006,9 @@ class TargetRunner:
         return t.kind == "test" and bool(key) and self.failed_tests.get(t.label) == key
 
     def _never_fresh(self, t: Target) -> bool:
-        """always=True targets, and tests under --no-cache-tests, run whatever the record says."""
-        return t.always or (t.kind == "test" and not self.opt.cache_tests)
+        """always=True targets, every target under -B, and tests under --no-cache-tests run
+        whatever the record says (and no cache is asked)."""
+        return t.always or self.opt.always_make or (t.kind == "test" and not self.opt.cache_tests)
 
     def reruns_anyway(self, t: Target) -> bool:
         """Does ``t`` run whatever its record says: ``_never_fresh``, or a test whose last
@@ -1398,7 +1403,11 @@ class TargetRunner:
             extra["after"] = store
             extra["after_heavy"] = size > INLINE_HASH_LIMIT
         elif not record:
-            self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded")
+            # (the usual cause, when it comes back each build: the command writes a file its
+            # own glob reaches, a test's stamp or log; the warning alone read as "you edited")
+            self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded (if a "
+                      "command wrote it: a file a command writes must not be an input, and a glob that reaches "
+                      "it makes it one; exclude it or write it elsewhere)")
         if base.get("remote_cached") and t.kind != "test":  # (a test's: a cached pass, testing.test_result)
             # Nothing ran: the executor's action cache answered, as a remote cache's hit is
             # "restored" (the console said "ran", the summary and `cache stats` counted it so).
@@ -1567,6 +1576,9 @@ class TargetRunner:
         if t.always:  # (the reasons the build gives, in the same order)
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
                            key=key, extra={"dry_reason": Reason.ALWAYS})
+        if self.opt.always_make and entry is not None and entry.get("k") == key:
+            return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {ALWAYS_MAKE_WHY}", key=key,
+                           extra={"dry_reason": Reason.ALWAYS_MAKE})
         if self._never_fresh(t) and entry is not None and entry.get("k") == key:
             return Outcome(Status.SKIPPED, Reason.DRY_RUN,
                            "would run: --no-cache-tests: the test passed before but runs again", key=key,

@@ -58,9 +58,9 @@ FRESH_WEIGHT = 0.001
 class BuildRequest:
     """One build as asked for: by the command line, watch mode or a library caller."""
 
-    __slots__ = ("action_env", "cache_dir", "cache_tests", "color", "dry_run", "events", "explain", "jobs", "junit",
-                 "keep_going", "load", "mode", "patterns", "print_directory", "prior", "profile", "replay_output",
-                 "test_output", "verbose", "wait", "want_files")
+    __slots__ = ("action_env", "always_make", "cache_dir", "cache_tests", "color", "dry_run", "events", "explain",
+                 "jobs", "junit", "keep_going", "load", "mode", "patterns", "print_directory", "prior", "profile",
+                 "replay_output", "test_output", "verbose", "wait", "want_files")
 
     def __init__(
         self,
@@ -85,7 +85,9 @@ class BuildRequest:
         want_files: bool = False,  # the requested targets' outputs must be on disk (`buildtool run`)
         verbose: bool = False,  # -v: each command that runs (or would run) is printed
         print_directory: bool = False,  # -w: "Entering directory" lines around a command's output
+        always_make: bool = False,  # -B: every target's command runs (no up-to-date check, no cache)
     ) -> None:
+        self.always_make = always_make
         self.patterns = patterns
         self.mode = mode
         self.jobs = jobs
@@ -382,7 +384,7 @@ class Session:
         runner = TargetRunner(
             self.ws.root, state, graph, record, stats, cache,
             RunOptions(base_path=os.environ.get("PATH", "/usr/bin:/bin"), action_env=action_env,
-                       dry_run=req.dry_run, cache_tests=req.cache_tests,
+                       dry_run=req.dry_run, cache_tests=req.cache_tests, always_make=req.always_make,
                        run_tests=req.mode not in ("build", "explain")),  # (what `build` would do)
             _warn,
         )

@@ -541,6 +541,33 @@ def test_a_dry_run_runs_what_the_build_would_whatever_the_record_says(workspace:
         assert rc == 0 and "always=True: runs on every build, never cached" in out, out + err
 
 
+def test_always_make_runs_every_command_up_to_date_or_cached_as_make_b(workspace: Workspace) -> None:
+    """`make -B`: to see a compile's warnings again, or time a real build, every command of
+    the closure runs -- not restored from the cache (after `clean` that was the only way
+    short of a fresh cache directory), tests included; the next build is a no-op."""
+    workspace.write("in", "ok\n")
+    workspace.build_file("", """
+        genrule(name="b", srcs=["in"], outs=["b.out"], cmd="cat in > $@; echo warning: b >&2")
+        genrule(name="c", srcs=[":b"], outs=["c.out"], cmd="cat $< $< > $@")
+        test(name="t", srcs=[":c"], cmd="grep -q ok $<")
+    """)
+    assert workspace.build(command="test").rc == 0
+    r = workspace.build("-B", command="test")
+    assert r.rc == 0 and r.ran == {"//:b", "//:c", "//:t"}, r.output
+    assert {r.by_label[lab]["reason_code"] for lab in r.ran} == {"always_make"}, r.events
+    assert "warning: b" in r.output and workspace.read("c.out") == "ok\nok\n"
+    assert workspace.build().with_status("up_to_date") == {"//:b", "//:c"}  # (the record is the -B run's)
+    assert workspace.run("clean")[0] == 0
+    r = workspace.build("-B", "//:c")
+    assert r.rc == 0 and r.ran == {"//:b", "//:c"}, r.output  # (the cache holds both: not restored)
+    assert r.by_label["//:b"]["reason_code"] != "always_make"  # (no record after clean: its own reason)
+    rc, out, err = workspace.run("build", "-n", "-B", "//:c")
+    assert rc == 0 and "//:b: would run: -B (--always-make)" in out, out + err
+    for argv in (["build", "--watch", "-B"], ["watch", "-B"]):
+        rc, out, err = workspace.run(*argv)
+        assert rc == 2 and "-B (--always-make) is not for watch mode" in err, (argv, err)
+
+
 def test_an_always_target_is_left_out_of_wildcards_and_runs_when_named(workspace: Workspace) -> None:
     """always=True implies manual=True (user guide): a stamp or deploy task in //... would
     run on every `build //...`."""
