@@ -272,10 +272,22 @@ def env_bool(var: str, v: str) -> bool:
     raise UserError(msg)
 
 
+# Variables buildtool sets in every command's environment (runner._execute), which no
+# target or --action-env may give: the value given went into the key, not into the run.
+RESERVED_ENV = {
+    "BUILDTOOL_LANE": "every command's lane directory: how a killed build's commands are found",
+    "BUILDTOOL_PYRULE_MODULES": "the file where a pyrule lists the modules its function imported",
+}
+
+
 def check_action_env(items: list[str], where: str) -> None:
-    """Each ``NAME`` or ``NAME=VALUE`` of --action-env / action_env names a valid variable."""
+    """Each ``NAME`` or ``NAME=VALUE`` of --action-env / action_env names a valid variable,
+    not one buildtool sets itself."""
     for item in items:
         name = item.partition("=")[0]
+        if name in RESERVED_ENV:
+            msg = f"{where}: {name} is set by buildtool ({RESERVED_ENV[name]}), so it cannot be given"
+            raise UserError(msg)
         if not (name and (name[0].isalpha() or name[0] == "_") and name.isascii()
                 and all(c.isalnum() or c == "_" for c in name)):
             msg = (f"{where}: {item!r} is not NAME or NAME=VALUE with a variable name of letters, "

@@ -16,6 +16,7 @@ import stat
 
 from buildtool import labels
 from buildtool.atomic import NAME_MAX, RESTORE_TMP_SUFFIX
+from buildtool.config import RESERVED_ENV
 from buildtool.errors import BuildfileError, BuildtoolError, UserError
 from buildtool.workspace import (
     ALWAYS_SKIPPED,
@@ -1504,14 +1505,15 @@ class GraphBuilder:
                 raise _err(decl, f"env value of {k} is {size:,} bytes with its name: one environment string "
                                  f"holds less than {MAX_ENV_STRING:,} (Linux's MAX_ARG_STRLEN); pass it in a file")
         pass_env = tuple(_str_list(decl, "pass_env"))
-        if "BUILDTOOL_LANE" in env_raw or "BUILDTOOL_LANE" in pass_env:  # (every command's: runner._execute)
-            raise _err(decl, "BUILDTOOL_LANE is set by buildtool for every command (its lane directory: how a "
-                             "killed build's commands are found), so env and pass_env cannot give it")
-        if kind == "pyrule":  # (the runner sets them: the value given would change the key, not the run)
-            for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
+        for k, why in RESERVED_ENV.items():  # (runner._execute sets them: a value given changed the key, not the run)
+            if k in env_raw or k in pass_env:
+                raise _err(decl, f"{k} is set by buildtool ({why}), so env and pass_env cannot give it")
+        if kind == "pyrule":
+            for k, why in (("PYTHONPATH", "the workspace root, so that its modules import"),
+                           ("PYTHONDONTWRITEBYTECODE", "1: no __pycache__ written among the sources")):
                 if k in env_raw or k in pass_env:
-                    raise _err(decl, f"a pyrule's {k} is set by buildtool (the workspace root's modules; "
-                                     "docs/user-guide.md), so env and pass_env cannot give it")
+                    raise _err(decl, f"a pyrule's {k} is set by buildtool ({why}; docs/user-guide.md), so env and "
+                                     "pass_env cannot give it")
         tools = tuple(_str_list(decl, "tools"))
         for lst, what in ((pass_env, "pass_env"), (tools, "tools")):
             for item in lst:

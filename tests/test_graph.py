@@ -782,12 +782,31 @@ def test_a_pyrule_cannot_be_given_the_python_variables_the_runner_sets(workspace
     assert "BUILD.py:1:" in err and "is set by buildtool" in err and "so env and pass_env cannot give it" in err, err
 
 
-@pytest.mark.parametrize("given", ['env={"BUILDTOOL_LANE": "/x"}', 'pass_env=["BUILDTOOL_LANE"]'])
+@pytest.mark.parametrize("given", ['env={"BUILDTOOL_LANE": "/x"}', 'pass_env=["BUILDTOOL_LANE"]',
+                                   'env={"BUILDTOOL_PYRULE_MODULES": "/x"}'])
 def test_no_target_can_be_given_the_lane_variable_every_command_gets(workspace: Workspace, given: str) -> None:
     workspace.build_file("", f'genrule(name="g", outs=["o.txt"], cmd="echo > $@", {given})\n'
                              'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
     err = expect_invalid(workspace)
-    assert "BUILD.py:1:" in err and "BUILDTOOL_LANE is set by buildtool" in err, err
+    name = given.split('"')[1]
+    assert "BUILD.py:1:" in err and f"{name} is set by buildtool" in err, err
+
+
+@pytest.mark.parametrize("how", ["flag", "config", "env"])
+@pytest.mark.parametrize("name", ["BUILDTOOL_LANE", "BUILDTOOL_PYRULE_MODULES"])
+def test_action_env_cannot_give_a_variable_buildtool_sets(workspace: Workspace, how: str, name: str) -> None:
+    """--action-env BUILDTOOL_LANE=x went into every key (each value a rerun of everything
+    and other cache entries) while every command got the lane directory all the same."""
+    workspace.build_file("", 'genrule(name="m", outs=["m"], cmd="touch ran-marker; echo > $@")\n')
+    args, env = ["build"], None
+    if how == "flag":
+        args += ["--action-env", f"{name}=x"]
+    elif how == "config":
+        workspace.write("buildtool.toml", f'action_env = ["{name}=x"]\n')
+    else:
+        env = {"BUILDTOOL_ACTION_ENV": name}
+    rc, out, err = workspace.run(*args, env_extra=env)
+    assert rc == 2 and f"{name} is set by buildtool" in err and not workspace.exists("ran-marker"), err
 
 
 def test_a_build_pattern_that_matches_only_tests_says_so(workspace: Workspace) -> None:
