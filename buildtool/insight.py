@@ -45,7 +45,7 @@ def add_parsers(sub: Any) -> None:
     q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN)")
     q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET) | outputs(P) | PATTERN")
 
-    g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot or JSON)")
+    g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot, JSON, or compile_commands.json)")
     g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
     g.add_argument("--format", choices=("dot", "json", "compdb"), default="dot",
                    help="dot (Graphviz, the default), json (formats.md) or compdb (compile_commands.json of "
