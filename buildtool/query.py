@@ -8,7 +8,8 @@ the targets that read it, as a source or a pyrule's module, and theirs; not head
 that only a depfile named), ``outputs(PATTERN)`` (the files the
 matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
-include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON (compdb.py: compile_commands.json).
+include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON
+(compdb.py: compile_commands.json).
 """
 
 from __future__ import annotations
