@@ -63,7 +63,7 @@ def _ask(state_dir: str, line: str, timeout: float = ASK_TIMEOUT_S) -> str | Non
     try:
         s.settimeout(timeout)
         s.connect(socket_path(state_dir))
-        s.sendall(line.encode() + b"\n")
+        s.sendall(line.encode("utf-8", "surrogateescape") + b"\n")  # (read_line's decoding: a path's bytes)
         return read_line(s, deadline)
     except (OSError, UnicodeError):
         return None
@@ -200,7 +200,7 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
         return info
     if not sys.platform.startswith("linux"):
         raise UserError(f"the file monitor needs Linux inotify; this is {sys.platform}")
-    if len(socket_path(state_dir).encode()) > MAX_SOCKET_PATH:
+    if len(os.fsencode(socket_path(state_dir))) > MAX_SOCKET_PATH:  # (a non-UTF-8 workspace path: its bytes)
         raise UserError(f"the monitor's socket path {socket_path(state_dir)} is longer than the "
                         f"{MAX_SOCKET_PATH} bytes a Unix socket allows; move the workspace to a shorter path")
     os.makedirs(state_dir, exist_ok=True)

@@ -406,7 +406,8 @@ def _lane_leaders(state_dir: str, holder: int, since: int, lost: bool = False) -
     spare copy named ``holder``): no capture rule, so such a daemon goes too."""
     lanes = _lanes_of(state_dir, holder)
     # (BUILDTOOL_LANE, which every command gets; TMPDIR or HOME: a build of an older buildtool's)
-    needles = [f"\0{v}={lanes}".encode() for v in ("BUILDTOOL_LANE", "TMPDIR", "HOME")]
+    # (the environment holds the path's bytes: a non-UTF-8 workspace path is no str.encode())
+    needles = [b"\0" + v.encode() + b"=" + os.fsencode(lanes) for v in ("BUILDTOOL_LANE", "TMPDIR", "HOME")]
     out: set[int] = set()
     captures = _capture_files(state_dir, holder)
     try:

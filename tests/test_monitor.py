@@ -82,6 +82,33 @@ def test_start_status_stop(ws: Path, tmp_path: Path) -> None:
     assert not (ws / ".buildtool" / monitor.SOCKET).exists()
 
 
+def test_a_workspace_whose_path_is_not_utf8_gets_a_monitor(ws: Path, tmp_path: Path) -> None:
+    """`monitor start` there crashed (UnicodeEncodeError measuring the socket path), and a
+    request naming the root could not be sent."""
+    odd = tmp_path / "caf\udce9"
+    shutil.copytree(ws, odd)
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["buildtool", "-C", str(odd), *args], capture_output=True, text=True, env=env,
+                              timeout=60, errors="surrogateescape")
+    try:
+        assert run("build").returncode == 0
+        time.sleep(0.1)
+        assert run("build").returncode == 0
+        r = run("monitor", "start", "--idle-exit", "120")
+        assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
+        before = vouched(odd)
+        for _ in range(3):
+            assert "(nothing changed)" in run("build").stdout
+        assert vouched(odd) > before, "the no-op never went through the monitor"
+        (odd / "src" / "a.txt").write_text("changed\n")
+        r = run("build")
+        assert "(nothing changed)" not in r.stdout and (odd / "up.txt").read_text() == "CHANGED\n", r.stdout
+    finally:
+        monitor.stop(str(odd / ".buildtool"))
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
 def test_bad_idle_exit_is_a_usage_error(ws: Path, tmp_path: Path, value: str) -> None:
     r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", value)

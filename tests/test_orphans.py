@@ -105,7 +105,8 @@ def _tick_now() -> int:
     return int(booted * os.sysconf("SC_CLK_TCK"))
 
 
-def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ws", ["ws", "caf\udce9"])  # (a non-UTF-8 path: every build after a kill -9 crashed)
+def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_path: Path, ws: str) -> None:
     """A build killed between starting a command and recording its pid: the children file
     has only its header, yet the command (TMPDIR in the dead build's lane, its own session,
     stderr to the lane's capture file, started after the build began) is reaped.  Spared:
@@ -114,7 +115,7 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
     runs in the group of whoever started buildtool: that group must never be killed), and
     a daemon a command started (its own session and log: a clean build leaves it alone)."""
     holder = _dead_pid()
-    state = tmp_path / "ws" / ".buildtool"
+    state = tmp_path / ws / ".buildtool"
     state.mkdir(parents=True)
     other_state = tmp_path / "other" / ".buildtool"
     lane = orphans.lane_dir(str(state), holder, 3)
