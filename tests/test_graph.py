@@ -805,7 +805,7 @@ def test_action_env_cannot_give_a_variable_buildtool_sets(workspace: Workspace, 
         workspace.write("buildtool.toml", f'action_env = ["{name}=x"]\n')
     else:
         env = {"BUILDTOOL_ACTION_ENV": name}
-    rc, out, err = workspace.run(*args, env_extra=env)
+    rc, _, err = workspace.run(*args, env_extra=env)
     assert rc == 2 and f"{name} is set by buildtool" in err and not workspace.exists("ran-marker"), err
 
 
