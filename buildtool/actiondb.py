@@ -25,6 +25,7 @@ GC, which must never mistake an unreadable database for an empty one, gets
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -103,6 +104,7 @@ class ActionDB:
         self._no_stores = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
         self._busy_warned = False
+        self._was_busy = False  # busy for a whole BUSY_TIMEOUT_S once: _impatient
 
     # -- entries -------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -248,8 +250,21 @@ class ActionDB:
         try:
             with self._mu:
                 return fn(self._connection())
-        except Exception:  # sqlite3.Error, _OtherVersion: the entries' own calls say those
+        except Exception as e:  # sqlite3.Error, _OtherVersion: the entries' own calls say those
+            if getattr(e, "sqlite_errorname", "") in _TRANSIENT:
+                self._impatient()
             return default
+
+    def _impatient(self) -> None:
+        """The database stayed busy for a whole BUSY_TIMEOUT_S: from now on a store or a
+        lookup that finds it busy gives up at once (each would wait it again, holding the
+        lock every lane's lookups wait for: a database held by another process for a minute
+        made each target of the build wait 10 s, one after another)."""
+        with self._mu:
+            self._was_busy = True  # (a connection not opened yet: opening it found the database busy)
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS}")
 
     def rows(self) -> list[tuple[str, int, bytes]]:
         """Every (key, used, entry), ``used`` the later of its store and its last hit, for GC
@@ -320,7 +335,8 @@ class ActionDB:
         if self._conn is None:
             if os.path.islink(self.path):  # (planted: SQLite would write its tables into the file it leads to)
                 raise _sqlite().DatabaseError("it is a symbolic link, not the cache's own file")
-            conn = _sqlite().connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            wait_s = IMPATIENT_MS / 1000 if self._was_busy else BUSY_TIMEOUT_S
+            conn = _sqlite().connect(self.path, timeout=wait_s, isolation_level=None, check_same_thread=False)
             from buildtool.atomic import share
 
             share(self.path)  # (SQLite gives its -wal and -shm the database's mode: a team's, if shared)
@@ -355,11 +371,7 @@ class ActionDB:
                         self._busy_warned = True
                         self._warn(f"the cache database is busy (another build holds it); could not {what} it, "
                                    "treating that as a miss")
-                    if what != "read" and self._conn is not None:  # each store would wait
-                        # BUSY_TIMEOUT_S again, holding the lock lookups wait for: from now on
-                        # a store that finds the database busy is skipped at once
-                        with self._mu:
-                            self._conn.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS}")
+                    self._impatient()
                     return default
                 # (UnicodeDecodeError: sqlite3 decoding an error message that quotes a damaged name)
                 damaged = name in _DAMAGED or isinstance(e, UnicodeDecodeError) \

@@ -121,6 +121,36 @@ def test_a_database_held_busy_is_a_miss_with_one_warning(tmp_path: Path, monkeyp
     assert db.put("k2", b"new")  # once free, it works again
 
 
+def test_a_database_held_from_readers_too_is_waited_for_once_not_at_each_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A holder in exclusive locking mode keeps even WAL readers out: each lookup waited the
+    whole busy timeout again (six trivial targets took 110 s), as only stores gave up at once."""
+    calls = Calls()
+    db0 = calls.db(tmp_path)
+    assert db0.put("k", b"old")
+    db0.close()
+    monkeypatch.setattr(actiondb, "BUSY_TIMEOUT_S", 0.3)
+    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO hits VALUES ('x', 1)")
+    try:
+        db = calls.db(tmp_path)
+        t0 = time.monotonic()
+        assert db.get("k") is None  # (a miss)
+        assert time.monotonic() - t0 >= 0.25, "the first lookup did not wait for the holder at all"
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert db.get("k") is None
+            assert time.monotonic() - t0 < 0.2, "a later lookup waited out the busy timeout again"
+        assert len(calls.warned) == 1 and "busy" in calls.warned[0], calls.warned
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert db.get("k") == b"old"  # once free, it works again
+
+
 def test_a_version_1_database_is_upgraded_in_place_keeping_its_entries(tmp_path: Path) -> None:
     """Version 1 kept rows in the key's b-tree (WITHOUT ROWID); version 2 is a rowid table
     with the same columns: the upgrade copies the rows, so the cache keeps its entries."""
