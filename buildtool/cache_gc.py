@@ -5,8 +5,9 @@ Files it owns under ``<cache>/v2/`` (spec: docs/formats.md#cache-gc-files--cache
     gc.lock   flock: *shared* while a build stores one action (its blobs, then its entry),
               *exclusive* while GC deletes, so GC never removes a blob that an entry being
               written is about to point at
-    size      a running byte counter: builds add what they stored (``size.lock`` serialises
-              the update), so the end-of-build check is one small read, not a scan
+    size      a running byte counter: builds add what they stored, at their end and every
+              few seconds before (``size.lock`` serialises the update), so the end-of-build
+              check is one small read, not a scan
     stats     JSON lines, one per build: ran / restored / up_to_date counts, bytes added
 
 Eviction: action entries are sorted by their ``used`` time (stored, or hit by a build:
@@ -208,6 +209,21 @@ def read_counter(v_dir: str) -> int | None:
             return n if isinstance(n, int) and n >= 0 else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def add_to_counter(v_dir: str, n: int) -> bool:
+    """Add ``n`` bytes to the running counter during a build (Cache.count_stored); False
+    (nothing added) if another build holds ``size.lock`` or there is no counter to add to
+    (the end of the build scans then)."""
+    try:
+        with _exclusive(os.path.join(v_dir, "size.lock"), 0.0) as got:
+            total = read_counter(v_dir) if got else None
+            if total is None:
+                return False
+            _write_counter(v_dir, total + n)
+            return True
+    except OSError:
+        return False
 
 
 def start_counter(v_dir: str) -> None:
@@ -496,7 +512,8 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
     from buildtool.outcome import Reason, Status
 
     cache.flush()  # (first: it writes the entries still queued, which count as added)
-    added, cache.bytes_added = cache.bytes_added, 0  # watch mode reuses the Cache
+    added, counted = cache.bytes_added, cache.bytes_counted  # (counted: added to the counter already)
+    cache.bytes_added = cache.bytes_counted = 0  # watch mode reuses the Cache
     if not cache.writable and not added:  # (what it stored before it could not store more still counts)
         return
     counts = {"ran": 0, "restored": 0, "adopted": 0, "up_to_date": 0, "failed": 0}
@@ -521,7 +538,7 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
             if n is None:  # first build with this cache, or a damaged counter: one scan
                 n = scan(v_dir).total
             else:
-                n += added
+                n += added - counted
             _write_counter(v_dir, n)
             _trim_stats(v_dir)
         if max_size is not None and n > max_size:

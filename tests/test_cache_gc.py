@@ -140,6 +140,38 @@ def test_max_size_from_user_config_keeps_the_cache_under_the_cap(workspace: Work
         assert (workspace.root / f"{n}.bin").stat().st_size == 200 * KIB + len(n)
 
 
+def test_what_a_killed_build_stored_is_counted_and_evicted_by_the_next(workspace: Workspace) -> None:
+    """The counter was added to only at a build's end: builds killed midway (CI cancels)
+    left everything they stored uncounted, and a cache capped at 5M held 81M for good."""
+    workspace.write("s.txt", "0\n")
+    workspace.build_file("", 'for i in range(40):\n'
+                             '    genrule(name=f"r{i}", srcs=["s.txt"], outs=[f"r{i}.out"], '
+                             'cmd=f"head -c 1000000 /dev/urandom > r{i}.out; sleep 0.2")\n'
+                             'genrule(name="small", outs=["small.txt"], cmd="echo > $@")\n')
+    env = {**_clean_env(workspace.cache, workspace.home), "BUILDTOOL_MAX_CACHE_SIZE": "5M"}
+    assert workspace.build("//:small", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "5M"}).rc == 0
+    v_dir = str(layout_dir(workspace.cache))
+    at_start = read_counter(v_dir)
+    assert at_start is not None and at_start < 100 * KIB
+    build = subprocess.Popen([BUILDTOOL, "build", "-j", "2"], cwd=workspace.root, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while (read_counter(v_dir) or 0) < at_start + 3_000_000 and build.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert build.poll() is None, "the build ended before its stores were counted"
+        assert (read_counter(v_dir) or 0) >= at_start + 3_000_000, "nothing was counted during the build"
+    finally:
+        build.kill()
+        build.wait()
+    assert cache_bytes(workspace.cache) > 5 << 20  # (over the cap: the killed build evicted nothing)
+    (workspace.root / "small.txt").unlink()
+    assert workspace.build("//:small", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "5M"}).rc == 0
+    assert cache_bytes(workspace.cache) <= 5 << 20
+    verify_cache(workspace.cache)
+
+
 def test_the_cap_after_a_build_counts_the_descriptions_it_stored(workspace: Workspace) -> None:
     """A build's descriptions (the cache's explanation of misses) were weighed by GC's scan
     but not added to the running counter: with max_size set, 600 targets with a long
@@ -426,7 +458,7 @@ def test_what_a_build_stored_before_the_cache_turned_off_is_counted(workspace: W
     v2 = str(layout_dir(workspace.cache))
     before = read_counter(v2)
     assert before is not None
-    cache = types.SimpleNamespace(bytes_added=123_456, writable=False, dir=v2, flush=lambda: None)
+    cache = types.SimpleNamespace(bytes_added=123_456, bytes_counted=0, writable=False, dir=v2, flush=lambda: None)
     after_build(cache, None, [], lambda msg: None)
     assert read_counter(v2) == before + 123_456
 
