@@ -245,7 +245,16 @@ class Cache:
 
     def _mkdir(self, d: str) -> None:
         if d not in self._made:
-            make_dirs(d)  # (an output's directory may be 1,000 levels deep: os.makedirs recurses)
+            try:
+                make_dirs(d)  # (an output's directory may be 1,000 levels deep: os.makedirs recurses)
+            except FileExistsError:
+                # A file where a shard of cas/ goes (damage, a hand): every store into it
+                # failed, on every build; the cache's own layout is the cache's to repair.
+                if os.path.dirname(d) != os.path.join(self.dir, "cas") or os.path.islink(d) or os.path.isdir(d):
+                    raise
+                os.unlink(d)
+                self._warn(f"cache: {d} was not a directory; replaced it with one")
+                make_dirs(d)
             if d.startswith(self.dir + os.sep):  # (a shard of cas/: the team's too, if the umask shares)
                 if os.path.islink(d):  # (planted: blobs would be written, and modes changed, where it leads)
                     raise OSError(errno.ELOOP, "a symbolic link where the cache keeps a directory", d)
@@ -443,7 +452,9 @@ class Cache:
 
     # -- blobs -----------------------------------------------------------------------
     def has_blob(self, digest: str) -> bool:
-        return os.path.exists(self._blob_path(digest))
+        """Is the blob there for a restore to read?  (One this user cannot read, mode 000,
+        is not: a store replaces it, where its targets reran on every build.)"""
+        return os.access(self._blob_path(digest), os.R_OK)
 
     def blobs_smaller_than(self, entry: ActionEntry, limit: int) -> bool:
         """True if every output blob of ``entry`` is present and under ``limit`` bytes
@@ -470,7 +481,7 @@ class Cache:
         if not self.writable:
             return False
         dest = self._blob_path(digest)
-        if os.path.exists(dest):
+        if self.has_blob(digest):
             return True
         tmp = self._tmp()
         try:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -578,6 +579,20 @@ def test_a_file_where_the_cache_layout_has_a_directory_is_replaced(tmp_path: Pat
     assert warnings == [f"cache: {layout / sub} was not a directory; replaced it with one"]
 
 
+def test_a_file_where_a_shard_of_cas_goes_is_replaced(tmp_path: Path) -> None:
+    """A file in place of cas/<xx>: every store into that shard failed ("File exists"), on
+    every build, and `cache gc` did not repair it."""
+    warnings: list[str] = []
+    c = cache_mod.Cache(str(tmp_path / "c"), warnings.append)
+    data = b"blob in a damaged shard\n"
+    digest = hash_bytes(data)
+    shard = tmp_path / "c" / cache_mod.LAYOUT / "cas" / digest[:2]
+    shard.write_text("x")
+    assert c.put_bytes(data, digest)
+    assert c.read_blob(digest) == data and shard.is_dir()
+    assert warnings == [f"cache: {shard} was not a directory; replaced it with one"]
+
+
 def test_a_dangling_link_in_the_cache_layout_is_left_alone(tmp_path: Path) -> None:
     """v2/cas linked to a disk that is not mounted now: caching is off for this build, with
     the path named; replacing the link would have moved the blobs to the local disk."""
@@ -670,15 +685,15 @@ def test_a_symbolic_link_in_place_of_a_blob_is_never_restored_as_one(tmp_path: P
 
 
 def test_a_blob_that_cannot_be_written_leaves_the_action_without_an_entry(workspace: Workspace) -> None:
-    """A file where the blob's shard directory belongs (EEXIST, not a full disk): the blob
-    was not written but the entry was, pointing at nothing ("the cache entry was damaged"
-    on every later build)."""
+    """A dangling link where the blob's shard directory belongs (EEXIST, not a full disk; a
+    file there is replaced now): the blob was not written but the entry was, pointing at
+    nothing ("the cache entry was damaged" on every later build)."""
     workspace.write("in.txt", "big\n" * 5000)
     workspace.build_file("", 'genrule(name="g", srcs=["in.txt"], outs=["g.out"], cmd="cp $< $@")')
     digest = hash_bytes(("big\n" * 5000).encode())
     shard = workspace.cache / "v2" / "cas" / digest[:2]
     shard.parent.mkdir(parents=True, exist_ok=True)
-    shard.write_text("in the way\n")
+    shard.symlink_to(workspace.cache / "elsewhere")
     r = workspace.build()
     assert r.rc == 0 and "cache write failed" in r.stderr and str(shard) in r.stderr, r.output
     shard.unlink()
@@ -702,6 +717,25 @@ def test_a_blob_this_user_may_not_read_is_a_miss_said_once(tmp_path: Path, monke
     for _ in range(2):
         assert c.restore(d, str(tmp_path / "ws" / "f"), 0o644) is None
     assert len(warned) == 1 and "cannot be read (Permission denied)" in warned[0], warned
+
+
+def test_a_blob_this_user_may_not_read_is_replaced_by_the_next_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A blob of this user's made mode 000: the target reran on every build, as the store
+    saw the file there and kept it.  (Root reads anything: the mode is simulated.)"""
+    data = b"mine\n" * 1000
+    c, d, _ = _restore_cache(tmp_path, data)
+    blob = c._blob_path(d)
+    os.chmod(blob, 0)
+    real_access = os.access
+    monkeypatch.setattr(cache_mod.os, "access", lambda p, m: stat.S_IMODE(os.stat(p).st_mode) & 0o444 != 0
+                        if p == blob and os.path.exists(p) else real_access(p, m))
+    assert not c.has_blob(d)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    assert c.put_file(str(src), d)
+    assert c.has_blob(d) and stat.S_IMODE(os.stat(blob).st_mode) == 0o444 and Path(blob).read_bytes() == data
 
 
 def test_stored_entries_are_written_in_batches_and_never_one_whose_blob_is_gone(tmp_path: Path) -> None:
