@@ -313,7 +313,9 @@ class Cache:
             if obj.get("v") != FORMAT_VERSION:
                 raise ValueError("version")
             if obj.get("key", key) != key:  # (entries written before the key was kept have none)
-                self.actions.damaged(f"the entry looked up under {key[:12]} is {str(obj['key'])[:12]}'s")
+                other = str(obj["key"])
+                n = 12 if other[:12] != key[:12] else max(len(key), len(other))  # (a prefix alike hid which)
+                self.actions.damaged(f"the entry looked up under {key[:n]} is {other[:n]}'s")
                 return None
             outs = []
             for p, d, m in obj["outputs"]:
