@@ -391,7 +391,7 @@ class Session:
         runner.executor.stage = stage
         self.tools_hashed = runner.tool_stats
         remote = None
-        if getattr(cfg, "remote_download", "all") != "all":
+        if getattr(cfg, "remote_download", "all") != "all" or getattr(cfg, "remote_jobs", None) is not None:
             from buildtool.remote.setup import check_download
 
             check_download(cfg, _warn)

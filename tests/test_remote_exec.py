@@ -283,6 +283,9 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
         assert ws.run("clean")[0] == 0  # (not a no-op, which checks nothing)
         rc, _, err = ws.run("build", *remote, "--remote-download", "minimal", "//:a")
         assert rc == 0 and "--remote-download minimal is for remote execution" in err, err
+        assert ws.run("clean")[0] == 0
+        rc, _, err = ws.run("build", *remote, "--remote-jobs", "8", "//:a")
+        assert rc == 0 and "--remote-jobs 8 is for remote execution" in err, err
 
 
 @pytest.mark.parametrize("url", ["bogus", "http://127.0.0.1:1"])
