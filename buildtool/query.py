@@ -3,9 +3,9 @@ build graph (nothing is hashed or run).
 
 Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
 ``rdeps(UNIVERSE, TARGET)`` (the targets of UNIVERSE's closure that depend on TARGET,
-transitively, TARGET included if it is in it; TARGET may be a source file's label, then
-the targets that read it, as a source or a pyrule's module, and theirs; not headers
-that only a depfile named), ``outputs(PATTERN)`` (the files the
+transitively, TARGET included if it is in it; TARGET may be a file's label, then the
+targets that read it, as a source, a pyrule's module, a dependency's output or a header
+the last build's depfile named, and theirs), ``outputs(PATTERN)`` (the files the
 matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON
@@ -130,17 +130,23 @@ def evaluate(
     if q.fn == "rdeps":
         universe = roots(builder, q.args[0].split())
         target: list[str] = []
-        files: list[str] = []  # source files named (//lib:src/core.py, //lib:VERSION): who reads them
+        files: list[str] = []  # files named (//lib:src/core.py, //lib:VERSION, //gen:out.h): who reads them
+        makers: list[str] = []  # the targets that make those of them that are outputs
         for item in q.args[1].split():
             try:
                 target.extend(roots(builder, [item]))
             except UserError:
-                path = _source_file(builder, item)
-                if path is None:
+                found = _file_of(builder, item)
+                if found is None:
                     raise
-                files.append(path)
-        graph = builder.build(list(dict.fromkeys([*universe, *target])))
+                files.append(found[0])
+                if found[1] is not None:
+                    makers.append(found[1])
+        graph = builder.build(list(dict.fromkeys([*universe, *target, *makers])))
         wanted = {graph.by_label[lab] for lab in target}
+        if makers:  # (an output is an input of every target depending on its maker, as the key has it)
+            made_by = {graph.by_label[lab] for lab in makers}
+            wanted |= {t.id for t in graph.targets if not made_by.isdisjoint(t.deps)}
         if files:  # (a target reads its srcs; a pyrule, the modules its function imports too)
             from buildtool.keys import pyrule_module_files
 
@@ -184,11 +190,12 @@ def evaluate(
     return graph, sorted(set(files))
 
 
-def _source_file(builder: GraphBuilder, text: str) -> str | None:
+def _file_of(builder: GraphBuilder, text: str) -> tuple[str, str | None] | None:
     """The workspace-relative path of the file a label names (``//lib:src/core.py``,
-    ``//lib:VERSION``, ``:x.txt``), if it is a file there and no target; else None (the
-    caller's error stands: no such package, no such target).  As ``srcs`` takes it: a file
-    of a subpackage, or a missing file below a package, is exit 2 saying so."""
+    ``//lib:VERSION``, ``:x.txt``), if it is a file there or a declared output, and no
+    target, with the label of the target that makes it (None for a source); else None
+    (the caller's error stands: no such package, no such target).  As ``srcs`` takes it:
+    a file of a subpackage, or a missing file below a package, is exit 2 saying so."""
     import os
 
     from buildtool import labels
@@ -211,20 +218,19 @@ def _source_file(builder: GraphBuilder, text: str) -> str | None:
     if sub is not None:
         raise UserError(f"{text!r} is in package //{sub}, not //{pkg}: refer to it as '//{sub}:{path[len(sub) + 1:]}'")
     producer = builder.producer_of(path)
-    if producer is not None:  # (once built it is a file too: it answered nothing, exit 0)
-        raise UserError(f"{text!r} is an output of {producer}, not a source file; rdeps takes a target or a "
-                        f"source file: did you mean '{producer}' (the target that makes it)?")
+    if producer is not None:  # (what reads it: its maker's dependents, and depfiles naming it)
+        return path, producer
     if os.path.isfile(os.path.join(builder.loader.ws.root, path)):
-        return path
+        return path, None
     if "/" in name:  # (a file label: a target's name has no '/')
         raise UserError(f"{text!r} names no target and there is no file {path}")
     return None
 
 
 def _file_typed_as_path(builder: GraphBuilder, text: str) -> str | None:
-    """The label of the workspace file that ``text``, a path relative to the directory the
-    command runs in, names (``src/lvm.h`` -> ``//src:lvm.h``; for an output, the target that
-    makes it), quoted and described, or None."""
+    """The label of the workspace file (or declared output) that ``text``, a path relative
+    to the directory the command runs in, names (``src/lvm.h`` -> ``//src:lvm.h``), quoted,
+    or None."""
     import os
     import posixpath
 
@@ -233,10 +239,7 @@ def _file_typed_as_path(builder: GraphBuilder, text: str) -> str | None:
     path = posixpath.normpath(posixpath.join(builder.cwd_pkg, text))
     if path.startswith("../") or path in (".", ".."):
         return None
-    producer = builder.producer_of(path)
-    if producer is not None:
-        return f"'{producer}' (the target that makes it)"
-    if not os.path.isfile(os.path.join(builder.loader.ws.root, path)):
+    if builder.producer_of(path) is None and not os.path.isfile(os.path.join(builder.loader.ws.root, path)):
         return None
     pkg = posixpath.dirname(path)
     while pkg and not builder.loader.package_exists(pkg):

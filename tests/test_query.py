@@ -85,21 +85,31 @@ def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspac
     assert rc == 2 and "nothere.txt" in err, err
 
 
-def test_rdeps_of_an_output_or_a_path_names_the_label_to_use(workspace: Workspace) -> None:
+def test_rdeps_of_an_output_are_what_reads_it_and_a_path_gets_its_label(workspace: Workspace) -> None:
     """A built output's label answered nothing (exit 0: "nothing uses it") where before the
-    build it was an error naming its target; a path typed as Make takes it (``lib/src.txt``)
-    got only "a label must start with '//'"."""
+    build it was an error naming its target; now, before and after, the targets that read
+    it (its maker's dependents; a depfile naming it) and theirs.  A path typed as Make takes
+    it (``lib/src.txt``) got only "a label must start with '//'"."""
     _ws(workspace)
-    workspace.build("//app:app")
+    workspace.build_file("use", """
+        genrule(name="use", srcs=["main.c"], outs=["use.o"], depfile="use.d",
+                cmd="cat main.c ../lib/gen.h > $@; echo 'use.o: main.c ../lib/gen.h' > use.d")
+        genrule(name="top", srcs=[":use"], outs=["top.txt"], cmd="cp $< $@")
+    """)
+    workspace.write("use/main.c", "m\n")
+    readers = ["//app:app", "//app:app_test", "//lib:lib"]
+    assert sorted(_q(workspace, "rdeps(//..., //lib:gen.h)")) == readers  # (before any build)
+    assert workspace.build("//app:app").rc == 0 and workspace.build("//use:top").rc == 0
     assert workspace.exists("lib/gen.h")
-    rc, out, err = workspace.run("query", "rdeps(//..., //lib:gen.h)")
-    assert rc == 2 and out == "" and "did you mean '//lib:gen' (the target that makes it)" in err, (out, err)
+    # (the depfile named it: use reads it, though it lists neither the file nor its maker)
+    assert sorted(_q(workspace, "rdeps(//..., //lib:gen.h)")) == sorted([*readers, "//use:top", "//use:use"])
+    assert _q(workspace, "rdeps(//..., //lib:lib.idx)") == ["//app:app", "//app:app_test"]
     rc, out, err = workspace.run("query", "rdeps(//..., lib/src.txt)")
     assert rc == 2 and "'lib/src.txt' is a file path, not a label: did you mean '//lib:src.txt'?" in err, err
     rc, out, err = workspace.run("query", "rdeps(//..., src.txt)", cwd=workspace.root / "lib")
     assert rc == 2 and "did you mean '//lib:src.txt'?" in err, err
     rc, out, err = workspace.run("query", "rdeps(//..., gen.h)", cwd=workspace.root / "lib")
-    assert rc == 2 and "did you mean '//lib:gen' (the target that makes it)?" in err, err
+    assert rc == 2 and "did you mean '//lib:gen.h'?" in err, err
     rc, out, err = workspace.run("query", "rdeps(//..., nothere.txt)")
     assert rc == 2 and "a label must start with '//' or ':'" in err, err
     assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == ["//app:app", "//app:app_test", "//lib:gen",
