@@ -104,13 +104,13 @@ def test_rdeps_of_an_output_are_what_reads_it_and_a_path_gets_its_label(workspac
     # (the depfile named it: use reads it, though it lists neither the file nor its maker)
     assert sorted(_q(workspace, "rdeps(//..., //lib:gen.h)")) == sorted([*readers, "//use:top", "//use:use"])
     assert _q(workspace, "rdeps(//..., //lib:lib.idx)") == ["//app:app", "//app:app_test"]
-    rc, out, err = workspace.run("query", "rdeps(//..., lib/src.txt)")
+    rc, _, err = workspace.run("query", "rdeps(//..., lib/src.txt)")
     assert rc == 2 and "'lib/src.txt' is a file path, not a label: did you mean '//lib:src.txt'?" in err, err
-    rc, out, err = workspace.run("query", "rdeps(//..., src.txt)", cwd=workspace.root / "lib")
+    rc, _, err = workspace.run("query", "rdeps(//..., src.txt)", cwd=workspace.root / "lib")
     assert rc == 2 and "did you mean '//lib:src.txt'?" in err, err
-    rc, out, err = workspace.run("query", "rdeps(//..., gen.h)", cwd=workspace.root / "lib")
+    rc, _, err = workspace.run("query", "rdeps(//..., gen.h)", cwd=workspace.root / "lib")
     assert rc == 2 and "did you mean '//lib:gen.h'?" in err, err
-    rc, out, err = workspace.run("query", "rdeps(//..., nothere.txt)")
+    rc, _, err = workspace.run("query", "rdeps(//..., nothere.txt)")
     assert rc == 2 and "a label must start with '//' or ':'" in err, err
     assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == ["//app:app", "//app:app_test", "//lib:gen",
                                                                   "//lib:lib"]
