@@ -250,10 +250,13 @@ class Cache:
             except FileExistsError:
                 # A file where a shard of cas/ goes (damage, a hand): every store into it
                 # failed, on every build; the cache's own layout is the cache's to repair.
-                if os.path.dirname(d) != os.path.join(self.dir, "cas") or os.path.islink(d) or os.path.isdir(d):
+                if os.path.dirname(d) != os.path.join(self.dir, "cas") or os.path.islink(d):
                     raise
-                os.unlink(d)
-                self._warn(f"cache: {d} was not a directory; replaced it with one")
+                try:
+                    os.unlink(d)
+                    self._warn(f"cache: {d} was not a directory; replaced it with one")
+                except (FileNotFoundError, IsADirectoryError):
+                    pass  # (another build repaired it first)
                 make_dirs(d)
             if d.startswith(self.dir + os.sep):  # (a shard of cas/: the team's too, if the umask shares)
                 if os.path.islink(d):  # (planted: blobs would be written, and modes changed, where it leads)
@@ -475,7 +478,7 @@ class Cache:
         """Store ``data`` under its digest; whether the blob is in the cache now."""
         if not self.writable:
             return False
-        return self.has_blob(digest) or self._write_atomic(self._blob_path(digest), data, mode=0o444)
+        return self.has_blob(digest) or self._write_atomic(self._blob_path(digest), data, mode=0o444, blob=True)
 
     def put_file(self, src: str, digest: str) -> bool:
         """Store a file's content under its (already computed) digest; whether the blob is
@@ -497,6 +500,8 @@ class Cache:
             return True
         except OSError as e:
             remove_path(tmp)
+            if _kept_unreadable(e, dest):
+                return True
             self._write_failed(e, dest)
             return False
 
@@ -686,7 +691,7 @@ class Cache:
         finally:
             os.close(fd)
 
-    def _write_atomic(self, dest: str, data: bytes, mode: int = 0o644) -> bool:
+    def _write_atomic(self, dest: str, data: bytes, mode: int = 0o644, blob: bool = False) -> bool:
         tmp = self._tmp()
         try:
             self._mkparent(dest)
@@ -695,6 +700,8 @@ class Cache:
             return True
         except OSError as e:
             remove_path(tmp)
+            if blob and _kept_unreadable(e, dest):
+                return True
             self._write_failed(e, dest)
             return False
 
@@ -716,6 +723,13 @@ class Cache:
 # restore the link itself).  The descriptor's fstat then says whether it is a regular file.
 BLOB_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 NOT_A_FILE = (errno.ELOOP, errno.ENXIO, errno.EISDIR)  # what opening a link, a socket, a directory gives
+
+
+def _kept_unreadable(e: OSError, dest: str) -> bool:
+    """A blob this user cannot read (another's, mode 600) that it may not replace either: it
+    stays, as the entry naming it may (others read it; here it is a miss), and the build
+    goes on storing -- the refusal must not turn the cache off for the rest of the build."""
+    return e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and os.path.lexists(dest)
 
 
 # Raw descriptors, not io.open: for the small files of a cache, io's extra fstat, ioctl and

@@ -738,6 +738,32 @@ def test_a_blob_this_user_may_not_read_is_replaced_by_the_next_store(
     assert c.has_blob(d) and stat.S_IMODE(os.stat(blob).st_mode) == 0o444 and Path(blob).read_bytes() == data
 
 
+@pytest.mark.parametrize("how", ["file", "bytes"])
+def test_an_unreadable_blob_this_user_may_not_replace_leaves_the_cache_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str,
+) -> None:
+    """Another user's mode-600 blob in a shard this user may not write: the failed
+    replacement turned the cache off for the rest of the build (every later target
+    reran), where the blob used to be taken as there.  (Root writes anywhere: simulated.)"""
+    data = b"theirs\n" * 1000
+    c, d, warned = _restore_cache(tmp_path, data)
+    blob = c._blob_path(d)
+    real_access, real_create = os.access, cache_mod._create
+    monkeypatch.setattr(cache_mod.os, "access", lambda p, m: False if p == blob else real_access(p, m))
+
+    def refusing(path: str, mode: int) -> int:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(cache_mod, "_create", refusing)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    assert (c.put_file(str(src), d) if how == "file" else c.put_bytes(data, d))
+    assert c.writable and warned == [], warned
+    monkeypatch.setattr(cache_mod, "_create", real_create)
+    other = b"another blob\n" * 500
+    assert c.put_bytes(other, hash_bytes(other)) and c.read_blob(hash_bytes(other)) == other
+
+
 def test_stored_entries_are_written_in_batches_and_never_one_whose_blob_is_gone(tmp_path: Path) -> None:
     """An entry per commit was ~40 us of the scheduling thread per target.  Queued entries
     answer lookups at once; a batch is written at QUEUE_MAX and at the flush, without an
