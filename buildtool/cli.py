@@ -29,7 +29,8 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
                    help=argparse.SUPPRESS if watch else "show what would run, and why; run nothing")
     p.add_argument("-B", "--always-make", action="store_true",  # (watch takes it only to say why not)
                    help=argparse.SUPPRESS if watch else
-                   "run every target's command, up to date or cached (make -B); results are stored as usual")
+                   "run every target's command, up to date or cached (make -B); the results are recorded and "
+                   "stored in the caches as any run's")
     p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
     p.add_argument("-w", "--print-directory", action="store_true",

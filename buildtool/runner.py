@@ -1390,7 +1390,10 @@ class TargetRunner:
 
             def store() -> None:
                 self._store(t, key, outputs, res)
-                if self.remote is not None and t.depfile is None and not self._never_fresh(t):
+                # (-B reran it: the result of the same key, uploaded as any run's -- a CI job
+                # refreshing a remote cache with -B stored nothing there)
+                if self.remote is not None and t.depfile is None and \
+                        not (t.always or (t.kind == "test" and not self.opt.cache_tests)):
                     from buildtool.remote.action import TargetView
 
                     paths, full = self._remote_inputs(t, desc)

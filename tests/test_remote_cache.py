@@ -738,6 +738,23 @@ def test_tests_under_no_cache_tests_are_not_uploaded(
     assert r.rc == 0 and r.status("//:t") == "ran", r.output
 
 
+def test_always_make_uploads_what_it_reran(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """-B in a CI job refreshing the remote cache: nothing was uploaded (the targets were
+    taken for always=True ones), and the next build, a no-op, never would."""
+    tag = f"{time.time_ns()}\n"
+    a, b = make_workspace("bm-a"), make_workspace("bm-b")
+    for ws in (a, b):
+        ws.write("u.txt", tag)
+        ws.build_file("", 'genrule(name="g", srcs=["u.txt"], outs=["g.txt"], cmd="cp $< $@")')
+    assert a.build("//:g").rc == 0  # (up to date here, never uploaded)
+    r = a.build("-B", "//:g", "--remote-cache", nginx.url, "--remote-upload")
+    assert r.rc == 0 and r.ran == {"//:g"} and "1 uploaded" in r.stdout + r.stderr, r.output
+    r = b.build("//:g", "--remote-cache", nginx.url)
+    assert r.rc == 0 and r.status("//:g") == "restored", r.output
+
+
 def test_run_takes_the_remote_flags(nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]) -> None:
     """`run` refused --remote-cache ("unrecognized arguments"); the docs describe it."""
     tag = f"{time.time_ns()}"
