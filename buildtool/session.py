@@ -159,6 +159,7 @@ class Session:
         self.removed_dead: set[str] = set()  # dead outputs this session deleted (watch: not a user's change)
         self.tools_hashed: dict[str, Any] = {}  # path -> stat of each declared tool the last build hashed (watch)
         self._noted_tests: set[str] = set()  # named tests `build` does not run (noted once each)
+        self._remote_flags_checked = False  # (remote.setup.check_download: said once, not each watch cycle)
         self.tests_missing: str | None = None  # `test` named only non-tests: why it ends with exit 4
         self.loading: LoadingLine | None = None  # a terminal's line while BUILD.py files are evaluated
         # This build's stat cache knows the recorded outputs as the last build left them
@@ -391,10 +392,12 @@ class Session:
         runner.executor.stage = stage
         self.tools_hashed = runner.tool_stats
         remote = None
-        if getattr(cfg, "remote_download", "all") != "all" or getattr(cfg, "remote_jobs", None) is not None:
+        typed_jobs = self._flags.get("remote_jobs") is not None  # (a config's, for its executor elsewhere: quiet)
+        if (getattr(cfg, "remote_download", "all") != "all" or typed_jobs) and not self._remote_flags_checked:
             from buildtool.remote.setup import check_download
 
-            check_download(cfg, _warn)
+            self._remote_flags_checked = True
+            check_download(cfg, _warn, typed_jobs)
         if (cfg.remote_cache or cfg.remote_executor) and not req.dry_run:
             from buildtool.remote.setup import attach
 

@@ -286,6 +286,10 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
         assert ws.run("clean")[0] == 0
         rc, _, err = ws.run("build", *remote, "--remote-jobs", "8", "//:a")
         assert rc == 0 and "--remote-jobs 8 is for remote execution" in err, err
+    ws.write("buildtool.toml", "remote_jobs = 8\n")  # (a team's, for the executor CI sets): quiet
+    assert ws.run("clean")[0] == 0
+    rc, _, err = ws.run("build", "//:a")
+    assert rc == 0 and "remote-jobs" not in err, err
 
 
 @pytest.mark.parametrize("url", ["bogus", "http://127.0.0.1:1"])

@@ -41,15 +41,16 @@ def attach(runner: Any, cfg: Any, root: str, cache: Any, state: str, warn: Calla
     return RemoteSession(layers)
 
 
-def check_download(cfg: Any, warn: Callable[[str], None]) -> None:
-    """--remote-download or --remote-jobs without an executor: said, as each does nothing
-    (they were ignored without a word)."""
+def check_download(cfg: Any, warn: Callable[[str], None], typed_jobs: bool = False) -> None:
+    """--remote-download, or --remote-jobs given on the command line (``typed_jobs``; a
+    config's may be for an executor that CI sets), without an executor: said, as each does
+    nothing (they were ignored without a word)."""
     download = getattr(cfg, "remote_download", "all")
     if download != "all" and not cfg.remote_executor:
         warn(f"--remote-download {download} is for remote execution (outputs left in the executor's CAS); "
              "without --remote-executor every output is built or fetched here as usual")
     jobs = getattr(cfg, "remote_jobs", None)
-    if jobs is not None and not cfg.remote_executor:
+    if typed_jobs and jobs is not None and not cfg.remote_executor:
         warn(f"--remote-jobs {jobs} is for remote execution (actions running at once on the executor); "
              "without --remote-executor -j alone sets how many commands run here")
 
