@@ -276,7 +276,6 @@ def env_bool(var: str, v: str) -> bool:
 # target or --action-env may give: the value given went into the key, not into the run.
 RESERVED_ENV = {
     "BUILDTOOL_LANE": "every command's lane directory: how a killed build's commands are found",
-    "BUILDTOOL_PYRULE_MODULES": "the file where a pyrule lists the modules its function imported",
 }
 
 

@@ -1510,7 +1510,8 @@ class GraphBuilder:
                 raise _err(decl, f"{k} is set by buildtool ({why}), so env and pass_env cannot give it")
         if kind == "pyrule":
             for k, why in (("PYTHONPATH", "the workspace root, so that its modules import"),
-                           ("PYTHONDONTWRITEBYTECODE", "1: no __pycache__ written among the sources")):
+                           ("PYTHONDONTWRITEBYTECODE", "1: no __pycache__ written among the sources"),
+                           ("BUILDTOOL_PYRULE_MODULES", "the file where it lists the modules its function imported")):
                 if k in env_raw or k in pass_env:
                     raise _err(decl, f"a pyrule's {k} is set by buildtool ({why}; docs/user-guide.md), so env and "
                                      "pass_env cannot give it")

@@ -262,6 +262,7 @@ class TargetRunner:
         if t.kind == "pyrule":  # (set by _execute, as the runner needs them: never --action-env's,
             env.pop("PYTHONPATH", None)  # which only changed the key, not the run)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env.pop("BUILDTOOL_PYRULE_MODULES", None)
         return env
 
     def _key_env(self, t: Target, env: dict[str, str] | None = None) -> dict[str, str]:

@@ -354,19 +354,25 @@ def test_a_workspace_module_named_as_a_standard_one_is_not_what_buildtool_import
     assert (ws / "pkg" / "x.txt").read_text() == "ok\n"
 
 
-def test_action_env_s_pythonpath_is_not_a_pyrule_s(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["PYTHONPATH", "BUILDTOOL_PYRULE_MODULES"])
+def test_action_env_s_pythonpath_is_not_a_pyrule_s(tmp_path: Path, name: str) -> None:
     """--action-env PYTHONPATH=/a, then /b: the pyrule ran again ("env var PYTHONPATH
-    changed"), though the runner sets its own PYTHONPATH and the function saw '.' both times."""
+    changed"), though the runner sets its own PYTHONPATH and the function saw '.' both times
+    (BUILDTOOL_PYRULE_MODULES alike; a genrule gets either as given)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "buildtool.toml").write_text("")
     (ws / "gen.py").write_text("import os\n\n\ndef make(srcs, outs):\n"
                                "    open(outs[0], 'w').write(os.environ['PYTHONPATH'] + '\\n')\n")
-    (ws / "BUILD.py").write_text('pyrule(name="x", fn="gen:make", outs=["x.txt"])\n')
-    r = bt(ws, "build", "--action-env", "PYTHONPATH=/a")
-    assert r.returncode == 0 and (ws / "x.txt").read_text() == ".\n", r.stdout + r.stderr
-    r = bt(ws, "build", "--action-env", "PYTHONPATH=/b", "--explain")
+    (ws / "BUILD.py").write_text('pyrule(name="x", fn="gen:make", outs=["x.txt"])\n'
+                                 f'genrule(name="g", outs=["g.txt"], cmd="echo $${name} > $@")\n')
+    r = bt(ws, "build", "--action-env", f"{name}=/a")
+    assert r.returncode == 0 and (ws / "g.txt").read_text() == "/a\n", r.stdout + r.stderr
+    if name == "PYTHONPATH":
+        assert (ws / "x.txt").read_text() == ".\n"
+    r = bt(ws, "build", "--action-env", f"{name}=/b", "--explain")
     assert r.returncode == 0 and "//:x: up_to_date" in r.stdout, r.stdout + r.stderr
+    assert (ws / "g.txt").read_text() == "/b\n"
 
 
 # -- commands started on the scheduler's thread, and the worker threads beside them ----------
