@@ -84,8 +84,10 @@ def slot_of(request: Mapping[str, object]) -> str:
     builds ``//...`` and ``//app`` in turn gets a no-op from each (one file held the last
     request's alone: at 30,000 targets every switch evaluated everything, 6-8 s).  A digest
     of ``request_of``'s value, builtins only (``_clock_sum``); two requests that share one
-    still compare their whole request, and the second takes the full path."""
-    return f"{_clock_sum(marshal.dumps(request, MARSHAL_VERSION)):08x}"
+    still compare their whole request, and the second takes the full path.  Of its repr,
+    not its marshal: marshal marks objects by their reference counts and interning, so
+    equal requests made by two paths (the quick parser's, argparse's) got two slots."""
+    return f"{_clock_sum(repr(request).encode('utf-8', 'surrogateescape')):08x}"
 
 
 def _path(state_dir: str, slot: str) -> str:

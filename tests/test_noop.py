@@ -124,6 +124,26 @@ def test_other_patterns_do_not_reuse_the_snapshot(ws: Path, tmp_path: Path) -> N
     assert "(nothing changed)" not in r.stdout
 
 
+def test_one_request_typed_with_other_flags_keeps_one_slot(ws: Path, tmp_path: Path) -> None:
+    """`build //:up //:g`, then `build -k //:up //:g` (flags not in the request): the second,
+    parsed by argparse, got a slot of its own (marshal marks objects by reference count),
+    a full check and one of the four slots used up."""
+    cache = tmp_path / "cache"
+    assert bt(ws, cache, "build", "//:up", "//:g").returncode == 0
+    time.sleep(0.1)
+    assert bt(ws, cache, "build", "//:up", "//:g").returncode == 0
+    for flags in (["-k"], ["-v"], []):
+        r = bt(ws, cache, "build", *flags, "//:up", "//:g")
+        assert r.returncode == 0 and "(nothing changed)" in r.stdout, (flags, r.stdout + r.stderr)
+    assert slot_file(ws / ".buildtool", "noop").exists()  # (one slot: it asserts there are not two)
+    from buildtool import noop
+
+    request = noop.request_of("build", ["//:up"], str(ws), "", [])
+    again = noop.request_of("build", [f"//:{'up'}"], str(ws), "", [])
+    sys.intern(again["mode"])  # (other interning, other counts: the same slot)
+    assert noop.slot_of(request) == noop.slot_of(again) == noop.slot_of(dict(request))
+
+
 def test_a_dry_run_explain_or_plan_leaves_the_snapshot_armed(ws: Path, tmp_path: Path) -> None:
     """They change no file, but deleted the snapshot: the next build lost its fast path."""
     cache = tmp_path / "cache"
