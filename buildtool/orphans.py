@@ -502,8 +502,10 @@ def _reap(
         lines, lost, prefix = [spare], True, HEADER_PREFIX
         header = spare.decode("utf-8", "replace")
     holder, _, since = header[len(prefix) :].partition(" since=")
-    if holder.isdigit() and since.isdigit() and (born := start_time(int(holder))) is not None \
-            and born <= int(since) + 1:
+    # (_stat_of: a killed build left a zombie, its parent gone and pid 1 slow to reap it,
+    # was taken for a running one: the list was dropped and its commands survived)
+    if holder.isdigit() and since.isdigit() and (live := _stat_of(holder)) is not None \
+            and live[2] <= int(since) + 1:
         # The build that wrote the file still runs, started before its first command: the
         # file came with a copy of a running workspace's state (``cp -a`` during a watch).
         # Those commands are that build's own, not orphans.  (A recycled pid started later.)

@@ -156,6 +156,26 @@ def test_a_command_started_but_never_recorded_is_found_by_its_lane_tmpdir(tmp_pa
             p.wait()
 
 
+def test_a_killed_build_left_a_zombie_is_not_taken_for_a_running_one(tmp_path: Path) -> None:
+    """A build killed while its parent had gone (pid 1, slow to reap, held it as a zombie):
+    its start time was still readable, so the sweep took it for a running build that
+    started before its commands, dropped the list, and left them running."""
+    zombie = subprocess.Popen(["true"])  # (never waited for until the end: a zombie meanwhile)
+    time.sleep(0.2)
+    state = tmp_path / "ws" / ".buildtool"
+    state.mkdir(parents=True)
+    since = _tick_now()
+    orphan = _sleeper_with_tmpdir(orphans.lane_dir(str(state), zombie.pid, 0))
+    try:
+        (state / "children").write_text(f"{orphans.HEADER_PREFIX}{zombie.pid} since={since}\n")
+        assert orphans.reap(str(state), lambda _msg: None, wait_s=5) == 1
+        assert orphan.wait(timeout=5) == -9
+    finally:
+        orphan.kill()
+        orphan.wait()
+        zombie.wait()
+
+
 def test_the_tracker_header_holds_the_pid_and_the_tick_before_any_command(tmp_path: Path) -> None:
     before = _tick_now()
     orphans.Tracker(str(tmp_path))
