@@ -104,7 +104,7 @@ class ActionDB:
         self._no_stores = False  # a store was refused (read-only or full): lookups go on
         self._reset_done = False
         self._busy_warned = False
-        self._was_busy = False  # busy for a whole BUSY_TIMEOUT_S once: _impatient
+        self._was_busy = False  # busy for a whole BUSY_TIMEOUT_S once: _impatient_locked
 
     # -- entries -------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -249,22 +249,24 @@ class ActionDB:
             return default
         try:
             with self._mu:
-                return fn(self._connection())
-        except Exception as e:  # sqlite3.Error, _OtherVersion: the entries' own calls say those
-            if getattr(e, "sqlite_errorname", "") in _TRANSIENT:
-                self._impatient()
+                try:
+                    return fn(self._connection())
+                except Exception as e:
+                    if getattr(e, "sqlite_errorname", "") in _TRANSIENT:
+                        self._impatient_locked()
+                    raise
+        except Exception:  # sqlite3.Error, _OtherVersion: the entries' own calls say those
             return default
 
-    def _impatient(self) -> None:
-        """The database stayed busy for a whole BUSY_TIMEOUT_S: from now on a store or a
-        lookup that finds it busy gives up at once (each would wait it again, holding the
-        lock every lane's lookups wait for: a database held by another process for a minute
-        made each target of the build wait 10 s, one after another)."""
-        with self._mu:
-            self._was_busy = True  # (a connection not opened yet: opening it found the database busy)
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS}")
+    def _impatient_locked(self) -> None:
+        """(``_mu`` held) The database stayed busy for a whole BUSY_TIMEOUT_S: from now on a
+        store or a lookup that finds it busy gives up at once (each would wait it again,
+        holding the lock every lane's lookups wait for: a database held by another process
+        for a minute made each target of the build wait 10 s, one after another)."""
+        self._was_busy = True  # (a connection not opened yet: opening it found the database busy)
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.execute(f"PRAGMA busy_timeout = {IMPATIENT_MS}")
 
     def rows(self) -> list[tuple[str, int, bytes]]:
         """Every (key, used, entry), ``used`` the later of its store and its last hit, for GC
@@ -363,7 +365,12 @@ class ActionDB:
         for attempt in (1, 2):
             try:
                 with self._mu:
-                    return fn(self._connection())
+                    try:
+                        return fn(self._connection())
+                    except sqlite3.Error as e:
+                        if getattr(e, "sqlite_errorname", "") in _TRANSIENT:
+                            self._impatient_locked()  # (before another lane opens with the full wait)
+                        raise
             except (sqlite3.Error, _OtherVersion, UnicodeDecodeError) as e:
                 name = getattr(e, "sqlite_errorname", "")
                 if name in _TRANSIENT:
@@ -371,7 +378,6 @@ class ActionDB:
                         self._busy_warned = True
                         self._warn(f"the cache database is busy (another build holds it); could not {what} it, "
                                    "treating that as a miss")
-                    self._impatient()
                     return default
                 # (UnicodeDecodeError: sqlite3 decoding an error message that quotes a damaged name)
                 damaged = name in _DAMAGED or isinstance(e, UnicodeDecodeError) \

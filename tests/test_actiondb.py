@@ -151,6 +151,38 @@ def test_a_database_held_from_readers_too_is_waited_for_once_not_at_each_lookup(
     assert db.get("k") == b"old"  # once free, it works again
 
 
+def test_lanes_looking_up_at_once_in_a_held_database_wait_once_between_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight lanes at once: the one that waited out the timeout marked the database busy
+    only after letting go of the lock, so the next lane opened with the full wait again."""
+    import threading
+
+    calls = Calls()
+    db0 = calls.db(tmp_path)
+    assert db0.put("k", b"old")
+    db0.close()
+    monkeypatch.setattr(actiondb, "BUSY_TIMEOUT_S", 1.0)
+    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO hits VALUES ('x', 1)")
+    try:
+        db = calls.db(tmp_path)
+        got: list[bytes | None] = []
+        lanes = [threading.Thread(target=lambda: got.append(db.get("k"))) for _ in range(8)]
+        t0 = time.monotonic()
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            t.join()
+        assert got == [None] * 8
+        assert time.monotonic() - t0 < 1.8, "the lanes waited out the busy timeout more than once"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_a_version_1_database_is_upgraded_in_place_keeping_its_entries(tmp_path: Path) -> None:
     """Version 1 kept rows in the key's b-tree (WITHOUT ROWID); version 2 is a rowid table
     with the same columns: the upgrade copies the rows, so the cache keeps its entries."""
