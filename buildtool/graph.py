@@ -455,7 +455,7 @@ class GraphBuilder:
                 pkgs = [pat.pkg]
                 self._load_pkg_for(pat.pkg, text)
             else:
-                pkgs = [p for p in self.loader.all_packages() if pat.matches_package(p)]
+                pkgs = self.loader.packages_under(pat.pkg)
                 if not pkgs and not (want_tests and pat.pkg == ""):
                     # A typo, not "no tests here" (exit 4): bad input for build and test
                     # alike.  (`test //...` in a workspace without packages has no tests.)

@@ -257,6 +257,18 @@ class Loader:
             self._all, self._all_set = found, frozenset(found)
         return self._all
 
+    def packages_under(self, pkg: str) -> list[str]:
+        """``pkg`` (if a package) and every package below it, sorted: a slice of the sorted
+        list (a scan of every package per ``//dir/...`` pattern made 3,000 patterns over
+        12,000 packages 72 million comparisons)."""
+        every = self.all_packages()
+        if not pkg:
+            return list(every)
+        import bisect
+
+        below = every[bisect.bisect_left(every, pkg + "/"):bisect.bisect_left(every, pkg + "0")]  # ('0' follows '/')
+        return [pkg, *below] if pkg in self._all_set else below
+
     def take_discovery(self, other: Loader) -> None:
         """Use ``other``'s package discovery (watch mode, when no directory came or went)."""
         self._all, self._all_set = other._all, other._all_set

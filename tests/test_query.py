@@ -116,6 +116,19 @@ def test_rdeps_of_an_output_are_what_reads_it_and_a_path_gets_its_label(workspac
                                                                   "//lib:lib"]
 
 
+def test_a_recursive_pattern_takes_its_package_and_those_below_only(workspace: Workspace) -> None:
+    """The packages of ``//a/b/...`` are a slice of the sorted package list (a scan of every
+    package per pattern was quadratic in patterns x packages): not a/b-c nor a/bz, which
+    sort beside them, nor a/b's parent."""
+    for pkg in ("a", "a/b", "a/b-c", "a/b/x", "a/b/x/y", "a/bz", "ab", "b"):
+        workspace.build_file(pkg, 'genrule(name="t", outs=["t.txt"], cmd="echo > $@")\n')
+    assert _q(workspace, "//a/b/...") == ["//a/b:t", "//a/b/x:t", "//a/b/x/y:t"]
+    assert _q(workspace, "//a/...") == ["//a:t", "//a/b:t", "//a/b-c:t", "//a/b/x:t", "//a/b/x/y:t", "//a/bz:t"]
+    assert len(_q(workspace, "//...")) == 8
+    workspace.write("c/d/e/BUILD.py", 'genrule(name="t", outs=["t.txt"], cmd="echo > $@")\n')
+    assert _q(workspace, "//c/...") == ["//c/d/e:t"]  # (c is no package: those below it still are)
+
+
 def test_a_label_with_a_comma_goes_in_quotes(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="a,b", outs=["o"], cmd="echo > $@")\n'
                              'genrule(name="c", srcs=[":a,b"], outs=["c.out"], cmd="cat $< > $@")')
