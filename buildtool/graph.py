@@ -13,6 +13,7 @@ import operator
 import os
 import posixpath
 import stat
+import sys
 
 from buildtool import labels
 from buildtool.atomic import NAME_MAX, RESTORE_TMP_SUFFIX
@@ -957,7 +958,9 @@ class GraphBuilder:
                             and not os.path.lexists(os.path.join(self.loader.ws.root, path))):
                         msg = f"{attr} entry {item!r} is neither a label nor a file of //{pkg}"
                         raise _err(decl, msg + self._absolute_hint(item, pkg))
-                    out.append(("file", path))
+                    # (one string per path: 400 tests globbing the same 2,000 files held 800,000
+                    # copies, ~300 bytes an edge with the pickled graph's)
+                    out.append(("file", sys.intern(path)))
         return out
 
     def _output_behind(self, src: str, out_owner: dict[str, str] | None = None) -> tuple[str, str] | None:
