@@ -201,11 +201,63 @@ class Graph:
         return list(seen)
 
     def outputs_of(self, tid: int) -> tuple[str, ...]:
-        """The files a label stands for: its outputs, or a group's members' outputs."""
-        t = self.targets[tid]
-        if t.kind != "group":
-            return t.outs
-        return self.inputs[tid]
+        """The files a label stands for: its outputs, or a group's members' files (each
+        once, in order; a group keeps no list of them: _FilesOf)."""
+        files = _FilesOf(len(self.targets))
+        for t in self.targets:
+            if t.kind == "group":
+                files.group(t.id, [("label", d) for d in t.deps])
+            else:
+                files.set(t.id, t.outs)
+        return files[tid]
+
+
+class _FilesOf:
+    """The files each target stands for when another reads it, by id: its outputs, or for
+    a group its members' files (in order, each once), flattened on demand and not kept --
+    a chain of nested groups keeping each group's whole closure was quadratic in time,
+    memory and the pickled graph (8,000 nested groups: 3.3 s and a 161 MB graph file)."""
+
+    __slots__ = ("_last", "_members", "_outs")
+
+    def __init__(self, n: int) -> None:
+        self._outs: list[tuple[str, ...] | None] = [()] * n
+        self._members: dict[int, list[tuple[str, Any]]] = {}  # group -> ("file", path) / ("label", id)
+        self._last: tuple[int, tuple[str, ...]] = (-1, ())  # (a reader asks for the same group several times)
+
+    def set(self, i: int, outs: tuple[str, ...]) -> None:
+        self._outs[i] = outs
+
+    def group(self, i: int, members: list[tuple[str, Any]]) -> None:
+        self._outs[i] = None
+        self._members[i] = members
+
+    def __getitem__(self, i: int) -> tuple[str, ...]:
+        got = self._outs[i]
+        if got is not None:
+            return got
+        if self._last[0] == i:
+            return self._last[1]
+        out: list[str] = []
+        seen: set[str] = set()
+        groups = {i}
+        stack = [iter(self._members[i])]
+        while stack:  # (depth-first in declaration order, as a member's files come where it is listed)
+            for k, v in stack[-1]:
+                if k == "label" and self._outs[v] is None:
+                    if v not in groups:
+                        groups.add(v)
+                        stack.append(iter(self._members[v]))
+                        break
+                    continue
+                for p in (v,) if k == "file" else self._outs[v] or ():
+                    if p not in seen:
+                        seen.add(p)
+                        out.append(p)
+            else:
+                stack.pop()
+        self._last = (i, tuple(out))
+        return self._last[1]
 
 
 MAX_ENV_STRING = 128 * 1024  # NAME=value, as execve takes one (MAX_ARG_STRLEN, its NUL included)
@@ -1098,7 +1150,7 @@ class GraphBuilder:
                 for k, v in refs[order[i]]:
                     if k == "label" and not done[index[v]]:
                         stack.append((index[v], False))
-        outs_of: list[tuple[str, ...]] = [()] * n
+        outs_of = _FilesOf(n)
         for i in topo:
             lab = order[i]
             pkg, name = labels.split_label(lab)
@@ -1108,20 +1160,20 @@ class GraphBuilder:
             ins: list[str] = []
             seen: set[str] = set()
             for k, v in refs[lab]:
-                paths: Iterable[str]
                 if k == "file":
-                    paths = (v,)
                     src_users.setdefault(v, lab)
-                else:
-                    paths = outs_of[index[v]]
-                for p in paths:
-                    if p not in seen:
-                        seen.add(p)
-                        ins.append(p)
+            if t.kind == "group":  # (its files are flattened where a target reads them: _FilesOf)
+                outs_of.group(i, [(k, v if k == "file" else index[v]) for k, v in refs[lab]])
+            else:
+                for k, v in refs[lab]:
+                    for p in (v,) if k == "file" else outs_of[index[v]]:
+                        if p not in seen:
+                            seen.add(p)
+                            ins.append(p)
+                outs_of.set(i, t.outs)
             inputs[i] = tuple(ins)
             for j in t.deps:
                 dependents[j].append(i)
-            outs_of[i] = inputs[i] if t.kind == "group" else t.outs
             for o in t.outs:
                 prev = out_owner.get(o)
                 if prev is not None:
@@ -1462,7 +1514,7 @@ class GraphBuilder:
         decl: Declaration,
         refs: list[tuple[str, str]],
         index: dict[str, int],
-        outs_of: list[tuple[str, ...]],
+        outs_of: _FilesOf,
     ) -> Target:
         a = decl.attrs
         kind = decl.kind
@@ -1568,7 +1620,7 @@ class GraphBuilder:
 
         src_paths: list[str] = []
         seen: set[str] = set()
-        for k, v in refs:
+        for k, v in refs if kind != "group" else ():  # (a group's files: flattened by each reader)
             for p in (v,) if k == "file" else outs_of[index[v]]:
                 if p not in seen:
                     seen.add(p)
@@ -1656,7 +1708,7 @@ class GraphBuilder:
         x: str,
         refs: list[tuple[str, str]],
         index: dict[str, int],
-        outs_of: list[tuple[str, ...]],
+        outs_of: _FilesOf,
         outs: tuple[str, ...],
     ) -> list[str]:
         SubstError = self._subst.SubstError
@@ -1684,7 +1736,7 @@ class GraphBuilder:
 
 
 def _made_by_a_ref(path: str, refs: list[tuple[str, str]], index: dict[str, int],
-                   outs_of: list[tuple[str, ...]]) -> bool:
+                   outs_of: _FilesOf) -> bool:
     """Is ``path`` an output of one of the labels in ``refs`` (``$(location gen/errors.c)``
     for one of //gen:errors's two outputs)?"""
     return any(kind == "label" and path in outs_of[index[value]] for kind, value in refs)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
-from conftest import Workspace
+from conftest import Workspace, slot_file
 
 
 def expect_invalid(ws: Workspace, *args: str) -> str:
@@ -960,3 +962,39 @@ def test_the_target_is_named_also_when_a_longer_label_is_in_the_message(workspac
                              'cmd="echo > $@")\n')
     err = expect_invalid(workspace)
     assert "BUILD.py:2: //:lib: srcs refers to an unknown target ':lib_tst'" in err, err
+
+
+def _nested_groups(ws: Workspace, n: int) -> None:
+    ws.write("s.txt", "s\n")
+    ws.build_file("", f"""
+N = {n}
+for i in range(N):
+    genrule(name=f"l{{i}}", srcs=["s.txt"], outs=[f"out/{{i}}.txt"], cmd=f"echo {{i}} > $@")
+    group(name=f"g{{i}}", deps=([f":g{{i-1}}"] if i else []) + [f":l{{i}}"])
+genrule(name="top", srcs=[f":g{{N-1}}"], outs=["top.txt"], cmd="cat $(SRCS) > $@")
+group(name="a", deps=[":b", ":c"])
+group(name="b", deps=[":l1"])
+group(name="c", deps=[":l1", ":l0", ":g1"])
+genrule(name="diamond", srcs=[":a", "s.txt"], outs=["d.txt"], cmd="cat $(SRCS) > $@")
+""")
+
+
+def test_nested_groups_are_flattened_for_their_readers_in_linear_space(workspace: Workspace) -> None:
+    """Each group kept its whole closure's files: a chain of nested groups was quadratic in
+    time, memory and the pickled graph (8,000 groups: 3.3 s and 161 MB).  Readers still get
+    every member's file once, in declaration order, through groups within groups."""
+    _nested_groups(workspace, 150)
+    assert workspace.build("//:top", "//:diamond").rc == 0
+    assert workspace.read("top.txt") == "".join(f"{i}\n" for i in range(150))
+    assert workspace.read("d.txt") == "1\n0\ns\n"
+    time.sleep(0.1)  # (past the racy window: the next build leaves a snapshot with its graph)
+    assert workspace.build("//:top", "//:diamond").rc == 0
+    small = slot_file(workspace.root / ".buildtool", "graph").stat().st_size
+    shutil.rmtree(workspace.root / ".buildtool")
+    _nested_groups(workspace, 600)
+    assert workspace.build("//:top", "//:diamond").rc == 0
+    assert workspace.read("top.txt") == "".join(f"{i}\n" for i in range(600))
+    time.sleep(0.1)
+    assert workspace.build("//:top", "//:diamond").rc == 0
+    large = slot_file(workspace.root / ".buildtool", "graph").stat().st_size
+    assert large < 6 * small, (small, large)  # (4x the targets; quadratic was 16x)
