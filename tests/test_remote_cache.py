@@ -799,15 +799,16 @@ def test_ctrl_c_breaks_off_a_download_in_progress(make_workspace: Callable[..., 
 def test_a_remote_hit_the_local_cache_cannot_hold_is_a_miss(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:
-    """The blob downloaded from the remote could not be written to the local cache (a file
-    where its shard directory belongs): the entry was stored anyway, pointing at nothing,
-    and every later build said 'the cache entry was damaged'."""
+    """The blob downloaded from the remote could not be written to the local cache (a
+    dangling link where its shard directory belongs; a file there is replaced now): the
+    entry was stored anyway, pointing at nothing, and every later build said 'the cache
+    entry was damaged'."""
     a, b = _checkouts(make_workspace, f"shard-{time.time_ns()}")
     assert a.build("--remote-cache", nginx.url).rc == 0
     digest = hash_bytes(a.path("data/big.copy").read_bytes())
     shard = b.cache / "v2" / "cas" / digest[:2]
     shard.parent.mkdir(parents=True, exist_ok=True)
-    shard.write_text("in the way\n")
+    shard.symlink_to(b.cache / "elsewhere")
     r = b.build("--remote-cache", nginx.url)
     assert r.rc == 0 and r.status("//data:pack") == "ran", r.output
     assert "cache write failed" in r.stderr, r.stderr
