@@ -70,7 +70,8 @@ def report(graph: Graph, outcomes: Mapping[int, Outcome], out: IO[str]) -> dict[
             why = rebuild.UNCHANGED
         elif v == GROUP:
             members = [graph.targets[d].label for d in graph.targets[t].deps]
-            why = "runs nothing; builds " + (", ".join(members[:5]) + (" ..." if len(members) > 5 else ""))
+            why = ("runs nothing; builds " + ", ".join(members[:5]) + (" ..." if len(members) > 5 else "")
+                   if members else "runs nothing; it has no members")
         counts[v] = counts.get(v, 0) + 1
         label = graph.targets[t].label
         word = {RUN: "WOULD RUN", RESTORE: "WOULD RESTORE", FRESH: "up to date", GROUP: "group",

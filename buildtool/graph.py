@@ -120,7 +120,7 @@ _definition = operator.attrgetter(*(f for f in _TARGET_FIELDS if f not in ("id",
 class Graph:
     """The validated targets of one build request, indexed by id and by label."""
 
-    __slots__ = ("by_label", "dependents", "inputs", "requested", "targets")
+    __slots__ = ("_files", "by_label", "dependents", "inputs", "requested", "targets")
 
     def __init__(
         self,
@@ -128,8 +128,9 @@ class Graph:
         by_label: dict[str, int],
         requested: tuple[int, ...],  # what the patterns asked for, in order
         dependents: tuple[tuple[int, ...], ...],  # reverse edges, per id
-        inputs: tuple[tuple[str, ...], ...],  # per id: every input file (srcs + deps' outputs)
+        inputs: tuple[tuple[str, ...], ...],  # per id: every input file (srcs + deps' outputs); a group's: ()
     ) -> None:
+        self._files: _FilesOf | None = None  # (outputs_of: the groups' files, flattened when asked)
         self.targets = targets
         self.by_label = by_label
         self.requested = requested
@@ -202,28 +203,36 @@ class Graph:
 
     def outputs_of(self, tid: int) -> tuple[str, ...]:
         """The files a label stands for: its outputs, or a group's members' files (each
-        once, in order; a group keeps no list of them: _FilesOf)."""
-        files = _FilesOf(len(self.targets))
-        for t in self.targets:
-            if t.kind == "group":
-                files.group(t.id, [("label", d) for d in t.deps])
-            else:
-                files.set(t.id, t.outs)
+        once, in order, as its readers have them; a group keeps no list of them in the
+        graph: _FilesOf, made once a graph object and not pickled)."""
+        t = self.targets[tid]
+        if t.kind != "group":
+            return t.outs
+        files = self._files
+        if files is None:
+            files = self._files = _FilesOf(len(self.targets))
+            for u in self.targets:
+                if u.kind == "group":
+                    files.group(u.id, [("label", d) for d in u.deps])
+                else:
+                    files.set(u.id, u.outs)
         return files[tid]
 
 
 class _FilesOf:
     """The files each target stands for when another reads it, by id: its outputs, or for
-    a group its members' files (in order, each once), flattened on demand and not kept --
-    a chain of nested groups keeping each group's whole closure was quadratic in time,
-    memory and the pickled graph (8,000 nested groups: 3.3 s and a 161 MB graph file)."""
+    a group its members' files (in order, each once), flattened when a reader asks and
+    kept for the groups asked only -- each group keeping its whole closure was quadratic
+    in time, memory and the pickled graph for a chain of nested groups (8,000: 3.3 s and a
+    161 MB graph file), where only the last is read; a DAG of groups that many targets
+    read (cc_library's) is walked once per group read, not once per reader."""
 
-    __slots__ = ("_last", "_members", "_outs")
+    __slots__ = ("_members", "_memo", "_outs")
 
     def __init__(self, n: int) -> None:
         self._outs: list[tuple[str, ...] | None] = [()] * n
         self._members: dict[int, list[tuple[str, Any]]] = {}  # group -> ("file", path) / ("label", id)
-        self._last: tuple[int, tuple[str, ...]] = (-1, ())  # (a reader asks for the same group several times)
+        self._memo: dict[int, tuple[str, ...]] = {}  # the groups a reader asked for
 
     def set(self, i: int, outs: tuple[str, ...]) -> None:
         self._outs[i] = outs
@@ -236,28 +245,30 @@ class _FilesOf:
         got = self._outs[i]
         if got is not None:
             return got
-        if self._last[0] == i:
-            return self._last[1]
+        got = self._memo.get(i)
+        if got is not None:
+            return got
         out: list[str] = []
         seen: set[str] = set()
         groups = {i}
         stack = [iter(self._members[i])]
         while stack:  # (depth-first in declaration order, as a member's files come where it is listed)
             for k, v in stack[-1]:
-                if k == "label" and self._outs[v] is None:
+                if k == "label" and self._outs[v] is None and v not in self._memo:
                     if v not in groups:
                         groups.add(v)
                         stack.append(iter(self._members[v]))
                         break
                     continue
-                for p in (v,) if k == "file" else self._outs[v] or ():
+                # (a group flattened before: its files, as walking it again would add them)
+                for p in (v,) if k == "file" else self._outs[v] or self._memo.get(v, ()):
                     if p not in seen:
                         seen.add(p)
                         out.append(p)
             else:
                 stack.pop()
-        self._last = (i, tuple(out))
-        return self._last[1]
+        got = self._memo[i] = tuple(out)
+        return got
 
 
 MAX_ENV_STRING = 128 * 1024  # NAME=value, as execve takes one (MAX_ARG_STRLEN, its NUL included)

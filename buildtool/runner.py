@@ -347,7 +347,8 @@ class TargetRunner:
         spent = 0
         executable: list[str] = []
         seen: dict[str, tuple[int, int, int, int, int]] = {}
-        for p in self.graph.inputs[t.id]:
+        # (a group's: its members' files, for its closure digest -- a group keeps no list)
+        for p in self.graph.inputs[t.id] if t.kind != "group" else self.graph.outputs_of(t.id):
             d = outs.get(p)
             if d is not None:
                 if p in self.out_executable:  # (its mode is its producer's: same content, +x differs)

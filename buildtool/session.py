@@ -1472,12 +1472,24 @@ def _add_stale_producers(graph: Graph, wanted: set[int], record: BuildRecord, st
     stale: dict[int, bool] = {}  # target -> an output of it (a group: of a member) is not as recorded
 
     def differs(t: int) -> bool:
-        got = stale.get(t)
-        if got is None:
-            target = graph.targets[t]
-            got = stale[t] = any(differs(m) for m in target.deps) if target.kind == "group" else \
-                _outputs_differ(target.outs, record.get(target.label), stats)
-        return got
+        todo = [t]
+        while todo:  # (post-order without recursion: 500 nested groups were a RecursionError)
+            x = todo[-1]
+            if x in stale:
+                todo.pop()
+                continue
+            target = graph.targets[x]
+            if target.kind != "group":
+                stale[x] = _outputs_differ(target.outs, record.get(target.label), stats)
+                todo.pop()
+                continue
+            waiting = [m for m in target.deps if m not in stale]
+            if waiting:
+                todo.extend(waiting)
+                continue
+            todo.pop()
+            stale[x] = any(stale[m] for m in target.deps)
+        return stale[t]
 
     stack = list(wanted)
     while stack:

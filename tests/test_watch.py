@@ -1880,3 +1880,22 @@ def test_the_watching_line_is_said_again_once_a_broken_first_cycle_is_mended(wat
     w.wait_settled(lambda cs: any(c.status == "OK" for c in cs), "a cycle of the mended BUILD.py")
     w.wait_settled(lambda cs: any(re.match(r".*watching [1-9]\d* sources", line) for line in w.err),
                    "the watching line with the real counts")
+
+
+def test_a_source_beside_hundreds_of_nested_groups_is_rebuilt(watch, ws: Path) -> None:
+    """The check of what a cycle's targets read (its producers' outputs as recorded)
+    recursed once a group level: 500 nested groups ended watch with a RecursionError."""
+    write(ws / "top.src", "t1\n")
+    write(ws / "BUILD.py", (
+        "N = 600\n"
+        "for i in range(N):\n"
+        '    genrule(name=f"l{i}", srcs=["a.txt"], outs=[f"out/{i}.txt"], cmd=f"echo {i} > $@")\n'
+        '    group(name=f"g{i}", deps=([f":g{i-1}"] if i else []) + [f":l{i}"])\n'
+        'genrule(name="top", srcs=["top.src", f":g{N-1}"], outs=["top.txt"], cmd="cat $(SRCS) | wc -l > $@")\n'
+    ))
+    w = watch("//:top")
+    c1 = w.wait_cycle(1)
+    assert c1.status == "OK" and read(ws / "top.txt") == "601\n", w.log()
+    write(ws / "top.src", "t2\n")
+    w.wait_settled(lambda cs: cs[-1].n > 1 and "//:top" in ran_since(w, 1), "top rebuilt")
+    assert w.proc.poll() is None and "Traceback" not in w.log(), w.log()
