@@ -121,20 +121,27 @@ def test_a_database_held_busy_is_a_miss_with_one_warning(tmp_path: Path, monkeyp
     assert db.put("k2", b"new")  # once free, it works again
 
 
+def _held_from_readers(tmp_path: Path) -> sqlite3.Connection:
+    """A database with one entry ("k"), held by another connection in exclusive locking
+    mode, which keeps even WAL readers out (another build's, or a sqlite3 shell's)."""
+    db0 = Calls().db(tmp_path)
+    assert db0.put("k", b"old")
+    db0.close()
+    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO hits VALUES ('x', 1)")
+    return holder
+
+
 def test_a_database_held_from_readers_too_is_waited_for_once_not_at_each_lookup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A holder in exclusive locking mode keeps even WAL readers out: each lookup waited the
     whole busy timeout again (six trivial targets took 110 s), as only stores gave up at once."""
     calls = Calls()
-    db0 = calls.db(tmp_path)
-    assert db0.put("k", b"old")
-    db0.close()
     monkeypatch.setattr(actiondb, "BUSY_TIMEOUT_S", 0.3)
-    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
-    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
-    holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO hits VALUES ('x', 1)")
+    holder = _held_from_readers(tmp_path)
     try:
         db = calls.db(tmp_path)
         t0 = time.monotonic()
@@ -159,14 +166,8 @@ def test_lanes_looking_up_at_once_in_a_held_database_wait_once_between_them(
     import threading
 
     calls = Calls()
-    db0 = calls.db(tmp_path)
-    assert db0.put("k", b"old")
-    db0.close()
     monkeypatch.setattr(actiondb, "BUSY_TIMEOUT_S", 1.0)
-    holder = sqlite3.connect(tmp_path / actiondb.FILENAME, isolation_level=None)
-    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
-    holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO hits VALUES ('x', 1)")
+    holder = _held_from_readers(tmp_path)
     try:
         db = calls.db(tmp_path)
         got: list[bytes | None] = []
