@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
+SHORT_TMP_OVER = 60  # bytes: a lane directory's path over this reaches commands as a short link (_short_name)
 FAILED_BEFORE_WHY = "it failed last time with this action key; a failing test runs until it passes"
 ALWAYS_MAKE_WHY = "-B (--always-make): up to date, but every target runs"
 DIRTY_KEY = "dirty"  # the record's key of a result not recorded (an input changed while it ran): never a key
@@ -614,8 +615,8 @@ class TargetRunner:
         fixed = self.runs_nothing(tid)
         if fixed is not None:
             return fixed
-        if self._never_fresh(t):
-            return None  # always=True or --no-cache-tests: a worker runs it
+        if self.reruns_anyway(t):
+            return None  # always=True, -B, --no-cache-tests, a test that failed: a worker decides
         if not self.opt.dry_run and not waiting and t.label not in self.record.entries:
             return None  # never built here: the key is computed by a worker, off this thread
         try:
@@ -802,7 +803,9 @@ class TargetRunner:
             entry = self.record.get(t.label)
             fkey = self.final_key(t, *pre, entry)[0]
             ok, _, _ = rebuild.up_to_date(entry, fkey, self._outputs_digest(t, entry), self.disk_modes.get)
-            if ok and entry is not None and not self._never_fresh(t):
+            # (a test whose last attempt with this key failed, its record's pass still there:
+            # a flaky retry interrupted after a failed attempt was "PASSED (cached)" next)
+            if ok and entry is not None and not self._never_fresh(t) and not self._failed_before(t, fkey):
                 return Outcome(
                     Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=fkey, extra={"outputs": entry["o"]}
                 )
@@ -1161,6 +1164,36 @@ class TargetRunner:
             self._lane_dirs.add(d)
         return d
 
+    def _short_name(self, d: str, lane: int) -> str:
+        """Lane directory ``d`` by a short path when its own is long: a link in this user's
+        ``/tmp/buildtool-<uid>/``, named after the state dir and the lane, pointed at ``d``
+        (again, if another build in this workspace pointed it elsewhere since).  A Unix
+        socket a command makes in TMPDIR (multiprocessing's listener: TMPDIR and 32 bytes)
+        must have a path under 108 bytes: a test using one failed in a checkout at a long
+        path, as CI runners' are.  ``d`` itself where the link cannot be had."""
+        if len(os.fsencode(d)) <= SHORT_TMP_OVER:
+            return d
+        from buildtool.workspace import private_tmp_dir
+
+        base = private_tmp_dir()
+        if base is None:
+            return d
+        link = os.path.join(base, f"lane-{hash_bytes(os.fsencode(self.state_dir))[:12]}-{lane}")
+        try:
+            if os.readlink(link) == d:
+                return link
+        except OSError:
+            pass
+        try:
+            tmp_link = f"{link}.{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp_link)
+            os.symlink(d, tmp_link)
+            os.replace(tmp_link, link)  # (atomic: the name always leads somewhere whole)
+        except OSError:
+            return d
+        return link
+
     def _reset_tmp(self, d: str) -> None:
         """Empty lane TMPDIR ``d`` after a command; one that cannot be made again now (the
         state dir being removed under the build, `rm -rf .buildtool`) is made by the
@@ -1236,8 +1269,9 @@ class TargetRunner:
         # is named in BUILDTOOL_LANE whatever they are: how the next build finds the
         # commands of a killed one (orphans._lane_leaders; an action naming both HOME and
         # TMPDIR left an orphan appending to the next build's output, cached so).
-        env.setdefault("TMPDIR", tmp)
-        env.setdefault("HOME", tmp)
+        short = self._short_name(tmp, lane) if "TMPDIR" not in env or "HOME" not in env else tmp
+        env.setdefault("TMPDIR", short)
+        env.setdefault("HOME", short)
         env["BUILDTOOL_LANE"] = tmp
         blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:

@@ -1612,7 +1612,7 @@ def dry_run(
         key, desc = runner.final_key(t, key, desc, entry)
         ok, _, _ = rebuild.up_to_date(entry, key, runner._disk_digest, runner.disk_modes.get)
         never_fresh = runner._never_fresh(t)  # always=True, a test under --no-cache-tests: runs, as the build would
-        if ok and entry is not None and not never_fresh:
+        if ok and entry is not None and not never_fresh and not runner._failed_before(t, key):
             out[i] = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date", key=key)
             for p, d, *m in entry["o"]:
                 runner.publish_output(p, d, m[0] if m else None)

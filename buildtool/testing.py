@@ -328,6 +328,7 @@ class TestRunner:
         self.logs.remove_attempts(t)
         failures: list[str] = []
         total = o.duration
+        failed_key = None  # the key an attempt failed with
         why = (o.extra.get("why_reason"), o.extra.get("why"))  # why it ran (a rerun's is "failed before")
         while o.status is Status.FAILED and len(failures) < t.flaky and not self._stopping \
                 and self._reran_makes_sense(o):
@@ -336,6 +337,7 @@ class TestRunner:
             # A failure with this key: the rerun is a run, never a pass some other build
             # stored for the key meanwhile (the runner skips the caches for it).
             self.logs.ran(t, o.key, False)
+            failed_key = o.key
             o = self.inner.run(tid, lane)
             total += o.duration
         if failures:
@@ -359,11 +361,18 @@ class TestRunner:
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):
             self.logs.ran(t, o.key, o.ok)
             if not o.ok:  # the record's earlier pass must not make the next run a no-op,
-                o.extra.setdefault("forget", []).append(t.label)
-                cache = getattr(self.inner, "cache", None)
-                if cache is not None and o.key:  # nor the cache's answer a fresh checkout sharing it
-                    cache.forget_action(o.key)
+                self._forget_pass(t, o, o.key)
+        elif failed_key and o.status is not Status.RAN:  # (a failed attempt, its retry interrupted)
+            self._forget_pass(t, o, failed_key)
         return o
+
+    def _forget_pass(self, t: Target, o: Outcome, key: str) -> None:
+        """A test failed with ``key``: its record's earlier pass must not make the next run a
+        no-op, nor the cache's answer a fresh checkout sharing it."""
+        o.extra.setdefault("forget", []).append(t.label)
+        cache = getattr(self.inner, "cache", None)
+        if cache is not None and key:
+            cache.forget_action(key)
 
     def build_stopping(self) -> None:
         """The scheduler starts no new work (a failure, without -k): no further attempts."""

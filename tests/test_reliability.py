@@ -631,7 +631,7 @@ def test_a_lane_temp_dir_that_cannot_be_made_again_fails_no_command_that_ended_w
     error: FileNotFoundError".  Here the command itself puts a file where the lanes' parent
     directory was (the race, made certain)."""
     workspace.build_file("", 'genrule(name="g", outs=["g.out"], '
-                             'cmd=\'T=$$(dirname "$$TMPDIR"); rm -rf "$$T"; echo > "$$T"; echo ok > $@\')\n')
+                             'cmd=\'T=$$(dirname "$$BUILDTOOL_LANE"); rm -rf "$$T"; echo > "$$T"; echo ok > $@\')\n')
     r = workspace.build("-j1")
     assert r.rc == 0 and r.status("//:g") == "ran" and workspace.read("g.out") == "ok\n", r.output
     assert "internal error" not in r.output

@@ -695,3 +695,30 @@ def test_a_py_output_s_bytecode_goes_and_only_its_own(tmp_path: Path) -> None:
     _drop_bytecode(str(tmp_path), ["pkg/a.py", "pkg/x.txt", "other/none.py"])
     assert sorted(p.name for p in cache.iterdir()) == ["a.b.cpython-311.pyc", "a.txt", "ab.cpython-311.pyc",
                                                        "b.cpython-311.pyc"]
+
+
+SOCKET_TEST = """
+import os, socket, sys, tempfile
+d = tempfile.mkdtemp(prefix="pymp-")  # (as multiprocessing's listener: TMPDIR and 32 bytes)
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(d, "listener-abcdefgh"))
+assert os.path.realpath(os.environ["TMPDIR"]) == os.path.realpath(os.environ["BUILDTOOL_LANE"])
+assert os.environ["HOME"] == os.environ["TMPDIR"]
+print("bound", len(os.environ["TMPDIR"]))
+"""
+
+
+def test_a_unix_socket_in_tmpdir_binds_in_a_checkout_at_a_long_path(tmp_path: Path) -> None:
+    """TMPDIR was <checkout>/.buildtool/tmp/<pid>-<lane>: a test binding a Unix socket
+    there (multiprocessing.Manager) failed with "AF_UNIX path too long" once the checkout's
+    path passed ~50 bytes, as CI runners' do; it reaches commands as a short link now."""
+    ws = tmp_path / ("w" * 80) / "checkout"
+    ws.mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    (ws / "sock.py").write_text(SOCKET_TEST)
+    (ws / "BUILD.py").write_text('test(name="t", srcs=["sock.py"], cmd="python3 sock.py")\n'
+                                 'genrule(name="g", outs=["g.txt"], cmd="echo $$TMPDIR > $@")\n')
+    r = bt(ws, "test", "--test-output", "all")
+    assert r.returncode == 0 and "bound" in r.stdout, r.stdout + r.stderr
+    assert bt(ws, "build", "//:g").returncode == 0
+    assert len((ws / "g.txt").read_text().strip()) <= 60

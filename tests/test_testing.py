@@ -918,3 +918,39 @@ def test_a_cached_pass_in_a_fresh_checkout_says_the_cache_holds_a_pass(workspace
     [e] = r.events
     assert r.rc == 0 and e["test"] == "cached", r.events
     assert e["reason"].endswith("; the cache holds a pass of this key"), e
+
+
+def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_next(
+    workspace: Workspace, tmp_path: Path,
+) -> None:
+    """A test passed; later, under --no-cache-tests, its first attempt failed and the retry
+    was cut short by SIGTERM: its record's pass (the same key) stayed, and the next run
+    said "PASSED (cached)" for a key whose last attempt had failed -- so did a fresh
+    checkout sharing the cache."""
+    mode = workspace.root / "mode"
+    workspace.write("t.sh", 'case $(cat ../mode 2>/dev/null || cat mode) in pass) exit 0;; fail) exit 1;;\n'
+                            '  failthenhang) echo hang > mode; exit 1;; hang) touch hanging; sleep 30;; esac\n')
+    workspace.build_file("", 'test(name="t", srcs=["t.sh"], cmd="sh t.sh", flaky=1)\n')
+    mode.write_text("pass\n")
+    assert workspace.build(command="test").rc == 0
+    mode.write_text("failthenhang\n")
+    env = _clean_env(workspace.cache, workspace.home)
+    proc = subprocess.Popen([BUILDTOOL, "test", "//:t", "--no-cache-tests"], cwd=workspace.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace.root / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (workspace.root / "hanging").exists(), "the retry never started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, out + err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    mode.write_text("fail\n")
+    fresh = workspace.copy_to(tmp_path / "fresh")
+    for ws in (workspace, fresh):
+        r = ws.build(command="test")
+        assert r.rc == 1 and r.status("//:t") == "failed" and "PASSED (cached)" not in r.output, r.output
