@@ -56,7 +56,8 @@ INLINE_MAX = 4096
 # targets' outputs are in the workspace and its record; a later restore of them misses.
 QUEUE_MAX = 64
 COUNT_EVERY_S = 2.0  # a build adds what it stored to the cache's size counter this often (Cache._added)
-COUNT_EVERY_BYTES = 64 << 20  # ... or once it stored this much since the last time
+COUNT_EVERY_BYTES = 1 << 20  # ... or once it stored this much since the last time,
+COUNT_MIN_GAP_S = 0.25  # ... and this long after the last time (a 1 GiB store: not 1,000 counter writes)
 QUEUE_MAX_AGE_S = 0.5  # ... or this long after the first of them: a GC waits for them meanwhile
 INLINE_TOTAL_MAX = 64 * 1024  # per entry; what does not fit is stored as blobs
 _loads = compact_loads()  # json.loads of an action entry (a 10,000-target restore reads 10,000)
@@ -201,7 +202,7 @@ class Cache:
         self._made: set[str] = set()  # directories known to exist (cleared when one vanishes)
         self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
         self.bytes_counted = 0  # of which already added to that counter during the build (_added)
-        self._counted_at = time.monotonic()
+        self._counted_at = 0.0  # (monotonic: the first MiB stored is counted at once)
         self._count_mu = threading.Lock()
         # Set by the session: restores create their temp files in the state dir (staging.py).
         self.stage: Stage | None = None
@@ -281,16 +282,18 @@ class Cache:
     def _added(self, n: int) -> None:
         with self._count_mu:
             self.bytes_added += n
-            due = self.bytes_added - self.bytes_counted >= COUNT_EVERY_BYTES or \
-                time.monotonic() - self._counted_at >= COUNT_EVERY_S
+            since = time.monotonic() - self._counted_at
+            due = since >= COUNT_EVERY_S or \
+                (since >= COUNT_MIN_GAP_S and self.bytes_added - self.bytes_counted >= COUNT_EVERY_BYTES)
         if due:
             self.count_stored()
 
     def count_stored(self) -> None:
         """Add what this build stored so far to the cache's running size counter (as a build
-        ends, and every COUNT_EVERY_S / COUNT_EVERY_BYTES before: a build killed before its
-        end left its blobs uncounted, and the cache grew past its max_size for good); skipped
-        while another build updates the counter, or when there is none (the end scans)."""
+        ends, and before: every COUNT_EVERY_S, or every COUNT_EVERY_BYTES at most every
+        COUNT_MIN_GAP_S; a build killed before its end left its blobs uncounted, and the
+        cache grew past its max_size for good); skipped while another build updates the
+        counter, or when there is none (the end scans)."""
         from buildtool.cache_gc import add_to_counter
 
         with self._count_mu:
