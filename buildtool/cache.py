@@ -251,7 +251,9 @@ class Cache:
             except FileExistsError:
                 # A file where a shard of cas/ goes (damage, a hand): every store into it
                 # failed, on every build; the cache's own layout is the cache's to repair.
-                if os.path.dirname(d) != os.path.join(self.dir, "cas") or os.path.islink(d):
+                if os.path.islink(d) and d.startswith(self.dir + os.sep):  # (a dangling one said "File exists")
+                    raise OSError(errno.ELOOP, "a symbolic link where the cache keeps a directory", d) from None
+                if os.path.dirname(d) != os.path.join(self.dir, "cas"):
                     raise
                 try:
                     os.unlink(d)

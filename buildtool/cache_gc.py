@@ -505,10 +505,15 @@ def gc(cache_dir: str, max_size: int | None, timeout_s: float = 60.0,
 
 
 # -- end-of-build hook --------------------------------------------------------------------
-def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn: Callable[[str], None]) -> None:
+def after_build(
+    cache: Any, max_size: int | None, outcomes: Iterable[Any], warn: Callable[[str], None], rescan: bool = False,
+) -> None:
     """End of a build: append its stats line, add what it stored to the size counter, and
     evict down to ``LOW_WATER * max_size`` if the counter is over the cap.  Never raises:
-    cache trouble is a warning.  ``cache`` is a cache.Cache, ``outcomes`` outcome.Outcomes."""
+    cache trouble is a warning.  ``cache`` is a cache.Cache, ``outcomes`` outcome.Outcomes.
+    ``rescan``: a build killed in this workspace before this one left what it stored since
+    its last count uncounted (killed builds' losses added up: a cache 5.7x its cap, its
+    counter near 0): the counter is made anew by a scan."""
     from buildtool.outcome import Reason, Status
 
     cache.flush()  # (first: it writes the entries still queued, which count as added)
@@ -534,8 +539,8 @@ def after_build(cache: Any, max_size: int | None, outcomes: Iterable[Any], warn:
         with _exclusive(os.path.join(v_dir, "size.lock"), 5.0) as got:
             if not got:
                 return
-            n = read_counter(v_dir)
-            if n is None:  # first build with this cache, or a damaged counter: one scan
+            n = None if rescan and max_size is not None else read_counter(v_dir)
+            if n is None:  # first build with this cache, a damaged counter, a killed build's: one scan
                 n = scan(v_dir).total
             else:
                 n += added - counted

@@ -52,6 +52,12 @@ def _path(state_dir: str) -> str:
     return os.path.join(state_dir, "children")
 
 
+def left_by_a_killed_build(state_dir: str) -> bool:
+    """Is there a children list, which a build deletes as it ends: one was killed here
+    (``reap`` then ends what it left running)?"""
+    return os.path.lexists(_path(state_dir))
+
+
 def _spare_path(state_dir: str) -> str | None:
     """Where a copy of the list's header (``pid=... since=...``) is kept outside the
     workspace, beside the second lock (``/tmp/buildtool-<uid>/<dev>-<ino>.children``): a

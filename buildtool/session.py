@@ -278,8 +278,10 @@ class Session:
         if not req.dry_run:  # (a dry run, `explain`, `plan` change no file: the snapshot still holds)
             request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
             noop.invalidate(state, noop.slot_of(request))
+        killed_before = False  # a build here was killed: what it stored went uncounted (cache_gc.after_build)
         if not req.dry_run:  # (a dry run leaves them, and their lanes' records, to the next build)
             cut: list[str] = []
+            killed_before = orphans.left_by_a_killed_build(state)
             orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (reliability.md)
             _remove_cut_short(self.ws.root, cut)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
@@ -539,7 +541,7 @@ class Session:
                                  and o.duration > 0)  # executor's action cache hit: its run's time)
             cache.note_descriptions(_stored_descriptions(outcomes.values()))
             if signals.held is None:  # (interrupted: it may wait seconds for another build's size lock)
-                cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn)
+                cache_gc.after_build(cache, cfg.max_size, outcomes.values(), _warn, rescan=killed_before)
             if focus is not None and (events or self.observer):  # one event per target, as always
                 kept = Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE,
                                "up to date: none of its inputs changed since the last build",

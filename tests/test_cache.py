@@ -695,7 +695,8 @@ def test_a_blob_that_cannot_be_written_leaves_the_action_without_an_entry(worksp
     shard.parent.mkdir(parents=True, exist_ok=True)
     shard.symlink_to(workspace.cache / "elsewhere")
     r = workspace.build()
-    assert r.rc == 0 and "cache write failed" in r.stderr and str(shard) in r.stderr, r.output
+    said = "a symbolic link where the cache keeps a directory"
+    assert r.rc == 0 and said in r.stderr and str(shard) in r.stderr, r.output
     shard.unlink()
     os.unlink(workspace.path("g.out"))
     fresh = workspace.build("--explain")

@@ -517,3 +517,24 @@ def test_of_entries_used_at_the_same_time_gc_evicts_the_smallest_that_is_enough(
         p.unlink()
     r = workspace.build()
     assert r.status("//:big") == "restored" and sum(r.status(f"//:s{i}") == "ran" for i in range(4)) == 1, r.output
+
+
+def test_a_build_after_a_killed_one_counts_the_cache_anew(workspace: Workspace) -> None:
+    """A killed build loses what it stored since its last count, and the losses of many
+    added up (a cache 5.7x its cap with a counter near 0): the next build in that workspace
+    scans the cache instead of adding to the counter."""
+    from buildtool import orphans
+
+    sized_targets(workspace, {f"t{i}": 1_000_000 for i in range(6)} | {"small": 10})
+    assert workspace.build().rc == 0  # (no cap yet: everything stays)
+    v_dir = str(layout_dir(workspace.cache))
+    (layout_dir(workspace.cache) / "size").write_text('# buildtool cache-size v1\n{"bytes": 1000}\n')  # uncounted
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (workspace.root / ".buildtool" / "children").write_text(f"{orphans.HEADER_PREFIX}{dead.pid} since=1\n")
+    (workspace.root / "small.bin").unlink()
+    r = workspace.build("//:small", env_extra={"BUILDTOOL_MAX_CACHE_SIZE": "5M"})
+    assert r.rc == 0, r.output
+    assert cache_bytes(workspace.cache) <= 5 << 20
+    assert read_counter(v_dir) == cache_bytes(workspace.cache)
+    verify_cache(workspace.cache)
