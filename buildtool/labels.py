@@ -132,11 +132,6 @@ class Pattern:
         self.name = name
         self.text = text
 
-    def matches_package(self, pkg: str) -> bool:
-        if self.kind == "recursive":
-            return self.pkg == "" or pkg == self.pkg or pkg.startswith(self.pkg + "/")
-        return pkg == self.pkg
-
 
 def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pattern:
     """Parse ``//...``, ``//pkg/...``, ``//pkg:all``, ``//pkg:name``, ``:name``, ``...``.

@@ -6,7 +6,7 @@ import pytest
 from conftest import Workspace
 
 from buildtool import labels
-from buildtool.labels import LabelError, Pattern, parse_label, parse_pattern
+from buildtool.labels import LabelError, parse_label, parse_pattern
 
 
 @pytest.mark.parametrize(
@@ -121,16 +121,6 @@ def test_relative_recursive_patterns_start_at_the_working_directory() -> None:
     assert parse_pattern("../...", "", "my dir/x").pkg == "my dir"
     with pytest.raises(LabelError, match=r"bad pattern 'a b/\.\.\.'"):
         parse_pattern("a b/...", "", "my dir")
-
-
-def test_recursive_pattern_matches_subpackages_only_below() -> None:
-    p = Pattern("recursive", "a")
-    assert p.matches_package("a")
-    assert p.matches_package("a/b")
-    assert not p.matches_package("ab")  # a prefix of the name is not a subpackage
-    assert not p.matches_package("")
-    assert Pattern("recursive", "").matches_package("anything/at/all")
-    assert not Pattern("package", "a").matches_package("a/b")
 
 
 def test_bad_recursive_pattern() -> None:

@@ -120,7 +120,7 @@ def test_a_recursive_pattern_takes_its_package_and_those_below_only(workspace: W
     """The packages of ``//a/b/...`` are a slice of the sorted package list (a scan of every
     package per pattern was quadratic in patterns x packages): not a/b-c nor a/bz, which
     sort beside them, nor a/b's parent."""
-    for pkg in ("a", "a/b", "a/b-c", "a/b/x", "a/b/x/y", "a/bz", "ab", "b"):
+    for pkg in ("a", "a/b", "a/b-c", "a/b/x", "a/b/x/y", "a/bz", "ab", "b"):  # (ab: a prefix, no subpackage)
         workspace.build_file(pkg, 'genrule(name="t", outs=["t.txt"], cmd="echo > $@")\n')
     assert _q(workspace, "//a/b/...") == ["//a/b:t", "//a/b/x:t", "//a/b/x/y:t"]
     assert _q(workspace, "//a/...") == ["//a:t", "//a/b:t", "//a/b-c:t", "//a/b/x:t", "//a/b/x/y:t", "//a/bz:t"]
