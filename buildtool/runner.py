@@ -177,6 +177,7 @@ class TargetRunner:
         self._owner_memo: dict[str, str] | None = None
         self.disk_modes: dict[str, int] = {}  # path -> st_mode the last _disk_digest of it saw
         self._lane_dirs: set[str] = set()  # the lanes' TMPDIRs made (_tmpdir)
+        self._short_names: set[str] = set()  # the links to them made or checked (_short_name)
         self._hash_s: dict[int, float] = {}  # per target: time spent hashing its inputs (worker path)
         self._lane_hook: Callable[[int], None] | None = None  # scheduler.Runner's set_lane_hook
         self.remote: Any = None  # remote/cache_layer.RemoteCache under --remote-cache (docs/remote.md)
@@ -1181,6 +1182,7 @@ class TargetRunner:
         link = os.path.join(base, f"lane-{hash_bytes(os.fsencode(self.state_dir))[:12]}-{lane}")
         try:
             if os.readlink(link) == d:
+                self._short_names.add(link)
                 return link
         except OSError:
             pass
@@ -1192,7 +1194,16 @@ class TargetRunner:
             os.replace(tmp_link, link)  # (atomic: the name always leads somewhere whole)
         except OSError:
             return d
+        self._short_names.add(link)
         return link
+
+    def drop_short_names(self) -> None:
+        """The build is over: remove the links ``_short_name`` made (each build of a
+        workspace made its own; the test suite left thousands leading nowhere)."""
+        for link in self._short_names:
+            with contextlib.suppress(OSError):
+                os.unlink(link)
+        self._short_names.clear()
 
     def _reset_tmp(self, d: str) -> None:
         """Empty lane TMPDIR ``d`` after a command; one that cannot be made again now (the

@@ -591,6 +591,7 @@ class Session:
                 lost_report = lost_report or events.lost
             if not req.dry_run:  # (a killed build's lane records are the next real build's to read)
                 remove_path(os.path.join(state, "tmp"))  # (the lanes' markers and emptied TMPDIRs)
+                runner.drop_short_names()  # (their links in /tmp, which would lead nowhere now)
             remember_reports(state)  # (what a refused request may remove: drop_stale_reports)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
