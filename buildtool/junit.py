@@ -73,23 +73,24 @@ def to_xml(
     root = ET.Element("testsuites", {"name": suite, **counts})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
     ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "skipped": str(skipped), "timestamp": stamp})
-    for c in cases:
+    for c in cases:  # (each test's log read once, here: not all of them held at once)
+        log = c.log
         pkg_label = f"//{c.pkg}"
         tc = ET.SubElement(ts, "testcase", {"classname": xml_safe(pkg_label), "name": xml_safe(c.label),
                                             "time": f"{c.time:.3f}"})
         if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
             kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
             f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})
-            f.text = xml_text(c.log)
+            f.text = xml_text(log)
         elif c.result is None and c.build_failed:
             ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "build_failed"})
         elif c.result is None and c.interrupted:  # (it ran and has no verdict: not "skipped", which reads neutral)
             ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
         elif c.result is None:
             ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
-        if c.log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
+        if log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
             so = ET.SubElement(tc, "system-out")
-            so.text = xml_text(c.log)
+            so.text = xml_text(log)
         if c.result is TestResult.FLAKY:
             se = ET.SubElement(tc, "system-err")
             se.text = xml_text(f"FLAKY: passed on attempt {len(c.failures) + 1}; earlier: {'; '.join(c.failures)}\n")

@@ -14,6 +14,7 @@ Spec: docs/user-guide.md#tests and docs/formats.md#test-logs--buildtooltestlogs-
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import threading
@@ -128,8 +129,9 @@ class TestLogs:
         self.failed: dict[str, str] = {}
         self._index: dict[str, str] = self._load_index()
         self._dirty = False
-        # label -> the output of its latest run in this build: what its log holds, or would
-        # hold had it been written (the report shows this, not whatever file is there).
+        # label -> the output of its latest run in this build when its log could not be
+        # written (the report shows that run's, not whatever file is there); a written log
+        # is read back when the report needs it, not held (40 tests' 10 MB logs: 400 MB).
         self._output: dict[str, bytes] = {}
         self._moved: dict[str, str] = {}  # label -> its log's path when another log took log_rel_path's
         self.unwritten: dict[str, str] = {}  # label -> why its latest log could not be written
@@ -191,9 +193,6 @@ class TestLogs:
         each one (and its test's summary line says so)."""
         data = stdout + stderr
         label = target.label
-        if not attempt:
-            with self._lock:
-                self._output[label] = data
         where = _attempt_path(os.path.join(self.state_dir, log_rel_path(target)), attempt)
         try:
             _write_atomic(where, data, self.state_dir)
@@ -202,15 +201,16 @@ class TestLogs:
             try:
                 _write_atomic(other, data, self.state_dir)
             except OSError as e2:
-                self._not_written(target, attempt, f"{where} ({e.strerror}), nor at {other}", e2.strerror)
+                self._not_written(target, attempt, f"{where} ({e.strerror}), nor at {other}", e2.strerror, data)
                 return
             where = other
         except OSError as e:
-            self._not_written(target, attempt, where, e.strerror)
+            self._not_written(target, attempt, where, e.strerror, data)
             return
         if attempt:
             return
         with self._lock:
+            self._output.pop(label, None)
             self.unwritten.pop(label, None)
             if where != os.path.join(self.state_dir, log_rel_path(target)):
                 self._moved[label] = where
@@ -222,11 +222,12 @@ class TestLogs:
                 self._index.pop(label, None)
             self._dirty = True
 
-    def _not_written(self, target: Target, attempt: int, path: str, why: str | None) -> None:
+    def _not_written(self, target: Target, attempt: int, path: str, why: str | None, data: bytes) -> None:
         self.warn(f"could not write the test log {path} ({why})")
         if not attempt:
             with self._lock:
                 self.unwritten[target.label] = str(why)
+                self._output[target.label] = data
 
     def ran(self, target: Target, key: str, passed: bool) -> None:
         """A test ran to a verdict with ``key``: remember a failure, forget it on a pass."""
@@ -424,7 +425,7 @@ class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
     __test__ = False
-    __slots__ = ("build_failed", "failures", "interrupted", "label", "log", "log_lost", "log_path", "message", "pkg",
+    __slots__ = ("_log", "build_failed", "failures", "interrupted", "label", "log_lost", "log_path", "message", "pkg",
                  "result", "time")
 
     def __init__(
@@ -434,7 +435,7 @@ class TestCase:
         result: TestResult | None,  # None: not run
         time: float,  # seconds spent in this build (0 for a cached result)
         message: str,
-        log: bytes,
+        log: bytes | Callable[[], bytes | None],  # its output, or what reads it (None: none)
         log_path: str,  # relative to the workspace root; "": none (console pool: output on the terminal)
         failures: list[str] | None = None,  # earlier failed attempts (flaky); None: []
         log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
@@ -446,12 +447,17 @@ class TestCase:
         self.result = result
         self.time = time
         self.message = message
-        self.log = log
+        self._log = log
         self.log_path = log_path
         self.failures = [] if failures is None else failures
         self.log_lost = log_lost
         self.build_failed = build_failed
         self.interrupted = interrupted
+
+    @property
+    def log(self) -> bytes:
+        """The test's output (read anew each time: a report reads it once a test)."""
+        return (self._log() or b"") if callable(self._log) else self._log
 
 
 class OutputFilter:
@@ -535,14 +541,15 @@ class TestSession:
             if never_ran:
                 r = None
             cut = r is None and cut_short(o)
-            log = self.logs.output(t) if r is not None or cut else None
             time_s = 0.0 if r is TestResult.CACHED else o.duration
             # A console-pool test's output went to the terminal: its log is empty, named nowhere.
             rel = os.path.relpath(self.logs.path(t), self.root) if t.pool != "console" else ""
             failures = [str(m) for m in o.extra.get("failed_attempts", ())]  # type: ignore[attr-defined]
             lost = self.logs.unwritten.get(t.label) if r is not None or cut else None
             broken = r is None and (never_ran or (o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED))
-            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log or b"", rel, failures, lost, broken, cut))
+            # (its log is read when the report needs it, one test at a time)
+            log = functools.partial(self.logs.output, t) if r is not None or cut else b""
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log, rel, failures, lost, broken, cut))
         return out
 
     def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:
@@ -552,12 +559,13 @@ class TestSession:
         cases = self.cases(outcomes)
         if self.test_output == "all":
             for c in cases:
-                if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) and c.log:
+                log = c.log if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) else b""
+                if log:
                     print(f"==== {c.label} ({c.result.word}) output ====", file=out)
                     if self._console is not None:
-                        self._console.output_in(c.pkg, (c.log,))
+                        self._console.output_in(c.pkg, (log,))
                     else:
-                        text = c.log.decode("utf-8", "replace")
+                        text = log.decode("utf-8", "replace")
                         print(text, end="" if text.endswith("\n") else "\n", file=out)
         counts: dict[str, int] = {}
         for c in cases:

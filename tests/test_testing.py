@@ -954,3 +954,24 @@ def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_n
     for ws in (workspace, fresh):
         r = ws.build(command="test")
         assert r.rc == 1 and r.status("//:t") == "failed" and "PASSED (cached)" not in r.output, r.output
+
+
+def test_a_builds_test_outputs_are_not_all_held_in_memory_until_it_ends(workspace: Workspace) -> None:
+    """30 tests printing 6 MB each: their logs are on disk, and the report reads them back
+    one at a time; buildtool held all of them (180 MB) until the build ended.  The peak RSS
+    of the buildtool process (its commands are smaller) must stay far below that."""
+    lines = [f'test(name="t{i}", cmd="python3 -c \\"import sys; sys.stdout.write(\'{i}\' * 6_000_000)\\"")'
+             for i in range(30)]
+    workspace.build_file("", "\n".join(lines) + "\n")
+    assert BUILDTOOL
+    env = _clean_env(Path(workspace.cache), workspace.home)
+    p = subprocess.Popen([BUILDTOOL, "test", "//...", "-j2"], cwd=workspace.root, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0
+    assert usage.ru_maxrss < 120 * 1024, f"peak RSS {usage.ru_maxrss // 1024} MB"  # (KiB on Linux)
+    assert workspace.read(".buildtool/testlogs/t7.log") == "7" * 6_000_000
+    # The report still reads each log: --test-output=all shows the cached passes' output.
+    rc, out, _ = workspace.run("test", "//:t3", "//:t4", "--test-output=all")
+    assert rc == 0 and "3" * 6_000_000 in out and "4" * 6_000_000 in out
