@@ -417,6 +417,21 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
     return None
 
 
+def _named_in_package(decls: dict[str, Declaration], pkg: str, own: str, path: str) -> str | None:
+    """What another declaration of the package makes of ``path`` (workspace-relative):
+    a source, an output or a depfile of it, or None."""
+    for name, d in decls.items():
+        if name == own:
+            continue
+        for attr, what in (("srcs", "a source"), ("outs", "an output"), ("depfile", "the depfile")):
+            v = d.attrs.get(attr)
+            for e in (v,) if isinstance(v, str) else v if isinstance(v, (list, tuple)) else ():
+                if isinstance(e, str) and not e.startswith((":", "//", "@")) \
+                        and posixpath.normpath(f"{pkg}/{e}" if pkg else e) == path:
+                    return f"{what} of {labels.label_str(pkg, name)}"
+    return None
+
+
 def _realpath(path: str, memo: dict[str, str]) -> str:
     """``os.path.realpath`` of ``path`` (absolute, normalised, below a directory in ``memo``
     or ``/``), each directory on the way resolved once per ``memo``: realpath lstats every
@@ -1244,6 +1259,7 @@ class GraphBuilder:
                 pkg, name = labels.split_label(user)
                 raise _err(self.loader.load(pkg)[name], self._link_msg(src, user, *behind))
         self._check_output_paths(out_owner)
+        self._check_depfiles(targets, out_owner, src_users)
         self._check_pyrule_modules(targets, out_owner)
         self._check_same_files(out_owner, src_users)
         final = [t for t in targets if t is not None]
@@ -1402,6 +1418,40 @@ class GraphBuilder:
                 if lab is not None:
                     self._fail_on(lab, f"output {rel!r} of {lab} is a module of {t.label}'s fn={t.fn!r}; "
                                        "an output is deleted before its command runs")
+
+    def _check_depfiles(
+        self, targets: list[Target | None], out_owner: dict[str, str], src_users: dict[str, str],
+    ) -> None:
+        """A depfile is deleted before its command runs and after it, as an output is: it may
+        be neither a file of the build's definition (a BUILD.py, ``.git/``, the workspace's
+        config), nor in a subpackage, nor a source, nor another target's output or depfile
+        (``depfile="BUILD.py"`` deleted the BUILD.py, with no error until the next build)."""
+        definition: set[str] | None = None
+        owner: dict[str, str] = {}
+        for t in targets:
+            if t is None or t.depfile is None:
+                continue
+            p, lab = t.depfile, t.label
+            d = self.loader.load(t.pkg)[labels.split_label(lab)[1]]
+            if definition is None:
+                definition = self.loader.read_files | self.loader.imported_workspace_modules()
+            why = _build_definition_file(p, definition)
+            if why is None and p in src_users:
+                why = f"a source of {src_users[p]}"
+            if why is None and out_owner.get(p, lab) != lab:
+                why = f"an output of {out_owner[p]}"
+            if why is None and p in owner:
+                why = f"the depfile of {owner[p]} too"
+            if why is None:  # (its package's other targets, built or not in this build)
+                why = _named_in_package(self.loader.load(t.pkg), t.pkg, labels.split_label(lab)[1], p)
+            if why is None:
+                sub = self.subpackage_on_the_way(t.pkg, p)
+                if sub is not None:
+                    why = f"in package //{sub}, not //{t.pkg}"
+            if why is not None:
+                raise _err(d, f"depfile {p!r} of {lab} is {why}; a depfile is deleted before its command runs "
+                              "and after it: name a file only this command writes (e.g. 'name.d')")
+            owner[p] = lab
 
     def _check_output_paths(self, out_owner: dict[str, str]) -> None:
         root = self.loader.ws.root

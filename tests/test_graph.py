@@ -998,3 +998,40 @@ def test_nested_groups_are_flattened_for_their_readers_in_linear_space(workspace
     assert workspace.build("//:top", "//:diamond").rc == 0
     large = slot_file(workspace.root / ".buildtool", "graph").stat().st_size
     assert large < 6 * small, (small, large)  # (4x the targets; quadratic was 16x)
+
+
+@pytest.mark.parametrize(("files", "build", "needle"), [
+    ({}, 'genrule(name="a", srcs=["in.txt"], outs=["a.o"], cmd="cp $< $@", depfile="BUILD.py")',
+     "depfile 'BUILD.py' of //:a is a BUILD.py file"),
+    ({".git/config": "[core]\n"}, 'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile=".git/config")',
+     "depfile '.git/config' of //:a is inside .git/"),
+    ({}, 'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile="buildtool.toml")',
+     "depfile 'buildtool.toml' of //:a is the workspace's buildtool.toml"),
+    ({"data.txt": "keep me\n"},
+     'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile="data.txt")\n'
+     'genrule(name="b", srcs=["data.txt"], outs=["b.o"], cmd="cp $< $@")',
+     "depfile 'data.txt' of //:a is a source of //:b"),
+    ({}, 'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile="x.d")\n'
+         'genrule(name="b", outs=["x.d"], cmd="touch $@")',
+     "depfile 'x.d' of //:a is an output of //:b"),
+    ({}, 'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile="x.d")\n'
+         'genrule(name="b", outs=["b.o"], cmd="touch $@", depfile="x.d")',
+     "depfile 'x.d' of //:a is the depfile of //:b"),
+    ({"sub/BUILD.py": ""}, 'genrule(name="a", outs=["a.o"], cmd="touch $@", depfile="sub/a.d")',
+     "depfile 'sub/a.d' of //:a is in package //sub, not //"),
+])
+def test_a_depfile_that_is_anything_but_the_commands_own_file_is_refused(
+    workspace: Workspace, files: dict[str, str], build: str, needle: str,
+) -> None:
+    """A depfile is deleted before its command runs, and after it: ``depfile="BUILD.py"``
+    deleted the BUILD.py (and a source of another target, .git/config) with a failed
+    build as the only sign.  Refused as an output would be, before anything runs; the file
+    is still there."""
+    workspace.write("in.txt", "in\n")
+    for rel, text in files.items():
+        workspace.write(rel, text)
+    workspace.build_file("", build + "\n")
+    before = {p: workspace.path(p).read_bytes() for p in [*files, "BUILD.py"]}
+    err = expect_invalid(workspace, "//:a")
+    assert needle in err and "BUILD.py:1:" in err, err
+    assert {p: workspace.path(p).read_bytes() for p in before} == before
