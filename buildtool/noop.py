@@ -14,16 +14,17 @@ a change in the same clock tick can never hide; a racily clean source or output 
 changed, unless the build recorded its digest and its content still has it.
 
 When everything that shapes the graph (BUILD.py files, modules, listed directories,
-config, env, tools, discovered headers) is unchanged and only some sources or outputs
-differ, the pickled graph of that build (``.buildtool/graph``) is reused and only the
-targets touching those files, and their dependents, are planned: an incremental build
-without evaluating any BUILD.py.  The pickle is only read after the snapshot's stat data
-(inode and ctime included, which no checkout can reproduce) matched, so a ``.buildtool``
-directory that came from elsewhere is never unpickled.
+config, env, tools) is unchanged and only some sources, outputs or headers discovered
+through depfiles differ, the pickled graph of that build (``.buildtool/graph``) is reused
+and only the targets touching those files (a header: the targets whose depfile named it),
+and their dependents, are planned: an incremental build without evaluating any BUILD.py.
+The pickle is only read after the snapshot's stat data (inode and ctime included, which
+no checkout can reproduce) matched, so a ``.buildtool`` directory that came from
+elsewhere is never unpickled.
 
 When what changed shapes only the graph (a BUILD.py, a module it imports, a listed
-directory), not the actions (the config, tools, discovered headers, pyrule modules: the
-snapshot's ``hard`` entries), the verdict is a *regraph*: the build evaluates everything
+directory), not the actions (the config, tools, pyrule modules: the snapshot's ``hard``
+entries), the verdict is a *regraph*: the build evaluates everything
 again and plans only what the new graph declares differently from the pickled one.
 Spec: docs/formats.md#no-op-snapshot--buildtoolnoop-and-buildtoolgraph
 
@@ -52,14 +53,15 @@ if TYPE_CHECKING:  # nor collections.abc (which imports collections): annotation
 
     Seen = Sequence[Mapping[str, list]]  # path -> [size, mtime_ns, ino, ctime_ns, ...] as the build relied on it
 
-FORMAT_VERSION = 12  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
+FORMAT_VERSION = 13  # v6: the body in marshal, not JSON (json pulls in re and enum: ~6 ms of every no-op);
 # v7: the length line also carries the CRC-32 of the body; v8: listings say where a link leads
 # (an older snapshot's listings would vouch for a directory whose link changed its target);
 # v9: listings leave out the directories on the way to outputs, which are listed themselves;
 # v10: "hard" names what shapes actions, not only the graph (a BUILD.py edit is then a "regraph");
 # v11: the request has the workspace's path, a listing each symbolic link's target;
 # v12: "record" is the build record's identity when the snapshot was written, "graph" the
-# checksum of the .buildtool/graph written with it
+# checksum of the .buildtool/graph written with it; v13: "found", the headers discovered through
+# depfiles, out of "hard": an edited header plans its readers (an incremental build), not every target
 HEADER = f"# buildtool noop-snapshot v{FORMAT_VERSION}\n"
 MARSHAL_VERSION = 4  # marshal's format 4 (Python 3.4 on); the body holds only str, int, list, dict, None
 # v3: Graph is a plain slotted class; v4: the header line ends with the BLAKE3 of the pickle
@@ -458,6 +460,7 @@ def write(
     skip: Callable[[str], bool] | None = None,
     hard: Iterable[str] = (),
     carry: Verdict | None = None,
+    found: Iterable[str] = (),
 ) -> bool:
     """Snapshot the files (workspace-relative or absolute) and pickle ``graph``;
     False (and no snapshot) if a file that shapes the graph is racily clean or changed
@@ -475,8 +478,11 @@ def write(
     workspace file by a relative path (the graph then holds for that directory only).
     ``skip``: directories the evaluation never looks into (``_output_dirs``).
     ``hard``: the ``struct`` files and ``dirs`` that shape actions, not only the graph (the
-    config, tools, the directories searched for them, discovered headers, pyrule modules):
+    config, tools, the directories searched for them, pyrule modules):
     a change to one of them is a full build; to any other, a regraph (``check``).
+    ``found``: the ``struct`` files that are headers discovered through depfiles (and
+    nothing else that shapes the graph): a change to one plans the targets whose depfile
+    named it, as a changed source plans its readers (``check``).
     ``carry``: the verdict of the regraph build that ends here: the ``hard`` files and
     directories of its snapshot that this build did not look at (the tools of targets it
     did not plan) are kept as the check found them.
@@ -488,7 +494,10 @@ def write(
     if keep is not None:
         old = keep.body
         cwd = old["request"].get("dir") if isinstance(old["request"], dict) else None
-        struct = [f for f in struct if f not in old["files"]]
+        # (a header the check found edited is signed anew: the build read it; an unchanged
+        # one keeps the signature the check vouched for, as a source does)
+        headers = set(keep.changed).intersection(old.get("found", ()))
+        struct = [f for f in struct if f not in old["files"] or f in headers]
         # A source the check found unchanged keeps its signature: a build writes no source,
         # and one edited since the check differs from that signature next time all the
         # same (W6: 10,000 sources not signed again).
@@ -542,9 +551,13 @@ def write(
     if cwd is not None:
         request = {**request, "dir": cwd}
     hard = set(hard)
+    found = set(found)
     for v in (keep, carry):
         if v is not None:
             hard.update(v.body["hard"])
+    if keep is not None:  # (a header no compile names now stays until a full build: one more stat)
+        found.update(keep.body.get("found", ()))
+    found -= hard
     if carry is not None:
         for p in carry.body["hard"]:
             if p in carry.body["files"]:
@@ -552,7 +565,7 @@ def write(
             if p in carry.body["dirs"]:
                 dir_sigs.setdefault(p, carry.body["dirs"][p])
     body = {"request": request, "env": env_view(env_names), "targets": n, "files": struct_sigs, "dirs": dir_sigs,
-            "hard": sorted(hard), "srcs": src_paths, "outs": out_paths, "racy": racy,
+            "hard": sorted(hard), "found": sorted(found), "srcs": src_paths, "outs": out_paths, "racy": racy,
             "record": _record_id(state_dir),  # (closed by now: a compaction's rename came before)
             "graph": keep.body.get("graph") if keep is not None else None}
     pickle = _pickle()
@@ -1083,7 +1096,12 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
         hard = body["hard"]  # (a list: looked into only when something changed)
         regraph = _differs(root, body["files"])  # the graph itself may have changed
         if regraph and not set(hard).isdisjoint(regraph):
-            return None  # and the actions too: a tool, a header, the config, a pyrule module
+            return None  # and the actions too: a tool, the config, a pyrule module
+        headers: list[str] = []  # discovered through depfiles: their readers are planned, as a source's
+        if regraph and body.get("found"):
+            found_set = set(body["found"])
+            headers = [p for p in regraph if p in found_set]
+            regraph = [p for p in regraph if p not in found_set]
         now = time.time_ns()  # (before the stats that may settle a racily clean row)
         srcs, outs, cols = body["srcs"], body["outs"], body["_cols"]
         settled_dirs: dict[str, list[object]] = {}
@@ -1104,9 +1122,9 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
             return None  # a directory, a link or a file on the way where an output goes: the graph
             # check judges it (exit 2, or an earlier output's directory to empty; a BUILD.py in it
             # is a package), as a fresh build would
-        if not found and not regraph and (settled_dirs or settled_rows):
+        if not found and not regraph and not headers and (settled_dirs or settled_rows):
             _settle(state_dir, slot, body, tail, paths, settled_dirs, settled_rows)
-        if (found or regraph) and body["record"] != _record_id(state_dir):
+        if (found or regraph or headers) and body["record"] != _record_id(state_dir):
             if _last_started(state_dir) != slot:  # (another request's build wrote it since: no crash to tell of)
                 if not _record_extends(state_dir, body["record"]):
                     return None  # (compacted, or not as it was: every target checked)
@@ -1114,7 +1132,7 @@ def check(state_dir: str, root: str, request: Mapping[str, object]) -> Verdict |
                 print("buildtool: warning: the build record (.buildtool/record) is not the one the last build left "
                       "(cut short by a crash, or copied back); checking every target", file=sys.stderr)
                 return None
-        changed = [paths[k] for k in found]
+        changed = [paths[k] for k in found] + headers
         return Verdict(int(body["targets"]), changed + regraph, list(body["files"]), list(body["dirs"]), names, body,
                        bool(regraph), verified, slot)
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError):

@@ -18,7 +18,6 @@ import json
 import re
 from dataclasses import dataclass
 
-from buildtool.discovered import recorded_paths
 from buildtool.errors import UserError
 from buildtool.graph import Graph, GraphBuilder
 
@@ -154,11 +153,11 @@ def evaluate(
             wanted |= {t.id for t in graph.targets if not named.isdisjoint(t.srcs)
                        or (t.kind == "pyrule" and t.fn and not named.isdisjoint(pyrule_module_files(root, t.fn)))
                        or (t.depfile is not None and record is not None
-                           and not named.isdisjoint(recorded_paths(record.get(t.label)) or ()))}
+                           and not named.isdisjoint(record.discovered(t.label) or ()))}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         if files and warn is not None:
             unknown = [t.label for t in graph.targets if t.depfile is not None and t.id in in_universe
-                       and (record is None or recorded_paths(record.get(t.label)) is None)]
+                       and (record is None or record.discovered(t.label) is None)]
             if unknown:
                 more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
                 warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, MutableMapping
 
 from buildtool import keys
@@ -46,6 +47,29 @@ def desc_of(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return d if isinstance(d, dict) else None
 
 
+_CMD_HEAD, _FOUND_HEAD = '{"cmd":', ',"discovered":'
+
+
+def _discovered_of(entry: Mapping[str, Any] | None) -> object:
+    """The ``discovered`` value of an entry's description.  A genrule's canonical text
+    (keys sorted, formats.md) has it right after ``cmd``, before the inputs and their
+    digests: only the command and the list are decoded, not the whole text (an
+    incremental build's snapshot lists every compile's headers).  Any other text is parsed
+    whole."""
+    d = entry.get("desc") if entry is not None else None
+    if isinstance(d, str) and d.startswith(_CMD_HEAD):
+        from json.decoder import JSONDecoder
+
+        decode = JSONDecoder().raw_decode
+        try:
+            _, end = decode(d, len(_CMD_HEAD))
+            if d.startswith(_FOUND_HEAD, end):
+                return decode(d, end + len(_FOUND_HEAD))[0]
+        except ValueError:
+            pass
+    return (desc_of(entry) or {}).get("discovered")
+
+
 def _well_formed(e: object) -> bool:
     """Has the parsed line ``e`` the shape buildtool writes (formats.md): a label, and when
     present a key that is a string, a description, a duration that is a number, outputs
@@ -76,13 +100,14 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
     lines in the file's bytes and reads each one's label, which leads every line as this
     module writes it; a line is copied out and parsed when its entry is asked for."""
 
-    __slots__ = ("_data", "_heads", "_lines", "_parsed", "_warn")
+    __slots__ = ("_data", "_found", "_heads", "_lines", "_parsed", "_warn")
 
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._data = b""  # the record file as read
         self._lines: dict[str, tuple[int, int]] = {}  # label -> its line in _data, not parsed yet
         self._parsed: dict[str, dict[str, Any]] = {}
         self._heads: dict[str, dict[str, Any]] = {}  # label -> its entry but "desc" (head), line not parsed
+        self._found: dict[str, list[str] | None] = {}  # label -> discovered(label), once asked
         self._warn = warn
 
     def load(self, data: bytes, start: int) -> int:
@@ -90,6 +115,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
         of a label wins); a last line without its newline (a torn write) is left out.
         Returns how many lines there were."""
         self._data = data
+        self._found.clear()
         lines, parsed = self._lines, self._parsed
         find, startswith = data.find, data.startswith
         skip, tail = len(_LABEL_START), len(_DROP_TAIL)
@@ -117,6 +143,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
         return n
 
     def _forget(self, label: str) -> None:
+        self._found.pop(label, None)
         self._lines.pop(label, None)
         self._parsed.pop(label, None)
         self._heads.pop(label, None)
@@ -175,6 +202,21 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
         """``head`` of every entry."""
         return [(label, e) for label in self if (e := self.head(label)) is not None]
 
+    def discovered(self, label: str) -> list[str] | None:
+        """The workspace files the last run of ``label`` discovered (its depfile's: the
+        description's ``discovered``), None when it has none; parsed once a build, each path
+        one string object (2,000 compiles naming the same 200 headers: 4 parses of each 20 kB
+        description a build, and 400,000 path strings)."""
+        if label in self._found:
+            return self._found[label]
+        found = _discovered_of(self.get(label))
+        try:
+            paths = list(map(sys.intern, found)) if isinstance(found, list) else None
+        except TypeError:  # (not all strings: a line of another shape)
+            paths = None
+        self._found[label] = paths
+        return paths
+
     def raw_line(self, label: str) -> bytes | None:
         """The record line of a not yet parsed entry, as read (to copy it on compaction)."""
         span = self._lines.get(label)
@@ -187,6 +229,7 @@ class Entries(MutableMapping):  # type: ignore[type-arg]
         return e
 
     def __setitem__(self, label: str, entry: dict[str, Any]) -> None:
+        self._found.pop(label, None)
         self._lines.pop(label, None)
         self._heads.pop(label, None)
         self._parsed[label] = entry
@@ -289,6 +332,9 @@ class BuildRecord:
 
     def get(self, label: str) -> dict[str, Any] | None:
         return self.entries.get(label)
+
+    def discovered(self, label: str) -> list[str] | None:
+        return self.entries.discovered(label)
 
     def durations(self) -> dict[str, float]:
         return {lab: e.get("d", 0.0) for lab, e in self.entries.heads()}

@@ -20,6 +20,7 @@ import time
 from buildtool import discovered, keys, orphans, rebuild, simplecmd
 from buildtool.atomic import RESTORE_TMP_SUFFIX, make_dirs, remove_path, temp_path
 from buildtool.cache import INLINE_MAX, INLINE_TOTAL_MAX, ActionEntry, Cache, CachedOutput, CannotPlace
+from buildtool.depfile import WorkspacePaths
 from buildtool.digest import StatCache, hash_bytes, hash_file, is_remote, racy
 from buildtool.executor import (
     MAX_ARG,
@@ -143,6 +144,8 @@ class TargetRunner:
         # what the "changed while the command ran" check compares (_key_stats), and a
         # source that check finds changed is read again by the targets keyed after it.
         self._sources: dict[str, tuple[os.stat_result, str, int]] = {}  # (and when the stat was read)
+        # (the headers a depfile names are read through it too: _discovered_digest)
+        self._depfile_paths: WorkspacePaths | None = None  # per run: which depfile paths are workspace files
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self._closure_memo: dict[int, str] = {}  # per target: closure_digest
         # per target in a closure: its input digests and the stats of its sources, as the digest read them
@@ -158,6 +161,7 @@ class TargetRunner:
         self._key_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # (and when read, ns)
         self._module_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # a pyrule's modules, likewise
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
+        self._primary_keys: dict[int, str] = {}  # per depfile target: its primary key (_discovered_lookup)
         self._tool_digests: dict[str, str] = {}
         # Per target: where its declared tools were found, and the stat each one's digest in its key was taken at.
         self._tool_paths: dict[int, dict[str, list[int] | None]] = {}
@@ -513,7 +517,43 @@ class TargetRunner:
 
     # -- discovered inputs (depfile targets; discovered.py) ------------------------------
     def _discovered_digest(self, p: str) -> str | None:
-        return self.out_digests.get(p) or self._disk_digest(p)
+        """The digest of a discovered input (a header a depfile named), read once a build as
+        a declared source's is: 2,000 compiles naming one header stat it once, not 2,000
+        times.  A file not there, or not a regular file, is None."""
+        d = self.out_digests.get(p)
+        if d is not None:
+            return d
+        known = self._sources.get(p)
+        if known is not None and not racy(known[0].st_mtime_ns, known[0].st_ctime_ns, known[2]):
+            return known[1]
+        read_ns = time.time_ns()
+        try:
+            st = os.stat(os.path.join(self.root, p))
+        except OSError:
+            return None
+        d = self._fresh_digest(p, st)
+        if d is not None:
+            self._sources[p] = (st, d, read_ns)
+        return d
+
+    def _fresh_digest(self, p: str, st: os.stat_result) -> str | None:
+        """The digest of the file ``p`` whose stat ``st`` was just read (an output of this
+        build: as made); a build's earlier read of it is forgotten when the content moved."""
+        d = self.out_digests.get(p)
+        if d is not None:
+            return d
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        d = self.stats.lookup(p, st)
+        if d is None:
+            try:
+                d = self.stats.digest(p, st)
+            except OSError:
+                return None
+        known = self._sources.get(p)
+        if known is not None and known[1] != d:  # (the targets keyed from now on read it again)
+            self._sources.pop(p, None)
+        return d
 
     def final_key(
         self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None
@@ -522,14 +562,16 @@ class TargetRunner:
         current digests of the inputs its last run discovered (read from the record)."""
         if t.depfile is None:
             return key, desc
-        return discovered.final_key(desc, discovered.recorded_paths(entry) or [], self._discovered_digest)
+        paths = self.record.discovered(t.label) if entry is not None else None  # (entry: the record's, of t)
+        return discovered.final_key(desc, paths or [], self._discovered_digest)
 
     def _discovered_lookup(
         self, t: Target, key: str, desc: dict[str, Any]
     ) -> tuple[str, dict[str, Any], ActionEntry | None]:
         """Two-level cache lookup through the manifest of the primary key."""
         pdesc = discovered.primary_description(desc)
-        found = discovered.Manifests(self.cache, self.warn).lookup(keys.key_of(pdesc), pdesc, self._discovered_digest)
+        pkey = self._primary_keys[t.id] = keys.key_of(pdesc)
+        found = discovered.Manifests(self.cache, self.warn).lookup(pkey, pdesc, self._discovered_digest)
         if found is None:
             return key, desc, None
         hit, fkey, fdesc = found
@@ -544,8 +586,10 @@ class TargetRunner:
         pdesc = discovered.primary_description(desc)
         exclude = {*pdesc["inputs"], *t.outs, t.depfile}
         full = os.path.join(self.root, t.depfile)
-        got = discovered.discover(full, self.root, t.pkg, exclude, self._discovered_digest, started_ns,
-                                  self._made_by_dependency(t))
+        if self._depfile_paths is None:
+            self._depfile_paths = WorkspacePaths(self.root)
+        got = discovered.discover(full, self.root, t.pkg, exclude, self._fresh_digest, started_ns,
+                                  self._made_by_dependency(t), self._depfile_paths)
         if t.depfile not in t.outs:
             try:
                 os.unlink(full)
@@ -556,9 +600,12 @@ class TargetRunner:
         found, late = got
         fdesc = discovered.final_description(pdesc, found)
         self._warn_undeclared(t, fdesc)
-        if late is None:
-            discovered.Manifests(self.cache, self.warn).add(keys.key_of(pdesc), fdesc["discovered"])
-        return keys.key_of(fdesc), fdesc, late
+        if late is None:  # (the primary key as the lookup made it: one encoding of 200 headers' digests less)
+            pkey = self._primary_keys.get(t.id) or keys.key_of(pdesc)
+            discovered.Manifests(self.cache, self.warn).add(pkey, fdesc["discovered"])
+        text = keys.canonical(fdesc)
+        self._texts[t.id] = (fdesc, text)  # the build record stores the same text
+        return keys.key_of_text(text), fdesc, late
 
     def _warn_undeclared(self, t: Target, fdesc: dict[str, Any]) -> None:
         """Warn when a discovered input (a header the depfile names) is the output of a
@@ -580,12 +627,14 @@ class TargetRunner:
                           f"dependencies; add {owner} to its deps (hdr_deps of a cc_* macro), or {p} may be "
                           "read before it is made or while it is rewritten")
 
-    def discovered_inputs(self) -> list[str]:
-        """Every recorded discovered input of this graph's depfile targets (no-op snapshot)."""
+    def discovered_inputs(self, among: Iterable[int] | None = None) -> list[str]:
+        """Every recorded discovered input of this graph's depfile targets, or of those
+        ``among`` these ids (no-op snapshot)."""
         out: list[str] = []
-        for t in self.graph.targets:
+        targets = self.graph.targets
+        for t in targets if among is None else (targets[i] for i in among):
             if t.depfile is not None:
-                out.extend(discovered.recorded_paths(self.record.get(t.label)) or ())
+                out.extend(self.record.discovered(t.label) or ())
         return out
 
     # -- scheduler.Runner --------------------------------------------------------------
@@ -1395,7 +1444,9 @@ class TargetRunner:
                 )
             made.append((o, st))
         late = None
+        checked = desc["inputs"]  # (the inputs the run's key read; discover judges the headers it names)
         if t.depfile is not None:
+            checked = discovered.primary_description(desc)["inputs"]
             found = self._discover(t, desc, started_ns)
             if isinstance(found, str):
                 self._delete_outputs(t)
@@ -1426,7 +1477,7 @@ class TargetRunner:
             self._unkeyed_modules(t, desc, imported)
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
-            self._inputs_changed(desc["inputs"], started_ns, self._key_stats.get(t.id, {})) \
+            self._inputs_changed(checked, started_ns, self._key_stats.get(t.id, {})) \
             or self._helpers_changed(t, desc, started_ns) \
             or (self._closure_changed(t, started_ns) if t.kind == "test" else None)
         record = changed is None

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from buildtool import cache_gc, discovered, labels, noop, orphans
+from buildtool import cache_gc, labels, noop, orphans
 from buildtool.atomic import remember_reports, remove_path, umask_for_commands
 from buildtool.cache import Cache
 from buildtool.config import Config, cpu_count, load_config
@@ -373,6 +373,7 @@ class Session:
             assert verdict is not None
             changed = set(verdict.changed)
             focus = {t.id for t in graph.targets if not changed.isdisjoint(t.srcs) or not changed.isdisjoint(t.outs)}
+            focus |= _readers(graph, record, changed.intersection(verdict.body.get("found", ())))
             if rediff:  # a target that is declared as it was, with no file of it changed, is as the
                 assert isinstance(prior_graph, Graph)  # last (wholly successful) build left it
                 focus |= graph.redefined(prior_graph)
@@ -693,8 +694,15 @@ class Session:
         from buildtool import keys
 
         # What shapes the actions too, not only the graph: a change to one is a full build.
-        hard = [*runner.tool_paths(), *runner.discovered_inputs(), *_config_files()]
-        files = [*struct, *hard]  # + the tools and the headers found by depfiles
+        hard = [*runner.tool_paths(), *_config_files()]
+        # The headers found by depfiles: a change to one plans its readers (after an
+        # incremental build, the cone's lists: the others' are in the snapshot already).
+        # One the evaluation read too (a BUILD.py opened it) stays a full build's.
+        shaping = set(struct) if keep is None else set(struct).difference(keep.body.get("found", ()))
+        found: list[str] = []
+        for p in dict.fromkeys(runner.discovered_inputs(cone if keep is not None else None)):
+            (found if p not in shaping else hard).append(p)
+        files = [*struct, *hard, *found]  # + the tools and the headers found by depfiles
         inside = self.ws.root + os.sep  # (a tool put in these would shadow the one used)
         searched = [d[len(inside):] if d.startswith(inside) else "" if d == self.ws.root else d
                     for d in runner.tool_dirs()]
@@ -716,7 +724,7 @@ class Session:
                 hard.extend(modules + absent)
         request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
         noop.write(state, self.ws.root, request, sorted(env_names), files, dirs, srcs, outs, graph, seen, keep,
-                   listed, relied, cwd, self.ws.is_ignored, hard, carry)
+                   listed, relied, cwd, self.ws.is_ignored, hard, carry, found)
 
     def _open_record(self, state: str) -> BuildRecord:
         """The build record; reused from the last build of this session if nobody else
@@ -1336,7 +1344,7 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
             if line is not None and not every and not any(o in line for o in plain):
                 continue
             if t.id not in read:
-                read[t.id] = list(discovered.recorded_paths(record.get(t.label)) or ())
+                read[t.id] = record.discovered(t.label) or []
             for p in read[t.id]:
                 m = made.get(p)
                 if m is not None and m != t.id and m not in t.deps:
@@ -1349,6 +1357,27 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
     out = {r: list(ms) for r, ms in edges.items() if r in wanted}
     if out and len(graph.topo_order(out)) < len(graph.targets):  # (a cycle: never ready, "internal error")
         return {}
+    return out
+
+
+def _readers(graph: Graph, record: BuildRecord, headers: set[str]) -> set[int]:
+    """The targets whose last run's depfile named one of ``headers`` (edited since the no-op
+    snapshot): they are planned, as a changed source's readers are (Ninja's deps log
+    tells it the same).  Only the record lines holding a header's path as written are
+    parsed; a path JSON would escape has every line parsed."""
+    if not headers:
+        return set()
+    plain = [p.encode() for p in headers if p.isprintable() and '"' not in p and "\\" not in p]
+    every = len(plain) < len(headers)
+    out: set[int] = set()
+    for t in graph.targets:
+        if t.depfile is None:
+            continue
+        line = record.entries.raw_line(t.label)
+        if line is not None and not every and not any(p in line for p in plain):
+            continue
+        if not headers.isdisjoint(record.discovered(t.label) or ()):
+            out.add(t.id)
     return out
 
 

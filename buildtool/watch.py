@@ -48,7 +48,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from buildtool import discovered, keys, labels
+from buildtool import keys, labels
 from buildtool.atomic import temp_path
 from buildtool.console import ClosableStream
 from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError
@@ -1042,8 +1042,7 @@ class Watcher:
         for t in g.targets:
             if getattr(t, "depfile", None) is None:
                 continue
-            e = record.get(t.label) or {}
-            for p in discovered.recorded_paths(e) or ():
+            for p in record.discovered(t.label) or ():
                 out.setdefault(p, []).append(t.id)
         return out
 

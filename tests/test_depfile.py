@@ -20,6 +20,25 @@ def test_gcc_style_with_continuations() -> None:
     assert d.prerequisites == ["a.c", "include/a.h", "/usr/include/stdio.h", "b.h"]
 
 
+def test_the_fast_tokenizer_reads_a_plain_depfile_as_the_escape_aware_one_does() -> None:
+    """A depfile with no escapes, comments, ``$`` or CR (a compiler's usual one) is split by
+    ``str.split``; on 20,000 random texts the words and line ends are those the
+    character-by-character tokenizer finds."""
+    import random
+
+    from buildtool.depfile import _escaped_tokens, _tokens
+
+    rng = random.Random(7)
+    alphabet = ["a", "b.h", "/", " ", "  ", "\t", "\n", ":", "::", "\\\n", "\\", "x:y", "\v", "\xa0", "é"]
+    plain = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        fast = list(_tokens(text))
+        assert fast == list(_escaped_tokens(text)), repr(text)
+        plain += "\\" not in text.replace("\\\n", " ")
+    assert plain > 5_000  # (the fast path was taken, not only the fallback)
+
+
 def test_escaped_spaces_hash_and_dollar() -> None:
     d = parse("o.o: dir\\ with\\ space/x.h a\\#b.h cost$$.h\n")
     assert d.prerequisites == ["dir with space/x.h", "a#b.h", "cost$.h"]
