@@ -511,10 +511,21 @@ class StatCache:
         return d
 
 
+def last_change(mtime_ns: int, ctime_ns: int, now_ns: int) -> int:
+    """When a file last changed, as far as its stat tells at ``now_ns``: its newest time, but
+    the ctime alone when the mtime is later than now (set by hand: ``racy``)."""
+    return ctime_ns if mtime_ns > now_ns else max(mtime_ns, ctime_ns)
+
+
 def racy(mtime_ns: int, ctime_ns: int, hashed_at_ns: int) -> bool:
     """Was the file changed so shortly before ``hashed_at_ns`` that a rewrite in the same
-    clock tick (same size) would leave its stat as it is?  Then the stat proves nothing."""
-    newest = max(mtime_ns, ctime_ns)
+    clock tick (same size) would leave its stat as it is?  Then the stat proves nothing.
+    An mtime later than ``hashed_at_ns`` was set by hand (``touch -d 2030``, a tarball
+    from a machine whose clock is ahead) and says nothing of when the file changed: any
+    write moves both times to the present, so the ctime, which the kernel sets at every
+    change (an mtime set included), decides alone; taking the mtime kept such a file
+    "racy" until that date (re-hashed by every build; a BUILD.py: never a no-op)."""
+    newest = last_change(mtime_ns, ctime_ns, hashed_at_ns)
     coarse = mtime_ns % 1_000_000_000 == 0 and ctime_ns % 1_000_000_000 == 0
     window = COARSE_WINDOW_NS if coarse else FINE_WINDOW_NS
     return newest + window > hashed_at_ns

@@ -30,6 +30,7 @@ from buildtool import keys
 from buildtool.atomic import remove_path
 from buildtool.cache import BLOB_OPEN, NOT_A_FILE, ActionEntry, Cache, safe_rel_path
 from buildtool.depfile import DepfileError, WorkspacePaths, parse_file
+from buildtool.digest import last_change
 from buildtool.record import desc_of
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
@@ -224,6 +225,7 @@ def discover(
         return f"depfile {os.path.relpath(depfile_full, root)} is malformed: {e}"
     found: dict[str, str] = {}
     late = None
+    now = time.time_ns()
     for p in (paths or WorkspacePaths(root)).inputs(dep.prerequisites, pkg):
         if p in exclude:
             continue
@@ -238,7 +240,8 @@ def discover(
         d = digest_of(p, st)
         if d is None:
             continue
-        if late is None and max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - LATE_WINDOW_NS and not settled(p):
+        if late is None and last_change(st.st_mtime_ns, st.st_ctime_ns, now) >= started_ns - LATE_WINDOW_NS \
+                and not settled(p):
             late = p
         found[p] = d
     return found, late

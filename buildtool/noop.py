@@ -312,7 +312,8 @@ def _recent(mtime_ns: int, ctime_ns: int, now: int) -> bool:
     moving: written within the clock's granularity of ``now`` (a whole-second filesystem
     gets a wider window)."""
     coarse = mtime_ns % 1_000_000_000 == 0 and ctime_ns % 1_000_000_000 == 0
-    return max(mtime_ns, ctime_ns) + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now
+    newest = ctime_ns if mtime_ns > now else max(mtime_ns, ctime_ns)  # (a future mtime: digest.racy)
+    return newest + (COARSE_WINDOW_NS if coarse else WINDOW_NS) > now
 
 
 def _differs_from(e: list | None, s: list[int] | None) -> bool:

@@ -2007,3 +2007,32 @@ def test_an_edited_header_plans_the_compiles_that_read_it_not_every_target(tmp_p
     r = bt(w, cache, "build")
     assert r.returncode == 1 and "FAILED: //:a" in r.stdout + r.stderr, r.stdout + r.stderr
 
+
+def test_files_dated_in_the_future_do_not_defeat_the_no_op_or_rerun_their_readers(tmp_path: Path) -> None:
+    """An mtime in the future (a tarball from a machine whose clock is ahead, `touch -d`)
+    kept the file "racily clean" until that date: a BUILD.py so dated meant no snapshot,
+    every BUILD.py evaluated on every build; a header so dated left its compile dirty
+    (rerun by every build).  The ctime, which no one sets by hand, decides for them."""
+    cache = tmp_path / "cache"
+    files = {"a.c": "a\n", "a.h": "ah1\n", "common.h": "c1\n", "b.c": "b\n", "b.deps": "common.h"}
+    w = new_workspace(tmp_path, DEPFILES, files)
+    settle(w, cache)
+    future = time.time() + 5 * 365 * 86400
+    for name in ("BUILD.py", "a.h"):
+        os.utime(w / name, (future, future))
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and _ran(r.stdout) == [], r.stdout + r.stderr
+    time.sleep(0.1)
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+    (w / "a.h").write_text("ah2\n")  # (a write: both times the present's)
+    time.sleep(0.06)
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and _ran(r.stdout) == ["//:a", "//:link"], r.stdout + r.stderr
+    os.utime(w / "a.h", (future, future))  # a header dated so during the build is read again next time
+    time.sleep(0.1)
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and _ran(r.stdout) == [], r.stdout + r.stderr
+    time.sleep(0.1)
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
