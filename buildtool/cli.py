@@ -264,25 +264,37 @@ def _last_word(msg: str) -> None:
 def _on_termination(signum: int, frame: Any) -> None:
     from buildtool.errors import Terminated
 
-    _leaving()
+    _leaving(signum)
     raise Terminated(signum)
 
 
 def _on_interrupt(signum: int, frame: Any) -> None:
-    _leaving()
+    _leaving(signum)
     raise KeyboardInterrupt
 
 
-def _leaving() -> None:
+def _leaving(signum: int | None = None) -> None:
     """The command is on its way out: a second signal (Ctrl-C twice, a supervisor repeating
-    SIGTERM) must not cut the ``finally`` blocks that release the locks, nor the exit."""
+    SIGTERM) must not cut the ``finally`` blocks that release the locks, nor the exit; it is
+    only counted, and a third quits at once (errors.count_stop_signal)."""
     import _signal
 
+    from buildtool.errors import count_stop_signal
+
+    if signum is not None:  # (None: the way out of an interrupt a handler of the session's raised)
+        count_stop_signal(signum)
     for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
         try:
-            _signal.signal(s, _signal.SIG_IGN)
+            if _signal.getsignal(s) != _signal.SIG_IGN:  # (nohup's SIGHUP stays ignored)
+                _signal.signal(s, _counted)
         except (ValueError, OSError):  # (not the main thread)
             pass
+
+
+def _counted(signum: int, frame: Any) -> None:
+    from buildtool.errors import count_stop_signal
+
+    count_stop_signal(signum)
 
 
 def _leave_on_termination() -> None:

@@ -18,6 +18,10 @@ error: it degrades to a miss with a warning (see ``warnings.py``-style ``Status.
 
 from __future__ import annotations
 
+import os
+
+_exit = os._exit  # (as imported, before the loader guards os._exit while a BUILD.py runs: count_stop_signal)
+
 
 class BuildtoolError(Exception):
     """Base class; ``exit_code`` is what the process exits with."""
@@ -114,3 +118,34 @@ class StopRequested(BaseException):
     """Raised by one of buildtool's own signal handlers to leave whatever runs (watch mode
     stopping while it evaluates BUILD.py files): the evaluation passes it on untouched,
     where it turns anything else a BUILD.py raises into a BuildfileError."""
+
+
+QUIT_AT = 3  # stopping signals: the third quits at once, as Bazel's third Ctrl-C does,
+QUIT_AFTER_S = 1.0  # when it comes this long after the first (a supervisor's burst of SIGTERMs is one stop)
+_seen_signals: list[float] = []  # when each came (time.monotonic)
+
+
+def count_stop_signal(signum: int) -> None:
+    """Count a signal that asks the command to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT).  The
+    first stops it the orderly way (its handler's business); a later one is said; the third,
+    a second or more after the first, quits the process at once, exit 128 + ``signum`` (a
+    burst within that second, a supervisor repeating SIGTERM, leaves the orderly way): a
+    BUILD.py that caught the first ones (a bare ``except:`` around a wait loop), or a
+    ``finally`` block stuck on a hung mount, left only SIGKILL.  The workspace lock is an
+    flock(), which the kernel releases, and a build's commands left running are the next
+    build's to end (orphans.py), as after a ``kill -9``."""
+    import time
+
+    _seen_signals.append(time.monotonic())
+    n = len(_seen_signals)
+    quit_now = n >= QUIT_AT and _seen_signals[-1] - _seen_signals[0] >= QUIT_AFTER_S
+    try:
+        if quit_now:
+            os.write(2, f"buildtool: a third stop signal ({signum}): quitting at once\n".encode())
+            _exit(128 + signum)
+        if n == 2:
+            os.write(2, b"buildtool: still stopping (cleaning up, or a BUILD.py caught the interrupt); "
+                        b"once more quits at once\n")
+    except OSError:  # (stderr closed: a terminal gone)
+        if quit_now:
+            _exit(128 + signum)

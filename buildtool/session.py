@@ -1275,6 +1275,9 @@ class _Signals:
         self._stop = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        from buildtool.errors import count_stop_signal
+
+        count_stop_signal(signum)  # (a third quits at once; the next build ends what it left running)
         if self._stop is not None:
             if not self._stopping:  # (again, from inside the first's cancel_all: threads half started)
                 self._stopping = True

@@ -51,7 +51,7 @@ from watchdog.observers.polling import PollingObserver
 from buildtool import keys, labels
 from buildtool.atomic import temp_path
 from buildtool.console import ClosableStream
-from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError
+from buildtool.errors import BuildFailed, BuildtoolError, Interrupted, StopRequested, UserError, count_stop_signal
 from buildtool.graph import Graph
 from buildtool.loader import BUILDFILE, Loader
 from buildtool.outcome import Outcome, Status
@@ -499,6 +499,7 @@ class Watcher:
 
     # -- signals ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
+        count_stop_signal(signum)  # (a third quits at once: a BUILD.py may catch _Stop in a loop)
         self.stop_signal = signum
         self.q.put(None)  # SimpleQueue.put is reentrant: safe in a signal handler
         c = self.collector

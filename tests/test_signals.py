@@ -562,3 +562,33 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     assert spans["//:hangs"]["args"]["status"] == "cancelled" and spans["//:hangs"]["dur"] > 0, spans
     lines = {e["label"]: e for e in map(json.loads, events.read_text().splitlines()) if "label" in e}
     assert lines["//:hangs"]["test"] == "interrupted" and lines["//:quick"]["test"] == "passed", lines
+
+
+def test_a_buildfile_that_catches_the_interrupt_is_left_on_the_third(tmp_path: Path) -> None:
+    """A BUILD.py whose wait loop has a bare ``except:`` caught each KeyboardInterrupt, and
+    every further signal was ignored (the command on its way out): only SIGKILL ended it.
+    The second is said; the third, a second after the first, quits at once (Bazel's three
+    Ctrl-Cs), exit 130; the next build is not held up by a lock."""
+    ws = _workspace(tmp_path)
+    marker = tmp_path / "evaluating"
+    (ws / "BUILD.py").write_text(
+        f"import time\nopen({str(marker)!r}, 'w').close()\nwhile True:\n"
+        "    try:\n        time.sleep(0.05)\n    except:\n        pass\n"
+    )
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "c"))
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "build"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, preexec_fn=_hup_default)
+    with _reaped(p):
+        _wait_for(marker, "the BUILD.py never ran")
+        for _ in range(2):
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.6)
+        assert p.poll() is None  # (two: still in the BUILD.py's loop)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    assert p.returncode == 130, err
+    assert "once more quits at once" in err and "a third stop signal (2): quitting at once" in err, err
+    (ws / "BUILD.py").write_text('genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    r = subprocess.run(["buildtool", "-C", str(ws), "build", "--no-wait"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
