@@ -156,14 +156,24 @@ def _call_site(ctx: PackageContext) -> tuple[str, int, str]:
     tools/macros.py:12)`` when a function of a workspace module declared the target, else
     "" (a BUILD.py line alone does not show which of the macro's lines went wrong)."""
     frame = sys._getframe(2)
+    what = frame.f_code.co_name  # (the rule the BUILD.py called)
+    what = "a rule" if what.startswith("<") else f"{what}()"
     root = ctx.root + os.sep
     inner: tuple[str, int] | None = None  # the innermost workspace frame that is not the BUILD.py
     while frame is not None:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
             break
-        if inner is None and fn.startswith(root) and not fn.startswith(_OURS):
-            inner = (ctx.rel(fn), ctx.line_of(frame))
+        if fn.startswith(root) and not fn.startswith(_OURS):
+            if inner is None:
+                inner = (ctx.rel(fn), ctx.line_of(frame))
+            if frame.f_code.co_name == "<module>":  # a workspace module's own code, as it is imported
+                rel, line = ctx.rel(fn), ctx.line_of(frame)
+                raise BuildfileError(
+                    f"{what} called while {rel} is imported (by //{ctx.pkg}): a module is imported once "
+                    "for the whole build, so what it declares would belong to whichever package imported it "
+                    "first, and to no other; declare targets in a function of the module (a macro) that "
+                    "each BUILD.py calls", rel, line)
         frame = frame.f_back  # type: ignore[assignment]
     macro = f" (in the macro at {inner[0]}:{inner[1]})" if inner is not None else ""
     if frame is not None:

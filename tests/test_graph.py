@@ -1035,3 +1035,25 @@ def test_a_depfile_that_is_anything_but_the_commands_own_file_is_refused(
     err = expect_invalid(workspace, "//:a")
     assert needle in err and "BUILD.py:1:" in err, err
     assert {p: workspace.path(p).read_bytes() for p in before} == before
+
+
+def test_a_module_that_declares_targets_as_it_is_imported_is_refused(workspace: Workspace) -> None:
+    """A module is imported once per build: a genrule() at its top level went to whichever
+    package imported it first (`build //...` built //p:ver alone, `build //q:ver //p:ver`
+    said //p:ver was unknown, and watch lost it after a re-evaluation).  Exit 2 at the
+    module's line; the same declaration in a function each BUILD.py calls works."""
+    workspace.write("tools/__init__.py", "")
+    workspace.write("tools/common.py", 'from buildtool.dsl import genrule\n'
+                                       'genrule(name="ver", outs=["ver.txt"], cmd="echo 1 > $@")\n')
+    for pkg in ("p", "q"):
+        workspace.build_file(pkg, "import tools.common\n")
+    for args in (("build", "//..."), ("query", "//...")):
+        rc, out, err = workspace.run(*args)
+        assert rc == 2 and "tools/common.py:2: genrule() called while tools/common.py is imported (by //" in err, \
+            out + err
+    workspace.write("tools/common.py", 'from buildtool.dsl import genrule\n\n'
+                                       'def ver():\n    genrule(name="ver", outs=["ver.txt"], cmd="echo 1 > $@")\n')
+    for pkg in ("p", "q"):
+        workspace.build_file(pkg, "import tools.common\ntools.common.ver()\n")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and out.split() == ["//p:ver", "//q:ver"], out + err
