@@ -317,6 +317,21 @@ def test_a_worker_refuses_a_timeout_that_is_no_positive_number(
     assert rc == 2 and "--remote-timeout must be a positive number of seconds below a year" in err, err
 
 
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("--work-dir", "a-file", "--work-dir a-file is not a directory"),
+    ("--instance", "a b", "--instance must be ASCII names joined by '/'"),
+])
+def test_a_worker_refuses_a_work_dir_that_is_a_file_and_an_instance_name_build_refuses(
+    make_workspace: Callable[..., Workspace], flag: str, value: str, needle: str,
+) -> None:
+    """Both started serving: every lease then failed as an internal error (FileExistsError),
+    or the instance named what `--remote-instance` refuses."""
+    ws = make_workspace("wd")
+    ws.write("a-file", "x\n")
+    rc, _, err = ws.run("worker", "--server", "grpc://127.0.0.1:1", flag, value)
+    assert rc == 2 and needle in err, err
+
+
 def test_undeclared_input_fails_remotely_and_passes_locally(
     stack: Stack, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from buildtool.errors import UserError
-    from buildtool.remote.options import parse_endpoint, parse_headers
+    from buildtool.remote.options import check_instance, parse_endpoint, parse_headers
 
     try:
         import grpc  # noqa: F401
@@ -44,8 +44,12 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         parse_endpoint(args.server, "--server", grpc_only=True)
         headers = parse_headers(args.remote_header)
+        check_instance(args.instance, "--instance")
     except ValueError as e:
         raise UserError(str(e)) from None
+    if args.work_dir is not None and os.path.lexists(args.work_dir) and not os.path.isdir(args.work_dir):
+        # (each action's directory is made in it: every lease failed, as an internal error)
+        raise UserError(f"--work-dir {args.work_dir} is not a directory (actions are staged in it)")
     from buildtool.remote.options import grpc_header_problem
 
     problem = grpc_header_problem(headers, "--remote-header")
