@@ -82,9 +82,18 @@ class Config:
 def _home() -> str | None:
     """The user's home directory; None when there is none to be had (HOME unset and a uid
     with no passwd entry: expanduser gives "~" back, which was then a directory named
-    ``~`` made in the current directory for the cache)."""
+    ``~`` made in the current directory for the cache).  A relative HOME (``HOME=.``)
+    names no one place: the passwd entry's directory is taken instead, as for no HOME
+    (it put the cache under whatever directory buildtool ran in)."""
     home = os.path.expanduser("~")
-    return None if home.startswith("~") else home
+    if not home.startswith("~") and not os.path.isabs(home):
+        try:
+            import pwd
+
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (KeyError, ImportError):
+            return None
+    return None if home.startswith("~") or not os.path.isabs(home) else home
 
 
 def _xdg(var: str) -> str | None:

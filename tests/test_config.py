@@ -223,6 +223,14 @@ def test_a_user_config_that_cannot_be_reached_is_no_user_config(
     assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"  # (this user's own 0700 dir)
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # (ignored, as the XDG spec says)
     assert config.default_cache_dir() == f"/tmp/buildtool-{os.getuid()}/cache"
+    # A relative HOME put the cache under the directory buildtool ran in: the passwd entry's home instead.
+    import pwd
+
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "relhome")
+    passwd_home = pwd.getpwuid(os.getuid()).pw_dir
+    assert config.default_cache_dir() == os.path.join(passwd_home, ".cache", "buildtool")
+    assert config.user_config_path() == os.path.join(passwd_home, ".config", "buildtool", "config.toml")
 
 
 def test_an_unknown_config_key_gets_a_did_you_mean(workspace: Workspace) -> None:
