@@ -1215,6 +1215,9 @@ class Watcher:
             for sig, h in prev.items():
                 signal.signal(sig, h)
             s.stats.save() if s.stats is not None else None
+        if self.stop_signal is not None:  # (a log then ends saying so, not as a watch still waiting would)
+            names = {signal.SIGINT: "SIGINT, Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+            _say(f"watch stopped ({names.get(self.stop_signal, f'signal {self.stop_signal}')})")
         return 0 if self.stop_signal in (None, signal.SIGINT) else 128 + self.stop_signal  # SIGTERM 143, SIGHUP 129
 
 

@@ -744,9 +744,11 @@ def test_sighup_exits_129_and_kills_running_command(watch, ws: Path) -> None:
 
 
 def test_sigterm_exits_143_when_idle(watch, ws: Path) -> None:
+    """... and says so: a log that ended at the last cycle's line read as a watch still waiting."""
     w = watch()
     w.wait_cycle(1)
     assert w.stop(signal.SIGTERM) == 143
+    assert w.err[-1] == "buildtool: watch stopped (SIGTERM)", w.log()
 
 
 def test_sigint_when_idle_exits_0(watch, ws: Path) -> None:
