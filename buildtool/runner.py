@@ -162,6 +162,7 @@ class TargetRunner:
         self._module_stats: dict[int, dict[str, tuple[int, int, int, int, int]]] = {}  # a pyrule's modules, likewise
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # per target: last description, its text
         self._primary_keys: dict[int, str] = {}  # per depfile target: its primary key (_discovered_lookup)
+        self._linted: set[int] = set()  # targets whose command lint.py looked at in this run
         self._tool_digests: dict[str, str] = {}
         # Per target: where its declared tools were found, and the stat each one's digest in its key was taken at.
         self._tool_paths: dict[int, dict[str, list[int] | None]] = {}
@@ -1309,6 +1310,23 @@ class TargetRunner:
                 pass
         return None
 
+    def _lint(self, t: Target) -> None:
+        """Warn (once a build) of the workspace files ``t``'s command runs by path that its
+        key does not hold (lint.py): an edit of them would not rerun it."""
+        self._linted.add(t.id)
+        from buildtool import lint
+
+        if not lint.programs_run(t.cmd):
+            return
+        tools = {posixpath.normpath(posixpath.join(t.pkg, x)) for x in t.tools if "/" in x} | set(t.outs)
+        inputs = self.graph.inputs[t.id]
+        found = lint.undeclared_programs(t.cmd, self.root, t.pkg, _Either(inputs, tools))
+        for p in found:
+            shown = p[len(t.pkg) + 1:] if t.pkg and p.startswith(t.pkg + "/") else p
+            self.warn(f"{t.label}: its command runs {shown}, which is not among its srcs or tools: its action key "
+                      f"does not hold that file, so an edit of it will not rerun {t.label} (and a cache may answer "
+                      f"with the old script's result); add it to srcs")
+
     def _execute(
         self, t: Target, key: str, desc: dict[str, Any], reason: Reason, why: str, lane: int
     ) -> Outcome | Pending:
@@ -1321,6 +1339,8 @@ class TargetRunner:
             return Outcome(Status.FAILED, Reason.FAILED, f"cannot make the command's temp directory "
                            f"{e.filename or 'in ' + self.state_dir}: {e.strerror}", key=key,
                            extra={"not_started": True})
+        if t.cmd and t.id not in self._linted:
+            self._lint(t)
         env = dict(desc["env"])
         if "PATH" in env:
             env["PATH"] = keys.real_path(env["PATH"], self._checkout())  # (keyed from the checkout's root)
@@ -1813,3 +1833,15 @@ def _has_remote_digest(full: str, marker: str) -> bool:
         return os.path.getsize(full) == d.size and file_hash(full, fn) == d.hash
     except (OSError, ValueError):
         return False
+
+
+class _Either:
+    """Membership in either of two containers (a target's inputs; its tools' paths and outputs)."""
+
+    __slots__ = ("_a", "_b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self._a, self._b = a, b
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._a or item in self._b
