@@ -42,13 +42,35 @@ caches:
     max-cached-refs: 10000
     allow-updates: true
     cache-failed-actions: false
+  # BuildGrid's default, kept by instance FAILURES_CACHED: a failed action is answered from the cache
+  - !lru-action-cache &ac2
+    storage: *cas
+    max-cached-refs: 1000
+    allow-updates: true
+    cache-failed-actions: true
 schedulers:
   - !sql-scheduler &sched
     sql: *sql
     storage: *cas
     action-cache: *ac
     bot-session-keepalive-timeout: 30
+  - !sql-scheduler &sched2
+    sql: *sql
+    storage: *cas
+    action-cache: *ac2
+    bot-session-keepalive-timeout: 30
 instances:
+  - name: "failures-cached"
+    services:
+      - !cas
+        storage: *cas
+      - !bytestream
+        storage: *cas
+        stream-blob: false
+      - !action-cache
+        cache: *ac2
+      - !execution
+        scheduler: *sched2
   - name: ""
     services:
       - !cas
@@ -134,16 +156,17 @@ def start_buildgrid_exec(workdir: Path, pg: Postgres) -> Server:
                      "BuildGrid (execution)")
 
 
+FAILURES_CACHED = "failures-cached"  # the instance whose action cache keeps failed actions (BuildGrid's default)
 WORKER_PROBE = "BUILDTOOL_TEST_WORKER_ONLY"  # set for the worker process; an action must never see it
 
 
-def start_worker(workdir: Path, url: str, n: int, capacity: int = 2) -> Server:
+def start_worker(workdir: Path, url: str, n: int, capacity: int = 2, instance: str = "") -> Server:
     """``buildtool worker`` as a real subprocess (its log in workdir/worker-N.log)."""
     log = workdir / f"worker-{n}.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "buildtool", "worker", "--server", url, "--capacity", str(capacity),
-             "--work-dir", str(workdir / f"worker-{n}")],
+             "--work-dir", str(workdir / f"worker-{n}"), "--instance", instance],
             stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, WORKER_PROBE: "the worker's own environment"},
         )

@@ -69,6 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("rexec")
     with _buildgrid_exec(work) as server:
         workers = [rx.start_worker(work, server.url, n, capacity=2) for n in range(2)]
+        workers.append(rx.start_worker(work, server.url, 2, capacity=1, instance=rx.FAILURES_CACHED))
         try:
             yield Stack(server.url, workers, server)
         finally:
@@ -330,6 +331,31 @@ def test_a_worker_refuses_a_work_dir_that_is_a_file_and_an_instance_name_build_r
     ws.write("a-file", "x\n")
     rc, _, err = ws.run("worker", "--server", "grpc://127.0.0.1:1", flag, value)
     assert rc == 2 and needle in err, err
+
+
+def test_a_failure_in_the_executors_action_cache_is_run_again(
+    stack: Stack, make_workspace: Callable[..., Workspace], tmp_path: pathlib.Path,
+) -> None:
+    """BuildGrid's action cache keeps failed actions unless told not to (its default): a
+    failure, of a test or of a genrule, was answered from it on every later build, in
+    every checkout (an out-of-memory kill once became a permanent red), while a local
+    failure runs again.  A failed result from the executor's cache is run again, skipping
+    its cache.  The flag file outside the workspace is what the command checks (the
+    worker runs on this machine): absent, it fails; present, it passes."""
+    flag = tmp_path / "flag"
+    ws = make_workspace("fc")
+    ws.build_file("", f'genrule(name="g", outs=["g.txt"], cmd="test -e {flag} && echo ok > $@")\n'
+                      f'test(name="t", cmd="test -e {flag}")\n')
+    remote = ("--remote-executor", stack.url, "--remote-instance", rx.FAILURES_CACHED)
+    for command, label in (("build", "//:g"), ("test", "//:t")):
+        r = ws.build(*remote, label, command=command)
+        assert r.rc == 1 and r.status(label) == "failed", r.output
+    flag.write_text("")
+    for command, label in (("build", "//:g"), ("test", "//:t")):
+        r = ws.build(*remote, label, command=command)
+        assert r.rc == 0 and r.status(label) == "ran", r.output
+        assert "answered from the remote executor's action cache" not in r.output, r.output
+    assert ws.read("g.txt") == "ok\n"
 
 
 def test_undeclared_input_fails_remotely_and_passes_locally(
@@ -631,6 +657,8 @@ def test_a_test_pass_from_the_executors_action_cache_is_reported_cached(
     r = b.build("--remote-executor", stack.url, "//:t", command="test")
     assert r.rc == 0 and r.by_label["//:t"]["test"] == "cached", r.output
     assert "PASSED (cached)" in r.stdout, r.stdout
+    # ... and counted as restored, not ran (a dashboard counting "ran" counted it as run)
+    assert r.status("//:t") == "restored" and "1 restored" in r.stdout and " ran" not in r.stdout, r.stdout
     # (its events said "cache": "none" and "executed remotely on ... (result from the remote
     # action cache)" beside "no cache entry": where the result came from is the remote)
     ev = r.by_label["//:t"]

@@ -294,6 +294,12 @@ class RemoteExecutor:
             with self._lock:
                 self.stats.bytes_up += sent
         resp = self._execute(st, act.digest, t, skip_cache)
+        if resp.cached_result and not skip_cache and (resp.result.exit_code != 0
+                                                      or resp.status.code == CODE_DEADLINE_EXCEEDED):
+            # A failure from the executor's action cache (BuildGrid keeps failed actions unless
+            # told not to): run it again, as a failure here runs again, rather than making a
+            # one-off failure (an out-of-memory kill) every checkout's red until an input changes.
+            resp = self._execute(st, act.digest, t, True)
         if resp.status.code == CODE_DEADLINE_EXCEEDED and not resp.HasField("result"):
             raise RemoteError(f"the server reports a timeout without a result: {resp.status.message}")
         if resp.status.code not in (0, CODE_DEADLINE_EXCEEDED):
