@@ -426,6 +426,13 @@ def test_action_sees_exactly_its_command_environment(stack: Stack, make_workspac
     assert env["HOME"] != env["TMPDIR"] and env["TMPDIR"] not in ("", "/"), env  # the action's own, as locally
     # The input root holds nothing but what was declared (here: nothing): no other/file.txt, no BUILD.py.
     assert ws.read("tree.txt").split() == [".", "./tree.txt"]
+    # A clone's own .venv/bin first on PATH (as the README sets it up) is keyed as
+    # $BUILDTOOL_CHECKOUT/.venv/bin; that literal reached the worker's PATH.
+    path = f"{ws.root}/.venv/bin{os.pathsep}{os.environ['PATH']}"
+    r = ws.build("--remote-executor", stack.url, "//:env", env_extra={"PATH": path})
+    assert r.rc == 0 and r.by_label["//:env"].get("executed") == "remote", r.output
+    env = dict(line.split("=", 1) for line in ws.read("env.txt").splitlines() if "=" in line)
+    assert "BUILDTOOL_CHECKOUT" not in env["PATH"] and env["PATH"] == os.environ["PATH"], env["PATH"]
 
 
 def test_remote_timeout_is_enforced(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildtool.digest import REMOTE_MARK
+from buildtool.keys import CHECKOUT_MARK
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 
 SALT_VERSION = 1
@@ -200,6 +201,9 @@ def build(
     cmd = re_pb2.Command()
     cmd.arguments.extend(command_arguments(t, shell))
     env = dict(desc["env"])
+    if CHECKOUT_MARK in env.get("PATH", ""):  # (a clone's .venv/bin: no place on a worker, which has no clone)
+        env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep)
+                                      if e != CHECKOUT_MARK and not e.startswith(CHECKOUT_MARK + "/"))
     if t.kind == "pyrule":
         env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
         env["PYTHONDONTWRITEBYTECODE"] = "1"
