@@ -187,6 +187,10 @@ http {{
             dav_access user:rw group:r all:r;
             limit_except GET HEAD PUT {{ deny all; }}
         }}
+        location ~ "^/full/(.+/)?((ac|cas)/[0-9a-f]{{64}})$" {{  # reads /PREFIX/..., a PUT fails as on a full disk
+            alias {workdir}/cache/$1$2;
+            if ($request_method = PUT) {{ return 500; }}
+        }}
         location ~ "^/readonly/(.+/)?((ac|cas)/[0-9a-f]{{64}})$" {{  # reads /PREFIX/..., refuses PUT (403)
             alias {workdir}/cache/$1$2;
             limit_except GET HEAD {{ deny all; }}

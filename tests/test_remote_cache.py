@@ -724,6 +724,26 @@ def test_a_read_only_cache_refusing_uploads_still_serves_lookups(
     assert "refused an upload" in r.stderr and "remote cache unavailable" not in r.stderr, r.stderr
 
 
+def test_a_cache_whose_disk_is_full_still_serves_lookups(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """nginx on a full disk answers a PUT with HTTP 500: that tripped the breaker, and the
+    targets after it ran though the cache held them (9 of 11 hits lost, when a filling CI
+    cache most needs them).  A 5xx on an upload stops uploads; lookups go on."""
+    tag = f"full-{time.time_ns()}"
+    filler = "\n".join(f'genrule(name="c{i}", outs=["c{i}.txt"], cmd="echo {tag} {i} > $@")' for i in range(8))
+    a = make_workspace("fill")
+    a.build_file("", filler)
+    assert "8 uploaded" in a.build("--remote-cache", f"{nginx.url}/{tag}", "--remote-upload").stdout
+    b = make_workspace("full")
+    b.build_file("", filler + '\ngenrule(name="new", outs=["new.txt"], cmd="echo new > $@", priority=9)')
+    r = b.build("-j1", "--remote-cache", f"{nginx.url}/full/{tag}", "--remote-upload")
+    assert r.rc == 0, r.output
+    assert r.ran == {"//:new"} and r.with_status("restored") == {f"//:c{i}" for i in range(8)}, r.output
+    assert "refused an upload" in r.stderr and "HTTP 500" in r.stderr, r.stderr
+    assert "remote cache unavailable" not in r.stderr, r.stderr
+
+
 def test_tests_under_no_cache_tests_are_not_uploaded(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -397,7 +397,9 @@ class HttpStore(Store):
                                       "(a gRPC port? use grpc:// for those)") from None
                 raise Unavailable(f"{self.name}: {e}") from None
             self._deadlines.done(token)
-            if method == "PUT" and resp.status in (401, 403, 405):  # a cache read-only for us
+            if method == "PUT" and (resp.status in (401, 403, 405) or resp.status >= 500):
+                # A cache read-only for us, or one that cannot store (nginx on a full disk: 500;
+                # 507): uploads stop, lookups go on (a server that is down fails them too).
                 self._body(resp, 1 << 20)
                 raise Refused(f"{self.name}: {method} {path} answered HTTP {resp.status}")
             if resp.status >= 500 or resp.status in (401, 403):  # (an auth error holds for every call)
