@@ -535,6 +535,59 @@ def test_the_queued_note_is_for_a_server_that_answers_and_said_once() -> None:
     assert len(warned) == 1 and warned[0].startswith("//:a"), warned
 
 
+def test_an_action_queued_again_after_its_worker_went_gets_the_note() -> None:
+    """A worker stopped or killed after taking the action: the server queues it again, and
+    the build waited for another worker in silence (the note's timer ended at EXECUTING)."""
+    import threading
+
+    from buildtool.remote import exec_layer
+    from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+    from buildtool.remote.protos.google.longrunning import operations_pb2 as ops_pb2
+
+    def op(stage: int) -> ops_pb2.Operation:
+        o = ops_pb2.Operation(name="op", done=False)
+        o.metadata.Pack(re_pb2.ExecuteOperationMetadata(stage=stage))
+        return o
+
+    warned: list[str] = []
+    note = exec_layer._QueuedNote(warned.append, "//:t", "grpc://x", 1.5, threading.Lock())
+    note.seen(op(re_pb2.ExecutionStage.EXECUTING))  # (a worker took it at once)
+    time.sleep(0.3)
+    note.seen(op(re_pb2.ExecutionStage.QUEUED))  # (its worker went: queued again)
+    for _ in range(4):  # (the server answers each segment: still queued)
+        time.sleep(0.5)
+        note.seen(op(re_pb2.ExecutionStage.QUEUED))
+    note.cancel()
+    assert len(warned) == 1 and warned[0].startswith("//:t: still queued"), warned
+    done = exec_layer._QueuedNote(warned.append, "//:u", "grpc://x", 0.3, threading.Lock())
+    done.cancel()
+    done.seen(op(re_pb2.ExecutionStage.QUEUED))  # (after the wait ended: never armed again)
+    time.sleep(0.5)
+    assert len(warned) == 1, warned
+
+
+def test_a_stopping_worker_hands_back_the_leases_it_never_started() -> None:
+    """A worker stopped while its long poll was out: the lease that poll brought was neither
+    run nor handed back, and the job sat EXECUTING on a bot that was gone until its
+    keepalive ran out (~40 s, the build silent meanwhile).  Such a lease is reported done
+    with UNAVAILABLE, which the server queues again; the lease being run is not among them
+    (_hand_back reports it)."""
+    import threading
+
+    from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
+    from buildtool.remote.worker import CODE_UNAVAILABLE, Running, Worker
+
+    session = bots_pb2.BotSession(name="s")
+    session.leases.add(id="new", state=bots_pb2.PENDING)
+    session.leases.add(id="mine", state=bots_pb2.PENDING)
+    session.leases.add(id="old", state=bots_pb2.COMPLETED)
+    running = Running("mine", threading.Thread(target=lambda: None))
+    assert Worker._decline_unstarted(session, running) == ["new"]
+    states = {lease.id: (lease.state, lease.status.code) for lease in session.leases}
+    assert states == {"new": (bots_pb2.COMPLETED, CODE_UNAVAILABLE), "mine": (bots_pb2.PENDING, 0),
+                      "old": (bots_pb2.COMPLETED, 0)}, states
+
+
 def test_an_action_no_worker_takes_gets_one_note(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
     """Six 6-second actions on two workers of two slots each, with a 3 s remote timeout (the
     note comes after 1.5 of it, 4.5 s: a server silent for one segment is unavailable instead):

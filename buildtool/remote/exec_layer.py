@@ -519,8 +519,14 @@ class _QueuedNote:
         self._warn = warn
         self._said = said
         self._segment = after / 1.5
+        self._after = after
         self._heard: float | None = None  # when the server last sent an update of the operation
-        self._timer: threading.Timer | None = threading.Timer(after, self._fire)
+        self._closed = False  # the action is done (or the wait over): no timer again
+        self._timer: threading.Timer | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        self._timer = threading.Timer(self._after, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -532,15 +538,25 @@ class _QueuedNote:
             self._warn(self._msg)
 
     def seen(self, op: Any) -> None:
-        """An update of the Operation: past the queue once a worker executes it (or it is done)."""
+        """An update of the Operation: past the queue once a worker executes it (or it is done);
+        back in it when the server queues it again (its worker died or was stopped: the
+        wait for another one was silent)."""
         self._heard = time.monotonic()
-        if self._timer is None:
+        if self._closed:
             return
         md = re_pb2.ExecuteOperationMetadata()
-        if op.done or (op.metadata.Unpack(md) and md.stage >= re_pb2.ExecutionStage.EXECUTING):
+        if op.done:
             self.cancel()
+        elif op.metadata.Unpack(md) and md.stage >= re_pb2.ExecutionStage.EXECUTING:
+            self._stop_timer()
+        elif self._timer is None:
+            self._arm()
 
-    def cancel(self) -> None:
+    def _stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def cancel(self) -> None:
+        self._closed = True
+        self._stop_timer()

@@ -164,8 +164,34 @@ class Worker:
                         running = None
                     session = self._new_session(slot)
                     finished.clear()  # a new session: leases it is given are new work, whatever their ids
-        if running is not None and session is not None:  # stopped in the middle of a lease: hand it back
+        if session is None:
+            return
+        # A lease the last long poll brought as the worker was stopping was neither run nor
+        # handed back: the job sat EXECUTING until the session's keepalive ran out (~40 s).
+        declined = self._decline_unstarted(session, running)
+        if running is not None:  # stopped in the middle of a lease: hand it back
             self._hand_back(slot, session, running)
+        elif declined:
+            session.status = bots_pb2.BOT_TERMINATING
+            try:
+                self.bots.UpdateBotSession(bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
+                                           timeout=RETRY_S, metadata=self.metadata)
+                log(f"slot {slot}: lease {', '.join(declined)} handed back unstarted: the worker is stopping")
+            except grpc.RpcError as e:
+                log(f"slot {slot}: lease {', '.join(declined)} could not be handed back ({e.code().name})")
+
+    @staticmethod
+    def _decline_unstarted(session: Any, running: Running | None) -> list[str]:
+        """Mark the leases of ``session`` this slot never started as done with UNAVAILABLE (the
+        server queues the action again at once); their ids."""
+        out = []
+        for lease in session.leases:
+            if lease.state == bots_pb2.PENDING and (running is None or lease.id != running.lease_id):
+                lease.state = bots_pb2.COMPLETED
+                lease.status.code = CODE_UNAVAILABLE
+                lease.status.message = "the worker was stopped (a signal) before the action started"
+                out.append(lease.id)
+        return out
 
     def _hand_back(self, slot: int, session: Any, running: Running) -> None:
         """The lease of a stopping worker is reported at once (its command killed, UNAVAILABLE),
