@@ -52,7 +52,11 @@ def parse(text: str) -> Query:
         return Query("pattern", text.split())
     fn, inner = m.group(1), m.group(2)
     if "(" in inner:
-        msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
+        first = inner.find(")")  # ("deps(a) deps(b)": the first call closes before the second opens)
+        if 0 <= first < inner.find("("):
+            msg = f"query {text!r}: one function a query; to combine, run one query per expression"
+        else:
+            msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
         raise UserError(msg)
     args = _split_args(inner, text)
     want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)

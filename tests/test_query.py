@@ -148,6 +148,7 @@ def test_bad_queries_exit_2(workspace: Workspace) -> None:
     for expr, word in (("deps(//app:nope)", "//app:nope"), ("frob(//...)", "frob"), ("rdeps(//...)", "rdeps"),
                        ("deps(", "unbalanced parentheses (1 '(' and 0 ')')"),
                        ("deps(//app:greet))", "unbalanced"), ("deps(deps(//app:greet))", "do not nest"),
+                       ("deps(//app:greet) deps(//app:greet)", "one function a query"),  # (was "do not nest")
                        ("x deps(//...)", "expected deps(PATTERN)"),
                        ("deps(//app:greet,)", "argument 2 is empty"), ("rdeps(, //app:greet)", "argument 1 is empty")):
         rc, _, err = workspace.run("query", expr)
