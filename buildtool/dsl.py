@@ -284,6 +284,9 @@ def glob(include: list[str] | str, exclude: list[str] | None = None, *, allow_em
 def getenv(name: str, default: str | None = None) -> str | None:
     """Read an environment variable while evaluating; tracked so a change re-evaluates."""
     ctx = current_context()
+    if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+        path, line, macro = _call_site(ctx)
+        raise BuildfileError(f"getenv() takes a variable name (got {name!r})" + macro, path, line)
     value = os.environ.get(name)
     ctx.env_reads[name] = value
     return default if value is None else value

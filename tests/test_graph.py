@@ -1057,3 +1057,11 @@ def test_a_module_that_declares_targets_as_it_is_imported_is_refused(workspace: 
         workspace.build_file(pkg, "import tools.common\ntools.common.ver()\n")
     rc, out, err = workspace.run("query", "//...")
     assert rc == 0 and out.split() == ["//p:ver", "//q:ver"], out + err
+
+
+@pytest.mark.parametrize("arg", ["3", "''", "'A=B'"])
+def test_getenv_of_no_variable_name_is_an_error_at_its_line(workspace: Workspace, arg: str) -> None:
+    """`getenv(3)` was a raw "TypeError: str expected, not int" (the bad-input audit)."""
+    workspace.build_file("", f'x = getenv({arg})\ngenrule(name="g", outs=["g"], cmd="touch $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1: getenv() takes a variable name" in err and "TypeError" not in err, err
