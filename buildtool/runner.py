@@ -1523,6 +1523,7 @@ class TargetRunner:
             # on the scheduler's own thread).
             extra["after"] = store
             extra["after_heavy"] = size > INLINE_HASH_LIMIT
+            extra["after_bytes"] = len(res.stdout) + len(res.stderr)  # (what the store holds in memory)
         elif not record:
             # (the usual cause, when it comes back each build: the command writes a file its
             # own glob reaches, a test's stamp or log; the warning alone read as "you edited")

@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # the protocols only exist for type checkers
 
 _LANE_FREE = object()  # a worker's message: the target's lane is free, its outcome comes later
 INLINE_POLL = 64  # targets settled without a command (~50 us each) between looks at running ones
+MAX_QUEUED_AFTER_BYTES = 32 << 20  # cache stores queued for the store thread hold at most this (_queue_after)
 # The longest the coordinating thread waits in one go.  A signal the kernel hands to another
 # thread (a test's retry loop, the store thread) interrupts no wait of this one, and Python
 # runs the handler here only when this thread runs again: without a bound, Ctrl-C or SIGTERM
@@ -119,6 +120,8 @@ class Scheduler:
         # lane's thread is free for the next command at once.
         self._after: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._after_thread: threading.Thread | None = None
+        self._after_bytes = 0  # what the stores queued for the store thread hold (outputs, a test's log)
+        self._after_lock = threading.Lock()
         self._free_lanes = list(range(self.jobs - 1, -1, -1))
         self._lane_of: dict[int, int] = {}  # target -> the lane it holds (until its lane is released)
         self._freed_at: dict[int, float] = {}  # target -> when its command's lane was released early
@@ -268,11 +271,11 @@ class Scheduler:
         outcome.end = end
         outcome.lane = lane
         after = outcome.extra.pop("after", None)
+        size = outcome.extra.pop("after_bytes", 0)
         if after is None:
             pass
         elif outcome.extra.pop("after_heavy", False):  # e.g. copying large outputs: the store thread's
-            self._ensure_store()
-            self._after.put(after)
+            self._queue_after(after, size)
         else:  # a small cache store: when this thread has nothing else to do
             self._idle.append(after)
         self._release_lane(t)
@@ -469,14 +472,33 @@ class Scheduler:
             outcome.lane = lane
             after = outcome.extra.pop("after", None)
             outcome.extra.pop("after_heavy", None)
+            size = outcome.extra.pop("after_bytes", 0)
             if after is not None:  # e.g. the cache store: off the critical path and off this lane
-                self._after.put(after)
+                self._queue_after(after, size)
             self._results.put((t, outcome))
             self._wake_up()
 
-    def _afterwork(self) -> None:
-        while (after := self._after.get()) is not None:
+    def _queue_after(self, after: Callable[[], None], size: int) -> None:
+        """Hand a store to the store thread; while what it has queued holds more than
+        MAX_QUEUED_AFTER_BYTES, this thread stores it itself: a store holds its command's
+        output in memory until it runs, and on a loaded machine whose disk lagged, 30 tests
+        printing 6 MB each took buildtool to 353 MB."""
+        with self._after_lock:
+            behind = self._after_bytes > 0 and self._after_bytes + size > MAX_QUEUED_AFTER_BYTES
+            if not behind:
+                self._after_bytes += size
+        if behind:
             self._run_after(after)
+            return
+        self._ensure_store()
+        self._after.put((after, size))
+
+    def _afterwork(self) -> None:
+        while (item := self._after.get()) is not None:
+            after, size = item
+            self._run_after(after)
+            with self._after_lock:
+                self._after_bytes -= size
 
     def _run_after(self, after: Callable[[], None]) -> None:
         try:

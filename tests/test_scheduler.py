@@ -369,6 +369,41 @@ def test_a_cache_store_that_raises_is_a_warning_and_the_build_goes_on(heavy: boo
                               "storing a result in the cache failed: OSError: disk gone storing t1"], warned
 
 
+def test_the_stores_queued_for_the_store_thread_hold_a_bounded_size() -> None:
+    """A store holds its command's output until it runs: on a loaded machine whose disk
+    lagged, the store thread fell behind and 30 tests printing 6 MB each took buildtool to
+    353 MB.  Past MAX_QUEUED_AFTER_BYTES queued, the thread that finished the target
+    stores it itself; every store still runs."""
+    from buildtool import scheduler as sched_mod
+
+    n, size = 30, 6 << 20
+    stored: list[int] = []
+    peak = [0]
+
+    class SlowStores(FakeRunner):
+        def run(self, t: int, lane: int) -> Outcome:
+            o = super().run(t, lane)
+
+            def store() -> None:
+                peak[0] = max(peak[0], holder["s"]._after_bytes)
+                time.sleep(0.05)  # (a disk that lags)
+                stored.append(t)
+
+            o.extra["after"] = store
+            o.extra["after_heavy"] = True
+            o.extra["after_bytes"] = size
+            return o
+
+    deps: list[list[int]] = [[] for _ in range(n)]
+    holder: dict[str, Scheduler] = {}
+    sched = Scheduler(make_plan(deps, None, None), SlowStores(deps), Recorder(), jobs=2)
+    holder["s"] = sched
+    outcomes = sched.run()
+    assert statuses(outcomes) == {i: "ran" for i in range(n)} and sorted(stored) == list(range(n))
+    assert 0 < peak[0] <= sched_mod.MAX_QUEUED_AFTER_BYTES, peak
+    assert all("after_bytes" not in o.extra for o in outcomes.values())
+
+
 def test_runner_exception_is_a_failure_not_a_hang() -> None:
     class Exploding(FakeRunner):
         def run(self, t: int, lane: int) -> Outcome:

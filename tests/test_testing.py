@@ -958,8 +958,10 @@ def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_n
 
 def test_a_builds_test_outputs_are_not_all_held_in_memory_until_it_ends(workspace: Workspace) -> None:
     """30 tests printing 6 MB each: their logs are on disk, and the report reads them back
-    one at a time; buildtool held all of them (180 MB) until the build ended.  The peak RSS
-    of the buildtool process (its commands are smaller) must stay far below that."""
+    one at a time; buildtool held all of them (180 MB) until the build ended (309 MB peak;
+    353 MB in a loaded CI run, where the store thread lagged too).  The peak RSS of the
+    buildtool process (its commands are smaller) must stay far below that: ~70 MB here, at
+    most the stores' queue (scheduler.MAX_QUEUED_AFTER_BYTES, 32 MB) more."""
     lines = [f'test(name="t{i}", cmd="python3 -c \\"import sys; sys.stdout.write(\'{i}\' * 6_000_000)\\"")'
              for i in range(30)]
     workspace.build_file("", "\n".join(lines) + "\n")
@@ -970,7 +972,7 @@ def test_a_builds_test_outputs_are_not_all_held_in_memory_until_it_ends(workspac
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     assert p.returncode == 0
-    assert usage.ru_maxrss < 120 * 1024, f"peak RSS {usage.ru_maxrss // 1024} MB"  # (KiB on Linux)
+    assert usage.ru_maxrss < 160 * 1024, f"peak RSS {usage.ru_maxrss // 1024} MB"  # (KiB on Linux)
     assert workspace.read(".buildtool/testlogs/t7.log") == "7" * 6_000_000
     # The report still reads each log: --test-output=all shows the cached passes' output.
     rc, out, _ = workspace.run("test", "//:t3", "//:t4", "--test-output=all")
