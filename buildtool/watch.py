@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from watchdog.events import (
@@ -145,8 +145,13 @@ def _owner(pkgs: Iterable[str], d: str) -> str | None:
     return best
 
 
-def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool) -> Change | None:
-    """What an event on workspace-relative ``rel`` means, or None when it does not matter."""
+def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool, broken: bool | None = None) -> Change | None:
+    """What an event on workspace-relative ``rel`` means, or None when it does not matter.
+    ``broken``: the graph failed to evaluate, as the watcher knows it now (``ws.broken`` is
+    the watch set's, recomputed only after the cycle: an edit in between was taken for a
+    healthy graph's, and a source saved right after an ERROR cycle started another)."""
+    if broken is not None and broken != ws.broken:
+        ws = replace(ws, broken=broken)
     if rel in ws.outputs:
         return None
     parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
@@ -482,7 +487,7 @@ class Watcher:
             return  # the temp file of one of them, renamed over it (atomic.write_atomic)
         if is_dir and event_type == "created" and rel in self.own_dirs:  # made for one (--profile out/p.json)
             return
-        ch = classify(ws, rel, event_type, is_dir)
+        ch = classify(ws, rel, event_type, is_dir, self.broken)
         if ch is None:
             return
         ch.appeared = event_type in ("created", "moved_to")
