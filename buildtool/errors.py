@@ -121,15 +121,17 @@ class StopRequested(BaseException):
 
 
 QUIT_AT = 3  # stopping signals: the third quits at once, as Bazel's third Ctrl-C does,
-QUIT_AFTER_S = 1.0  # when it comes this long after the first (a supervisor's burst of SIGTERMs is one stop)
+QUIT_AFTER_S = 3.0  # when it comes this long after the first: past the commands' 2 s of grace (executor.py),
+# so a supervisor repeating SIGTERM every half second still gets the orderly way out
 _seen_signals: list[float] = []  # when each came (time.monotonic)
 
 
 def count_stop_signal(signum: int) -> None:
     """Count a signal that asks the command to stop (SIGINT, SIGTERM, SIGHUP, SIGQUIT).  The
     first stops it the orderly way (its handler's business); a later one is said; the third,
-    a second or more after the first, quits the process at once, exit 128 + ``signum`` (a
-    burst within that second, a supervisor repeating SIGTERM, leaves the orderly way): a
+    three seconds or more after the first, quits the process at once, exit 128 + ``signum``,
+    SIGKILLing the commands it started first (a supervisor repeating SIGTERM meanwhile
+    leaves the orderly way, which takes 2 s of grace at most): a
     BUILD.py that caught the first ones (a bare ``except:`` around a wait loop), or a
     ``finally`` block stuck on a hung mount, left only SIGKILL.  The workspace lock is an
     flock(), which the kernel releases, and a build's commands left running are the next
@@ -142,10 +144,22 @@ def count_stop_signal(signum: int) -> None:
     try:
         if quit_now:
             os.write(2, f"buildtool: a third stop signal ({signum}): quitting at once\n".encode())
-            _exit(128 + signum)
+            _quit(signum)
         if n == 2:
             os.write(2, b"buildtool: still stopping (cleaning up, or a BUILD.py caught the interrupt); "
                         b"once more quits at once\n")
     except OSError:  # (stderr closed: a terminal gone)
         if quit_now:
-            _exit(128 + signum)
+            _quit(signum)
+
+
+def _quit(signum: int) -> None:
+    import sys
+
+    executor = sys.modules.get("buildtool.executor")  # (loaded once a command ran: none to end before)
+    if executor is not None:
+        try:
+            executor.kill_everything_now()
+        except Exception:  # (on the way out at once: nothing may stop it)
+            pass
+    _exit(128 + signum)

@@ -23,6 +23,7 @@ import signal
 import stat
 import threading
 import time
+import weakref
 
 from buildtool.orphans import boot_clock, live_groups, sweep_sessions
 
@@ -460,6 +461,18 @@ def _inherited_fds() -> tuple[int, ...]:
     return tuple(sorted(fds))
 
 
+_LIVE: weakref.WeakSet[SubprocessExecutor] = weakref.WeakSet()  # (kill_everything_now)
+
+
+def kill_everything_now() -> None:
+    """SIGKILL the process group of every command this process's executors started that may
+    still run (errors.count_stop_signal's quick exit: without it they ran on as orphans).
+    Lock-free, from a signal handler: a thread may hold an executor's lock."""
+    for ex in list(_LIVE):
+        for pgid in [*list(ex._procs), *list(ex._terminated)]:
+            _killpg(pgid, signal.SIGKILL)
+
+
 class SubprocessExecutor:
     """Starts commands in new sessions (a ``console``-pool one in a new process group of
     buildtool's session: it keeps the terminal) and can kill them all."""
@@ -476,6 +489,7 @@ class SubprocessExecutor:
         # may be holding it (start, finish) when the signal arrives.
         self._lock = threading.RLock()
         self.cancelled = False
+        _LIVE.add(self)
         # The owner calls kill_remaining when the build ends (Session.build): the sessions of
         # commands cut short by cancel_all are swept there, in one pass.
         self.sweep_at_end = False
