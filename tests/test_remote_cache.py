@@ -724,6 +724,30 @@ def test_a_read_only_cache_refusing_uploads_still_serves_lookups(
     assert "refused an upload" in r.stderr and "remote cache unavailable" not in r.stderr, r.stderr
 
 
+def test_a_clone_s_venv_first_on_path_is_part_of_the_remote_action(
+    nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], tmp_path: Path,
+) -> None:
+    """The remote Command leaves out PATH entries inside the checkout (a worker has no
+    clone), but they must still tell two actions apart, as they tell the local keys apart:
+    a checkout without the venv was served the output made with the venv's `mytool`."""
+    tag = f"venv-{time.time_ns()}"
+    sysbin = tmp_path / "sysbin"
+    sysbin.mkdir()
+    (sysbin / "mytool").write_text("#!/bin/sh\necho system tool\n")
+    (sysbin / "mytool").chmod(0o755)
+    a, b = make_workspace("venv-a"), make_workspace("venv-b")
+    for ws in (a, b):
+        ws.build_file("", 'genrule(name="g", outs=["out.txt"], cmd="mytool > $@")')
+    a.write(".venv/bin/mytool", "#!/bin/sh\necho venv tool\n")
+    a.path(".venv/bin/mytool").chmod(0o755)
+    url = f"{nginx.url}/{tag}"
+    r = a.build("--remote-cache", url, "--remote-upload",
+                env_extra={"PATH": f"{a.root}/.venv/bin:{sysbin}:/usr/bin:/bin"})
+    assert r.rc == 0 and a.read("out.txt") == "venv tool\n" and "1 uploaded" in r.stdout, r.output
+    r = b.build("--remote-cache", url, env_extra={"PATH": f"{sysbin}:/usr/bin:/bin"})
+    assert r.rc == 0 and r.status("//:g") == "ran" and b.read("out.txt") == "system tool\n", r.output
+
+
 def test_a_cache_whose_disk_is_full_still_serves_lookups(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace]
 ) -> None:

@@ -201,7 +201,9 @@ def build(
     cmd = re_pb2.Command()
     cmd.arguments.extend(command_arguments(t, shell))
     env = dict(desc["env"])
+    keyed_path = None  # the PATH as the key holds it, when the Command's leaves entries out
     if CHECKOUT_MARK in env.get("PATH", ""):  # (a clone's .venv/bin: no place on a worker, which has no clone)
+        keyed_path = env["PATH"]
         env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep)
                                       if e != CHECKOUT_MARK and not e.startswith(CHECKOUT_MARK + "/"))
     if t.kind == "pyrule":
@@ -248,6 +250,8 @@ def build(
     for k in ("python", "fn", "kwargs", "depfile"):
         if k in extra:
             salt[k] = extra[k]
+    if keyed_path is not None:  # (a venv first on PATH or not: two actions, as two keys here)
+        salt["path"] = keyed_path
     action = re_pb2.Action(command_digest=cdg.proto(), input_root_digest=root_digest.proto(),
                            salt=json.dumps(salt, sort_keys=True, separators=(",", ":")).encode())
     if t.timeout is not None:
