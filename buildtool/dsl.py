@@ -156,24 +156,14 @@ def _call_site(ctx: PackageContext) -> tuple[str, int, str]:
     tools/macros.py:12)`` when a function of a workspace module declared the target, else
     "" (a BUILD.py line alone does not show which of the macro's lines went wrong)."""
     frame = sys._getframe(2)
-    what = frame.f_code.co_name  # (the rule the BUILD.py called)
-    what = "a rule" if what.startswith("<") else f"{what}()"
     root = ctx.root + os.sep
     inner: tuple[str, int] | None = None  # the innermost workspace frame that is not the BUILD.py
     while frame is not None:
         fn = frame.f_code.co_filename
         if fn == ctx.buildfile:
             break
-        if fn.startswith(root) and not fn.startswith(_OURS):
-            if inner is None:
-                inner = (ctx.rel(fn), ctx.line_of(frame))
-            if frame.f_code.co_name == "<module>":  # a workspace module's own code, as it is imported
-                rel, line = ctx.rel(fn), ctx.line_of(frame)
-                raise BuildfileError(
-                    f"{what} called while {rel} is imported (by //{ctx.pkg}): a module is imported once "
-                    "for the whole build, so what it declares would belong to whichever package imported it "
-                    "first, and to no other; declare targets in a function of the module (a macro) that "
-                    "each BUILD.py calls", rel, line)
+        if inner is None and fn.startswith(root) and not fn.startswith(_OURS):
+            inner = (ctx.rel(fn), ctx.line_of(frame))
         frame = frame.f_back  # type: ignore[assignment]
     macro = f" (in the macro at {inner[0]}:{inner[1]})" if inner is not None else ""
     if frame is not None:
@@ -181,8 +171,34 @@ def _call_site(ctx: PackageContext) -> tuple[str, int, str]:
     return (*inner, macro) if inner is not None else (ctx.rel(ctx.buildfile), 0, "")
 
 
+def _refuse_at_import(ctx: PackageContext, kind: str) -> None:
+    """A rule called by a workspace module's own top-level code as the module is imported:
+    exit 2 at that line.  A module is imported once a build, so what it declares went to the
+    first package importing it and to no other (and watch lost it on re-evaluating that
+    package).  A file each BUILD.py runs (``runpy.run_path``, ``exec``) is no import: each
+    package gets its targets, as Make's ``include``."""
+    frame = sys._getframe(2)
+    root = ctx.root + os.sep
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if fn == ctx.buildfile:
+            return
+        if frame.f_code.co_name == "<module>" and fn.startswith(root) and not fn.startswith(_OURS):
+            name = frame.f_globals.get("__name__", "")
+            module = sys.modules.get(name) if not name.startswith("<") else None  # (runpy's "<run_path>")
+            if module is not None and getattr(module, "__file__", None) == fn:  # (being imported)
+                rel, line = ctx.rel(fn), ctx.line_of(frame)
+                raise BuildfileError(
+                    f"{kind}() called while {rel} is imported (by //{ctx.pkg}): a module is imported once for "
+                    "the whole build, so what it declares would belong to whichever package imported it first, "
+                    "and to no other; declare targets in a function of the module (a macro) that each BUILD.py "
+                    "calls", rel, line)
+        frame = frame.f_back  # type: ignore[assignment]
+
+
 def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> None:
     ctx = current_context()
+    _refuse_at_import(ctx, kind)
     path, line, macro = _call_site(ctx)
     if args:
         msg = (f"{kind}() takes keyword attributes only (got {len(args)} positional: {args[0]!r}...); "
