@@ -28,13 +28,31 @@ _LEADING = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!",
 _INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "python", "python3", "perl", "ruby", "node", "Rscript",
                            "tclsh", "lua"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (data: a grep pattern, an echo's text)
+_HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
+
+
+def _code(cmd: str) -> str:
+    """``cmd`` without what the shell reads as data, not commands: here-document bodies, and
+    quoted spans (each left as ``''``: a quoted program is not looked at, a miss rather
+    than a warning about a grep pattern)."""
+    lines: list[str] = []
+    ends: list[str] = []  # the delimiters of the here-documents still open
+    for line in cmd.replace("\\\n", " ").split("\n"):
+        if ends:
+            if line.lstrip("\t") == ends[0]:
+                ends.pop(0)
+            continue
+        lines.append(line)
+        ends = _HEREDOC.findall(line)
+    return _QUOTED.sub("''", "\n".join(lines))
 
 
 def programs_run(cmd: str) -> list[str]:
     """The words of ``cmd`` that a shell would run as a program or script and that name a
     file by a path (holding a ``/``), or a script given to an interpreter; in order."""
     out: list[str] = []
-    for segment in _SEGMENTS.split(cmd.replace("\\\n", " ")):
+    for segment in _SEGMENTS.split(_code(cmd)):
         words = [w.strip("'\"") for w in segment.split()]
         i = 0
         while i < len(words) and (words[i] in _LEADING or _ASSIGNMENT.match(words[i])):

@@ -14,8 +14,12 @@ from buildtool.lint import programs_run, undeclared_programs
     ("./gen.sh a.txt > out", ["./gen.sh"]),
     ("python3 tools/g.py --x 1 > $@", ["tools/g.py"]),
     ("cat a | ./f.sh && FOO=1 sub/run x; env A=b ../t/x.py", ["./f.sh", "sub/run", "../t/x.py"]),
-    ("sh -e './s p.sh'", ["./s"]),  # (split on blanks: the path up to the space; a miss, not a wrong warning)
-    ("bash -c 'echo hi'", ["echo"]),
+    ("sh -e './s p.sh'", []),  # (a quoted word is data, or a program not looked at: a miss, no wrong warning)
+    ("bash -c 'echo hi'", []),
+    # Data is not a command (a review): a grep pattern, a here-document's body.
+    ("grep -c 'x|scripts/gen.sh' src/a.c > $@ || true", []),
+    ("cat > $@ <<'EOF'\n#!/bin/sh\nexec tools/server.sh \"$@\"\nEOF\nchmod +x $@ && ./after.sh", ["./after.sh"]),
+    ("cat <<-END > $@\n\tsrc/a.c\n\tEND\n./next.sh", ["./next.sh"]),
     ("cp $< $@; echo a/b >> $@", []),
     ("$TOOLS/x.sh in", []),
     ("if ./check.sh; then ./ok.sh; fi", ["./check.sh", "./ok.sh"]),
