@@ -506,6 +506,11 @@ class TargetRunner:
         except OSError:
             return None
         self.disk_modes[p] = st.st_mode  # (rebuild.outputs_match's mode_of: no second stat)
+        return self._digest_at(p, st)
+
+    def _digest_at(self, p: str, st: os.stat_result) -> str | None:
+        """The content digest of the file ``p`` whose stat is ``st`` (the stat cache's, or
+        hashed now); None for anything but a regular file, or one that cannot be read."""
         if not stat.S_ISREG(st.st_mode):
             return None
         d = self.stats.lookup(p, st)
@@ -540,17 +545,9 @@ class TargetRunner:
     def _fresh_digest(self, p: str, st: os.stat_result) -> str | None:
         """The digest of the file ``p`` whose stat ``st`` was just read (an output of this
         build: as made); a build's earlier read of it is forgotten when the content moved."""
-        d = self.out_digests.get(p)
-        if d is not None:
-            return d
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        d = self.stats.lookup(p, st)
+        d = self.out_digests.get(p) or self._digest_at(p, st)
         if d is None:
-            try:
-                d = self.stats.digest(p, st)
-            except OSError:
-                return None
+            return None
         known = self._sources.get(p)
         if known is not None and known[1] != d:  # (the targets keyed from now on read it again)
             self._sources.pop(p, None)

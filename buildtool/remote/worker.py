@@ -172,13 +172,7 @@ class Worker:
         if running is not None:  # stopped in the middle of a lease: hand it back
             self._hand_back(slot, session, running)
         elif declined:
-            session.status = bots_pb2.BOT_TERMINATING
-            try:
-                self.bots.UpdateBotSession(bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
-                                           timeout=RETRY_S, metadata=self.metadata)
-                log(f"slot {slot}: lease {', '.join(declined)} handed back unstarted: the worker is stopping")
-            except grpc.RpcError as e:
-                log(f"slot {slot}: lease {', '.join(declined)} could not be handed back ({e.code().name})")
+            self._terminating(slot, session, ", ".join(declined), "handed back unstarted")
 
     @staticmethod
     def _decline_unstarted(session: Any, running: Running | None) -> list[str]:
@@ -203,13 +197,17 @@ class Worker:
         if not running.done:  # (still fetching inputs or uploading outputs: handed back all the same)
             running.result = ActionError(CODE_UNAVAILABLE, "the worker was stopped (a signal) while the action ran")
         self._report(session, running)
+        self._terminating(slot, session, running.lease_id, "handed back")
+
+    def _terminating(self, slot: int, session: Any, leases: str, done: str) -> None:
+        """Send the session with the bot ``BOT_TERMINATING`` and its leases as reported."""
         session.status = bots_pb2.BOT_TERMINATING
         try:
             self.bots.UpdateBotSession(bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
                                        timeout=RETRY_S, metadata=self.metadata)
-            log(f"slot {slot}: lease {running.lease_id} handed back: the worker is stopping")
+            log(f"slot {slot}: lease {leases} {done}: the worker is stopping")
         except grpc.RpcError as e:
-            log(f"slot {slot}: lease {running.lease_id} could not be handed back ({e.code().name})")
+            log(f"slot {slot}: lease {leases} could not be handed back ({e.code().name})")
 
     @staticmethod
     def _cancelled(session: Any, r: Running) -> bool:
