@@ -728,6 +728,19 @@ def test_a_cache_refusing_uploads_still_serves_lookups(
     assert "remote cache unavailable" not in r.stderr, r.stderr
 
 
+def test_grpcs_to_a_server_without_tls_says_to_use_grpc(
+    bgd: remote_servers.Server, make_workspace: Callable[..., Workspace]
+) -> None:
+    """The warning was gRPC's raw "TSI_PROTOCOL_FAILURE ... WRONG_VERSION_NUMBER" (the
+    remote CI user): it now says what to type."""
+    ws = make_workspace("tls")
+    ws.build_file("", 'genrule(name="g", outs=["g.txt"], cmd="echo g > $@")')
+    url = bgd.url.replace("grpc://", "grpcs://")
+    r = ws.build("--remote-cache", url)
+    assert r.rc == 0 and "remote cache unavailable" in r.stderr, r.output
+    assert "a server without TLS is reached with grpc://" in r.stderr, r.stderr
+
+
 def test_a_clone_s_venv_first_on_path_is_part_of_the_remote_action(
     nginx: remote_servers.Server, make_workspace: Callable[..., Workspace], tmp_path: Path,
 ) -> None:

@@ -67,6 +67,8 @@ def rpc_error(name: str, what: str, e: grpc.RpcError) -> RemoteError:
     code = e.code() if hasattr(e, "code") else None
     detail = e.details() if hasattr(e, "details") else str(e)
     msg = f"{name}: {what} failed: {code.name if code else '?'} {detail or ''}".rstrip()
+    if name.startswith("grpcs://") and detail and ("WRONG_VERSION_NUMBER" in detail or "Handshake failed" in detail):
+        msg += " (the TLS handshake failed: a server without TLS is reached with grpc://)"
     if what in WRITES and code in REFUSED:  # a cache read-only for this client
         return Refused(msg)
     return Unavailable(msg) if code in UNAVAILABLE else RemoteError(msg)
