@@ -566,6 +566,23 @@ def test_an_action_queued_again_after_its_worker_went_gets_the_note() -> None:
     assert len(warned) == 1, warned
 
 
+def test_a_worker_whose_server_is_down_says_so_once_a_minute_per_slot(tmp_path: pathlib.Path) -> None:
+    """It logged a line per slot every 2 s while the server was down (50 lines in 50 s with
+    two slots: the remote CI user)."""
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "buildtool", "worker", "--server", "grpc://127.0.0.1:1",
+                          "--capacity", "2", "--work-dir", str(tmp_path / "w"), "--remote-timeout", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(6.5)  # (three retries of each slot's at 2 s)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=30)
+    said = [line for line in out.splitlines() if "CreateBotSession failed" in line]
+    assert len(said) == 2 and {re.search(r"slot \d", line).group() for line in said} == {"slot 0", "slot 1"}, out  # type: ignore[union-attr]
+
+
 def test_a_stopping_worker_hands_back_the_leases_it_never_started() -> None:
     """A worker stopped while its long poll was out: the lease that poll brought was neither
     run nor handed back, and the job sat EXECUTING on a bot that was gone until its

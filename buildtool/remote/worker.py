@@ -45,6 +45,7 @@ from buildtool.remote.store import RemoteError, Source
 POLL_S = 5.0  # UpdateBotSession deadline: the server long-polls for 80% of it (under 3 s: no leases)
 KEEPALIVE_S = 10.0  # while an action runs, report the session at least this often
 RETRY_S = 2.0
+FAILING_SAID_EVERY_S = 60.0  # a server that stays down: one line a minute per slot, not one per retry
 TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
 HINT = ("buildtool worker: hint: a file the command needed was missing. A remote action sees only its "
@@ -108,6 +109,7 @@ class Worker:
         dev = bs.worker.devices.add(handle=bot_id)
         dev.properties.add(key="OSFamily", value=platform.system().lower())
         dev.properties.add(key="ISA", value=platform.machine())
+        said = 0.0
         while not self.stop.is_set():
             try:
                 got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
@@ -115,7 +117,10 @@ class Worker:
                 log(f"slot {slot}: bot session {got.name} ({bot_id})")
                 return got
             except grpc.RpcError as e:
-                log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying")
+                if time.monotonic() - said > FAILING_SAID_EVERY_S:
+                    log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
+                        f"{RETRY_S:g} s")
+                    said = time.monotonic()
                 self.stop.wait(RETRY_S)
         return None
 
@@ -123,6 +128,7 @@ class Worker:
         session = self._new_session(slot)
         running: Running | None = None
         finished: set[str] = set()
+        failing_said = 0.0  # when a failed UpdateBotSession was last logged (0: it answers)
         while session is not None and not self.stop.is_set():
             for lease in session.leases:
                 # A lease this slot finished may still be echoed as ACTIVE until the server takes
@@ -143,6 +149,9 @@ class Worker:
                 session = self.bots.UpdateBotSession(
                     bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
                     timeout=POLL_S, metadata=self.metadata)
+                if failing_said:
+                    log(f"slot {slot}: the server answers again")
+                    failing_said = 0.0
                 if running is not None and self._cancelled(session, running):
                     log(f"slot {slot}: lease {running.lease_id} was cancelled by the server; its command is killed")
                     assert running.executor is not None
@@ -154,7 +163,10 @@ class Worker:
                 code = e.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     continue  # a long poll without work
-                log(f"slot {slot}: UpdateBotSession failed: {code.name} {e.details() or ''}")
+                if time.monotonic() - failing_said > FAILING_SAID_EVERY_S:  # (a line per slot per 2 s flooded)
+                    log(f"slot {slot}: UpdateBotSession failed: {code.name} {e.details() or ''}; retrying every "
+                        f"{RETRY_S:g} s (said again after {FAILING_SAID_EVERY_S:g} s if it goes on)")
+                    failing_said = time.monotonic()
                 if self.stop.wait(RETRY_S):
                     break
                 if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
