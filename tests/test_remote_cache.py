@@ -233,6 +233,7 @@ def test_corrupted_remote_blob_is_detected_and_the_target_reruns(
     assert r.rc == 0, r.output
     assert r.status("//gen:header") == "ran", r.output
     assert "does not verify" in r.stderr, r.stderr
+    assert f"(from {url})" in r.stderr, r.stderr  # (the server named, as every other remote warning names it)
     assert b.path("gen/names.h").read_bytes() == good
     assert r.by_label["//data:pack"]["cache"] == "remote"
     # B's rerun sent the good content again (the server's copy said "present" but was not):

@@ -218,7 +218,8 @@ class RemoteCache:
                 said, self._said_evicted = self._said_evicted, self._said_evicted or evicted
             if not (evicted and said):  # (30 targets, 30 such lines)
                 more = "; the server evicted it: later such entries are misses without a word" if evicted else ""
-                self.warn(f"{label}: remote cache entry not used: {e}{more}")
+                at = "" if str(self.ep) in str(e) else f" (from {self.ep})"  # (a blob that does not verify named none)
+                self.warn(f"{label}: remote cache entry not used: {e}{at}{more}")
             tripped = False
             with self._lock:
                 self.stats.misses += 1
