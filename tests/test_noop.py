@@ -2029,7 +2029,7 @@ def test_files_dated_in_the_future_do_not_defeat_the_no_op_or_rerun_their_reader
     time.sleep(0.06)
     r = bt(w, cache, "build")
     assert r.returncode == 0 and _ran(r.stdout) == ["//:a", "//:link"], r.stdout + r.stderr
-    os.utime(w / "a.h", (future, future))  # a header dated so during the build is read again next time
+    os.utime(w / "a.h", (future, future))  # dated so after a build read it: nothing runs, then a no-op
     time.sleep(0.1)
     r = bt(w, cache, "build")
     assert r.returncode == 0 and _ran(r.stdout) == [], r.stdout + r.stderr
