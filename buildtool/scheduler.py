@@ -481,8 +481,8 @@ class Scheduler:
     def _queue_after(self, after: Callable[[], None], size: int) -> None:
         """Hand a store to the store thread; while what it has queued holds more than
         MAX_QUEUED_AFTER_BYTES, this thread stores it itself: a store holds its command's
-        output in memory until it runs, and on a loaded machine whose disk lagged, 30 tests
-        printing 6 MB each took buildtool to 353 MB."""
+        output in memory until it runs, so a store thread behind a slow disk would hold the
+        output of every test that finished meanwhile."""
         with self._after_lock:
             behind = self._after_bytes > 0 and self._after_bytes + size > MAX_QUEUED_AFTER_BYTES
             if not behind:

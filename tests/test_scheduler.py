@@ -370,10 +370,9 @@ def test_a_cache_store_that_raises_is_a_warning_and_the_build_goes_on(heavy: boo
 
 
 def test_the_stores_queued_for_the_store_thread_hold_a_bounded_size() -> None:
-    """A store holds its command's output until it runs: on a loaded machine whose disk
-    lagged, the store thread fell behind and 30 tests printing 6 MB each took buildtool to
-    353 MB.  Past MAX_QUEUED_AFTER_BYTES queued, the thread that finished the target
-    stores it itself; every store still runs."""
+    """A store holds its command's output until it runs: a store thread behind a slow disk
+    held the output of every test that finished meanwhile.  Past MAX_QUEUED_AFTER_BYTES
+    queued, the thread that finished the target stores it itself; every store still runs."""
     from buildtool import scheduler as sched_mod
 
     n, size = 30, 6 << 20
