@@ -492,13 +492,18 @@ def write(
     check verified): a directory whose listing differs now refuses the snapshot."""
     now = time.time_ns()
     slot = slot_of(request)
+    unread: list[str] = []  # edited headers no planned target read: signed as they are now
     if keep is not None:
         old = keep.body
         cwd = old["request"].get("dir") if isinstance(old["request"], dict) else None
         # (a header the check found edited is signed anew: the build read it; an unchanged
         # one keeps the signature the check vouched for, as a source does)
         headers = set(keep.changed).intersection(old.get("found", ()))
-        struct = [f for f in struct if f not in old["files"] or f in headers]
+        # One that no planned target read (its compile no longer names it; deleted, moved)
+        # has nothing the build relied on to be checked against: the stat cache's older
+        # entry refused the snapshot, and the next build checked every target.
+        unread = sorted(h for h in headers if not any(h in m for m in struct_seen))
+        struct = [f for f in struct if f not in old["files"] or (f in headers and f not in unread)]
         # A source the check found unchanged keeps its signature: a build writes no source,
         # and one edited since the check differs from that signature next time all the
         # same (W6: 10,000 sources not signed again).
@@ -506,12 +511,13 @@ def write(
         srcs = [f for f in srcs if f in changed]
     racy: dict[str, str] = {}
     parts = [_sigs(root, struct, now, False, seen, every=struct_seen), _sigs(root, srcs, now, True, seen, racy),
-             _sigs(root, outs, now, True, seen, racy)]
+             _sigs(root, outs, now, True, seen, racy), _sigs(root, unread, now, False)]
     if any(p is None for p in parts):
         invalidate(state_dir, slot)
         return False
-    struct_sigs, src_sigs, out_sigs = parts
-    assert struct_sigs is not None and src_sigs is not None and out_sigs is not None
+    struct_sigs, src_sigs, out_sigs, unread_sigs = parts
+    assert struct_sigs is not None and src_sigs is not None and out_sigs is not None and unread_sigs is not None
+    struct_sigs.update(unread_sigs)
     if keep is not None:  # the re-signed rows have new digests; a kept row keeps its own
         # unless the build relied on other content (a command rewrote the file, another
         # read it, something put the old content back): it then counts as changed.
