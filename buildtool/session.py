@@ -1336,15 +1336,12 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
     edges: dict[int, dict[int, None]] = {}
     while True:
         made = {o: i for i in wanted for o in graph.targets[i].outs}
-        # (a path as the record line holds it, where JSON writes it unescaped: a cheap test
-        # before parsing a line that may name hundreds of headers; a full build parses all)
-        plain = [o.encode() for o in made if o.isprintable() and '"' not in o and "\\" not in o] \
-            if isinstance(wanted, set) else []
-        every = len(plain) < len(made)
+        plain = _as_written(made) if isinstance(wanted, set) else None  # (a full build parses all)
+        every = plain is None
         grow: set[int] = set()
         for t in readers:
             line = raw(t.label) if t.id not in read else None
-            if line is not None and not every and not any(o in line for o in plain):
+            if line is not None and not every and not any(o in line for o in plain or ()):
                 continue
             if t.id not in read:
                 read[t.id] = record.discovered(t.label) or []
@@ -1363,6 +1360,18 @@ def _discovered_order(graph: Graph, record: BuildRecord, wanted: range | set[int
     return out
 
 
+def _as_written(paths: Iterable[str]) -> list[bytes] | None:
+    """``paths`` as a build record line holds them, where JSON writes such a path unescaped:
+    a cheap test before parsing a line that may name hundreds of headers; None when one of
+    them would be escaped (every line is parsed then)."""
+    out: list[bytes] = []
+    for p in paths:
+        if not p.isprintable() or '"' in p or "\\" in p:
+            return None
+        out.append(p.encode())
+    return out
+
+
 def _readers(graph: Graph, record: BuildRecord, headers: set[str]) -> set[int]:
     """The targets whose last run's depfile named one of ``headers`` (edited since the no-op
     snapshot): they are planned, as a changed source's readers are (Ninja's deps log
@@ -1370,14 +1379,13 @@ def _readers(graph: Graph, record: BuildRecord, headers: set[str]) -> set[int]:
     parsed; a path JSON would escape has every line parsed."""
     if not headers:
         return set()
-    plain = [p.encode() for p in headers if p.isprintable() and '"' not in p and "\\" not in p]
-    every = len(plain) < len(headers)
+    plain = _as_written(headers)
     out: set[int] = set()
     for t in graph.targets:
         if t.depfile is None:
             continue
         line = record.entries.raw_line(t.label)
-        if line is not None and not every and not any(p in line for p in plain):
+        if line is not None and plain is not None and not any(p in line for p in plain):
             continue
         if not headers.isdisjoint(record.discovered(t.label) or ()):
             out.add(t.id)
