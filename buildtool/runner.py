@@ -1315,9 +1315,9 @@ class TargetRunner:
 
         if not lint.programs_run(t.cmd):
             return
-        tools = {posixpath.normpath(posixpath.join(t.pkg, x)) for x in t.tools if "/" in x} | set(t.outs)
-        inputs = self.graph.inputs[t.id]
-        found = lint.undeclared_programs(t.cmd, self.root, t.pkg, _Either(inputs, tools))
+        declared = {posixpath.normpath(posixpath.join(t.pkg, x)) for x in t.tools if "/" in x}
+        declared.update(t.outs, self.graph.inputs[t.id])
+        found = lint.undeclared_programs(t.cmd, self.root, t.pkg, declared)
         for p in found:
             shown = p[len(t.pkg) + 1:] if t.pkg and p.startswith(t.pkg + "/") else p
             self.warn(f"{t.label}: its command runs {shown}, which is not among its srcs or tools: its action key "
@@ -1832,15 +1832,3 @@ def _has_remote_digest(full: str, marker: str) -> bool:
         return os.path.getsize(full) == d.size and file_hash(full, fn) == d.hash
     except (OSError, ValueError):
         return False
-
-
-class _Either:
-    """Membership in either of two containers (a target's inputs; its tools' paths and outputs)."""
-
-    __slots__ = ("_a", "_b")
-
-    def __init__(self, a: Any, b: Any) -> None:
-        self._a, self._b = a, b
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._a or item in self._b
