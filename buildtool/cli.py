@@ -19,8 +19,10 @@ if TYPE_CHECKING:  # argparse is imported only when arguments are parsed: --vers
 def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
     import argparse  # (imported already by parser(), its only caller)
 
+    from buildtool.config import integer
+
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: usable CPUs)")
+    p.add_argument("-j", "--jobs", type=integer, help="parallel jobs (default: usable CPUs)")
     p.add_argument("-k", "--keep-going", action="store_true", default=None,
                    help="keep building what does not depend on a failure")
     p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
@@ -153,12 +155,12 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
                 if not value:
                     return None  # an error, said by _run
                 cache_dir = value
-            elif value.isdecimal() and 1 <= int(value) <= 4096:  # (config.MAX_JOBS; else the full path says no)
+            elif value.isascii() and value.isdigit() and 1 <= int(value) <= 4096:  # (MAX_JOBS; else: the full path)
                 jobs = int(value)
             else:
                 return None
             after_patterns = bool(patterns)
-        elif seen_build and a.startswith("-j") and a[2:].isdecimal() and 1 <= int(a[2:]) <= 4096:
+        elif seen_build and a.startswith("-j") and a[2:].isascii() and a[2:].isdigit() and 1 <= int(a[2:]) <= 4096:
             jobs = int(a[2:])
             after_patterns = bool(patterns)
         elif not seen_build or after_patterns or a.startswith("-") or not a:

@@ -11,6 +11,15 @@ from buildtool.workspace import read_file
 
 MAX_JOBS = 4096  # -j, jobs, remote_jobs: beyond this a typo, not a machine (each job has a lane)
 
+
+def integer(text: str) -> int:
+    """A whole number written in ASCII digits, with an optional ``-`` (an argparse ``type=``):
+    Python's ``int()`` also takes other scripts' digits, ``'1_0'`` and ``' 3 '``: typos here."""
+    digits = text[1:] if text[:1] == "-" else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(text)
+    return int(text)
+
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -308,7 +317,7 @@ def _env_layer() -> dict[str, Any]:
     env = os.environ
     if env.get("BUILDTOOL_JOBS"):
         try:
-            out["jobs"] = int(env["BUILDTOOL_JOBS"])
+            out["jobs"] = integer(env["BUILDTOOL_JOBS"])
         except ValueError:
             msg = f"BUILDTOOL_JOBS must be an integer (got {env['BUILDTOOL_JOBS']!r})"
             raise UserError(msg) from None
@@ -320,7 +329,7 @@ def _env_layer() -> dict[str, Any]:
     for var, key in (("BUILDTOOL_CACHE_DIR", "cache_dir"), ("BUILDTOOL_ACTION_ENV", "action_env"),
                      ("BUILDTOOL_RESTORE_MODE", "restore_mode"), ("BUILDTOOL_MAX_CACHE_SIZE", "max_size")):
         if env.get(var):
-            value = [x for x in env[var].split(",") if x] if key == "action_env" else env[var]
+            value = [x.strip() for x in env[var].split(",") if x.strip()] if key == "action_env" else env[var]
             out.update(_check(var, {key: value}))  # (an error names the variable, not the key)
     if any(k.startswith("BUILDTOOL_REMOTE_") for k in env):
         from buildtool.remote.options import env_values

@@ -15,6 +15,8 @@ COMMANDS = ("explain", "plan", "query", "graph")
 
 
 def add_parsers(sub: Any) -> None:
+    from buildtool.config import integer
+
     e = sub.add_parser("explain", help="why each target would run or not (runs nothing)")
     e.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
     e.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
@@ -34,7 +36,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
     jobs = p.add_mutually_exclusive_group()  # (-j with --jobs-range: -j was silently ignored)
-    jobs.add_argument("-j", "--jobs", type=int, help="simulated parallel jobs (default: usable CPUs)")
+    jobs.add_argument("-j", "--jobs", type=integer, help="simulated parallel jobs (default: usable CPUs)")
     jobs.add_argument("--jobs-range", metavar="A-B", help="predict for every job count from A to B")
     p.add_argument("--incremental", action="store_true",
                    help="predict the next build from the current state (up to date / restorable = free)")

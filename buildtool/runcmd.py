@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """The ``run`` subcommand's arguments."""
+    from buildtool.config import integer
+
     r: argparse.ArgumentParser = sub.add_parser(
         "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS"
     )
@@ -32,7 +34,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("target", metavar="TARGET", nargs="?", help="one target label")
     r.add_argument("args", nargs="*", metavar="ARGS",
                    help="arguments for the program, after -- (buildtool's own options may come before it)")
-    r.add_argument("-j", "--jobs", type=int, help="parallel jobs for the build (default: usable CPUs)")
+    r.add_argument("-j", "--jobs", type=integer, help="parallel jobs for the build (default: usable CPUs)")
     r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
     r.add_argument("--no-keep-going", dest="keep_going", action="store_false",
                    help="stop at the first failure, whatever keep_going the config or environment sets")

@@ -108,11 +108,11 @@ def test_tables_merge_key_by_key_and_a_higher_list_replaces(tmp_path: Path, monk
     _write(tmp_path / "xdg" / "buildtool" / "config.toml", 'remote_headers = {authorization = "Bearer U", x-a = "1"}\n')
     _write(tmp_path / "ws" / "buildtool.toml", 'action_env = ["LANG"]\nremote_headers = {x-b = "2"}\n')
     root = str(tmp_path / "ws")
-    monkeypatch.setenv("BUILDTOOL_ACTION_ENV", "FOO")
-    monkeypatch.setenv("BUILDTOOL_REMOTE_HEADERS", "x-a=env")
+    monkeypatch.setenv("BUILDTOOL_ACTION_ENV", "FOO, BAR ,")  # (spaces after commas are not a name's)
+    monkeypatch.setenv("BUILDTOOL_REMOTE_HEADERS", "x-a=env, x-c=3")
     cfg = config.load_config(root, {"remote_headers": {"authorization": "Bearer FLAG"}})
-    assert cfg.remote_headers == {"authorization": "Bearer FLAG", "x-a": "env", "x-b": "2"}
-    assert cfg.action_env == ["FOO"]
+    assert cfg.remote_headers == {"authorization": "Bearer FLAG", "x-a": "env", "x-b": "2", "x-c": "3"}
+    assert cfg.action_env == ["FOO", "BAR"]
 
 
 def test_a_relative_cache_dir_in_a_config_file_is_taken_from_the_file_s_directory(

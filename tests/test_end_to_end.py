@@ -776,6 +776,11 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     ([], {"BUILDTOOL_MAX_CACHE_SIZE": "lots"}, "BUILDTOOL_MAX_CACHE_SIZE: max_size must be a size"),
     ([], {"BUILDTOOL_RESTORE_MODE": "sym"}, "BUILDTOOL_RESTORE_MODE: restore_mode must be one of"),
     ([], {"BUILDTOOL_REMOTE_UPLOAD": "sometimes"}, "BUILDTOOL_REMOTE_UPLOAD"),
+    # Python's int() takes these: -j 1_0 ran ten jobs, a fullwidth 3 three.
+    (["-j", "1_0"], {}, "invalid integer value: '1_0'"),
+    (["-j", "\uff13"], {}, "invalid integer value"),
+    ([], {"BUILDTOOL_JOBS": "1_0"}, "BUILDTOOL_JOBS must be an integer (got '1_0')"),
+    ([], {"BUILDTOOL_REMOTE_JOBS": " 4"}, "BUILDTOOL_REMOTE_JOBS must be a whole number"),
 ])
 def test_bad_flag_values_are_exit_2_before_anything_runs(
     workspace: Workspace, tmp_path: Path, args: list[str], env: dict[str, str], needle: str
@@ -788,7 +793,8 @@ def test_bad_flag_values_are_exit_2_before_anything_runs(
     assert not (tmp_path / "new").exists()  # (nothing made for a report that cannot be written)
 
 
-@pytest.mark.parametrize("args", [["--cache-dir="], ["-j", "0"], ["--events", ""], ["--action-env", "=x"]])
+@pytest.mark.parametrize("args", [["--cache-dir="], ["-j", "0"], ["-j", "1_0"], ["-j\uff13"], ["--events", ""],
+                                  ["--action-env", "=x"]])
 def test_bad_flag_values_are_exit_2_when_nothing_changed_too(workspace: Workspace, args: list[str]) -> None:
     workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="echo > $@")\n')
     assert workspace.build().rc == 0

@@ -230,20 +230,22 @@ def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
     """The remote_* settings given as BUILDTOOL_REMOTE_* environment variables (raw).  An
     empty BUILDTOOL_REMOTE_CACHE or BUILDTOOL_REMOTE_EXECUTOR turns off one set by a config
     file (as ``--remote-cache=`` does); other empty variables are as if unset."""
+    from buildtool.config import integer
+
     out: dict[str, Any] = {}
     for key, var in ENV_VARS.items():
         v = env.get(var)
         if v is None or (not v and key not in ("remote_cache", "remote_executor")):
             continue
         if key == "remote_headers":
-            out[key] = [x for x in v.split(",") if x]
+            out[key] = [x.strip() for x in v.split(",") if x.strip()]
         elif key == "remote_upload":
             from buildtool.config import env_bool
 
             out[key] = env_bool(var, v)
         elif key == "remote_jobs":
             try:
-                out[key] = int(v)
+                out[key] = integer(v)
             except ValueError:
                 msg = f"{var} must be a whole number (got {v!r})"
                 raise ValueError(msg) from None
@@ -307,6 +309,8 @@ def check_key(key: str, v: Any) -> Any:
 
 def add_flags(p: Any) -> None:
     """The remote options of ``build``/``test``/``watch``/``run`` (argparse)."""
+    from buildtool.config import integer
+
     g = p.add_argument_group("remote cache and execution (docs/remote.md)")
     g.add_argument("--remote-cache", metavar="URL",
                    help="grpc(s)://HOST:PORT (REAPI) or http(s)://HOST[:PORT][/prefix] (Bazel HTTP cache)")
@@ -316,7 +320,7 @@ def add_flags(p: Any) -> None:
                    help="header sent with every remote request, e.g. an auth token (repeatable)")
     g.add_argument("--remote-timeout", type=float, metavar="SECONDS",
                    help="deadline of one remote call (default 30); a timeout disables the remote for the build")
-    g.add_argument("--remote-jobs", type=int, metavar="N",
+    g.add_argument("--remote-jobs", type=integer, metavar="N",
                    help="with --remote-executor: actions in flight at once (may exceed the local cores)")
     g.add_argument("--remote-download", metavar="MODE",
                    help="with --remote-executor: which outputs of remote actions are downloaded: all (default), "

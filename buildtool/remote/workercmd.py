@@ -14,10 +14,12 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: Any) -> None:
+    from buildtool.config import integer
+
     w = sub.add_parser("worker", help="serve a Remote Workers API server (BuildGrid) as a build worker")
     w.add_argument("--server", required=True, metavar="URL", help="grpc(s)://HOST:PORT of the server")
     w.add_argument("--instance", default="", metavar="NAME", help="REAPI instance name (default empty)")
-    w.add_argument("--capacity", type=int, default=1, metavar="N", help="actions run at the same time (default 1)")
+    w.add_argument("--capacity", type=integer, default=1, metavar="N", help="actions run at the same time (default 1)")
     w.add_argument("--work-dir", metavar="DIR", help="where actions are staged (default: a new temp dir)")
     w.add_argument("--remote-header", action="append", default=[], metavar="KEY=VALUE",
                    help="header sent with every request, e.g. an auth token (repeatable)")
