@@ -39,12 +39,18 @@ class WorkspaceLock:
         self.fd: int | None = None
         self.second_fd: int | None = None
         self.second_path: str | None = None
+        self._before_wait: Callable[[], object] | None = None
 
-    def acquire(self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None) -> None:
+    def acquire(
+        self, wait: bool, say: Callable[[str], None], remake: Callable[[], object] | None = None,
+        before_wait: Callable[[], object] | None = None,
+    ) -> None:
         """Take the lock (``wait``: blocking, saying who holds it).  A lock file deleted or
         replaced while this process waited for it (``buildtool clean`` deletes the state)
         locks nothing: the file now at the path is locked instead, after ``remake`` (default:
-        make the directory) puts the state directory back."""
+        make the directory) puts the state directory back.  ``before_wait`` is called once,
+        when the lock is busy, before waiting: what it raises is raised without the wait."""
+        self._before_wait = before_wait
         while not self._acquire_once(wait, say):
             if remake is not None:
                 remake()
@@ -77,6 +83,9 @@ class WorkspaceLock:
                     time.sleep(0.01)
                     holder = _read_pid(fd)
                 who = f"pid {holder}" if holder else "unknown pid"
+                if wait and self._before_wait is not None:
+                    check, self._before_wait = self._before_wait, None
+                    check()
                 if not wait:
                     from buildtool.errors import LockBusy
 

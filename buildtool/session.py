@@ -225,7 +225,7 @@ class Session:
         lock = getattr(req.prior, "lock", None)  # held since the snapshot check (noop.try_noop)
         if lock is None:
             lock = WorkspaceLock(state)
-            lock.acquire(req.wait, _say, self.ws.ensure_state_dir)
+            lock.acquire(req.wait, _say, self.ws.ensure_state_dir, lambda: self._check_patterns(req, state))
             if self.focus is not None and not self.record_unchanged():
                 # (watch) another buildtool wrote the record or cleaned while this one waited
                 # for the lock: what the watcher knew to be clean may not be, check them all
@@ -256,6 +256,18 @@ class Session:
         if signals.held is not None:  # it came while the reports were written: they are whole
             raise Interrupted(signals.held)
         return result
+
+    def _check_patterns(self, req: BuildRequest, state: str) -> None:
+        """Before waiting for another build's lock: the request's patterns name targets (a
+        typo, a broken BUILD.py they load is exit 2 at once, not after minutes of waiting).
+        Only the named packages are loaded; the build loads them again under the lock."""
+        if self.graph_source is not None:  # (watch: its graph was loaded already)
+            return
+        from buildtool.loader import Loader
+
+        record = BuildRecord(os.path.join(state, "record"), lambda _msg: None)  # (its warnings: the build's)
+        builder = GraphBuilder(Loader(self.ws, record.all_outputs()), self.ws.cwd_pkg_dir)
+        builder.expand_patterns(req.patterns, want_tests=(req.mode == "test"))
 
     def recorded_outputs(self, record: BuildRecord) -> set[str]:
         """The outputs earlier builds wrote, which glob() leaves out: all the record holds but

@@ -141,3 +141,25 @@ def test_the_second_lock_file_goes_with_its_holder_even_if_the_root_went_first(t
     shutil.rmtree(root)
     a.release()
     assert not os.path.exists(path)
+
+
+def test_the_check_before_waiting_runs_only_when_the_lock_is_busy_and_its_error_ends_the_wait(tmp_path: Path) -> None:
+    """``buildtool build //pkg:typo`` beside a long build waited for it, then said "unknown
+    target": the session checks the patterns in ``before_wait``, whose error is raised at once."""
+    state = tmp_path / "state"
+    state.mkdir()
+    calls: list[str] = []
+    a = WorkspaceLock(str(state))
+    a.acquire(True, lambda _m: None, before_wait=lambda: calls.append("a"))
+    assert calls == []  # (free: nothing to check early, the build checks under the lock)
+    said: list[str] = []
+
+    def refuse() -> None:
+        calls.append("b")
+        raise ValueError("typo")
+
+    b = WorkspaceLock(str(state))
+    with pytest.raises(ValueError, match="typo"):
+        b.acquire(True, said.append, before_wait=refuse)
+    assert calls == ["b"] and said == [] and b.fd is None
+    a.release()

@@ -315,6 +315,11 @@ def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) ->
         rc, _, err = workspace.run("build", "--no-wait")
         assert rc == 1
         assert f"pid {first.pid}" in err and "--no-wait" in err
+        # A typo is said at once, not after the other build (it waited for the lock first).
+        for typo, needle in (("//:slwo", "unknown target '//:slwo'"), ("//nopkg:x", "//nopkg")):
+            rc, _, err = run_buildtool("build", typo, cwd=workspace.root, cache_dir=workspace.cache,
+                                       home=workspace.home, timeout=20)
+            assert rc == 2 and needle in err and "waiting" not in err, err
         events = workspace.home / "second.jsonl"
         second = popen_build(workspace, "--events", str(events))
         assert second.stderr is not None
