@@ -28,7 +28,7 @@ import posixpath
 import shlex
 import sys
 
-from buildtool.dsl import current_context, genrule, getenv, group, test
+from buildtool.dsl import current_context, fail, genrule, getenv, group, test
 from buildtool.labels import _NAME_RE
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build that evaluates BUILD.py files
@@ -106,17 +106,21 @@ _SAID_MISSING: set[str] = set()  # compilers already said missing in this proces
 COMMON = ("priority", "manual", "pool")  # what ``**common`` may hold: passed to every target declared
 
 
-def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, Any],
-             scalars: tuple[str, ...] = ()) -> None:
+def _checked(macro: str, positional: tuple[Any, ...], name: object, lists: dict[str, Any],
+             common: dict[str, Any], scalars: tuple[str, ...] = ()) -> str:
     """The macro's own arguments, checked before anything is declared: a string where a
     list goes was taken a character at a time (``srcs="a.c"``: nothing compiled), and an
-    unknown keyword was reported as one of ``genrule()``'s."""
+    unknown keyword was reported as one of ``genrule()``'s.  Keywords only, as the rules.
+    The name, once checked."""
+    if positional:
+        fail(f"{macro}() takes keyword arguments only (got {len(positional)} positional: {positional[0]!r}...); "
+             f"write {macro}(name=..., ...)")
     where = f"{macro}(name={name!r})"
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{macro}(): name must be a non-empty string (got {name!r})")
+        fail(f"{macro}(): name must be a non-empty string (got {name!r})")
     for attr, value in lists.items():
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{where}: {attr} must be a list of strings (got {value!r})")
+            fail(f"{where}: {attr} must be a list of strings (got {value!r})")
     for attr in ("deps", "hdr_deps"):
         for d in lists.get(attr, ()):
             # A bare name ("lib", "lib:core", "lib/util") is a label without its "//" or ":" (a
@@ -130,8 +134,8 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
                             if p and os.path.isfile(os.path.join(ctx.root, p, "BUILD.py"))]
                     if subs:
                         fix += f" (a target of this package) or '//{subs[0]}' (the package)"
-                raise ValueError(f"{where}: {attr} entries must be labels ('//pkg:name' or ':name'), got {d!r}; "
-                                 f"did you mean {fix}?")
+                fail(f"{where}: {attr} entries must be labels ('//pkg:name' or ':name'), got {d!r}; "
+                     f"did you mean {fix}?")
     unknown = sorted(set(common) - set(COMMON))
     if unknown:
         import difflib  # (only for this error)
@@ -139,7 +143,8 @@ def _checked(macro: str, name: object, lists: dict[str, Any], common: dict[str, 
         known = ["name", *lists, *scalars, *COMMON]
         near = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.75)
         hint = " (headers go in srcs)" if unknown[0] == "hdrs" else f" (did you mean {near[0]!r}?)" if near else ""
-        raise ValueError(f"{where}: unknown attribute {unknown[0]!r}{hint}; {macro}() takes {', '.join(known)}")
+        fail(f"{where}: unknown attribute {unknown[0]!r}{hint}; {macro}() takes {', '.join(known)}")
+    return name
 
 
 def _common(cc: str, common: dict[str, Any]) -> dict[str, Any]:
@@ -212,30 +217,30 @@ def _compile(
         if generated and src.endswith(HEADER_SUFFIXES) and "/" in src.rpartition(":")[2]:
             continue  # a header's file label (//q:include/q.h): found through depfiles, as its path is
         if src.endswith(".so") or ".so." in src.rpartition("/")[2].rpartition(":")[2]:  # (libz.so.1)
-            raise ValueError(f"{name}: srcs entry {src!r} is a shared library: link it through linkopts "
-                             "(-L, -l, and -Wl,-rpath for where it is found at run time)")
+            fail(f"{name}: srcs entry {src!r} is a shared library: link it through linkopts "
+                 "(-L, -l, and -Wl,-rpath for where it is found at run time)")
         if not generated and not src.endswith(SOURCE_SUFFIXES) and (src.startswith("/") or ".." in src.split("/")):
-            raise ValueError(f"{name}: srcs entry {src!r} must be a path inside the package "  # (as for a .c)
-                             "(a header elsewhere is found through includes, not srcs; a prebuilt "
-                             "library elsewhere by its file label, //pkg:libz.a)")
+            fail(f"{name}: srcs entry {src!r} must be a path inside the package "  # (as for a .c)
+                 "(a header elsewhere is found through includes, not srcs; a prebuilt "
+                 "library elsewhere by its file label, //pkg:libz.a)")
         if src.endswith(PREBUILT_SUFFIXES):  # by path or label (//third_party:lib/libz.a, ":libgen.a")
             if not src.endswith(prebuilt):
-                raise ValueError(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive is "
-                                 "linked: list it in the srcs of the cc_binary or cc_test")
+                fail(f"{name}: srcs entry {src!r}: a cc_library archives objects; an archive is "
+                     "linked: list it in the srcs of the cc_binary or cc_test")
             given.append(src)  # (a missing one is the genrule's error, as for any source)
             continue
         if not generated and not src.endswith(SOURCE_SUFFIXES):
             if not src.endswith(HEADER_SUFFIXES):  # (it was taken for a header, and silently left out)
                 takes = "/".join(SOURCE_SUFFIXES + HEADER_SUFFIXES + prebuilt)
-                raise ValueError(f"{name}: srcs entry {src!r} is not a file the macro knows what to do with: "
-                                 f"srcs takes {takes} files")
+                fail(f"{name}: srcs entry {src!r} is not a file the macro knows what to do with: "
+                     f"srcs takes {takes} files")
             # Headers listed in srcs are discovered through depfiles, not compiled; but one
             # that is not there is an error, as a missing source is.  (A plain lookup: glob
             # leaves out ignored dirs, subpackages, links, outputs, and made the package a
             # globbing one, whose whole tree the no-op snapshot then stats.)
             ctx = current_context()
             if not os.path.lexists(os.path.join(ctx.root, ctx.pkg, src)):
-                raise ValueError(f"{name}: srcs entry {src!r} does not exist (a generated header goes in hdr_deps)")
+                fail(f"{name}: srcs entry {src!r} does not exist (a generated header goes in hdr_deps)")
             continue
         # A label's object has a name no source path gives (":main" beside "main.c"), from the
         # label as resolved (":gen" in //p is //p:gen, not //:gen).
@@ -277,7 +282,8 @@ def _compile(
 
 
 def cc_library(
-    name: str,
+    *positional: Any,
+    name: str | None = None,
     srcs: Sequence[str] = (),
     deps: Sequence[str] = (),
     copts: Sequence[str] = (),
@@ -292,7 +298,7 @@ def cc_library(
     directories, package-relative or ``//``-rooted (not propagated to dependents);
     ``hdr_deps``: targets generating headers, built before compiling; ``common``:
     ``priority``, ``manual``, ``pool``."""
-    _checked("cc_library", name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
+    name = _checked("cc_library", positional, name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
                                   "defines": defines, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
@@ -307,7 +313,8 @@ def cc_library(
 
 
 def cc_binary(
-    name: str,
+    *positional: Any,
+    name: str | None = None,
     srcs: Sequence[str] = (),
     deps: Sequence[str] = (),
     copts: Sequence[str] = (),
@@ -318,7 +325,7 @@ def cc_binary(
     **common: Any,
 ) -> None:
     """An executable ``NAME`` in the package directory, linked from ``srcs`` and ``deps``."""
-    _checked("cc_binary", name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
+    name = _checked("cc_binary", positional, name, {"srcs": srcs, "deps": deps, "copts": copts, "includes": includes,
                                  "defines": defines, "linkopts": linkopts, "hdr_deps": hdr_deps}, common)
     cc = compiler()
     common = _common(cc, common)
@@ -340,7 +347,8 @@ def cc_binary(
 
 
 def cc_test(
-    name: str,
+    *positional: Any,
+    name: str | None = None,
     srcs: Sequence[str] = (),
     deps: Sequence[str] = (),
     args: Sequence[str] = (),
@@ -355,10 +363,12 @@ def cc_test(
 ) -> None:
     """A test ``NAME`` running the binary ``NAME.bin`` (built like ``cc_binary``) with ``args``
     in the package directory; ``data`` files are inputs of the test."""
-    _checked("cc_test", name, {"srcs": srcs, "deps": deps, "args": args, "data": data, "copts": copts,
-                               "includes": includes, "defines": defines, "linkopts": linkopts,
-                               "hdr_deps": hdr_deps}, common, scalars=("timeout",))
-    cc_binary(f"{name}.bin", srcs, deps, copts, includes, defines, linkopts, hdr_deps, **common)
+    name = _checked("cc_test", positional, name, {"srcs": srcs, "deps": deps, "args": args, "data": data,
+                                                  "copts": copts, "includes": includes, "defines": defines,
+                                                  "linkopts": linkopts, "hdr_deps": hdr_deps},
+                    common, scalars=("timeout",))
+    cc_binary(name=f"{name}.bin", srcs=srcs, deps=deps, copts=copts, includes=includes, defines=defines,
+              linkopts=linkopts, hdr_deps=hdr_deps, **common)
     extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
     argv = " ".join(shlex.quote(a).replace("$", "$$") for a in args)
     test(name=name, srcs=[f":{name}.bin", *data], cmd=f"./$(location :{name}.bin) {argv}".rstrip(),

@@ -18,9 +18,9 @@ from buildtool.labels import LabelError, check_name
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, NoReturn
 
-__all__ = ["genrule", "getenv", "glob", "group", "pyrule", "test"]
+__all__ = ["fail", "genrule", "getenv", "glob", "group", "pyrule", "test"]
 
 COMMON_ATTRS = ("name", "priority", "manual", "pool", "deps")
 RULE_ATTRS: dict[str, tuple[str, ...]] = {
@@ -295,6 +295,15 @@ def glob(include: list[str] | str, exclude: list[str] | None = None, *, allow_em
     ctx.globbed.update(prefix + p for p in result)
     objs = ctx._globbed_objs
     return [objs.get(p) or objs.setdefault(p, Globbed(p)) for p in result]
+
+
+def fail(message: str) -> NoReturn:
+    """Stop evaluating with ``message`` as an error of the BUILD.py line that called (and of
+    the macro's line, when a macro called): exit 2, as Bazel's ``fail()``.  For macros that
+    check their own arguments; a Python exception says the same, prefixed with its type."""
+    ctx = current_context()
+    path, line, macro = _call_site(ctx)
+    raise BuildfileError(str(message) + macro, path, line)
 
 
 def getenv(name: str, default: str | None = None) -> str | None:

@@ -789,6 +789,7 @@ class Loader:
             "pyrule": dsl.pyrule,
             "glob": dsl.glob,
             "getenv": dsl.getenv,
+            "fail": dsl.fail,
         }
 
     def _locate(self, exc: BaseException, buildfile: str) -> tuple[str, int | None]:

@@ -376,6 +376,8 @@ def test_depfile_attribute_is_validated(workspace: Workspace) -> None:
     ('cc_test(name="x", srcs=["a.c"], data="d")', "data must be a list of strings"),
     ('cc_binary(name="x", srcs=["a.c"], deps=["lib"])',  # (was "source file 'lib' does not exist")
      "deps entries must be labels ('//pkg:name' or ':name'), got 'lib'; did you mean ':lib'?"),
+    # Keywords only, as the rules (a positional name was taken; the rest were not).
+    ('cc_library("x", srcs=["a.c"])', "cc_library() takes keyword arguments only (got 1 positional: 'x'...)"),
 ])
 def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: str, needle: str) -> None:
     """A string where a list goes was taken a character at a time (srcs="a.c": an empty
@@ -383,7 +385,8 @@ def test_cc_macro_arguments_are_checked_at_the_call(workspace: Workspace, call: 
     workspace.write("a.c", "int f(void) { return 1; }\n")
     workspace.build_file("", f"from buildtool.cc import cc_binary, cc_library, cc_test\n{call}\n")
     rc, _, err = workspace.run("build")
-    assert rc == 2 and "BUILD.py:2" in err and needle in err, err
+    assert rc == 2 and "BUILD.py:2: " in err and needle in err, err
+    assert "raised" not in err, err  # (fail(): a rule's error, not an exception's)
 
 
 def test_a_bare_dep_naming_a_package_offers_both_readings(workspace: Workspace) -> None:

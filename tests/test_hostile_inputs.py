@@ -236,9 +236,13 @@ CATALOGUE = [
     ("local-function-raises", 'def mk(n):\n    return {}[n]\n\nmk("q")',
      "BUILD.py:2: evaluating BUILD.py raised KeyError: 'q' (called from BUILD.py:4)", None),
     ("empty-name", 'genrule(name="", outs=["o"], cmd="echo > $@")', "target name must not be empty", None),
+    # fail(): a macro's own check, said as the rules' errors are (no "raised ValueError:").
+    ("macro-fails", 'from tools.macros import checked\nchecked(1)\nchecked(-1)',
+     "BUILD.py:3: checked(): n must be at least 0 (got -1) (in the macro at tools/macros.py:26)", "macro"),
+    ("buildfile-fails", 'x = 1\nfail("x must be 2")', "BUILD.py:2: x must be 2", None),
 ]
 
-MACROS = '''from buildtool.dsl import genrule
+MACROS = '''from buildtool.dsl import fail, genrule
 
 def boom(name):
     return {}[name]
@@ -260,6 +264,10 @@ def chain(name):
 def loop(name):
     genrule(name=name, srcs=[":" + name + "_b"], outs=[name + ".a"], cmd="true")
     genrule(name=name + "_b", srcs=[":" + name], outs=[name + ".b"], cmd="true")
+
+def checked(n):
+    if n < 0:
+        fail(f"checked(): n must be at least 0 (got {n})")
 '''
 
 
