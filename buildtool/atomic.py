@@ -12,6 +12,7 @@ from _thread import get_ident  # not threading's: the no-op path does not import
 
 TYPE_CHECKING = False  # not typing's: the no-op path imports this module
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 
@@ -67,18 +68,19 @@ def wrote_report(path: str) -> None:
     _WRITTEN.add(os.path.realpath(path))
 
 
-def write_report(path: str, data: bytes | str) -> None:
+def write_report(path: str, data: bytes | str | Iterable[bytes]) -> None:
     """Write a file the user named (``--junit``, ``--profile``): atomically, as
     ``write_atomic``, into the file a symlink there points to (the link stays); but into an
     open descriptor's file (``/dev/stdout``, ``/dev/fd/3``, even redirected to a log) at its
     end, at this process's own offset for its stdout and stderr, and straight into a pipe
-    or device: a rename would replace those."""
-    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    or device: a rename would replace those.  ``data`` may come in chunks (a large report,
+    made as it is written)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     _write_report(path, raw)
     wrote_report(path)
 
 
-def _write_report(path: str, raw: bytes) -> None:
+def _write_report(path: str, raw: bytes | Iterable[bytes]) -> None:
     import stat
     import sys
 
@@ -94,15 +96,16 @@ def _write_report(path: str, raw: bytes) -> None:
         stream = sys.stdout if fd == 1 else sys.stderr
         if stream is not None:
             stream.flush()  # (what was printed first comes first)
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
+        for chunk in [raw] if isinstance(raw, bytes) else raw:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
         return
     if stat.S_ISREG(st.st_mode) and not _through_a_descriptor(path):
         write_atomic(os.path.realpath(path), raw)
         return
     with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:
-        f.write(raw)
+        f.writelines([raw] if isinstance(raw, bytes) else raw)
 
 
 def _own_stream(st: os.stat_result) -> int | None:
@@ -282,12 +285,17 @@ def temp_path(path: str, suffix: str) -> str:
     return os.path.join(head, os.fsdecode(raw[:keep]) + tag + suffix)  # (a cut UTF-8 character stays its bytes)
 
 
-def write_atomic(path: str, data: bytes | str, *, errors: str = "strict", tmp_dir: str | None = None) -> None:
-    """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``); the temp
-    file is ``<path>.tmp.<pid>.<thread id>``, cut as ``temp_path`` says for a long name, or
-    in ``tmp_dir`` (on the same filesystem; the state dir's tmp/, which the next build
-    empties: a kill -9 between the write and the rename leaves nothing beside ``path``)."""
-    raw = data if isinstance(data, bytes) else data.encode("utf-8", errors)
+def write_atomic(
+    path: str, data: bytes | str | Iterable[bytes], *, errors: str = "strict", tmp_dir: str | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` (str is encoded as UTF-8 with ``errors``; chunks are
+    written as they come); the temp file is ``<path>.tmp.<pid>.<thread id>``, cut as
+    ``temp_path`` says for a long name, or in ``tmp_dir`` (on the same filesystem; the state
+    dir's tmp/, which the next build empties: a kill -9 between the write and the rename
+    leaves nothing beside ``path``)."""
+    raw = data.encode("utf-8", errors) if isinstance(data, str) else data
+    if tmp_dir is not None and not isinstance(raw, bytes):
+        raw = b"".join(raw)  # (written again beside ``path`` if tmp_dir is on another filesystem)
     if tmp_dir is not None:
         try:
             os.makedirs(tmp_dir, exist_ok=True)
@@ -297,7 +305,7 @@ def write_atomic(path: str, data: bytes | str, *, errors: str = "strict", tmp_di
         else os.path.join(tmp_dir, f"atomic.{os.getpid()}.{get_ident()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(raw)
+            f.writelines([raw] if isinstance(raw, bytes) else raw)
         os.replace(tmp, path)
     except BaseException as e:
         try:

@@ -12,7 +12,8 @@ has ``<system-out>`` (a flaky pass also ``<system-err>`` naming its failed attem
 the subset that GitHub Actions reporters, GitLab and Jenkins read.
 Characters XML 1.0 forbids (e.g. ANSI escapes) are written as ``\\xNN`` (``\\uNNNN`` above
 U+00FF); the suite's ``time`` is the wall time the tests ran in; the file is
-written to a temp file and renamed.  Spec: docs/user-guide.md#junit-xml
+written to a temp file and renamed, one test case at a time (a test's log is read when its
+case is written: never all of them at once).  Spec: docs/user-guide.md#junit-xml
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from buildtool.atomic import write_report
 from buildtool.testing import TestCase, TestResult
@@ -53,16 +54,18 @@ def _escape(m: re.Match[str]) -> str:
     return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"  # (U+FFFE: \ufffe, never read as \xff + "fe")
 
 
-def to_xml(
-    cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None, elapsed: float | None = None,
-) -> ET.ElementTree:
-    """The report.  ``elapsed``: the suite's wall time, from the first test's start to the
-    last one's end (tests run in parallel: not the sum of their times); None: the sum."""
+def _suite_attrs(
+    cases: Sequence[TestCase], suite: str, timestamp: float | None, elapsed: float | None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The ``<testsuites>`` and ``<testsuite>`` attributes: the counts, from the results alone.
+    ``elapsed``: the suite's wall time, from the first test's start to the last one's end
+    (tests run in parallel: not the sum of their times); None: the sum."""
     failures = sum(1 for c in cases if c.result in (TestResult.FAILED, TestResult.TIMEOUT))
     errors = sum(1 for c in cases if c.result is None and (c.build_failed or c.interrupted))
     skipped = sum(1 for c in cases if c.result is None and not (c.build_failed or c.interrupted))
     total_time = sum(c.time for c in cases) if elapsed is None else elapsed
     counts = {
+        "name": suite,
         "tests": str(len(cases)),
         "failures": str(failures),
         "errors": str(errors),
@@ -70,38 +73,64 @@ def to_xml(
     }
     # ``skipped`` on <testsuite> only: the Jenkins xUnit plugin's schema (junit-10.xsd), which
     # it checks reports against, refuses it on <testsuites> (so do pytest's reports).
-    root = ET.Element("testsuites", {"name": suite, **counts})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
-    ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "skipped": str(skipped), "timestamp": stamp})
-    for c in cases:  # (each test's log read once, here: not all of them held at once)
-        log = c.log
-        pkg_label = f"//{c.pkg}"
-        tc = ET.SubElement(ts, "testcase", {"classname": xml_safe(pkg_label), "name": xml_safe(c.label),
-                                            "time": f"{c.time:.3f}"})
-        if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
-            kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
-            f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})
-            f.text = xml_text(log)
-        elif c.result is None and c.build_failed:
-            ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "build_failed"})
-        elif c.result is None and c.interrupted:  # (it ran and has no verdict: not "skipped", which reads neutral)
-            ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
-        elif c.result is None:
-            ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
-        if log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
-            so = ET.SubElement(tc, "system-out")
-            so.text = xml_text(log)
-        if c.result is TestResult.FLAKY:
-            se = ET.SubElement(tc, "system-err")
-            se.text = xml_text(f"FLAKY: passed on attempt {len(c.failures) + 1}; earlier: {'; '.join(c.failures)}\n")
+    return counts, {**counts, "skipped": str(skipped), "timestamp": stamp}
+
+
+def _case(c: TestCase) -> ET.Element:
+    """One test's ``<testcase>`` (its log read here, once)."""
+    log = c.log
+    tc = ET.Element("testcase", {"classname": xml_safe(f"//{c.pkg}"), "name": xml_safe(c.label),
+                                 "time": f"{c.time:.3f}"})
+    if c.result in (TestResult.FAILED, TestResult.TIMEOUT):
+        kind = "timeout" if c.result is TestResult.TIMEOUT else "failed"
+        f = ET.SubElement(tc, "failure", {"message": xml_text(c.message), "type": kind})
+        f.text = xml_text(log)
+    elif c.result is None and c.build_failed:
+        ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "build_failed"})
+    elif c.result is None and c.interrupted:  # (it ran and has no verdict: not "skipped", which reads neutral)
+        ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
+    elif c.result is None:
+        ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
+    if log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
+        so = ET.SubElement(tc, "system-out")
+        so.text = xml_text(log)
+    if c.result is TestResult.FLAKY:
+        se = ET.SubElement(tc, "system-err")
+        se.text = xml_text(f"FLAKY: passed on attempt {len(c.failures) + 1}; earlier: {'; '.join(c.failures)}\n")
+    return tc
+
+
+def to_xml(
+    cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None, elapsed: float | None = None,
+) -> ET.ElementTree:
+    """The report as one tree (every log in it: for tests; ``write_junit`` streams it)."""
+    outer, inner = _suite_attrs(cases, suite, timestamp, elapsed)
+    root = ET.Element("testsuites", outer)
+    ts = ET.SubElement(root, "testsuite", inner)
+    ts.extend(_case(c) for c in cases)
     ET.indent(root, "  ")
     return ET.ElementTree(root)
 
 
+def junit_chunks(
+    cases: Sequence[TestCase], suite: str = "buildtool", timestamp: float | None = None, elapsed: float | None = None,
+) -> Iterator[bytes]:
+    """The report's bytes, a test case at a time: the same document as ``to_xml``'s."""
+    outer, inner = _suite_attrs(cases, suite, timestamp, elapsed)
+    head = ET.tostring(ET.Element("testsuites", outer), encoding="unicode")[: -len(" />")]
+    yield f"<?xml version='1.0' encoding='utf-8'?>\n{head}>\n".encode()
+    yield f"  {ET.tostring(ET.Element('testsuite', inner), encoding='unicode')[: -len(' />')]}>\n".encode()
+    for c in cases:
+        tc = _case(c)
+        ET.indent(tc, "  ", level=2)
+        tc.tail = "\n"
+        # A raw CR would reach readers as LF (XML end-of-line handling); the markup has none.
+        yield b"    " + ET.tostring(tc, encoding="utf-8").replace(b"\r", b"&#13;")
+    yield b"  </testsuite>\n</testsuites>"
+
+
 def write_junit(path: str, cases: Sequence[TestCase], elapsed: float | None = None) -> None:
-    """Write the report to ``path`` atomically (temp file + rename)."""
-    tree = to_xml(cases, elapsed=elapsed)
+    """Write the report to ``path`` atomically (temp file + rename), a test case at a time."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    data = ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True)
-    # A raw CR would reach readers as LF (XML end-of-line handling); the markup has none.
-    write_report(path, data.replace(b"\r", b"&#13;"))
+    write_report(path, junit_chunks(cases, elapsed=elapsed))

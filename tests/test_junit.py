@@ -320,3 +320,48 @@ def test_a_test_whose_build_failed_is_an_error_and_one_the_build_stopped_before_
     assert error.get("message") == "not run because //a:gen failed" and cases["//a:t"].find("skipped") is None
     skipped = cases["//a:u"].find("skipped")
     assert skipped is not None and cases["//a:u"].find("error") is None
+
+
+def _mixed_cases() -> list[TestCase]:
+    return [
+        TestCase("//a:f", "a", TestResult.FAILED, 0.5, "exited with status 1", b"boom\r\n\x1b[31m", "l/f.log"),
+        TestCase("//a:p", "a", TestResult.PASSED, 0.25, "", b"fine & <dandy>\n", "l/p.log"),
+        TestCase("//a:w", "a", TestResult.FLAKY, 1.0, "", b"", "l/w.log", failures=["exited with status 3"]),
+        TestCase("//b:t", "b", TestResult.TIMEOUT, 2.0, "TIMEOUT after 2s", b"...", "l/t.log"),
+        TestCase("//b:n", "b", None, 0.0, "not run because //b:g failed", b"", "", build_failed=True),
+        TestCase("//b:i", "b", None, 0.1, "interrupted", b"so far", "l/i.log", interrupted=True),
+        TestCase("//b:s", "b", None, 0.0, "not run", b"", ""),
+    ]
+
+
+@pytest.mark.parametrize("cases", [_mixed_cases(), []], ids=["mixed", "none"])
+def test_the_streamed_report_is_the_tree_s_document(tmp_path: Path, cases: list[TestCase]) -> None:
+    """write_junit writes a case at a time; what a reader gets is to_xml's document."""
+    path = tmp_path / "j.xml"
+    write_junit(str(path), cases, elapsed=3.5)
+    streamed = ET.canonicalize(from_file=str(path), strip_text=True)
+    whole = ET.tostring(to_xml(cases, elapsed=3.5).getroot(), encoding="unicode").replace("\r", "&#13;")
+    tree = ET.canonicalize(whole, strip_text=True)  # (a raw CR: a reader's LF, as the writer knows)
+    assert streamed == tree
+    root = ET.parse(path).getroot()
+    assert root.get("tests") == str(len(cases)) and len(root.findall("testsuite/testcase")) == len(cases)
+
+
+def test_the_report_never_holds_every_test_s_log_at_once(tmp_path: Path) -> None:
+    """30 tests of 1 MB of output each: the whole tree (and its serialization) held them
+    all, ~100 MB of a CI runner's memory for the report alone."""
+    import tracemalloc
+
+    def log() -> bytes:
+        return b"x" * 999_999 + b"\n"
+
+    cases = [TestCase(f"//p:t{i}", "p", TestResult.FAILED, 0.1, "exited with status 1", log, f"l/{i}.log")
+             for i in range(30)]
+    tracemalloc.start()
+    try:
+        write_junit(str(tmp_path / "j.xml"), cases)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12_000_000, peak
+    assert os.path.getsize(tmp_path / "j.xml") > 30_000_000
