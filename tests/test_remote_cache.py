@@ -437,6 +437,17 @@ def test_a_refused_remote_option_never_shows_its_secret(workspace: Workspace, ar
     assert rc == 2 and "SECRET" not in out + err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "grpc://127.0.0.1:1"])
+def test_the_counts_of_a_remote_that_went_off_add_up_to_the_lookups(workspace: Workspace, url: str) -> None:
+    """A server down from the start read "0 hits, 0 misses": what became of three lookups?"""
+    workspace.build_file("", "\n".join(f'genrule(name="{n}", outs=["{n}.txt"], cmd="echo > $@")' for n in "abc"))
+    r = workspace.build("-j1", "--remote-cache", url)
+    assert r.rc == 0 and r.stderr.count("remote cache unavailable") == 1, r.stderr
+    assert f"remote cache {url}: 0 hits, 0 misses, 0 uploaded, 0 B down, 0 B up, 1 errors, 3 unanswered " \
+           "(off for the rest of the build)" in r.stdout, r.stdout
+    assert [(e["hits"], e["misses"], e["unanswered"]) for e in r.remote] == [(0, 0, 3)], r.remote
+
+
 def test_bad_remote_options_are_exit_2(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
     rc, _, err = workspace.run("build", "--remote-cache", "ftp://example.com")

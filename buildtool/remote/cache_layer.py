@@ -50,11 +50,15 @@ class RemoteStats:
         self.bytes_down = 0
         self.bytes_up = 0
         self.errors = 0
+        # Lookups without an answer: the remote cache was off (unavailable) from then on, or
+        # went off during the call.  hits + misses + off = the lookups of the build.
+        self.off = 0
 
     def line(self, name: str) -> str:
         return (f"remote cache {name}: {self.hits} hits, {self.misses} misses, {self.uploads} uploaded, "
                 f"{_size(self.bytes_down)} down, {_size(self.bytes_up)} up"
-                + (f", {self.errors} errors" if self.errors else ""))
+                + (f", {self.errors} errors" if self.errors else "")
+                + (f", {self.off} unanswered (off for the rest of the build)" if self.off else ""))
 
 
 def _size(n: int) -> str:
@@ -189,6 +193,9 @@ class RemoteCache:
         """The target's entry, fetched into the local cache; None on a miss (or any trouble)."""
         store = self._get_store()
         if store is None or not self.cache.writable:
+            if store is None:
+                with self._lock:
+                    self.stats.off += 1
             return None
         try:
             act = self.remote_action(store, t, key, desc)
@@ -203,15 +210,19 @@ class RemoteCache:
             return None
         except Unavailable as e:
             self._trip(str(e))
+            with self._lock:
+                self.stats.off += 1
             return None
         except ValueError:  # grpc's "Cannot invoke RPC on closed channel!": aborted (Ctrl-C) meanwhile
             if self._broken is None:
                 raise
+            with self._lock:
+                self.stats.off += 1
             return None
         except (RemoteError, OSError) as e:
             if self._broken is not None:  # (a call the breaker broke off: gRPC's CANCELLED, one line each)
                 with self._lock:
-                    self.stats.misses += 1
+                    self.stats.off += 1
                 return None
             evicted = isinstance(e, MissingBlob)  # (a cache that evicts blobs before entries: a plain miss)
             with self._lock:
@@ -393,7 +404,7 @@ class RemoteCache:
         s = self.stats
         return {"role": "cache", "endpoint": str(self.ep), "hits": s.hits, "misses": s.misses,
                 "uploads": s.uploads, "bytes_down": s.bytes_down, "bytes_up": s.bytes_up, "errors": s.errors,
-                "disabled": self._broken}
+                "unanswered": s.off, "disabled": self._broken}
 
     def abort(self) -> None:
         """The build is interrupted: calls in flight fail at once, and no new one starts."""
