@@ -343,7 +343,15 @@ class ActionDB:
 
             share(self.path)  # (SQLite gives its -wal and -shm the database's mode: a team's, if shared)
             try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                try:
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                except _sqlite().OperationalError as e:
+                    if not self._frozen_file(e):
+                        raise
+                    conn.close()
+                    conn = self._immutable_connection()
+                    self._conn = conn
+                    return conn
                 if version not in (0, 1, 2, SCHEMA_VERSION):
                     raise _OtherVersion(version)
                 _wal(conn)
@@ -355,6 +363,38 @@ class ActionDB:
                 raise
             self._conn = conn
         return self._conn
+
+    def _frozen_file(self, e: BaseException) -> bool:
+        """Whether ``e`` (from the first read) is SQLite failing to open a WAL database it may
+        not write beside: a cache on a read-only mount, or another user's, whose ``-shm`` file
+        it cannot make.  Only when the log holds nothing (``cache gc`` leaves it so; a writer
+        at work keeps one), so that the file alone is every entry and no writer changes it."""
+        if getattr(e, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or not os.path.isfile(self.path):
+            return False
+        directory = os.path.dirname(self.path) or "."
+        try:
+            wal = os.stat(self.path + "-wal").st_size
+        except FileNotFoundError:
+            wal = 0
+        except OSError:
+            return False
+        return wal == 0 and not os.access(directory, os.W_OK)
+
+    def _immutable_connection(self) -> sqlite3.Connection:
+        """The database read as an immutable file (no locks, no ``-shm``), for lookups only:
+        stores are refused as a read-only file's are (``_no_stores``, said once)."""
+        import pathlib
+
+        uri = pathlib.Path(self.path).absolute().as_uri() + "?immutable=1"
+        conn = _sqlite().connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:  # (no upgrade in place here: read as another version's)
+                raise _OtherVersion(version)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _guarded(self, what: str, fn: Callable[[sqlite3.Connection], object], default: object) -> object:
         """``fn(connection)`` under the lock; on trouble, the warning or reset it calls for
@@ -387,6 +427,8 @@ class ActionDB:
                     self._warn(f"the cache database {self.path} is {why} ({_describe(e)}); starting it afresh")
                     self._reset()
                     continue
+                if name.startswith("SQLITE_READONLY") and what == "update":
+                    return default  # (when entries were hit, not worth a word: nothing was to be stored)
                 if (name.startswith("SQLITE_READONLY") or name == "SQLITE_FULL") and what != "read":
                     self._no_stores = True  # (a file this build may not write, or a full disk)
                     self._on_unusable(f"the cache database {self.path} refused a store ({_describe(e)}); "

@@ -276,10 +276,11 @@ def _refs_of(raw: bytes) -> tuple[str, ...] | None:
         return None
 
 
-def _actions(v_dir: str) -> ActionDB:
+def _actions(v_dir: str, refused: list[str] | None = None) -> ActionDB:
+    """The action database, quietly (``refused``: gets why it refused a change, if it did)."""
     from buildtool.actiondb import ActionDB
 
-    return ActionDB(v_dir, lambda _msg: None, lambda _msg: None)
+    return ActionDB(v_dir, lambda _msg: None, refused.append if refused is not None else lambda _msg: None)
 
 
 _SHARD = re.compile("[0-9a-f]{2}")
@@ -334,8 +335,8 @@ def scan(v_dir: str, actions: ActionDB | None = None) -> Scan:
 class GcResult:
     """What a collection did: bytes before and after, and what it deleted."""
 
-    __slots__ = ("after", "before", "blobs_deleted", "blobs_kept", "db_shrunk", "entries_evicted", "entries_kept",
-                 "garbage_blobs", "tmp_deleted", "undeletable")
+    __slots__ = ("after", "before", "blobs_deleted", "blobs_kept", "db_refused", "db_shrunk", "entries_evicted",
+                 "entries_kept", "garbage_blobs", "tmp_deleted", "undeletable")
 
     def __init__(self, before: int, after: int) -> None:
         self.before = before
@@ -348,6 +349,7 @@ class GcResult:
         self.db_shrunk = 0  # bytes the action database gave back (evicted entries' free pages)
         self.blobs_kept = 0  # blobs to delete that could not be (another user's shard, say): still counted
         self.undeletable = ""  # the first of those, and why
+        self.db_refused = ""  # why the database refused to drop the entries_kept (SQLite's words)
 
 
 def _unlink(p: str, failed: list[str] | None = None) -> bool:
@@ -372,11 +374,15 @@ def _unlink(p: str, failed: list[str] | None = None) -> bool:
 def collect(v_dir: str, target: int | None) -> GcResult:
     """Evict LRU entries until the cache holds at most ``target`` bytes (None: only garbage).
     The caller holds ``gc.lock`` exclusively."""
-    db = _actions(v_dir)
+    refused: list[str] = []
+    db = _actions(v_dir, refused)
     try:
-        return _collect(v_dir, target, db)
+        res = _collect(v_dir, target, db)
     finally:
         db.close()
+    if res.entries_kept and refused:
+        res.db_refused = refused[0]
+    return res
 
 
 def _collect(v_dir: str, target: int | None, db: ActionDB) -> GcResult:

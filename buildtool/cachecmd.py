@@ -97,8 +97,9 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         if not res.entries_kept:
             return 1
     if res.entries_kept:  # (it said "evicted 0 entries" and exit 0 on a full disk)
-        print(f"buildtool: warning: the cache's database could not be changed (a full disk?): {res.entries_kept} "
-              "entries chosen for eviction stay, their blobs deleted (each a miss); run cache gc again once "
-              "there is room", file=sys.stderr)
+        why = f" ({res.db_refused})" if res.db_refused else " (a full disk?)"
+        gone = ", their blobs deleted (each a miss)" if res.blobs_deleted else ""
+        print(f"buildtool: warning: the cache's database could not be changed{why}: {res.entries_kept} "
+              f"entries chosen for eviction stay{gone}; run cache gc again once it can be written", file=sys.stderr)
         return 1
     return 0

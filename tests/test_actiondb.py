@@ -485,3 +485,24 @@ def test_a_damaged_name_in_the_schema_is_damage_not_a_crash(tmp_path: Path) -> N
     assert db.put("k2", b"new")
     assert any("damaged" in w for w in calls.warned), calls.warned
     assert db.get("k2") == b"new"
+
+
+def test_a_database_in_a_directory_it_may_not_write_is_read_as_an_immutable_file(tmp_path: Path) -> None:
+    """A cache saved after `cache gc` (no -wal, no -shm) on a read-only mount: SQLite cannot
+    make the -shm file a WAL database needs, "unable to open database file", and caching
+    was off for the build (every target ran).  The file alone is every entry then."""
+    where = tmp_path / "v"
+    where.mkdir()
+    db = Calls().db(where)
+    assert db.put("k", b"entry")
+    db.close()
+    assert not (where / (actiondb.FILENAME + "-wal")).exists()
+    with immutable(where):
+        calls = Calls()
+        db = calls.db(where)
+        assert db.get("k") == b"entry" and db.get("k2") is None
+        assert db.put("k2", b"new") is False
+        assert len(calls.unusable) == 1 and "refused a store" in calls.unusable[0], calls.unusable
+        assert db.get("k") == b"entry"
+        db.close()
+    assert calls.warned == [], calls.warned

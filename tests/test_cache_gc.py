@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cache_verify import layout_dir, verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env
+from conftest import BUILDTOOL, Workspace, _clean_env, immutable
 
 from buildtool.cache_gc import parse_size, read_counter, scan
 
@@ -362,6 +362,19 @@ def test_gc_on_a_database_that_refuses_frees_the_blobs_and_says_so(
         (workspace.root / f"{n}.bin").unlink()
     r = workspace.build()
     assert r.rc == 0 and len(r.with_status("ran")) == 2 and len(r.with_status("restored")) == 1, r.output
+
+
+def test_gc_on_a_database_it_may_not_write_says_sqlite_s_reason(workspace: Workspace) -> None:
+    """A cache another user owns: gc said "(a full disk?)" and that the blobs were deleted,
+    when the database was read-only and (a shard it may not change) none was."""
+    sized_targets(workspace, {"a": 300 * KIB, "b": 300 * KIB, "c": 300 * KIB})
+    assert workspace.build().rc == 0
+    db = layout_dir(workspace.cache) / "actions.db"
+    with immutable(db):
+        rc, out, err = workspace.run("cache", "gc", "--max-size", "400K")
+    assert rc == 1, out + err
+    assert "the cache's database could not be changed (" in err and "readonly database" in err, err
+    assert "full disk" not in err and "entries chosen for eviction stay" in err, err
 
 
 def test_gc_counts_the_blobs_it_could_not_delete_and_says_so(
