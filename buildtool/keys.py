@@ -110,21 +110,26 @@ def checkout_root(root: str) -> str:
 
 
 def keyed_path(path: str, base: str) -> str:
-    """``path`` (a PATH value) as keys hold it: entries inside the checkout ``base`` written
-    from ``CHECKOUT_MARK``, so two clones with their own ``.venv/bin`` first on PATH (as the
-    README sets one up) share cache entries, as they share every workspace path."""
+    """``path`` (a PATH value) as keys hold it (and as the command gets it, ``real_path``):
+    entries inside the checkout ``base`` written from ``CHECKOUT_MARK``, so two clones with
+    their own ``.venv/bin`` first on PATH (as the README sets one up) share cache entries, as
+    they share every workspace path; a trailing ``/`` dropped and an entry listed again left
+    out (it never wins a lookup), so that a CI image's ``/bin/`` or a setup step's repeated
+    entry does not miss every target."""
     base = base.rstrip("/") or "/"
     prefix = base + "/" if base != "/" else None
-    if prefix is None:
-        return path
 
     def keyed(e: str) -> str:
+        if e:  # ("": the working directory, as ".")
+            e = e.rstrip("/") or "/"
+        if prefix is None:
+            return e
         r = e
         if e != base and not e.startswith(prefix) and os.path.isabs(e):
             r = os.path.realpath(e)  # (a venv made through a symlink to the checkout: `direnv`'s layout)
         return CHECKOUT_MARK + r[len(base):] if r == base or r.startswith(prefix) else e  # (others as given)
 
-    return os.pathsep.join(keyed(e) for e in path.split(os.pathsep))
+    return os.pathsep.join(dict.fromkeys(keyed(e) for e in path.split(os.pathsep)))
 
 
 def real_path(path: str, base: str) -> str:

@@ -201,6 +201,22 @@ def test_path_entries_inside_the_checkout_are_keyed_from_its_root(tmp_path: Path
     assert keys.keyed_path(f"{link}/.venv/bin:/usr/bin", str(repo)) == "$BUILDTOOL_CHECKOUT/.venv/bin:/usr/bin"
 
 
+@pytest.mark.parametrize("base", ["/work/clone", "/"])
+@pytest.mark.parametrize(("path", "keyed"), [
+    ("/usr/bin:/bin:/usr/bin", "/usr/bin:/bin"),  # (a setup step put /usr/bin first again: it never wins)
+    ("/usr/bin/:/bin//", "/usr/bin:/bin"),  # (a CI image's /bin/)
+    ("/:/usr/bin:/", "/:/usr/bin"),
+    ("::.:/bin:", ":.:/bin"),  # ("" is the working directory, as ".": kept, once)
+    ("/bin:/bin/", "/bin"),
+])
+def test_a_path_entry_listed_again_or_with_a_trailing_slash_does_not_change_the_key(
+    base: str, path: str, keyed: str,
+) -> None:
+    """Every target missed when a runner image's PATH had /bin/ for /bin, or /usr/bin twice:
+    the same lookups, so the same key."""
+    assert keys.keyed_path(path, base) == keyed
+
+
 def test_two_clones_with_their_own_venv_on_path_share_the_cache(tmp_path: Path) -> None:
     """As the README sets up: a .venv in each clone, first on PATH. The commands still get
     their clone's real PATH (they find the tool there), and the second clone restores."""
