@@ -337,6 +337,12 @@ class ActionDB:
         if self._conn is None:
             if os.path.islink(self.path):  # (planted: SQLite would write its tables into the file it leads to)
                 raise _sqlite().DatabaseError("it is a symbolic link, not the cache's own file")
+            for side in (self.path + "-wal", self.path + "-shm"):
+                if os.path.isdir(side) and not os.path.islink(side):  # (a restored tarball's damage: SQLite
+                    import shutil  # could not open the database, or only to read it, on every build)
+
+                    shutil.rmtree(side, ignore_errors=True)
+                    self._warn(f"the cache database's {os.path.basename(side)} was a directory; removed it")
             wait_s = IMPATIENT_MS / 1000 if self._was_busy else BUSY_TIMEOUT_S
             conn = _sqlite().connect(self.path, timeout=wait_s, isolation_level=None, check_same_thread=False)
             from buildtool.atomic import share

@@ -215,13 +215,14 @@ class Cache:
         self._write_mu = threading.Lock()  # one write of the queue at a time; flush and forget wait for it
         try:
             new = not os.path.isdir(self.dir)
-            for sub in ("cas", "tmp"):
+            for sub in ("cas", "tmp", "mf"):  # (mf/, the depfile targets' manifests: made when first used)
                 d = os.path.join(self.dir, sub)
                 if not new and os.path.isfile(d) and not os.path.islink(d):
                     os.unlink(d)  # a file where the cache's own layout has a directory: the cache's to replace
                     # (not a link: one to a disk not mounted now is the user's set-up, left alone)
                     warn(f"cache: {d} was not a directory; replaced it with one")
-                os.makedirs(d, exist_ok=True)
+                if sub != "mf":
+                    os.makedirs(d, exist_ok=True)
             if new:
                 for d in (directory, self.dir, os.path.join(self.dir, "cas"), os.path.join(self.dir, "tmp")):
                     share(d)  # (made after the commands' umask was set, in a later watch cycle: the team's too)

@@ -345,6 +345,24 @@ def test_a_version_2_database_gains_the_hits_table_keeping_its_entries(tmp_path:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
+@pytest.mark.parametrize("side", ["-wal", "-shm"])
+def test_a_directory_in_place_of_the_log_or_shared_memory_file_is_removed(tmp_path: Path, side: str) -> None:
+    """A restored tarball's damage: SQLite could not open the database (-wal) or only to
+    read it (-shm) on every build, and `cache gc`/`stats` failed.  The entries stay."""
+    db = Calls().db(tmp_path)
+    assert db.put("old", b"entry")
+    db.close()
+    place = tmp_path / (actiondb.FILENAME + side)
+    place.mkdir()
+    (place / "x").write_text("x")
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.get("old") == b"entry" and db.put("new", b"v") and db.get("new") == b"v"
+    db.close()
+    assert calls.warned == [f"the cache database's actions.db{side} was a directory; removed it"], calls.warned
+    assert calls.unusable == [] and not place.is_dir()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "directory", "other-version"])
 def test_a_damaged_database_is_started_afresh(tmp_path: Path, damage: str) -> None:
     path = tmp_path / actiondb.FILENAME
