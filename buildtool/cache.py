@@ -508,7 +508,7 @@ class Cache:
             remove_path(tmp)
             if _kept_unreadable(e, dest):
                 return True
-            self._write_failed(e, dest)
+            self.write_failed(e, dest)
             return False
 
     @staticmethod
@@ -708,10 +708,12 @@ class Cache:
             remove_path(tmp)
             if blob and _kept_unreadable(e, dest):
                 return True
-            self._write_failed(e, dest)
+            self.write_failed(e, dest)
             return False
 
-    def _write_failed(self, e: OSError, dest: str) -> None:
+    def write_failed(self, e: OSError, dest: str) -> None:
+        """A write into the cache failed: a full disk or a cache this build may not write
+        stores nothing more (one warning), anything else is that write's warning."""
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ELOOP):
             where = e.filename if e.errno in (errno.EACCES, errno.EPERM, errno.ELOOP) and e.filename else None
             self._disable(f"cannot write to the cache ({e.strerror}{f': {where}' if where else ''})")

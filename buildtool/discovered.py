@@ -170,7 +170,7 @@ class Manifests:
                 os.unlink(tmp)
             except OSError:
                 pass
-            self._warn(f"could not write cache manifest ({e.strerror}); continuing without it")
+            self.cache.write_failed(e, dest)  # (a full disk: nothing more is stored, one warning in all)
 
     def lookup(
         self, primary: str, desc: Mapping[str, Any], digest_of: DigestOf

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import immutable
 
 from buildtool import discovered, keys
 from buildtool.cache import ActionEntry, Cache, CachedOutput
@@ -259,3 +260,17 @@ def test_manifest_keeps_a_bounded_most_recent_first_list(tmp_path: Path) -> None
     assert got[0] == ["h7.h"] and got.count(["h7.h"]) == 1
     # Written atomically: no temp file is left behind.
     assert os.listdir(os.path.join(mf.cache.dir, "tmp")) == []
+
+
+def test_a_manifest_the_cache_refuses_stops_the_stores_with_one_warning(tmp_path: Path) -> None:
+    """A full disk (here: mf/ immutable) warned once per manifest, beside the cache's own
+    "nothing is stored" warning, and went on trying each one."""
+    warnings: list[str] = []
+    cache = _cache(tmp_path, warnings)
+    mf = discovered.Manifests(cache, warnings.append)
+    Path(mf.dir).mkdir(parents=True, exist_ok=True)
+    with immutable(Path(mf.dir)):
+        for n in range(3):
+            mf.add(f"{n:02d}" * 32, ["a.h"])
+    assert not cache.writable
+    assert len(warnings) == 1 and "nothing is stored in the cache for the rest of this build" in warnings[0], warnings
