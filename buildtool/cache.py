@@ -200,6 +200,7 @@ class Cache:
         self._reflink = True
         self._said_unreadable = False
         self._made: set[str] = set()  # directories known to exist (cleared when one vanishes)
+        self.damage_said = False  # a blob that did not match its digest was warned about (runner: no second word)
         self.bytes_added = 0  # stored by this process: feeds cache_gc's running size counter
         self.bytes_counted = 0  # of which already added to that counter during the build (_added)
         self._counted_at = 0.0  # (monotonic: the first MiB stored is counted at once)
@@ -583,6 +584,7 @@ class Cache:
         cache was fine, ``dest`` could not be written (a read-only directory, a name too long)."""
         if inline is not None:
             if hash_bytes(inline) != digest:
+                self.damage_said = True
                 self._warn(f"cache entry content {digest[:12]} for {dest} does not match its digest; rerunning")
                 return None
             return self._place(dest, mode, None, lambda out: _write_all(out, inline))
@@ -608,6 +610,7 @@ class Cache:
         except OSError:
             return None
         if actual != digest:
+            self.damage_said = True
             self._warn(f"cache blob {digest[:12]} for {dest} does not match its digest; removing it and rerunning")
             remove_path(blob)
             return None

@@ -168,6 +168,7 @@ class TargetRunner:
         self._tool_paths: dict[int, dict[str, list[int] | None]] = {}
         self._real_dirs: dict[str, str] = {}  # output directory -> its real path (_leads_elsewhere)
         self._unplaceable: set[int] = set()  # targets a cache hit could not be put in place for
+        self._said_damaged = False  # a local entry whose blobs were missing or damaged (said once a build)
         self._refused: dict[int, str] = {}  # target -> key whose local entry the scheduler thread found unusable
         self._no_commands = False  # settle(): the build stopped; what needs its command stays unstarted
         self._described: frozenset[str] | None = None  # labels the cache's descriptions table holds
@@ -903,6 +904,10 @@ class TargetRunner:
                 return done
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
+            if not (self._said_damaged or self.cache.damage_said):  # (a cache restored in part, blobs
+                self._said_damaged = True  # deleted by hand: each such target ran, said only by --explain)
+                self.warn(f"{t.label}: its cache entry names blobs the cache no longer has; running its command "
+                          "(said once a build: `--explain` names each such target)")
         elif not cache_skip:
             why = f"{why}; no cache entry for key {key[:12]}{self._stored_elsewhere(t, key, desc, entry)}"
         if self._no_commands:

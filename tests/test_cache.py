@@ -117,6 +117,7 @@ def test_corrupted_blob_is_detected_and_the_target_reruns(workspace: Workspace, 
     assert r2.rc == 0, r2.output
     assert r2.status("//:gen") == "ran"
     assert r2.by_label["//:gen"]["reason_code"] == "cache_corrupt"
+    assert "no longer has" not in r2.stderr, r2.stderr  # (the blob's own warning says it all)
     assert workspace.path("gen.out").read_bytes() == want
     assert r2.status("//:use") == "up_to_date"  # early cutoff: same bytes again
     assert "corrupt" in r2.stderr or "does not match" in r2.stderr
@@ -883,3 +884,20 @@ def test_a_blob_whose_copy_fails_midway_leaves_nothing_under_its_digest(
     monkeypatch.undo()
     c2 = Cache(str(tmp_path / "c"), lambda m: None)
     assert c2.put_file(str(src), d) and c2.read_blob(d) == src.read_bytes()
+
+
+def test_a_cache_whose_blobs_are_gone_says_so_once(workspace: Workspace) -> None:
+    """A CI cache restored in part (cas/ empty): every target ran, and only --explain said why."""
+    big = "x" * 200_000
+    workspace.build_file("", "\n".join(
+        f'genrule(name="g{i}", outs=["g{i}.out"], cmd="printf {big[:50]}{i} > $@; head -c 100000 /dev/zero >> $@")'
+        for i in range(3)))
+    assert workspace.build().rc == 0
+    for shard in (cv.layout_dir(workspace.cache) / "cas").iterdir():
+        shutil.rmtree(shard)
+    for i in range(3):
+        (workspace.root / f"g{i}.out").unlink()
+    r = workspace.build()
+    assert r.rc == 0 and r.with_status("ran") == {"//:g0", "//:g1", "//:g2"}, r.output
+    assert r.stderr.count("its cache entry names blobs the cache no longer has") == 1, r.stderr
+    assert {r.by_label[f"//:g{i}"]["reason_code"] for i in range(3)} == {"cache_corrupt"}
