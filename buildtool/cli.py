@@ -33,13 +33,15 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
                    help=argparse.SUPPRESS if watch else
                    "run every target's command, up to date or cached (make -B); the results are recorded and "
                    "stored in the caches as any run's")
-    p.add_argument("--cache-dir", help="shared cache directory (env BUILDTOOL_CACHE_DIR)")
+    p.add_argument("--cache-dir", help="shared cache directory (default $XDG_CACHE_HOME/buildtool, else "
+                                       "~/.cache/buildtool; env BUILDTOOL_CACHE_DIR)")
     p.add_argument("--explain", action="store_true", help="print why each target ran or not")
     p.add_argument("-w", "--print-directory", action="store_true",
                    help="around a command's output, print the directory it ran in (make -w), for editors that "
                         "jump to the files compiler messages name")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="print the command of each target that runs (or, with build -n, would run), as ninja -v")
+                   help="print the command of each target that runs" + ("" if watch else " (or, with -n, would run)")
+                   + ", as ninja -v")
     p.add_argument("--events", metavar="FILE", help="write JSON Lines build events to FILE")
     p.add_argument("--profile", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing) to FILE")
     p.add_argument("-l", "--load-average", type=float, metavar="LOAD", dest="load",
@@ -80,10 +82,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("-C", dest="directory", action="append", metavar="DIR",
                     help="run as if started in DIR (repeated: each relative to the one before, as make -C)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    b = sub.add_parser("build", help="build targets (never runs tests)")
+    exits = ("Exit status: 0 success; 1 a command failed; 2 an invalid request, BUILD.py or configuration "
+             "(nothing ran); 130/143 interrupted (Ctrl-C/SIGTERM). The user guide: docs/user-guide.md.")
+    b = sub.add_parser("build", help="build targets (never runs tests)", epilog=exits,
+                       description="Build the targets the patterns name (default //...) and what they need; "
+                                   "what is up to date is skipped, what the cache has is restored.")
     _add_build_flags(b)
     _add_watch_flags(b, True)
-    t = sub.add_parser("test", help="build what tests need and run the test targets")
+    t = sub.add_parser("test", help="build what tests need and run the test targets",
+                       epilog=exits.replace("1 a command failed", "1 a command or a test failed; 4 no test targets"),
+                       description="Build what the named tests need, then run them (a pass is cached: it is "
+                                   "not run again until something it depends on changes).")
     _add_build_flags(t)
     _add_watch_flags(t, True)
     t.add_argument("--no-cache-tests", action="store_true", help="rerun tests even if they passed before")

@@ -109,7 +109,7 @@ _current: ContextVar[PackageContext | None] = ContextVar("buildtool_package", de
 # Calls made with no evaluation in their thread: a thread a BUILD.py started does not
 # inherit the context, and its exception may be swallowed (threading prints it and the
 # target is silently missing): the loader looks here after each evaluation.
-misplaced_calls: list[str] = []
+misplaced_calls: list[tuple[str, str, int]] = []  # (function, file and line of its caller)
 
 
 class OutsideEvaluation(RuntimeError):
@@ -122,7 +122,7 @@ def current_context() -> PackageContext:
         frame, name = sys._getframe(1), "a buildtool.dsl function"
         while frame is not None and frame.f_code.co_filename == __file__:  # the outermost one: genrule
             name, frame = frame.f_code.co_name, frame.f_back
-        misplaced_calls.append(name)
+        misplaced_calls.append((name, frame.f_code.co_filename, frame.f_lineno) if frame is not None else (name, "", 0))
         msg = ("buildtool.dsl functions can only be called while a BUILD.py is evaluated, "
                "in the thread evaluating it")
         if "buildtool.loader" not in sys.modules:  # (no buildtool here: a pyrule's own process, say)

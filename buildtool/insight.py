@@ -44,8 +44,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cache-dir", help="shared cache directory, for --incremental")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
-    q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN)")
-    q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET) | outputs(P) | PATTERN")
+    q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET|FILE), outputs(PATTERN)",
+                       epilog="Examples: query 'deps(//app:main)'; query 'rdeps(//..., //lib:include/core.h)' "
+                              "(what a header edit reruns); query 'outputs(//lib/...)'.")
+    q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET|FILE) | outputs(P) | PATTERN")
 
     g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot, JSON, or compile_commands.json)")
     g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")

@@ -441,9 +441,12 @@ class Loader:
                        "declare targets: build paths from __file__ instead")
                 raise BuildfileError(msg, rel_bf, None)
             if len(dsl.misplaced_calls) > misplaced:  # (a thread's exception may have been swallowed)
-                msg = (f"evaluating {rel_bf} called {dsl.misplaced_calls[misplaced]}() in another thread; "
+                name, fn, line = dsl.misplaced_calls[misplaced]
+                inside = fn.startswith(self.ws.root + os.sep)
+                msg = (f"evaluating {rel_bf} called {name}() in another thread; "
                        "declare targets in the thread evaluating the BUILD.py")
-                raise BuildfileError(msg, rel_bf, None)
+                raise BuildfileError(msg, os.path.relpath(fn, self.ws.root) if inside else rel_bf,
+                                     line if inside else None)
             if guard.calls:  # called in a thread the BUILD.py started (this thread raises)
                 msg = (f"evaluating {rel_bf} called {guard.calls[0]} (in another thread); "
                        "a BUILD.py may only declare targets")

@@ -27,7 +27,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     from buildtool.config import integer
 
     r: argparse.ArgumentParser = sub.add_parser(
-        "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS"
+        "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS",
+        usage="buildtool run TARGET [options] [ARGS...] [-- ARGS...]",
     )
     # Optional to argparse only so that a missing TARGET gets our message.  ARGS: those
     # right after TARGET; cli.py adds the ones after ``--``.

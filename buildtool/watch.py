@@ -1221,7 +1221,8 @@ class Watcher:
                 signal.signal(sig, h)
             s.stats.save() if s.stats is not None else None
         if self.stop_signal is not None:  # (a log then ends saying so, not as a watch still waiting would)
-            names = {signal.SIGINT: "SIGINT, Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+            names = {signal.SIGINT: "SIGINT, Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP",
+                     signal.SIGQUIT: "SIGQUIT, Ctrl-\\"}
             _say(f"watch stopped ({names.get(self.stop_signal, f'signal {self.stop_signal}')})")
         return 0 if self.stop_signal in (None, signal.SIGINT) else 128 + self.stop_signal  # SIGTERM 143, SIGHUP 129
 

@@ -43,13 +43,18 @@ def test_a_plain_build_parses_as_the_parser_does(head: list[str], tail: list[str
         assert vars(args) == _parsed(argv)
 
 
+@pytest.mark.parametrize("argv", [["build", "--jobs=\u0663", "a"], ["build", "-j\u0663"], ["build", "-j", "1_0"]])
+def test_a_count_in_other_digits_is_refused_by_both_paths(argv: list[str]) -> None:
+    """int() (and so argparse's type=int) read any decimal digit and '1_0' as 10."""
+    assert _plain_build(argv) is None and _parsed(argv) is None
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ["build"],
         ["-C", "ws", "build", "//...", "-j", "2", "--cache-dir", "/c"],
         ["build", "a", "b", "-j3"],
-        ["build", "--jobs=\u0663", "a"],  # int() and so argparse read any decimal digit
     ],
 )
 def test_common_plain_builds_take_the_shortcut(argv: list[str]) -> None:

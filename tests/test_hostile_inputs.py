@@ -136,7 +136,8 @@ CATALOGUE = [
     ("output-in-git", 'genrule(name="t", outs=[".git/config"], cmd="true")', "inside .git/", "keep"),
     # The thread's RuntimeError was printed by threading, //:t was missing, and the build passed.
     ("declares-in-a-thread", RAN + 'import threading\ndef f():\n    genrule(name="t", outs=["o"], cmd="true")\n'
-     'th = threading.Thread(target=f)\nth.start()\nth.join()', "called genrule() in another thread", None),
+     'th = threading.Thread(target=f)\nth.start()\nth.join()',
+     "BUILD.py:4: evaluating BUILD.py called genrule() in another thread", None),  # (the call's line)
     ("output-in-a-nested-git", 'genrule(name="t", outs=["sub/.git/config"], cmd="true")',
      "inside a .git/ directory", "keep"),
     ("output-is-a-submodules-git-file", 'genrule(name="t", outs=["sub/.git"], cmd="true")',

@@ -743,12 +743,15 @@ def test_sighup_exits_129_and_kills_running_command(watch, ws: Path) -> None:
     wait_for(lambda: not procs_with("sleep 43.75"), timeout=5, what="no orphan sleep")
 
 
-def test_sigterm_exits_143_when_idle(watch, ws: Path) -> None:
-    """... and says so: a log that ended at the last cycle's line read as a watch still waiting."""
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "SIGTERM"),
+                                                   (signal.SIGQUIT, 131, "SIGQUIT, Ctrl-\\")])
+def test_sigterm_exits_143_when_idle(watch, ws: Path, sig: signal.Signals, code: int, said: str) -> None:
+    """... and says so: a log that ended at the last cycle's line read as a watch still waiting
+    (SIGQUIT was said as "signal 3")."""
     w = watch()
     w.wait_cycle(1)
-    assert w.stop(signal.SIGTERM) == 143
-    assert w.err[-1] == "buildtool: watch stopped (SIGTERM)", w.log()
+    assert w.stop(sig) == code
+    assert w.err[-1] == f"buildtool: watch stopped ({said})", w.log()
 
 
 def test_sigint_when_idle_exits_0(watch, ws: Path) -> None:
