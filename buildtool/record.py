@@ -267,8 +267,9 @@ class BuildRecord:
     """label -> last entry: {"k": key, "o": [[path, digest, mode], ...], "d": seconds,
     "desc": the key's description as canonical JSON text (``desc_of``)}."""
 
-    def __init__(self, path: str, warn: Callable[[str], None]) -> None:
+    def __init__(self, path: str, warn: Callable[[str], None], readonly: bool = False) -> None:
         self.path = path
+        self._readonly = readonly  # (read without the workspace lock: what it cannot read is left as it is)
         self.entries = Entries(warn)
         self.lines = 0
         self._warn = warn
@@ -287,13 +288,16 @@ class BuildRecord:
             return
         except OSError as e:
             self._warn(f"build record unreadable ({e.strerror}); every target will be checked anew")
-            remove_if_not_a_file(self.path)  # (a directory, a named pipe: nothing could be appended to it)
+            if not self._readonly:
+                remove_if_not_a_file(self.path)  # (a directory, a named pipe: nothing could be appended to it)
             return
         self.torn = not data.endswith(b"\n")
         nl = data.find(b"\n")
         head = data[:nl] if nl >= 0 else data
         self._upgrade = head + b"\n" == HEADER_V1.encode()
         if head + b"\n" != HEADER.encode() and not self._upgrade:
+            if self._readonly:  # (another build may have made it a moment ago: empty, its header to come)
+                return
             self._warn("build record has an unknown format version; discarding it")
             self._discard()
             return

@@ -209,7 +209,7 @@ class Session:
     def load_graph(self, patterns: list[str], mode: str = "build") -> Graph:
         """The validated graph of a request, without taking the lock or touching state
         (for query, graph and plan)."""
-        record = BuildRecord(os.path.join(self.ws.state_dir, "record"), _warn)
+        record = BuildRecord(os.path.join(self.ws.state_dir, "record"), _warn, readonly=True)  # (no lock held)
         from buildtool.loader import Loader
 
         self.tests_missing = None
@@ -258,16 +258,27 @@ class Session:
         return result
 
     def _check_patterns(self, req: BuildRequest, state: str) -> None:
-        """Before waiting for another build's lock: the request's patterns name targets (a
+        """Before waiting for another build's lock: the request's labels name targets (a
         typo, a broken BUILD.py they load is exit 2 at once, not after minutes of waiting).
-        Only the named packages are loaded; the build loads them again under the lock."""
-        if self.graph_source is not None:  # (watch: its graph was loaded already)
-            return
+        Only the named packages are loaded (no wildcard: ``//...`` would load them all, for
+        nothing), and the check leaves no trace: the workspace modules it imported are
+        forgotten, so that the build, under the lock, imports them as they are then (an edit
+        during the wait) and tracks what they read (a ``getenv`` at import)."""
+        if self.graph_source is not None or not req.patterns or any("..." in p for p in req.patterns):
+            return  # (watch: its graph was loaded already)
         from buildtool.loader import Loader
 
-        record = BuildRecord(os.path.join(state, "record"), lambda _msg: None)  # (its warnings: the build's)
+        record = BuildRecord(os.path.join(state, "record"), lambda _msg: None, readonly=True)  # (the build's)
         builder = GraphBuilder(Loader(self.ws, record.all_outputs()), self.ws.cwd_pkg_dir)
-        builder.expand_patterns(req.patterns, want_tests=(req.mode == "test"))
+        before = set(sys.modules)
+        try:
+            builder.expand_patterns(req.patterns, want_tests=(req.mode == "test"))
+        finally:
+            inside = self.ws.root + os.sep
+            for name in set(sys.modules) - before:
+                where = getattr(sys.modules[name], "__file__", None)
+                if isinstance(where, str) and where.startswith(inside):
+                    del sys.modules[name]
 
     def recorded_outputs(self, record: BuildRecord) -> set[str]:
         """The outputs earlier builds wrote, which glob() leaves out: all the record holds but

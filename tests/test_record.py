@@ -191,3 +191,19 @@ def test_holds_is_true_only_for_the_entry_prepare_would_make_of_the_same_values(
     assert not BuildRecord.holds(entry, "k2", outs, 1.23456, text)
     assert not BuildRecord.holds(entry, "k1", outs, 2.0, text)
     assert not BuildRecord.holds(entry, "k1", outs, 1.23456, keys.canonical({"cmd": "y"}))
+
+
+def test_a_record_read_without_the_lock_is_never_removed(tmp_path: Path) -> None:
+    """query, and a build checking its patterns before it waits for another build's lock,
+    read the record: one that build had just made (empty: its header still to come) was
+    taken for an unknown version and deleted from under it."""
+    path = tmp_path / "record"
+    for body in (b"", b"# buildtool record v99\n", b"garbage"):
+        path.write_bytes(body)
+        warned: list[str] = []
+        assert BuildRecord(str(path), warned.append, readonly=True).all_outputs() == set()
+        assert path.read_bytes() == body and warned == []
+    path.unlink()
+    path.mkdir()
+    BuildRecord(str(path), lambda _m: None, readonly=True)
+    assert path.is_dir()

@@ -341,6 +341,45 @@ def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) ->
                 p.wait(10)
 
 
+def test_a_macro_module_edited_while_a_build_waits_for_the_lock_is_read_as_it_is_then(
+    workspace: Workspace,
+) -> None:
+    """The check of the patterns before the wait imported tools/defs.py; the build, under
+    the lock, used that import: the edit made during the wait was lost, and the stale
+    output was "up to date" from then on (and a getenv() at import went untracked)."""
+    workspace.home.mkdir(parents=True, exist_ok=True)
+    go = workspace.home / "go"
+    workspace.write("tools/__init__.py", "")
+    workspace.write("tools/defs.py", "from buildtool.dsl import genrule\n\ndef mk(name):\n"
+                                     "    genrule(name=name, outs=[name + '.txt'], cmd='echo OLD > $@')\n")
+    workspace.build_file("sub", 'from tools.defs import mk\nmk("m")\n')
+    workspace.build_file("", f'genrule(name="slow", outs=["slow.txt"], cmd="while [ ! -e {go} ]; do sleep 0.02; done; '
+                             'echo > $@")\n')
+    assert workspace.build("//sub:m").rc == 0 and workspace.read("sub/m.txt") == "OLD\n"
+    first = popen_build(workspace, "//:slow")
+    second = None
+    try:
+        lock = workspace.root / ".buildtool" / "lock"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
+            time.sleep(0.02)
+        second = popen_build(workspace, "//sub:m")
+        assert second.stderr is not None
+        ready, _, _ = select.select([second.stderr], [], [], 30)
+        assert ready and "waiting for another buildtool" in second.stderr.readline()
+        workspace.write("tools/defs.py", workspace.read("tools/defs.py").replace("OLD", "NEW"))
+        go.touch()
+        assert second.wait(timeout=30) == 0, second.communicate()
+        assert first.wait(timeout=30) == 0
+        assert workspace.read("sub/m.txt") == "NEW\n"
+    finally:
+        go.touch()
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
 def test_two_workspaces_share_one_cache_concurrently(make_workspace, tmp_path: Path) -> None:
     shared = tmp_path / "shared-cache"
     a = make_workspace("a", cache=shared)
