@@ -102,6 +102,7 @@ class ActionDB:
         self._described: dict[str, tuple[str, str]] = {}  # label -> (key, description JSON), likewise
         self._unusable = False
         self._no_stores = False  # a store was refused (read-only or full): lookups go on
+        self._immutable = False  # read as an immutable file (_frozen_file): damage is a writer's, never reset
         self._reset_done = False
         self._busy_warned = False
         self._was_busy = False  # busy for a whole BUSY_TIMEOUT_S once: _impatient_locked
@@ -342,7 +343,8 @@ class ActionDB:
                     import shutil  # could not open the database, or only to read it, on every build)
 
                     shutil.rmtree(side, ignore_errors=True)
-                    self._warn(f"the cache database's {os.path.basename(side)} was a directory; removed it")
+                    if not os.path.lexists(side):  # (a cache this build may not write: said as unusable)
+                        self._warn(f"the cache database's {os.path.basename(side)} was a directory; removed it")
             wait_s = IMPATIENT_MS / 1000 if self._was_busy else BUSY_TIMEOUT_S
             conn = _sqlite().connect(self.path, timeout=wait_s, isolation_level=None, check_same_thread=False)
             from buildtool.atomic import share
@@ -351,6 +353,10 @@ class ActionDB:
             try:
                 try:
                     version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version not in (0, 1, 2, SCHEMA_VERSION):
+                        raise _OtherVersion(version)
+                    _wal(conn)
+                    conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
                 except _sqlite().OperationalError as e:
                     if not self._frozen_file(e):
                         raise
@@ -358,10 +364,6 @@ class ActionDB:
                     conn = self._immutable_connection()
                     self._conn = conn
                     return conn
-                if version not in (0, 1, 2, SCHEMA_VERSION):
-                    raise _OtherVersion(version)
-                _wal(conn)
-                conn.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a crash loses no older rows
                 if version != SCHEMA_VERSION:
                     _create_or_upgrade(conn)
             except BaseException:
@@ -371,11 +373,14 @@ class ActionDB:
         return self._conn
 
     def _frozen_file(self, e: BaseException) -> bool:
-        """Whether ``e`` (from the first read) is SQLite failing to open a WAL database it may
-        not write beside: a cache on a read-only mount, or another user's, whose ``-shm`` file
-        it cannot make.  Only when the log holds nothing (``cache gc`` leaves it so; a writer
-        at work keeps one), so that the file alone is every entry and no writer changes it."""
-        if getattr(e, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or not os.path.isfile(self.path):
+        """Whether ``e`` (from opening it) is SQLite failing to open a WAL database it may not
+        write beside: a cache on a read-only mount, or another user's, whose ``-shm`` file it
+        cannot make.  Only when the log holds nothing (``cache gc`` leaves it so; a writer at
+        work keeps one), so that the file alone is every entry.  A writer may start later (the
+        owner's build): what it changes under the reader is a miss (``_guarded``), and an
+        entry found is still checked (its key, its blobs' digests)."""
+        if getattr(e, "sqlite_errorname", "") not in ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY") \
+                or not os.path.isfile(self.path):  # (a mount read-only to all; a directory of another user's)
             return False
         directory = os.path.dirname(self.path) or "."
         try:
@@ -392,6 +397,7 @@ class ActionDB:
         import pathlib
 
         uri = pathlib.Path(self.path).absolute().as_uri() + "?immutable=1"
+        self._immutable = True  # (from here: whatever goes wrong, nothing is reset)
         conn = _sqlite().connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -428,7 +434,14 @@ class ActionDB:
                 # (UnicodeDecodeError: sqlite3 decoding an error message that quotes a damaged name)
                 damaged = name in _DAMAGED or isinstance(e, UnicodeDecodeError) \
                     or (name == "SQLITE_CANTOPEN" and os.path.isdir(self.path))
-                if (isinstance(e, _OtherVersion) or damaged) and attempt == 1 and not self._reset_done:
+                if self._immutable and damaged:  # (its owner writing it meanwhile: nothing to start afresh)
+                    if not self._busy_warned:
+                        self._busy_warned = True
+                        self._warn(f"the cache database {self.path}, read as a file this build may not write, "
+                                   f"changed while it was read ({_describe(e)}); treating that as a miss")
+                    return default
+                if (isinstance(e, _OtherVersion) or damaged) and attempt == 1 and not self._reset_done \
+                        and not self._immutable:
                     why = "of another version" if isinstance(e, _OtherVersion) else "damaged"
                     self._warn(f"the cache database {self.path} is {why} ({_describe(e)}); starting it afresh")
                     self._reset()

@@ -317,7 +317,7 @@ def _env_layer() -> dict[str, Any]:
     env = os.environ
     if env.get("BUILDTOOL_JOBS"):
         try:
-            out["jobs"] = integer(env["BUILDTOOL_JOBS"])
+            out["jobs"] = integer(env["BUILDTOOL_JOBS"].strip())  # (a stray space of an env file or YAML)
         except ValueError:
             msg = f"BUILDTOOL_JOBS must be an integer (got {env['BUILDTOOL_JOBS']!r})"
             raise UserError(msg) from None

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from buildtool.config import MAX_JOBS
+from buildtool.config import MAX_JOBS, integer
 from buildtool.graph import Graph
 from buildtool.plan import Plan
 from buildtool.pools import Pools
@@ -177,8 +177,8 @@ def parse_jobs_range(text: str) -> list[int]:
     """``A-B`` (or a single ``N``) -> [A..B]; raises ValueError on bad input."""
     a, sep, b = text.partition("-")
     try:
-        lo = int(a)
-        hi = int(b) if sep else lo
+        lo = integer(a)
+        hi = integer(b) if sep else lo
     except ValueError:
         lo = hi = 0
     if lo < 1 or hi < lo or hi > MAX_JOBS:

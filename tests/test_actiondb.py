@@ -524,3 +524,54 @@ def test_a_database_in_a_directory_it_may_not_write_is_read_as_an_immutable_file
         assert db.get("k") == b"entry"
         db.close()
     assert calls.warned == [], calls.warned
+
+
+def test_another_user_s_cache_is_read_as_an_immutable_file(tmp_path: Path) -> None:
+    """A cache dir owned by another user (755), after its owner's `cache gc`: SQLite said
+    "attempt to write a readonly database" (it cannot make the -shm) and caching was off."""
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to read the cache as another user")
+    where = Path(tempfile.mkdtemp(prefix="bt-other-user-", dir="/tmp"))  # (tmp_path's parents are 0700)
+    try:
+        where.chmod(0o755)
+        db = Calls().db(where)
+        assert db.put("k", b"entry")
+        db.close()
+        probe = ("import sys\nfrom buildtool import actiondb\nw, u = [], []\n"
+                 f"db = actiondb.ActionDB({str(where)!r}, w.append, u.append)\n"
+                 "print(db.get('k'), db.put('k2', b'x'), db.get('k'), len(w), ['refused a store' in m for m in u])\n")
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+        if subprocess.run([*as_nobody, "import buildtool"], capture_output=True).returncode:
+            pytest.skip("this Python or buildtool is not readable by another user here")
+        out = subprocess.run([*as_nobody, probe], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == "b'entry' False b'entry' 0 [True]", out
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_a_read_only_database_changed_under_its_reader_is_a_miss_not_started_afresh(tmp_path: Path) -> None:
+    """Its owner's build writes it meanwhile: SQLite's "malformed" was taken for damage,
+    "starting it afresh" said (and on a read-only mount, nothing could be deleted)."""
+    where = tmp_path / "v"
+    where.mkdir()
+    db = Calls().db(where)
+    assert db.put_many([(f"k{i}", b"e" * 3000) for i in range(50)])
+    db.close()
+    path = where / actiondb.FILENAME
+    with immutable(where):
+        calls = Calls()
+        db = calls.db(where)
+        assert db.get("k1") == b"e" * 3000
+        size = path.stat().st_size
+        with open(path, "r+b") as f:  # (the owner's checkpoint, as seen mid-way by a reader)
+            f.seek(4096)
+            f.write(b"\xff" * (size - 4096))
+        assert [db.get(f"k{i}") for i in range(2, 50)] == [None] * 48
+        db.close()
+    assert len(calls.warned) == 1 and "changed while it was read" in calls.warned[0], calls.warned
+    assert calls.unusable == [] and path.stat().st_size == size

@@ -100,6 +100,19 @@ def test_an_empty_remote_url_turns_off_the_one_a_config_file_sets(
     assert not cfg.remote_cache and not cfg.remote_executor
 
 
+def test_a_count_in_the_environment_may_have_spaces_around_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BUILDTOOL_JOBS="4 " (a stray space of an env file or CI YAML) worked with int()."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for k in list(os.environ):
+        if k.startswith("BUILDTOOL_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("BUILDTOOL_JOBS", " 4 ")
+    monkeypatch.setenv("BUILDTOOL_REMOTE_JOBS", "8\n")
+    _write(tmp_path / "ws" / "buildtool.toml", "")
+    cfg = config.load_config(str(tmp_path / "ws"), {})
+    assert (cfg.jobs, cfg.remote_jobs) == (4, 8)
+
+
 def test_tables_merge_key_by_key_and_a_higher_list_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     for k in list(os.environ):

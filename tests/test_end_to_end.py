@@ -780,7 +780,7 @@ def test_bad_config_key_is_exit_2(workspace: Workspace) -> None:
     (["-j", "1_0"], {}, "invalid integer value: '1_0'"),
     (["-j", "\uff13"], {}, "invalid integer value"),
     ([], {"BUILDTOOL_JOBS": "1_0"}, "BUILDTOOL_JOBS must be an integer (got '1_0')"),
-    ([], {"BUILDTOOL_REMOTE_JOBS": " 4"}, "BUILDTOOL_REMOTE_JOBS must be a whole number"),
+    ([], {"BUILDTOOL_REMOTE_JOBS": "\uff14"}, "BUILDTOOL_REMOTE_JOBS must be a whole number"),
 ])
 def test_bad_flag_values_are_exit_2_before_anything_runs(
     workspace: Workspace, tmp_path: Path, args: list[str], env: dict[str, str], needle: str

@@ -70,7 +70,7 @@ def test_a_free_target_takes_no_pool_slot_and_the_waiter_still_runs() -> None:
 def test_jobs_range_parsing() -> None:
     assert parse_jobs_range("1-4") == [1, 2, 3, 4]
     assert parse_jobs_range("3") == [3]
-    for bad in ("0-2", "4-2", "x", "abc", "1-y", "1-5000"):
+    for bad in ("0-2", "4-2", "x", "abc", "1-y", "1-5000", "1_0-1_2", "\uff11-2", " 1-2"):  # (int(): the last 3)
         try:
             parse_jobs_range(bad)
         except ValueError as e:

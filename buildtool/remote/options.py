@@ -245,7 +245,7 @@ def env_values(env: dict[str, str] | Any) -> dict[str, Any]:
             out[key] = env_bool(var, v)
         elif key == "remote_jobs":
             try:
-                out[key] = integer(v)
+                out[key] = integer(v.strip())
             except ValueError:
                 msg = f"{var} must be a whole number (got {v!r})"
                 raise ValueError(msg) from None
