@@ -263,6 +263,11 @@ def _entry(e: str) -> str:
 def _path_change(old: str, new: str) -> str:
     """What differs between two PATH values: the entries gone and added, else repeats or
     the order."""
+    from buildtool.keys import keyed_path
+
+    if keyed_path(old, "/") == new:  # (an older buildtool's key held it as given)
+        return (f"was {old!r}, the same lookups: buildtool now keys PATH without repeated entries and "
+                "trailing slashes (a one-time change)")
     o, n = old.split(":"), new.split(":")
     gone = [e for e in o if e not in n]
     added = [e for e in n if e not in o]
