@@ -448,11 +448,20 @@ class Console:
                 longest = max(longest, rest)
         return max((max(waiting, 0.0) * scale + running) / self._jobs, longest)
 
+    def overdue(self, now: float) -> bool:
+        """Whether a running target has taken longer than its (scaled) estimate: the ETA,
+        which counts nothing more for it, is then only a lower bound."""
+        w = self._estimate
+        if w is None:
+            return False
+        scale = self._ran_actual / self._ran_estimate if self._ran_estimate > 0 else 1.0
+        return any(now - started > w[t] * scale for t, started in self.running.items() if t in self._counted)
+
     def status_lines(self, now: float, width: int) -> list[str]:
         head = f"[{self.done}/{self.total}]"
         eta = self.eta(now)
         if eta is not None and self.running:
-            head += f" ETA {fmt_secs(eta)}"
+            head += f" ETA {fmt_secs(eta)}" + ("+" if self.overdue(now) else "")  # (at least: one runs long)
         if self.running:
             head += f" running {len(self.running)}:"
         lines = [self._paint(head, "bold")]

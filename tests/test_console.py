@@ -453,3 +453,6 @@ def test_the_eta_learns_from_the_commands_that_ran_and_counts_the_plan_only() ->
     c.running[10] = 100.0  # (running for 1 s at now=101: its scaled 4 ms are long spent)
     eta = c.eta(101.0)
     assert eta is not None and abs(eta - 889 * 0.004 / 2) < 1e-6, eta
+    # ... so the ETA is a lower bound, said with a "+" (a long command read "ETA 0s" for minutes)
+    assert c.overdue(101.0) and not c.overdue(100.001)
+    assert c.status_lines(101.0, 80)[0].startswith("[10/900] ETA 1.8s+ running 1:"), c.status_lines(101.0, 80)
