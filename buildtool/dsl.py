@@ -297,13 +297,14 @@ def glob(include: list[str] | str, exclude: list[str] | None = None, *, allow_em
     return [objs.get(p) or objs.setdefault(p, Globbed(p)) for p in result]
 
 
-def fail(message: str) -> NoReturn:
-    """Stop evaluating with ``message`` as an error of the BUILD.py line that called (and of
-    the macro's line, when a macro called): exit 2, as Bazel's ``fail()``.  For macros that
-    check their own arguments; a Python exception says the same, prefixed with its type."""
+def fail(*message: object, sep: str = " ") -> NoReturn:
+    """Stop evaluating with ``message`` (its parts joined by ``sep``, as Bazel's ``fail()``)
+    as an error of the BUILD.py line that called (and of the macro's line, when a macro
+    called): exit 2.  For macros that check their own arguments; a Python exception says
+    the same, prefixed with its type."""
     ctx = current_context()
     path, line, macro = _call_site(ctx)
-    raise BuildfileError(str(message) + macro, path, line)
+    raise BuildfileError((sep.join(map(str, message)) or "fail() called") + macro, path, line)
 
 
 def getenv(name: str, default: str | None = None) -> str | None:

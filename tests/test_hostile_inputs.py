@@ -240,7 +240,8 @@ CATALOGUE = [
     # fail(): a macro's own check, said as the rules' errors are (no "raised ValueError:").
     ("macro-fails", 'from tools.macros import checked\nchecked(1)\nchecked(-1)',
      "BUILD.py:3: checked(): n must be at least 0 (got -1) (in the macro at tools/macros.py:26)", "macro"),
-    ("buildfile-fails", 'x = 1\nfail("x must be 2")', "BUILD.py:2: x must be 2", None),
+    ("buildfile-fails", 'x = 1\nfail("x must be", 2, "not", x)', "BUILD.py:2: x must be 2 not 1", None),
+    ("buildfile-fails-bare", 'x = 1\nfail()', "BUILD.py:2: fail() called", None),
 ]
 
 MACROS = '''from buildtool.dsl import fail, genrule
