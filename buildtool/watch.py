@@ -158,7 +158,7 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool, broken: bool
     name = rel.rsplit("/", 1)[-1]
     appears = event_type in ("created", "moved_to")
     structural = appears or event_type in ("deleted", "moved_from")
-    if is_dir:
+    if is_dir or (structural and rel in ws.dirs):  # (a link to a directory re-pointed: inotify says a file)
         if not structural or rel in ws.output_dirs:
             return None
         if rel in ws.loader_files:  # a package directory an import looked for

@@ -1911,3 +1911,31 @@ def test_a_source_beside_hundreds_of_nested_groups_is_rebuilt(watch, ws: Path) -
     write(ws / "top.src", "t2\n")
     w.wait_settled(lambda cs: cs[-1].n > 1 and "//:top" in ran_since(w, 1), "top rebuilt")
     assert w.proc.poll() is None and "Traceback" not in w.log(), w.log()
+
+
+@pytest.mark.parametrize("packages", [0, 20])
+def test_a_re_pointed_symlinked_directory_reruns_what_reads_through_it(
+    tmp_path: Path, cache: Path, packages: int,
+) -> None:
+    """`current -> v1` re-pointed to v2: with more than MAX_EMITTERS directories (recursive
+    inotify watches), the link's event came as a file's and was dropped: a stale build,
+    silently, until something else changed."""
+    root = tmp_path / "dws"
+    write(root / "buildtool.toml", "")
+    write(root / "shared" / "a" / "s.txt", "A\n")
+    write(root / "shared" / "b" / "s.txt", "B\n")
+    (root / "pkg").mkdir()
+    os.symlink("../shared/a", root / "pkg" / "cur")
+    write(root / "pkg" / "BUILD.py", 'genrule(name="t", srcs=["cur/s.txt"], outs=["o.txt"], cmd="cat $< > $@")\n')
+    for i in range(packages):
+        write(root / f"p{i}" / "x.txt", f"{i}\n")
+        write(root / f"p{i}" / "BUILD.py", 'genrule(name="x", srcs=["x.txt"], outs=["o.txt"], cmd="cp $< $@")\n')
+    with watching(root, cache) as w:
+        w.wait_file(root / "pkg" / "o.txt", "A\n", "the first build")
+        tmp_link = root / "pkg" / "cur.new"
+        os.symlink("../shared/b", tmp_link)
+        os.replace(tmp_link, root / "pkg" / "cur")
+        w.wait_file(root / "pkg" / "o.txt", "B\n", "the re-pointed directory's file")
+        time.sleep(0.3)
+        write(root / "shared" / "b" / "s.txt", "B2\n")
+        w.wait_file(root / "pkg" / "o.txt", "B2\n", "an edit through the new link")
