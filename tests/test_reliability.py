@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cache_verify as cv
@@ -295,6 +296,36 @@ def test_signalled_or_partial_commands_fail_and_leave_nothing(workspace: Workspa
 
 
 # -- two builds at once ---------------------------------------------------------------------
+@contextlib.contextmanager
+def _two_builds(workspace: Workspace, first_args: tuple[str, ...], go: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Start a build (its command waits for ``go``) and wait until it holds the lock; the
+    list it yields has that build first, then any the test adds (each killed if still
+    running at the end, after ``go`` is made)."""
+    procs = [popen_build(workspace, *first_args)]
+    try:
+        lock = workspace.root / ".buildtool" / "lock"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
+            time.sleep(0.02)
+        yield procs
+    finally:
+        go.touch()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+def _says_it_waits(p: subprocess.Popen[str]) -> str:
+    """The first line the build ``p`` says (it blocks on the lock right after)."""
+    assert p.stderr is not None
+    ready, _, _ = select.select([p.stderr], [], [], 30)  # (no hang if it never says a word)
+    assert ready, "the second build said nothing in 30 s"
+    said = p.stderr.readline()
+    assert "waiting for another buildtool" in said, said
+    return said
+
+
 def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) -> None:
     """The first build's command runs until the test says go, once the second build says
     it waits (a fixed sleep raced the start of two more buildtools on a busy machine)."""
@@ -303,14 +334,9 @@ def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) ->
     workspace.build_file("", f"""
         genrule(name="slow", outs=["o.txt"], cmd="while [ ! -e {go} ]; do sleep 0.02; done; echo done > $@")
     """)
-    first = popen_build(workspace)
-    second = None
-    try:
-        lock = workspace.root / ".buildtool" / "lock"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-            time.sleep(0.02)
-        holder = int(lock.read_text().strip())
+    with _two_builds(workspace, (), go) as procs:
+        first = procs[0]
+        holder = int((workspace.root / ".buildtool" / "lock").read_text().strip())
         assert holder == first.pid
         rc, _, err = workspace.run("build", "--no-wait")
         assert rc == 1
@@ -321,11 +347,8 @@ def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) ->
                                        home=workspace.home, timeout=20)
             assert rc == 2 and needle in err and "waiting" not in err, err
         events = workspace.home / "second.jsonl"
-        second = popen_build(workspace, "--events", str(events))
-        assert second.stderr is not None
-        ready, _, _ = select.select([second.stderr], [], [], 30)  # (no hang if it never says a word)
-        assert ready, "the second build said nothing in 30 s"
-        said = second.stderr.readline()  # (its first words: it blocks on the lock right after)
+        procs.append(second := popen_build(workspace, "--events", str(events)))
+        said = _says_it_waits(second)
         assert f"waiting for another buildtool (pid {first.pid}) on this workspace" in said, said
         go.touch()
         assert second.wait(timeout=30) == 0, second.communicate()
@@ -333,12 +356,6 @@ def test_second_build_waits_for_the_first_or_fails_fast(workspace: Workspace) ->
         _, ev = read_events(events)
         assert [e["status"] for e in ev if e["label"] == "//:slow"] == ["up_to_date"]  # the first's result
         assert workspace.read("o.txt") == "done\n"
-    finally:
-        go.touch()
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait(10)
 
 
 def test_a_macro_module_edited_while_a_build_waits_for_the_lock_is_read_as_it_is_then(
@@ -356,28 +373,14 @@ def test_a_macro_module_edited_while_a_build_waits_for_the_lock_is_read_as_it_is
     workspace.build_file("", f'genrule(name="slow", outs=["slow.txt"], cmd="while [ ! -e {go} ]; do sleep 0.02; done; '
                              'echo > $@")\n')
     assert workspace.build("//sub:m").rc == 0 and workspace.read("sub/m.txt") == "OLD\n"
-    first = popen_build(workspace, "//:slow")
-    second = None
-    try:
-        lock = workspace.root / ".buildtool" / "lock"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-            time.sleep(0.02)
-        second = popen_build(workspace, "//sub:m")
-        assert second.stderr is not None
-        ready, _, _ = select.select([second.stderr], [], [], 30)
-        assert ready and "waiting for another buildtool" in second.stderr.readline()
+    with _two_builds(workspace, ("//:slow",), go) as procs:
+        procs.append(second := popen_build(workspace, "//sub:m"))
+        _says_it_waits(second)
         workspace.write("tools/defs.py", workspace.read("tools/defs.py").replace("OLD", "NEW"))
         go.touch()
         assert second.wait(timeout=30) == 0, second.communicate()
-        assert first.wait(timeout=30) == 0
+        assert procs[0].wait(timeout=30) == 0
         assert workspace.read("sub/m.txt") == "NEW\n"
-    finally:
-        go.touch()
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait(10)
 
 
 def test_two_workspaces_share_one_cache_concurrently(make_workspace, tmp_path: Path) -> None:
