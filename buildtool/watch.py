@@ -417,7 +417,8 @@ class Watcher:
         self.cycle_no = 0
         self.cycle_start_ns = 0
         self.cycle_span = (0.0, 0.0)  # (monotonic start and end of the last cycle: _rewritten_as_was)
-        self.cycle_wall = (0, 0)  # (the same in time_ns: a polled change is seen late, its file's mtime says when)
+        self.cycle_wall = (0, 0)  # (the same in time_ns: a change seen late, polled or on a loaded machine:
+        # its file's mtime says when)
         self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
         # the graph of the last cycle that ended OK or FAILED, and the targets it finished (_rewritten_as_was)
         self.last_finished: tuple[Graph | None, dict[int, Status]] = (None, {})
@@ -964,11 +965,10 @@ class Watcher:
         readers = [*self._readers_of(g).get(ch.path, ()), *self._discovered().get(ch.path, ())]
         if not readers or any(r not in finished for r in readers):
             return False
-        if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later:
-            wall0, wall1 = self.cycle_wall  # by its mtime then, from the coarser file clock)
-            try:
-                if not (self.poll and wall0 - 20_000_000 <= os.stat(os.path.join(self.root, ch.path)).st_mtime_ns
-                        <= wall1):
+        if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later, and
+            wall0, wall1 = self.cycle_wall  # inotify's event may reach this thread after the cycle
+            try:  # ended on a loaded machine: by its mtime then, from the coarser file clock)
+                if not wall0 - 20_000_000 <= os.stat(os.path.join(self.root, ch.path)).st_mtime_ns <= wall1:
                     return False
             except OSError:
                 return False

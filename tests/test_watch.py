@@ -1872,6 +1872,14 @@ def test_a_rewrite_as_read_is_dropped_only_when_every_reader_finished_in_a_cycle
     tg, tf = g.by_label["//:tg"], g.by_label["//:tf"]
     w.last_finished = (g, {tg: Status.RAN, tf: Status.UP_TO_DATE})
     assert w._rewritten_as_was(ch)  # (every reader keyed from it, the cycle ended: a tool's rewrite)
+    # Its inotify event reached the watcher after the cycle ended (a loaded CI machine): the
+    # file's mtime, inside the cycle, says it was written then (a cycle for it looped).
+    mtime = (root / "F.txt").stat().st_mtime_ns
+    late = wm.Change("F.txt", "content", at=now + 6)
+    w.cycle_wall = (mtime - 1_000_000, mtime + 1_000_000)
+    assert w._rewritten_as_was(late)
+    w.cycle_wall = (mtime - 3_000_000_000, mtime - 2_000_000_000)
+    assert not w._rewritten_as_was(late)  # (written after the cycle: a person's save retries, as ever)
     w.last_finished = (g, {tg: Status.RAN})
     assert not w._rewritten_as_was(ch)  # a reader the focused cycle left out
     w.last_finished = (None, {})
