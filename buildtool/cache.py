@@ -468,6 +468,11 @@ class Cache:
         is not: a store replaces it, where its targets reran on every build.)"""
         return os.access(self._blob_path(digest), os.R_OK)
 
+    def lost_blobs(self, entry: ActionEntry) -> bool:
+        """Whether a blob ``entry`` names (not inline) is not in ``cas/``."""
+        return any(o.digest not in entry.inline and not os.path.lexists(self._blob_path(o.digest))
+                   for o in entry.outputs)
+
     def blobs_smaller_than(self, entry: ActionEntry, limit: int) -> bool:
         """True if every output blob of ``entry`` is present and under ``limit`` bytes
         (cheap enough to restore on the scheduler's thread)."""

@@ -884,7 +884,7 @@ class TargetRunner:
             done = self._fetch_left_remote(t, entry, key, desc, why)
             if done is not None:
                 return done
-        corrupt = False
+        corrupt, lost = False, False
         if not cache_skip:
             if t.depfile is not None:
                 key, desc, hit = self._discovered_lookup(t, key, desc)
@@ -898,14 +898,15 @@ class TargetRunner:
                     return done
                 # (the entry was fine where its outputs could not be put: no damage)
                 corrupt = self._leads_elsewhere(t) is None and t.id not in self._unplaceable
+                lost = corrupt and not self._said_damaged and self.cache.lost_blobs(hit)
         if self.remote is not None and not cache_skip and t.depfile is None:
             done = self._remote_restore(t, key, desc, why)
             if done is not None:
                 return done
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
-            if not (self._said_damaged or self.cache.damage_said):  # (a cache restored in part, blobs
-                self._said_damaged = True  # deleted by hand: each such target ran, said only by --explain)
+            if lost and not (self._said_damaged or self.cache.damage_said):  # (a cache restored in part,
+                self._said_damaged = True  # blobs deleted by hand: each such target ran, said by --explain only)
                 self.warn(f"{t.label}: its cache entry names blobs the cache no longer has; running its command "
                           "(said once a build: `--explain` names each such target)")
         elif not cache_skip:
