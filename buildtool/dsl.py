@@ -30,6 +30,14 @@ RULE_ATTRS: dict[str, tuple[str, ...]] = {
     "group": COMMON_ATTRS,
     "pyrule": (*COMMON_ATTRS, "fn", "srcs", "outs", "kwargs", "env", "pass_env", "local"),
 }
+# What users of other build tools write for an attribute (Bazel's `data`, Make's inputs and
+# outputs): the "did you mean" of an unknown one, where spelling alone guesses wrong
+# (difflib took "inputs" for "outs") or not at all ("command").
+ATTR_ALIASES: dict[str, str] = {
+    "command": "cmd", "commands": "cmd", "inputs": "srcs", "input": "srcs", "sources": "srcs", "data": "srcs",
+    "outputs": "outs", "output": "outs", "environment": "env", "environ": "env", "dependencies": "deps",
+    "prio": "priority",
+}
 REQUIRED_ATTRS: dict[str, tuple[str, ...]] = {
     "genrule": ("name", "cmd"),
     "test": ("name", "cmd"),
@@ -209,7 +217,8 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
         if key not in allowed:
             import difflib  # (only for this error)
 
-            near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            alias = ATTR_ALIASES.get(key.lower())
+            near = [alias] if alias in allowed else difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             name = attrs.get("name")
             who = f"//{ctx.pkg}:{name}: " if isinstance(name, str) and name else ""  # (a macro's loop)
