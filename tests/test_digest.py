@@ -586,3 +586,49 @@ def test_a_sparse_file_on_tmpfs_is_hashed_without_filling_its_holes() -> None:
         assert os.stat(path).st_blocks == 0, "hashing gave the holes pages"
     finally:
         os.unlink(path)
+
+
+def test_the_stat_cache_journal_is_compacted_rather_than_growing_with_every_build(tmp_path: Path) -> None:
+    """Each build appends one journal line with the entries it changed; past a quarter of
+    the map (64 entries at least) the file is written whole again.  Without that, a file
+    edited between every two builds grew the stat cache by a line per build, for ever, and
+    every build read and replayed all of them."""
+    for name in "abcd":
+        (tmp_path / name).write_text(name)
+    db = tmp_path / "stat-cache"
+    sc = StatCache(str(tmp_path), str(db), lambda m: None)
+    for name in "abcd":
+        sc.digest(name)
+    sc.save()
+    most = 0
+    for build in range(150):  # one edited file, hashed again by each build
+        (tmp_path / "a").write_text(f"a{build}")
+        sc = StatCache(str(tmp_path), str(db), lambda m: None)
+        sc.digest("a")
+        sc.save()
+        most = max(most, _journal_lines(db))
+    assert 1 < most <= 64 and _journal_lines(db) < 64
+    sc = StatCache(str(tmp_path), str(db), lambda m: None)
+    assert sorted(sc.entries) == ["a", "b", "c", "d"] and sc.entries["a"][5] == hash_bytes(b"a149")
+
+
+def test_a_file_dated_in_the_future_is_not_hashed_again_by_every_build(tmp_path: Path) -> None:
+    """An mtime in the future (a tarball from a machine whose clock is ahead, `touch -d
+    2030`) says nothing of when the file changed; its ctime, set at the utime, does.  Taken
+    as the newest time, the mtime kept the file "racily clean" until that date: every
+    build hashed it again (a large generated file: seconds per build)."""
+    p = tmp_path / "vendored.txt"
+    p.write_text("from a tarball\n")
+    future = time.time_ns() + 5 * 365 * 86400 * SECOND
+    os.utime(p, ns=(future, future))
+    time.sleep(0.1)  # (the ctime the utime set: out of the racy window)
+    db = str(tmp_path / "stat-cache")
+    sc = StatCache(str(tmp_path), db, lambda m: None)
+    d = sc.digest("vendored.txt")
+    sc.save()
+    sc = StatCache(str(tmp_path), db, lambda m: None)  # the next build
+    assert sc.lookup("vendored.txt", os.stat(p)) == d
+    # An edit is still seen.
+    p.write_text("edited\n")
+    assert sc.lookup("vendored.txt", os.stat(p)) is None
+    assert sc.digest("vendored.txt") == hash_bytes(b"edited\n")

@@ -2043,3 +2043,151 @@ def test_files_dated_in_the_future_do_not_defeat_the_no_op_or_rerun_their_reader
     time.sleep(0.1)
     r = bt(w, cache, "build")
     assert r.returncode == 0 and "(nothing changed)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_whole_second_filesystem_keeps_a_file_racy_for_two_seconds() -> None:
+    """On a filesystem with whole-second timestamps (FAT, some NFS and SMB mounts), a file
+    written at 12:00:00.1 and snapshotted at 12:00:00.9 still has the stat a rewrite at
+    12:00:00.95 (same size) gives it: with the 50 ms window of a nanosecond filesystem the
+    snapshot signed it as clean, and the next build said "nothing changed" over the edit."""
+    from buildtool import noop
+
+    second = 1_000_000_000
+    whole = 1_700_000_000 * second  # (both times whole seconds: a coarse filesystem's)
+    assert noop._recent(whole, whole, whole + 900_000_000)
+    assert noop._recent(whole, whole, whole + 1_900_000_000)
+    assert not noop._recent(whole, whole, whole + 3 * second)
+    fine = whole + 123_456_789  # a nanosecond filesystem's keep the short window
+    assert noop._recent(fine, fine, fine + 10_000_000)
+    assert not noop._recent(fine, fine, fine + 900_000_000)
+
+
+def _record_lines(*names: str) -> bytes:
+    """Build record lines of one length each (a cut at a line's end stays at one)."""
+    return b"".join(json.dumps({"label": f"//:{n}", "outs": {f"{n}.out": "0" * 64}}).encode() + b"\n"
+                    for n in names)
+
+
+def test_a_record_with_zeros_before_its_last_line_does_not_extend_the_snapshot_s(tmp_path: Path) -> None:
+    """A power loss can keep a file's size but not some of its data: zeros where a build's
+    lines were, with a later line (another block) intact.  Another request's build then
+    appends to it.  Its old part ends in a whole line, but the lines an incremental build
+    would take a dependency's outputs from are zeros, and an older line names old outputs:
+    such a record is no continuation of the one the snapshot saw (the full path checks
+    every target), only one that just grew is."""
+    from buildtool import noop
+
+    state = tmp_path / ".buildtool"
+    state.mkdir()
+    record = state / "record"
+    record.write_bytes(_record_lines("a", "b", "c"))
+    was = [os.stat(record).st_ino, os.stat(record).st_size]
+    with open(record, "ab") as f:  # another request's build appends a line
+        f.write(_record_lines("d"))
+    assert noop._record_extends(str(state), was)
+    with open(record, "r+b") as f:  # the crash's zeros: //:b's line gone, //:c's and the new one kept
+        f.seek(len(_record_lines("a")))
+        f.write(bytes(len(_record_lines("b"))))
+    assert os.stat(record).st_ino == was[0] and record.read_bytes()[was[1] - 1 : was[1]] == b"\n"
+    assert not noop._record_extends(str(state), was)
+
+
+def test_a_record_replaced_by_another_file_no_shorter_does_not_extend_the_snapshot_s(tmp_path: Path) -> None:
+    """A record compacted (written anew and renamed into place) or copied over by another
+    request's build, then grown past the size the snapshot saw: its first bytes are no
+    longer the lines the snapshot's build left, though a line still ends where they did.
+    Only the same file (inode) grown by appends is a continuation the incremental path may
+    take outputs from; another one means the full path."""
+    from buildtool import noop
+
+    state = tmp_path / ".buildtool"
+    state.mkdir()
+    record = state / "record"
+    record.write_bytes(_record_lines("a", "b"))
+    was = [os.stat(record).st_ino, os.stat(record).st_size]
+    new = state / "record.new"
+    new.write_bytes(_record_lines("x", "y", "z"))  # other lines, of the same length: no shorter
+    os.replace(new, record)
+    assert os.stat(record).st_ino != was[0] and record.read_bytes()[was[1] - 1 : was[1]] == b"\n"
+    assert not noop._record_extends(str(state), was)
+
+
+def test_a_racy_executable_source_that_loses_its_executable_bit_is_seen(tmp_path: Path) -> None:
+    """A script written just before the snapshot is stored racy with its digest, checked by
+    content next time.  The digest must carry its executable bit: without it an untouched
+    executable never matched (every build after one that wrote it took the incremental
+    path), and a ``chmod -x``, which an action key has (cp gives the output that mode),
+    went unseen: a no-op over the change."""
+    from buildtool import noop
+    from buildtool.digest import hash_bytes
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    root.mkdir()
+    state.mkdir()
+    req = {"mode": "build"}
+    (root / "tool.sh").write_text("echo hi\n")
+    os.chmod(root / "tool.sh", 0o755)
+    st = os.stat(root / "tool.sh")
+    seen = {"tool.sh": [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, time.time_ns(),
+                        hash_bytes((root / "tool.sh").read_bytes())]}
+    assert noop.write(str(state), str(root), req, [], [], [], ["tool.sh"], [], None, (seen,))
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == []  # (verified by content and mode: nothing changed)
+    os.chmod(root / "tool.sh", 0o644)
+    v = noop.check(str(state), str(root), req)
+    assert v is not None and v.changed == ["tool.sh"]
+
+
+def test_a_source_rewritten_with_its_size_and_mtime_kept_during_the_build_is_not_vouched_for(
+    tmp_path: Path,
+) -> None:
+    """`cp -p`, `rsync -t`, `tar x` or `touch -r` give a source new content of the same size
+    and its old mtime while the build runs, after its reader ran: only the ctime (or the
+    inode) tells.  The snapshot compared size and mtime with what the build relied on, so
+    the next build said "nothing changed" and kept the output of the old content."""
+    w = new_workspace(
+        tmp_path,
+        'genrule(name="a", srcs=["a.txt"], outs=["a.out"], cmd="cp $< $@", priority=-1)\n'
+        + editor_rule("b.txt", "edit", "touch -r a.txt ../when && printf B > a.txt && touch -r ../when a.txt"),
+        {"a.txt": "A", "b.txt": "b\n"},
+    )
+    cache = tmp_path / "cache"
+    (tmp_path / "edit").write_text("")
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "edit").exists() and (w / "a.out").read_text() == "A"
+    assert (w / "a.txt").read_text() == "B"
+    assert os.stat(w / "a.txt").st_mtime_ns == os.stat(tmp_path / "when").st_mtime_ns  # (the old mtime)
+    time.sleep(0.1)
+    r = bt(w, cache, "build", "-j1")
+    assert r.returncode == 0 and "(nothing changed)" not in r.stdout, r.stdout + r.stderr
+    assert (w / "a.out").read_text() == "B", r.stdout + r.stderr
+
+
+def test_a_graph_written_under_a_key_made_since_is_evaluated_again_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The graph's checksum is keyed with this user's secret in /tmp/buildtool-<uid>, made
+    anew after a reboot cleared /tmp: every workspace's graph is then under another key.
+    That is not damage: the BUILD.py files are evaluated again, without a warning that
+    ".buildtool/graph.* is damaged" after every reboot."""
+    from buildtool import noop, workspace
+
+    root, state = tmp_path / "ws", tmp_path / "state"
+    root.mkdir()
+    state.mkdir()
+    before_reboot, after_reboot = tmp_path / "tmp-before", tmp_path / "tmp-after"
+    for d in (before_reboot, after_reboot):
+        d.mkdir(mode=0o700)
+    monkeypatch.setattr(workspace, "private_tmp_dir", lambda: str(before_reboot))
+    req = {"mode": "build"}
+    graph = {"targets": ["//:a"]}
+    assert noop.write(str(state), str(root), req, [], [], [], [], [], graph)
+    graph_file = slot_file(state, "graph")
+    expected = graph_file.read_bytes().partition(b"\n")[0].rpartition(b" ")[2].decode()
+    warned: list[str] = []
+    assert noop.load_graph(str(state), warned.append, expected, graph_file.name[6:]) == graph  # (the same key)
+    monkeypatch.setattr(workspace, "private_tmp_dir", lambda: str(after_reboot))  # a new key is made
+    assert noop.load_graph(str(state), warned.append, expected, graph_file.name[6:]) is None
+    assert (after_reboot / "graph-key").read_bytes() != (before_reboot / "graph-key").read_bytes()
+    assert warned == []
