@@ -175,6 +175,26 @@ def test_corrupt_or_foreign_action_entry_is_a_miss_with_a_warning(
     assert workspace.read("gen.out") == "hello\nbuilt\n"
 
 
+@pytest.mark.parametrize("mode", [0o777, 0o4755, 0], ids=["world-writable", "setuid", "no-permissions"])
+def test_an_action_entry_with_an_output_mode_buildtool_never_stores_is_refused(workspace: Workspace, mode: int) -> None:
+    """Outputs are stored as 0644 or 0755 only.  An entry naming 0777 (or setuid 04755, or 0)
+    -- hand-edited, or written by another tool into a shared cache -- was restored with that
+    mode: a world-writable or setuid file in the user's tree, or one no one could read,
+    reported as "restored".  It is a corrupt entry: a miss with a warning, the command runs."""
+    r = setup_built(workspace)
+    key = r.by_label["//:gen"]["key"]
+    obj = cv.entry(workspace.cache, key)
+    obj["outputs"][0][2] = mode
+    cv.write_entry(workspace.cache, key, json.dumps(obj).encode())
+    (workspace.root / "gen.out").unlink()
+    r2 = workspace.build()
+    assert r2.rc == 0, r2.output
+    assert r2.status("//:gen") == "ran", r2.output
+    assert "warning" in r2.stderr and "corrupt or of another version" in r2.stderr, r2.stderr
+    assert stat.S_IMODE(workspace.path("gen.out").stat().st_mode) == 0o644
+    assert workspace.read("gen.out") == "hello\nbuilt\n"
+
+
 @pytest.mark.parametrize("evil", ["../escaped.out", "ABS", "a/../../escaped.out", ".buildtool/record"])
 def test_action_entry_naming_a_path_outside_the_workspace_is_refused(
     workspace: Workspace, evil: str, tmp_path: Path

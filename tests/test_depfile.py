@@ -81,6 +81,18 @@ def test_colon_inside_a_path_is_not_a_separator() -> None:
     assert d.prerequisites == ["dir/a:b.h"]
 
 
+def test_a_stray_colon_among_prerequisites_is_no_input() -> None:
+    """``a.o: b.h : c.h`` (a tool's separator in the wrong place): the second ``:`` is a
+    separator, not a file.  Taken as a prerequisite named ``:`` it became a header input
+    that never exists in the package, on both the plain and the escape-aware tokenizer's
+    path, alone on a continuation line too."""
+    for text in ("a.o: b.h : c.h\n", "a.o: b.h :\n", "a.o: my\\ b.h : c.h\n", "a.o: b.h \\\n : c.h\n"):
+        d = parse(text)
+        assert d.targets == ["a.o"] and ":" not in d.prerequisites, (text, d.prerequisites)
+    assert parse("a.o: b.h : c.h\n").prerequisites == ["b.h", "c.h"]
+    assert parse("a.o: my\\ b.h : c.h\n").prerequisites == ["my b.h", "c.h"]
+
+
 def test_empty_file_and_no_prerequisites() -> None:
     assert parse("").prerequisites == []
     assert parse("o.o:\n").targets == ["o.o"]

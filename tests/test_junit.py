@@ -24,7 +24,7 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
         genrule(name="gen", outs=["g.txt"], cmd="exit 1")
         test(name="needs_gen", srcs=[":gen"], cmd="true")
         test(name="wobbly", flaky=1, env={{"C": "{counter}"}},
-             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2")
+             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2 || {{ sleep 0.3; exit 1; }}")
         """,
     )
     junit = tmp_path / "out" / "junit.xml"
@@ -42,7 +42,11 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert set(cases) == {"//pkg:ok", "//pkg:bad", "//pkg:slow", "//pkg:needs_gen", "//pkg:wobbly"}
     assert all(c.get("classname") == "//pkg" for c in cases.values())
-    assert all(float(c.get("time", "x")) >= 0 for c in cases.values())
+    times = {name: float(c.get("time", "x")) for name, c in cases.items()}
+    # Seconds this build spent on each: never more than the suite's wall time, none for a test
+    # that never ran, and a flaky test's every attempt (its failed one slept 0.3 s).
+    assert all(0 <= t <= float(suite.get("time", "0")) + 0.001 for t in times.values()), (times, suite.get("time"))
+    assert times["//pkg:needs_gen"] == 0.0 and times["//pkg:wobbly"] >= 0.3, times
     assert float(cases["//pkg:slow"].get("time", "0")) >= 0.45  # ran until its 0.5 s timeout
     bad = cases["//pkg:bad"].find("failure")
     assert bad is not None and bad.get("message") == "exited with status 2"
@@ -121,6 +125,26 @@ def test_a_non_utf8_package_name_still_gives_valid_xml(tmp_path: Path) -> None:
     assert tc is not None and tc.get("name") == "//d\\xe9:tq" and tc.get("classname") == "//d\\xe9"
     failure = tc.find("failure")
     assert failure is not None and failure.get("message") == "//d\\xe9:tq exited with status 1"
+
+
+def test_a_log_over_the_limit_keeps_its_tail_where_the_failure_is(workspace: Workspace, tmp_path: Path) -> None:
+    """A test printing 1.5 MB of output and then its failure: the report keeps the last
+    MAX_OUTPUT_CHARS characters, after a line saying how many were cut.  Keeping the head
+    instead left the CI dashboard the first 1 MB of output, not the assertion that failed."""
+    from buildtool.junit import MAX_OUTPUT_CHARS
+
+    workspace.build_file("", 'test(name="noisy", cmd="printf %1500000s progress; echo; '
+                             'echo ASSERTION-FAILED-HERE; exit 1")\n')  # (1.5 MB: spaces, then "progress")
+    junit = tmp_path / "j.xml"
+    rc, out, err = workspace.run("test", "//:noisy", "--junit", str(junit))
+    assert rc == 1, out + err
+    failure = ET.parse(junit).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and failure.text is not None
+    log_len = 1_500_000 + len("\nASSERTION-FAILED-HERE\n")
+    head = f"[... {log_len - MAX_OUTPUT_CHARS} characters cut ...]\n"
+    assert failure.text.startswith(head), failure.text[:100]
+    assert failure.text.endswith(" progress\nASSERTION-FAILED-HERE\n"), failure.text[-100:]
+    assert len(failure.text) == len(head) + MAX_OUTPUT_CHARS
 
 
 def test_a_carriage_return_in_output_survives_the_xml_reader(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from importlib._bootstrap_external import FileLoader  # (what importlib's loader
 from pathlib import Path
 
 import pytest
+from conftest import Workspace as TempWorkspace
 
 from buildtool.errors import BuildfileError
 from buildtool.loader import Loader
@@ -107,3 +108,27 @@ def test_a_compiled_module_imported_before_importlib_util_is(tmp_path: Path) -> 
     assert p.returncode == 0, p.stdout + p.stderr
     assert (ws / "t.txt").read_text() == "compiled\n"
 
+
+def test_glob_exclude_leaves_out_what_its_patterns_match_and_only_that(workspace: TempWorkspace) -> None:
+    """``glob(include, exclude=...)`` as Bazel's: a file an exclude pattern matches is not a
+    source (not in $(SRCS), and editing it reruns nothing), whether the pattern names a
+    directory's tree, a file, or a ``*`` name, which stays in one directory (``*.bak.txt``
+    leaves ``notes/n.bak.txt`` in).  A glob ignoring ``exclude`` would put drafts and
+    backups into what the target makes (a release archive, a docs bundle) and rerun it on
+    every edit of them."""
+    for rel in ("a.txt", "b.bak.txt", "drafts/d.txt", "drafts/deep/e.txt", "notes/n.txt", "notes/n.bak.txt",
+                "notes/skip.txt"):
+        workspace.write(f"doc/{rel}", rel + "\n")
+    workspace.build_file("doc", """
+        genrule(name="all", outs=["all.out"], cmd="echo $(SRCS) > $@",
+                srcs=glob(["**/*.txt"], exclude=["drafts/**", "*.bak.txt", "notes/skip.txt"]))
+        """)
+    r = workspace.build("//doc:all")
+    assert r.rc == 0 and r.ran == {"//doc:all"}, r.output
+    assert workspace.read("doc/all.out") == "a.txt notes/n.bak.txt notes/n.txt\n"
+    for rel in ("b.bak.txt", "drafts/d.txt", "drafts/deep/e.txt", "notes/skip.txt"):
+        workspace.write(f"doc/{rel}", "edited\n")
+        r = workspace.build("//doc:all")
+        assert r.rc == 0 and r.status("//doc:all") == "up_to_date", (rel, r.output)
+    workspace.write("doc/notes/n.bak.txt", "edited\n")  # (included: an edit reruns it)
+    assert workspace.build("//doc:all").ran == {"//doc:all"}

@@ -77,6 +77,27 @@ def test_the_last_line_of_a_label_wins_and_a_drop_line_forgets_it(tmp_path: Path
     assert again.durations() == {"//:a": 0.2, "//p:ü": 0.3}
 
 
+def test_a_drop_line_forgets_a_label_json_escapes(tmp_path: Path) -> None:
+    """A package directory named ``a\\b`` or ``q"r`` gives a label written with JSON escapes,
+    read by the full parser rather than the label scan.  Its drop line (a target removed
+    from its BUILD.py) was read back as an entry of its own, with no key and no outputs:
+    the removed target stayed in the record, found dead and dropped again -- one more line
+    -- every build."""
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    labels = ["//a\\b:t", '//q"r:t']
+    for label in labels:
+        rec.put(label, "k1", [["o", "e" * 64, 420]], 0.1, DESC)
+    rec.put("//:kept", "k2", [], 0.2, DESC)
+    for label in labels:
+        rec.drop(label)
+    rec._fh.close()
+    again = BuildRecord(str(path), print)
+    assert set(again.entries) == {"//:kept"}, dict(again.entries)
+    assert all(again.get(label) is None for label in labels)
+    assert again.durations() == {"//:kept": 0.2}
+
+
 def test_lines_are_parsed_only_when_their_entry_is_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "record"
     good = {"l": "//:good", "k": "k", "o": [], "d": 1.0, "desc": "{}"}

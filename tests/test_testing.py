@@ -412,6 +412,28 @@ def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Wor
     assert r.by_label["//:wobbly"]["reason_code"] == "new", r.by_label["//:wobbly"]  # why it ran, not the rerun's
 
 
+def test_a_flaky_test_s_reported_time_covers_every_attempt(workspace: Workspace, tmp_path: Path) -> None:
+    """A flaky test whose failed first attempt took 0.6 s and whose pass took a few ms: the
+    summary line, --events and JUnit say the time it cost this build, all attempts (as
+    Bazel's flaky test time does), not "FLAKY in 0.01s" for a test that held a lane 0.6 s."""
+    counter = tmp_path / "attempts.txt"
+    workspace.build_file(
+        "",
+        f"""
+        test(name="wobbly", flaky=1, env={{"C": "{counter}"}},
+             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2 || {{ sleep 0.6; exit 1; }}")
+        """,
+    )
+    junit = tmp_path / "j.xml"
+    r = workspace.build("//:wobbly", "--junit", str(junit), command="test")
+    assert r.rc == 0 and r.by_label["//:wobbly"]["test"] == "flaky" and _runs(counter) == 2, r.output
+    assert r.by_label["//:wobbly"]["duration_s"] >= 0.6, r.by_label["//:wobbly"]
+    m = re.search(r"//:wobbly +FLAKY in ([0-9.]+)s", r.stdout)
+    assert m is not None and float(m.group(1)) >= 0.6, r.stdout
+    case = ET.parse(junit).getroot().find("testsuite/testcase")
+    assert case is not None and float(case.get("time", "0")) >= 0.6, junit.read_text()
+
+
 def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, tmp_path: Path) -> None:
     counter = tmp_path / "attempts.txt"
     workspace.build_file("", f'test(name="broken", flaky=2, env={{"C": "{counter}"}}, cmd="echo x >> $$C; exit 1")')
@@ -422,6 +444,23 @@ def test_flaky_test_that_always_fails_runs_n_plus_1_times(workspace: Workspace, 
     # said on the console and in the events, not only in the #attempt-N.log files
     assert "exited with status 1; failed all 3 attempts (flaky=2)" in r.output, r.output
     assert "failed all 3 attempts" in r.by_label["//:broken"]["reason"]
+
+
+def test_a_flaky_test_whose_input_cannot_be_read_is_not_retried(workspace: Workspace) -> None:
+    """flaky=N reruns a test that ran and failed.  One whose command never started (an
+    input that cannot be read: here a source replaced by a directory during the build)
+    fails the same way every time: it was "retried", said "failed all 3 attempts
+    (flaky=2)" as if the test had run and failed three times, and left attempt logs of
+    attempts that never ran."""
+    workspace.write("b.txt", "b\n")
+    workspace.build_file("", 'genrule(name="a", outs=["a.out"], cmd="rm b.txt && mkdir b.txt && echo a > $@")\n'
+                             'test(name="t", srcs=["b.txt", ":a"], flaky=2, cmd="cat b.txt")\n')
+    r = workspace.build("//:t", command="test")
+    assert r.rc == 1 and r.by_label["//:t"]["test"] == "failed", r.output
+    reason = r.by_label["//:t"]["reason"]
+    assert reason.startswith("cannot read input") and reason.endswith("not a regular file (a directory)"), reason
+    assert "attempts" not in r.output, r.output
+    assert not list((workspace.root / ".buildtool" / "testlogs").glob("t#attempt-*.log"))
 
 
 def test_a_flaky_test_gets_no_further_attempt_once_a_failure_stops_the_build(
@@ -955,6 +994,41 @@ def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_n
     for ws in (workspace, fresh):
         r = ws.build(command="test")
         assert r.rc == 1 and r.status("//:t") == "failed" and "PASSED (cached)" not in r.output, r.output
+
+
+def test_a_run_cut_short_leaves_no_log_that_a_later_cached_pass_replays(workspace: Workspace) -> None:
+    """A test passed; rerun under --no-cache-tests with the same key, it was killed by
+    SIGTERM midway.  Its log (the output so far) was indexed as the pass of that key, so
+    the next `buildtool test` said "PASSED (cached)" and showed the killed run's partial
+    output as the passing run's log.  Only a pass's log is the log of its key: the cached
+    pass replays its own output."""
+    mode = workspace.root / "mode"  # (not an input: the same key whatever it says)
+    workspace.write("t.sh", 'case $(cat mode) in pass) echo the-passing-run;; '
+                            'hang) echo partial-output-of-the-killed-run; touch hanging; sleep 30;; esac\n')
+    workspace.build_file("", 'test(name="t", srcs=["t.sh"], cmd="sh t.sh")\n')
+    mode.write_text("pass\n")
+    assert workspace.build(command="test").rc == 0
+    mode.write_text("hang\n")
+    env = _clean_env(workspace.cache, workspace.home)
+    proc = subprocess.Popen([BUILDTOOL, "test", "//:t", "--no-cache-tests"], cwd=workspace.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace.root / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (workspace.root / "hanging").exists(), "the rerun never started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, out + err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    r = workspace.build("--test-output=all", command="test")
+    assert r.rc == 0 and r.by_label["//:t"]["test"] == "cached", r.output
+    log = workspace.read(".buildtool/testlogs/t.log")
+    assert log == "the-passing-run\n", log
+    assert "the-passing-run" in r.stdout and "partial-output-of-the-killed-run" not in r.stdout, r.stdout
 
 
 def test_a_builds_test_outputs_are_not_all_held_in_memory_until_it_ends(workspace: Workspace) -> None:
