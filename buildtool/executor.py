@@ -62,6 +62,15 @@ PYRULE_MAIN = (
     # srcs, outs and kwargs as JSON texts: three arguments, or one '@FILE' holding the three
     # when they are too long for the command line (the runner's choice, MAX_ARG)
     "a = sys.argv[2:] if len(sys.argv) > 3 else json.load(open(sys.argv[2][1:], encoding='utf-8'))\n"
+    "m = os.environ.get('BUILDTOOL_PYRULE_MODULES')\n"
+    # The files it opens to read (a template beside the generator), for the runner to compare
+    # with its srcs: an audit hook, so open() of any kind (io, pathlib) is seen.  Advisory.
+    "rd = set()\n"
+    "def h(ev, x):\n"
+    "    if ev == 'open' and isinstance(x[0], str) and isinstance(x[1], str) and not set(x[1]) & set('wax+'):\n"
+    "        rd.add(os.path.abspath(x[0]))\n"
+    "if m:\n"
+    "    sys.addaudithook(h)\n"
     "f = getattr(importlib.import_module(mod), fn)\n"
     "f(srcs=json.loads(a[0]), outs=json.loads(a[1]), **json.loads(a[2]))\n"
     # The workspace modules it imported, for the runner to compare with the ones its key
@@ -69,7 +78,6 @@ PYRULE_MAIN = (
     # those of an environment inside the workspace (a .venv): installed, not sources.  Only
     # plain modules, their __file__ read from their __dict__: a lazy module's proxy would
     # run its import (importlib.util.LazyLoader).  Advisory: no trouble here fails the rule.
-    "m = os.environ.get('BUILDTOOL_PYRULE_MODULES')\n"
     "try:\n"
     "    r = sorted(w)[0] + os.sep if m and w else None\n"
     "    ex = tuple(os.path.abspath(e) + os.sep for e in {sys.prefix, sys.base_prefix, sys.exec_prefix})\n"
@@ -77,8 +85,12 @@ PYRULE_MAIN = (
     "          if type(x) is type(sys)} if r else ()\n"
     "    fs = sorted(f for f in fs if f.startswith(r) and not f.startswith(ex) and f.endswith('.py')\n"
     "                and not {'site-packages', 'dist-packages', '__pypackages__'} & set(f.split(os.sep)))\n"
+    "    rd = sorted(f for f in rd if r and f.startswith(r) and not f.startswith(ex)\n"
+    "                and not f.endswith(('.py', '.pyc'))\n"
+    "                and not {'site-packages', 'dist-packages', '__pypackages__'} & set(f.split(os.sep)))\n"
     "    if r:\n"
-    "        open(m, 'w', encoding='utf-8', errors='surrogateescape').write(''.join(f + '\\n' for f in fs))\n"
+    "        open(m, 'w', encoding='utf-8', errors='surrogateescape').write(''.join(f + '\\n' for f in fs)\n"
+    "                                                                     + ''.join('<' + f + '\\n' for f in rd))\n"
     "except Exception:\n"
     "    pass\n"
 )

@@ -38,7 +38,7 @@ from buildtool.graph import Graph, Target
 from buildtool.noop import stat_row
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
-from buildtool.workspace import FS_ENCODING
+from buildtool.workspace import FS_ENCODING, STATE_DIR
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -1590,7 +1590,7 @@ class TargetRunner:
         hold (PYRULE_MAIN lists them): reached through a ``sys.path`` entry it added (a
         src-layout library), or imported by a name the static search cannot see; an edit of
         them would not rerun it, and the cache would give the old output elsewhere too."""
-        found = [os.path.relpath(m, self.root) for m in imported]
+        found = [os.path.relpath(m, self.root) for m in imported if not m.startswith("<")]
         keyed = {k[len("module:"):] for k in desc.get("extra", {}) if k.startswith("module:")}
         keyed.update(desc.get("inputs", {}))
         unkeyed = [m for m in found if m not in keyed and not m.startswith("..")]
@@ -1600,6 +1600,16 @@ class TargetRunner:
                       "hold (found through a sys.path entry it added, or a name an import statement does not "
                       "show): an edit there will not rerun it; list them in its srcs, or import them from the "
                       "workspace root")
+        mine = set(t.outs)
+        read = [r for r in (os.path.relpath(m[1:], self.root) for m in imported if m.startswith("<"))
+                if r not in keyed and r not in mine and not r.startswith(("..", STATE_DIR + "/"))
+                and os.path.isfile(os.path.join(self.root, r))]
+        if read:  # (a template beside the generator: the commonest codegen layout)
+            more = f" and {len(read) - 3} more" if len(read) > 3 else ""
+            one = len(read) == 1
+            self.warn(f"{t.label}: its function read {', '.join(read[:3])}{more}, which {'is' if one else 'are'} "
+                      "not among its srcs: an edit there will not rerun it, and the cache would give the old "
+                      f"output elsewhere too; list {'it' if one else 'them'} in its srcs")
 
     def _helpers_changed(self, t: Target, desc: dict[str, Any], started_ns: int) -> str | None:
         """The first file besides the inputs that the key covers and that changed while the
@@ -1779,7 +1789,8 @@ class TargetRunner:
 
 def _imported_modules(tmp: str) -> list[str]:
     """The module files a pyrule's function imported, as PYRULE_MAIN listed them in the
-    lane's directory ``tmp`` (none: it failed, or ran remotely)."""
+    lane's directory ``tmp`` (none: it failed, or ran remotely), and the workspace files it
+    opened to read, each after a ``<``."""
     try:
         with open(os.path.join(tmp, "pyrule-modules"), encoding="utf-8", errors="surrogateescape") as f:
             return [line.rstrip("\n") for line in f if line.strip()]

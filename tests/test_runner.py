@@ -304,6 +304,35 @@ def test_a_pyrule_importing_a_workspace_module_through_its_own_sys_path_entry_is
         in r.stderr, r.stderr
 
 
+def test_a_pyrule_reading_a_workspace_file_not_among_its_srcs_is_warned_of(tmp_path: Path) -> None:
+    """A template beside the generator, read with open() or pathlib: not in the key, so its
+    edit reran nothing (and the cache gave the stale output to other checkouts), silently.
+    Its srcs, a file it only tried to open, and what it writes are not warned of."""
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="tools.gen:make", srcs=["a.txt"], outs=["o.txt"])\n',
+                 {"a.txt": "body\n"})
+    (ws / "tools" / "templates").mkdir(parents=True)
+    (ws / "tools" / "__init__.py").write_text("")
+    (ws / "tools" / "templates" / "head.txt").write_text("head\n")
+    (ws / "tools" / "templates" / "foot.txt").write_text("foot\n")
+    (ws / "tools" / "gen.py").write_text(
+        "import os, pathlib\n"
+        "here = pathlib.Path(__file__).parent\n\n\n"
+        "def make(srcs, outs):\n"
+        "    try:\n        open('optional.cfg').read()\n    except OSError:\n        pass\n"
+        "    text = open(here / 'templates' / 'head.txt').read() + open(srcs[0]).read()\n"
+        "    text += (here / 'templates' / 'foot.txt').read_text()\n"
+        "    open(outs[0], 'w').write(text)\n")
+    r = bt(ws, "build")
+    assert r.returncode == 0 and (ws / "o.txt").read_text() == "head\nbody\nfoot\n", r.stdout + r.stderr
+    assert "warning: //:p: its function read tools/templates/foot.txt, tools/templates/head.txt, which are not " \
+        "among its srcs" in r.stderr, r.stderr
+    assert "a.txt," not in r.stderr and "optional.cfg" not in r.stderr and "o.txt" not in r.stderr, r.stderr
+    (ws / "BUILD.py").write_text('pyrule(name="p", fn="tools.gen:make", outs=["o.txt"], srcs=["a.txt", '
+                                 '"tools/templates/head.txt", "tools/templates/foot.txt"])\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "its function read" not in r.stderr, r.stderr
+
+
 def test_listing_a_pyrule_s_imports_never_runs_a_module_it_imported_lazily(tmp_path: Path) -> None:
     """The listing of the workspace modules a pyrule imported read __file__ of every entry
     of sys.modules: a lazy module's proxy (importlib.util.LazyLoader) ran its import then,
