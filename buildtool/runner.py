@@ -335,6 +335,11 @@ class TargetRunner:
                 except OSError:
                     d = "unreadable"
                 self._tool_digests[path] = d
+                if os.path.basename(os.path.dirname(path)) == "shims":  # (once a build: where it is hashed)
+                    self.warn(f"{t.where}: {t.label}: declared tool {name!r} is {path}, a version manager's shim "
+                              "(pyenv, asdf, mise...), the same script whatever version it runs: switching "
+                              "versions reruns nothing; declare the real program (its path), or list the file that "
+                              "picks the version (.python-version, .tool-versions) in srcs")
             out[name] = d
             found[path] = self.tool_stats.get(path)  # (None: it could not be read; nothing to compare)
         return out

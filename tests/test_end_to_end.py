@@ -909,6 +909,21 @@ def test_a_declared_tool_missing_from_path_is_a_warning(workspace: Workspace) ->
         r.stderr
 
 
+def test_a_declared_tool_that_is_a_version_manager_s_shim_is_a_warning(workspace: Workspace, tmp_path: Path) -> None:
+    """pyenv's shims/python3 is the same script for every version: `echo 3.12 >
+    .python-version` changed the interpreter and the test stayed PASSED (cached)."""
+    shims = tmp_path / "pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "py").write_text('#!/bin/sh\nexec python3 "$@"\n')
+    (shims / "py").chmod(0o755)
+    workspace.build_file("", 'genrule(name="g", outs=["g"], cmd="py -c pass > $@", tools=["py"])\n'
+                             'genrule(name="h", outs=["h"], cmd="py -c pass > $@", tools=["py"])\n')
+    r = workspace.build(env_extra={"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"})
+    assert r.rc == 0, r.output
+    assert r.stderr.count("a version manager's shim") == 1, r.stderr  # (once a build)
+    assert f"declared tool 'py' is {shims / 'py'}, a version manager's shim" in r.stderr, r.stderr
+
+
 # -- outputs of targets that are gone: deleted, unless they are the user's now ------------
 def test_a_dead_output_that_became_a_source_is_kept(workspace: Workspace) -> None:
     """notes.txt was generated; then the target goes and a hand-written notes.txt is a
