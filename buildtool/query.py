@@ -177,7 +177,12 @@ def evaluate(
                     stack.append(c)
         # (within the universe's closure, TARGET too: rdeps(//sub/..., //lib:gen) printed
         # //lib:gen, and rdeps(//lib:gen, //...) every target, as Bazel's does not)
-        return graph, [t.label for t in graph.targets if t.id in seen and t.id in in_universe]
+        result = [t.label for t in graph.targets if t.id in seen and t.id in in_universe]
+        if files and not result and not target and warn is not None:  # (an empty answer read as "safe to edit")
+            warn(f"no target of {q.args[0]} reads {', '.join(files)}: it is in no target's srcs, nor made by one "
+                 "(a command that reads it without declaring it is not rerun by its edits; a BUILD.py or macro "
+                 "module shapes the graph, not an action)")
+        return graph, result
     # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
     matched = roots(builder, [p for a in q.args for p in a.split()])
     graph = builder.build(matched)

@@ -75,6 +75,12 @@ def test_rdeps_of_a_source_file_are_the_targets_that_read_it(workspace: Workspac
     assert sorted(_q(workspace, "rdeps(//..., //lib:src.txt)")) == want
     assert sorted(_q(workspace, "rdeps(//..., //lib:sub/deep.txt)")) == want
     assert _q(workspace, "rdeps(//app:other, //lib:src.txt)") == []  # (no target of that universe reads it)
+    # ... which is said: an empty answer read as "no target reads it, safe to edit", while a
+    # test may read it undeclared (untracked).
+    rc, out, err = workspace.run("query", "rdeps(//app:other, //lib:src.txt)")
+    assert rc == 0 and out == "" and "no target of //app:other reads lib/src.txt: it is in no target's srcs" in err, err
+    rc, out, err = workspace.run("query", "rdeps(//..., //lib:src.txt)")
+    assert rc == 0 and "no target" not in err, err
     # A pyrule's module (and one it imports) is read by it, though in no srcs.
     workspace.write("tools/__init__.py", "")
     workspace.write("tools/h.py", "X = 1\n")
