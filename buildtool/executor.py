@@ -71,8 +71,18 @@ PYRULE_MAIN = (
     "        rd.add(os.path.abspath(x[0]))\n"
     "if m:\n"
     "    sys.addaudithook(h)\n"
-    "f = getattr(importlib.import_module(mod), fn)\n"
-    "f(srcs=json.loads(a[0]), outs=json.loads(a[1]), **json.loads(a[2]))\n"
+    # A module missing here is said with the interpreter that looked for it (buildtool's own,
+    # not the project's venv); a value returned while outputs are missing, as a likely cause.
+    "o = json.loads(a[1])\n"
+    "try:\n"
+    "    v = getattr(importlib.import_module(mod), fn)(srcs=json.loads(a[0]), outs=o, **json.loads(a[2]))\n"
+    "except ModuleNotFoundError as e:\n"
+    "    sys.stderr.write(f'buildtool: a pyrule runs under {sys.executable}, which has no module {e.name!r}: '\n"
+    "                     'install it there, or run your own python in a genrule\\n')\n"
+    "    raise\n"
+    "if v is not None and not all(os.path.exists(x) for x in o):\n"
+    "    sys.stderr.write(f'buildtool: {sys.argv[1]} returned a {type(v).__name__} and left an output unwritten: '\n"
+    "                     'what it returns is dropped; write each path in outs\\n')\n"
     # The workspace modules it imported, for the runner to compare with the ones its key
     # holds (one reached through a sys.path entry the function added is not keyed).  Not
     # those of an environment inside the workspace (a .venv): installed, not sources.  Only

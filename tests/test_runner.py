@@ -333,6 +333,32 @@ def test_a_pyrule_reading_a_workspace_file_not_among_its_srcs_is_warned_of(tmp_p
     assert r.returncode == 0 and "its function read" not in r.stderr, r.stderr
 
 
+def test_a_pyrule_returning_its_text_or_missing_a_module_says_why(tmp_path: Path) -> None:
+    """A function returning the generated text (or an async one) failed only with "declared
+    output was not created"; a module installed in the project's venv but not in
+    buildtool's Python, with a bare ModuleNotFoundError."""
+    import sys
+
+    ws = make_ws(tmp_path, 'pyrule(name="r", fn="gen:text", outs=["r.txt"])\n'
+                           'pyrule(name="a", fn="gen:later", outs=["a.txt"])\n'
+                           'pyrule(name="m", fn="gen:needs", outs=["m.txt"])\n'
+                           'pyrule(name="ok", fn="gen:fine", outs=["ok.txt"])\n', {})
+    (ws / "gen.py").write_text(
+        "def text(srcs, outs):\n    return 'the text'\n\n\n"
+        "async def later(srcs, outs):\n    open(outs[0], 'w').write('x')\n\n\n"
+        "def needs(srcs, outs):\n    import not_installed_here_xyz  # noqa\n\n\n"
+        "def fine(srcs, outs):\n    open(outs[0], 'w').write('x')\n    return True\n")
+    r = bt(ws, "build", "-k")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "gen:text returned a str and left an output unwritten: what it returns is dropped" in out, out
+    assert "gen:later returned a coroutine and left an output unwritten" in out, out
+    # (buildtool's interpreter: its venv's, python or python3)
+    assert f"a pyrule runs under {os.path.dirname(sys.executable)}/python" in out, out
+    assert ", which has no module 'not_installed_here_xyz': install it there" in out, out
+    assert "gen:fine returned" not in out and (ws / "ok.txt").read_text() == "x", out
+
+
 def test_listing_a_pyrule_s_imports_never_runs_a_module_it_imported_lazily(tmp_path: Path) -> None:
     """The listing of the workspace modules a pyrule imported read __file__ of every entry
     of sys.modules: a lazy module's proxy (importlib.util.LazyLoader) ran its import then,
