@@ -277,8 +277,8 @@ class Session:
             inside = self.ws.root + os.sep
             for name in set(sys.modules) - before:
                 where = getattr(sys.modules[name], "__file__", None)
-                if isinstance(where, str) and where.startswith(inside):
-                    del sys.modules[name]
+                if isinstance(where, str) and where.startswith(inside) and name.partition(".")[0] != "buildtool":
+                    del sys.modules[name]  # (not buildtool's own: an editable install inside the workspace)
 
     def recorded_outputs(self, record: BuildRecord) -> set[str]:
         """The outputs earlier builds wrote, which glob() leaves out: all the record holds but
