@@ -217,8 +217,12 @@ def _declare(kind: str, attrs: dict[str, Any], args: tuple[Any, ...] = ()) -> No
         if key not in allowed:
             import difflib  # (only for this error)
 
-            alias = ATTR_ALIASES.get(key.lower())
-            near = [alias] if alias in allowed else difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
+            low = key.lower()
+            alias = low if low in allowed else ATTR_ALIASES.get(low)
+            # (a close spelling that starts alike, evn for env; else a closer one: bogus is no outs)
+            near = [alias] if alias in allowed else [
+                c for c in difflib.get_close_matches(low, allowed, n=3, cutoff=0.6)
+                if c[0] == low[:1] or difflib.SequenceMatcher(None, low, c).ratio() >= 0.7][:1]
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             name = attrs.get("name")
             who = f"//{ctx.pkg}:{name}: " if isinstance(name, str) and name else ""  # (a macro's loop)

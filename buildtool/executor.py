@@ -65,24 +65,30 @@ PYRULE_MAIN = (
     "m = os.environ.get('BUILDTOOL_PYRULE_MODULES')\n"
     # The files it opens to read (a template beside the generator), for the runner to compare
     # with its srcs: an audit hook, so open() of any kind (io, pathlib) is seen.  Advisory.
-    "rd = set()\n"
+    # Those it also opened to write (a scratch file it reads back) are no inputs.
+    "rd, wr, on = set(), set(), [True]\n"
     "def h(ev, x):\n"
-    "    if ev == 'open' and isinstance(x[0], str) and isinstance(x[1], str) and not set(x[1]) & set('wax+'):\n"
-    "        rd.add(os.path.abspath(x[0]))\n"
+    "    if ev == 'open' and on[0] and isinstance(x[0], str) and isinstance(x[1], str):\n"
+    "        (wr if set(x[1]) & set('wax+') else rd).add(os.path.abspath(x[0]))\n"
     "if m:\n"
     "    sys.addaudithook(h)\n"
     # A module missing here is said with the interpreter that looked for it (buildtool's own,
     # not the project's venv); a value returned while outputs are missing, as a likely cause.
-    "o = json.loads(a[1])\n"
+    # (Not for a name of the workspace's own: a typo there is no package to install.)
+    "o, d = json.loads(a[1]), os.getcwd()\n"
     "try:\n"
     "    v = getattr(importlib.import_module(mod), fn)(srcs=json.loads(a[0]), outs=o, **json.loads(a[2]))\n"
     "except ModuleNotFoundError as e:\n"
-    "    sys.stderr.write(f'buildtool: a pyrule runs under {sys.executable}, which has no module {e.name!r}: '\n"
-    "                     'install it there, or run your own python in a genrule\\n')\n"
+    "    t = (e.name or '').partition('.')[0]\n"
+    "    if t and not any(os.path.exists(os.path.join(x, t)) or os.path.exists(os.path.join(x, t + '.py'))\n"
+    "                     for x in w):\n"
+    "        sys.stderr.write(f'buildtool: a pyrule runs under {sys.executable}, which has no module {e.name!r} '\n"
+    "                         '(nor has the workspace): install it there, or run your own python in a genrule\\n')\n"
     "    raise\n"
-    "if v is not None and not all(os.path.exists(x) for x in o):\n"
-    "    sys.stderr.write(f'buildtool: {sys.argv[1]} returned a {type(v).__name__} and left an output unwritten: '\n"
-    "                     'what it returns is dropped; write each path in outs\\n')\n"
+    "on[0] = False\n"
+    "if v is not None and not all(os.path.exists(os.path.join(d, x)) for x in o):\n"
+    "    sys.stderr.write(f'buildtool: {sys.argv[1]} returned a value ({type(v).__name__}) and left an output '\n"
+    "                     'unwritten: what it returns is dropped; write each path in outs\\n')\n"
     # The workspace modules it imported, for the runner to compare with the ones its key
     # holds (one reached through a sys.path entry the function added is not keyed).  Not
     # those of an environment inside the workspace (a .venv): installed, not sources.  Only
@@ -95,7 +101,7 @@ PYRULE_MAIN = (
     "          if type(x) is type(sys)} if r else ()\n"
     "    fs = sorted(f for f in fs if f.startswith(r) and not f.startswith(ex) and f.endswith('.py')\n"
     "                and not {'site-packages', 'dist-packages', '__pypackages__'} & set(f.split(os.sep)))\n"
-    "    rd = sorted(f for f in rd if r and f.startswith(r) and not f.startswith(ex)\n"
+    "    rd = sorted(f for f in set(rd) - wr if r and f.startswith(r) and not f.startswith(ex)\n"
     "                and not f.endswith(('.py', '.pyc'))\n"
     "                and not {'site-packages', 'dist-packages', '__pypackages__'} & set(f.split(os.sep)))\n"
     "    if r:\n"

@@ -335,11 +335,14 @@ class TargetRunner:
                 except OSError:
                     d = "unreadable"
                 self._tool_digests[path] = d
-                if os.path.basename(os.path.dirname(path)) == "shims":  # (once a build: where it is hashed)
+                if os.path.basename(os.path.dirname(path)) == "shims" and path not in _SAID_SHIMS \
+                        and not path.startswith(self.root + os.sep) \
+                        and not any(os.path.basename(i) in VERSION_FILES for i in self.graph.inputs[t.id]):
+                    _SAID_SHIMS.add(path)  # (once a process: a watch session too)
                     self.warn(f"{t.where}: {t.label}: declared tool {name!r} is {path}, a version manager's shim "
                               "(pyenv, asdf, mise...), the same script whatever version it runs: switching "
-                              "versions reruns nothing; declare the real program (its path), or list the file that "
-                              "picks the version (.python-version, .tool-versions) in srcs")
+                              "versions reruns nothing; list the file that picks the version (.python-version, "
+                              ".tool-versions) in its srcs")
             out[name] = d
             found[path] = self.tool_stats.get(path)  # (None: it could not be read; nothing to compare)
         return out
@@ -1609,6 +1612,9 @@ class TargetRunner:
         read = [r for r in (os.path.relpath(m[1:], self.root) for m in imported if m.startswith("<"))
                 if r not in keyed and r not in mine and not r.startswith(("..", STATE_DIR + "/"))
                 and os.path.isfile(os.path.join(self.root, r))]
+        if read:  # (a declared source read through its real path: a symlinked directory resolved)
+            real = {os.path.realpath(os.path.join(self.root, k)) for k in keyed}
+            read = [r for r in read if os.path.realpath(os.path.join(self.root, r)) not in real]
         if read:  # (a template beside the generator: the commonest codegen layout)
             more = f" and {len(read) - 3} more" if len(read) > 3 else ""
             one = len(read) == 1
@@ -1790,6 +1796,13 @@ class TargetRunner:
                for o in hit.outputs):
             return None
         return hit
+
+
+# A declared tool in a ``shims`` directory (pyenv, asdf, mise, rbenv, nodenv) is the same script
+# whatever version it runs: the version comes from one of these files (or the environment).
+VERSION_FILES = frozenset({".python-version", ".tool-versions", ".ruby-version", ".node-version", ".nvmrc",
+                           "mise.toml", ".mise.toml"})
+_SAID_SHIMS: set[str] = set()
 
 
 def _imported_modules(tmp: str) -> list[str]:

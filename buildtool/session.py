@@ -275,10 +275,15 @@ class Session:
             builder.expand_patterns(req.patterns, want_tests=(req.mode == "test"))
         finally:
             inside = self.ws.root + os.sep
+            installed = tuple(os.path.abspath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
             for name in set(sys.modules) - before:
                 where = getattr(sys.modules[name], "__file__", None)
-                if isinstance(where, str) and where.startswith(inside) and name.partition(".")[0] != "buildtool":
-                    del sys.modules[name]  # (not buildtool's own: an editable install inside the workspace)
+                # (not an installed module: a .venv inside the workspace holds buildtool itself, and
+                # packages whose import has effects; nor buildtool's own, an editable install there)
+                if isinstance(where, str) and where.startswith(inside) and not where.startswith(installed) \
+                        and name.partition(".")[0] != "buildtool" \
+                        and not {"site-packages", "dist-packages"} & set(where.split(os.sep)):
+                    del sys.modules[name]
 
     def recorded_outputs(self, record: BuildRecord) -> set[str]:
         """The outputs earlier builds wrote, which glob() leaves out: all the record holds but

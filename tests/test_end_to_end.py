@@ -922,6 +922,15 @@ def test_a_declared_tool_that_is_a_version_manager_s_shim_is_a_warning(workspace
     assert r.rc == 0, r.output
     assert r.stderr.count("a version manager's shim") == 1, r.stderr  # (once a build)
     assert f"declared tool 'py' is {shims / 'py'}, a version manager's shim" in r.stderr, r.stderr
+    # Its advice taken (the version file in srcs), or a workspace's own tools/shims/: no word.
+    workspace.write(".python-version", "3.11\n")
+    workspace.write("tools/shims/gen", '#!/bin/sh\necho > "$1"\n')
+    (workspace.root / "tools" / "shims" / "gen").chmod(0o755)
+    workspace.build_file("", 'genrule(name="g", srcs=[".python-version"], outs=["g"], cmd="py -c pass > $@", '
+                             'tools=["py"])\n'
+                             'genrule(name="w", outs=["w"], cmd="tools/shims/gen $@", tools=["tools/shims/gen"])\n')
+    r = workspace.build(env_extra={"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"})
+    assert r.rc == 0 and "shim" not in r.stderr, r.output
 
 
 # -- outputs of targets that are gone: deleted, unless they are the user's now ------------

@@ -308,8 +308,10 @@ def test_a_pyrule_reading_a_workspace_file_not_among_its_srcs_is_warned_of(tmp_p
     """A template beside the generator, read with open() or pathlib: not in the key, so its
     edit reran nothing (and the cache gave the stale output to other checkouts), silently.
     Its srcs, a file it only tried to open, and what it writes are not warned of."""
-    ws = make_ws(tmp_path, 'pyrule(name="p", fn="tools.gen:make", srcs=["a.txt"], outs=["o.txt"])\n',
-                 {"a.txt": "body\n"})
+    ws = make_ws(tmp_path, 'pyrule(name="p", fn="tools.gen:make", srcs=["a.txt"], outs=["o.txt"])\n')
+    (ws / "real").mkdir()
+    (ws / "real" / "a.txt").write_text("body\n")
+    os.symlink("real/a.txt", ws / "a.txt")  # (a declared source, read through its real path)
     (ws / "tools" / "templates").mkdir(parents=True)
     (ws / "tools" / "__init__.py").write_text("")
     (ws / "tools" / "templates" / "head.txt").write_text("head\n")
@@ -319,14 +321,17 @@ def test_a_pyrule_reading_a_workspace_file_not_among_its_srcs_is_warned_of(tmp_p
         "here = pathlib.Path(__file__).parent\n\n\n"
         "def make(srcs, outs):\n"
         "    try:\n        open('optional.cfg').read()\n    except OSError:\n        pass\n"
-        "    text = open(here / 'templates' / 'head.txt').read() + open(srcs[0]).read()\n"
+        "    open('scratch.json', 'w').write('{}')\n"  # (written, then read back: no input)
+        "    open('scratch.json').read()\n"
+        "    text = open(here / 'templates' / 'head.txt').read() + pathlib.Path(srcs[0]).resolve().read_text()\n"
         "    text += (here / 'templates' / 'foot.txt').read_text()\n"
         "    open(outs[0], 'w').write(text)\n")
     r = bt(ws, "build")
     assert r.returncode == 0 and (ws / "o.txt").read_text() == "head\nbody\nfoot\n", r.stdout + r.stderr
     assert "warning: //:p: its function read tools/templates/foot.txt, tools/templates/head.txt, which are not " \
         "among its srcs" in r.stderr, r.stderr
-    assert "a.txt," not in r.stderr and "optional.cfg" not in r.stderr and "o.txt" not in r.stderr, r.stderr
+    for quiet in ("a.txt", "optional.cfg", "o.txt", "scratch.json"):
+        assert quiet not in r.stderr, r.stderr
     (ws / "BUILD.py").write_text('pyrule(name="p", fn="tools.gen:make", outs=["o.txt"], srcs=["a.txt", '
                                  '"tools/templates/head.txt", "tools/templates/foot.txt"])\n')
     r = bt(ws, "build")
@@ -342,21 +347,28 @@ def test_a_pyrule_returning_its_text_or_missing_a_module_says_why(tmp_path: Path
     ws = make_ws(tmp_path, 'pyrule(name="r", fn="gen:text", outs=["r.txt"])\n'
                            'pyrule(name="a", fn="gen:later", outs=["a.txt"])\n'
                            'pyrule(name="m", fn="gen:needs", outs=["m.txt"])\n'
-                           'pyrule(name="ok", fn="gen:fine", outs=["ok.txt"])\n', {})
+                           'pyrule(name="ok", fn="gen:fine", outs=["ok.txt"])\n'
+                           'pyrule(name="typo", fn="gen:typo", outs=["t.txt"])\n'
+                           'pyrule(name="moves", fn="gen:moves", outs=["mv.txt"])\n', {})
     (ws / "gen.py").write_text(
         "def text(srcs, outs):\n    return 'the text'\n\n\n"
         "async def later(srcs, outs):\n    open(outs[0], 'w').write('x')\n\n\n"
         "def needs(srcs, outs):\n    import not_installed_here_xyz  # noqa\n\n\n"
-        "def fine(srcs, outs):\n    open(outs[0], 'w').write('x')\n    return True\n")
+        "def fine(srcs, outs):\n    open(outs[0], 'w').write('x')\n    return True\n\n\n"
+        "def typo(srcs, outs):\n    import gen.helperz  # noqa\n\n\n"
+        "def moves(srcs, outs):\n    import os\n    out = os.path.abspath(outs[0])\n    os.chdir('/')\n"
+        "    open(out, 'w').write('x')\n    return 0\n")
     r = bt(ws, "build", "-k")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
-    assert "gen:text returned a str and left an output unwritten: what it returns is dropped" in out, out
-    assert "gen:later returned a coroutine and left an output unwritten" in out, out
+    assert "gen:text returned a value (str) and left an output unwritten: what it returns is dropped" in out, out
+    assert "gen:later returned a value (coroutine) and left an output unwritten" in out, out
     # (buildtool's interpreter: its venv's, python or python3)
     assert f"a pyrule runs under {os.path.dirname(sys.executable)}/python" in out, out
-    assert ", which has no module 'not_installed_here_xyz': install it there" in out, out
+    assert ", which has no module 'not_installed_here_xyz' (nor has the workspace): install it there" in out, out
+    assert "no module 'gen." not in out and "No module named 'gen.helperz'" in out, out  # (a typo: no pip install)
     assert "gen:fine returned" not in out and (ws / "ok.txt").read_text() == "x", out
+    assert "gen:moves returned" not in out and (ws / "mv.txt").read_text() == "x", out  # (it left the package dir)
 
 
 def test_listing_a_pyrule_s_imports_never_runs_a_module_it_imported_lazily(tmp_path: Path) -> None:
