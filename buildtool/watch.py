@@ -63,6 +63,7 @@ SCRATCH_GRACE_S = 0.2  # an event of the last cycle's commands may be read this 
 REHASH_S = 0.05  # a rewrite that looked changed is hashed again this much later (it may have been half done)
 MAX_WAIT_S = 0.5  # ... or at most this long after the first one (steady streams still build)
 POLL_INTERVAL_S = 0.25  # --poll: how often each watched directory is rescanned
+LATE_EVENT_MARGIN_NS = 15_000_000  # _rewritten_as_was: the file clock's lag (a jiffy or a few) and more
 MAX_EMITTERS = 16  # more watched directories than this: recursive watches on top-level dirs
 RACY_MARGIN_NS = 20_000_000  # file timestamps may lag the clock by a tick
 CANCEL_SIGNUM = 0  # Scheduler.request_stop(0): "an input changed", not a signal
@@ -417,6 +418,7 @@ class Watcher:
         self.cycle_no = 0
         self.cycle_start_ns = 0
         self.cycle_span = (0.0, 0.0)  # (monotonic start and end of the last cycle: _rewritten_as_was)
+        self.said_at: tuple[float, int] | None = None  # (monotonic, time_ns) when the last summary was said
         self.cycle_wall = (0, 0)  # (the same in time_ns: a change seen late, polled or on a loaded machine:
         # its file's mtime says when)
         self.unrecorded: list[str] = []  # labels whose result the last cycle did not record
@@ -967,8 +969,12 @@ class Watcher:
             return False
         if not begun <= ch.at <= ended:  # (seen while the last cycle ran; polling sees it later, and
             wall0, wall1 = self.cycle_wall  # inotify's event may reach this thread after the cycle
-            try:  # ended on a loaded machine: by its mtime then, from the coarser file clock)
-                if not wall0 - 20_000_000 <= os.stat(os.path.join(self.root, ch.path)).st_mtime_ns <= wall1:
+            # ended on a loaded machine: by its mtime then, from the coarser file clock, which
+            # lags a few ms: a write right after the cycle's end (a touch) may carry a time
+            # before it, so an event seen late must be of a write well inside the cycle)
+            end = wall1 if self.poll else wall1 - LATE_EVENT_MARGIN_NS
+            try:
+                if not wall0 - 20_000_000 <= os.stat(os.path.join(self.root, ch.path)).st_mtime_ns <= end:
                     return False
             except OSError:
                 return False
@@ -1175,6 +1181,9 @@ class Watcher:
         again = [c.path for c in changes if c.kind == "recheck"]  # (a label: its result was not recorded)
         if again:
             line += "; checking again: " + again[0]
+        # The cycle's end, before it is said: a write the reader of this line makes at once
+        # comes after it (a touch was taken for the cycle's own rewrite: _rewritten_as_was).
+        self.said_at = (time.monotonic(), time.time_ns())
         print(line, file=self.out, flush=True)
 
     def run(self) -> int:
@@ -1199,8 +1208,10 @@ class Watcher:
             said_none = False
             while changes is not None and self.stop_signal is None:
                 begun, wall = time.monotonic(), time.time_ns()
+                self.said_at = None
                 self.cycle(changes)
-                self.cycle_span, self.cycle_wall = (begun, time.monotonic()), (wall, time.time_ns())
+                ended = self.said_at or (time.monotonic(), time.time_ns())
+                self.cycle_span, self.cycle_wall = (begun, ended[0]), (wall, ended[1])
                 if self.stop_signal is not None:
                     break
                 self._note_tools()

@@ -1876,10 +1876,14 @@ def test_a_rewrite_as_read_is_dropped_only_when_every_reader_finished_in_a_cycle
     # file's mtime, inside the cycle, says it was written then (a cycle for it looped).
     mtime = (root / "F.txt").stat().st_mtime_ns
     late = wm.Change("F.txt", "content", at=now + 6)
-    w.cycle_wall = (mtime - 1_000_000, mtime + 1_000_000)
+    w.cycle_wall = (mtime - 100_000_000, mtime + 100_000_000)
     assert w._rewritten_as_was(late)
     w.cycle_wall = (mtime - 3_000_000_000, mtime - 2_000_000_000)
     assert not w._rewritten_as_was(late)  # (written after the cycle: a person's save retries, as ever)
+    # ... nor one whose time is within the file clock's lag of the end: a touch right after the
+    # cycle's line carried a time just before its end (the file clock lags), and no cycle came.
+    w.cycle_wall = (mtime - 100_000_000, mtime + wm.LATE_EVENT_MARGIN_NS // 2)
+    assert not w._rewritten_as_was(late)
     w.last_finished = (g, {tg: Status.RAN})
     assert not w._rewritten_as_was(ch)  # a reader the focused cycle left out
     w.last_finished = (None, {})

@@ -340,7 +340,9 @@ class HttpStore(Store):
     (SHA-256 only: the protocol cannot negotiate).  One keep-alive connection per thread."""
 
     def __init__(self, ep: Endpoint, opt: RemoteOptions) -> None:
-        import threading
+        import http.client  # noqa: F401 - here, once: two lanes importing it at once for their first request
+        import threading  # could see the module before `http.client` was bound on `http` (CPython's import
+        # race): "AttributeError: module 'http' has no attribute 'client'", an internal error of one target
 
         self.ep = ep
         self.opt = opt
