@@ -960,6 +960,26 @@ def test_a_cached_pass_in_a_fresh_checkout_says_the_cache_holds_a_pass(workspace
     assert e["reason"].endswith("; the cache holds a pass of this key"), e
 
 
+def _terminated_once_hanging(workspace: Workspace) -> None:
+    """``buildtool test //:t --no-cache-tests``, SIGTERMed once its command made ``hanging``
+    (exit 143)."""
+    env = _clean_env(workspace.cache, workspace.home)
+    proc = subprocess.Popen([BUILDTOOL, "test", "//:t", "--no-cache-tests"], cwd=workspace.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace.root / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (workspace.root / "hanging").exists(), "the (re)run never started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, out + err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_next(
     workspace: Workspace, tmp_path: Path,
 ) -> None:
@@ -974,21 +994,7 @@ def test_a_flaky_retry_interrupted_after_a_failed_attempt_is_not_a_cached_pass_n
     mode.write_text("pass\n")
     assert workspace.build(command="test").rc == 0
     mode.write_text("failthenhang\n")
-    env = _clean_env(workspace.cache, workspace.home)
-    proc = subprocess.Popen([BUILDTOOL, "test", "//:t", "--no-cache-tests"], cwd=workspace.root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (workspace.root / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (workspace.root / "hanging").exists(), "the retry never started"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 143, out + err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _terminated_once_hanging(workspace)
     mode.write_text("fail\n")
     fresh = workspace.copy_to(tmp_path / "fresh")
     for ws in (workspace, fresh):
@@ -1009,21 +1015,7 @@ def test_a_run_cut_short_leaves_no_log_that_a_later_cached_pass_replays(workspac
     mode.write_text("pass\n")
     assert workspace.build(command="test").rc == 0
     mode.write_text("hang\n")
-    env = _clean_env(workspace.cache, workspace.home)
-    proc = subprocess.Popen([BUILDTOOL, "test", "//:t", "--no-cache-tests"], cwd=workspace.root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (workspace.root / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (workspace.root / "hanging").exists(), "the rerun never started"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 143, out + err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _terminated_once_hanging(workspace)
     r = workspace.build("--test-output=all", command="test")
     assert r.rc == 0 and r.by_label["//:t"]["test"] == "cached", r.output
     log = workspace.read(".buildtool/testlogs/t.log")
