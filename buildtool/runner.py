@@ -906,15 +906,15 @@ class TargetRunner:
                     return done
                 # (the entry was fine where its outputs could not be put: no damage)
                 corrupt = self._leads_elsewhere(t) is None and t.id not in self._unplaceable
-                lost = corrupt and not self._said_damaged and self.cache.lost_blobs(hit)
+                lost = corrupt and not self._said_damaged and self.cache.lost_blobs(hit)  # (said once)
         if self.remote is not None and not cache_skip and t.depfile is None:
             done = self._remote_restore(t, key, desc, why)
             if done is not None:
                 return done
         if corrupt:
             reason, why = Reason.CACHE_CORRUPT, f"{why}; the cache entry was damaged"
-            if lost and not (self._said_damaged or self.cache.damage_said):  # (a cache restored in part,
-                self._said_damaged = True  # blobs deleted by hand: each such target ran, said by --explain only)
+            if lost and not self.cache.damage_said:  # (a cache restored in part, blobs deleted by hand:
+                self._said_damaged = True  # each such target ran, said by --explain only)
                 self.warn(f"{t.label}: its cache entry names blobs the cache no longer has; running its command "
                           "(said once a build: `--explain` names each such target)")
         elif not cache_skip:
@@ -1374,7 +1374,7 @@ class TargetRunner:
             if t.kind == "pyrule":
                 env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
-                env["BUILDTOOL_PYRULE_MODULES"] = os.path.join(tmp, "pyrule-modules")  # (_unkeyed_modules)
+                env["BUILDTOOL_PYRULE_MODULES"] = os.path.join(tmp, "pyrule-modules")  # (_unkeyed_files)
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]
                 texts = pyrule_texts(t.pkg, self.graph.inputs[t.id], t.outs, t.kwargs_json)
                 if sum(map(arg_size, texts)) > MAX_ARG:  # (one argument may hold 128 KiB at most)
@@ -1505,7 +1505,7 @@ class TargetRunner:
                 )
             size += st.st_size
         if imported:
-            self._unkeyed_modules(t, desc, imported)
+            self._unkeyed_files(t, desc, imported)
         # Inputs that changed while the command ran: do not cache, stay dirty.
         changed = late if late is not None else \
             self._inputs_changed(checked, started_ns, self._key_stats.get(t.id, {})) \
@@ -1593,11 +1593,12 @@ class TargetRunner:
             ((st.st_ctime_ns != was[3] or racy(st.st_mtime_ns, st.st_ctime_ns, min(started_ns, was[4])))
              and self._disk_digest(p) != d)
 
-    def _unkeyed_modules(self, t: Target, desc: dict[str, Any], imported: list[str]) -> None:
-        """Warn of the workspace modules a pyrule's function imported that its key does not
-        hold (PYRULE_MAIN lists them): reached through a ``sys.path`` entry it added (a
-        src-layout library), or imported by a name the static search cannot see; an edit of
-        them would not rerun it, and the cache would give the old output elsewhere too."""
+    def _unkeyed_files(self, t: Target, desc: dict[str, Any], imported: list[str]) -> None:
+        """Warn of the workspace modules a pyrule's function imported, and the workspace files
+        it opened to read, that its key does not hold (PYRULE_MAIN lists them): a module
+        reached through a ``sys.path`` entry it added (a src-layout library) or imported by a
+        name the static search cannot see, a template beside the generator; an edit of them
+        would not rerun it, and the cache would give the old output elsewhere too."""
         found = [os.path.relpath(m, self.root) for m in imported if not m.startswith("<")]
         keyed = {k[len("module:"):] for k in desc.get("extra", {}) if k.startswith("module:")}
         keyed.update(desc.get("inputs", {}))
