@@ -29,6 +29,12 @@ from buildtool.testing import TestCase, TestResult
 
 MAX_OUTPUT_CHARS = 1_000_000  # per test: the end of a longer log is kept
 _BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# The forbidden characters a log holds, escaped by str.translate (binary output had a Python
+# call per byte, ~1 s a test): C0 controls, bytes that were not UTF-8 (surrogateescape's
+# U+DC80-U+DCFF), U+FFFE/U+FFFF.  Any other (a lone surrogate of a str) by _BAD_XML after.
+_ESCAPES = {c: f"\\x{c:02x}" for c in range(0x20) if chr(c) not in "\t\n\r"}
+_ESCAPES.update({c: f"\\x{c - 0xDC00:02x}" for c in range(0xDC80, 0xDD00)})
+_ESCAPES.update({0xFFFE: "\\ufffe", 0xFFFF: "\\uffff"})  # (never read as \xff + "fe")
 
 
 def xml_text(data: bytes | str) -> str:
@@ -36,15 +42,21 @@ def xml_text(data: bytes | str) -> str:
     ``\\xNN`` (``\\uNNNN`` above U+00FF; not U+FFFD: for an encoding bug the byte is the clue), and at most
     MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
     s = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
-    if len(s) > MAX_OUTPUT_CHARS:
-        s = f"[... {len(s) - MAX_OUTPUT_CHARS} characters cut ...]\n" + s[-MAX_OUTPUT_CHARS:]
-    return xml_safe(s)
+    cut = max(0, len(s) - MAX_OUTPUT_CHARS)
+    s = xml_safe(s[cut:])
+    if len(s) > MAX_OUTPUT_CHARS:  # (escapes are longer: the cap is of what is written)
+        cut += len(s) - MAX_OUTPUT_CHARS
+        s = s[-MAX_OUTPUT_CHARS:]
+    return f"[... {cut} characters cut ...]\n{s}" if cut else s
 
 
 def xml_safe(s: str) -> str:
     """``s`` with the characters XML 1.0 forbids written as ``\\xNN`` (``\\uNNNN`` above U+00FF); a byte of a
     non-UTF-8 file name (held as a lone surrogate, Python's surrogateescape) as that byte."""
-    return _BAD_XML.sub(_escape, s)
+    if _BAD_XML.search(s) is None:
+        return s
+    s = s.translate(_ESCAPES)
+    return _BAD_XML.sub(_escape, s) if _BAD_XML.search(s) else s
 
 
 def _escape(m: re.Match[str]) -> str:

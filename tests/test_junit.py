@@ -98,6 +98,18 @@ def test_only_the_testsuite_counts_skipped_and_a_character_above_ff_is_no_byte()
     assert xml_text("a\ufffeb") == "a\\ufffeb" and xml_text("\x07") == "\\x07"
 
 
+@pytest.mark.parametrize(("data", "cut", "end"), [(b"\0" * 900_000, 2_600_000, "\\x00"),
+                                                  (b"caf\xe9 " * 200_000, 600_000, "caf\\xe9 ")])
+def test_binary_output_is_capped_as_it_is_written_escaped(data: bytes, cut: int, end: str) -> None:
+    """900 kB of NULs wrote 3.6 MB of escapes per test case: the cap was of the characters
+    before escaping (216 MB of JUnit for 60 such tests, escaped one Python call per byte)."""
+    from buildtool.junit import MAX_OUTPUT_CHARS
+
+    head, _, tail = xml_text(data).partition("\n")
+    assert head == f"[... {cut} characters cut ...]" and len(tail) == MAX_OUTPUT_CHARS and tail.endswith(end)
+    assert xml_text(b"\x01\x02\xff\xfe\x1f\t\xef\xbf\xbe\x7f") == "\\x01\\x02\\xff\\xfe\\x1f\t\\ufffe\x7f"
+
+
 def test_the_suites_time_is_the_wall_time_the_tests_ran_in(workspace: Workspace, tmp_path: Path) -> None:
     # Four 1 s tests at -j4 take ~1 s, not 4 (Ant, Surefire and pytest report elapsed time).
     workspace.build_file("p", "\n".join(f'test(name="t{i}", cmd="sleep 1")' for i in range(4)))
