@@ -38,6 +38,7 @@ class EventsWriter:
         self.build_id = uuid.uuid4().hex
         self.path = path
         self.lost: str | None = None  # why the file is incomplete, once a write failed
+        self._whole = 0  # bytes written in whole lines: where a failed write's file is cut back to
         self.written: set[int] = set()  # the targets that have their line
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -59,11 +60,14 @@ class EventsWriter:
         depend on its report."""
         if self.f is None:
             return
+        line = json.dumps(obj) + "\n"  # (ASCII: json.dumps escapes the rest)
         try:
-            self.f.write(json.dumps(obj) + "\n")
+            self.f.write(line)
             self.f.flush()
         except OSError as e:
             self._failed(e)
+        else:
+            self._whole += len(line)
 
     def _failed(self, e: OSError) -> None:
         say(f"warning: could not write the events file {self.path} ({e.strerror}); it is incomplete")
@@ -71,9 +75,20 @@ class EventsWriter:
         f, self.f = self.f, None
         if f is not None:
             try:
+                fd = os.dup(f.fileno())
+            except OSError:
+                fd = -1
+            try:
                 f.close()
             except OSError:
                 pass
+            if fd >= 0:  # cut back to its whole lines: a torn last one broke every reader's json.loads
+                try:
+                    os.ftruncate(fd, self._whole)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
 
     def target_started(self, t: int, lane: int) -> None:
         return

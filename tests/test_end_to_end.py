@@ -887,6 +887,29 @@ def test_an_events_file_on_a_full_disk_is_a_warning_then_exit_1(workspace: Works
     assert rc == 0 and "up_to_date" in out, out
 
 
+def test_an_events_file_cut_short_by_a_full_disk_ends_on_a_whole_line(workspace: Workspace, tmp_path: Path) -> None:
+    """The write that failed left half a JSON line at the end, and the documented reader
+    (json.loads of each line) crashed on it.  (A file-size limit makes the write fail for real.)"""
+    import resource
+    import subprocess
+
+    from conftest import BUILDTOOL, _clean_env
+
+    workspace.build_file("", '[genrule(name=f"a_rather_long_target_name_{i}", outs=[f"o{i}"], cmd="true > $@") '
+                             'for i in range(40)]\n')
+    events = tmp_path / "e.jsonl"
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))
+
+    r = subprocess.run([BUILDTOOL, "build", "--events", str(events)], cwd=workspace.root, capture_output=True,
+                       text=True, env=_clean_env(workspace.cache, workspace.home), preexec_fn=small_files, timeout=60)
+    assert r.returncode == 1 and f"could not write the events file {events}" in r.stderr, r.stdout + r.stderr
+    text = events.read_text()
+    assert 0 < len(text) <= 4000 and text.endswith("\n"), text[-200:]
+    assert [json.loads(line)["label"] for line in text.splitlines()[1:]], text
+
+
 def test_a_pipe_failed_by_sigpipe_says_why(workspace: Workspace) -> None:
     """`seq ... | grep -q x`: pipefail makes the writer's SIGPIPE the pipe's status, and
     "exited with status 141" alone read as a flaky command to a Make user."""
