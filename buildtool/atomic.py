@@ -89,6 +89,7 @@ def _write_report(path: str, raw: bytes | Iterable[bytes]) -> None:
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
         real = os.path.realpath(path)
         os.makedirs(os.path.dirname(real), exist_ok=True)  # (CI names reports/junit.xml in a fresh checkout)
+        _drop_dead_temps(real)
         write_atomic(real, raw)
         return
     fd = _own_stream(st)
@@ -102,10 +103,38 @@ def _write_report(path: str, raw: bytes | Iterable[bytes]) -> None:
                 view = view[os.write(fd, view):]
         return
     if stat.S_ISREG(st.st_mode) and not _through_a_descriptor(path):
+        _drop_dead_temps(os.path.realpath(path))
         write_atomic(os.path.realpath(path), raw)
         return
     with open(path, "ab" if stat.S_ISREG(st.st_mode) else "wb") as f:
         f.writelines([raw] if isinstance(raw, bytes) else raw)
+
+
+def _drop_dead_temps(path: str) -> None:
+    """Remove the temp files of ``path`` (``<name>.tmp.<pid>.<thread>``) that a process no
+    longer running left: a CI job SIGKILLed while its JUnit file was written left a cut
+    report beside it, which an upload of the report directory then carried."""
+    head, name = os.path.split(path)
+    prefix = f"{name}.tmp."
+    try:
+        names = [n for n in os.listdir(head or ".") if n.startswith(prefix)]
+    except OSError:
+        return
+    for n in names:
+        pid, dot, thread = n[len(prefix):].partition(".")
+        if not (dot and pid.isdigit() and pid.isascii() and thread.isdigit() and thread.isascii()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # (running: a build writing it now, or another process with that pid)
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError):
+            continue
+        try:
+            os.unlink(os.path.join(head, n))
+        except OSError:
+            pass
 
 
 def _own_stream(st: os.stat_result) -> int | None:

@@ -401,3 +401,25 @@ def test_the_report_never_holds_every_test_s_log_at_once(tmp_path: Path) -> None
         tracemalloc.stop()
     assert peak < 12_000_000, peak
     assert os.path.getsize(tmp_path / "j.xml") > 30_000_000
+
+
+def test_a_temp_file_a_killed_run_left_beside_the_report_is_removed(workspace: Workspace, tmp_path: Path) -> None:
+    """A CI job SIGKILLed while its JUnit file was written left `j.xml.tmp.<pid>.<thread>`,
+    a cut report, which no later run removed (an upload of reports/ carried it).  One of a
+    process still running (writing it now) stays."""
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    left = reports / f"j.xml.tmp.{dead.pid}.140356803128192"
+    left.write_text("<testsuites><testsuite")
+    alive = reports / f"j.xml.tmp.{os.getpid()}.1"
+    alive.write_text("<testsuites")
+    workspace.build_file("", 'test(name="t", cmd="true")\n')
+    for _ in range(2):  # (no report yet; then one to replace)
+        rc, out, err = workspace.run("test", "--junit", str(reports / "j.xml"))
+        assert rc == 0, out + err
+        assert not left.exists() and alive.exists(), sorted(p.name for p in reports.iterdir())
+        left.write_text("<testsuites><testsuite")
