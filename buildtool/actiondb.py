@@ -433,7 +433,7 @@ class ActionDB:
                     return default
                 # (UnicodeDecodeError: sqlite3 decoding an error message that quotes a damaged name)
                 damaged = name in _DAMAGED or isinstance(e, UnicodeDecodeError) \
-                    or (name == "SQLITE_CANTOPEN" and os.path.isdir(self.path))
+                    or (name == "SQLITE_CANTOPEN" and os.path.isdir(self.path)) or os.path.islink(self.path)
                 if self._immutable and damaged:  # (its owner writing it meanwhile: nothing to start afresh)
                     if not self._busy_warned:
                         self._busy_warned = True

@@ -456,6 +456,11 @@ def test_links_planted_in_the_cache_lead_gc_and_builds_nowhere_outside_it(worksp
     assert r.rc == 0, r.output
     assert sorted(p.name for p in victim.iterdir()) == ["notes.txt", "prices.csv", "projects"], r.output
     assert oct(victim.stat().st_mode & 0o777) == oct(0o755)
+    # The linked database was refused on every build, caching off for good: it is replaced
+    # by a file of the cache's own once (reliability.md), the file it led to untouched.
+    assert "actions.db is damaged (it is a symbolic link" in r.output, r.output
+    assert (v2 / "actions.db").is_file() and not (v2 / "actions.db").is_symlink()
+    assert [r[0] for r in sqlite3.connect(other_db).execute("SELECT name FROM sqlite_master")] == ["mine"]
 
 
 def test_what_a_build_stored_before_the_cache_turned_off_is_counted(workspace: Workspace) -> None:
