@@ -482,12 +482,13 @@ def _reap(
     state_dir: str, path: str, spare: bytes | None, warn: Callable[[str], None], wait_s: float,
     cut_short: list[str] | None,
 ) -> int:
-    lost = False  # the list is gone: the spare copy's header stands in for it
+    lost = False  # the list is gone (or unreadable): the spare copy's header stands in for it
+    there = True  # (a file there, but no list in it: said so, not "went with the state directory")
     try:
         with open_regular(path) as f:  # (a named pipe there: not a wait for a writer)
             lines = f.read().splitlines()
     except FileNotFoundError:
-        lines = []
+        lines, there = [], False
     except OSError as e:
         if spare is None:
             warn(f"cannot read {path} ({e.strerror}); commands of a killed build may still be running")
@@ -546,7 +547,8 @@ def _reap(
         except (ProcessLookupError, PermissionError):
             pass
     if killed:
-        gone = " (its list of them went with the state directory: found by their BUILDTOOL_LANE)" if lost else ""
+        how = "was damaged" if there else "went with the state directory"
+        gone = f" (its list of them {how}: found by their BUILDTOOL_LANE)" if lost else ""
         warn(f"killed {killed} command(s) left running by a previous buildtool (pid {holder}) that did not exit "
              f"cleanly{gone}; their targets will run again")
         deadline = time.monotonic() + wait_s

@@ -145,9 +145,10 @@ def _children_of_session(marker: str) -> list[int]:
 
 @pytest.mark.parametrize(("recorded", "clean", "lose", "own_tmpdir"),
                          [(True, False, "", False), (False, False, "", False), (True, True, "", False),
-                          (True, False, "state", False), (True, False, "list", False), (True, False, "state", True)],
+                          (True, False, "state", False), (True, False, "list", False), (True, False, "state", True),
+                          (True, False, "damaged", False)],
                          ids=["recorded", "killed-before-recording", "then-clean", "state-removed", "list-emptied",
-                              "state-removed-own-tmpdir"])
+                              "state-removed-own-tmpdir", "list-damaged"])
 def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
     workspace: Workspace, recorded: bool, clean: bool, lose: str, own_tmpdir: bool
 ) -> None:
@@ -195,6 +196,8 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
             shutil.rmtree(workspace.path(".buildtool"))
         elif lose == "list":
             children.write_text("")
+        elif lose == "damaged":  # (said as damaged, not as gone with the state directory)
+            children.write_bytes(b"\x8f\x02garbage\n1 2 3\n")
         workspace.build_file("", """
             genrule(name="slow", srcs=["in.txt"], outs=["o.txt"], cmd="cat $< > $@")
         """)
@@ -207,6 +210,8 @@ def test_orphans_of_a_killed_build_are_killed_before_the_next_build_writes(
         r = workspace.build()
         assert r.rc == 0, r.output
         assert ("left running by a previous buildtool" in r.stderr) is not clean
+        assert ("its list of them was damaged" in r.stderr) is (lose in ("damaged", "list")), r.stderr
+        assert ("its list of them went with the state directory" in r.stderr) is (lose == "state"), r.stderr
         assert not _children_of_session(marker)  # (the shell that would append is gone)
         assert workspace.read("o.txt") == "v1\n"
     finally:
