@@ -52,8 +52,12 @@ DIGEST_FN = {"sha256": re_pb2.DigestFunction.SHA256, "blake3": re_pb2.DigestFunc
 
 
 def channel(ep: Endpoint) -> grpc.Channel:
+    # gRPC waits longer between connection attempts to a server that is down, up to 120 s
+    # by default: a worker whose server restarted (BuildGrid's routine, its action cache in
+    # memory) came back 20-60 s after the server did, though it said "retrying every 2 s".
     opts = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
-            ("grpc.enable_retries", 0)]
+            ("grpc.enable_retries", 0), ("grpc.initial_reconnect_backoff_ms", 1000),
+            ("grpc.min_reconnect_backoff_ms", 1000), ("grpc.max_reconnect_backoff_ms", 2000)]
     if ep.scheme == "grpcs":
         return grpc.secure_channel(ep.target, grpc.ssl_channel_credentials(), options=opts)
     return grpc.insecure_channel(ep.target, options=opts)
