@@ -12,8 +12,10 @@ import pathlib
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import conftest
 import pytest
@@ -1061,3 +1063,40 @@ def test_a_worker_stopped_mid_action_hands_its_lease_back_at_once(
             for w in (first, second):
                 if w is not None:
                     rx.stop_gracefully(w)
+
+
+def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--instance nosuch`: BuildGrid answers INVALID_ARGUMENT, and the worker retried every
+    2 s forever, where a supervisor or CI needs an exit status.  (A gRPC server on 127.0.0.1
+    that refuses every call stands for it.)"""
+    from concurrent import futures
+
+    import grpc
+
+    from buildtool.remote.worker import Worker
+
+    class Refuse(grpc.GenericRpcHandler):
+        def service(self, details: Any) -> Any:
+            def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Invalid instance name: [nosuch]")
+            return grpc.unary_unary_rpc_method_handler(refuse)
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    server.add_generic_rpc_handlers((Refuse(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        w = Worker(f"grpc://127.0.0.1:{port}", "nosuch", 2, str(tmp_path), 5.0, {})
+        done: list[int] = []
+        t = threading.Thread(target=lambda: done.append(w.serve()), daemon=True)
+        t.start()
+        t.join(30)
+        w.stop.set()
+        t.join(30)
+    finally:
+        server.stop(0)
+    err = capsys.readouterr().err
+    assert done == [1], err
+    assert "CreateBotSession refused: INVALID_ARGUMENT Invalid instance name: [nosuch]; check --server, --instance" \
+        in err, err

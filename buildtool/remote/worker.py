@@ -45,6 +45,9 @@ from buildtool.remote.store import RemoteError, Source
 POLL_S = 5.0  # UpdateBotSession deadline: the server long-polls for 80% of it (under 3 s: no leases)
 KEEPALIVE_S = 10.0  # while an action runs, report the session at least this often
 RETRY_S = 2.0
+# Answers to the first CreateBotSession that no retry mends (the request itself is wrong).
+REFUSED_AT_START = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
 FAILING_SAID_EVERY_S = 60.0  # a server that stays down: one line a minute per slot, not one per retry
 TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
@@ -93,6 +96,7 @@ class Worker:
         self._live_lock = threading.Lock()
         self._store: GrpcStore | None = None
         self._store_lock = threading.Lock()
+        self._served = False  # a bot session was created: a refusal after that is retried (a server restarting)
         self.host = socket.gethostname()
 
     # -- CAS -----------------------------------------------------------------------------------
@@ -115,8 +119,15 @@ class Worker:
                 got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
                                                  timeout=POLL_S, metadata=self.metadata)
                 log(f"slot {slot}: bot session {got.name} ({bot_id})")
+                self._served = True
                 return got
             except grpc.RpcError as e:
+                if e.code() in REFUSED_AT_START and not self._served:
+                    # (--instance misspelt: it retried every 2 s forever, where a supervisor or CI
+                    # needs an exit status to notice)
+                    log(f"slot {slot}: CreateBotSession refused: {e.code().name} {e.details() or ''}; check "
+                        "--server, --instance and --remote-header; this slot stops")
+                    return None
                 if time.monotonic() - said > FAILING_SAID_EVERY_S:
                     log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
                         f"{RETRY_S:g} s")
