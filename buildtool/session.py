@@ -1277,11 +1277,8 @@ class _Signals:
     ``held`` until the reports (--profile, --junit, --events) and the state are written and
     the lock is released, which takes moments: cut short there, a report was half a temp
     file, or the last run's was left in its place, with no word; the build then ends
-    interrupted all the same.  A second one there is only said (count_stop_signal): CI
-    runners send SIGINT, then SIGTERM seconds later, and the second dropped the JUnit file
-    of a suite whose report took that long; a write that blocks for good (a FIFO nobody
-    reads) is the third signal's to end.  A SIGHUP ignored from the start (``nohup``) stays
-    ignored."""
+    interrupted all the same; a second one there leaves at once (a write that blocks).  A
+    SIGHUP ignored from the start (``nohup``) stays ignored."""
 
     __slots__ = ("_prev", "_stop", "_stopping", "held")
 
@@ -1315,6 +1312,13 @@ class _Signals:
                 self._stop(signum)
         elif self.held is None:
             self.held = signum
+        else:  # a second one while a report is written: that write blocks (a FIFO, a hung mount)
+            from buildtool.errors import Terminated
+
+            for s in self._prev:  # (on the way out: a third must not cut the finally blocks)
+                signal.signal(s, signal.SIG_IGN)
+            self._prev.clear()
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
     def restore(self) -> None:
         """The handlers from before ``install`` back (the CLI's, or watch mode's)."""
