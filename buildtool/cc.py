@@ -335,23 +335,13 @@ def cc_binary(
     gnu = sys.platform.startswith("linux")
     start, end = ("-Wl,--start-group ", " -Wl,--end-group") if gnu else ("", "")
     links = " ".join(shlex.quote(w).replace("$", "$$") for w in linkopts)
-    link = f"{linker} -o $@ {start}$(SRCS){end} {links}".rstrip()
-    if deps:
-        # A deps entry that is not a cc_library (a header's generator: Make's habit of
-        # order-only deps) handed its files to the linker, which ignored a header and
-        # compiled a .c into the binary, silently.  Bazel refuses it (no CcInfo); which
-        # kind a label in another package is, the macro cannot know: the link says it.
-        pkg = current_context().pkg
-        link = ("for f in $(SRCS); do case $f in *.o|*.a) ;; *) echo "
-                f"\"//{pkg}:{name}: $f is not an object or an archive: deps takes cc_library targets "
-                "(a target that makes headers goes in hdr_deps)\" >&2; exit 1;; esac; done; " + link)
     genrule(
         name=name,
         srcs=[*objs, *given],
         deps=list(deps),  # ($(SRCS) lists their outputs after the srcs; a typo is said of `deps`)
         outs=[name],
         tools=[_tool(linker)],
-        cmd=link,
+        cmd=f"{linker} -o $@ {start}$(SRCS){end} {links}".rstrip(),
         **common,
     )
 

@@ -720,26 +720,3 @@ def test_where_the_macros_looked_for_the_compiler_is_no_watch_and_no_error(
                        f'"$0" -C "{workspace.root}" build', BUILDTOOL], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-
-
-def test_a_header_generator_in_deps_fails_the_link_naming_hdr_deps(workspace: Workspace) -> None:
-    """Make's habit: a header's generator in a cc_library's ``deps`` (order-only in a
-    Makefile).  Its header went to the linker, which ignored it: the build passed, the
-    compile unordered.  The link now fails, saying where such a target goes; a library in
-    deps still links."""
-    ws = workspace
-    ws.write("lib.c", '#include "gen.h"\nint lib(void) { return V; }\n')
-    ws.write("main.c", "int lib(void);\nint main(void) { return lib() - 1; }\n")
-    ws.build_file("", """
-        from buildtool.cc import cc_binary, cc_library
-        genrule(name="gen_h", outs=["gen.h"], cmd="echo '#define V 1' > $@")
-        cc_library(name="bad", srcs=["lib.c"], deps=[":gen_h"])
-        cc_library(name="good", srcs=["lib.c"], hdr_deps=[":gen_h"])
-        cc_binary(name="app", srcs=["main.c"], deps=[":bad"])
-        cc_binary(name="ok", srcs=["main.c"], deps=[":good"])
-    """)
-    r = ws.build("-k", "-j1")
-    assert r.rc == 1 and r.with_status("failed") == {"//:app"}, r.output
-    assert "//:app: gen.h is not an object or an archive: deps takes cc_library targets (a target that makes " \
-        "headers goes in hdr_deps)" in r.output, r.output
-    assert subprocess.run([str(ws.root / "ok")]).returncode == 0
