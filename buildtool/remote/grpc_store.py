@@ -57,7 +57,8 @@ def channel(ep: Endpoint) -> grpc.Channel:
     # memory) came back 20-60 s after the server did, though it said "retrying every 2 s".
     opts = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
             ("grpc.enable_retries", 0), ("grpc.initial_reconnect_backoff_ms", 1000),
-            ("grpc.min_reconnect_backoff_ms", 1000), ("grpc.max_reconnect_backoff_ms", 2000)]
+            ("grpc.max_reconnect_backoff_ms", 2000)]  # (not min_reconnect_backoff_ms: it is also
+    # the shortest time a connection attempt is given, and a TLS handshake slower than it never connected)
     if ep.scheme == "grpcs":
         return grpc.secure_channel(ep.target, grpc.ssl_channel_credentials(), options=opts)
     return grpc.insecure_channel(ep.target, options=opts)
