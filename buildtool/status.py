@@ -76,7 +76,7 @@ class EventsWriter:
         if f is not None:
             try:
                 fd = os.dup(f.fileno())
-            except OSError:
+            except (OSError, ValueError):  # (ValueError: its close() failed, the descriptor is gone)
                 fd = -1
             try:
                 f.close()
@@ -128,6 +128,7 @@ class EventsWriter:
     def close(self) -> None:
         if self.f is not None:
             try:
+                self.f.flush()  # (a failure here still has the file open: cut back to whole lines)
                 self.f.close()
                 self.f = None
             except OSError as e:
