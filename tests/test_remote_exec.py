@@ -1065,16 +1065,20 @@ def test_a_worker_stopped_mid_action_hands_its_lease_back_at_once(
                     rx.stop_gracefully(w)
 
 
-def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.Path,
+def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """`--instance nosuch`: BuildGrid answers INVALID_ARGUMENT, and the worker retried every
-    2 s forever, where a supervisor or CI needs an exit status.  (A gRPC server on 127.0.0.1
-    that refuses every call stands for it.)"""
+    2 s forever, where a supervisor or CI needs an exit status.  It retries a refusal for a
+    while (REFUSED_FOR_S: a proxy before a server still starting refuses too), here 3 s.  (A
+    gRPC server on 127.0.0.1 that refuses every call stands for the server.)"""
     from concurrent import futures
 
     import grpc
 
+    from buildtool.remote import worker
     from buildtool.remote.worker import Worker
+
+    monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
 
     class Refuse(grpc.GenericRpcHandler):
         def service(self, details: Any) -> Any:
@@ -1098,5 +1102,50 @@ def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.P
         server.stop(0)
     err = capsys.readouterr().err
     assert done == [1], err
-    assert "CreateBotSession refused: INVALID_ARGUMENT Invalid instance name: [nosuch]; check --server, --instance" \
-        in err, err
+    said = ("CreateBotSession refused for 3 s: INVALID_ARGUMENT Invalid instance name: [nosuch]; "
+            "check --server, --instance")
+    assert said in err and err.count("this slot stops") == 2, err
+
+
+def test_a_refusal_after_a_session_was_made_is_retried(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """One slot had its session, the other's was refused: that slot stopped for good, and
+    the worker served on with half its capacity, unsaid (the review).  Once any slot had a
+    session, a refusal is the server's passing state: retried."""
+    from concurrent import futures
+
+    import grpc
+
+    from buildtool.remote import worker
+    from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
+    from buildtool.remote.worker import Worker
+
+    monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
+    calls: list[str] = []
+
+    class FirstOnly(grpc.GenericRpcHandler):
+        def service(self, details: Any) -> Any:
+            def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
+                calls.append(details.method)
+                if len(calls) == 1 and details.method.endswith("/CreateBotSession"):
+                    time.sleep(1)  # (the other slot's refusal comes first)
+                    return bots_pb2.BotSession(name="sessions/one").SerializeToString()
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, "the auth service is down")
+            return grpc.unary_unary_rpc_method_handler(answer)
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((FirstOnly(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        w = Worker(f"grpc://127.0.0.1:{port}", "", 2, str(tmp_path), 5.0, {})
+        done: list[int] = []
+        t = threading.Thread(target=lambda: done.append(w.serve()), daemon=True)
+        t.start()
+        t.join(6)  # (past REFUSED_FOR_S: still serving)
+        assert t.is_alive() and not done, capsys.readouterr().err
+        w.stop.set()
+        t.join(30)
+    finally:
+        server.stop(0)
+    assert done == [0] and "this slot stops" not in capsys.readouterr().err

@@ -45,9 +45,13 @@ from buildtool.remote.store import RemoteError, Source
 POLL_S = 5.0  # UpdateBotSession deadline: the server long-polls for 80% of it (under 3 s: no leases)
 KEEPALIVE_S = 10.0  # while an action runs, report the session at least this often
 RETRY_S = 2.0
-# Answers to the first CreateBotSession that no retry mends (the request itself is wrong).
+# Answers to CreateBotSession that say the request itself is wrong (an --instance the server
+# does not have, a header it refuses), when no slot of this worker ever had a session: retried
+# for REFUSED_FOR_S (a proxy in front of a server still starting says 401/403/404 too), then
+# the slot stops; a worker whose slots all stopped exits 1.
 REFUSED_AT_START = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
                     grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
+REFUSED_FOR_S = 30.0
 FAILING_SAID_EVERY_S = 60.0  # a server that stays down: one line a minute per slot, not one per retry
 TIMEOUT_MARK = "buildtool worker: TIMEOUT after"
 MISSING_HINTS = ("No such file", "not found", "can't open", "cannot open", "No module named")
@@ -114,6 +118,7 @@ class Worker:
         dev.properties.add(key="OSFamily", value=platform.system().lower())
         dev.properties.add(key="ISA", value=platform.machine())
         said = 0.0
+        refused_since: float | None = None  # (this slot's first refusal, while no slot had a session)
         while not self.stop.is_set():
             try:
                 got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
@@ -125,9 +130,14 @@ class Worker:
                 if e.code() in REFUSED_AT_START and not self._served:
                     # (--instance misspelt: it retried every 2 s forever, where a supervisor or CI
                     # needs an exit status to notice)
-                    log(f"slot {slot}: CreateBotSession refused: {e.code().name} {e.details() or ''}; check "
-                        "--server, --instance and --remote-header; this slot stops")
-                    return None
+                    now = time.monotonic()
+                    refused_since = now if refused_since is None else refused_since
+                    if now - refused_since >= REFUSED_FOR_S:
+                        log(f"slot {slot}: CreateBotSession refused for {REFUSED_FOR_S:g} s: {e.code().name} "
+                            f"{e.details() or ''}; check --server, --instance and --remote-header; this slot stops")
+                        return None
+                else:
+                    refused_since = None
                 if time.monotonic() - said > FAILING_SAID_EVERY_S:
                     log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
                         f"{RETRY_S:g} s")
