@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from _thread import get_ident  # not threading's: the no-op path does not import threading
 
 TYPE_CHECKING = False  # not typing's: the no-op path imports this module
@@ -113,7 +114,9 @@ def _write_report(path: str, raw: bytes | Iterable[bytes]) -> None:
 def _drop_dead_temps(path: str) -> None:
     """Remove the temp files of ``path`` (``<name>.tmp.<pid>.<thread>``) that a process no
     longer running left: a CI job SIGKILLed while its JUnit file was written left a cut
-    report beside it, which an upload of the report directory then carried."""
+    report beside it, which an upload of the report directory then carried.  Not one written
+    to in the last DEAD_TEMP_AGE_S: its pid is this PID namespace's, and a build in another
+    (a container, another host over NFS) may be writing it now."""
     head, name = os.path.split(path)
     prefix = f"{name}.tmp."
     try:
@@ -132,9 +135,13 @@ def _drop_dead_temps(path: str) -> None:
         except (OSError, OverflowError):
             continue
         try:
-            os.unlink(os.path.join(head, n))
+            if time.time() - os.lstat(os.path.join(head, n)).st_mtime > DEAD_TEMP_AGE_S:
+                os.unlink(os.path.join(head, n))
         except OSError:
             pass
+
+
+DEAD_TEMP_AGE_S = 60.0
 
 
 def _own_stream(st: os.stat_result) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -406,7 +407,8 @@ def test_the_report_never_holds_every_test_s_log_at_once(tmp_path: Path) -> None
 def test_a_temp_file_a_killed_run_left_beside_the_report_is_removed(workspace: Workspace, tmp_path: Path) -> None:
     """A CI job SIGKILLed while its JUnit file was written left `j.xml.tmp.<pid>.<thread>`,
     a cut report, which no later run removed (an upload of reports/ carried it).  One of a
-    process still running (writing it now) stays."""
+    process still running (writing it now) stays, as does one written to in the last minute
+    (its pid may be another PID namespace's)."""
     import subprocess
 
     dead = subprocess.Popen(["true"])
@@ -417,9 +419,14 @@ def test_a_temp_file_a_killed_run_left_beside_the_report_is_removed(workspace: W
     left.write_text("<testsuites><testsuite")
     alive = reports / f"j.xml.tmp.{os.getpid()}.1"
     alive.write_text("<testsuites")
+    recent = reports / f"j.xml.tmp.{dead.pid}.7"
+    recent.write_text("<testsuites")
+    old = time.time() - 3600
     workspace.build_file("", 'test(name="t", cmd="true")\n')
     for _ in range(2):  # (no report yet; then one to replace)
+        for p in (left, alive):
+            os.utime(p, (old, old))
         rc, out, err = workspace.run("test", "--junit", str(reports / "j.xml"))
         assert rc == 0, out + err
-        assert not left.exists() and alive.exists(), sorted(p.name for p in reports.iterdir())
+        assert not left.exists() and alive.exists() and recent.exists(), sorted(p.name for p in reports.iterdir())
         left.write_text("<testsuites><testsuite")
