@@ -28,6 +28,7 @@ from buildtool.atomic import write_report
 from buildtool.testing import TestCase, TestResult
 
 MAX_OUTPUT_CHARS = 1_000_000  # per test: the end of a longer log is kept
+_CUT_CHUNK = 8192
 _BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # The forbidden characters a log holds, escaped by str.translate (binary output had a Python
 # call per byte, ~1 s a test): C0 controls, bytes that were not UTF-8 (surrogateescape's
@@ -42,12 +43,27 @@ def xml_text(data: bytes | str) -> str:
     ``\\xNN`` (``\\uNNNN`` above U+00FF; not U+FFFD: for an encoding bug the byte is the clue), and at most
     MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
     s = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
-    cut = max(0, len(s) - MAX_OUTPUT_CHARS)
-    s = xml_safe(s[cut:])
-    if len(s) > MAX_OUTPUT_CHARS:  # (escapes are longer: the cap is of what is written)
-        cut += len(s) - MAX_OUTPUT_CHARS
-        s = s[-MAX_OUTPUT_CHARS:]
-    return f"[... {cut} characters cut ...]\n{s}" if cut else s
+    # The cap is of the text as written (an escape is 4 or 6 characters: 900 kB of NULs wrote
+    # 3.6 MB a test), cut between two characters of the log (never inside an escape) and
+    # counted in them: escaped a chunk at a time from the end, the last chunk a character at
+    # a time (each escapes on its own).
+    kept: list[str] = []
+    size, end = 0, len(s)
+    while end > 0:
+        start = max(0, end - _CUT_CHUNK)
+        text = xml_safe(s[start:end])
+        if size + len(text) <= MAX_OUTPUT_CHARS:
+            kept.append(text)
+            size, end = size + len(text), start
+            continue
+        i = end
+        while i > start and size + (n := len(xml_safe(s[i - 1]))) <= MAX_OUTPUT_CHARS:
+            size, i = size + n, i - 1
+        kept.append(xml_safe(s[i:end]))
+        end = i
+        break
+    text = "".join(reversed(kept))
+    return f"[... {end} characters cut ...]\n{text}" if end else text
 
 
 def xml_safe(s: str) -> str:
