@@ -575,3 +575,43 @@ def test_a_read_only_database_changed_under_its_reader_is_a_miss_not_started_afr
         db.close()
     assert len(calls.warned) == 1 and "changed while it was read" in calls.warned[0], calls.warned
     assert calls.unusable == [] and path.stat().st_size == size
+
+
+def test_a_transaction_whose_step_fails_leaves_nothing_of_its_earlier_steps(tmp_path: Path) -> None:
+    # (remove(): the entries deleted and their hits not, or half a batch of stores, kept)
+    from buildtool.actiondb import ActionDB
+
+    c = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    c.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
+    with pytest.raises(sqlite3.Error):
+        ActionDB._in_transaction(c, [("INSERT INTO t VALUES (?)", [("a",)]), ("INSERT INTO nowhere VALUES (1)", None)])
+    assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    c.close()
+
+
+def test_close_writes_the_hits_and_durations_noted_since_the_last_flush(tmp_path: Path) -> None:
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.put("k", b'{"v":1}')
+    stored = used_of(tmp_path, "k")
+    time.sleep(0.01)
+    assert db.get("k") is not None
+    db.note_durations([("//:t", 2.5)])
+    db.close()
+    assert used_of(tmp_path, "k") > stored  # (else GC took the entry for unused since it was stored)
+    assert calls.db(tmp_path).durations(["//:t"]) == {"//:t": 2.5}
+
+
+def test_a_database_path_that_is_a_symbolic_link_is_not_written_through(tmp_path: Path) -> None:
+    # Planted by another user of a shared cache: SQLite would make its tables in the file the
+    # link leads to.  The link is replaced by a database of the cache's own (reliability.md).
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / actiondb.FILENAME).symlink_to(victim)
+    calls = Calls()
+    db = calls.db(tmp_path / "v")
+    assert db.put("k", b"x")
+    db.close()
+    assert victim.read_text() == "keep me\n"
+    assert not (tmp_path / "v" / actiondb.FILENAME).is_symlink()

@@ -38,7 +38,7 @@ def test_parse_size() -> None:
     assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
     assert parse_size("4096") == 4096
     assert parse_size(10) == 10
-    for bad in ("", "-1", "12X", "M", True, 1.5, -3):
+    for bad in ("", "-1", "12X", "M", True, 1.5, -3, -1):
         with pytest.raises(ValueError):
             parse_size(bad)
 
@@ -85,6 +85,42 @@ def test_gc_removes_unreferenced_blobs_and_old_temp_files(workspace: Workspace) 
     assert rc == 0
     assert not orphan.exists() and not stale.exists() and fresh.exists()
     assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
+
+
+def test_gc_deletes_entries_it_cannot_read(workspace: Workspace) -> None:
+    # A damaged entry (a miss for every build) is no entry: gc deletes it, and keeps the rest.
+    import sqlite3
+
+    sized_targets(workspace, {"a": 10 * KIB})
+    assert workspace.build().rc == 0
+    db = layout_dir(workspace.cache) / "actions.db"
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
+        c.execute("INSERT INTO actions VALUES (?, ?, ?)", ("f" * 64, b"{not json", time.time_ns()))
+    rc, _, err = workspace.run("cache", "gc")
+    assert rc == 0, err
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        keys = [k for (k,) in c.execute("SELECT key FROM actions")]
+    assert len(keys) == 1 and "f" * 64 not in keys
+    assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
+
+
+def test_gc_keeps_a_blob_that_a_surviving_entry_shares(workspace: Workspace) -> None:
+    # x and y make the same 200K (one blob, two entries); x is stored first, y and z (300K)
+    # later.  Evicting x leaves the blob to y; z goes to get under the cap.
+    workspace.build_file("", "".join(
+        f'genrule(name="{n}", outs=["{n}.bin"], cmd="{c} > $@")\n'
+        for n, c in (("x", "head -c 204800 /dev/zero"), ("y", "head -c 204800 /dev/zero"),
+                     ("z", "{ printf z; head -c 307200 /dev/zero; }"))))
+    assert workspace.build("//:x").rc == 0
+    time.sleep(0.05)
+    assert workspace.build("//:y", "//:z").rc == 0
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "250K")
+    assert rc == 0 and "evicted 2 entries" in out, out + err
+    assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
+    for n in "xyz":
+        (workspace.root / f"{n}.bin").unlink()
+    r = workspace.build()
+    assert (r.status("//:x"), r.status("//:y"), r.status("//:z")) == ("ran", "restored", "ran"), r.output
 
 
 def test_gc_keeps_entries_whose_contents_are_inline(workspace: Workspace) -> None:
@@ -138,6 +174,89 @@ def test_max_size_from_user_config_keeps_the_cache_under_the_cap(workspace: Work
     verify_cache(workspace.cache)
     for n in names:
         assert (workspace.root / f"{n}.bin").stat().st_size == 200 * KIB + len(n)
+
+
+def test_automatic_eviction_goes_down_to_the_low_water_mark(workspace: Workspace) -> None:
+    # 8 x 170K over a 700K cap: down to 90% of it (3 entries), not just under the cap (4),
+    # or nearly every build that stores anything evicts again.
+    from buildtool.cache_gc import LOW_WATER
+
+    cfg = workspace.home / "config" / "buildtool" / "config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text('max_size = "700K"\n')
+    sized_targets(workspace, {f"t{i}": 170 * KIB for i in range(8)})
+    assert workspace.build().rc == 0
+    assert cache_bytes(workspace.cache) <= LOW_WATER * 700 * KIB
+
+
+def test_the_end_of_a_build_adds_only_what_it_did_not_count_already(tmp_path: Path) -> None:
+    # A long build adds what it stored to the counter every few seconds (bytes_counted): the
+    # end adds the rest, not all of it again (a counter running ahead evicted for nothing).
+    from buildtool.cache_gc import _write_counter, after_build
+
+    class Stored:
+        dir = str(tmp_path)
+        writable = True
+        bytes_added, bytes_counted = 100, 60
+
+        def flush(self) -> None:
+            pass
+
+    _write_counter(str(tmp_path), 1060)  # (1000 before the build, and the 60 counted during it)
+    after_build(Stored(), None, [], lambda msg: pytest.fail(msg))
+    assert read_counter(str(tmp_path)) == 1100
+
+
+def test_a_build_s_stats_line_counts_no_group_as_up_to_date(tmp_path: Path) -> None:
+    from buildtool.cache_gc import after_build, recent_builds
+    from buildtool.outcome import Outcome, Reason, Status
+
+    class Stored:
+        dir = str(tmp_path)
+        writable = True
+        bytes_added = bytes_counted = 0
+
+        def flush(self) -> None:
+            pass
+
+    outcomes = [Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, ""), Outcome(Status.UP_TO_DATE, Reason.GROUP, ""),
+                Outcome(Status.RAN, Reason.NEW, "")]
+    after_build(Stored(), None, outcomes, lambda msg: pytest.fail(msg))
+    [line] = recent_builds(str(tmp_path))
+    assert (line["up_to_date"], line["ran"]) == (1, 1)
+
+
+def test_a_full_disk_at_the_end_of_a_build_is_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No room for the stats line: the cache is full, which the build said when it stored (or
+    # not, for a cache that is read only here): not "cache maintenance failed" once more.
+    import errno
+
+    from buildtool import cache_gc
+
+    class Stored:
+        dir = str(tmp_path)
+        writable = True
+        bytes_added, bytes_counted = 10, 0
+
+        def flush(self) -> None:
+            pass
+
+    def full(*_a: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_gc, "_append_stats", full)
+    cache_gc.after_build(Stored(), None, [], lambda msg: pytest.fail(msg))
+
+
+def test_a_size_counter_that_is_no_byte_count_is_none(tmp_path: Path) -> None:
+    # (None: the next build scans the cache anew; a negative count held eviction off for good)
+    from buildtool.cache_gc import SIZE_HEADER
+
+    for body in ('{"bytes": -5}', '{"bytes": "12"}', '{"bytes": 1.5}'):
+        (tmp_path / "size").write_text(SIZE_HEADER + body + "\n")
+        assert read_counter(str(tmp_path)) is None, body
+    (tmp_path / "size").write_text(SIZE_HEADER + '{"bytes": 12}\n')
+    assert read_counter(str(tmp_path)) == 12
 
 
 def test_what_a_killed_build_stored_is_counted_and_evicted_by_the_next(workspace: Workspace) -> None:
@@ -357,6 +476,8 @@ def test_gc_on_a_database_that_refuses_frees_the_blobs_and_says_so(
     out, err = capsys.readouterr()
     assert rc == 1 and "entries chosen for eviction stay, their blobs deleted" in err, out + err
     assert cache_bytes(workspace.cache) < before - 500 * KIB, (before, cache_bytes(workspace.cache))
+    # The entries that stayed are counted: a counter short of them let the cache grow past its cap.
+    assert read_counter(str(layout_dir(workspace.cache))) == cache_bytes(workspace.cache)
     monkeypatch.undo()
     for n in "abc":  # (what lost its blob is a miss: the command runs)
         (workspace.root / f"{n}.bin").unlink()
@@ -516,6 +637,25 @@ def test_of_entries_used_at_the_same_time_gc_evicts_the_one_large_enough_first(w
         p.unlink()
     r = workspace.build()
     assert r.status("//:big") == "ran" and all(r.status(f"//:s{i}") == "restored" for i in range(8)), r.output
+
+
+def test_of_entries_used_at_the_same_time_none_enough_alone_gc_evicts_the_largest_first(
+        workspace: Workspace) -> None:
+    # 100K, 200K, 300K stored at one moment; a cap of 180K: the 300K entry, then the 200K
+    # one, is enough; smallest first went through all three (the 100K entry lost for nothing).
+    import sqlite3
+
+    sized_targets(workspace, {"a": 100 * KIB, "b": 200 * KIB, "c": 300 * KIB})
+    assert workspace.build().rc == 0
+    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:  # (one moment for all, as a batch)
+        db.execute("UPDATE actions SET used = 1")
+        db.execute("DELETE FROM hits")
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "180K")
+    assert rc == 0 and "evicted 2 entries" in out, out + err
+    for p in workspace.root.glob("*.bin"):
+        p.unlink()
+    r = workspace.build()
+    assert (r.status("//:a"), r.status("//:b"), r.status("//:c")) == ("restored", "ran", "ran"), r.output
 
 
 def test_of_entries_used_at_the_same_time_gc_evicts_the_smallest_that_is_enough(workspace: Workspace) -> None:

@@ -56,6 +56,24 @@ def test_stdout_redirection_without_a_shell(workspace: Workspace) -> None:
     assert (workspace.path("out/ab.txt").stat().st_mode & 0o777) == 0o644  # 0666 less the umask (022)
 
 
+def test_a_redirect_into_a_setgid_directory_takes_the_directory_s_group(workspace: Workspace) -> None:
+    # As `sh -c 'cat a.txt > $@'` would make it: the file is not made in the staging dir
+    # (whose group it would keep once linked into place).
+    other = [g for g in os.getgroups() if g != os.getegid()]
+    gid = 4242 if os.geteuid() == 0 else (other[0] if other else None)
+    if gid is None:
+        pytest.skip("needs a second group")
+    workspace.write("a.txt", "a\n")
+    out = workspace.path("out")
+    out.mkdir()
+    os.chown(out, -1, gid)
+    out.chmod(0o2775)
+    workspace.build_file("", 'genrule(name="cat", srcs=["a.txt"], outs=["out/a.txt"], cmd="cat a.txt > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.path("out/a.txt").stat().st_gid == gid
+
+
 def test_direct_start_sees_the_same_environment_as_the_shell_gives(workspace: Workspace) -> None:
     workspace.build_file(
         "",
@@ -605,3 +623,56 @@ def test_the_lanes_marker_names_a_running_commands_memory_files_until_it_ends(tm
         assert _open_fds() == before
     finally:
         tracker.close()
+
+
+def test_which_passes_over_a_file_that_is_not_executable(tmp_path: Path) -> None:
+    # As the shell does: a plain file `tool` early on PATH is not the program (nor, for
+    # tools=, the binary whose digest the key holds).
+    for d, mode in (("a", 0o644), ("b", 0o755)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "tool").write_text("#!/bin/sh\n")
+        (tmp_path / d / "tool").chmod(mode)
+    assert executor.which("tool", f"{tmp_path}/a:{tmp_path}/b") == f"{tmp_path}/b/tool"
+
+
+def test_a_relative_path_entry_finds_each_package_s_own_program(tmp_path: Path) -> None:
+    # PATH=bin:...: a directly started `tool` in a/ is a/bin/tool, in b/ b/bin/tool.
+    ex = executor.SubprocessExecutor()
+    env = {"PATH": "bin:/usr/bin:/bin"}
+    for d in ("a", "b"):
+        (tmp_path / d / "bin").mkdir(parents=True)
+        (tmp_path / d / "bin" / "tool").write_text(f'#!/bin/sh\necho {d} > "$1"\n')
+        (tmp_path / d / "bin" / "tool").chmod(0o755)
+    for d in ("a", "b"):
+        line = "tool out.txt"
+        r = ex.start(executor.shell_argv("sh", line, False), str(tmp_path / d), env,
+                     capture=str(tmp_path / f"cap-{d}"), direct=simplecmd.parse(line)).wait()
+        assert r.exit_code == 0
+        assert (tmp_path / d / "out.txt").read_text() == f"{d}\n"
+
+
+def test_after_cancel_all_a_command_is_not_started(tmp_path: Path) -> None:
+    ex = executor.SubprocessExecutor()
+    ex.cancel_all()
+    running = ex.start(["/bin/sh", "-c", "echo ran > marker"], str(tmp_path), {"PATH": "/usr/bin:/bin"},
+                       capture=str(tmp_path / "cap"))
+    assert running.proc is None
+    r = running.wait()
+    assert r.interrupted and r.exit_code != 0
+    assert not (tmp_path / "marker").exists()
+
+
+def test_a_command_started_as_cancel_all_ran_is_cut_short(tmp_path: Path, monkeypatch) -> None:
+    # cancel_all came between the spawn and the executor's note of the process: cancel_all
+    # did not see it, so start must stop it itself, or it ran to its end after Ctrl-C.
+    ex = executor.SubprocessExecutor()
+    real = subprocess.Popen
+
+    def popen_then_cancel(*a, **kw):  # type: ignore[no-untyped-def]
+        p = real(*a, **kw)
+        ex.cancel_all()
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_cancel)
+    r = ex.start(["sleep", "5"], str(tmp_path), {"PATH": "/usr/bin:/bin"}, capture=str(tmp_path / "cap")).wait()
+    assert r.interrupted and r.exit_code == -signal.SIGTERM

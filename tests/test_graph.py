@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import Workspace, slot_file
 
+from buildtool.graph import Graph, Target
+
 
 def expect_invalid(ws: Workspace, *args: str) -> str:
     """Build, expect exit 2 with nothing run; return stderr."""
@@ -1074,3 +1076,91 @@ def test_getenv_of_no_variable_name_is_an_error_at_its_line(workspace: Workspace
     workspace.build_file("", f'x = getenv({arg})\ngenrule(name="g", outs=["g"], cmd="touch $@")\n')
     err = expect_invalid(workspace)
     assert "BUILD.py:1: getenv() takes a variable name" in err and "TypeError" not in err, err
+
+
+def _graph_of(deps: list[list[int]], inputs: list[tuple[str, ...]] | None = None) -> Graph:
+    """A Graph of genrules ``//:t<i>`` (each making ``t<i>``) with these dependencies, made
+    without a loader."""
+    targets = tuple(Target(i, f"//:t{i}", "genrule", "", "true", (), tuple(d), (f"t{i}",), (), (), (), 0, False,
+                           None, None, None, None, "BUILD.py:1") for i, d in enumerate(deps))
+    dependents = tuple(tuple(j for j, d in enumerate(deps) if i in d) for i in range(len(deps)))
+    return Graph(targets, {t.label: t.id for t in targets}, tuple(range(len(deps))), dependents,
+                 tuple(inputs) if inputs is not None else tuple(() for _ in deps))
+
+
+def test_topo_order_lists_each_target_once_after_all_of_its_dependencies() -> None:
+    g = _graph_of([[], [0], [0], [1, 2], []])
+    assert g.topo_order() == [0, 4, 1, 2, 3]
+    # A depfile's edge (1 reads what 4 makes) holds 1 back until 4 is done too.
+    assert g.topo_order({1: [4]}) == [0, 4, 2, 1, 3]
+
+
+def test_a_test_s_closure_inputs_reach_every_level_below_it() -> None:
+    # 2 reads t1, made by 1 from t0, made by 0 from a.in: a wrapper that reads a file two
+    # levels down finds it (in a remote worker's input root too).
+    g = _graph_of([[], [0], [1]], [("a.in",), ("t0",), ("t1",)])
+    assert g.closure_inputs(2) == ["t1", "a.in", "t0"]
+
+
+def test_an_env_string_of_exactly_the_kernel_s_limit_is_refused_one_byte_less_runs(workspace: Workspace) -> None:
+    # NAME=value and its NUL must fit MAX_ARG_STRLEN (131,072): NAME=value of 131,072 bytes
+    # does not (execve: "Argument list too long"); of 131,071 it does.
+    rule = 'genrule(name="e", outs=["e.txt"], env={{"BIG": "x" * {n}}}, cmd="printenv BIG | wc -c > $@")\n'
+    workspace.build_file("", rule.format(n=128 * 1024 - 4))
+    err = expect_invalid(workspace)
+    assert "env value of BIG is 131,072 bytes with its name" in err, err
+    workspace.build_file("", rule.format(n=128 * 1024 - 5))
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("e.txt").strip() == str(128 * 1024 - 5 + 1)
+
+
+@pytest.mark.parametrize(("decl", "said"), [
+    # True is an int to Python: priority=True is not priority 1, flaky=True not one rerun.
+    ('genrule(name="g", outs=["g.out"], cmd="echo > $@", priority=True)',
+     "attribute 'priority' must be an int from -1,000,000,000 to 1,000,000,000 (got True)"),
+    ('test(name="t", cmd="true", flaky=True)\ngenrule(name="g", deps=[":t"], outs=["g.out"], cmd="true")',
+     "attribute 'flaky' must be a whole number of reruns"),
+    # Bazel's external-repository label, in tools= out of habit.
+    ('genrule(name="g", outs=["g.out"], cmd="gcc -v > $@", tools=["@rules_cc//cc:gcc"])',
+     "tools entry '@rules_cc//cc:gcc' is a label; tools names programs found on PATH"),
+])
+def test_attributes_of_the_wrong_kind_are_refused(workspace: Workspace, decl: str, said: str) -> None:
+    workspace.build_file("", decl + "\n")
+    err = expect_invalid(workspace)
+    assert said in err, err
+
+
+def test_an_output_file_of_the_last_build_may_become_an_output_s_directory(workspace: Workspace) -> None:
+    # outs=["gen"] then outs=["gen/a.txt"]: the old output is removed before anything runs,
+    # not called "an existing file" in the way.
+    workspace.build_file("", 'genrule(name="g", outs=["gen"], cmd="echo one > $@")\n')
+    assert workspace.build().rc == 0
+    workspace.build_file("", 'genrule(name="g", outs=["gen/a.txt"], cmd="echo two > $@")\n')
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert workspace.read("gen/a.txt") == "two\n"
+
+
+def test_a_link_at_an_output_path_into_a_sibling_with_the_workspace_s_name_as_prefix_is_refused(
+        workspace: Workspace) -> None:
+    # /x/ws-other/ starts with "/x/ws" but is outside /x/ws: the command would write there.
+    other = Path(f"{workspace.root}-other")
+    other.mkdir()
+    (other / "o.txt").write_text("theirs\n")
+    (workspace.root / "o.txt").symlink_to(other / "o.txt")
+    workspace.build_file("", 'genrule(name="g", outs=["o.txt"], cmd="touch ran-marker; echo ours > $@")\n')
+    err = expect_invalid(workspace)
+    assert "is a symbolic link to" in err and "outside the workspace" in err, err
+    assert (other / "o.txt").read_text() == "theirs\n"
+
+
+def test_an_output_s_directory_linked_into_a_sibling_with_the_workspace_s_name_as_prefix_is_refused(
+        workspace: Workspace) -> None:
+    other = Path(f"{workspace.root}-other")
+    other.mkdir()
+    (workspace.root / "gen").symlink_to(other)
+    workspace.build_file("", 'genrule(name="g", outs=["gen/o.txt"], cmd="touch ran-marker; echo > $@")\n')
+    err = expect_invalid(workspace)
+    assert "output 'gen/o.txt' of //:g resolves (through a symlink) outside the workspace" in err, err
+    assert not (other / "o.txt").exists()

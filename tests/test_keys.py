@@ -201,6 +201,15 @@ def test_path_entries_inside_the_checkout_are_keyed_from_its_root(tmp_path: Path
     assert keys.keyed_path(f"{link}/.venv/bin:/usr/bin", str(repo)) == "$BUILDTOOL_CHECKOUT/.venv/bin:/usr/bin"
 
 
+def test_a_git_worktree_or_submodule_whose_git_is_a_file_is_a_checkout_too(tmp_path: Path) -> None:
+    # `git worktree add` and submodules write .git as a file ("gitdir: ..."): the checkout's
+    # root is still there, so a second worktree's own .venv/bin keys as the first one's does.
+    repo = tmp_path / "wt"
+    (repo / "ws").mkdir(parents=True)
+    (repo / ".git").write_text("gitdir: /elsewhere/.git/worktrees/wt\n")
+    assert keys.checkout_root(str(repo / "ws")) == str(repo)
+
+
 @pytest.mark.parametrize("base", ["/work/clone", "/"])
 @pytest.mark.parametrize(("path", "keyed"), [
     ("/usr/bin:/bin:/usr/bin", "/usr/bin:/bin"),  # (a setup step put /usr/bin first again: it never wins)

@@ -128,6 +128,13 @@ def test_bad_recursive_pattern() -> None:
         parse_pattern("//a/../b/...", "")
 
 
+def test_a_relative_pattern_that_climbs_out_of_the_workspace_is_refused() -> None:
+    # From a/, ../../x/... is x/... of the directory above the workspace (not just "..").
+    with pytest.raises(LabelError, match="it leads out of the workspace"):
+        parse_pattern("../../x/...", "", "a")
+    assert parse_pattern("../x/...", "", "a").pkg == "x"
+
+
 # -- end to end: how the CLI resolves labels and patterns -----------------------------
 
 

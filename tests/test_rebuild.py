@@ -90,3 +90,29 @@ def test_a_test_recorded_with_its_closure_listed_file_by_file_says_the_format_ch
 def test_no_record_and_no_visible_difference() -> None:
     assert why_changed(None, BASE, _no_owner) == (Reason.NEW, NOT_RECORDED)
     assert why_changed(BASE, dict(BASE), _no_owner) == (Reason.DEFINITION_CHANGED, "the action key changed")
+
+
+def test_up_to_date_needs_each_recorded_output_intact_with_its_executable_bit() -> None:
+    from buildtool.rebuild import up_to_date
+
+    entry = {"k": "K", "o": [["o.txt", "d1", 0o100755]]}
+    on_disk = {"o.txt": "d1"}
+    assert up_to_date(entry, "K", on_disk.get, lambda p: 0o100755)[:2] == (True, Reason.UP_TO_DATE)
+    assert up_to_date(entry, "K", {"o.txt": "d2"}.get) == (
+        False, Reason.OUTPUT_MODIFIED, "output o.txt was modified since it was built")
+    assert up_to_date(entry, "K", {}.get) == (False, Reason.OUTPUT_MISSING, "output o.txt is missing")
+    assert up_to_date(entry, "K", on_disk.get, lambda p: 0o100644) == (
+        False, Reason.OUTPUT_MODIFIED, "output o.txt lost its executable bit since it was built")
+    plain = {"k": "K", "o": [["o.txt", "d1", 0o100644]]}
+    assert up_to_date(plain, "K", on_disk.get, lambda p: 0o100744)[2] == (
+        "output o.txt gained its executable bit since it was built")
+
+
+def test_the_cache_s_descriptions_hold_env_values_but_path_s_as_digests() -> None:
+    from buildtool.rebuild import shared_description
+
+    desc = {**BASE, "env": {"PATH": "/usr/bin", "PASSWORD": "hunter2", "TOKEN": "t0k"}}
+    env = shared_description(desc)["env"]
+    assert env["PATH"] == "/usr/bin"
+    assert "hunter2" not in str(env) and "t0k" not in str(env)
+    assert env["PASSWORD"].startswith("blake3:") and env["PASSWORD"] != env["TOKEN"]

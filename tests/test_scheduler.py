@@ -199,6 +199,36 @@ def test_pool_waiters_start_in_priority_order() -> None:
     assert runner.started == [0, 2, 3, 1]
 
 
+def test_pool_waiters_go_by_priority_then_longest_path() -> None:
+    # Depth 1: 0 (priority -1) runs; 1, 2 and 3 wait.  2 and 1 share priority 0, 2 with the
+    # longer path (4 needs it); 3 has the longest path (5 and 6 behind it) but priority 1:
+    # the plan's order, (priority, longest remaining path), holds among waiters too.
+    pool_of = ["p", "p", "p", "p", None, None, None]
+    deps: list[list[int]] = [[], [], [], [], [2], [3], [5]]
+    sched, runner, _ = make(deps, jobs=4, pool_of=pool_of, pool_depth={"p": 1}, priority=[-1, 0, 0, 1, 0, 0, 0],
+                            sleep=0.05)
+    sched.run()
+    assert [t for t in runner.started if pool_of[t]] == [0, 2, 1, 3]
+
+
+class SettledOnlyWhenLetIn(FakeRunner):
+    """Settles its ``inline`` ids only when they would not wait (their pool has room)."""
+
+    def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
+        return None if waiting else super().try_inline(t, waiting)
+
+
+def test_a_waiter_let_in_and_settled_without_a_lane_passes_the_slot_on() -> None:
+    # Depth 1: 0 runs; 1 and 2 wait.  0 ends: 1 is let in and settled on the spot, without
+    # a lane: its turn goes to 2, which otherwise was never started.
+    pool_of = ["p"] * 3
+    runner = SettledOnlyWhenLetIn([[]] * 3, inline={1}, sleep=0.05, pool_of=pool_of)
+    sched = Scheduler(make_plan([[]] * 3), runner, Recorder(), jobs=3, pool_of=pool_of, pool_depth={"p": 1})
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "up_to_date", 2: "ran"}
+    assert not sched.failed
+
+
 def test_a_pool_waiter_settled_inline_passes_its_turn_on() -> None:
     # Depth 1: 0 runs; 1 (up to date) and 2 wait for the slot.  When 0 ends, 1 is let in
     # and settled without a lane: 2 must still start (it was stranded, and the build
@@ -230,6 +260,35 @@ def test_an_up_to_date_exclusive_target_does_not_drain_the_build() -> None:
     outcomes = sched.run()
     assert statuses(outcomes) == {0: "ran", 1: "up_to_date", 2: "ran", 3: "ran"}
     assert runner.max_total == 3
+
+
+def test_an_exclusive_target_runs_alone_and_what_it_outranks_waits() -> None:
+    # 0 and 1 run (1 longer); 2 is exclusive: it waits for both to end, not only for 0, then
+    # runs with nothing beside it, and 3, which 2 outranks, starts only after it.
+    busy_at: dict[int, int] = {}
+
+    def on_run(t: int) -> None:
+        busy_at[t] = runner.total_running
+        if t == 1:
+            time.sleep(0.3)
+
+    runner = FakeRunner([[]] * 4, sleep=0.05, on_run=on_run)
+    sched = Scheduler(make_plan([[]] * 4, [0, 0, 1, 2]), runner, Recorder(), jobs=3,
+                      exclusive=[False, False, True, False])
+    outcomes = sched.run()
+    assert all(o.status is Status.RAN for o in outcomes.values())
+    assert runner.started[2:] == [2, 3]
+    assert busy_at[2] == 1
+
+
+def test_a_load_limit_that_never_lets_up_still_runs_one_target_at_a_time() -> None:
+    # can_start (-l's load check) says no throughout: with nothing running, one starts anyway.
+    plan = make_plan([[], [], [0]])
+    runner = FakeRunner([[], [], [0]])
+    sched = Scheduler(plan, runner, Recorder(), jobs=2, can_start=lambda: False)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "ran", 2: "ran"}
+    assert runner.max_total == 1
 
 
 def test_a_target_the_scheduler_never_started_fails_the_build() -> None:
@@ -324,6 +383,42 @@ def test_interrupt_cancels_running_and_unstarted_targets() -> None:
     assert outcomes[0].reason is Reason.INTERRUPTED
     assert outcomes[2].status is Status.CANCELLED
     assert outcomes[2].reason is Reason.INTERRUPTED
+
+
+def test_a_command_that_succeeded_as_the_interrupt_came_is_reported_as_run() -> None:
+    # 0 ended well just as Ctrl-C came: it ran (and was recorded), it was not cut short.
+    holder: dict[str, Scheduler] = {}
+
+    def on_run(t: int) -> None:
+        if t == 0:
+            holder["s"].request_stop(2)
+
+    sched, _, _ = make([[], [0]], on_run=on_run)
+    holder["s"] = sched
+    outcomes = sched.run()
+    assert outcomes[0].status is Status.RAN
+    assert (outcomes[1].status, outcomes[1].reason) == (Status.CANCELLED, Reason.INTERRUPTED)
+
+
+class FailingTests(FakeRunner):
+    """Its ``fail`` ids are tests whose verdict is a failure (testing.py marks them so)."""
+
+    def run(self, t: int, lane: int) -> Outcome:
+        o = super().run(t, lane)
+        if t in self.fail:
+            o.extra["test_verdict"] = True
+        return o
+
+
+def test_a_failed_test_verdict_stops_nothing_without_keep_going() -> None:
+    # `buildtool test`, as Bazel: every test gets its result; a dependent of the failed one
+    # is still skipped.
+    deps: list[list[int]] = [[], [], [], [0]]
+    runner = FailingTests(deps, fail={0})
+    sched = Scheduler(make_plan(deps), runner, Recorder(), jobs=1)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "failed", 1: "ran", 2: "ran", 3: "skipped"}
+    assert sched.failed
 
 
 def test_a_command_killed_by_a_watch_cancel_is_cancelled_not_failed() -> None:
@@ -886,6 +981,16 @@ def test_after_a_failure_a_runner_s_settle_decides_what_needs_no_command() -> No
     assert out[2].status is Status.RESTORED and out[3].status is Status.RESTORED
     assert out[4].status is Status.CANCELLED and out[5].status is Status.CANCELLED
     assert set(runner.started) == {0} and 3 in asked and 5 not in asked
+
+
+def test_after_a_failure_pool_waiters_the_runner_settles_are_settled_one_after_another() -> None:
+    # Depth 1: 0 holds the slot and fails; 1 and 2 wait for it, and need no command (settle:
+    # a cached pass).  The slot 1 was let in with passes on to 2, which is settled too.
+    pool_of = ["p"] * 3
+    sched, runner, _ = make([[]] * 3, jobs=2, pool_of=pool_of, pool_depth={"p": 1}, fail={0}, sleep=0.05)
+    runner.settle = lambda t: Outcome(Status.RESTORED, Reason.RESTORED, "fake: restored")  # type: ignore[attr-defined]
+    out = sched.run()
+    assert statuses(out) == {0: "failed", 1: "restored", 2: "restored"}
 
 
 def test_ctrl_c_ends_the_settling_after_a_failure_at_once() -> None:

@@ -212,3 +212,11 @@ def test_misused_substitutions_say_what_was_written(cmd: str, needle: str) -> No
         sub(cmd)
     assert needle in str(e.value), str(e.value)
     assert sub(cmd.replace("$((", "$$((")) if "$((" in cmd else True
+
+
+def test_a_location_naming_nothing_says_only_that() -> None:
+    # One word naming nothing: the error is locations' own, with no "write one $(location X)
+    # for each" (that is for a label list with spaces).
+    with pytest.raises(SubstError) as e:
+        sub("cat $(location nope.txt)")
+    assert str(e.value) == "nope.txt not listed"
