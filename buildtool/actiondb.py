@@ -151,8 +151,11 @@ class ActionDB:
         steps = [("DELETE FROM actions WHERE key = ?", doomed), ("DELETE FROM hits WHERE key = ?", doomed)]
         done = bool(self._guarded("delete from", lambda c: self._in_transaction(c, steps) or True, False))
         if done:  # (their descriptions go with them: GC's --max-size counts the database)
-            self._advisory(lambda c: self._in_transaction(c, [
-                (_CREATE_DESCRIPTIONS, None), ("DELETE FROM descriptions WHERE key = ?", doomed)]), None)
+            # One pass over the table, each key looked up in actions': descriptions has no
+            # index on its key, and a DELETE per doomed key scanned it each time (20,000
+            # evictions: 80 s, in the gc at the end of an ordinary build).
+            gone = "DELETE FROM descriptions WHERE key NOT IN (SELECT key FROM actions)"
+            self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None), (gone, None)]), None)
         return done
 
     def drop_stray_hits(self) -> bool:
