@@ -412,6 +412,20 @@ def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Wor
     assert r.by_label["//:wobbly"]["reason_code"] == "new", r.by_label["//:wobbly"]  # why it ran, not the rerun's
 
 
+def test_the_attempt_logs_of_a_flaky_test_go_when_it_runs_again(workspace: Workspace, tmp_path: Path) -> None:
+    """Each test that ran listed its package's log directory for earlier attempts' logs (a
+    package of 20,000 tests: quadratic); listed once a build now, both tests' logs still go."""
+    workspace.build_file("", "".join(
+        f'test(name="{n}", flaky=1, env={{"C": "{tmp_path / n}"}}, cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2")\n'
+        for n in ("a", "b")))
+    logs = workspace.root / ".buildtool" / "testlogs"
+    r = workspace.build(command="test")
+    assert r.rc == 0 and sorted(p.name for p in logs.glob("*#attempt-*")) == ["a#attempt-1.log", "b#attempt-1.log"]
+    r = workspace.build("--no-cache-tests", command="test")  # (both pass at once now)
+    assert r.rc == 0 and r.with_status("ran") == {"//:a", "//:b"}, r.output
+    assert not list(logs.glob("*#attempt-*")), sorted(p.name for p in logs.iterdir())
+
+
 def test_a_flaky_test_s_reported_time_covers_every_attempt(workspace: Workspace, tmp_path: Path) -> None:
     """A flaky test whose failed first attempt took 0.6 s and whose pass took a few ms: the
     summary line, --events and JUnit say the time it cost this build, all attempts (as
