@@ -1269,6 +1269,9 @@ def _prune_empty_dirs(root: str, rel_dir: str) -> None:
         rel_dir = os.path.dirname(rel_dir)
 
 
+BURST_S = 1.0  # signals this close together are one (a supervisor repeating SIGTERM)
+
+
 class _Signals:
     """SIGINT, SIGTERM, SIGHUP (a terminal closed, an ssh connection dropped) and SIGQUIT
     (Ctrl-\\: its default would leave the commands running, in sessions of their own) from the
@@ -1280,13 +1283,14 @@ class _Signals:
     interrupted all the same; a second one there leaves at once (a write that blocks).  A
     SIGHUP ignored from the start (``nohup``) stays ignored."""
 
-    __slots__ = ("_prev", "_stop", "_stopping", "held")
+    __slots__ = ("_held_at", "_prev", "_stop", "_stopping", "held")
 
     def __init__(self) -> None:
         self._prev: dict[int, Any] = {}
         self._stop: Callable[[int], None] | None = None
         self._stopping = False  # the scheduler was told to stop (once is enough)
         self.held: int | None = None  # the signal that came after the scheduler returned
+        self._held_at = 0.0  # when (time.monotonic)
 
     def install(self, stop: Callable[[int], None]) -> None:
         self._stop = stop
@@ -1312,6 +1316,9 @@ class _Signals:
                 self._stop(signum)
         elif self.held is None:
             self.held = signum
+            self._held_at = time.monotonic()
+        elif time.monotonic() - self._held_at < BURST_S:
+            return  # (one burst, one signal: a supervisor's SIGTERM to the group and to the process)
         else:  # a second one while a report is written: that write blocks (a FIFO, a hung mount)
             from buildtool.errors import Terminated
 
