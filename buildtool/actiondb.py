@@ -58,6 +58,10 @@ _CREATE_DURATIONS = ("CREATE TABLE IF NOT EXISTS durations (label TEXT PRIMARY K
 # first write; a row goes with the entry of its key, and GC weighs the two together.
 _CREATE_DESCRIPTIONS = ("CREATE TABLE IF NOT EXISTS descriptions (label TEXT PRIMARY KEY, key TEXT NOT NULL, "
                         "desc TEXT NOT NULL, used INTEGER NOT NULL)")
+# The descriptions whose entry is gone (NOT EXISTS: a NULL key another tool put in actions
+# made NOT IN delete nothing).
+_GONE_DESCRIPTIONS = ("DELETE FROM descriptions WHERE NOT EXISTS "
+                      "(SELECT 1 FROM actions a WHERE a.key = descriptions.key)")
 _LOOKUP_CHUNK = 500  # labels per query (SQLite allows 999 parameters in older builds)
 BUSY_TIMEOUT_S = 10.0
 IMPATIENT_MS = 20  # the busy timeout of a build that has already waited out BUSY_TIMEOUT_S once
@@ -154,8 +158,8 @@ class ActionDB:
             # One pass over the table, each key looked up in actions': descriptions has no
             # index on its key, and a DELETE per doomed key scanned it each time (20,000
             # evictions: 80 s, in the gc at the end of an ordinary build).
-            gone = "DELETE FROM descriptions WHERE key NOT IN (SELECT key FROM actions)"
-            self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None), (gone, None)]), None)
+            gone = [(_CREATE_DESCRIPTIONS, None), (_GONE_DESCRIPTIONS, None)]
+            self._advisory(lambda c: self._in_transaction(c, gone), None)
         return done
 
     def drop_stray_hits(self) -> bool:
@@ -163,15 +167,15 @@ class ActionDB:
         which another process's GC evicted before the build's flush wrote a hit for it; and
         the durations noted before the oldest entry left was stored or hit (labels no build
         has run since the entries of their time were evicted)."""
-        sql = "DELETE FROM hits WHERE key NOT IN (SELECT key FROM actions)"
+        sql = "DELETE FROM hits WHERE NOT EXISTS (SELECT 1 FROM actions a WHERE a.key = hits.key)"
         done = bool(self._guarded("delete from", lambda c: self._in_transaction(c, [(sql, None)]) or True, False))
         old = ("DELETE FROM durations WHERE used < (SELECT min(max(a.used, coalesce(h.used, 0))) FROM actions a "
                "LEFT JOIN hits h ON h.key = a.key)")
         self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DURATIONS, None), (old, None)]), None)
         # A description goes with its entry (they are larger than durations: kept, 1,500 of
         # them held a 300K cache at 1.2 MB): a miss is then compared with what is still there.
-        gone = "DELETE FROM descriptions WHERE key NOT IN (SELECT key FROM actions)"
-        self._advisory(lambda c: self._in_transaction(c, [(_CREATE_DESCRIPTIONS, None), (gone, None)]), None)
+        gone = [(_CREATE_DESCRIPTIONS, None), (_GONE_DESCRIPTIONS, None)]
+        self._advisory(lambda c: self._in_transaction(c, gone), None)
         return done
 
     def flush(self) -> None:

@@ -615,3 +615,20 @@ def test_a_database_path_that_is_a_symbolic_link_is_not_written_through(tmp_path
     db.close()
     assert victim.read_text() == "keep me\n"
     assert not (tmp_path / "v" / actiondb.FILENAME).is_symlink()
+
+
+def test_an_entry_with_a_null_key_leaves_the_eviction_of_descriptions_working(tmp_path: Path) -> None:
+    """`key NOT IN (SELECT key FROM actions)` is never true once another tool put a NULL key
+    in actions (a TEXT PRIMARY KEY allows one): evicted entries' descriptions and hits stayed."""
+    calls = Calls()
+    db = calls.db(tmp_path)
+    assert db.put("k1", b"x") and db.put("k2", b"y")
+    db.note_descriptions([("//:a", "k1", "{}"), ("//:b", "k2", "{}")])
+    db.flush()
+    db.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / actiondb.FILENAME)) as c:
+        c.execute("INSERT INTO actions (key, entry, used) VALUES (NULL, x'00', 0)")
+        c.commit()
+    db = calls.db(tmp_path)
+    assert db.remove(["k2"]) and db.described_labels() == {"//:a"}
+    db.close()
