@@ -57,8 +57,10 @@ def channel(ep: Endpoint) -> grpc.Channel:
     # memory) came back 20-60 s after the server did, though it said "retrying every 2 s".
     opts = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
             ("grpc.enable_retries", 0), ("grpc.initial_reconnect_backoff_ms", 1000),
-            ("grpc.max_reconnect_backoff_ms", 2000)]  # (not min_reconnect_backoff_ms: it is also
-    # the shortest time a connection attempt is given, and a TLS handshake slower than it never connected)
+            ("grpc.max_reconnect_backoff_ms", 2000), ("grpc.min_reconnect_backoff_ms", 5000)]
+    # (min_reconnect_backoff_ms is also the time a connection attempt is given: 1 s cut off
+    # slower TLS handshakes for good, and gRPC's 20 s left an attempt nothing answered
+    # hanging that long)
     if ep.scheme == "grpcs":
         return grpc.secure_channel(ep.target, grpc.ssl_channel_credentials(), options=opts)
     return grpc.insecure_channel(ep.target, options=opts)
