@@ -142,10 +142,10 @@ class TestLogs:
         self._output: dict[str, bytes] = {}
         self._moved: dict[str, str] = {}  # label -> its log's path when another log took log_rel_path's
         self.unwritten: dict[str, str] = {}  # label -> why its latest log could not be written
-        # A package's log directory -> the attempt logs in it, listed once a build: a listing
-        # for each test that ran (its earlier attempts' logs removed) made a package of
-        # 20,000 tests quadratic (220 s).
-        self._attempt_logs: dict[str, set[str]] = {}
+        # A package's log directory -> test name -> its attempt logs there, listed once a build:
+        # a listing for each test that ran (its earlier attempts' logs removed) made a package
+        # of 20,000 tests quadratic (220 s).
+        self._attempt_logs: dict[str, dict[str, set[str]]] = {}
 
     @property
     def index_path(self) -> str:
@@ -219,10 +219,11 @@ class TestLogs:
             self._not_written(target, attempt, where, e.strerror, data)
             return
         if attempt:
+            d, n = os.path.split(where)
             with self._lock:
-                listed = self._attempt_logs.get(os.path.dirname(where))
+                listed = self._attempt_logs.get(d)
                 if listed is not None:
-                    listed.add(os.path.basename(where))
+                    listed.setdefault(n.partition("#attempt-")[0], set()).add(n)
             return
         with self._lock:
             self._output.pop(label, None)
@@ -256,18 +257,19 @@ class TestLogs:
     def remove_attempts(self, target: Target) -> None:
         """Delete the logs of earlier attempts left by a previous run of a flaky test."""
         for rel in (log_rel_path(target), other_log_rel_path(target)):
-            base = os.path.join(self.state_dir, rel)[: -len(".log")] + "#attempt-"
-            d, prefix = os.path.split(base)
+            d, name = os.path.split(os.path.join(self.state_dir, rel)[: -len(".log")])
             with self._lock:
-                names = self._attempt_logs.get(d)
-                if names is None:
+                tests = self._attempt_logs.get(d)
+                if tests is None:
                     try:
                         listed = os.listdir(d)
                     except OSError:
                         listed = []
-                    names = self._attempt_logs[d] = {n for n in listed if "#attempt-" in n and n.endswith(".log")}
-                doomed = [n for n in names if n.startswith(prefix)]
-                names.difference_update(doomed)
+                    tests = self._attempt_logs[d] = {}
+                    for n in listed:
+                        if "#attempt-" in n and n.endswith(".log"):
+                            tests.setdefault(n.partition("#attempt-")[0], set()).add(n)
+                doomed = tests.pop(name, ())
             for n in doomed:
                 try:
                     os.unlink(os.path.join(d, n))
