@@ -101,6 +101,7 @@ class Worker:
         self._store: GrpcStore | None = None
         self._store_lock = threading.Lock()
         self._served = False  # a bot session was created: a refusal after that is retried (a server restarting)
+        self._refused: set[int] = set()  # the slots refused REFUSED_FOR_S before any had a session
         self.host = socket.gethostname()
 
     # -- CAS -----------------------------------------------------------------------------------
@@ -129,15 +130,18 @@ class Worker:
             except grpc.RpcError as e:
                 if e.code() in REFUSED_AT_START and not self._served:
                     # (--instance misspelt: it retried every 2 s forever, where a supervisor or CI
-                    # needs an exit status to notice)
+                    # needs an exit status to notice.  The worker stops once every slot was
+                    # refused that long; a slot refused first goes on trying meanwhile, and
+                    # serves if the server takes another's session: no worker at part capacity)
                     now = time.monotonic()
                     refused_since = now if refused_since is None else refused_since
-                    if now - refused_since >= REFUSED_FOR_S:
+                    if now - refused_since >= REFUSED_FOR_S and slot not in self._refused:
+                        self._refused.add(slot)
                         log(f"slot {slot}: CreateBotSession refused for {REFUSED_FOR_S:g} s: {e.code().name} "
-                            f"{e.details() or ''}; check --server, --instance and --remote-header; this slot stops")
+                            f"{e.details() or ''}; check --server, --instance and --remote-header")
+                    if len(self._refused) == self.capacity and not self._served:
+                        log(f"slot {slot}: every slot was refused; this slot stops")
                         return None
-                else:
-                    refused_since = None
                 if time.monotonic() - said > FAILING_SAID_EVERY_S:
                     log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
                         f"{RETRY_S:g} s")
