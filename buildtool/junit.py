@@ -42,7 +42,18 @@ def xml_text(data: bytes | str) -> str:
     """Text safe for XML 1.0: forbidden characters and bytes that are not UTF-8 written as
     ``\\xNN`` (``\\uNNNN`` above U+00FF; not U+FFFD: for an encoding bug the byte is the clue), and at most
     MAX_OUTPUT_CHARS (the tail, where failures usually are)."""
-    s = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+    skipped = 0  # characters before the bytes decoded (a log far longer than the cap)
+    if isinstance(data, bytes):
+        split = len(data) - (4 * MAX_OUTPUT_CHARS + 4)  # (the cap's characters, 4 bytes at most each)
+        if split > 0:
+            for _ in range(3):  # (not inside a character: the count is exact for UTF-8, within 3 otherwise)
+                if 0x80 <= data[split] <= 0xBF:
+                    split -= 1
+            skipped = _characters_in(memoryview(data)[:split])
+            data = data[split:]
+        s = data.decode("utf-8", "surrogateescape")  # (not all of a 100 MB log: one emoji made it 400 MB)
+    else:
+        s = data
     # The cap is of the text as written (an escape is 4 or 6 characters: 900 kB of NULs wrote
     # 3.6 MB a test), cut between two characters of the log (never inside an escape) and
     # counted in them: escaped a chunk at a time from the end, the last chunk a character at
@@ -63,7 +74,17 @@ def xml_text(data: bytes | str) -> str:
         end = i
         break
     text = "".join(reversed(kept))
+    end += skipped
     return f"[... {end} characters cut ...]\n{text}" if end else text
+
+
+def _characters_in(data: memoryview) -> int:
+    """How many characters ``data`` decodes to (as surrogateescape would), a megabyte at a time."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    n = sum(len(decoder.decode(data[i:i + (1 << 20)])) for i in range(0, len(data), 1 << 20))
+    return n + len(decoder.decode(b"", final=True))
 
 
 def xml_safe(s: str) -> str:

@@ -433,3 +433,13 @@ def test_a_temp_file_a_killed_run_left_beside_the_report_is_removed(workspace: W
         assert rc == 0, out + err
         assert not left.exists() and alive.exists() and recent.exists(), sorted(p.name for p in reports.iterdir())
         left.write_text("<testsuites><testsuite")
+
+
+def test_a_log_far_over_the_cap_is_decoded_only_at_its_end_and_counted_whole() -> None:
+    """A 100 MB log with one emoji was decoded whole: Python's str of 4-byte characters took
+    400 MB.  Only its end is decoded now; the characters before it are counted."""
+    from buildtool.junit import MAX_OUTPUT_CHARS
+
+    data = "é".encode() * 3_000_000 + b"\xf0\x9f\x98\x80" + b"x" * (MAX_OUTPUT_CHARS - 1)
+    head, _, tail = xml_text(data).partition("\n")
+    assert tail == "\U0001f600" + "x" * (MAX_OUTPUT_CHARS - 1) and head == "[... 3000000 characters cut ...]", head
