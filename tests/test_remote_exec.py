@@ -1065,18 +1065,43 @@ def test_a_worker_stopped_mid_action_hands_its_lease_back_at_once(
                     rx.stop_gracefully(w)
 
 
+@contextlib.contextmanager
+def _worker_against(
+    handler: Any, tmp_path: pathlib.Path, instance: str
+) -> Iterator[tuple[threading.Thread, list[int]]]:
+    """A two-slot Worker serving (on a thread) against a gRPC server on 127.0.0.1 whose every
+    call ``handler`` answers; yields the thread and the list its exit status goes to."""
+    from concurrent import futures
+
+    import grpc
+
+    from buildtool.remote.worker import Worker
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        w = Worker(f"grpc://127.0.0.1:{port}", instance, 2, str(tmp_path), 5.0, {})
+        done: list[int] = []
+        t = threading.Thread(target=lambda: done.append(w.serve()), daemon=True)
+        t.start()
+        yield t, done
+        w.stop.set()
+        t.join(30)
+    finally:
+        server.stop(0)
+
+
 def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """`--instance nosuch`: BuildGrid answers INVALID_ARGUMENT, and the worker retried every
     2 s forever, where a supervisor or CI needs an exit status.  It retries a refusal for a
     while (REFUSED_FOR_S: a proxy before a server still starting refuses too), here 3 s.  (A
     gRPC server on 127.0.0.1 that refuses every call stands for the server.)"""
-    from concurrent import futures
-
     import grpc
 
     from buildtool.remote import worker
-    from buildtool.remote.worker import Worker
 
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
 
@@ -1086,20 +1111,8 @@ def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.P
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Invalid instance name: [nosuch]")
             return grpc.unary_unary_rpc_method_handler(refuse)
 
-    server = grpc.server(futures.ThreadPoolExecutor(2))
-    server.add_generic_rpc_handlers((Refuse(),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        w = Worker(f"grpc://127.0.0.1:{port}", "nosuch", 2, str(tmp_path), 5.0, {})
-        done: list[int] = []
-        t = threading.Thread(target=lambda: done.append(w.serve()), daemon=True)
-        t.start()
+    with _worker_against(Refuse(), tmp_path, "nosuch") as (t, done):
         t.join(30)
-        w.stop.set()
-        t.join(30)
-    finally:
-        server.stop(0)
     err = capsys.readouterr().err
     assert done == [1], err
     said = ("CreateBotSession refused for 3 s: INVALID_ARGUMENT Invalid instance name: [nosuch]; "
@@ -1112,13 +1125,10 @@ def test_a_refusal_after_a_session_was_made_is_retried(tmp_path: pathlib.Path, m
     """One slot had its session, the other's was refused: that slot stopped for good, and
     the worker served on with half its capacity, unsaid (the review).  Once any slot had a
     session, a refusal is the server's passing state: retried."""
-    from concurrent import futures
-
     import grpc
 
     from buildtool.remote import worker
     from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
-    from buildtool.remote.worker import Worker
 
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
     calls: list[str] = []
@@ -1133,19 +1143,7 @@ def test_a_refusal_after_a_session_was_made_is_retried(tmp_path: pathlib.Path, m
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, "the auth service is down")
             return grpc.unary_unary_rpc_method_handler(answer)
 
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    server.add_generic_rpc_handlers((FirstOnly(),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        w = Worker(f"grpc://127.0.0.1:{port}", "", 2, str(tmp_path), 5.0, {})
-        done: list[int] = []
-        t = threading.Thread(target=lambda: done.append(w.serve()), daemon=True)
-        t.start()
+    with _worker_against(FirstOnly(), tmp_path, "") as (t, done):
         t.join(6)  # (past REFUSED_FOR_S: still serving)
         assert t.is_alive() and not done, capsys.readouterr().err
-        w.stop.set()
-        t.join(30)
-    finally:
-        server.stop(0)
     assert done == [0] and "this slot stops" not in capsys.readouterr().err

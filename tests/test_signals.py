@@ -307,20 +307,21 @@ def test_a_signal_while_the_reports_are_written_lets_them_finish(tmp_path: Path,
     assert not (ws / ".buildtool" / "tmp").exists()
 
 
-def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Path) -> None:
-    """The first signal is held while the reports are written; a write that blocks (a FIFO
-    nobody reads, a hung mount) left only kill -9.  A second signal leaves at once."""
+@contextlib.contextmanager
+def _writing_its_junit_into_a_fifo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """A `buildtool test --junit FIFO` (no reader yet: the write waits for one), yielded
+    once its results are printed: it is writing the report."""
+    import threading
+
     ws = _workspace(tmp_path)
     (ws / "BUILD.py").write_text('test(name="t", cmd="echo hi")\n')
     junit = tmp_path / "j.xml"
-    os.mkfifo(junit)  # (no reader: the write waits for one)
+    os.mkfifo(junit)
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
     p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "--junit", str(junit)], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
     lines: list[str] = []
     with _reaped(p):
-        import threading
-
         assert p.stdout is not None
         reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)  # type: ignore[arg-type]
         reader.start()
@@ -329,6 +330,13 @@ def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Pa
             assert p.poll() is None and time.monotonic() < deadline, "the test never passed"
             time.sleep(0.05)
         time.sleep(0.3)
+        yield p, junit
+
+
+def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Path) -> None:
+    """The first signal is held while the reports are written; a write that blocks (a FIFO
+    nobody reads, a hung mount) left only kill -9.  A second signal leaves at once."""
+    with _writing_its_junit_into_a_fifo(tmp_path) as (p, _):
         p.send_signal(signal.SIGINT)
         time.sleep(1.3)  # (past a burst, which is one signal: the next test)
         assert p.poll() is None  # (held: the report is being written)
@@ -338,7 +346,29 @@ def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Pa
         err = p.stderr.read()
     assert p.returncode == 143, err
     assert "Traceback" not in err, err
-    assert not _second_lock(ws).exists()
+    assert not _second_lock(tmp_path / "ws").exists()
+
+
+def test_a_burst_of_two_signals_while_a_report_is_written_lets_it_finish(tmp_path: Path) -> None:
+    """A supervisor signalling the process group and the process (two SIGTERMs ms apart) is
+    one signal, as the docs say of a burst: the second ended the build with no report."""
+    import threading
+
+    got: list[bytes] = []
+    with _writing_its_junit_into_a_fifo(tmp_path) as (p, junit):
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert p.poll() is None, "the burst's second signal ended the build"
+        fifo_reader = threading.Thread(target=lambda: got.append(junit.read_bytes()), daemon=True)
+        fifo_reader.start()
+        p.wait(timeout=20)
+        fifo_reader.join(timeout=10)
+        assert p.stderr is not None
+        err = p.stderr.read()
+    assert p.returncode == 143 and "Traceback" not in err, err
+    assert got and got[0].rstrip().endswith(b"</testsuites>"), got
 
 
 def test_a_burst_of_sigterms_leaves_once_with_no_traceback_and_no_lock(tmp_path: Path) -> None:
@@ -607,40 +637,3 @@ def test_a_buildfile_that_catches_the_interrupt_is_left_on_the_third(tmp_path: P
                        env=env, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
-
-def test_a_burst_of_two_signals_while_a_report_is_written_lets_it_finish(tmp_path: Path) -> None:
-    """A supervisor signalling the process group and the process (two SIGTERMs ms apart) is
-    one signal, as the docs say of a burst: the second ended the build with no report."""
-    ws = _workspace(tmp_path)
-    (ws / "BUILD.py").write_text('test(name="t", cmd="echo hi")\n')
-    junit = tmp_path / "j.xml"
-    os.mkfifo(junit)  # (no reader yet: the write waits for one)
-    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "--junit", str(junit)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
-    lines: list[str] = []
-    got: list[bytes] = []
-    with _reaped(p):
-        import threading
-
-        assert p.stdout is not None
-        reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)  # type: ignore[arg-type]
-        reader.start()
-        deadline = time.monotonic() + 30
-        while not any("PASSED" in ln for ln in lines):  # (the results table: the JUnit file is next)
-            assert p.poll() is None and time.monotonic() < deadline, "the test never passed"
-            time.sleep(0.05)
-        time.sleep(0.3)
-        p.send_signal(signal.SIGTERM)
-        time.sleep(0.01)
-        p.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        assert p.poll() is None, "the burst's second signal ended the build"
-        fifo_reader = threading.Thread(target=lambda: got.append(junit.read_bytes()), daemon=True)
-        fifo_reader.start()
-        p.wait(timeout=20)
-        fifo_reader.join(timeout=10)
-        assert p.stderr is not None
-        err = p.stderr.read()
-    assert p.returncode == 143 and "Traceback" not in err, err
-    assert got and got[0].rstrip().endswith(b"</testsuites>"), got
