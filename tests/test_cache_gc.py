@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cache_verify import layout_dir, verify_cache
-from conftest import BUILDTOOL, Workspace, _clean_env, immutable
+from conftest import BUILDTOOL, BuildRun, Workspace, _clean_env, immutable
 
 from buildtool.cache_gc import parse_size, read_counter, scan
 
@@ -624,37 +624,33 @@ def test_of_entries_used_at_the_same_time_gc_evicts_the_one_large_enough_first(w
     """A build stores its entries in batches, each with one `used` time: ties were broken by
     key, so many small entries went before the one large blob that alone was over the cap
     (the next checkout reran 18 targets instead of 2)."""
+    r = _gc_one_batch_then_build(workspace, {"big": 600 * KIB, **{f"s{i}": 4 * KIB for i in range(8)}}, "300K", 1)
+    assert r.status("//:big") == "ran" and all(r.status(f"//:s{i}") == "restored" for i in range(8)), r.output
+
+
+def _gc_one_batch_then_build(workspace: Workspace, sizes: dict[str, int], cap: str, evicted: int) -> BuildRun:
+    """Build targets of these output sizes, mark every entry used at one moment (one batch
+    for gc), `cache gc --max-size cap` (evicting ``evicted`` entries), delete the outputs and
+    build again: what ran was evicted."""
     import sqlite3
 
-    sized_targets(workspace, {"big": 600 * KIB, **{f"s{i}": 4 * KIB for i in range(8)}})
+    sized_targets(workspace, sizes)
     assert workspace.build().rc == 0
-    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:  # (one moment for all, as a batch)
+    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:
         db.execute("UPDATE actions SET used = 1")
         db.execute("DELETE FROM hits")
-    rc, out, err = workspace.run("cache", "gc", "--max-size", "300K")
-    assert rc == 0 and "evicted 1 entries" in out, out + err
+    rc, out, err = workspace.run("cache", "gc", "--max-size", cap)
+    assert rc == 0 and f"evicted {evicted} entries" in out, out + err
     for p in workspace.root.glob("*.bin"):
         p.unlink()
-    r = workspace.build()
-    assert r.status("//:big") == "ran" and all(r.status(f"//:s{i}") == "restored" for i in range(8)), r.output
+    return workspace.build()
 
 
 def test_of_entries_used_at_the_same_time_none_enough_alone_gc_evicts_the_largest_first(
         workspace: Workspace) -> None:
     # 100K, 200K, 300K stored at one moment; a cap of 180K: the 300K entry, then the 200K
     # one, is enough; smallest first went through all three (the 100K entry lost for nothing).
-    import sqlite3
-
-    sized_targets(workspace, {"a": 100 * KIB, "b": 200 * KIB, "c": 300 * KIB})
-    assert workspace.build().rc == 0
-    with sqlite3.connect(layout_dir(workspace.cache) / "actions.db") as db:  # (one moment for all, as a batch)
-        db.execute("UPDATE actions SET used = 1")
-        db.execute("DELETE FROM hits")
-    rc, out, err = workspace.run("cache", "gc", "--max-size", "180K")
-    assert rc == 0 and "evicted 2 entries" in out, out + err
-    for p in workspace.root.glob("*.bin"):
-        p.unlink()
-    r = workspace.build()
+    r = _gc_one_batch_then_build(workspace, {"a": 100 * KIB, "b": 200 * KIB, "c": 300 * KIB}, "180K", 2)
     assert (r.status("//:a"), r.status("//:b"), r.status("//:c")) == ("restored", "ran", "ran"), r.output
 
 
