@@ -1131,17 +1131,6 @@ def test_attributes_of_the_wrong_kind_are_refused(workspace: Workspace, decl: st
     assert said in err, err
 
 
-def test_an_output_file_of_the_last_build_may_become_an_output_s_directory(workspace: Workspace) -> None:
-    # outs=["gen"] then outs=["gen/a.txt"]: the old output is removed before anything runs,
-    # not called "an existing file" in the way.
-    workspace.build_file("", 'genrule(name="g", outs=["gen"], cmd="echo one > $@")\n')
-    assert workspace.build().rc == 0
-    workspace.build_file("", 'genrule(name="g", outs=["gen/a.txt"], cmd="echo two > $@")\n')
-    r = workspace.build()
-    assert r.rc == 0, r.output
-    assert workspace.read("gen/a.txt") == "two\n"
-
-
 def test_a_link_at_an_output_path_into_a_sibling_with_the_workspace_s_name_as_prefix_is_refused(
         workspace: Workspace) -> None:
     # /x/ws-other/ starts with "/x/ws" but is outside /x/ws: the command would write there.
