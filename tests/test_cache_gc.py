@@ -189,21 +189,26 @@ def test_automatic_eviction_goes_down_to_the_low_water_mark(workspace: Workspace
     assert cache_bytes(workspace.cache) <= LOW_WATER * 700 * KIB
 
 
+class _Stored:
+    """What cache_gc.after_build reads of the build's Cache: its dir and what it stored."""
+
+    writable = True
+
+    def __init__(self, where: Path, added: int = 0, counted: int = 0) -> None:
+        self.dir = str(where)
+        self.bytes_added, self.bytes_counted = added, counted
+
+    def flush(self) -> None:
+        pass
+
+
 def test_the_end_of_a_build_adds_only_what_it_did_not_count_already(tmp_path: Path) -> None:
     # A long build adds what it stored to the counter every few seconds (bytes_counted): the
     # end adds the rest, not all of it again (a counter running ahead evicted for nothing).
     from buildtool.cache_gc import _write_counter, after_build
 
-    class Stored:
-        dir = str(tmp_path)
-        writable = True
-        bytes_added, bytes_counted = 100, 60
-
-        def flush(self) -> None:
-            pass
-
     _write_counter(str(tmp_path), 1060)  # (1000 before the build, and the 60 counted during it)
-    after_build(Stored(), None, [], lambda msg: pytest.fail(msg))
+    after_build(_Stored(tmp_path, 100, 60), None, [], lambda msg: pytest.fail(msg))
     assert read_counter(str(tmp_path)) == 1100
 
 
@@ -211,17 +216,9 @@ def test_a_build_s_stats_line_counts_no_group_as_up_to_date(tmp_path: Path) -> N
     from buildtool.cache_gc import after_build, recent_builds
     from buildtool.outcome import Outcome, Reason, Status
 
-    class Stored:
-        dir = str(tmp_path)
-        writable = True
-        bytes_added = bytes_counted = 0
-
-        def flush(self) -> None:
-            pass
-
     outcomes = [Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, ""), Outcome(Status.UP_TO_DATE, Reason.GROUP, ""),
                 Outcome(Status.RAN, Reason.NEW, "")]
-    after_build(Stored(), None, outcomes, lambda msg: pytest.fail(msg))
+    after_build(_Stored(tmp_path), None, outcomes, lambda msg: pytest.fail(msg))
     [line] = recent_builds(str(tmp_path))
     assert (line["up_to_date"], line["ran"]) == (1, 1)
 
@@ -233,19 +230,11 @@ def test_a_full_disk_at_the_end_of_a_build_is_no_warning(tmp_path: Path, monkeyp
 
     from buildtool import cache_gc
 
-    class Stored:
-        dir = str(tmp_path)
-        writable = True
-        bytes_added, bytes_counted = 10, 0
-
-        def flush(self) -> None:
-            pass
-
     def full(*_a: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cache_gc, "_append_stats", full)
-    cache_gc.after_build(Stored(), None, [], lambda msg: pytest.fail(msg))
+    cache_gc.after_build(_Stored(tmp_path, 10), None, [], lambda msg: pytest.fail(msg))
 
 
 def test_a_size_counter_that_is_no_byte_count_is_none(tmp_path: Path) -> None:
