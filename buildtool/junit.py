@@ -47,7 +47,7 @@ def xml_text(data: bytes | str) -> str:
         split = len(data) - (4 * MAX_OUTPUT_CHARS + 4)  # (the cap's characters, 4 bytes at most each)
         if split > 0:
             for _ in range(3):  # (not inside a character: the count is exact for UTF-8, within 3 otherwise)
-                if 0x80 <= data[split] <= 0xBF:
+                if split > 0 and 0x80 <= data[split] <= 0xBF:
                     split -= 1
             skipped = _characters_in(memoryview(data)[:split])
             data = data[split:]

@@ -443,3 +443,13 @@ def test_a_log_far_over_the_cap_is_decoded_only_at_its_end_and_counted_whole() -
     data = "é".encode() * 3_000_000 + b"\xf0\x9f\x98\x80" + b"x" * (MAX_OUTPUT_CHARS - 1)
     head, _, tail = xml_text(data).partition("\n")
     assert tail == "\U0001f600" + "x" * (MAX_OUTPUT_CHARS - 1) and head == "[... 3000000 characters cut ...]", head
+
+
+@pytest.mark.parametrize("n", [4_000_004, 4_000_005, 4_000_006, 4_000_007])
+def test_binary_output_just_over_the_decode_window_keeps_the_cap(n: int) -> None:
+    """Continuation bytes at the start of the decode window stepped it back past the log's
+    first byte (a negative index: the end of the log): 8 characters kept of 4 MB."""
+    from buildtool.junit import MAX_OUTPUT_CHARS
+
+    head, _, tail = xml_text(b"\x80" * n).partition("\n")
+    assert len(tail) == MAX_OUTPUT_CHARS and head == f"[... {n - MAX_OUTPUT_CHARS // 4} characters cut ...]", head
