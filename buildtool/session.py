@@ -1269,7 +1269,7 @@ def _prune_empty_dirs(root: str, rel_dir: str) -> None:
         rel_dir = os.path.dirname(rel_dir)
 
 
-BURST_S = 1.0  # signals this close together are one (a supervisor repeating SIGTERM)
+BURST_S = 0.25  # signals this close together are one (a supervisor's to the group and to the process)
 
 
 class _Signals:

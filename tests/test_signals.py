@@ -338,7 +338,7 @@ def test_a_second_signal_while_a_report_write_blocks_ends_the_build(tmp_path: Pa
     nobody reads, a hung mount) left only kill -9.  A second signal leaves at once."""
     with _writing_its_junit_into_a_fifo(tmp_path) as (p, _):
         p.send_signal(signal.SIGINT)
-        time.sleep(1.3)  # (past a burst, which is one signal: the next test)
+        time.sleep(1.3)  # (well past a burst, which is one signal: the next test)
         assert p.poll() is None  # (held: the report is being written)
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=10)
