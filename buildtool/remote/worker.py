@@ -101,7 +101,8 @@ class Worker:
         self._store: GrpcStore | None = None
         self._store_lock = threading.Lock()
         self._served = False  # a bot session was created: a refusal after that is retried (a server restarting)
-        self._refused: set[int] = set()  # the slots refused REFUSED_FOR_S before any had a session
+        self._refused: set[int] = set()  # the slots refused REFUSED_FOR_S on end, before any had a session
+        self._gave_up = False  # every slot was: the worker stops, exit 1
         self.host = socket.gethostname()
 
     # -- CAS -----------------------------------------------------------------------------------
@@ -125,7 +126,9 @@ class Worker:
                 got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
                                                  timeout=POLL_S, metadata=self.metadata)
                 log(f"slot {slot}: bot session {got.name} ({bot_id})")
-                self._served = True
+                with self._store_lock:
+                    self._served = True
+                    self._refused.discard(slot)
                 return got
             except grpc.RpcError as e:
                 if e.code() in REFUSED_AT_START and not self._served:
@@ -136,12 +139,17 @@ class Worker:
                     now = time.monotonic()
                     refused_since = now if refused_since is None else refused_since
                     if now - refused_since >= REFUSED_FOR_S and slot not in self._refused:
-                        self._refused.add(slot)
                         log(f"slot {slot}: CreateBotSession refused for {REFUSED_FOR_S:g} s: {e.code().name} "
                             f"{e.details() or ''}; check --server, --instance and --remote-header")
-                    if len(self._refused) == self.capacity and not self._served:
-                        log(f"slot {slot}: every slot was refused; this slot stops")
-                        return None
+                        with self._store_lock:  # (one decision for the worker: never left at part capacity)
+                            self._refused.add(slot)
+                            if len(self._refused) == self.capacity and not self._served:
+                                self._gave_up = True
+                                self.stop.set()
+                else:  # (30 s of refusals on end: an outage between them starts the count again)
+                    refused_since = None
+                    with self._store_lock:
+                        self._refused.discard(slot)
                 if time.monotonic() - said > FAILING_SAID_EVERY_S:
                     log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
                         f"{RETRY_S:g} s")
@@ -511,6 +519,9 @@ class Worker:
             for t in threads:
                 t.join(POLL_S + 2 * RETRY_S + 1)  # (a long poll, then the hand-back of a lease)
             self.chan.close()
+        if self._gave_up:
+            log("every slot was refused a bot session: exiting with status 1")
+            return 1
         if not stopped:
             log("every slot stopped: exiting with status 1")
             return 1
