@@ -103,6 +103,7 @@ class Worker:
         self._served = False  # a bot session was created: a refusal after that is retried (a server restarting)
         self._refused: set[int] = set()  # the slots refused REFUSED_FOR_S on end, before any had a session
         self._gave_up = False  # every slot was: the worker stops, exit 1
+        self._sessions_lock = threading.Lock()  # (_served, _refused, _gave_up: one decision for the worker)
         self.host = socket.gethostname()
 
     # -- CAS -----------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ class Worker:
                 got = self.bots.CreateBotSession(bots_pb2.CreateBotSessionRequest(parent=self.instance, bot_session=bs),
                                                  timeout=POLL_S, metadata=self.metadata)
                 log(f"slot {slot}: bot session {got.name} ({bot_id})")
-                with self._store_lock:
+                with self._sessions_lock:
                     self._served = True
                     self._refused.discard(slot)
                 return got
@@ -141,14 +142,14 @@ class Worker:
                     if now - refused_since >= REFUSED_FOR_S and slot not in self._refused:
                         log(f"slot {slot}: CreateBotSession refused for {REFUSED_FOR_S:g} s: {e.code().name} "
                             f"{e.details() or ''}; check --server, --instance and --remote-header")
-                        with self._store_lock:  # (one decision for the worker: never left at part capacity)
+                        with self._sessions_lock:  # (one decision for the worker: never left at part capacity)
                             self._refused.add(slot)
                             if len(self._refused) == self.capacity and not self._served:
                                 self._gave_up = True
                                 self.stop.set()
                 else:  # (30 s of refusals on end: an outage between them starts the count again)
                     refused_since = None
-                    with self._store_lock:
+                    with self._sessions_lock:
                         self._refused.discard(slot)
                 if time.monotonic() - said > FAILING_SAID_EVERY_S:
                     log(f"slot {slot}: CreateBotSession failed: {e.code().name} {e.details() or ''}; retrying every "
