@@ -1426,7 +1426,7 @@ def test_editing_a_declared_tool_in_the_workspace_checks_every_target(
     with watching(root, cache) as w:
         write(root / "bin" / "mytool", "#!/bin/sh\necho T2\n")
         w.wait_file(root / "u.out", "T2\n", "u.out made by the edited tool")
-        assert read(root / "t.out") == "T2\na\n", w.log()
+        w.wait_file(root / "t.out", "T2\na\n", "t.out made by the edited tool")  # (the cycle may still run)
 
 
 @pytest.mark.parametrize(("moved", "out"), [("src/sub", "x.out"), ("src", "x.out"), ("src", "src/x.out")])
