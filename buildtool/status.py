@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from buildtool.console import Console, say
 from buildtool.graph import Graph
@@ -83,8 +84,12 @@ class EventsWriter:
             except OSError:
                 pass
             if fd >= 0:  # cut back to its whole lines: a torn last one broke every reader's json.loads
-                try:
-                    os.ftruncate(fd, self._whole)
+                from buildtool.atomic import _own_stream, _through_a_descriptor
+
+                try:  # (a file of its own only: not a stream others write too, `--events /dev/stdout > log`)
+                    st = os.fstat(fd)
+                    if stat.S_ISREG(st.st_mode) and not _own_stream(st) and not _through_a_descriptor(self.path):
+                        os.ftruncate(fd, self._whole)
                 except OSError:
                     pass
                 finally:
