@@ -47,8 +47,8 @@ KEEPALIVE_S = 10.0  # while an action runs, report the session at least this oft
 RETRY_S = 2.0
 # Answers to CreateBotSession that say the request itself is wrong (an --instance the server
 # does not have, a header it refuses), when no slot of this worker ever had a session: retried
-# for REFUSED_FOR_S (a proxy in front of a server still starting says 401/403/404 too), then
-# the slot stops; a worker whose slots all stopped exits 1.
+# for REFUSED_FOR_S on end (a proxy in front of a server still starting says 401/403/404 too);
+# once every slot was refused that long, the worker stops, exit 1.
 REFUSED_AT_START = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
                     grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
 REFUSED_FOR_S = 30.0
