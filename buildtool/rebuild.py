@@ -232,6 +232,8 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
         if old is None or new is None:
             return f"the rule {'now' if old is None else 'no longer'} imports module {path}"
         return f"module {path} changed ({_short(old)} -> {_short(new)})"
+    if key == "srcs":  # a pyrule's inputs in the order its function gets them (absent: sorted)
+        return "the order of the rule's inputs changed (its function gets them in the order given)"
     names = {"fn": "function", "kwargs": "kwargs", "python": "Python", "timeout": "timeout", "depfile": "depfile"}
     if key == "encoding":  # (the locale's: what the command's text and its file names are written in)
         return f"the locale's encoding changed from {old or 'utf-8'} to {new or 'utf-8'}"

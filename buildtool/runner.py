@@ -489,6 +489,9 @@ class TargetRunner:
                 extra["module:" + f] = self.stats.digest(f, st)
                 seen[f] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, read_ns)
             self._module_stats[t.id] = seen  # (an A-B-A edit while it runs: as for inputs, _moved)
+            order = list(self.graph.inputs[t.id])  # the function gets them in this order; `inputs` is sorted
+            if order != sorted(order):  # (absent when sorted, so the keys of most pyrules did not change)
+                extra["srcs"] = json.dumps(order)
         if t.depfile is not None:
             extra["depfile"] = t.depfile
         if t.kind == "test" and t.timeout is not None:  # a tighter timeout may fail a cached pass

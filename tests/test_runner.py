@@ -251,6 +251,27 @@ def test_pyrule_runs_in_a_process_and_tracks_its_module(tmp_path: Path) -> None:
     assert not (ws / "tools" / "__pycache__").exists()
 
 
+def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:
+    """The function gets its srcs in the order given, but the key mapped them by path
+    (sorted): `srcs=["b.txt", "a.txt"]` after `["a.txt", "b.txt"]` was up to date, and a
+    clean build restored the other order's output from the cache."""
+    build = 'pyrule(name="p", fn="gen:cat", srcs=[{}], outs=["o.txt"])\n'
+    ws = make_ws(tmp_path, build.format('"a.txt", "b.txt"'), {"a.txt": "A\n", "b.txt": "B\n"})
+    (ws / "gen.py").write_text("def cat(srcs, outs):\n"
+                               "    open(outs[0], 'w').write(''.join(open(s).read() for s in srcs))\n")
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "o.txt").read_text() == "A\nB\n"
+    (ws / "BUILD.py").write_text(build.format('"b.txt", "a.txt"'))
+    r = bt(ws, "build", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "the order of the rule's inputs changed" in r.stdout
+    assert (ws / "o.txt").read_text() == "B\nA\n"
+    (ws / "BUILD.py").write_text(build.format('"a.txt", "b.txt"'))
+    assert bt(ws, "clean").returncode == 0
+    assert bt(ws, "build").returncode == 0  # restored: the first order's entry
+    assert (ws / "o.txt").read_text() == "A\nB\n"
+
+
 def test_a_pyrule_tracks_its_relative_imports_and_sees_the_workspace_root_first(tmp_path: Path) -> None:
     """`from . import relmod` / `from .sub import leaf` were not tracked (an edit left the
     output stale, "up to date"), and the package's own directory was first on sys.path: its
