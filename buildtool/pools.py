@@ -65,6 +65,13 @@ class Pools:
         if pool is not None:
             self._pass_on(pool)
 
+    def let_all_in(self) -> None:
+        """Every waiter back to the plan, slots or not (the build stopped: nothing starts,
+        and what needs no command is settled without a lane)."""
+        for waiting in self.waiting.values():
+            while waiting:
+                self.plan.push(heapq.heappop(waiting)[2])  # type: ignore[arg-type]
+
     def _has_room(self, pool: str) -> bool:
         depth = self.depth.get(pool, 0)
         return depth <= 0 or self.use.get(pool, 0) < depth

@@ -218,7 +218,13 @@ class Scheduler:
         command (up to date, a cached pass, a group) are reported so, and their dependents
         looked at in turn, rather than as "not started": whether an untouched test showed
         as a cached pass or as NOT RUN (JUnit ``<skipped/>``) depended on how soon the
-        failure came.  What would need a command is left unstarted."""
+        failure came.  What would need a command is left unstarted.  The targets waiting
+        for a pool's slot or for the build to drain (an exclusive one) are looked at too:
+        none will start now, and one let back in needing a command passes no turn on."""
+        self.pools.let_all_in()
+        if self._held is not None:
+            self.plan.push(self._held)
+            self._held = None
         settle = getattr(self.runner, "settle", None)
         while self.interrupt is None and (t := self.plan.pop()) is not None:  # (Ctrl-C ends it at once)
             if settle is None:

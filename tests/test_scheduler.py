@@ -345,6 +345,42 @@ def test_fail_fast_lets_running_commands_finish() -> None:
     assert 2 not in runner.started
 
 
+class Settles(FakeRunner):
+    """Settles its ``inline`` ids only when let in, or once the build stopped (``settle``,
+    as the real runner's: a restore too large to do inline)."""
+
+    def try_inline(self, t: int, waiting: bool = False) -> Outcome | None:
+        return None
+
+    def settle(self, t: int) -> Outcome | None:
+        return super().try_inline(t) if t in self.inline else None
+
+
+@pytest.mark.parametrize("held", ["pool", "exclusive"])
+def test_after_a_failure_what_waits_for_a_slot_and_needs_no_command_is_settled(held: str) -> None:
+    """A target waiting for its pool's slot (or, exclusive, for the build to drain) when a
+    failure stopped the build was "cancelled" even when it needed no command (a large
+    restore): only the plan was looked at, and the waiter let back in first, needing a
+    command, passed no turn on."""
+    def on_run(t: int) -> None:
+        time.sleep(0.3 if t == 0 else 0.05)
+
+    deps: list[list[int]] = [[], [], [], []]
+    if held == "pool":  # 0 holds p's slot; 1 (a command) and 2 (settles) wait; 3 fails
+        pool_of: list[str | None] | None = ["p", "p", "p", None]
+        plan, exclusive = make_plan(deps, [0, 1, 2, 0], None), None
+    else:  # 2 is exclusive (and settles), held while 0 runs, 1 behind it; 3 fails
+        pool_of, plan, exclusive = None, make_plan(deps, [0, 2, 1, 0], None), [False, False, True, False]
+    runner = Settles(deps, inline={2}, fail={3}, on_run=on_run, pool_of=pool_of)
+    sched = Scheduler(plan, runner, Recorder(), jobs=3, pool_of=pool_of,
+                      pool_depth={"p": 1}, exclusive=exclusive)
+    outcomes = sched.run()
+    assert outcomes[3].status is Status.FAILED
+    assert outcomes[2].status is Status.UP_TO_DATE, statuses(outcomes)
+    assert outcomes[1].status is Status.CANCELLED
+    assert sched.failed
+
+
 def test_keep_going_builds_everything_not_depending_on_the_failure() -> None:
     # 0 fails; 1 <- 0; 3 <- 1 (transitively skipped); 2 and 4 <- 2 are independent.
     deps = [[], [0], [], [1], [2]]
