@@ -323,6 +323,9 @@ class TestRunner:
     def interrupted(self) -> None:
         self.inner.interrupted()
 
+    def warn(self, message: str) -> None:  # (the scheduler's: a cache store that failed is said, under test too)
+        self.inner.warn(message)
+
     # No set_lane_hook: a flaky test runs again on the lane it holds, so its lane is only
     # free when its outcome is (scheduler.Runner).
 
