@@ -253,7 +253,11 @@ class TargetRunner:
         return self.graph.targets[t].label
 
     def deps_of(self, t: int) -> tuple[int, ...]:
-        return self.graph.targets[t].deps
+        """What ``t`` waits for: its declared deps and the plan's depfile edges (a header
+        another target makes), so a skip names the failed maker, not "a dependency"."""
+        deps = self.graph.targets[t].deps
+        after = self.after.get(t)
+        return (*deps, *after) if after else deps
 
     # -- inputs and keys ---------------------------------------------------------------
     def _env(self, t: Target) -> dict[str, str]:

@@ -287,6 +287,25 @@ def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_d
     assert ws.build().ran == set()
 
 
+def test_a_target_skipped_behind_a_failed_maker_of_a_header_its_depfile_named_names_it(
+        workspace: Workspace) -> None:
+    """What a depfile named orders the plan, but a skip behind it said "not run because a
+    dependency failed" of a target with no dependency, naming none."""
+    ws = workspace
+    ws.write("val.txt", "1\n")
+    ws.write("main.c", "int main;\n")
+    ws.build_file("", """
+        genrule(name="gen", srcs=["val.txt"], outs=["gen.h"], cmd="grep -qv bad val.txt && cp val.txt $@")
+        genrule(name="obj", srcs=["main.c"], outs=["main.o"], depfile="main.d",
+                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
+    """)
+    assert ws.build("//:gen").rc == 0
+    assert ws.build().rc == 0
+    edit(ws, "val.txt", "bad\n")
+    r = ws.build("-k")
+    assert r.rc == 1 and r.by_label["//:obj"]["reason"] == "not run because //:gen failed", r.by_label
+
+
 def test_debug_objects_restored_in_another_checkout_do_not_name_the_first_one(
         make_workspace: Callable[..., Workspace]) -> None:
     """copts=["-g"]: the object's debug information named the directory it was compiled
