@@ -152,6 +152,7 @@ class TargetRunner:
         self._closure_read: dict[int, tuple[dict[str, str], dict[str, tuple[int, int, int, int, int]]]] = {}
         self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
         self._closure_of: dict[int, dict[str, str]] = {}  # per test: its dependencies' closure digests, by label
+        self._stamps_of: dict[int, dict[str, str]] = {}  # per target: its dependencies without outputs (stamp_digest)
         self._left_remote = False  # an output this build knows of was left in a remote CAS (--remote-download)
         self.after: dict[int, list[int]] = {}  # the plan's edges from depfiles: reader -> makers (session.py)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
@@ -404,7 +405,41 @@ class TargetRunner:
         if t.kind == "test" and t.deps:  # (a dependency's unreadable source: said as the test's own)
             labels = [self.graph.targets[d].label for d in t.deps]
             self._closure_of[t.id] = dict(zip(labels, map(self.closure_digest, t.deps), strict=True))
+        elif stats_into is None and t.deps:
+            stamps = self._stamp_deps(t)
+            if stamps:
+                self._stamps_of[t.id] = {self.graph.targets[d].label: self.stamp_digest(d) for d in stamps}
+            else:
+                self._stamps_of.pop(t.id, None)
         return res
+
+    def _stamp_deps(self, t: Target) -> list[int]:
+        """``t``'s dependencies that run a command but declare no output (through groups):
+        Make's stamp targets, whose effects ``t``'s key cannot see in its inputs."""
+        targets = self.graph.targets
+        found: list[int] = []
+        stack = list(t.deps)
+        seen: set[int] = set()
+        while stack:
+            d = stack.pop()
+            if d in seen:
+                continue
+            seen.add(d)
+            dt = targets[d]
+            if dt.kind == "group":
+                stack.extend(dt.deps)
+            elif not dt.outs and dt.kind in ("genrule", "pyrule"):
+                found.append(d)
+        return found
+
+    def stamp_digest(self, tid: int) -> str:
+        """What a dependency without outputs stands for in its dependents' keys (``extra``
+        ``after:<label>``, docs/formats.md): its command (a pyrule's function and kwargs)
+        and everything it reads, at any depth (closure_digest).  A Make user's stamp rule
+        that generates files it does not declare must rerun its dependents when it reruns;
+        their inputs, which list its outputs, list none of it."""
+        t = self.graph.targets[tid]
+        return keys.key_of({"cmd": t.cmd, "fn": t.fn, "kwargs": t.kwargs_json, "closure": self.closure_digest(tid)})
 
     def closure_digest(self, tid: int) -> str:
         """The digest of everything target ``tid`` reads, at any depth: its inputs (paths,
@@ -503,6 +538,8 @@ class TargetRunner:
         if t.kind == "test":  # what its dependencies read, at any depth (closure_digest)
             for label, d in self._closure_of.get(t.id, {}).items():
                 extra["closure:" + label] = d
+        for label, d in self._stamps_of.get(t.id, {}).items():
+            extra["after:" + label] = d
         if FS_ENCODING is not None:  # (`echo é` writes other bytes under Latin-1: not the UTF-8 run's result)
             extra["encoding"] = FS_ENCODING.lower()
         executable = self._executable.get(t.id)

@@ -251,6 +251,34 @@ def test_pyrule_runs_in_a_process_and_tracks_its_module(tmp_path: Path) -> None:
     assert not (ws / "tools" / "__pycache__").exists()
 
 
+def test_a_dependency_without_outputs_reruns_its_dependents_when_it_reruns(tmp_path: Path) -> None:
+    """Make's stamp rule, ported as docs/migrating-from-make.md says (a genrule without
+    outs): it generated files it did not declare, and its dependent, whose inputs list only
+    declared outputs, stayed "up to date" over the old ones after the stamp reran."""
+    build = ('genrule(name="stamp", srcs=["ops.def"], cmd="mkdir -p gen && cp ops.def gen/ops.txt{}")\n'
+             'group(name="g", deps=[":stamp"])\n'
+             'genrule(name="use", deps=[":stamp"], outs=["use.txt"], cmd="cat gen/ops.txt > $@")\n'
+             'genrule(name="via", deps=[":g"], outs=["via.txt"], cmd="cat gen/ops.txt > $@")\n')
+    ws = make_ws(tmp_path, build.format(""), {"ops.def": "add\n"})
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "add\n"
+    (ws / "ops.def").write_text("add\nmul\n")
+    r = bt(ws, "build", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "dependency //:stamp, which declares no outputs, changed" in r.stdout, r.stdout
+    assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "add\nmul\n"
+    (ws / "BUILD.py").write_text(build.format(" && echo sub >> gen/ops.txt"))  # its command
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "add\nmul\nsub\n"
+    ev = tmp_path / "ev.jsonl"
+    assert bt(ws, "build", "--events", str(ev)).returncode == 0
+    assert {e["status"] for e in events(ev).values()} == {"up_to_date"}
+    assert bt(ws, "build").returncode == 0  # (leaves the no-op snapshot: the next build is incremental)
+    (ws / "ops.def").write_text("div\n")
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "div\nsub\n"
+
+
 def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:
     """The function gets its srcs in the order given, but the key mapped them by path
     (sorted): `srcs=["b.txt", "a.txt"]` after `["a.txt", "b.txt"]` was up to date, and a

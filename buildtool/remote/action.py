@@ -250,6 +250,9 @@ def build(
     for k in ("python", "fn", "kwargs", "depfile"):
         if k in extra:
             salt[k] = extra[k]
+    for k in extra:  # dependencies without outputs: what they did is not in the input tree
+        if k.startswith("after:"):
+            salt[k] = extra[k]
     if keyed_path is not None:  # (a venv first on PATH or not: two actions, as two keys here)
         salt["path"] = keyed_path
     action = re_pb2.Action(command_digest=cdg.proto(), input_root_digest=root_digest.proto(),
