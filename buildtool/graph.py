@@ -35,7 +35,7 @@ PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
     from typing import Any
 
     from buildtool.dsl import Declaration
@@ -397,8 +397,9 @@ def _str_list(decl: Declaration, attr: str) -> list[Any]:
     return list(v)
 
 
-def _build_definition_file(path: str, read: set[str]) -> str | None:
-    """What makes ``path`` part of the build's own definition (so never an output), or None."""
+def _build_definition_file(path: str, read: set[str], probed: Set[str] = frozenset()) -> str | None:
+    """What makes ``path`` part of the build's own definition (so never an output), or None.
+    ``probed``: the paths evaluating looked for (a stat, an import), found or not."""
     first = path.split("/", 1)[0]
     if first in ALWAYS_SKIPPED:
         return f"inside {first}/, which buildtool never writes into"
@@ -414,6 +415,9 @@ def _build_definition_file(path: str, read: set[str]) -> str | None:
         return f"the workspace's {path}"
     if path in read:
         return f"a file that evaluating the {BUILDFILE} files reads (imported or opened)"
+    if path in probed:  # (refused only once made, the build passed first and failed from then on)
+        return (f"a file that evaluating the {BUILDFILE} files looks for (os.path.exists, os.stat, an import): "
+                "what they declare would change once the build made it")
     return None
 
 
@@ -1466,6 +1470,7 @@ class GraphBuilder:
         # relative to the root, the existing directory on the way that is the link's)
         linked: dict[str, tuple[str, str]] = {}
         definition = self.loader.read_files | self.loader.imported_workspace_modules()
+        probed = self.loader.probes
         reals: dict[str, str] = {root: os.path.realpath(root)}  # (_realpath's memo)
         room = PATH_MAX - 1 - len(os.fsencode(root)) - 1  # (the path's bytes, the NUL after them)
         for o, lab in out_owner.items():
@@ -1474,7 +1479,7 @@ class GraphBuilder:
                 msg = (f"output {o!r} of {lab} is {len(os.fsencode(os.path.join(root, o)))} bytes long as a path "
                        f"from /; a path can have at most {PATH_MAX - 1}")
                 raise _err(self.loader.load(pkg)[name], msg)
-            own = _build_definition_file(o, definition)
+            own = _build_definition_file(o, definition, probed)
             if own is not None:
                 # Declared outputs are deleted before their command runs: never one of these.
                 pkg, name = labels.split_label(lab)
@@ -1514,7 +1519,7 @@ class GraphBuilder:
             if parent in linked:  # (.git/ or the state dir reached through a link is still that)
                 real_dir, where = linked[parent]
                 real_o = posixpath.normpath(posixpath.join(real_dir, posixpath.relpath(o, where)))
-                own = _build_definition_file(real_o, definition)
+                own = _build_definition_file(real_o, definition, probed)
                 if own is not None:
                     pkg, name = labels.split_label(lab)
                     raise _err(self.loader.load(pkg)[name],

@@ -106,6 +106,10 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     ("output-is-an-imported-module", 'import tools.defs\ngenrule(name="t", outs=["tools/defs.py"], cmd="true")',
      "evaluating the BUILD.py files reads", "keep"),
+    # Looked for and missing: the first build passed, and every one after it, the file
+    # made, refused it as read (or declared other targets).
+    ("output-is-looked-for", 'import os\nif os.path.exists("gen.def"):\n    x = open("gen.def").read()\n'
+     'genrule(name="t", outs=["gen.def"], cmd="echo > $@")', "evaluating the BUILD.py files looks for", None),
     # A pyrule's module is part of its key, and was deleted before the writer ran: the
     # pyrule failed or passed by timing (-j2 / -j1) and the next evaluation refused it.
     ("output-is-a-pyrule-module",
