@@ -113,6 +113,17 @@ class Pending:
         return self.result
 
 
+def _not_a_file(mode: int) -> str:
+    """What an output that is not a regular file is, and what to do instead."""
+    if stat.S_ISDIR(mode):
+        return (": a directory (outputs are files; there are no directory outputs, as Bazel's tree "
+                "artifacts): declare each file the command writes in outs, listed in the BUILD.py from what "
+                "decides them, or pack the directory into one file (tar)")
+    if stat.S_ISLNK(mode):
+        return ": a symbolic link (outputs are files: copy what it leads to)"
+    return ""
+
+
 class TargetRunner:
     """Implements scheduler.Runner for a real workspace."""
 
@@ -1512,7 +1523,7 @@ class TargetRunner:
                 self._delete_outputs(t)
                 what = ("was not created" if st is None and isinstance(lost, FileNotFoundError)
                         else f"cannot be looked at ({lost.strerror})" if lost is not None
-                        else "is not a regular file")
+                        else "is not a regular file" + _not_a_file(st.st_mode))
                 return Outcome(
                     Status.FAILED, Reason.FAILED, f"declared output {o} {what}", key=key,
                     duration=res.duration, stdout=res.stdout, stderr=res.stderr, exit_code=0, extra=base,

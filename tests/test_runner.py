@@ -279,6 +279,18 @@ def test_a_dependency_without_outputs_reruns_its_dependents_when_it_reruns(tmp_p
     assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "div\nsub\n"
 
 
+def test_an_output_made_a_directory_or_a_link_says_what_to_do_instead(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, 'genrule(name="d", outs=["gen"], cmd="mkdir $@ && touch $@/a.c")\n'
+                           'genrule(name="l", srcs=["a.txt"], outs=["l.txt"], cmd="ln -s a.txt $@")\n',
+                 {"a.txt": "a\n"})
+    r = bt(ws, "build", "-k")
+    assert r.returncode == 1
+    assert "declared output gen is not a regular file: a directory (outputs are files; there are no directory " \
+           "outputs, as Bazel's tree artifacts): declare each file the command writes in outs" in r.stdout, r.stdout
+    assert "declared output l.txt is not a regular file: a symbolic link" in r.stdout, r.stdout
+    assert not (ws / "gen").exists() and not (ws / "l.txt").is_symlink()
+
+
 def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:
     """The function gets its srcs in the order given, but the key mapped them by path
     (sorted): `srcs=["b.txt", "a.txt"]` after `["a.txt", "b.txt"]` was up to date, and a
