@@ -265,7 +265,8 @@ def _compile(
             cmd = (f"n=0; for f in $(locations {src}); do case $f in {sources}) n=$$((n+1)); s=$f;; esac; done; "
                    f"if [ $n -ne 1 ]; then echo \"{src} makes $n C, C++ or assembly sources (its outputs:\" "
                    f"$(locations {src}) \"); a srcs label must make exactly one (a generated header goes in "
-                   "hdr_deps; several sources: a target for each)\" >&2; exit 1; fi; "
+                   "hdr_deps; an archive or object to link, in deps; several sources: a target for each)\" >&2; "
+                   "exit 1; fi; "
                    f"case $s in *.s) {assemble};; *) {compile_};; esac")
         genrule(
             name=label,

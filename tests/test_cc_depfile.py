@@ -625,6 +625,26 @@ def test_prebuilt_objects_and_archives_in_srcs_are_linked(workspace: Workspace) 
     assert subprocess.run([str(ws.root / "b")], timeout=30).returncode == 1
 
 
+def test_an_archive_a_genrule_makes_is_linked_from_deps_and_its_label_in_srcs_says_so(workspace: Workspace) -> None:
+    """cc.md said deps take cc_library labels; a generated archive's target goes there (its
+    label in srcs is compiled, and the failure now names deps)."""
+    ws = workspace
+    ws.write("f.c", "int f(void) { return 7; }\n")
+    ws.write("main.c", "int f(void); int main(void) { return f() == 7 ? 0 : 1; }\n")
+    build = ('from buildtool.cc import cc_binary\n'
+             'genrule(name="gen", srcs=["f.c"], outs=["libgen.a"], tools=["cc", "ar"], '
+             'cmd="cc -c f.c -o $$TMPDIR/f.o && ar rcs $@ $$TMPDIR/f.o")\n'
+             'cc_binary(name="b", srcs=["main.c"{}], deps=[{}])\n')
+    ws.build_file("", build.format("", '":gen"'))
+    r = ws.build()
+    assert r.rc == 0, r.output
+    assert subprocess.run([str(ws.root / "b")], timeout=30).returncode == 0
+    ws.build_file("", build.format(', ":gen"', ""))
+    r = ws.build()
+    assert r.rc == 1 and ":gen makes 0 C, C++ or assembly sources" in r.output, r.output
+    assert "an archive or object to link, in deps" in r.output, r.output
+
+
 def test_a_prebuilt_archive_by_file_label_is_linked_and_a_shared_library_is_refused(workspace: Workspace) -> None:
     """A prebuilt library in another package (by its file label) went to the compile step
     ("not a C, C++ or assembly source").  A .so is exit 2: where the binary finds it at run
