@@ -61,6 +61,10 @@ class Declaration:
         self.pkg = pkg  # the package it declares a target of
 
 
+def _glob_after_evaluation(pkg: str, include: list[str], exclude: list[str]) -> list[str]:
+    raise RuntimeError(f"glob() called for //{pkg} after its BUILD.py was evaluated")
+
+
 class PackageContext:
     """What the DSL functions need while one BUILD.py is evaluated."""
 
@@ -85,6 +89,13 @@ class PackageContext:
         # id(code) -> (code, its line table): keyed by id, as hashing a code object hashes
         # all its constants (the value holds the code, so its id stays its own)
         self._lines: dict[int, tuple[object, list[int], list[int | None]]] = {}
+
+    def evaluated(self) -> None:
+        """Its BUILD.py was evaluated: let go of the loader's glob (watch mode keeps the
+        context of a package no edit touched in the next loader, and this bound method kept
+        the loader before it alive, with every context it held: a chain, ~40 KB a
+        re-evaluation of another package than the last)."""
+        self.glob_fn = _glob_after_evaluation
 
     def line_of(self, frame: Any) -> int:
         """``frame.f_lineno`` without its cost: that reads the code's line table from the

@@ -539,6 +539,7 @@ class Loader:
             sys.stdout = stdout
             sys.stderr = stderr  # (always: a BUILD.py that set its own silenced every later error and warning)
             dsl.reset_context(token)
+        ctx.evaluated()
         self._packages[pkg] = ctx.declarations
         self._contexts[pkg] = ctx
         self.env_reads.update(ctx.env_reads)

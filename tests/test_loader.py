@@ -132,3 +132,37 @@ def test_glob_exclude_leaves_out_what_its_patterns_match_and_only_that(workspace
         assert r.rc == 0 and r.status("//doc:all") == "up_to_date", (rel, r.output)
     workspace.write("doc/notes/n.bak.txt", "edited\n")  # (included: an edit reruns it)
     assert workspace.build("//doc:all").ran == {"//doc:all"}
+
+
+def test_a_loader_keeps_no_earlier_loader_alive_through_the_contexts_it_takes_over(tmp_path: Path) -> None:
+    """Watch mode's next loader takes over the contexts of the packages no edit touched
+    (watch.py, graph_source); a context's glob was the bound method of the loader that
+    made it, so each loader kept the one before alive, with all it held: ~40 KB a cycle
+    that re-evaluated another package than the last, for good."""
+    import gc
+    import weakref
+
+    (tmp_path / "buildtool.toml").write_text("")
+    pkgs = [f"p{i}" for i in range(3)]
+    for p in pkgs:
+        (tmp_path / p).mkdir()
+        (tmp_path / p / "a.txt").write_text("a\n")
+        (tmp_path / p / "BUILD.py").write_text('genrule(name="t", srcs=glob(["*.txt"]), outs=["o"], '
+                                               'cmd="cat $(SRCS) > $@")\n')
+    ws = Workspace(str(tmp_path), "", ())
+    old = Loader(ws)
+    for p in pkgs:
+        old.load(p)
+    gone: list[weakref.ref[Loader]] = []
+    for i in range(9):  # each package in turn, as watch does on an edit of its BUILD.py
+        dirty = pkgs[i % 3]
+        new = Loader(ws)
+        for p, decls in old._packages.items():
+            if p != dirty:
+                new._packages[p] = decls
+                new._contexts[p] = old._contexts[p]
+        assert new.load(dirty)["t"].attrs["srcs"] == ["a.txt"]
+        gone.append(weakref.ref(old))
+        old = new
+    gc.collect()
+    assert [r() is None for r in gone] == [True] * 9
