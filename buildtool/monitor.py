@@ -44,8 +44,18 @@ ASK_TIMEOUT_S = 2.0  # the client's limit on a whole request: a stopped monitor 
 PIDFILE = "monitor.pid"
 # The request and answer formats (docs/formats.md).  2: ``since`` names it, and a monitor of
 # another protocol (one an older buildtool started, with the blind spots fixed since) is
-# no monitor to this client: asked with it, such a monitor answers an error.
-PROTOCOL = 2
+# no monitor to this client: asked with it, such a monitor answers an error.  3: ``since``
+# and its answer name the install too (install_tag): a monitor that went on running across
+# an upgrade of the same protocol vouched with the old code's blind spots.
+PROTOCOL = 3
+
+
+def install_tag() -> str:
+    """This install of buildtool as a monitor and its clients compare it (the no-op
+    snapshot's install identity: a reinstall writes the package directory anew)."""
+    from buildtool.noop import _install_id
+
+    return "-".join(map(str, _install_id())) or "none"
 
 
 def socket_path(state_dir: str) -> str:
@@ -103,17 +113,24 @@ class Answer:
 
 def since(state_dir: str, root: str, token: str, gen: int) -> Answer | None:
     """Ask the workspace's monitor what changed since (token, gen); None without one."""
-    got = _ask(state_dir, f"since {token} {gen} {PROTOCOL}")
+    install = install_tag()
+    got = _ask(state_dir, f"since {token} {gen} {PROTOCOL} {install}")
     if got is None:
         return None
-    parts = got.split(" ", 5)
-    if len(parts) != 6 or parts[0] != "ok" or parts[3] not in ("0", "1") or parts[4] != str(PROTOCOL) \
-            or parts[5] != root:
-        return None  # a monitor of another root (a copied .buildtool) or another protocol
+    parts = got.split(" ", 6)
+    if len(parts) != 7 or parts[0] != "ok" or parts[3] not in ("0", "1") or parts[4] != str(PROTOCOL) \
+            or parts[5] != install or parts[6] != root:
+        return None  # a monitor of another root (a copied .buildtool), another protocol or install
     try:
         return Answer(parts[1], int(parts[2]), parts[3] == "1")
     except ValueError:
         return None
+
+
+def same_install(info: dict[str, object]) -> bool:
+    """Whether the monitor whose status is ``info`` speaks this protocol and runs this
+    install's code (else no build asks it, and ``start`` replaces it)."""
+    return info.get("protocol") == PROTOCOL and info.get("install") == install_tag()
 
 
 def status(state_dir: str) -> dict[str, object] | None:
@@ -189,7 +206,7 @@ def start(root: str, state_dir: str, idle_exit_s: float = IDLE_EXIT_S) -> dict[s
             except OSError:
                 pass
         info = None
-    if info is not None and info.get("protocol") != PROTOCOL:  # (an older buildtool's: replaced)
+    if info is not None and not same_install(info):  # (an older buildtool's: replaced)
         stop(state_dir)
         deadline = time.monotonic() + 10.0  # (gone when it no longer answers nor holds the lock)
         while (status(state_dir) is not None or _lock_holder(state_dir) is not None) and time.monotonic() < deadline:

@@ -67,6 +67,9 @@ def run_command(args: argparse.Namespace) -> int:
     if info.get("protocol") != monitor.PROTOCOL:  # (one an older buildtool started: no build asks it)
         print(f"  protocol {info.get('protocol', 1)}, not this buildtool's {monitor.PROTOCOL}: unused (every no-op "
               "is checked by stat); `buildtool monitor start` replaces it")
+    elif not monitor.same_install(info):
+        print("  started by another install of buildtool (upgraded or reinstalled since): unused (every no-op is "
+              "checked by stat); `buildtool monitor start` replaces it")
     elif info.get("unsure"):
         print(f"  every no-op is checked by stat: {info['unsure']}")
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from buildtool.monitor import IDLE_EXIT_S, PIDFILE, PROTOCOL, read_line, socket_path
+from buildtool.monitor import IDLE_EXIT_S, PIDFILE, PROTOCOL, install_tag, read_line, socket_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class Monitor:
         self.root = root
         self.state_dir = state_dir
         self.token = secrets.token_hex(8)
+        self.install = install_tag()  # (as it started: an upgrade meanwhile is another install)
         self.gen = 0
         self.unsure = ""  # why "unchanged" cannot be vouched for ("" when it can)
         self.overflows = 0
@@ -400,7 +401,7 @@ class Monitor:
                 "directories": len(self.dirs) - len(self.file_wds), "files": len(self.file_wds),
                 "overflows": self.overflows,
                 "unsure": self.unsure,
-                "vouched": self.vouched, "protocol": PROTOCOL}
+                "vouched": self.vouched, "protocol": PROTOCOL, "install": self.install}
 
     def answer(self, line: str, select_mod: object) -> str:
         parts = line.split(" ")
@@ -410,7 +411,7 @@ class Monitor:
             return json.dumps(self.status())
         if parts == ["stop"]:
             raise Exit("stopping")
-        if len(parts) == 4 and parts[0] == "since" and parts[3] == str(PROTOCOL):
+        if len(parts) == 5 and parts[0] == "since" and parts[3] == str(PROTOCOL) and parts[4] == self.install:
             synced = self.sync(select_mod)
             self.check_mounts()
             if self.link_checks != self.links_checked_at:
@@ -423,7 +424,7 @@ class Monitor:
                 same = False
             unchanged = synced and same and not self.unsure
             self.vouched += unchanged
-            return f"ok {self.token} {self.gen} {0 if unchanged else 1} {PROTOCOL} {self.root}"
+            return f"ok {self.token} {self.gen} {0 if unchanged else 1} {PROTOCOL} {self.install} {self.root}"
         return "error unknown request"
 
 

@@ -639,13 +639,16 @@ def test_a_link_made_on_another_links_way_is_checked_again(ws: Path, tmp_path: P
 
 class _OlderMonitor:
     """A monitor as an older buildtool's answered (protocol 1, no lock on monitor.pid):
-    `since` with no protocol, and 'nothing changed' to anything."""
+    `since` with no protocol, and 'nothing changed' to anything; with ``install``, one of
+    this protocol that another install started (an upgrade since): it answers any `since`
+    of the protocol, 'nothing changed', naming its install."""
 
-    def __init__(self, ws: Path) -> None:
+    def __init__(self, ws: Path, install: str | None = None) -> None:
         import socket
         import threading
 
         self.root = str(ws)
+        self.install = install
         self.path = monitor.socket_path(str(ws / ".buildtool"))
         (ws / ".buildtool").mkdir(exist_ok=True)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -665,14 +668,18 @@ class _OlderMonitor:
                 return
             with conn:
                 line = monitor.read_line(conn, time.monotonic() + 2) or ""
+                protocol = 1 if self.install is None else monitor.PROTOCOL
                 if line == "status":
                     answer = json.dumps({"pid": os.getpid(), "root": self.root, "token": "t", "generation": 1,
-                                         "directories": 1, "files": 0, "protocol": 1})
+                                         "directories": 1, "files": 0, "protocol": protocol,
+                                         "install": self.install})
                 elif line == "stop":
                     answer = "stopping"
                     self.stopped.set()
-                elif line.startswith("since ") and len(line.split(" ")) == 3:
+                elif line.startswith("since ") and len(line.split(" ")) == 3 and self.install is None:
                     answer = f"ok t 1 0 {self.root}"
+                elif line.startswith(f"since t 1 {protocol} ") and self.install is not None:
+                    answer = f"ok t 1 0 {protocol} {self.install} {self.root}"
                 else:
                     answer = "error unknown request"
                 conn.sendall(answer.encode() + b"\n")
@@ -680,15 +687,21 @@ class _OlderMonitor:
         os.unlink(self.path)
 
 
-def test_a_monitor_of_an_older_protocol_is_no_monitor_and_is_replaced(ws: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("other", ["protocol", "install"])
+def test_a_monitor_of_an_older_protocol_or_install_is_no_monitor_and_is_replaced(
+        ws: Path, tmp_path: Path, other: str) -> None:
     """A monitor an older buildtool started (with the blind spots fixed since) was trusted
     after an upgrade: 'nothing changed' over a changed source; `monitor start` said
-    'already running' and `clean` did not end it (it held no lock)."""
+    'already running' and `clean` did not end it (it held no lock).  The same for one of
+    the same protocol that went on running across `pip install -U` (its mount-table
+    check came later, and a bind mount over sources was 'nothing changed')."""
     state = str(ws / ".buildtool")
-    old = _OlderMonitor(ws)
+    old = _OlderMonitor(ws, None if other == "protocol" else "1-1")
     assert monitor.since(state, str(ws), "t", 1) is None  # not trusted
     r = bt(ws, tmp_path / "cache", "monitor", "status")
-    assert "protocol 1, not this buildtool's 2: unused" in r.stdout, r.stdout + r.stderr
+    said = (f"protocol 1, not this buildtool's {monitor.PROTOCOL}: unused" if other == "protocol"
+            else "started by another install of buildtool (upgraded or reinstalled since): unused")
+    assert said in r.stdout, r.stdout + r.stderr
     r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", "120")
     assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
     assert old.stopped.is_set()
