@@ -647,4 +647,19 @@ def stats_report(cache_dir: str, max_size: int | None) -> str:
                      f"{adopted} adopted, {ran} ran)")
     else:
         lines.append("hit rate:    n/a (no builds recorded yet)")
+    for other in _other_layouts(cache_dir):
+        lines.append(f"note:        {os.path.join(cache_dir, other)} is an older buildtool's layout: this one never "
+                     f"reads it, and neither counts it nor removes it ('rm -r' it once no older buildtool uses it)")
     return "\n".join(lines)
+
+
+def _other_layouts(cache_dir: str) -> list[str]:
+    """The layout directories (``v<N>``) beside this buildtool's in ``cache_dir``."""
+    from buildtool.cache import LAYOUT
+
+    try:
+        names = os.listdir(cache_dir)
+    except OSError:
+        return []
+    return sorted(n for n in names if n != LAYOUT and n[:1] == "v" and n[1:].isdigit()
+                  and os.path.isdir(os.path.join(cache_dir, n)))
