@@ -227,12 +227,13 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
             return f"dependency {label} was {'added' if old is None else 'removed'}"
         return (f"something dependency {label} reads changed, at some depth: a source of it or of a target "
                 f"below it, or an output one of them made (closure {_short(old)} -> {_short(new)})")
-    if key.startswith("after:"):  # a dependency without outputs (a stamp): its command or what it reads
+    if key.startswith("after:"):  # a dependency without outputs (a stamp): the key it settled with
         label = key[len("after:"):]
         if old is None or new is None:
             return f"dependency {label}, which declares no outputs, was {'added' if old is None else 'removed'}"
-        return (f"dependency {label}, which declares no outputs, changed: its command or something it reads, "
-                f"at some depth (stamp {_short(old)} -> {_short(new)})")
+        if str(new).startswith("always:"):
+            return f"dependency {label}, which declares no outputs, has always=True: it ran again, and so does this"
+        return f"dependency {label}, which declares no outputs, ran with another key ({_short(old)} -> {_short(new)})"
     if key.startswith("module:"):  # a pyrule's module or one it imports
         path = key[len("module:"):]
         if old is None or new is None:

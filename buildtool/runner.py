@@ -163,7 +163,9 @@ class TargetRunner:
         self._closure_read: dict[int, tuple[dict[str, str], dict[str, tuple[int, int, int, int, int]]]] = {}
         self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
         self._closure_of: dict[int, dict[str, str]] = {}  # per test: its dependencies' closure digests, by label
-        self._stamps_of: dict[int, dict[str, str]] = {}  # per target: its dependencies without outputs (stamp_digest)
+        self._stamps_of: dict[int, dict[str, str]] = {}  # per target: its dependencies without outputs (stamp_key)
+        self._stamp_keys: dict[int, str] = {}  # per run: the key each target without outputs settled with
+        self._run_token = os.urandom(8).hex()  # (an always=True stamp's stands for this run alone)
         self._left_remote = False  # an output this build knows of was left in a remote CAS (--remote-download)
         self.after: dict[int, list[int]] = {}  # the plan's edges from depfiles: reader -> makers (session.py)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
@@ -416,10 +418,10 @@ class TargetRunner:
         if t.kind == "test" and t.deps:  # (a dependency's unreadable source: said as the test's own)
             labels = [self.graph.targets[d].label for d in t.deps]
             self._closure_of[t.id] = dict(zip(labels, map(self.closure_digest, t.deps), strict=True))
-        elif stats_into is None and t.deps:
+        if stats_into is None and t.deps:
             stamps = self._stamp_deps(t)
             if stamps:
-                self._stamps_of[t.id] = {self.graph.targets[d].label: self.stamp_digest(d) for d in stamps}
+                self._stamps_of[t.id] = {self.graph.targets[d].label: self.stamp_key(d) for d in stamps}
             else:
                 self._stamps_of.pop(t.id, None)
         return res
@@ -439,18 +441,22 @@ class TargetRunner:
             dt = targets[d]
             if dt.kind == "group":
                 stack.extend(dt.deps)
-            elif not dt.outs and dt.kind in ("genrule", "pyrule"):
+            elif not dt.outs:  # (a genrule without outs; a test)
                 found.append(d)
         return found
 
-    def stamp_digest(self, tid: int) -> str:
+    def stamp_key(self, tid: int) -> str:
         """What a dependency without outputs stands for in its dependents' keys (``extra``
-        ``after:<label>``, docs/formats.md): its command (a pyrule's function and kwargs)
-        and everything it reads, at any depth (closure_digest).  A Make user's stamp rule
-        that generates files it does not declare must rerun its dependents when it reruns;
-        their inputs, which list its outputs, list none of it."""
-        t = self.graph.targets[tid]
-        return keys.key_of({"cmd": t.cmd, "fn": t.fn, "kwargs": t.kwargs_json, "closure": self.closure_digest(tid)})
+        ``after:<label>``, docs/formats.md): the action key it settled with in this build,
+        else the one the build record holds (a focused or incremental build that did not
+        plan it); an ``always=True`` one's is this run's own.  A Make user's stamp rule that
+        generates files it does not declare must rerun its dependents when it reruns, and
+        only then: their inputs, which list its outputs, list none of it."""
+        key = self._stamp_keys.get(tid)
+        if key is None:
+            entry = self.record.get(self.graph.targets[tid].label)
+            key = entry.get("k") if entry else None
+        return key if isinstance(key, str) and key else "unknown"
 
     def closure_digest(self, tid: int) -> str:
         """The digest of everything target ``tid`` reads, at any depth: its inputs (paths,
@@ -876,6 +882,9 @@ class TargetRunner:
         """The build-record line of a successful outcome, serialised before commit()."""
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         described = self._texts.pop(tid, None)
+        t = self.graph.targets[tid]
+        if not t.outs and outcome.ok and outcome.key:  # a stamp: what its dependents' keys name (stamp_key)
+            self._stamp_keys[tid] = f"always:{self._run_token}" if t.always else outcome.key
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -257,15 +258,15 @@ def test_a_dependency_without_outputs_reruns_its_dependents_when_it_reruns(tmp_p
     declared outputs, stayed "up to date" over the old ones after the stamp reran."""
     build = ('genrule(name="stamp", srcs=["ops.def"], cmd="mkdir -p gen && cp ops.def gen/ops.txt{}")\n'
              'group(name="g", deps=[":stamp"])\n'
-             'genrule(name="use", deps=[":stamp"], outs=["use.txt"], cmd="cat gen/ops.txt > $@")\n'
+             'genrule(name="use", srcs=["u.in"], deps=[":stamp"], outs=["use.txt"], cmd="cat gen/ops.txt > $@")\n'
              'genrule(name="via", deps=[":g"], outs=["via.txt"], cmd="cat gen/ops.txt > $@")\n')
-    ws = make_ws(tmp_path, build.format(""), {"ops.def": "add\n"})
+    ws = make_ws(tmp_path, build.format(""), {"ops.def": "add\n", "u.in": ""})
     assert bt(ws, "build").returncode == 0
     assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "add\n"
     (ws / "ops.def").write_text("add\nmul\n")
     r = bt(ws, "build", "--explain")
     assert r.returncode == 0, r.stderr
-    assert "dependency //:stamp, which declares no outputs, changed" in r.stdout, r.stdout
+    assert "dependency //:stamp, which declares no outputs, ran with another key" in r.stdout, r.stdout
     assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "add\nmul\n"
     (ws / "BUILD.py").write_text(build.format(" && echo sub >> gen/ops.txt"))  # its command
     assert bt(ws, "build").returncode == 0
@@ -277,6 +278,9 @@ def test_a_dependency_without_outputs_reruns_its_dependents_when_it_reruns(tmp_p
     (ws / "ops.def").write_text("div\n")
     assert bt(ws, "build").returncode == 0
     assert (ws / "use.txt").read_text() == (ws / "via.txt").read_text() == "div\nsub\n"
+    (ws / "u.in").write_text("x\n")  # an incremental build without the stamp: its key is the record's
+    r = bt(ws, "build")  # (no --events: that takes the full path)
+    assert r.returncode == 0 and re.findall(r"\bran (//\S+)", r.stdout) == ["//:use"], r.stdout
 
 
 def test_an_output_made_a_directory_or_a_link_says_what_to_do_instead(tmp_path: Path) -> None:
@@ -289,6 +293,46 @@ def test_an_output_made_a_directory_or_a_link_says_what_to_do_instead(tmp_path: 
            "outputs, as Bazel's tree artifacts): declare each file the command writes in outs" in r.stdout, r.stdout
     assert "declared output l.txt is not a regular file: a symbolic link" in r.stdout, r.stdout
     assert not (ws / "gen").exists() and not (ws / "l.txt").is_symlink()
+
+
+def test_a_stamp_s_dependents_follow_its_key_chained_env_cutoff_tests_and_always(tmp_path: Path) -> None:
+    """What stands for a stamp in its dependents' keys is the key it ran with: a first
+    version (its command and its closure's sources) missed a deeper stamp's command and its
+    env (dependents stale), reran them behind an early cutoff, and left tests out."""
+    build = ('genrule(name="g", srcs=["in.txt"], outs=["first.txt"], cmd="head -1 in.txt > $@")\n'
+             'genrule(name="s2", deps=[":g"], env={{"V": "{v}"}},'
+             ' cmd="mkdir -p gen && cp first.txt gen/x.txt{extra}")\n'
+             'genrule(name="s1", deps=[":s2"], cmd="cp gen/x.txt gen/y.txt && echo $$V >> gen/y.txt",'
+             ' env={{"V": "{v}"}})\n'
+             'genrule(name="d", deps=[":s1"], outs=["d.txt"], cmd="cat gen/y.txt > $@")\n'
+             'test(name="t", deps=[":s1"], cmd="tail -1 gen/y.txt | grep -qx {v}")\n'
+             'genrule(name="a", always=True, cmd="mkdir -p gen && date +%s%N > gen/now.txt")\n'
+             'genrule(name="u", deps=[":a"], outs=["u.txt"], cmd="cat gen/now.txt > $@", manual=True)\n')
+    ws = make_ws(tmp_path, build.format(v="one", extra=""), {"in.txt": "a\n"})
+    ev = tmp_path / "ev.jsonl"
+
+    def ran(*args: str) -> set[str]:
+        got: set[str] = set()
+        for command in [[*args]] if args else [["build"], ["test"]]:  # (`test` builds only what tests need)
+            r = bt(ws, *command, "--events", str(ev))
+            assert r.returncode == 0, r.stdout + r.stderr
+            got |= {k for k, e in events(ev).items() if e["status"] == "ran"}
+        return got
+
+    assert ran() >= {"//:d", "//:t"}
+    assert (ws / "d.txt").read_text() == "a\none\n"
+    (ws / "BUILD.py").write_text(build.format(v="one", extra=" && echo extra >> gen/x.txt"))  # the deeper stamp
+    assert ran() == {"//:s2", "//:s1", "//:d", "//:t"}
+    assert (ws / "d.txt").read_text() == "a\nextra\none\n"
+    (ws / "BUILD.py").write_text(build.format(v="two", extra=" && echo extra >> gen/x.txt"))  # their env
+    assert ran() == {"//:s2", "//:s1", "//:d", "//:t"}
+    assert (ws / "d.txt").read_text() == "a\nextra\ntwo\n"
+    (ws / "in.txt").write_text("a\nsecond line\n")  # g's output stays the same: nothing behind it reruns
+    assert ran() == {"//:g", "//:t"}  # (but the test, whose closure holds every source below it: formats.md)
+    assert ran("build", "//:u") == {"//:a", "//:u"}  # always=True: it and what needs it, every build
+    first = (ws / "u.txt").read_text()
+    assert ran("build", "//:u") == {"//:a", "//:u"}
+    assert (ws / "u.txt").read_text() == (ws / "gen" / "now.txt").read_text() != first
 
 
 def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:
