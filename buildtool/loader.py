@@ -227,6 +227,11 @@ class Loader:
         # buildtool.toml asked for without discovery (`:name` from a subdirectory, a srcs
         # path's packages), a module an import looked for.  One appearing changes the graph.
         self.probes: set[str] = set()
+        # package -> the workspace files its BUILD.py's own code (or a workspace module's)
+        # looked at by stat (os.path.exists, os.stat, os.access), found or not: none of them
+        # may be an output (graph.py), or the first build passes and the next, the file
+        # made, refuses it as read.  Per package: watch keeps an untouched package's.
+        self.stat_probes: dict[str, set[str]] = {}
         # absolute paths outside the workspace a macro looked for (cc: the compiler on PATH):
         # the no-op snapshot's business, not watch mode's (it would watch every PATH directory)
         self.looked_for: set[str] = set()
@@ -391,7 +396,7 @@ class Loader:
         tracking_get_data = self._tracking_get_data(get_data)
         looks = {name: getattr(os, name) for name in _LOOKS}
         real_chdir = os.chdir
-        stand_ins = self._tracking_looks()
+        stand_ins = self._tracking_looks(pkg)
         import _posixsubprocess
 
         # (subprocess keeps its own reference, _fork_exec, taken when it was imported: an
@@ -661,7 +666,7 @@ class Loader:
 
         return spawn
 
-    def _tracking_looks(self) -> dict[str, Any]:
+    def _tracking_looks(self, pkg: str) -> dict[str, Any]:
         """Stand-ins for ``os.stat``/``os.lstat``/``os.access`` (so ``os.path.exists``,
         ``isfile``, ``islink``, ``pathlib.Path.exists``, ...), ``os.readlink`` and
         ``os.listdir``/``os.scandir`` (``Path.iterdir``, ``Path.glob``, ``glob.glob``) while a
@@ -704,6 +709,24 @@ class Loader:
                 f = f.f_back  # (os.path.exists -> os.stat: the caller of genericpath counts)
             return f is not None and f.f_globals.get("__name__") in _OWN_MODULES
 
+        prefix = root + os.sep
+
+        def stat_probe(rel: str) -> None:
+            """``rel`` looked at by stat: by the workspace's code (a BUILD.py, a macro module
+            of the workspace), not buildtool's (its cc macros' compiler lookup, shutil.which
+            called from them) nor the standard library's on their behalf."""
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_name in _STAND_INS and f.f_globals.get("__name__") == __name__:
+                f = f.f_back
+            while f is not None:
+                name = f.f_globals.get("__name__") or ""
+                if name == "buildtool" or name.startswith("buildtool."):
+                    return
+                if f.f_code.co_filename.startswith(prefix):
+                    self.stat_probes.setdefault(pkg, set()).add(rel)
+                    return
+                f = f.f_back
+
         def note(rel: str, mode: int) -> None:
             # A directory by its listing (its mtime moves whenever an output in it is
             # rewritten), a link seen as one (lstat, readlink) by its directory's (which has
@@ -719,6 +742,8 @@ class Loader:
                 rel = rel_of(path)
                 if rel and not ours():
                     note(rel, st.st_mode)
+                    if not stat_mod.S_ISDIR(st.st_mode):
+                        stat_probe(rel)
                 return st
 
             def stat_or_missing(path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -728,6 +753,7 @@ class Loader:
                     rel = rel_of(path)
                     if rel and not ours():
                         self.probes.add(rel)  # (missing: one appearing changes the graph)
+                        stat_probe(rel)
                     raise
 
             return stat_or_missing
@@ -738,9 +764,13 @@ class Loader:
                 if rel and not ours():
                     follow = kwargs.get("follow_symlinks", True)
                     try:
-                        note(rel, (real_stat if follow else real_lstat)(path).st_mode)
+                        mode = (real_stat if follow else real_lstat)(path).st_mode
+                        note(rel, mode)
                     except (OSError, ValueError):
+                        mode = 0
                         self.probes.add(rel)  # (missing: one appearing changes the graph)
+                    if not stat_mod.S_ISDIR(mode):
+                        stat_probe(rel)
                 return real(path, *args, **kwargs)
 
             return access

@@ -534,6 +534,8 @@ class Watcher:
                 if pkg not in self.dirty_pkgs:
                     new._packages[pkg] = decls
                     new._contexts[pkg] = old._contexts[pkg]
+                    if pkg in old.stat_probes:  # (a re-evaluated package's are its new evaluation's)
+                        new.stat_probes[pkg] = old.stat_probes[pkg]
             new.read_files |= old.read_files
             new.probes |= old.probes
             new.looked_for |= old.looked_for

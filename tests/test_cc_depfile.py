@@ -759,3 +759,15 @@ def test_where_the_macros_looked_for_the_compiler_is_no_watch_and_no_error(
                        f'"$0" -C "{workspace.root}" build', BUILDTOOL], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_binary_named_as_a_module_buildtool_imports_lazily_builds(workspace: Workspace) -> None:
+    """Outputs a BUILD.py's own code looks for may not be made; the paths buildtool's own
+    imports and compiler lookups try during an evaluation (zlib, shutil, bin/cc) are not
+    such looks: a first version refused `cc_binary(name="zlib")` at the root."""
+    ws = workspace
+    ws.write("m.c", "int main(void) { return 0; }\n")
+    ws.build_file("", 'from buildtool.cc import cc_binary\n'
+                      'cc_binary(name="zlib", srcs=["m.c"])\ncc_binary(name="shutil", srcs=["m.c"])\n')
+    rc, out, err = ws.run("build")  # (not ws.build(): --events imports what the evaluation's imports would try)
+    assert rc == 0 and (ws.root / "zlib").exists() and (ws.root / "shutil").exists(), out + err

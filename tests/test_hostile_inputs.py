@@ -109,7 +109,7 @@ CATALOGUE = [
     # Looked for and missing: the first build passed, and every one after it, the file
     # made, refused it as read (or declared other targets).
     ("output-is-looked-for", 'import os\nif os.path.exists("gen.def"):\n    x = open("gen.def").read()\n'
-     'genrule(name="t", outs=["gen.def"], cmd="echo > $@")', "evaluating the BUILD.py files looks for", None),
+     'genrule(name="t", outs=["gen.def"], cmd="echo > $@")', "evaluating the BUILD.py files looks at", None),
     # A pyrule's module is part of its key, and was deleted before the writer ran: the
     # pyrule failed or passed by timing (-j2 / -j1) and the next evaluation refused it.
     ("output-is-a-pyrule-module",

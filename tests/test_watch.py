@@ -488,6 +488,21 @@ def test_buildfile_edit_adds_target(watch, ws: Path) -> None:
     assert w.stop() == 0
 
 
+def test_a_path_a_buildfile_no_longer_looks_for_may_become_an_output(watch, ws: Path) -> None:
+    """What a BUILD.py looks for may not be an output; once its new version stops looking,
+    it may: watch had merged the last evaluation's lookups into the next one's, and every
+    cycle refused the new output until it was restarted (a build did not)."""
+    good = read(ws / "sub" / "BUILD.py")
+    write(ws / "sub" / "BUILD.py", 'import os\nflag = os.path.exists(os.path.join(os.path.dirname(__file__), '
+                                   '"gen.def"))\n' + good)
+    w = watch()
+    w.wait_cycle(1)
+    write(ws / "sub" / "BUILD.py", good + 'genrule(name="g", outs=["gen.def"], cmd="echo g > gen.def")\n')
+    w.wait_settled(lambda cs: (ws / "sub" / "gen.def").exists() or cs[-1].status == "ERROR", "the new output")
+    assert read(ws / "sub" / "gen.def") == "g\n", w.log()
+    assert w.stop() == 0
+
+
 def test_broken_buildfile_reported_and_fix_resumes(watch, ws: Path) -> None:
     w = watch()
     w.wait_cycle(1)
