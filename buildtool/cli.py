@@ -194,10 +194,11 @@ class _Args:
 def _streams_to_devnull() -> None:
     """Give a closed stdout/stderr /dev/null (which takes descriptor 1 or 2 again, so the
     commands too inherit a valid one), as Make and Ninja keep going with output dropped."""
-    if sys.stdout is None:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
-    if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            stream = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+            os.set_inheritable(stream.fileno(), True)  # (Python opens it close-on-exec: a command got none)
+            setattr(sys, name, stream)
 
 
 def run() -> None:
@@ -393,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:  # the reader of our stdout went away (``buildtool graph | head``)
         return 141  # 128 + SIGPIPE, the status of a C program killed by the closed pipe
+    except RuntimeError as e:
+        if "can't start new thread" not in str(e):
+            raise
+        # (watch's file observers, a monitor's: threads it cannot do without)
+        print(f"buildtool: error: could not start a thread ({e}): a limit on processes or threads "
+              "(ulimit -u, a container's pids.max, systemd's TasksMax) was reached", file=sys.stderr)
+        return 1
     except OSError as e:
         import errno
 
@@ -539,7 +547,18 @@ def _from_directory(args: argparse.Namespace) -> None:
 
 def _env_from_directory(directory: str) -> None:
     """``-C DIR``: a relative ``BUILDTOOL_CACHE_DIR`` is taken from DIR, as the flags are
-    (once, before the no-op check compares the environment; the commands see it so too)."""
+    (once, before the no-op check compares the environment; the commands see it so too).
+    Run from a working directory deleted since, with an absolute DIR, buildtool enters DIR,
+    as ``make -C`` does: relative paths inside the workspace (a pyrule's, from its package
+    to the root) are worked out by ``os.getcwd()``, which fails there."""
+    if os.path.isabs(directory):
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            try:
+                os.chdir(directory)
+            except OSError:
+                pass  # (find_workspace says what is wrong with it)
     env_dir = os.environ.get("BUILDTOOL_CACHE_DIR", "")
     if os.path.normpath(directory) != "." and env_dir and not env_dir.startswith("~") and not os.path.isabs(env_dir):
         os.environ["BUILDTOOL_CACHE_DIR"] = os.path.join(directory, env_dir)

@@ -120,3 +120,40 @@ def test_a_deleted_working_directory_is_exit_2_said_in_one_line(tmp_path: Path, 
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert p.stderr == ("buildtool: error: the current directory no longer exists (deleted after the shell "
                         "entered it): cd to the workspace again\n"), p.stderr
+
+
+def test_minus_c_from_a_deleted_working_directory_builds_a_pyrule_below_the_root(tmp_path: Path) -> None:
+    """`make -C DIR` works from a deleted directory; `buildtool -C DIR build` did too, but
+    every pyrule below the root failed "could not start the command" (the relative path
+    from its package to the root was worked out by os.getcwd())."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    (ws / "pkg" / "gen.py").write_text("def make(srcs, outs):\n    open(outs[0], 'w').write('made')\n")
+    (ws / "pkg" / "BUILD.py").write_text('pyrule(name="p", fn="pkg.gen:make", outs=["o.txt"])\n')
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    p = subprocess.run(["sh", "-c", script, "sh", str(gone), BUILDTOOL, "-C", str(ws), "build"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (ws / "pkg" / "o.txt").read_text() == "made"
+
+
+def test_a_console_command_of_a_build_started_with_stdout_closed_gets_dev_null(tmp_path: Path) -> None:
+    """`buildtool build >&-`: buildtool took /dev/null for its stdout, but opened it
+    close-on-exec, so a console-pool command, which inherits the terminal's descriptors,
+    started with none: `echo` failed (I/O error) and so did the build."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text('genrule(name="t", outs=["o"], pool="console", cmd="echo hi && touch $@")\n')
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", BUILDTOOL, "-C", str(ws), "build"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and (ws / "o").exists(), p.stderr
