@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import blake3
 
 from buildtool.atomic import write_atomic
-from buildtool.workspace import file_kind, open_regular, remove_if_not_a_file
+from buildtool.workspace import blake3_refused_threads, file_kind, open_regular, remove_if_not_a_file
 
 FORMAT_VERSION = 3
 HEADER = f"# buildtool stat-cache v{FORMAT_VERSION}\n"
@@ -85,24 +85,40 @@ def _hash_fd(path: str) -> tuple[str, os.stat_result]:
             while chunk := os.read(fd, 1 << 16):  # grew while being read
                 h.update(chunk)
             return h.hexdigest(), os.fstat(fd)
-        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        # A file with holes is read, not mapped: on tmpfs a hole read through a shared
-        # mapping gets a page of its own (a sparse source made to take its whole size in
-        # RAM) and, the tmpfs full, SIGBUS killed the build.
-        sparse = st0.st_blocks * 512 < size and _has_hole(fd, size)
-        done, st = _hash_leased(fd, h) if not sparse else (0, None)
-        if st is not None:
-            return h.hexdigest(), st
-        # No lease, or a writer came after `done` bytes: read the rest in fixed-size chunks
-        # (bounded memory for a file of any size), one copy per byte more than a mapping.
-        os.lseek(fd, done, os.SEEK_SET)
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while n := os.readv(fd, [buf]):
-            h.update(view[:n])
-        return h.hexdigest(), os.fstat(fd)
+        global _threads
+        try:
+            return _hash_large(fd, size, st0, _threads)
+        except BaseException as e:
+            if _threads == 1 or not blake3_refused_threads(e):
+                raise
+            _threads = 1  # (for the rest of the process: a pool refused once is not tried again)
+            os.lseek(fd, 0, os.SEEK_SET)
+            return _hash_large(fd, size, st0, 1)
     finally:
         os.close(fd)
+
+
+_threads: int = blake3.blake3.AUTO  # BLAKE3's threads for a large file; 1 once a thread was refused
+
+
+def _hash_large(fd: int, size: int, st0: os.stat_result, threads: int) -> tuple[str, os.stat_result]:
+    """_hash_fd's large file (from offset 0) on ``threads`` threads."""
+    h = blake3.blake3(max_threads=threads)
+    # A file with holes is read, not mapped: on tmpfs a hole read through a shared
+    # mapping gets a page of its own (a sparse source made to take its whole size in
+    # RAM) and, the tmpfs full, SIGBUS killed the build.
+    sparse = st0.st_blocks * 512 < size and _has_hole(fd, size)
+    done, st = _hash_leased(fd, h) if not sparse else (0, None)
+    if st is not None:
+        return h.hexdigest(), st
+    # No lease, or a writer came after `done` bytes: read the rest in fixed-size chunks
+    # (bounded memory for a file of any size), one copy per byte more than a mapping.
+    os.lseek(fd, done, os.SEEK_SET)
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while n := os.readv(fd, [buf]):
+        h.update(view[:n])
+    return h.hexdigest(), os.fstat(fd)
 
 
 def _has_hole(fd: int, size: int) -> bool:

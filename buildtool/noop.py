@@ -677,9 +677,19 @@ def _graph_sum(data: bytes, key: bytes | None) -> bytes:
     is ever unpickled (a pickle runs code).  Unkeyed where there is no key: then never loaded."""
     import blake3
 
-    h = blake3.blake3(key=key, max_threads=blake3.blake3.AUTO) if key else blake3.blake3(max_threads=blake3.blake3.AUTO)
-    h.update(data)
-    return h.hexdigest().encode()
+    from buildtool.workspace import blake3_refused_threads
+
+    threads = blake3.blake3.AUTO
+    while True:
+        h = blake3.blake3(key=key, max_threads=threads) if key else blake3.blake3(max_threads=threads)
+        try:
+            h.update(data)
+        except BaseException as e:
+            if threads == 1 or not blake3_refused_threads(e):
+                raise
+            threads = 1
+            continue
+        return h.hexdigest().encode()
 
 
 def _key_id(key: bytes | None) -> bytes:

@@ -38,7 +38,7 @@ from buildtool.graph import Graph, Target
 from buildtool.noop import stat_row
 from buildtool.outcome import Outcome, Reason, Status
 from buildtool.record import BuildRecord, desc_of
-from buildtool.workspace import FS_ENCODING, STATE_DIR
+from buildtool.workspace import FS_ENCODING, STATE_DIR, up_from
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
@@ -1436,7 +1436,7 @@ class TargetRunner:
                 _make_dir(os.path.dirname(os.path.join(self.root, o)))
             direct = None
             if t.kind == "pyrule":
-                env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
+                env["PYTHONPATH"] = up_from(t.pkg) if t.pkg else "."
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into sources
                 env["BUILDTOOL_PYRULE_MODULES"] = os.path.join(tmp, "pyrule-modules")  # (_unkeyed_files)
                 argv = [sys.executable, "-c", PYRULE_MAIN, t.fn or ""]

@@ -120,6 +120,7 @@ class Scheduler:
         # lane's thread is free for the next command at once.
         self._after: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._after_thread: threading.Thread | None = None
+        self._no_more_threads = False  # the OS refused a thread: no further one is asked for
         self._after_bytes = 0  # what the stores queued for the store thread hold (outputs, a test's log)
         self._after_lock = threading.Lock()
         self._free_lanes = list(range(self.jobs - 1, -1, -1))
@@ -244,7 +245,9 @@ class Scheduler:
         """(t, lane): run t on a worker; (t, lane, started, start): finish a command this
         thread started (its outputs are large to hash)."""
         self._in_flight += 1
-        self._ensure_workers(self._in_flight)
+        if not self._ensure_workers(self._in_flight):  # no thread to give it to: this one does it
+            self._work_one(item)
+            return
         self._work.put(item)
 
     def _take(self, item: tuple[int, Outcome] | None) -> None:
@@ -444,59 +447,81 @@ class Scheduler:
             self._alone = None
         self.pools.release(t)
 
-    def _ensure_workers(self, busy: int) -> None:
-        """At least ``busy`` worker threads (one per target in flight)."""
-        if len(self._threads) >= busy:
-            return
+    def _ensure_workers(self, busy: int) -> bool:
+        """At least ``busy`` worker threads (one per target in flight), as many as the OS
+        lets start; False: there is none (the caller does the work itself)."""
+        if len(self._threads) >= busy or self._no_more_threads:
+            return bool(self._threads)
         self._ensure_store()
         th = threading.Thread(target=self._worker, name=f"buildtool-worker-{len(self._threads)}", daemon=True)
-        th.start()
-        self._threads.append(th)
+        if not self._no_more_threads and self._started(th):
+            self._threads.append(th)
+        return bool(self._threads)
 
     def _ensure_store(self) -> None:
-        if self._after_thread is None:
-            self._after_thread = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
-            self._after_thread.start()
+        if self._after_thread is None and not self._no_more_threads:
+            th = threading.Thread(target=self._afterwork, name="buildtool-store", daemon=True)
+            if self._started(th):
+                self._after_thread = th
+
+    def _started(self, th: threading.Thread) -> bool:
+        """Start ``th``; False, said once, when the OS refuses a thread (a limit on processes
+        or threads: ``ulimit -u``, a container's pids.max): the build goes on with the
+        threads it has, or on this one, rather than end in a traceback."""
+        try:
+            th.start()
+        except RuntimeError as e:
+            self._no_more_threads = True
+            warn = getattr(self.runner, "warn", None)
+            if warn is not None:
+                warn(f"could not start another thread ({e}: a limit on processes or threads, such as ulimit -u "
+                     f"or a container's pids.max); going on with {len(self._threads)} worker thread(s)"
+                     + ("" if self._threads else ", the scheduler's own doing their work"))
+            return False
+        return True
 
     def _worker(self) -> None:
         while True:
             item = self._work.get()
             if item is None:
                 return
-            t, lane = item[0], item[1]
-            start = self.clock() - self.t0 if len(item) == 2 else item[3]
-            try:
-                if len(item) == 2:
-                    outcome = self.runner.run(t, lane)
-                else:  # a command the scheduler's thread started: hash its (large) outputs here
-                    outcome = self.runner.complete(item[2], False, None, False)  # type: ignore[attr-defined]
-            except BaseException as e:  # a bug in a runner must not hang the build
-                outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
-            outcome.start = start
-            freed = self._freed_at.pop(t, None)  # the span on its lane ends with its command
-            outcome.end = freed if freed is not None else self.clock() - self.t0
-            outcome.lane = lane
-            after = outcome.extra.pop("after", None)
-            outcome.extra.pop("after_heavy", None)
-            size = outcome.extra.pop("after_bytes", 0)
-            if after is not None:  # e.g. the cache store: off the critical path and off this lane
-                self._queue_after(after, size)
-            self._results.put((t, outcome))
-            self._wake_up()
+            self._work_one(item)
+
+    def _work_one(self, item: tuple[Any, ...]) -> None:
+        t, lane = item[0], item[1]
+        start = self.clock() - self.t0 if len(item) == 2 else item[3]
+        try:
+            # (four items: a command the scheduler's thread started, whose large outputs are hashed here)
+            outcome = self.runner.run(t, lane) if len(item) == 2 else \
+                self.runner.complete(item[2], False, None, False)  # type: ignore[attr-defined]
+        except BaseException as e:  # a bug in a runner must not hang the build
+            outcome = Outcome(Status.FAILED, Reason.FAILED, f"internal error: {type(e).__name__}: {e}")
+        outcome.start = start
+        freed = self._freed_at.pop(t, None)  # the span on its lane ends with its command
+        outcome.end = freed if freed is not None else self.clock() - self.t0
+        outcome.lane = lane
+        after = outcome.extra.pop("after", None)
+        outcome.extra.pop("after_heavy", None)
+        size = outcome.extra.pop("after_bytes", 0)
+        if after is not None:  # e.g. the cache store: off the critical path and off this lane
+            self._queue_after(after, size)
+        self._results.put((t, outcome))
+        self._wake_up()
 
     def _queue_after(self, after: Callable[[], None], size: int) -> None:
         """Hand a store to the store thread; while what it has queued holds more than
         MAX_QUEUED_AFTER_BYTES, this thread stores it itself: a store holds its command's
         output in memory until it runs, so a store thread behind a slow disk would hold the
         output of every test that finished meanwhile."""
+        self._ensure_store()
         with self._after_lock:
             behind = self._after_bytes > 0 and self._after_bytes + size > MAX_QUEUED_AFTER_BYTES
-            if not behind:
+            stored_here = behind or self._after_thread is None  # (no store thread: the OS refused one)
+            if not stored_here:
                 self._after_bytes += size
-        if behind:
+        if stored_here:
             self._run_after(after)
             return
-        self._ensure_store()
         self._after.put((after, size))
 
     def _afterwork(self) -> None:

@@ -1465,7 +1465,7 @@ def _fit_fd_limit(jobs: int, warn: Callable[[str], None]) -> int:
     fits = max(1, (new - reserve) // FDS_PER_ACTION)
     if fits < jobs:
         warn(f"-j {jobs} needs about {need} open files and the limit is {new} (ulimit -n): "
-             f"running at most {fits} commands at once")
+             f"running at most {fits} command{'s' if fits != 1 else ''} at once")
     return min(fits, jobs)
 
 

@@ -241,6 +241,20 @@ def open_regular(path: str, mode: str = "rb", encoding: str | None = None) -> IO
         raise
 
 
+def up_from(pkg: str) -> str:
+    """The relative path from package directory ``pkg`` back to the workspace root
+    (``../..`` for ``a/b``), without ``os.getcwd()``: ``posixpath.relpath`` asks for it, and a
+    build run with ``-C`` from a directory since deleted failed every pyrule below the root."""
+    return "/".join([".."] * (pkg.count("/") + 1)) if pkg else "."
+
+
+def blake3_refused_threads(e: BaseException) -> bool:
+    """Whether ``e`` is ``blake3``'s panic when its thread pool could not start (a limit on
+    threads: ``ulimit -u``, a container's pids.max): the hash is then taken on one thread.
+    Rust's ``PanicException`` derives from BaseException, past every ``except Exception``."""
+    return type(e).__name__ == "PanicException"
+
+
 def remove_if_not_a_file(path: str) -> None:
     """Remove what stands at ``path`` in a state or cache file's place when it is not a
     regular file (a directory, a named pipe: appends and renames onto it would fail or

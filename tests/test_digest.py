@@ -632,3 +632,39 @@ def test_a_file_dated_in_the_future_is_not_hashed_again_by_every_build(tmp_path:
     p.write_text("edited\n")
     assert sc.lookup("vendored.txt", os.stat(p)) is None
     assert sc.digest("vendored.txt") == hash_bytes(b"edited\n")
+
+
+def test_a_large_file_is_hashed_on_one_thread_when_blake3_cannot_start_its_pool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a limit on threads, blake3's pool panics (a PanicException, a BaseException):
+    a source of 4 MiB or more failed as "internal error", and the no-op snapshot's graph
+    sum ended a build that had said OK in a traceback.  One thread is used then."""
+    from buildtool import digest, noop
+
+    class PanicException(BaseException):  # (pyo3's, by name)
+        pass
+
+    real = blake3.blake3
+
+    def hasher(*args: object, max_threads: int = 1, **kwargs: object) -> object:
+        h = real(*args, **kwargs)  # type: ignore[arg-type]
+        if max_threads == 1:
+            return h
+
+        class Refusing:
+            def update(self, *a: object) -> None:
+                raise PanicException("The global thread pool has not been initialized")
+
+            def update_mmap(self, *a: object) -> None:
+                raise PanicException("The global thread pool has not been initialized")
+
+        return Refusing()
+
+    hasher.AUTO = real.AUTO  # type: ignore[attr-defined]
+    data = os.urandom(digest.LARGE_FILE + 5)
+    (tmp_path / "big").write_bytes(data)
+    monkeypatch.setattr(digest.blake3, "blake3", hasher)
+    monkeypatch.setattr(digest, "_threads", real.AUTO)
+    assert digest.hash_file(str(tmp_path / "big")) == real(data).hexdigest()
+    assert digest._threads == 1
+    assert noop._graph_sum(b"graph", b"k" * 32) == real(b"graph", key=b"k" * 32).hexdigest().encode()

@@ -509,6 +509,43 @@ def test_a_cache_store_that_raises_is_a_warning_and_the_build_goes_on(heavy: boo
                               "storing a result in the cache failed: OSError: disk gone storing t1"], warned
 
 
+@pytest.mark.parametrize("allowed, workers", [(0, 0), (2, 1)])  # (the store thread is the first)
+def test_threads_the_os_refuses_are_a_warning_and_the_build_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                                                     allowed: int, workers: int) -> None:
+    """Under a limit on threads (ulimit -u, a container's pids.max) starting a worker
+    raised RuntimeError through the build: a traceback.  The build goes on with the
+    threads it has (none: the scheduler's own does the work), said once."""
+    real_start = threading.Thread.start
+    started: list[str] = []
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("buildtool-") and len(started) >= allowed:
+            raise RuntimeError("can't start new thread")
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    warned: list[str] = []
+
+    class Storing(FakeRunner):
+        stored: list[int] = []
+
+        def run(self, t: int, lane: int) -> Outcome:
+            o = super().run(t, lane)
+            o.extra["after"] = lambda: self.stored.append(t)
+            return o
+
+    deps: list[list[int]] = [[], [], [], [0, 1, 2]]
+    runner = Storing(deps, sleep=0.01)
+    runner.warn = warned.append  # type: ignore[attr-defined]
+    sched = Scheduler(make_plan(deps), runner, Recorder(), jobs=3)
+    outcomes = sched.run()
+    assert statuses(outcomes) == {0: "ran", 1: "ran", 2: "ran", 3: "ran"} and not sched.failed
+    assert sorted(Storing.stored) == [0, 1, 2, 3]
+    assert len(warned) == 1 and "could not start another thread (can't start new thread" in warned[0], warned
+    assert f"going on with {workers} worker thread(s)" in warned[0], warned
+
+
 def test_the_stores_queued_for_the_store_thread_hold_a_bounded_size() -> None:
     """A store holds its command's output until it runs: a store thread behind a slow disk
     held the output of every test that finished meanwhile.  Past MAX_QUEUED_AFTER_BYTES

@@ -20,6 +20,7 @@ from typing import Any
 from buildtool.digest import REMOTE_MARK
 from buildtool.keys import CHECKOUT_MARK
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from buildtool.workspace import up_from
 
 SALT_VERSION = 1
 PYRULE_PYTHON = "python3"  # resolved through the action's PATH, never an absolute path
@@ -207,7 +208,7 @@ def build(
         env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep)
                                       if e != CHECKOUT_MARK and not e.startswith(CHECKOUT_MARK + "/"))
     if t.kind == "pyrule":
-        env["PYTHONPATH"] = posixpath.relpath(".", t.pkg) if t.pkg else "."
+        env["PYTHONPATH"] = up_from(t.pkg) if t.pkg else "."
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     for name in sorted(env):
         cmd.environment_variables.add(name=name, value=env[name])
