@@ -441,9 +441,23 @@ class TargetRunner:
             dt = targets[d]
             if dt.kind == "group":
                 stack.extend(dt.deps)
-            elif not dt.outs:  # (a genrule without outs; a test)
+            elif not dt.outs and dt.kind == "genrule":  # (not a test: its record follows `test`, not `build`)
                 found.append(d)
         return found
+
+    def _note_stamp(self, t: Target, key: str, dirty: bool = False) -> None:
+        """The key a genrule without outputs settled with (or, in a dry run, would run or be
+        restored with), as its dependents' keys name it (stamp_key): this run's own when it
+        has always=True or its result was not recorded (an input changed while it ran: its
+        rerun has the same key, and its dependents must not stay as they were)."""
+        if not t.outs and t.kind == "genrule":
+            self._stamp_keys[t.id] = f"always:{self._run_token}" if t.always else \
+                f"dirty:{self._run_token}" if dirty else key
+
+    def _behind_always(self, t: Target) -> bool:
+        """Whether ``t``'s key names an always=True stamp: a key of this run alone, whose
+        cache entry no build would ever ask for (each build stored one more)."""
+        return any(v.startswith("always:") for v in self._stamps_of.get(t.id, {}).values())
 
     def stamp_key(self, tid: int) -> str:
         """What a dependency without outputs stands for in its dependents' keys (``extra``
@@ -883,8 +897,8 @@ class TargetRunner:
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         described = self._texts.pop(tid, None)
         t = self.graph.targets[tid]
-        if not t.outs and outcome.ok and outcome.key:  # a stamp: what its dependents' keys name (stamp_key)
-            self._stamp_keys[tid] = f"always:{self._run_token}" if t.always else outcome.key
+        if outcome.ok and outcome.key:
+            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")))
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
@@ -1579,7 +1593,7 @@ class TargetRunner:
         extra: dict[str, Any] = {**base, "outputs": outputs, "record": record}
         if not record:  # its outputs are still the build's (clean removes them): kept under a key that never matches
             extra["dirty"] = True
-        if record and not t.always and left_remote is None:  # always=True: never cached
+        if record and not t.always and left_remote is None and not self._behind_always(t):  # always=True: never cached
 
             def store() -> None:
                 self._store(t, key, outputs, res)
@@ -1785,6 +1799,7 @@ class TargetRunner:
         return reason, why
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
+        self._note_stamp(t, key)  # (whether it would run, be restored or adopted: that key)
         if t.always:  # (the reasons the build gives, in the same order)
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
                            key=key, extra={"dry_reason": Reason.ALWAYS})

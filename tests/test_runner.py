@@ -331,8 +331,38 @@ def test_a_stamp_s_dependents_follow_its_key_chained_env_cutoff_tests_and_always
     assert ran() == {"//:g", "//:t"}  # (but the test, whose closure holds every source below it: formats.md)
     assert ran("build", "//:u") == {"//:a", "//:u"}  # always=True: it and what needs it, every build
     first = (ws / "u.txt").read_text()
+    entries = re.findall(r"entries: +(\d+)", bt(ws, "cache", "stats").stdout)
     assert ran("build", "//:u") == {"//:a", "//:u"}
     assert (ws / "u.txt").read_text() == (ws / "gen" / "now.txt").read_text() != first
+    # (a key of that run alone: no entry stored that no build would ask for)
+    assert re.findall(r"entries: +(\d+)", bt(ws, "cache", "stats").stdout) == entries
+
+
+def test_a_stamp_s_dependents_after_a_dirty_run_and_in_a_dry_run(tmp_path: Path) -> None:
+    """A stamp whose input changed while it ran reruns with the same key: its dependent,
+    keyed by that key, stayed over the other content for good.  And `build -n` took the
+    record's key for a stamp it would adopt under another: "0 would run"."""
+    build = ('genrule(name="stamp", srcs=["ops.def"], cmd="if [ ! -e once ]; then touch once; echo B > ops.def; fi; '
+             'mkdir -p gen && cat ops.def > gen/ops.txt")\n'
+             'genrule(name="use", deps=[":stamp"], outs=["use.txt"], cmd="cat gen/ops.txt > $@")\n'
+             'test(name="t", cmd="true")\n'
+             'genrule(name="after_test", deps=[":t"], outs=["at.txt"], cmd="echo > $@")\n')
+    ws = make_ws(tmp_path, build, {"ops.def": "A\n"})
+    r = bt(ws, "build")
+    assert r.returncode == 0 and "changed while the command ran" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert (ws / "use.txt").read_text() == "B\n"
+    (ws / "ops.def").write_text("A\n")  # (A-B-A: a stash and its pop)
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "use.txt").read_text() == (ws / "gen" / "ops.txt").read_text() == "A\n"
+    (ws / "ops.def").write_text("B\n")
+    assert bt(ws, "build").returncode == 0
+    (ws / "ops.def").write_text("A\n")  # the stamp's entry of A is in the cache: it would be adopted
+    r = bt(ws, "build", "-n")
+    assert r.returncode == 0 and "//:use: would restore from the cache" in r.stdout, r.stdout
+    # A genrule behind a test follows the test's definition, not what `test` last did.
+    assert bt(ws, "test").returncode == 0
+    r = bt(ws, "build", "-n")
+    assert "//:after_test" not in r.stdout, r.stdout
 
 
 def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:
