@@ -416,8 +416,8 @@ def _build_definition_file(path: str, read: set[str], probed: Set[str] = frozens
     if path in read:
         return f"a file that evaluating the {BUILDFILE} files reads (imported or opened)"
     if path in probed:  # (refused only once made, the build passed first and failed from then on)
-        return (f"a file whose existence evaluating the {BUILDFILE} files looks at (os.path.exists, os.stat): "
-                "what they declare would change once the build made it")
+        return (f"a file whose existence evaluating the {BUILDFILE} files looks at (os.path.exists, os.stat, "
+                "an import): what they declare would change once the build made it")
     return None
 
 
@@ -1470,7 +1470,7 @@ class GraphBuilder:
         # relative to the root, the existing directory on the way that is the link's)
         linked: dict[str, tuple[str, str]] = {}
         definition = self.loader.read_files | self.loader.imported_workspace_modules()
-        probed = set().union(*self.loader.stat_probes.values())
+        probed = self.loader.module_looks.union(*self.loader.stat_probes.values())
         reals: dict[str, str] = {root: os.path.realpath(root)}  # (_realpath's memo)
         room = PATH_MAX - 1 - len(os.fsencode(root)) - 1  # (the path's bytes, the NUL after them)
         for o, lab in out_owner.items():

@@ -53,6 +53,7 @@ _SPAWNS = ("system", "posix_spawn", "posix_spawnp")  # os functions that start a
 # noted by what they do with them.
 _PATH_MODULES = frozenset({"os", "posixpath", "genericpath", "pathlib", "glob", "shutil", "fnmatch"})
 _STAND_INS = frozenset({"stat", "stat_or_missing", "access", "readlink", "listing"})  # Loader._tracking_looks's
+_PASS_THROUGH = _STAND_INS | {"stat_probe", "guarded"}  # (and the import guard, _shadow_guard's)
 _OWN_MODULES = frozenset({"buildtool.loader", "buildtool.dsl", "buildtool.workspace", "buildtool.noop"})
 
 # Ways a BUILD.py could end the whole process with a status of its choosing (os._exit(0)
@@ -228,10 +229,13 @@ class Loader:
         # path's packages), a module an import looked for.  One appearing changes the graph.
         self.probes: set[str] = set()
         # package -> the workspace files its BUILD.py's own code (or a workspace module's)
-        # looked at by stat (os.path.exists, os.stat, os.access), found or not: none of them
-        # may be an output (graph.py), or the first build passes and the next, the file
-        # made, refuses it as read.  Per package: watch keeps an untouched package's.
+        # looked at by stat (os.path.exists, os.stat, os.access) or looked for by an import,
+        # found or not: none of them may be an output (graph.py), or the first build passes
+        # and the next, the file made, refuses it as read.  Per package: watch keeps an
+        # untouched package's.  ``module_looks``: those of a workspace module's body, run
+        # once when it is first imported (watch keeps them while the module stays imported).
         self.stat_probes: dict[str, set[str]] = {}
+        self.module_looks: set[str] = set()
         # absolute paths outside the workspace a macro looked for (cc: the compiler on PATH):
         # the no-op snapshot's business, not watch mode's (it would watch every PATH directory)
         self.looked_for: set[str] = set()
@@ -406,7 +410,8 @@ class Loader:
                                                                 (sub, ("_fork_exec",)))
                   if m is not None for name in names if hasattr(m, name)]
         real_fork_exec = _posixsubprocess.fork_exec
-        probe = _ImportProbes(self.ws.root, self.probes)
+        prefix = self.ws.root + os.sep
+        probe = _ImportProbes(self.ws.root, self.probes, lambda rel, f: self._note_look(pkg, rel, f, prefix))
         no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
         token = dsl.set_context(ctx)
@@ -666,6 +671,29 @@ class Loader:
 
         return spawn
 
+    def _note_look(self, pkg: str, rel: str, f: Any, prefix: str) -> None:
+        """``rel`` looked at (a stat) or for (an import) from frame ``f`` down, while //pkg is
+        evaluated: noted when the workspace's code (a BUILD.py, a module of the workspace)
+        made the look, not buildtool's (its lazy imports, the cc macros' compiler lookup,
+        shutil.which called from them) nor the standard library's or an installed
+        library's on their behalf."""
+        while f is not None:
+            name = f.f_globals.get("__name__") or ""
+            code = f.f_code
+            if name == __name__ and code.co_name in _PASS_THROUGH:  # (the loader's stand-ins)
+                f = f.f_back
+                continue
+            if name == "buildtool" or name.startswith("buildtool."):
+                return
+            fn = code.co_filename
+            if fn.startswith(prefix) and not _INSTALLED.search(fn):
+                if code.co_name == "<module>" and os.path.basename(fn) != BUILDFILE:
+                    self.module_looks.add(rel)  # (a module's body: run at its first import only)
+                else:
+                    self.stat_probes.setdefault(pkg, set()).add(rel)
+                return
+            f = f.f_back
+
     def _tracking_looks(self, pkg: str) -> dict[str, Any]:
         """Stand-ins for ``os.stat``/``os.lstat``/``os.access`` (so ``os.path.exists``,
         ``isfile``, ``islink``, ``pathlib.Path.exists``, ...), ``os.readlink`` and
@@ -712,20 +740,7 @@ class Loader:
         prefix = root + os.sep
 
         def stat_probe(rel: str) -> None:
-            """``rel`` looked at by stat: by the workspace's code (a BUILD.py, a macro module
-            of the workspace), not buildtool's (its cc macros' compiler lookup, shutil.which
-            called from them) nor the standard library's on their behalf."""
-            f = sys._getframe(1)
-            while f is not None and f.f_code.co_name in _STAND_INS and f.f_globals.get("__name__") == __name__:
-                f = f.f_back
-            while f is not None:
-                name = f.f_globals.get("__name__") or ""
-                if name == "buildtool" or name.startswith("buildtool."):
-                    return
-                if f.f_code.co_filename.startswith(prefix):
-                    self.stat_probes.setdefault(pkg, set()).add(rel)
-                    return
-                f = f.f_back
+            self._note_look(pkg, rel, sys._getframe(1), prefix)
 
         def note(rel: str, mode: int) -> None:
             # A directory by its listing (its mtime moves whenever an output in it is
@@ -1082,9 +1097,10 @@ class _ImportProbes:
     ``m/__init__.py``, ``m/``), so a module that was missing — an ImportError the BUILD.py
     caught, or one found further along sys.path — and then appears changes the graph too."""
 
-    def __init__(self, root: str, probes: set[str]) -> None:
+    def __init__(self, root: str, probes: set[str], note: Callable[[str, Any], None]) -> None:
         self.root = root
         self.probes = probes
+        self.note = note  # (Loader._note_look: which of them the workspace's own imports looked for)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         last = fullname.rpartition(".")[2]
@@ -1095,7 +1111,9 @@ class _ImportProbes:
                 base = os.path.join(entry, last)
                 for candidate in (base + ".py", os.path.join(base, "__init__.py"), base):
                     if not os.path.lexists(candidate):  # (one that exists is imported, and tracked so)
-                        self.probes.add(os.path.relpath(candidate, self.root))
+                        rel = os.path.relpath(candidate, self.root)
+                        self.probes.add(rel)
+                        self.note(rel, sys._getframe(1))
 
     def invalidate_caches(self) -> None:
         return

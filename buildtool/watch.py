@@ -537,6 +537,7 @@ class Watcher:
                     if pkg in old.stat_probes:  # (a re-evaluated package's are its new evaluation's)
                         new.stat_probes[pkg] = old.stat_probes[pkg]
             new.read_files |= old.read_files
+            new.module_looks |= old.module_looks  # (the modules stay imported: their bodies do not run again)
             new.probes |= old.probes
             new.looked_for |= old.looked_for
             new.glob_dirs |= old.glob_dirs

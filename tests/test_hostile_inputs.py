@@ -108,6 +108,8 @@ CATALOGUE = [
      "evaluating the BUILD.py files reads", "keep"),
     # Looked for and missing: the first build passed, and every one after it, the file
     # made, refused it as read (or declared other targets).
+    ("output-is-an-import-looked-for", 'try:\n    import gen_cfg\nexcept ImportError:\n    pass\n'
+     'genrule(name="t", outs=["gen_cfg.py"], cmd="echo > $@")', "evaluating the BUILD.py files looks at", None),
     ("output-is-looked-for", 'import os\nif os.path.exists("gen.def"):\n    x = open("gen.def").read()\n'
      'genrule(name="t", outs=["gen.def"], cmd="echo > $@")', "evaluating the BUILD.py files looks at", None),
     # A pyrule's module is part of its key, and was deleted before the writer ran: the

@@ -503,6 +503,27 @@ def test_a_path_a_buildfile_no_longer_looks_for_may_become_an_output(watch, ws: 
     assert w.stop() == 0
 
 
+def test_what_a_workspace_module_s_body_looked_at_stays_refused_as_an_output(watch, ws: Path) -> None:
+    """A module's body runs at its first import only: a stat it made was credited to the
+    package importing it first, and lost once that package was evaluated again; watch then
+    took as an output what a build refuses."""
+    write(ws / "helpers.py", 'import os\nHAVE = os.path.exists(os.path.join(os.path.dirname(__file__), "sub", '
+                             '"made.txt"))\n')
+    good = read(ws / "BUILD.py")
+    write(ws / "BUILD.py", "import helpers\n" + good)
+    w = watch()
+    w.wait_cycle(1)
+    n = w.cycles()[-1].n
+    write(ws / "BUILD.py", "import helpers\n" + good.replace("cat a.txt", "cat  a.txt"))  # evaluated again
+    w.wait_settled(lambda cs: cs[-1].n > n, "a cycle")
+    sub = read(ws / "sub" / "BUILD.py")
+    write(ws / "sub" / "BUILD.py", sub + 'genrule(name="m", outs=["made.txt"], cmd="echo > made.txt")\n')
+    w.wait_settled(lambda cs: cs[-1].status == "ERROR" or (ws / "sub" / "made.txt").exists(), "the verdict")
+    assert not (ws / "sub" / "made.txt").exists(), w.log()
+    wait_for(lambda: any("looks at" in line for line in w.err), what="the refusal on stderr")
+    assert w.stop() == 0
+
+
 def test_broken_buildfile_reported_and_fix_resumes(watch, ws: Path) -> None:
     w = watch()
     w.wait_cycle(1)
