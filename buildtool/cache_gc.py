@@ -648,9 +648,22 @@ def stats_report(cache_dir: str, max_size: int | None) -> str:
     else:
         lines.append("hit rate:    n/a (no builds recorded yet)")
     for other in _other_layouts(cache_dir):
-        lines.append(f"note:        {os.path.join(cache_dir, other)} is an older buildtool's layout: this one never "
-                     f"reads it, and neither counts it nor removes it ('rm -r' it once no older buildtool uses it)")
+        where = os.path.join(cache_dir, other)
+        lines.append(f"note:        {where} ({human(_tree_size(where))}) is another buildtool's layout: this one "
+                     f"never reads it, counts it nor removes it ('rm -r' it once no buildtool of that layout uses it)")
     return "\n".join(lines)
+
+
+def _tree_size(top: str) -> int:
+    """The bytes of the files under ``top`` (as ``du --apparent-size``; unreadable parts left out)."""
+    total = 0
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _other_layouts(cache_dir: str) -> list[str]:

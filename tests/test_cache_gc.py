@@ -327,8 +327,9 @@ def test_cache_stats_reports_entries_bytes_and_hit_rate(workspace: Workspace) ->
     assert rc == 0 and "over the last 1 build (" in out and "note:" not in out, out
     # An older buildtool's layout beside this one's: never counted, read nor removed: said.
     (workspace.cache / "v1" / "ac").mkdir(parents=True)
+    (workspace.cache / "v1" / "ac" / "e").write_bytes(b"x" * 2048)
     rc, out, _ = workspace.run("cache", "stats")
-    assert rc == 0 and f"note:        {workspace.cache / 'v1'} is an older buildtool's layout" in out, out
+    assert rc == 0 and f"note:        {workspace.cache / 'v1'} (2.0 KiB) is another buildtool's layout" in out, out
 
 
 @pytest.mark.parametrize("command", ["stats", "gc"])
