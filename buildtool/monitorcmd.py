@@ -68,7 +68,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"  protocol {info.get('protocol', 1)}, not this buildtool's {monitor.PROTOCOL}: unused (every no-op "
               "is checked by stat); `buildtool monitor start` replaces it")
     elif not monitor.same_install(info):
-        print("  started by another install of buildtool (upgraded or reinstalled since): unused (every no-op is "
+        print("  started by another buildtool's code (upgraded since): unused (every no-op is "
               "checked by stat); `buildtool monitor start` replaces it")
     elif info.get("unsure"):
         print(f"  every no-op is checked by stat: {info['unsure']}")

@@ -700,7 +700,7 @@ def test_a_monitor_of_an_older_protocol_or_install_is_no_monitor_and_is_replaced
     assert monitor.since(state, str(ws), "t", 1) is None  # not trusted
     r = bt(ws, tmp_path / "cache", "monitor", "status")
     said = (f"protocol 1, not this buildtool's {monitor.PROTOCOL}: unused" if other == "protocol"
-            else "started by another install of buildtool (upgraded or reinstalled since): unused")
+            else "started by another buildtool's code (upgraded since): unused")
     assert said in r.stdout, r.stdout + r.stderr
     r = bt(ws, tmp_path / "cache", "monitor", "start", "--idle-exit", "120")
     assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
