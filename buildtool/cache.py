@@ -212,6 +212,7 @@ class Cache:
         # key -> (entry, the digests of its blobs in cas/), stored but not yet written (QUEUE_MAX)
         self._queued: dict[str, tuple[bytes, tuple[str, ...]]] = {}
         self._queue_held = False  # the queue holds the store guard (from its first entry to its write)
+        self._queue_timerless = False  # its timer's thread was refused: each entry is written at once
         self._queue_mu = threading.Lock()
         self._write_mu = threading.Lock()  # one write of the queue at a time; flush and forget wait for it
         try:
@@ -370,9 +371,12 @@ class Cache:
                 self._queue_held = True
                 timer = threading.Timer(QUEUE_MAX_AGE_S, self.write_queued)
                 timer.daemon = True
-                timer.start()
+                try:
+                    timer.start()
+                except RuntimeError:  # (no thread for the timer: a limit on threads) written now, one by one
+                    self._queue_timerless = True
             self._queued[key] = (raw, tuple(d for d in blobs if d not in entry.inline))
-            full = len(self._queued) >= QUEUE_MAX
+            full = len(self._queued) >= QUEUE_MAX or self._queue_timerless
         if full:
             self.write_queued()
 

@@ -116,10 +116,11 @@ def pyrule_texts(pkg: str, inputs: Iterable[str], outs: Iterable[str], kwargs_js
     """A pyrule's srcs, outs (relative to its package) and kwargs as the JSON texts
     PYRULE_MAIN takes (here and on a remote worker)."""
     import json
-    import posixpath
 
-    rel = [posixpath.relpath(p, pkg) if pkg else p for p in inputs]
-    rel_outs = [posixpath.relpath(p, pkg) if pkg else p for p in outs]
+    from buildtool.workspace import pkg_relative
+
+    rel = [pkg_relative(p, pkg) for p in inputs]
+    rel_outs = [pkg_relative(p, pkg) for p in outs]
     return [json.dumps(rel), json.dumps(rel_outs), kwargs_json or "{}"]
 
 
@@ -755,7 +756,12 @@ class SubprocessExecutor:
                 self._terminated.pop(proc.pid, None)
             _killpg(proc.pid, signal.SIGKILL)
 
-        threading.Thread(target=hard_kill, daemon=True).start()
+        try:
+            threading.Thread(target=hard_kill, daemon=True).start()
+        except RuntimeError:  # (no thread to wait with: a limit on threads) no grace period, rather than none
+            with self._lock:
+                self._terminated.pop(proc.pid, None)
+            _killpg(proc.pid, signal.SIGKILL)
 
     def cancel_all(self) -> None:
         self.cancelled = True

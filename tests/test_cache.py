@@ -921,3 +921,22 @@ def test_a_cache_whose_blobs_are_gone_says_so_once(workspace: Workspace) -> None
     assert r.rc == 0 and r.with_status("ran") == {"//:g0", "//:g1", "//:g2"}, r.output
     assert r.stderr.count("its cache entry names blobs the cache no longer has") == 1, r.stderr
     assert {r.by_label[f"//:g{i}"]["reason_code"] for i in range(3)} == {"cache_corrupt"}
+
+
+def test_an_entry_whose_queue_timer_cannot_start_is_written_at_once(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a limit on threads the queue's timer could not start: the store failed with a
+    warning and its entry was lost.  Written at once then."""
+    import threading
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    c = Cache(str(tmp_path / "c"), lambda _: None)
+    data = b"a blob too large to go inline\n" * 200
+    d = hash_bytes(data)
+    with c.storing() as free:
+        assert free and c.put_bytes(data, d)
+        c.put_action("a" * 64, ActionEntry((CachedOutput("o", d, 0o644),), 1.0, None, None))
+    assert set(cv.entries(tmp_path / "c")) == {"a" * 64}

@@ -676,3 +676,27 @@ def test_a_command_started_as_cancel_all_ran_is_cut_short(tmp_path: Path, monkey
     monkeypatch.setattr(subprocess, "Popen", popen_then_cancel)
     r = ex.start(["sleep", "5"], str(tmp_path), {"PATH": "/usr/bin:/bin"}, capture=str(tmp_path / "cap")).wait()
     assert r.interrupted and r.exit_code == -signal.SIGTERM
+
+
+def test_a_command_killed_without_a_thread_for_its_grace_period_is_killed_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a limit on threads the SIGKILL timer of a cancelled or timed-out command could
+    not start: an "internal error" for a timed-out test, and Ctrl-C ended in an error line
+    rather than 130.  The command is killed at once then."""
+    import threading
+
+    env = {"PATH": "/usr/bin:/bin"}
+    ex = executor.SubprocessExecutor()
+    trap = ex.start(["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"], str(tmp_path), env,
+                    capture=str(tmp_path / "a"))  # (only SIGKILL ends it)
+    import time
+
+    time.sleep(0.2)  # (the trap is set)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    ex.cancel_all()
+    r = trap.wait()
+    assert r.interrupted and r.exit_code == -signal.SIGKILL
