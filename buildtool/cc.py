@@ -24,12 +24,12 @@ cleanly, and naming a target explicitly reports the missing compiler.  Docs: doc
 from __future__ import annotations
 
 import os
-import posixpath
 import shlex
 import sys
 
 from buildtool.dsl import current_context, fail, genrule, getenv, group, test
 from buildtool.labels import _NAME_RE
+from buildtool.workspace import pkg_relative
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build that evaluates BUILD.py files
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def _pkg_rel(path: str) -> str:
         return path
     pkg = current_context().pkg
     target = path[2:].strip("/") or "."
-    return posixpath.relpath(target, pkg) if pkg else target
+    return pkg_relative(target, pkg)
 
 
 def _flags(copts: Sequence[str], includes: Sequence[str], defines: Sequence[str]) -> str:

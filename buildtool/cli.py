@@ -547,18 +547,7 @@ def _from_directory(args: argparse.Namespace) -> None:
 
 def _env_from_directory(directory: str) -> None:
     """``-C DIR``: a relative ``BUILDTOOL_CACHE_DIR`` is taken from DIR, as the flags are
-    (once, before the no-op check compares the environment; the commands see it so too).
-    Run from a working directory deleted since, with an absolute DIR, buildtool enters DIR,
-    as ``make -C`` does: relative paths inside the workspace (a pyrule's, from its package
-    to the root) are worked out by ``os.getcwd()``, which fails there."""
-    if os.path.isabs(directory):
-        try:
-            os.getcwd()
-        except FileNotFoundError:
-            try:
-                os.chdir(directory)
-            except OSError:
-                pass  # (find_workspace says what is wrong with it)
+    (once, before the no-op check compares the environment; the commands see it so too)."""
     env_dir = os.environ.get("BUILDTOOL_CACHE_DIR", "")
     if os.path.normpath(directory) != "." and env_dir and not env_dir.startswith("~") and not os.path.isabs(env_dir):
         os.environ["BUILDTOOL_CACHE_DIR"] = os.path.join(directory, env_dir)

@@ -29,6 +29,7 @@ from buildtool.workspace import (
     STATE_DIR,
     at_or_above,
     file_kind,
+    pkg_relative,
 )
 
 PATH_MAX = 4096  # bytes in a path the kernel takes, its NUL included
@@ -1688,7 +1689,7 @@ class GraphBuilder:
         def rel(p: str) -> str:
             if not pkg:
                 return p
-            return p[len(inside):] if p.startswith(inside) else posixpath.relpath(p, pkg)
+            return p[len(inside):] if p.startswith(inside) else pkg_relative(p, pkg)
 
         src_paths: list[str] = []
         seen: set[str] = set()

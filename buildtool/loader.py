@@ -232,8 +232,9 @@ class Loader:
         # looked at by stat (os.path.exists, os.stat, os.access) or looked for by an import,
         # found or not: none of them may be an output (graph.py), or the first build passes
         # and the next, the file made, refuses it as read.  Per package: watch keeps an
-        # untouched package's.  ``module_looks``: those of a workspace module's body, run
-        # once when it is first imported (watch keeps them while the module stays imported).
+        # untouched package's.  ``module_looks``: those of a workspace module's code, whose
+        # body runs once, at its first import, and which may memoise (watch keeps them while
+        # the modules stay imported).
         self.stat_probes: dict[str, set[str]] = {}
         self.module_looks: set[str] = set()
         # absolute paths outside the workspace a macro looked for (cc: the compiler on PATH):
@@ -411,7 +412,7 @@ class Loader:
                   if m is not None for name in names if hasattr(m, name)]
         real_fork_exec = _posixsubprocess.fork_exec
         prefix = self.ws.root + os.sep
-        probe = _ImportProbes(self.ws.root, self.probes, lambda rel, f: self._note_look(pkg, rel, f, prefix))
+        probe = _ImportProbes(self.ws.root, self.probes, lambda rel, f: self._note_look(pkg, rel, f, prefix, True))
         no_pyc = sys.dont_write_bytecode
         misplaced = len(dsl.misplaced_calls)
         token = dsl.set_context(ctx)
@@ -671,27 +672,37 @@ class Loader:
 
         return spawn
 
-    def _note_look(self, pkg: str, rel: str, f: Any, prefix: str) -> None:
+    def _note_look(self, pkg: str, rel: str, f: Any, prefix: str, importer: bool = False) -> None:
         """``rel`` looked at (a stat) or for (an import) from frame ``f`` down, while //pkg is
         evaluated: noted when the workspace's code (a BUILD.py, a module of the workspace)
         made the look, not buildtool's (its lazy imports, the cc macros' compiler lookup,
         shutil.which called from them) nor the standard library's or an installed
-        library's on their behalf."""
+        library's on their behalf (a stat; an import counts only for the code that made it,
+        the import system's frames passed: the modules the standard library's imports
+        import are not the workspace's looks).  A BUILD.py's own looks are its package's,
+        made again when it is; a workspace module's are the workspace's while it stays
+        imported (its body, a function it memoises or its body calls, are not run again
+        when a package is evaluated again in watch mode)."""
         while f is not None:
             name = f.f_globals.get("__name__") or ""
             code = f.f_code
             if name == __name__ and code.co_name in _PASS_THROUGH:  # (the loader's stand-ins)
                 f = f.f_back
                 continue
+            if importer and (name.startswith("importlib") or code.co_filename.startswith("<frozen importlib")):
+                f = f.f_back
+                continue
             if name == "buildtool" or name.startswith("buildtool."):
                 return
             fn = code.co_filename
-            if fn.startswith(prefix) and not _INSTALLED.search(fn):
-                if code.co_name == "<module>" and os.path.basename(fn) != BUILDFILE:
-                    self.module_looks.add(rel)  # (a module's body: run at its first import only)
+            if fn.startswith(prefix) and not _INSTALLED.search(fn, len(prefix) - 1):
+                if os.path.basename(fn) != BUILDFILE:
+                    self.module_looks.add(rel)
                 else:
                     self.stat_probes.setdefault(pkg, set()).add(rel)
                 return
+            if importer:
+                return  # (imported by the standard library or an installed package)
             f = f.f_back
 
     def _tracking_looks(self, pkg: str) -> dict[str, Any]:
@@ -1113,7 +1124,8 @@ class _ImportProbes:
                     if not os.path.lexists(candidate):  # (one that exists is imported, and tracked so)
                         rel = os.path.relpath(candidate, self.root)
                         self.probes.add(rel)
-                        self.note(rel, sys._getframe(1))
+                        if candidate is not base:  # (a file there, not a directory, is no module)
+                            self.note(rel, sys._getframe(1))
 
     def invalidate_caches(self) -> None:
         return

@@ -164,7 +164,7 @@ def why_changed(
         if k.startswith("closure:") and k[len("closure:"):] in made_other and k in oextra and k in nextra:
             continue
         if oextra.get(k) != nextra.get(k):
-            code = Reason.DEP_CHANGED if k.startswith("closure:") else Reason.DEFINITION_CHANGED
+            code = Reason.DEP_CHANGED if k.startswith(("closure:", "after:")) else Reason.DEFINITION_CHANGED
             found.append((code, _extra_changed(k, oextra.get(k), nextra.get(k))))
     if old.get("pkg") != new.get("pkg") or old.get("kind") != new.get("kind") or old.get("v") != new.get("v"):
         found.append((Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"))

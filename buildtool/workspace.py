@@ -241,11 +241,21 @@ def open_regular(path: str, mode: str = "rb", encoding: str | None = None) -> IO
         raise
 
 
-def up_from(pkg: str) -> str:
-    """The relative path from package directory ``pkg`` back to the workspace root
-    (``../..`` for ``a/b``), without ``os.getcwd()``: ``posixpath.relpath`` asks for it, and a
-    build run with ``-C`` from a directory since deleted failed every pyrule below the root."""
-    return "/".join([".."] * (pkg.count("/") + 1)) if pkg else "."
+def pkg_relative(path: str, pkg: str) -> str:
+    """Workspace-relative ``path`` (normalised; ``.`` is the root) as seen from package
+    directory ``pkg``: ``posixpath.relpath(path, pkg)`` without ``os.getcwd()``, which
+    relpath asks for and which fails in a working directory deleted since (a build run
+    with ``-C`` from there failed every pyrule below the root)."""
+    if not pkg:
+        return path
+    if path.startswith(pkg + "/"):
+        return path[len(pkg) + 1:]
+    there = path.split("/") if path not in ("", ".") else []
+    here = pkg.split("/")
+    same = 0
+    while same < len(there) and same < len(here) and there[same] == here[same]:
+        same += 1
+    return "/".join([".."] * (len(here) - same) + there[same:]) or "."
 
 
 def blake3_refused_threads(e: BaseException) -> bool:

@@ -356,13 +356,55 @@ def test_a_stamp_s_dependents_after_a_dirty_run_and_in_a_dry_run(tmp_path: Path)
     assert (ws / "use.txt").read_text() == (ws / "gen" / "ops.txt").read_text() == "A\n"
     (ws / "ops.def").write_text("B\n")
     assert bt(ws, "build").returncode == 0
-    (ws / "ops.def").write_text("A\n")  # the stamp's entry of A is in the cache: it would be adopted
+    (ws / "ops.def").write_text("A\n")  # (the cache's run of A is not taken for a stamp: it runs)
     r = bt(ws, "build", "-n")
-    assert r.returncode == 0 and "//:use: would restore from the cache" in r.stdout, r.stdout
+    assert r.returncode == 0 and "//:use: would run: dependency //:stamp would run" in r.stdout, r.stdout
     # A genrule behind a test follows the test's definition, not what `test` last did.
     assert bt(ws, "test").returncode == 0
     r = bt(ws, "build", "-n")
     assert "//:after_test" not in r.stdout, r.stdout
+
+
+def test_a_stamp_is_never_taken_from_a_cache_and_a_failed_one_runs_again(tmp_path: Path) -> None:
+    """A stamp's result is what it did to this workspace: taken from the cache when its
+    input went back to an earlier content, it left the later content's files in place
+    (and its dependent built, and cached, from them); failed or stopped part-way, then its
+    input put back, it was "up to date" over a half-done install."""
+    build = ('genrule(name="install", srcs=["deps.txt"], cmd="rm -rf mods; mkdir mods; '
+             'for d in $$(cat deps.txt); do [ $$d != bad ] || exit 1; echo $$d > mods/$$d; done")\n'
+             'genrule(name="app", srcs=["main.txt"], deps=[":install"], outs=["app.txt"], '
+             'cmd="cat main.txt mods/* > $@")\n')
+    ws = make_ws(tmp_path, build, {"deps.txt": "a\n", "main.txt": "m\n"})
+    assert bt(ws, "build").returncode == 0
+    (ws / "deps.txt").write_text("a\nb\n")
+    assert bt(ws, "build").returncode == 0
+    assert (ws / "app.txt").read_text() == "m\na\nb\n"
+    (ws / "deps.txt").write_text("a\n")  # back: the cache holds the run of this key
+    assert bt(ws, "build").returncode == 0
+    assert sorted(p.name for p in (ws / "mods").iterdir()) == ["a"]
+    assert (ws / "app.txt").read_text() == "m\na\n"
+    (ws / "deps.txt").write_text("a\nbad\n")  # fails part-way: mods/ holds a alone, then nothing
+    assert bt(ws, "build", "-k").returncode == 1
+    (ws / "deps.txt").write_text("a\n")  # put back: the record's run no longer holds
+    r = bt(ws, "build", "--explain")
+    assert r.returncode == 0 and "//:install: ran" in r.stdout, r.stdout
+    assert sorted(p.name for p in (ws / "mods").iterdir()) == ["a"]
+
+
+def test_what_the_standard_library_imports_for_a_build_file_is_no_look_of_the_workspace(tmp_path: Path) -> None:
+    """`import datetime` looked for `math` in the workspace root (the standard library's
+    own import), and an output named `math` was refused as looked for; a workspace under a
+    path with site-packages in it had no looked-for check at all."""
+    ws = make_ws(tmp_path, 'import datetime, subprocess\n'
+                           'genrule(name="t", outs=["math", "selectors"], cmd="touch math selectors")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0, r.stdout + r.stderr
+    inside = tmp_path / "x" / "site-packages"
+    inside.mkdir(parents=True)
+    ws = make_ws(inside, 'import os\nx = os.path.exists(os.path.join(os.path.dirname(__file__), "x.txt"))\n'
+                         'genrule(name="t", outs=["x.txt"], cmd="touch $@")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 2 and "looks at" in r.stderr, r.stdout + r.stderr
 
 
 def test_the_order_of_a_pyrule_s_srcs_is_in_its_key(tmp_path: Path) -> None:

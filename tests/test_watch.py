@@ -507,8 +507,8 @@ def test_what_a_workspace_module_s_body_looked_at_stays_refused_as_an_output(wat
     """A module's body runs at its first import only: a stat it made was credited to the
     package importing it first, and lost once that package was evaluated again; watch then
     took as an output what a build refuses."""
-    write(ws / "helpers.py", 'import os\nHAVE = os.path.exists(os.path.join(os.path.dirname(__file__), "sub", '
-                             '"made.txt"))\n')
+    write(ws / "helpers.py", 'import os\ndef _probe():\n    return os.path.exists(os.path.join(os.path.dirname('
+                             '__file__), "sub", "made.txt"))\nHAVE = _probe()\n')  # (a function its body calls)
     good = read(ws / "BUILD.py")
     write(ws / "BUILD.py", "import helpers\n" + good)
     w = watch()
@@ -521,6 +521,23 @@ def test_what_a_workspace_module_s_body_looked_at_stays_refused_as_an_output(wat
     w.wait_settled(lambda cs: cs[-1].status == "ERROR" or (ws / "sub" / "made.txt").exists(), "the verdict")
     assert not (ws / "sub" / "made.txt").exists(), w.log()
     wait_for(lambda: any("looks at" in line for line in w.err), what="the refusal on stderr")
+    assert w.stop() == 0
+
+
+def test_a_dependent_of_an_always_stamp_in_a_cycle_that_does_not_run_it_is_not_cached(watch, ws: Path) -> None:
+    """A cycle planning the dependent alone took the stamp's key from the record, which
+    holds none for always=True: a stable "unknown" key, cached, and restored later over
+    what the stamp had written since."""
+    write(ws / "sub" / "BUILD.py", 'genrule(name="stamp", always=True, cmd="date +%s%N > stamp.txt")\n'
+                                   'genrule(name="use", srcs=["c.txt"], deps=[":stamp"], outs=["use.out"], '
+                                   'cmd="cat stamp.txt c.txt > use.out")\n')
+    w = watch("//sub:use")
+    w.wait_cycle(1)
+    for i, text in enumerate(("c2\n", "c1\n", "c2\n")):
+        n = w.cycles()[-1].n
+        write(ws / "sub" / "c.txt", text)
+        w.wait_settled(lambda cs, n=n: cs[-1].n > n and cs[-1].status != "", f"cycle after edit {i}")
+        assert "//sub:use" in ran_since(w, n), w.log()  # (never restored: no entry of it is cached)
     assert w.stop() == 0
 
 

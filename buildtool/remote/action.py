@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from buildtool.digest import REMOTE_MARK
 from buildtool.keys import CHECKOUT_MARK
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-from buildtool.workspace import up_from
+from buildtool.workspace import pkg_relative
 
 SALT_VERSION = 1
 PYRULE_PYTHON = "python3"  # resolved through the action's PATH, never an absolute path
@@ -208,11 +207,11 @@ def build(
         env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep)
                                       if e != CHECKOUT_MARK and not e.startswith(CHECKOUT_MARK + "/"))
     if t.kind == "pyrule":
-        env["PYTHONPATH"] = up_from(t.pkg) if t.pkg else "."
+        env["PYTHONPATH"] = pkg_relative(".", t.pkg)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     for name in sorted(env):
         cmd.environment_variables.add(name=name, value=env[name])
-    cmd.output_files.extend(sorted(posixpath.relpath(o, t.pkg) if t.pkg else o for o in t.outs))
+    cmd.output_files.extend(sorted(pkg_relative(o, t.pkg) for o in t.outs))
     cmd.working_directory = t.pkg
     tree = _Dir()
     if t.pkg:  # the working directory must exist in the input root
