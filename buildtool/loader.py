@@ -677,12 +677,12 @@ class Loader:
         evaluated: noted when the workspace's code (a BUILD.py, a module of the workspace)
         made the look, not buildtool's (its lazy imports, the cc macros' compiler lookup,
         shutil.which called from them) nor the standard library's or an installed
-        library's on their behalf (a stat; an import counts only for the code that made it,
-        the import system's frames passed: the modules the standard library's imports
-        import are not the workspace's looks).  A BUILD.py's own looks are its package's,
-        made again when it is; a workspace module's are the workspace's while it stays
-        imported (its body, a function it memoises or its body calls, are not run again
-        when a package is evaluated again in watch mode)."""
+        library's on their behalf (for an import, the import system's frames passed: one a
+        module's body makes, the standard library's `datetime` importing `math`, is no
+        look of the workspace's; one ``pkgutil.find_loader`` makes for a BUILD.py is).  A
+        BUILD.py's own looks are its package's, made again when it is; a workspace module's
+        are the workspace's while it stays imported (its body, a function it memoises or its
+        body calls, are not run again when a package is evaluated again in watch mode)."""
         while f is not None:
             name = f.f_globals.get("__name__") or ""
             code = f.f_code
@@ -701,8 +701,8 @@ class Loader:
                 else:
                     self.stat_probes.setdefault(pkg, set()).add(rel)
                 return
-            if importer:
-                return  # (imported by the standard library or an installed package)
+            if importer and code.co_name == "<module>":
+                return  # (a module's body importing what it needs: not a look on the workspace's behalf)
             f = f.f_back
 
     def _tracking_looks(self, pkg: str) -> dict[str, Any]:

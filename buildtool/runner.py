@@ -172,6 +172,7 @@ class TargetRunner:
         self._run_token = os.urandom(8).hex()  # (an always=True stamp's stands for this run alone)
         self._any_stamp: bool | None = None  # whether the graph has a stamp at all (_stamp_deps)
         self._group_stamps: dict[int, tuple[int, ...]] = {}  # per group: the stamps it reaches
+        self._always_memo: dict[int, bool] = {}  # per stamp: always=True, or behind one (_always_behind)
         self._left_remote = False  # an output this build knows of was left in a remote CAS (--remote-download)
         self.after: dict[int, list[int]] = {}  # the plan's edges from depfiles: reader -> makers (session.py)
         self.failed_tests: dict[str, str] = {}  # test label -> key its last (failing) run had (testing.py)
@@ -483,8 +484,30 @@ class TargetRunner:
         has always=True or its result was not recorded (an input changed while it ran: its
         rerun has the same key, and its dependents must not stay as they were)."""
         if not t.outs and t.kind == "genrule":
-            self._stamp_keys[t.id] = f"always:{self._run_token}" if t.always else \
+            self._stamp_keys[t.id] = f"always:{self._run_token}" if self._always_behind(t.id) else \
                 f"dirty:{self._run_token}" if dirty else key
+
+    def _always_behind(self, tid: int) -> bool:
+        """Whether stamp ``tid`` has always=True, or a stamp it depends on (through groups and
+        other stamps) does: its key then changes every build, so it stands for this run
+        alone, as the always=True one does (a chain a -> b -> d gave d a new key, cached and
+        uploaded, each build).  Memoised for the run."""
+        memo = self._always_memo
+        targets = self.graph.targets
+        stack = [tid]
+        while stack:  # (post-order without recursion: a chain of stamps may be long)
+            s = stack[-1]
+            if s in memo:
+                stack.pop()
+                continue
+            below = self._stamp_deps(targets[s])
+            waiting = [d for d in below if d not in memo]
+            if waiting and not targets[s].always:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            memo[s] = targets[s].always or any(memo[d] for d in below)
+        return memo[tid]
 
     def _uncached(self, t: Target) -> bool:
         """Whether ``t``'s result is neither looked up in a cache nor stored there: a stamp
@@ -504,7 +527,7 @@ class TargetRunner:
         only then: their inputs, which list its outputs, list none of it."""
         key = self._stamp_keys.get(tid)
         if key is None:
-            if self.graph.targets[tid].always:  # (not planned, in a focused build: as if it ran)
+            if self._always_behind(tid):  # (not planned, in a focused build: as if it ran)
                 return f"always:{self._run_token}"
             entry = self.record.get(self.graph.targets[tid].label)
             key = entry.get("k") if entry else None
@@ -1529,7 +1552,10 @@ class TargetRunner:
                     return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key,
                                    extra={"forget": lost[1], "not_started": True, "lost_remote": True})
                 running = self.executor.start(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct,
-                                              merge_stderr=t.kind == "test", outs=t.outs)  # (one log, in order)
+                                              merge_stderr=t.kind == "test",  # (one log, in order)
+                                              # a stamp is named by its label (no path starts with /): a kill -9
+                                              # of buildtool drops its record line (session.py)
+                                              outs=t.outs or ((t.label,) if t.kind == "genrule" else ()))
         except OSError as e:
             self._delete_outputs(t)
             self._reset_tmp(tmp)

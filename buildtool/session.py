@@ -313,6 +313,10 @@ class Session:
             orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (reliability.md)
             _remove_cut_short(self.ws.root, cut)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
+        if not req.dry_run:
+            for label in cut:  # stamps cut short: what they did is half done whatever the record says
+                if label.startswith("//"):
+                    record.drop(label)
         if verdict is not None and record.torn:  # the snapshot's build ended on whole lines: a crash's
             _warn("the build record ends in a torn line (a crash?); checking every target")  # zeros, say
             verdict, prior_graph = None, None

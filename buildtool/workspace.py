@@ -7,6 +7,7 @@ Per-workspace state lives in ``<root>/.buildtool/`` (see docs/formats.md).
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 import sys
 
@@ -248,6 +249,7 @@ def pkg_relative(path: str, pkg: str) -> str:
     with ``-C`` from there failed every pyrule below the root)."""
     if not pkg:
         return path
+    path = posixpath.normpath(path)  # (pure string work: "app//inc", "./a" as relpath takes them)
     if path.startswith(pkg + "/"):
         return path[len(pkg) + 1:]
     there = path.split("/") if path not in ("", ".") else []

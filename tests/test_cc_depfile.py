@@ -761,6 +761,18 @@ def test_where_the_macros_looked_for_the_compiler_is_no_watch_and_no_error(
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
 
 
+def test_an_include_written_with_a_double_slash_inside_the_package_path_compiles(workspace: Workspace) -> None:
+    """`includes=["//app//inc"]` in package app: the path from the package, worked out
+    without os.getcwd(), came out absolute (-I/inc)."""
+    ws = workspace
+    ws.write("app/inc/h.h", "#define V 3\n")
+    ws.write("app/m.c", '#include "h.h"\nint main(void) { return V == 3 ? 0 : 1; }\n')
+    ws.build_file("app", 'from buildtool.cc import cc_binary\n'
+                         'cc_binary(name="m", srcs=["m.c"], includes=["//app//inc"])\n')
+    r = ws.build()
+    assert r.rc == 0, r.output
+
+
 def test_a_binary_named_as_a_module_buildtool_imports_lazily_builds(workspace: Workspace) -> None:
     """Outputs a BUILD.py's own code looks for may not be made; the paths buildtool's own
     imports and compiler lookups try during an evaluation (zlib, shutil, bin/cc) are not

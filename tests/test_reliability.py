@@ -274,6 +274,43 @@ def test_a_half_written_output_of_a_killed_build_is_deleted_not_kept_as_a_users_
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
+def test_a_stamp_cut_short_by_a_kill_9_runs_again_whatever_its_record_says(workspace: Workspace) -> None:
+    """A genrule without outputs (a stamp) killed half-way with buildtool, its input then
+    put back: the record's run of that key made it "up to date" over the half-done work,
+    and its dependent with it (a stamp has no output to delete, as a half-written one is)."""
+    marker = f"stampmark{os.getpid()}x{time.monotonic_ns()}"
+    build = """
+        genrule(name="s", srcs=["in.txt"], cmd="cp in.txt half.txt; {wait}cp in.txt full.txt")
+        genrule(name="d", deps=[":s"], outs=["d.out"], cmd="cat half.txt full.txt > $@")
+    """
+    workspace.write("in.txt", "v1\n")
+    workspace.build_file("", build.format(wait=""))
+    assert workspace.build().rc == 0
+    workspace.write("in.txt", "v2\n")
+    workspace.build_file("", build.format(wait=f"sleep 30 # {marker}\\n"))
+    p = popen_build(workspace, "//...")
+    try:
+        deadline = time.monotonic() + 20
+        while not _children_of_session(marker):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=10)
+        workspace.write("in.txt", "v1\n")
+        workspace.build_file("", build.format(wait=""))
+        r = workspace.build()
+        assert r.rc == 0 and r.status("//:s") == "ran", r.output
+        assert workspace.read("half.txt") == workspace.read("full.txt") == "v1\n"
+        assert workspace.read("d.out") == "v1\nv1\n"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for pid in _children_of_session(marker):
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
 # -- commands killed by a signal, partial outputs -------------------------------------------
 @pytest.mark.parametrize(
     "cmd, message",

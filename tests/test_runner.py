@@ -336,6 +336,14 @@ def test_a_stamp_s_dependents_follow_its_key_chained_env_cutoff_tests_and_always
     assert (ws / "u.txt").read_text() == (ws / "gen" / "now.txt").read_text() != first
     # (a key of that run alone: no entry stored that no build would ask for)
     assert re.findall(r"entries: +(\d+)", bt(ws, "cache", "stats").stdout) == entries
+    # Nor behind a stamp behind it: that stamp's key changes each build too.
+    (ws / "BUILD.py").write_text(build.format(v="two", extra=" && echo extra >> gen/x.txt")
+                                 + 'genrule(name="b", deps=[":a"], cmd="true")\n'
+                                   'genrule(name="w", deps=[":b"], outs=["w.txt"], cmd="echo w > $@", manual=True)\n')
+    assert "//:w" in ran("build", "//:w")
+    entries = re.findall(r"entries: +(\d+)", bt(ws, "cache", "stats").stdout)
+    assert "//:w" in ran("build", "//:w")
+    assert re.findall(r"entries: +(\d+)", bt(ws, "cache", "stats").stdout) == entries
 
 
 def test_a_stamp_s_dependents_after_a_dirty_run_and_in_a_dry_run(tmp_path: Path) -> None:
@@ -399,6 +407,12 @@ def test_what_the_standard_library_imports_for_a_build_file_is_no_look_of_the_wo
                            'genrule(name="t", outs=["math", "selectors"], cmd="touch math selectors")\n')
     r = bt(ws, "build")
     assert r.returncode == 0, r.stdout + r.stderr
+    # An import the standard library makes on a BUILD.py's behalf is its look.
+    (tmp_path / "pk").mkdir()
+    ws = make_ws(tmp_path / "pk", 'import pkgutil\nHAVE = pkgutil.find_loader("gen_cfg") is not None\n'
+                                  'genrule(name="g", outs=["gen_cfg.py"], cmd="echo X=1 > $@")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 2 and "looks at" in r.stderr, r.stdout + r.stderr
     inside = tmp_path / "x" / "site-packages"
     inside.mkdir(parents=True)
     ws = make_ws(inside, 'import os\nx = os.path.exists(os.path.join(os.path.dirname(__file__), "x.txt"))\n'
