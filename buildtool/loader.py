@@ -1114,6 +1114,10 @@ class _ImportProbes:
         self.note = note  # (Loader._note_look: which of them the workspace's own imports looked for)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        import _imp
+
+        if fullname in sys.builtin_module_names or _imp.is_frozen(fullname):
+            return  # (pwd, posix: found before any file, which can never take its place)
         last = fullname.rpartition(".")[2]
         inside = self.root + os.sep
         for entry in sys.path if path is None else path:

@@ -58,6 +58,26 @@ def left_by_a_killed_build(state_dir: str) -> bool:
     return os.path.lexists(_path(state_dir))
 
 
+def being_written_when_killed(state_dir: str) -> list[str]:
+    """What the commands of a build killed here were writing (``Tracker.writing``), read
+    without changing anything (a dry run, ``explain``: the next real build reaps); none when
+    there is no list or its holder still runs."""
+    try:
+        with open_regular(_path(state_dir)) as f:
+            header = f.read(4096).split(b"\n")[0].decode("utf-8", "replace")
+    except OSError:
+        return []
+    if not header.startswith(HEADER_PREFIX):
+        return []
+    holder, _, since = header[len(HEADER_PREFIX):].partition(" since=")
+    if not (holder.isdigit() and since.isdigit()):
+        return []
+    live = _stat_of(holder)
+    if live is not None and live[2] <= int(since) + 1:
+        return []  # (its build still runs)
+    return _being_written(state_dir, int(holder))
+
+
 def _spare_path(state_dir: str) -> str | None:
     """Where a copy of the list's header (``pid=... since=...``) is kept outside the
     workspace, beside the second lock (``/tmp/buildtool-<uid>/<dev>-<ino>.children``): a

@@ -307,15 +307,19 @@ class Session:
             request = noop.request_of(req.mode, req.patterns, self.ws.root, self.ws.cwd_pkg_dir, req.action_env)
             noop.invalidate(state, noop.slot_of(request))
         killed_before = False  # a build here was killed: what it stored went uncounted (cache_gc.after_build)
+        cut: list[str] = []
         if not req.dry_run:  # (a dry run leaves them, and their lanes' records, to the next build)
-            cut: list[str] = []
             killed_before = orphans.left_by_a_killed_build(state)
             orphans.reap(state, _warn, cut_short=cut)  # commands a kill -9ed buildtool left running (reliability.md)
             _remove_cut_short(self.ws.root, cut)
         record = self.record_in_use = self._open_record(state)  # (watch mode reads discovered headers from it)
-        if not req.dry_run:
-            for label in cut:  # stamps cut short: what they did is half done whatever the record says
-                if label.startswith("//"):
+        # Stamps cut short: what they did is half done whatever the record says (a dry run
+        # forgets their lines in memory only, as the build after it will on disk).
+        for label in cut if not req.dry_run else orphans.being_written_when_killed(state):
+            if label.startswith("//"):
+                if req.dry_run:
+                    record.entries.pop(label, None)
+                else:
                     record.drop(label)
         if verdict is not None and record.torn:  # the snapshot's build ended on whole lines: a crash's
             _warn("the build record ends in a torn line (a crash?); checking every target")  # zeros, say

@@ -298,6 +298,8 @@ def test_a_stamp_cut_short_by_a_kill_9_runs_again_whatever_its_record_says(works
         p.communicate(timeout=10)
         workspace.write("in.txt", "v1\n")
         workspace.build_file("", build.format(wait=""))
+        rc, out, _ = workspace.run("explain")  # (a dry run: it predicts, the build reaps)
+        assert rc == 0 and "//:s  WOULD RUN" in out, out
         r = workspace.build()
         assert r.rc == 0 and r.status("//:s") == "ran", r.output
         assert workspace.read("half.txt") == workspace.read("full.txt") == "v1\n"

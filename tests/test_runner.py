@@ -407,6 +407,14 @@ def test_what_the_standard_library_imports_for_a_build_file_is_no_look_of_the_wo
                            'genrule(name="t", outs=["math", "selectors"], cmd="touch math selectors")\n')
     r = bt(ws, "build")
     assert r.returncode == 0, r.stdout + r.stderr
+    # A built-in module is found before any file: an import of one looks for none.
+    (tmp_path / "bi").mkdir()
+    ws = make_ws(tmp_path / "bi", 'import sys\n'
+                                  'name = next(n for n in sorted(sys.builtin_module_names) if n not in sys.modules)\n'
+                                  '__import__(name)\n'
+                                  'genrule(name="t", outs=[name + ".py"], cmd="touch $@")\n')
+    r = bt(ws, "build")
+    assert r.returncode == 0, r.stdout + r.stderr
     # An import the standard library makes on a BUILD.py's behalf is its look.
     (tmp_path / "pk").mkdir()
     ws = make_ws(tmp_path / "pk", 'import pkgutil\nHAVE = pkgutil.find_loader("gen_cfg") is not None\n'
