@@ -253,6 +253,19 @@ def test_a_header_a_dependency_of_a_dependency_just_wrote_is_no_race(workspace: 
     assert "//:obj" in r.ran, r.output
 
 
+def _header_maker_not_a_dependency(ws: Workspace, gen_cmd: str) -> None:
+    """//:gen (``gen_cmd``, from val.txt) makes gen.h, which //:obj's depfile names though
+    //:obj does not depend on //:gen; //:gen built once, alone."""
+    ws.write("val.txt", "1\n")
+    ws.write("main.c", "int main;\n")
+    ws.build_file("", f"""
+        genrule(name="gen", srcs=["val.txt"], outs=["gen.h"], cmd="{gen_cmd}")
+        genrule(name="obj", srcs=["main.c"], outs=["main.o"], depfile="main.d",
+                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\\\n' > main.d")
+    """)
+    assert ws.build("//:gen").rc == 0
+
+
 @pytest.mark.parametrize("path", ["incremental", "full"])
 def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_depfile_named_it(
         workspace: Workspace, path: str) -> None:
@@ -262,14 +275,7 @@ def test_a_generated_header_missing_from_the_dependencies_is_made_first_once_a_d
     every time). What the depfile named orders them now, as Make's .d files and Ninja's
     deps log do (the first build, with no depfile yet, still races: hdr_deps)."""
     ws = workspace
-    ws.write("val.txt", "1\n")
-    ws.write("main.c", "int main;\n")
-    ws.build_file("", """
-        genrule(name="gen", srcs=["val.txt"], outs=["gen.h"], cmd="sleep 0.3; echo GEN $$(cat val.txt) > $@")
-        genrule(name="obj", srcs=["main.c"], outs=["main.o"], depfile="main.d",
-                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
-    """)
-    assert ws.build("//:gen").rc == 0
+    _header_maker_not_a_dependency(ws, "sleep 0.3; echo GEN $$(cat val.txt) > $@")
     assert ws.build().rc == 0 and "GEN 1" in ws.read("main.o")
     time.sleep(0.1)  # (out of the snapshot's racy window)
     assert ws.build().ran == set()
@@ -292,14 +298,7 @@ def test_a_target_skipped_behind_a_failed_maker_of_a_header_its_depfile_named_na
     """What a depfile named orders the plan, but a skip behind it said "not run because a
     dependency failed" of a target with no dependency, naming none."""
     ws = workspace
-    ws.write("val.txt", "1\n")
-    ws.write("main.c", "int main;\n")
-    ws.build_file("", """
-        genrule(name="gen", srcs=["val.txt"], outs=["gen.h"], cmd="grep -qv bad val.txt && cp val.txt $@")
-        genrule(name="obj", srcs=["main.c"], outs=["main.o"], depfile="main.d",
-                cmd="cat main.c gen.h > main.o; printf 'main.o: main.c gen.h\\n' > main.d")
-    """)
-    assert ws.build("//:gen").rc == 0
+    _header_maker_not_a_dependency(ws, "grep -qv bad val.txt && cp val.txt $@")
     assert ws.build().rc == 0
     edit(ws, "val.txt", "bad\n")
     r = ws.build("-k")

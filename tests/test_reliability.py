@@ -247,14 +247,7 @@ def test_a_half_written_output_of_a_killed_build_is_deleted_not_kept_as_a_users_
         genrule(name="p", srcs=["in.txt"], outs=["p.out"], cmd="echo start > $@; sleep 30 # {marker}\\ncat $< >> $@")
         genrule(name="bundle", srcs=glob(["*.out"]), outs=["bundle.txt"], cmd="cat $(SRCS) /dev/null > $@")
     """)
-    p = popen_build(workspace, "//:p")
-    try:
-        deadline = time.monotonic() + 20
-        while not _children_of_session(marker):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.02)
-        p.send_signal(signal.SIGKILL)
-        p.communicate(timeout=10)
+    with _killed_while_running(workspace, "//:p", marker):
         assert workspace.read("p.out") == "start\n"  # (half written)
         workspace.build_file("", """
             genrule(name="p", srcs=["in.txt"], outs=["gen/p.out"], cmd="echo start > $@; cat $< >> $@")
@@ -265,6 +258,21 @@ def test_a_half_written_output_of_a_killed_build_is_deleted_not_kept_as_a_users_
         r = workspace.build()
         assert r.rc == 0 and "were writing when it died" in r.stderr, r.output
         assert not workspace.path("p.out").exists() and workspace.read("bundle.txt") == "", r.output
+
+
+@contextlib.contextmanager
+def _killed_while_running(workspace: Workspace, pattern: str, marker: str) -> Iterator[None]:
+    """A build of ``pattern`` SIGKILLed once the command whose text holds ``marker`` runs;
+    what it left running is killed on the way out, whatever the body did."""
+    p = popen_build(workspace, pattern)
+    try:
+        deadline = time.monotonic() + 20
+        while not _children_of_session(marker):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=10)
+        yield
     finally:
         if p.poll() is None:
             p.kill()
@@ -288,14 +296,7 @@ def test_a_stamp_cut_short_by_a_kill_9_runs_again_whatever_its_record_says(works
     assert workspace.build().rc == 0
     workspace.write("in.txt", "v2\n")
     workspace.build_file("", build.format(wait=f"sleep 30 # {marker}\\n"))
-    p = popen_build(workspace, "//...")
-    try:
-        deadline = time.monotonic() + 20
-        while not _children_of_session(marker):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.02)
-        p.send_signal(signal.SIGKILL)
-        p.communicate(timeout=10)
+    with _killed_while_running(workspace, "//...", marker):
         workspace.write("in.txt", "v1\n")
         workspace.build_file("", build.format(wait=""))
         rc, out, _ = workspace.run("explain")  # (a dry run: it predicts, the build reaps)
@@ -304,13 +305,6 @@ def test_a_stamp_cut_short_by_a_kill_9_runs_again_whatever_its_record_says(works
         assert r.rc == 0 and r.status("//:s") == "ran", r.output
         assert workspace.read("half.txt") == workspace.read("full.txt") == "v1\n"
         assert workspace.read("d.out") == "v1\nv1\n"
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-        for pid in _children_of_session(marker):
-            with contextlib.suppress(OSError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
 # -- commands killed by a signal, partial outputs -------------------------------------------
