@@ -1065,6 +1065,18 @@ def test_a_worker_stopped_mid_action_hands_its_lease_back_at_once(
                     rx.stop_gracefully(w)
 
 
+def _bots(answer: Callable[[str, Any], bytes]) -> Any:
+    """A gRPC handler whose every call, whatever its method, is ``answer(method, context)``
+    (a bots service that refuses, flaps or makes sessions as a test needs)."""
+    import grpc
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: answer(details.method, context))
+
+    return Handler()
+
+
 @contextlib.contextmanager
 def _worker_against(
     handler: Any, tmp_path: pathlib.Path, instance: str
@@ -1105,13 +1117,10 @@ def test_a_worker_whose_first_bot_session_is_refused_exits_1(tmp_path: pathlib.P
 
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
 
-    class Refuse(grpc.GenericRpcHandler):
-        def service(self, details: Any) -> Any:
-            def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Invalid instance name: [nosuch]")
-            return grpc.unary_unary_rpc_method_handler(refuse)
+    def refuse(method: str, context: grpc.ServicerContext) -> bytes:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Invalid instance name: [nosuch]")
 
-    with _worker_against(Refuse(), tmp_path, "nosuch") as (t, done):
+    with _worker_against(_bots(refuse), tmp_path, "nosuch") as (t, done):
         t.join(30)
     err = capsys.readouterr().err
     assert done == [1], err
@@ -1133,17 +1142,14 @@ def test_a_refusal_after_a_session_was_made_is_retried(tmp_path: pathlib.Path, m
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
     calls: list[str] = []
 
-    class FirstOnly(grpc.GenericRpcHandler):
-        def service(self, details: Any) -> Any:
-            def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
-                calls.append(details.method)
-                if len(calls) == 1 and details.method.endswith("/CreateBotSession"):
-                    time.sleep(1)  # (the other slot's refusal comes first)
-                    return bots_pb2.BotSession(name="sessions/one").SerializeToString()
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, "the auth service is down")
-            return grpc.unary_unary_rpc_method_handler(answer)
+    def first_only(method: str, context: grpc.ServicerContext) -> bytes:
+        calls.append(method)
+        if len(calls) == 1 and method.endswith("/CreateBotSession"):
+            time.sleep(1)  # (the other slot's refusal comes first)
+            return bots_pb2.BotSession(name="sessions/one").SerializeToString()
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "the auth service is down")
 
-    with _worker_against(FirstOnly(), tmp_path, "") as (t, done):
+    with _worker_against(_bots(first_only), tmp_path, "") as (t, done):
         t.join(6)  # (past REFUSED_FOR_S: still serving)
         assert t.is_alive() and not done, capsys.readouterr().err
     assert done == [0] and "exiting with status 1" not in capsys.readouterr().err
@@ -1163,17 +1169,14 @@ def test_a_worker_refused_until_its_server_is_up_serves_with_every_slot_or_exits
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
     up_at = time.monotonic() + 4.5
 
-    class UpLater(grpc.GenericRpcHandler):
-        def service(self, details: Any) -> Any:
-            def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
-                if time.monotonic() < up_at:
-                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "proxy: no route yet")
-                if details.method.endswith("/UpdateBotSession"):
-                    time.sleep(1)  # (a long poll without work)
-                return bots_pb2.BotSession(name="sessions/s").SerializeToString()
-            return grpc.unary_unary_rpc_method_handler(answer)
+    def up_later(method: str, context: grpc.ServicerContext) -> bytes:
+        if time.monotonic() < up_at:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "proxy: no route yet")
+        if method.endswith("/UpdateBotSession"):
+            time.sleep(1)  # (a long poll without work)
+        return bots_pb2.BotSession(name="sessions/s").SerializeToString()
 
-    with _worker_against(UpLater(), tmp_path, "") as (t, done):
+    with _worker_against(_bots(up_later), tmp_path, "") as (t, done):
         t.join(9)
     err = capsys.readouterr().err
     assert done == [1] or err.count(": bot session sessions/s") == 2, (done, err)
@@ -1192,20 +1195,17 @@ def test_refusals_count_30_s_on_end_an_outage_between_them_starts_again(
     monkeypatch.setattr(worker, "REFUSED_FOR_S", 3.0)
     t0 = time.monotonic()
 
-    class Flapping(grpc.GenericRpcHandler):
-        def service(self, details: Any) -> Any:
-            def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
-                now = time.monotonic() - t0
-                if now < 1 or 5 <= now < 7:
-                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "proxy: no route yet")
-                if now < 5:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "down")
-                if details.method.endswith("/UpdateBotSession"):
-                    time.sleep(1)
-                return bots_pb2.BotSession(name="sessions/s").SerializeToString()
-            return grpc.unary_unary_rpc_method_handler(answer)
+    def flapping(method: str, context: grpc.ServicerContext) -> bytes:
+        now = time.monotonic() - t0
+        if now < 1 or 5 <= now < 7:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "proxy: no route yet")
+        if now < 5:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "down")
+        if method.endswith("/UpdateBotSession"):
+            time.sleep(1)
+        return bots_pb2.BotSession(name="sessions/s").SerializeToString()
 
-    with _worker_against(Flapping(), tmp_path, "") as (t, done):
+    with _worker_against(_bots(flapping), tmp_path, "") as (t, done):
         t.join(11)
     err = capsys.readouterr().err
     assert done == [0] and err.count(": bot session sessions/s") == 2, (done, err)
