@@ -79,6 +79,8 @@ def _well_formed(e: object) -> bool:
         return False
     if not isinstance(e.get("k", ""), str) or not isinstance(e.get("desc", ""), (str, dict)):  # (dict: a v1 file's)
         return False
+    if not isinstance(e.get("r", ""), str):
+        return False
     d = e.get("d", 0)
     if isinstance(d, bool) or not isinstance(d, (int, float)):
         return False
@@ -368,15 +370,21 @@ class BuildRecord:
         duration: float,
         desc: dict[str, Any],
         desc_text: str | None = None,
+        run: str | None = None,
     ) -> tuple[dict[str, Any], str]:
         """An entry and its serialised line (done by workers, off the scheduler thread).
-        ``desc_text``: ``keys.canonical(desc)`` when the caller has it already."""
+        ``desc_text``: ``keys.canonical(desc)`` when the caller has it already; ``run``:
+        the token of the run of a stamp (a genrule without outputs) that ran."""
         text = desc_text if desc_text is not None else keys.canonical(desc)
-        entry = {"l": label, "k": key, "o": outputs, "d": round(duration, 4), "desc": text}
+        entry: dict[str, Any] = {"l": label, "k": key, "o": outputs, "d": round(duration, 4)}
+        if run is not None:
+            entry["r"] = run
+        entry["desc"] = text  # (last: formats.md)
         return entry, _line_of(entry) + "\n"
 
     @staticmethod
-    def holds(entry: Mapping[str, Any], key: str, outputs: Any, duration: float, desc_text: str) -> bool:
+    def holds(entry: Mapping[str, Any], key: str, outputs: Any, duration: float, desc_text: str,
+              run: str | None = None) -> bool:
         """Whether ``entry`` is the one ``prepare`` would make of these: appending it again
         would change nothing but the file's length (and bring the next compaction closer)."""
         return (
@@ -384,6 +392,7 @@ class BuildRecord:
             and entry.get("o") == outputs
             and entry.get("d") == round(duration, 4)
             and entry.get("desc") == desc_text
+            and entry.get("r") == run
         )
 
     def put_prepared(self, prepared: tuple[dict[str, Any], str]) -> None:

@@ -478,14 +478,17 @@ class TargetRunner:
             memo[g] = tuple(found)
         return memo[gid]
 
-    def _note_stamp(self, t: Target, key: str, dirty: bool = False) -> None:
-        """The key a genrule without outputs settled with (or, in a dry run, would run or be
-        restored with), as its dependents' keys name it (stamp_key): this run's own when it
-        has always=True or its result was not recorded (an input changed while it ran: its
-        rerun has the same key, and its dependents must not stay as they were)."""
+    def _note_stamp(self, t: Target, key: str, dirty: bool = False, ran: bool = False) -> None:
+        """The key a genrule without outputs settled with (or, in a dry run, would run with),
+        as its dependents' keys name it (stamp_key): its key and the token of the run that
+        last ran it (``ran``: this one), so that a rerun with the same key (``build -B``, a
+        run after a failed one) reruns them too; this run's own when it has always=True or
+        its result was not recorded (an input changed while it ran: its rerun has the same
+        key, and its dependents must not stay as they were)."""
         if not t.outs and t.kind == "genrule":
             self._stamp_keys[t.id] = f"always:{self._run_token}" if self._always_behind(t.id) else \
-                f"dirty:{self._run_token}" if dirty else key
+                f"dirty:{self._run_token}" if dirty else \
+                f"{key}+{self._run_token}" if ran else _with_run(key, self.record.get(t.label))
 
     def _always_behind(self, tid: int) -> bool:
         """Whether stamp ``tid`` has always=True, or a stamp it depends on (through groups and
@@ -531,6 +534,8 @@ class TargetRunner:
                 return f"always:{self._run_token}"
             entry = self.record.get(self.graph.targets[tid].label)
             key = entry.get("k") if entry else None
+            if isinstance(key, str) and key and key != DIRTY_KEY:
+                return _with_run(key, entry)
         return key if isinstance(key, str) and key and key != DIRTY_KEY else f"unknown:{self._run_token}"
 
     def closure_digest(self, tid: int) -> str:
@@ -965,7 +970,7 @@ class TargetRunner:
         described = self._texts.pop(tid, None)
         t = self.graph.targets[tid]
         if outcome.ok and outcome.key:
-            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")))
+            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), outcome.status is Status.RAN)
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
@@ -980,10 +985,12 @@ class TargetRunner:
             # a key that never matches, so it runs next time and its outputs are known.
             key = "" if self.graph.targets[tid].always else DIRTY_KEY if outcome.extra.get("dirty") else outcome.key
             outputs = outcome.extra.get("outputs")
-            if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text):
+            # (a stamp that ran: the run's token, which its dependents' keys hold with its key)
+            run = self._run_token if not t.outs and t.kind == "genrule" and outcome.status is Status.RAN else None
+            if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text, run):
                 return  # a restore of what the record says already: no line (W6 appends none)
             outcome.extra["record_entry"] = self.record.prepare(
-                label, key, outputs, duration, desc, text  # type: ignore[arg-type]
+                label, key, outputs, duration, desc, text, run  # type: ignore[arg-type]
             )
 
     def _run(self, tid: int, lane: int, here: bool = False) -> Outcome | Pending | None:
@@ -1869,7 +1876,7 @@ class TargetRunner:
         return reason, why
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
-        self._note_stamp(t, key)  # (whether it would run, be restored or adopted: that key)
+        self._note_stamp(t, key, ran=True)  # (a stamp here would run: never restored nor adopted)
         if t.always:  # (the reasons the build gives, in the same order)
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
                            key=key, extra={"dry_reason": Reason.ALWAYS})
@@ -1953,6 +1960,13 @@ class TargetRunner:
 VERSION_FILES = frozenset({".python-version", ".tool-versions", ".ruby-version", ".node-version", ".nvmrc",
                            "mise.toml", ".mise.toml"})
 _SAID_SHIMS: set[str] = set()
+
+
+def _with_run(key: str, entry: Mapping[str, Any] | None) -> str:
+    """A stamp's settled key as its dependents name it: ``key``, and ``+<token>`` of the
+    run that last ran it when its record line holds one (``r``, formats.md)."""
+    run = entry.get("r") if entry is not None else None
+    return f"{key}+{run}" if isinstance(run, str) and run else key
 
 
 def _imported_modules(tmp: str) -> list[str]:

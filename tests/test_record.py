@@ -212,6 +212,24 @@ def test_holds_is_true_only_for_the_entry_prepare_would_make_of_the_same_values(
     assert not BuildRecord.holds(entry, "k2", outs, 1.23456, text)
     assert not BuildRecord.holds(entry, "k1", outs, 2.0, text)
     assert not BuildRecord.holds(entry, "k1", outs, 1.23456, keys.canonical({"cmd": "y"}))
+    # A stamp's run token (formats.md `r`): a rerun with the same key is a line of its own.
+    stamp, line = BuildRecord.prepare("//:s", "k1", [], 1.0, desc, run="t1")
+    assert stamp["r"] == "t1" and line.index('"r":"t1"') < line.index(',"desc":')
+    assert BuildRecord.holds(stamp, "k1", [], 1.0, text, "t1")
+    assert not BuildRecord.holds(stamp, "k1", [], 1.0, text, "t2") and not BuildRecord.holds(stamp, "k1", [], 1.0, text)
+
+
+def test_a_stamp_s_run_token_is_read_from_the_line_s_head_and_a_bad_one_is_a_corrupt_line(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    rec.put_prepared(BuildRecord.prepare("//:s", "k1", [], 0.5, DESC, run="abc"))
+    rec.close()
+    with open(path, "a") as f:
+        f.write('{"l":"//:bad","k":"k2","o":[],"d":1.0,"r":7,"desc":"{}"}\n')
+    said: list[str] = []
+    again = BuildRecord(str(path), said.append)
+    assert again.entries.head("//:s")["r"] == "abc" and again.get("//:s")["r"] == "abc"
+    assert again.get("//:bad") is None and said, said
 
 
 def test_a_record_read_without_the_lock_is_never_removed(tmp_path: Path) -> None:

@@ -399,6 +399,34 @@ def test_a_stamp_is_never_taken_from_a_cache_and_a_failed_one_runs_again(tmp_pat
     assert sorted(p.name for p in (ws / "mods").iterdir()) == ["a"]
 
 
+def test_a_stamp_forced_to_run_again_with_its_key_reruns_its_dependents_next_time(tmp_path: Path) -> None:
+    """`build -B //:stamp` reran the stamp with the key its dependents held: the next
+    build left them as they were, built from what the stamp's earlier run wrote (a Make
+    user's `make -B stamp; make` remakes them: the stamp file is newer)."""
+    build = ('genrule(name="fetch", srcs=["src.txt"], cmd="mkdir -p gen && '
+             '{ cat src.txt; cat gen/n.txt 2>/dev/null || true; } | wc -l > gen/n.new && mv gen/n.new gen/n.txt")\n'
+             'genrule(name="use", deps=[":fetch"], outs=["use.txt"], cmd="cat gen/n.txt > $@")\n')
+    ws = make_ws(tmp_path, build, {"src.txt": "s\n"})
+    ev = tmp_path / "ev.jsonl"
+
+    def ran(*args: str) -> list[str]:
+        r = bt(ws, *args, "--events", str(ev))
+        assert r.returncode == 0, r.stdout + r.stderr
+        return sorted(k for k, e in events(ev).items() if e["status"] == "ran")
+
+    assert ran("build") == ["//:fetch", "//:use"]
+    assert ran("build") == []
+    assert ran("build", "-B", "//:fetch") == ["//:fetch"]  # (gen/n.txt is 2 now)
+    r = bt(ws, "build", "-n")
+    assert "//:use: would run: dependency //:fetch, which declares no outputs, ran again with the same key" \
+        in r.stdout, r.stdout
+    assert ran("build") == ["//:use"]
+    assert (ws / "use.txt").read_text().strip() == (ws / "gen" / "n.txt").read_text().strip() == "2"
+    assert ran("build") == []  # (the stamp's run is in the record: up to date, and so is //:use)
+    r = bt(ws, "build", "-B", "-n")  # (a dry run predicts the same)
+    assert "//:use: would run" in r.stdout, r.stdout
+
+
 def test_what_the_standard_library_imports_for_a_build_file_is_no_look_of_the_workspace(tmp_path: Path) -> None:
     """`import datetime` looked for `math` in the workspace root (the standard library's
     own import), and an output named `math` was refused as looked for; a workspace under a
