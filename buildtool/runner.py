@@ -478,17 +478,25 @@ class TargetRunner:
             memo[g] = tuple(found)
         return memo[gid]
 
-    def _note_stamp(self, t: Target, key: str, dirty: bool = False, ran: bool = False) -> None:
+    def _note_stamp(self, t: Target, key: str, dirty: bool = False, again: bool = False) -> None:
         """The key a genrule without outputs settled with (or, in a dry run, would run with),
-        as its dependents' keys name it (stamp_key): its key and the token of the run that
-        last ran it (``ran``: this one), so that a rerun with the same key (``build -B``, a
-        run after a failed one) reruns them too; this run's own when it has always=True or
-        its result was not recorded (an input changed while it ran: its rerun has the same
-        key, and its dependents must not stay as they were)."""
+        as its dependents' keys name it (stamp_key): its key, and the token of a run that ran
+        it again under the key its record line held already (``again``: this one; ``build
+        -B``), so that they rerun then too; this run's own when it has always=True or its
+        result was not recorded (an input changed while it ran: its rerun has the same key,
+        and its dependents must not stay as they were).  A stamp run under a new key (a
+        fresh checkout's first run) adds no token: its dependents can be restored."""
         if not t.outs and t.kind == "genrule":
             self._stamp_keys[t.id] = f"always:{self._run_token}" if self._always_behind(t.id) else \
                 f"dirty:{self._run_token}" if dirty else \
-                f"{key}+{self._run_token}" if ran else _with_run(key, self.record.get(t.label))
+                f"{key}+{self._run_token}" if again else _with_run(key, self.record.get(t.label))
+
+    def _ran_again(self, t: Target, outcome: Outcome) -> bool:
+        """Whether stamp ``t`` ran under the key its record line holds (``build -B``)."""
+        if outcome.status is not Status.RAN or t.outs or t.kind != "genrule":
+            return False
+        entry = self.record.get(t.label)
+        return entry is not None and entry.get("k") == outcome.key
 
     def _always_behind(self, tid: int) -> bool:
         """Whether stamp ``tid`` has always=True, or a stamp it depends on (through groups and
@@ -970,7 +978,7 @@ class TargetRunner:
         described = self._texts.pop(tid, None)
         t = self.graph.targets[tid]
         if outcome.ok and outcome.key:
-            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), outcome.status is Status.RAN)
+            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), self._ran_again(t, outcome))
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
@@ -985,8 +993,9 @@ class TargetRunner:
             # a key that never matches, so it runs next time and its outputs are known.
             key = "" if self.graph.targets[tid].always else DIRTY_KEY if outcome.extra.get("dirty") else outcome.key
             outputs = outcome.extra.get("outputs")
-            # (a stamp that ran: the run's token, which its dependents' keys hold with its key)
-            run = self._run_token if not t.outs and t.kind == "genrule" and outcome.status is Status.RAN else None
+            # (a stamp run again under its recorded key: the run's token, which its dependents'
+            # keys hold with that key)
+            run = self._run_token if self._ran_again(t, outcome) else None
             if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text, run):
                 return  # a restore of what the record says already: no line (W6 appends none)
             outcome.extra["record_entry"] = self.record.prepare(
@@ -1876,7 +1885,8 @@ class TargetRunner:
         return reason, why
 
     def _dry_run(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> Outcome:
-        self._note_stamp(t, key, ran=True)  # (a stamp here would run: never restored nor adopted)
+        # (a stamp here would run: never restored nor adopted; under -B, with its record's key)
+        self._note_stamp(t, key, again=entry is not None and entry.get("k") == key)
         if t.always:  # (the reasons the build gives, in the same order)
             return Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: always=True: runs on every build, never cached",
                            key=key, extra={"dry_reason": Reason.ALWAYS})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -425,6 +426,11 @@ def test_a_stamp_forced_to_run_again_with_its_key_reruns_its_dependents_next_tim
     assert ran("build") == []  # (the stamp's run is in the record: up to date, and so is //:use)
     r = bt(ws, "build", "-B", "-n")  # (a dry run predicts the same)
     assert "//:use: would run" in r.stdout, r.stdout
+    # A fresh checkout's first run of the stamp adds no token: its dependent's key is any
+    # checkout's, and the cache answers for it.
+    shutil.rmtree(ws / ".buildtool")
+    assert ran("build") == ["//:fetch"]
+    assert events(ev)["//:use"]["status"] == "restored"
 
 
 def test_what_the_standard_library_imports_for_a_build_file_is_no_look_of_the_workspace(tmp_path: Path) -> None:
