@@ -441,6 +441,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p = parser()
     i = 0  # the command's position: after the global options
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        if argv[i] == "-C" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            # (-C -dir: the next word is the directory, whatever it looks like, as make -C
+            # and git -C take it; argparse took it for an option and said "expected one argument")
+            argv = [*argv[:i], f"-C={argv[i + 1]}", *argv[i + 2:]]
         i += 2 if argv[i] == "-C" else 1
     _misplaced_options(p, argv[:i], argv[i:])
     sub = getattr(p, "commands", {}).get(argv[i] if i < len(argv) else "")

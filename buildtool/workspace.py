@@ -136,8 +136,7 @@ def find_workspace(start: str) -> Workspace:
         msg = "the current directory no longer exists (deleted after the shell entered it): cd to the workspace again"
         _refuse(msg)
     if not os.path.isdir(start_abs):
-        what = "is not a directory" if os.path.exists(start_abs) else "does not exist"
-        msg = f"directory {start!r} {what}"
+        msg = f"{start!r} is not a directory" if os.path.exists(start_abs) else f"directory {start!r} does not exist"
         _refuse(msg)
     if not os.access(start_abs, os.X_OK):  # (a directory one cannot enter: its buildtool.toml looked absent)
         msg = f"directory {start!r} cannot be entered (Permission denied)"
@@ -146,7 +145,10 @@ def find_workspace(start: str) -> Workspace:
     while True:
         marker = os.path.join(d, MARKER)
         try:
-            mode: int | None = os.stat(marker).st_mode
+            st = os.stat(marker)
+            mode: int | None = st.st_mode
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+                break  # (a link to /dev/null: a config masked, read as empty; the marker all the same)
         except OSError as e:
             import errno  # (not on every no-op: test_imports)
 

@@ -157,3 +157,41 @@ def test_a_console_command_of_a_build_started_with_stdout_closed_gets_dev_null(t
     p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", BUILDTOOL, "-C", str(ws), "build"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and (ws / "o").exists(), p.stderr
+
+
+def test_minus_c_takes_a_directory_named_with_a_leading_dash_and_a_file_is_said_to_be_one(tmp_path: Path) -> None:
+    """`make -C -mk` and `git -C -dir` take the next word as the directory; argparse took
+    `-lead` for an option ("expected one argument").  `-C a.txt` said "directory 'a.txt' is
+    not a directory"."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "-lead"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text('genrule(name="g", outs=["o.txt"], cmd="echo ok > $@")\n')
+    (tmp_path / "a.txt").write_text("")
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    for argv in (["-C", "-lead", "build"], ["-C", "-lead", "-C", ".", "build", "--explain"]):
+        p = subprocess.run([BUILDTOOL, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+    assert (ws / "o.txt").read_text() == "ok\n"
+    p = subprocess.run([BUILDTOOL, "-C", "a.txt", "build"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and p.stderr == "buildtool: error: 'a.txt' is not a directory\n", p.stderr
+
+
+def test_a_workspace_marker_linked_to_dev_null_marks_the_root_with_no_configuration(tmp_path: Path) -> None:
+    """user-guide.md: "a link to /dev/null, masking a config, reads as empty"; for
+    buildtool.toml, the marker, it was "not a regular file", exit 2."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "buildtool.toml").symlink_to("/dev/null")
+    (ws / "sub" / "BUILD.py").write_text('genrule(name="g", outs=["o.txt"], cmd="echo ok > $@")\n')
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    for _ in range(2):  # (the second: the no-op path)
+        p = subprocess.run([BUILDTOOL, "build", "//..."], cwd=ws / "sub", env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+    assert (ws / "sub" / "o.txt").read_text() == "ok\n"
