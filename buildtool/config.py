@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from buildtool.errors import UserError
-from buildtool.workspace import read_file
+from buildtool.workspace import STATE_DIR, read_file
 
 MAX_JOBS = 4096  # -j, jobs, remote_jobs: beyond this a typo, not a machine (each job has a lane)
 
@@ -373,6 +373,11 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
     if not cfg.cache_dir:
         cfg.cache_dir = default_cache_dir()
     cfg.cache_dir = os.path.abspath(os.path.expanduser(cfg.cache_dir))
+    state = os.path.realpath(os.path.join(root, STATE_DIR))
+    if os.path.commonpath([os.path.realpath(cfg.cache_dir), state]) == state:
+        raise UserError(f"the cache dir {cfg.cache_dir} is inside this workspace's state directory {state}, "
+                        f"which `buildtool clean` deletes and builds prune (the cache, shared by every workspace, "
+                        f"would be lost): put it elsewhere (default: {default_cache_dir()})")
     return cfg
 
 

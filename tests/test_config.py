@@ -255,3 +255,17 @@ def test_an_unknown_config_key_gets_a_did_you_mean(workspace: Workspace) -> None
     workspace.write("buildtool.toml", "zzzz = 3\n")
     rc, _, err = workspace.run("build")
     assert rc == 2 and "unknown config key 'zzzz'; known keys are:" in err, err
+
+
+def test_a_cache_dir_inside_the_workspace_state_directory_is_refused(workspace: Workspace) -> None:
+    """A cache at .buildtool/cache was deleted by `clean` ("never the shared cache",
+    user-guide.md), and one under .buildtool/tmp was wiped at the end of every build:
+    silently, for every workspace sharing it."""
+    workspace.build_file("", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    for where in (".buildtool/cache", ".buildtool/tmp/c", ".buildtool"):
+        for command in (["build"], ["cache", "stats"]):
+            rc, out, err = workspace.run(*command, cache=workspace.root / where)
+            assert rc == 2 and "is inside this workspace's state directory" in err, (where, command, out, err)
+    assert not (workspace.root / "x").exists()
+    rc, _, err = workspace.run("build", cache=workspace.root / ".buildtool-cache")  # (beside it: fine)
+    assert rc == 0, err
