@@ -233,6 +233,19 @@ def test_a_package_below_a_directory_an_ignore_pattern_matches_is_ignored_too(wo
     assert rc == 2 and "a/fixtures/sub is left out by .buildtoolignore" in err, err
 
 
+def test_an_ignored_name_with_a_leading_hash_or_space_is_written_with_a_bracket_class(workspace: Workspace) -> None:
+    """As user-guide.md says: lines are stripped and `#` starts a comment, so `[#]draft`
+    and `[ ]lead` name such directories."""
+    for d in ("#draft", " lead", "kept"):
+        workspace.build_file(d, 'genrule(name="x", outs=["x.out"], cmd="echo x > $@")\n')
+    workspace.write(".buildtoolignore", "#draft\n lead\n")  # (a comment, and "lead")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and sorted(out.splitlines()) == ["// lead:x", "//#draft:x", "//kept:x"], (out, err)
+    workspace.write(".buildtoolignore", "[#]draft\n[ ]lead\n")
+    rc, out, err = workspace.run("query", "//...")
+    assert rc == 0 and out.splitlines() == ["//kept:x"], (out, err)
+
+
 def test_unknown_package_suggests_close_match(workspace: Workspace) -> None:
     _two_packages(workspace)
     rc, _, err = workspace.run("build", "//lbi:lib")
