@@ -179,9 +179,14 @@ def why_changed(
 def _flat_test_closure(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether ``old`` is a test's description from before closure digests, which listed
     every input of its dependencies, at any depth, in ``inputs``: its first run after the
-    upgrade would otherwise list thousands of inputs "removed"."""
+    upgrade would otherwise list thousands of inputs "removed".  A test that had no
+    dependency has no closure entry either, and its inputs are all still there when it
+    gets one: that is a change to say, not a format."""
     oextra, nextra = old.get("extra"), new.get("extra", {})
     if old.get("kind") != "test" or not isinstance(oextra, dict) or any(k.startswith("closure:") for k in oextra):
+        return False
+    oin, nin = old.get("inputs"), new.get("inputs", {})
+    if not isinstance(oin, dict) or not any(p not in nin for p in oin):
         return False
     return any(k.startswith("closure:") for k in nextra)
 

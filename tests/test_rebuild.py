@@ -85,6 +85,13 @@ def test_a_test_recorded_with_its_closure_listed_file_by_file_says_the_format_ch
         "the test's key format changed: its dependencies' inputs are keyed through their closure digests now, "
         "not listed one by one"))
     assert why_changed({**old, "kind": "genrule"}, TEST, _no_owner)[1].startswith("input lib/data.txt was removed")
+    # A test that had no dependency, and gets its first (and an env var): said as such,
+    # not as the old format (whose sentence hid every other difference).
+    alone = {**TEST, "inputs": {"run.sh": "aa" * 32}, "extra": {}}
+    now = {**TEST, "inputs": {"run.sh": "aa" * 32, "g.txt": "dd" * 32}, "env": {"X": "1"},
+           "extra": {"closure://:g": "11" * 32}}
+    _, said = why_changed(alone, now, _no_owner)
+    assert "input g.txt was added" in said and "dependency //:g was added" in said and "X" in said, said
 
 
 def test_no_record_and_no_visible_difference() -> None:
