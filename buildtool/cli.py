@@ -47,7 +47,7 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
     p.add_argument("-l", "--load-average", type=float, metavar="LOAD", dest="load",
                    help="start no new work while the load average exceeds LOAD (one job always runs)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="colored output (auto: on a terminal unless NO_COLOR is set)")
+                   help="colored output (auto: on a terminal, not in CI, unless NO_COLOR is set)")
     p.add_argument("--replay-output", action="store_true",
                    help="print the captured stdout/stderr of targets restored from the cache")
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting for another buildtool")

@@ -41,7 +41,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--incremental", action="store_true",
                    help="predict the next build from the current state (up to date / restorable = free)")
     p.add_argument("--test", action="store_true", help="plan `buildtool test` (tests included) instead of build")
-    p.add_argument("--cache-dir", help="shared cache directory, for --incremental")
+    p.add_argument("--cache-dir", help="shared cache directory: durations of labels this workspace has no "
+                   "record of, and what --incremental may restore")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
     q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET|FILE), outputs(PATTERN)",

@@ -210,7 +210,8 @@ def report(
         f"{total:.2f}s of work",
     ]
     if c.unknown:
-        lines.append(f"  {len(c.unknown)} targets have no recorded duration; each counts as {c.default:.2f}s "
+        have = "1 target has" if len(c.unknown) == 1 else f"{len(c.unknown)} targets have"
+        lines.append(f"  {have} no recorded duration; each counts as {c.default:.2f}s "
                      "(the median of the recorded ones, or 1s)")
     for r in rows:
         lines.append(

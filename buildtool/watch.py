@@ -1222,7 +1222,8 @@ class Watcher:
                 self._follow_up()
                 if self.cycle_no == 1 or (said_none and self.ws.sources):  # (again once a broken first cycle's
                     mode = "polling" if self.poll else "inotify"  # BUILD.py is mended: it said "0 sources")
-                    _say(f"watching {len(self.ws.sources)} sources and {len(self.ws.dirs)} directories ({mode}); "
+                    n, m = len(self.ws.sources), len(self.ws.dirs)
+                    _say(f"watching {n} source{'s' * (n != 1)} and {m} director{'y' if m == 1 else 'ies'} ({mode}); "
                          "Ctrl-C to stop")
                     said_none = not self.ws.sources
                 changes = self.wait_for_changes()
