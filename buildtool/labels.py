@@ -135,8 +135,9 @@ class Pattern:
 
 def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pattern:
     """Parse ``//...``, ``//pkg/...``, ``//pkg:all``, ``//pkg:name``, ``:name``, ``...``.
-    ``:name`` is in ``current_pkg``; ``...`` and ``sub/...`` are below ``cwd_dir`` (the
-    working directory, package or not, as in Bazel; default ``current_pkg``)."""
+    ``:name`` is in ``current_pkg``; ``...``, ``sub/...``, ``sub:name``, ``sub:all`` and
+    ``sub/pkg`` are below ``cwd_dir`` (the working directory, package or not, as in Bazel;
+    default ``current_pkg``)."""
     here = current_pkg if cwd_dir is None else cwd_dir
     if text in ("...", "//..."):
         base = "" if text == "//..." else here
@@ -164,7 +165,14 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
             msg = f"bad pattern {text!r}: {e}"
             raise LabelError(msg) from None
         return Pattern("recursive", base, text=text)
-    pkg, name = parse_label(text, current_pkg, here)
+    label = text
+    if text[:1] not in ("/", ":", "@", "-") and (":" in text or "/" in text) and " " not in text:
+        # A label without its '//' is taken from the working directory, as `sub/...` is and as
+        # Bazel takes `sub:x` and `sub/pkg` on its command line (from lib/: //lib/sub:x).
+        rel = f"//{here}/{text}" if here else f"//{text}"
+        if _parses(rel):
+            label = rel
+    pkg, name = parse_label(label, current_pkg, here)
     if name == "all" and (text.endswith(":all")):
         return Pattern("package", pkg, text=text)
     return Pattern("target", pkg, name, text=text)

@@ -131,14 +131,15 @@ def test_a_label_written_without_its_slashes_gets_them_suggested(workspace: Work
     assert "app/BUILD.py:1: " in err and "'nowhere:x'" in err and "did you mean" not in err
 
 
-def test_a_relative_package_pattern_without_slashes_gets_its_label(workspace: Workspace) -> None:
-    """`buildtool build core:all` from lib/ (Bazel reads it relative to lib/): a hint for a
-    target name was given, none for :all."""
-    workspace.build_file("lib/core", 'genrule(name="c", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
+def test_a_relative_package_pattern_without_slashes_is_taken_from_the_working_directory(
+        workspace: Workspace) -> None:
+    """`buildtool build core:all` from lib/ is //lib/core:all, as Bazel reads it (it was
+    refused with a hint)."""
+    workspace.build_file("lib/core", 'genrule(name="c", outs=["c"], cmd="echo $$PWD >> ../../ran-marker; echo > $@")\n')
     for written in ("core:all", "core:c"):
-        rc, _, err = workspace.run("build", written, cwd=workspace.root / "lib")
-        assert rc == 2 and f"(got '{written}'); did you mean '//lib/{written}'?" in err, err
-    assert not workspace.exists("ran-marker")
+        rc, out, err = workspace.run("build", "-B", written, cwd=workspace.root / "lib")
+        assert rc == 0 and "//lib/core:c" in out, out + err
+    assert workspace.read("ran-marker").splitlines() == [str(workspace.root / "lib" / "core")] * 2
 
 
 def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> None:
@@ -185,12 +186,13 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
 
 
 @pytest.mark.parametrize(("typed", "hint"), [
-    ("obj/main.o", "did you mean '//:main.o' (the target that makes it; patterns name targets, not files)?"),
-    ("lib:core", "did you mean '//lib/core:core'?"),
-    ("lib:other", "did you mean '//lib:other'?"),
-    ("obj/none.o", None),
+    ("obj/main.o", "no package //obj/main.o for 'obj/main.o': there is no obj/main.o/BUILD.py; did you mean "
+                   "'//:main.o' (the target that makes that file; labels name targets)?"),
+    ("lib:core", "unknown target 'lib:core': package //lib has no target named 'core'; did you mean //lib/core:core?"),
+    ("obj/none.o", "no package //obj/none.o for 'obj/none.o': there is no obj/none.o/BUILD.py"),
     # An output beside the BUILD.py, as `make x` names it: no hint came (no '/' in it).
-    ("x.txt", "did you mean '//:x.txt.gen' (the target that makes it; patterns name targets, not files)?"),
+    ("x.txt", "a label must start with '//' or ':' (got 'x.txt'); did you mean '//:x.txt.gen' (the target that "
+              "makes it; patterns name targets, not files)?"),
 ])
 def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     workspace: Workspace, typed: str, hint: str | None,
@@ -200,8 +202,7 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     workspace.build_file("", 'genrule(name="main.o", outs=["obj/main.o"], cmd="echo > $@")\n'
                              'genrule(name="x.txt.gen", outs=["x.txt"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, typed)
-    assert f"a label must start with '//' or ':' (got {typed!r})" in err, err
-    assert (hint in err) if hint else ("did you mean" not in err), err
+    assert hint in err and ("did you mean" in hint or "did you mean" not in err), err
     err = expect_invalid(workspace, "//lib:core")  # lib is a package, without that target
     assert "package //lib has no target named 'core'; did you mean //lib/core:core?" in err, err
     err = expect_invalid(workspace, "//lib:x")  # a file label of an output: its target
@@ -209,7 +210,6 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
 
 
 @pytest.mark.parametrize(("typed", "hint"), [
-    ("core:core", "did you mean '//lib/core:core'?"),  # from lib/: relative to here first
     ("core/", "did you mean '//lib/core' (package //lib/core's target 'core')?"),
     ("../app:app", "did you mean '//app:app'?"),
     ("../app", "did you mean '//app' (package //app's target 'app')?"),
@@ -217,7 +217,6 @@ def test_a_pattern_typed_without_slashes_gets_what_it_can_mean(
     ("{root}/app/", "did you mean '//app' (package //app's target 'app')?"),
     # a package without a target of its own name: //net would be //net:net, unknown
     ("../net", "did you mean '//net:all' (package //net's targets)?"),
-    ("nothing:here", None),
     ("../../x.txt", None),  # (it evaluated a BUILD.py above the workspace, and offered '//..:o')
 ])
 def test_a_pattern_typed_in_a_subdirectory_gets_the_readings_that_exist(

@@ -66,7 +66,6 @@ def test_a_label_without_slashes_hints_at_the_absolute_one(text: str, hint: str 
 
 
 @pytest.mark.parametrize(("text", "cwd", "needle"), [
-    ("core:core", "lib", "did you mean '//lib/core:core' (from this directory) or '//core:core'?"),
     ("core", "lib/core", "(got 'core')"),  # the graph knows whether :core exists, and hints then
     ("//lib/.../", "", "ends with '/': write '//lib/...'"),
     ("//lib/core/", "", "ends with '/': write '//lib/core' (its target named 'core') or '//lib/core:NAME'"),
@@ -79,6 +78,19 @@ def test_hints_for_labels_typed_on_the_command_line(text: str, cwd: str, needle:
     with pytest.raises(LabelError) as e:
         parse_pattern(text, cwd, cwd)
     assert needle in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(("text", "cwd", "kind", "pkg", "name"), [
+    ("core:core", "lib", "target", "lib/core", "core"), ("core:all", "lib", "package", "lib/core", ""),
+    ("core/x", "lib", "target", "lib/core/x", "x"), ("a/b:c", "", "target", "a/b", "c"),
+    ("core:core", "docs/notes", "target", "docs/notes/core", "core"),  # (a directory that is no package)
+])
+def test_a_label_without_its_slashes_is_taken_from_the_working_directory(
+        text: str, cwd: str, kind: str, pkg: str, name: str) -> None:
+    """As Bazel's command line takes `core:core` from lib/: //lib/core:core (it was
+    refused with a "did you mean"); `sub/...` was taken so already."""
+    p = parse_pattern(text, cwd, cwd)
+    assert (p.kind, p.pkg, p.name, p.text) == (kind, pkg, name, text)
 
 
 def test_label_str_and_split_round_trip() -> None:

@@ -1137,7 +1137,7 @@ def test_a_changed_buildtool_toml_is_read_again(watch, ws: Path) -> None:
 def test_a_malformed_pattern_is_exit_2_not_a_watch(ws: Path, cache: Path) -> None:
     """No edit can mend a bad pattern on the command line: exit 2 as build, no watching."""
     for command in (("watch",), ("build", "--watch")):
-        r = subprocess.run([sys.executable, "-m", "buildtool", *command, "x:y"], cwd=ws, env=run_env(cache),
+        r = subprocess.run([sys.executable, "-m", "buildtool", *command, "x::y"], cwd=ws, env=run_env(cache),
                            capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode == 2 and "a label must start with '//' or ':'" in r.stderr, (command, r.stderr)
 
