@@ -52,6 +52,20 @@ _TARGET_FIELDS = ("id", "label", "kind", "pkg", "cmd", "srcs", "deps", "outs", "
                   "local")
 
 
+
+def _closest(wanted: str, names: list[str]) -> str | None:
+    """The name most like ``wanted`` (difflib's ratio, cutoff 0.6), ties going to one that
+    starts with it, then the shortest, then the first in order: for //libs/pkg0 among
+    pkg00..pkg39, pkg00 (difflib's own tie-break is the greatest string: pkg30)."""
+    import difflib
+
+    found = difflib.get_close_matches(wanted, names, n=16)
+    if not found:
+        return None
+    def rank(n: str) -> tuple[float, bool, int, str]:
+        return (-round(difflib.SequenceMatcher(None, wanted, n).ratio(), 9), not n.startswith(wanted), len(n), n)
+    return min(found, key=rank)
+
 class Target:
     """One node of the build graph: a command (or group) with its inputs and outputs.
     Never changed once made: graphs are shared by watch-mode cycles and pickled."""
@@ -783,8 +797,6 @@ class GraphBuilder:
         the target ``core`` of package ``lib/core`` (a ':' for a '/'), else the one package
         of the same directory name (moved), else the closest package's name to the package
         or to package and name together (``//lb:core``)."""
-        import difflib  # (error messages only)
-
         name = text.rpartition(":")[2] if ":" in text else ""
         producer = self.producer_of(pkg) if pkg and not name else None  # //lib/x.o: a file path
         if producer is not None:
@@ -805,8 +817,8 @@ class GraphBuilder:
             return f"; did you mean //{moved[0]}?"
         for wanted in (pkg, joined):
             close = [p for p in packages if wanted and p.lower() == wanted.lower()]  # (//LIB: difflib finds none)
-            close = close or (difflib.get_close_matches(wanted, packages, n=1) if wanted else [])
-            if close:
+            close = close or ([_closest(wanted, packages)] if wanted else [])
+            if close and close[0]:
                 return f"; did you mean //{close[0]}?"
         return ""
 

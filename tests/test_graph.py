@@ -1152,3 +1152,12 @@ def test_an_output_s_directory_linked_into_a_sibling_with_the_workspace_s_name_a
     err = expect_invalid(workspace)
     assert "output 'gen/o.txt' of //:g resolves (through a symlink) outside the workspace" in err, err
     assert not (other / "o.txt").exists()
+
+
+def test_a_near_miss_package_is_offered_the_one_it_begins_before_a_later_tie(workspace: Workspace) -> None:
+    """`//libs/pkg0` among pkg00..pkg39 offered //libs/pkg30 (difflib's tie-break: the
+    greatest string), where pkg00 is as close and begins with what was typed."""
+    for i in range(40):
+        workspace.build_file(f"libs/pkg{i:02d}", 'genrule(name="t", outs=["o"], cmd="echo > $@")\n')
+    rc, _, err = workspace.run("build", "//libs/pkg0:t")
+    assert rc == 2 and "did you mean //libs/pkg00?" in err, err
