@@ -902,12 +902,17 @@ class Session:
         sources = {s for t in graph.targets for s in t.srcs} if rows else set()
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
+        vanished: list[tuple[str, list[Any]]] = []
         for lab, o in rows:
             if os.path.lexists(os.path.join(self.ws.root, o[0])):
                 self.removed_dead.add(o[0])  # (before its deletion event can come)
+            else:
+                vanished.append((lab, o))
             if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere, self.identity_trusted):
                 kept.add(o[0])
                 self.removed_dead.discard(o[0])
+        if vanished and sources:
+            _warn_moved_outputs(self.ws.root, graph, vanished, sources)
         for lab in gone:
             record.drop(lab)
         for d in sorted(loader.dirs_of_dead_outputs):  # an output now, a directory of outputs before
@@ -1245,6 +1250,34 @@ def _median(values: list[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def _warn_moved_outputs(root: str, graph: Graph, vanished: list[tuple[str, list[Any]]], sources: set[str]) -> None:
+    """Warn of each source now that has the file name and the content of an output of a
+    target gone, an output that is gone from where it was made: a package directory moved
+    (an IDE's rename) or copied with its outputs in it, whose glob() now takes the earlier
+    build's outputs for sources, which a fresh checkout does not have.  Rare: only outputs
+    of targets gone, and no longer on disk, are looked for; only name matches are hashed."""
+    from buildtool.digest import hash_file
+
+    by_name: dict[str, list[tuple[str, list[Any]]]] = {}
+    for lab, o in vanished:
+        by_name.setdefault(os.path.basename(o[0]), []).append((lab, o))
+    live = {o for t in graph.targets for o in t.outs}
+    for s in sorted(sources):
+        rows = by_name.get(os.path.basename(s))
+        if not rows or s in live:
+            continue
+        try:
+            d = hash_file(os.path.join(root, s))
+        except OSError:
+            continue
+        for lab, o in rows:
+            if o[1] == d:
+                _warn(f"source {s} has the name and content of {o[0]}, an output of {lab}, a target that no longer "
+                      f"exists, and that file is gone: was a directory moved or copied with its outputs in it? A "
+                      f"fresh checkout does not have {s}: delete it unless it is a source of yours")
+                break
 
 
 def _warn_unknown_pools(graph: Graph, wanted: Iterable[int], depths: Mapping[str, int]) -> None:

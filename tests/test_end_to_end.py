@@ -970,6 +970,24 @@ def test_a_dead_output_that_became_a_source_is_kept(workspace: Workspace) -> Non
     assert "kept notes.txt: an output of //:gen before, it is a source now" in r.stderr
 
 
+def test_outputs_moved_with_their_package_directory_and_globbed_as_sources_are_warned_of(
+        workspace: Workspace) -> None:
+    """`mv pkg pkg2` (an IDE's folder rename) took pkg/A.txt, an output, along: pkg2's glob
+    made it a source, silently, which a fresh checkout does not have."""
+    build = ('genrule(name="up", srcs=["a.txt"], outs=["{out}"], cmd="tr a-z A-Z < $< > $@")\n'
+             'genrule(name="list", srcs=glob(["*.txt"]), outs=["list.out"], cmd="ls $(SRCS) > $@")\n')
+    workspace.build_file("pkg", build.format(out="A.txt"))
+    workspace.write("pkg/a.txt", "a\n")
+    assert workspace.build().rc == 0
+    (workspace.root / "pkg").rename(workspace.root / "pkg2")
+    workspace.build_file("pkg2", build.format(out="upper.txt"))
+    r = workspace.build()
+    assert r.rc == 0, r.output
+    assert "source pkg2/A.txt has the name and content of pkg/A.txt, an output of //pkg:up, a target that no " \
+           "longer exists, and that file is gone" in r.stderr, r.stderr
+    assert "upper.txt" not in r.stderr and workspace.build().stderr == ""  # (said once; nothing else)
+
+
 def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_edits(
     workspace: Workspace,
 ) -> None:
