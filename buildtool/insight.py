@@ -204,6 +204,12 @@ def _plan(args: argparse.Namespace, session: Any) -> int:
     # Labels the record has no duration for (a fresh checkout, after `clean`): the cache's,
     # as the build's own weights take them.
     missing = [t.label for t in graph.targets if t.kind != "group" and t.label not in durations]
+    if missing and mode == "test":  # (a red test's last run: testing.py, as the build's weights take it)
+        from buildtool.testing import TestLogs
+
+        failed_s = TestLogs(session.ws.state_dir, _warn).failed_s
+        durations.update((lab, failed_s[lab]) for lab in missing if lab in failed_s)
+        missing = [lab for lab in missing if lab not in durations]
     if missing:
         durations.update(_cached_durations(session.config.cache_dir, missing))
     costs = simulate.costs_from_record(graph, durations, free)

@@ -506,7 +506,9 @@ class Session:
                 return BuildResult(by_label, time.monotonic() - t_begin, 0, graph)
             umask_for_commands()
             phases.begin("critical-path weights")
-            weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None, cache)
+            tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
+            weights = self._weights(graph, record, stats, wanted, runner if not from_snapshot else None, cache,
+                                    tests.logs.failed_s if tests else None)
             deps: list[Any] = [t.deps for t in graph.targets]
             dependents: Any = graph.dependents
             if later:  # (the edges depfiles name: a header made by another target first)
@@ -535,7 +537,6 @@ class Session:
 
                 load_limit = LoadLimit(req.load)
             _warn_unknown_pools(graph, wanted, cfg.pools)
-            tests = _test_session(self.ws.root, state, graph, req) if req.mode == "test" else None
             shown = tests.console(console) if tests else console
             runner_reporter = Fanout(_Committer(runner), shown, events, self.observer, load_limit)
             sched = Scheduler(
@@ -799,11 +800,12 @@ class Session:
 
     def _weights(
         self, graph: Graph, record: BuildRecord, stats: StatCache, wanted: range | set[int],
-        predict: TargetRunner | None, cache: Cache | None = None,
+        predict: TargetRunner | None, cache: Cache | None = None, failed_s: Mapping[str, float] | None = None,
     ) -> list[float]:
-        """Per target id: its recorded duration (else the one ``cache`` holds for its label,
-        from any workspace using it; else the median of those known), ~0 if predicted fresh
-        or a group.  Only wanted targets get one: the plan reads no other.
+        """Per target id: its recorded duration (else, for a test, what its last run took
+        when it failed, ``failed_s``; else the one ``cache`` holds for its label, from any
+        workspace using it; else the median of those known), ~0 if predicted fresh or a
+        group.  Only wanted targets get one: the plan reads no other.
         ``predict`` (the runner, which knows each target's action): None when ``wanted`` is
         the cone of the files the no-op check found changed: each of its targets reads or
         writes one, or depends on one that does, so none is predicted fresh (W6: 10,000
@@ -821,6 +823,12 @@ class Session:
                 unknown.append(i)
             else:
                 weights[i] = max(e["d"], FRESH_WEIGHT)
+        if unknown and failed_s:  # (a red test: no record line; a slow one counted as the median started last)
+            for i in unknown:
+                d = failed_s.get(graph.targets[i].label)
+                if d is not None:
+                    weights[i] = max(d, FRESH_WEIGHT)
+            unknown = [i for i in unknown if graph.targets[i].label not in failed_s]
         if unknown and cache is not None:  # (a fresh checkout, after `clean`: the cache remembers)
             shared = cache.durations(graph.targets[i].label for i in unknown)
             for i in unknown:

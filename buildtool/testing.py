@@ -134,6 +134,9 @@ class TestLogs:
         # label -> the action key of its last run when that run failed: the cache's earlier
         # pass under the same key is not served again (a red test stays red until it passes).
         self.failed: dict[str, str] = {}
+        # label -> seconds its last run took when that run failed (one attempt's): no record
+        # line holds it, and a red 3 s test counted as the median started last (plan, weights).
+        self.failed_s: dict[str, float] = {}
         self._index: dict[str, str] = self._load_index()
         self._dirty = False
         # label -> the output of its latest run in this build when its log could not be
@@ -168,6 +171,10 @@ class TestLogs:
         failed = data.get("failed", {})
         if isinstance(failed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in failed.items()):
             self.failed = failed
+        took = data.get("failed_s", {})
+        if isinstance(took, dict):  # (a value of another type: that one left out)
+            self.failed_s = {k: float(v) for k, v in took.items() if isinstance(k, str) and
+                             isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9}
         return logs
 
     def path(self, target: Target) -> str:
@@ -245,13 +252,19 @@ class TestLogs:
                 self.unwritten[target.label] = str(why)
                 self._output[target.label] = data
 
-    def ran(self, target: Target, key: str, passed: bool) -> None:
-        """A test ran to a verdict with ``key``: remember a failure, forget it on a pass."""
+    def ran(self, target: Target, key: str, passed: bool, seconds: float | None = None) -> None:
+        """A test ran to a verdict with ``key``: remember a failure (and ``seconds``, what
+        the run took), forget it on a pass (the build record holds a pass's duration)."""
         with self._lock:
             if passed:
                 self._dirty = self.failed.pop(target.label, None) is not None or self._dirty
-            elif key and self.failed.get(target.label) != key:
+                self._dirty = self.failed_s.pop(target.label, None) is not None or self._dirty
+                return
+            if key and self.failed.get(target.label) != key:
                 self.failed[target.label] = key
+                self._dirty = True
+            if seconds is not None and self.failed_s.get(target.label) != round(seconds, 4):
+                self.failed_s[target.label] = round(seconds, 4)
                 self._dirty = True
 
     def remove_attempts(self, target: Target) -> None:
@@ -290,6 +303,8 @@ class TestLogs:
             body: dict[str, object] = {"v": INDEX_VERSION, "logs": self._index}
             if self.failed:
                 body["failed"] = self.failed
+            if self.failed_s:
+                body["failed_s"] = self.failed_s
             data = json.dumps(body, sort_keys=True, separators=(",", ":"))
             self._dirty = False
         try:
@@ -384,7 +399,7 @@ class TestRunner:
         if o.status is Status.FAILED:  # (FAILED, also one that could not start: other tests go on)
             o.extra["test_verdict"] = True
         if o.status is Status.RAN or (o.status is Status.FAILED and self._reran_makes_sense(o)):
-            self.logs.ran(t, o.key, o.ok)
+            self.logs.ran(t, o.key, o.ok, o.extra.get("attempt_s", o.duration))
             if not o.ok:  # the record's earlier pass must not make the next run a no-op,
                 self._forget_pass(t, o, o.key)
         elif failed_key and o.status is not Status.RAN:  # (a failed attempt, its retry interrupted)

@@ -1062,3 +1062,26 @@ def test_a_builds_test_outputs_are_not_all_held_in_memory_until_it_ends(workspac
     # The report still reads each log: --test-output=all shows the cached passes' output.
     rc, out, _ = workspace.run("test", "//:t3", "//:t4", "--test-output=all")
     assert rc == 0 and "3" * 6_000_000 in out and "4" * 6_000_000 in out
+
+
+def test_a_failing_test_s_duration_orders_the_next_run_and_the_plan(workspace: Workspace) -> None:
+    """A failure has no record line, so a red 1 s test counted as the median of the
+    others (0.2 s) and started last: the next run's critical path took what its last run
+    took, as `plan --test` does; a pass forgets it (the record holds the pass's)."""
+    workspace.build_file("", """
+        test(name="a_fast", cmd="sleep 0.2")
+        test(name="b_fast", cmd="sleep 0.2")
+        test(name="z_slow", cmd="sleep 1; test -e pass")
+    """)
+    r = workspace.build("-k", "-j1", command="test")
+    assert r.rc == 1 and r.by_label["//:z_slow"]["test"] == "failed", r.output
+    index = json.loads(workspace.read(".buildtool/testlogs-index"))
+    assert 1.0 <= index["failed_s"]["//:z_slow"] < 5, index
+    r = workspace.build("-k", "-j1", "--no-cache-tests", command="test")
+    starts = sorted((e["start"], e["label"]) for e in r.events if e["label"].endswith("fast") or "slow" in e["label"])
+    assert starts[0][1] == "//:z_slow", starts
+    rc, out, err = workspace.run("plan", "--test", "-j1")
+    assert rc == 0 and "no recorded duration" not in out and "1.0" in out, out + err
+    workspace.write("pass", "")
+    assert workspace.build("-k", "-j1", command="test").rc == 0
+    assert "failed_s" not in json.loads(workspace.read(".buildtool/testlogs-index"))
