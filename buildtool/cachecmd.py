@@ -39,6 +39,7 @@ def _config(args: argparse.Namespace) -> Config:
             root = os.path.abspath(args.directory)  # no workspace: user config and env only
         except FileNotFoundError:  # the working directory was deleted: exit 2, said as build says it
             raise e from None
+        return load_config(root, {"cache_dir": args.cache_dir}, workspace=False)
     return load_config(root, {"cache_dir": args.cache_dir})
 
 

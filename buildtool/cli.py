@@ -444,7 +444,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         if argv[i] == "-C" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
             # (-C -dir: the next word is the directory, whatever it looks like, as make -C
             # and git -C take it; argparse took it for an option and said "expected one argument")
-            argv = [*argv[:i], f"-C={argv[i + 1]}", *argv[i + 2:]]
+            argv = [*argv[:i], f"-C={argv[i + 1]}", *argv[i + 2:]]  # (-C=--: argparse drops a '--' value)
         i += 2 if argv[i] == "-C" else 1
     _misplaced_options(p, argv[:i], argv[i:])
     sub = getattr(p, "commands", {}).get(argv[i] if i < len(argv) else "")
@@ -466,7 +466,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             where = " (-C DIR goes before the command: buildtool -C DIR build ...)" \
                 if any(u.startswith("-C") for u in unknown) else ""
             _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)}{where}")
-        args.directory = os.path.join(*(args.directory or ["."]))
+        args.directory = _directory(args.directory)
         return args
     cut = argv.index("--") if "--" in argv else len(argv)
     args, unknown = p.parse_known_args(argv[:cut])
@@ -475,8 +475,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             else "the program's own arguments go after '--': buildtool run TARGET -- ARGS"
         _usage_error(p, args, f"unrecognized arguments: {' '.join(unknown)} ({where})")
     args.args = [*args.args, *argv[cut + 1:]]
-    args.directory = os.path.join(*(args.directory or ["."]))
+    args.directory = _directory(args.directory)
     return args
+
+
+def _directory(given: list[Any] | None) -> str:
+    """The -C directories joined.  argparse gives ``[]`` for a value that is exactly
+    ``--`` (``-C=--``, which ``-C --`` becomes): that is the directory named ``--``."""
+    return os.path.join(*[d if isinstance(d, str) else "--" for d in given or ["."]])
 
 
 def _misplaced_options(p: argparse.ArgumentParser, before: list[str], rest: list[str]) -> None:

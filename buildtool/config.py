@@ -342,8 +342,9 @@ def _env_layer() -> dict[str, Any]:
     return out
 
 
-def load_config(root: str, flags: dict[str, Any]) -> Config:
-    """Merge the layers; ``flags`` holds only the options given on the command line."""
+def load_config(root: str, flags: dict[str, Any], workspace: bool = True) -> Config:
+    """Merge the layers; ``flags`` holds only the options given on the command line.
+    ``workspace``: ``root`` is a workspace's (else: `cache` commands run outside any)."""
     merged: dict[str, Any] = {}
     ws_toml = os.path.join(root, "buildtool.toml")
     ws_layer = _file_layer(ws_toml)
@@ -374,7 +375,7 @@ def load_config(root: str, flags: dict[str, Any]) -> Config:
         cfg.cache_dir = default_cache_dir()
     cfg.cache_dir = os.path.abspath(os.path.expanduser(cfg.cache_dir))
     state = os.path.realpath(os.path.join(root, STATE_DIR))
-    if os.path.commonpath([os.path.realpath(cfg.cache_dir), state]) == state:
+    if workspace and os.path.commonpath([os.path.realpath(cfg.cache_dir), state]) == state:
         raise UserError(f"the cache dir {cfg.cache_dir} is inside this workspace's state directory {state}, "
                         f"which `buildtool clean` deletes and builds prune (the cache, shared by every workspace, "
                         f"would be lost): put it elsewhere (default: {default_cache_dir()})")

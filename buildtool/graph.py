@@ -814,7 +814,7 @@ class GraphBuilder:
         base = pkg.rpartition("/")[2]
         moved = [p for p in packages if p.rpartition("/")[2] == base] if base else []
         if len(moved) == 1:  # the same directory name elsewhere: moved (//pkgs/p20 -> //pkgs/group/p20)
-            return f"; did you mean //{moved[0]}?"
+            return f"; did you mean //{moved[0]}{f':{name}' if name else ''}?"
         for wanted in (pkg, joined):
             close = [p for p in packages if wanted and p.lower() == wanted.lower()]  # (//LIB: difflib finds none)
             close = close or ([_closest(wanted, packages)] if wanted else [])

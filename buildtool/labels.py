@@ -165,17 +165,21 @@ def parse_pattern(text: str, current_pkg: str, cwd_dir: str | None = None) -> Pa
             msg = f"bad pattern {text!r}: {e}"
             raise LabelError(msg) from None
         return Pattern("recursive", base, text=text)
-    label = text
-    if text[:1] not in ("/", ":", "@", "-") and (":" in text or "/" in text) and " " not in text:
-        # A label without its '//' is taken from the working directory, as `sub/...` is and as
-        # Bazel takes `sub:x` and `sub/pkg` on its command line (from lib/: //lib/sub:x).
-        rel = f"//{here}/{text}" if here else f"//{text}"
-        if _parses(rel):
-            label = rel
-    pkg, name = parse_label(label, current_pkg, here)
+    pkg, name = parse_label(from_here(text, here), current_pkg, here)
     if name == "all" and (text.endswith(":all")):
         return Pattern("package", pkg, text=text)
     return Pattern("target", pkg, name, text=text)
+
+
+def from_here(text: str, cwd_dir: str) -> str:
+    """A label typed on the command line without its '//' (``sub:x``, ``sub/pkg``, and a
+    file's ``sub:f.txt``), taken from the working directory ``cwd_dir``, as ``sub/...`` is
+    and as Bazel's command line takes them (from lib/: //lib/sub:x); any other text as it is."""
+    if text[:1] not in ("/", ":", "@", "-", "") and (":" in text or "/" in text) and " " not in text:
+        rel = f"//{cwd_dir}/{text}" if cwd_dir else f"//{text}"
+        if _parses(rel):
+            return rel
+    return text
 
 
 def _parses(text: str) -> bool:

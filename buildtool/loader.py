@@ -28,6 +28,7 @@ from buildtool.workspace import (
     Workspace,
     at_or_above,
     is_cache_tag,
+    is_marker,
     read_file,
 )
 
@@ -355,7 +356,7 @@ class Loader:
         with its own buildtool.toml)?  Discovery does not walk there; nor does a label."""
         def here(d: str) -> bool:
             self.probes.add(f"{d}/{MARKER}")
-            return os.path.isfile(os.path.join(self.ws.root, d, MARKER))
+            return is_marker(os.path.join(self.ws.root, d, MARKER))
 
         return at_or_above(pkg, self._nested, here)
 

@@ -254,6 +254,18 @@ def invalidate(state_dir: str, slot: str) -> None:
             pass
 
 
+def drop_all(state_dir: str) -> None:
+    """Remove every request's snapshot and clock: a build changed what other requests'
+    targets depend on without changing a file they list (a stamp run again under its
+    recorded key, ``build -B //:stamp``: its dependents must run on the next build)."""
+    for _, s in _slot_names(state_dir):
+        for path in (_path(state_dir, s), _clock_path(state_dir, s)):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 RACY = [-1]  # stored for a racily clean source/output: "treat as changed" next time
 
 

@@ -209,14 +209,16 @@ def _file_of(builder: GraphBuilder, text: str) -> tuple[str, str | None] | None:
     from buildtool import labels
 
     cur = builder.current_package()
+    # (sub:f.txt from the working directory, as patterns take it; lib/x.txt stays a path typed)
+    typed, text = text, labels.from_here(text, builder.cwd_pkg) if ":" in text else text
     found = labels.file_label(text, cur)
     if found is None:
         try:
             found = labels.parse_label(text, cur)
         except labels.LabelError:
-            meant = _file_typed_as_path(builder, text)
+            meant = _file_typed_as_path(builder, typed)
             if meant is not None:  # (`rdeps(//..., lvm.h)`: a Make user's path)
-                raise UserError(f"{text!r} is a file path, not a label: did you mean {meant}?") from None
+                raise UserError(f"{typed!r} is a file path, not a label: did you mean {meant}?") from None
             return None
     pkg, name = found
     if pkg and not builder.loader.package_exists(pkg):  # (the root's: any workspace file, as a pyrule's module)
@@ -224,14 +226,14 @@ def _file_of(builder: GraphBuilder, text: str) -> tuple[str, str | None] | None:
     path = f"{pkg}/{name}" if pkg else name
     sub = builder.subpackage_on_the_way(pkg, path) if "/" in name else None
     if sub is not None:
-        raise UserError(f"{text!r} is in package //{sub}, not //{pkg}: refer to it as '//{sub}:{path[len(sub) + 1:]}'")
+        raise UserError(f"{typed!r} is in package //{sub}, not //{pkg}: refer to it as '//{sub}:{path[len(sub) + 1:]}'")
     producer = builder.producer_of(path)
     if producer is not None:  # (what reads it: its maker's dependents, and depfiles naming it)
         return path, producer
     if os.path.isfile(os.path.join(builder.loader.ws.root, path)):
         return path, None
     if "/" in name:  # (a file label: a target's name has no '/')
-        raise UserError(f"{text!r} names no target and there is no file {path}")
+        raise UserError(f"{typed!r} names no target and there is no file {path}")
     return None
 
 

@@ -492,11 +492,17 @@ class TargetRunner:
                 f"{key}+{self._run_token}" if again else _with_run(key, self.record.get(t.label))
 
     def _ran_again(self, t: Target, outcome: Outcome) -> bool:
-        """Whether stamp ``t`` ran under the key its record line holds (``build -B``)."""
+        """Whether stamp ``t`` ran under the key its record line holds (``build -B``): then
+        no request's no-op snapshot may vouch for its dependents (they list no file of it)."""
         if outcome.status is not Status.RAN or t.outs or t.kind != "genrule":
             return False
         entry = self.record.get(t.label)
-        return entry is not None and entry.get("k") == outcome.key
+        again = entry is not None and entry.get("k") == outcome.key
+        if again and not self.opt.dry_run:
+            from buildtool import noop
+
+            noop.drop_all(self.state_dir)
+        return again
 
     def _always_behind(self, tid: int) -> bool:
         """Whether stamp ``tid`` has always=True, or a stamp it depends on (through groups and
@@ -977,8 +983,9 @@ class TargetRunner:
         fresh_by_record = outcome.status is Status.UP_TO_DATE and outcome.reason is not Reason.ADOPTED
         described = self._texts.pop(tid, None)
         t = self.graph.targets[tid]
+        again = outcome.ok and bool(outcome.key) and self._ran_again(t, outcome)
         if outcome.ok and outcome.key:
-            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), self._ran_again(t, outcome))
+            self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), again)
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
             label = self.label_of(tid)
             desc = outcome.extra.get("desc") or self._desc.get(tid, ("", {}))[1]
@@ -995,7 +1002,7 @@ class TargetRunner:
             outputs = outcome.extra.get("outputs")
             # (a stamp run again under its recorded key: the run's token, which its dependents'
             # keys hold with that key)
-            run = self._run_token if self._ran_again(t, outcome) else None
+            run = self._run_token if again else None
             if prev is not None and text is not None and self.record.holds(prev, key, outputs, duration, text, run):
                 return  # a restore of what the record says already: no line (W6 appends none)
             outcome.extra["record_entry"] = self.record.prepare(
@@ -1974,8 +1981,9 @@ _SAID_SHIMS: set[str] = set()
 
 def _with_run(key: str, entry: Mapping[str, Any] | None) -> str:
     """A stamp's settled key as its dependents name it: ``key``, and ``+<token>`` of the
-    run that last ran it when its record line holds one (``r``, formats.md)."""
-    run = entry.get("r") if entry is not None else None
+    run that last ran it when its record line, of that key, holds one (``r``, formats.md;
+    a line of another key is a run before this one's: its token is not this key's)."""
+    run = entry.get("r") if entry is not None and entry.get("k") == key else None
     return f"{key}+{run}" if isinstance(run, str) and run else key
 
 

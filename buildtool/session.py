@@ -170,10 +170,10 @@ class Session:
         """Read buildtool.toml, .buildtoolignore and the user config again, for the same
         workspace root (watch mode, when one changed); UserError when one is invalid now,
         or the marker is gone (the enclosing workspace, if any, is not this one)."""
-        from buildtool.workspace import MARKER, read_ignore  # (watch mode only)
+        from buildtool.workspace import MARKER, is_marker, read_ignore  # (watch mode only)
 
         root = self.ws.root
-        if not os.path.isfile(os.path.join(root, MARKER)):
+        if not is_marker(os.path.join(root, MARKER)):
             msg = f"{os.path.join(root, MARKER)} was removed: it marks this workspace's root (an empty file will do)"
             raise UserError(msg)
         self.config = load_config(root, self._flags)

@@ -128,6 +128,20 @@ def _refuse(msg: str) -> NoReturn:
     raise UserError(msg) from None
 
 
+def _is_dev_null(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev
+
+
+def is_marker(path: str) -> bool:
+    """Does ``path`` mark a workspace root: a regular file, or a link to /dev/null (a
+    config masked, read as empty), as ``find_workspace`` takes it?"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) or _is_dev_null(st)
+
+
 def find_workspace(start: str) -> Workspace:
     """Find the workspace containing ``start`` (exit code 2 when there is none)."""
     try:
@@ -147,7 +161,7 @@ def find_workspace(start: str) -> Workspace:
         try:
             st = os.stat(marker)
             mode: int | None = st.st_mode
-            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+            if _is_dev_null(st):
                 break  # (a link to /dev/null: a config masked, read as empty; the marker all the same)
         except OSError as e:
             import errno  # (not on every no-op: test_imports)
@@ -209,7 +223,7 @@ def read_file(path: str) -> tuple[bytes, os.stat_result]:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a FIFO: no wait for a writer)
     try:
         st = os.fstat(fd)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+        if _is_dev_null(st):
             return b"", st
         if not stat.S_ISREG(st.st_mode):
             import errno

@@ -195,3 +195,48 @@ def test_a_workspace_marker_linked_to_dev_null_marks_the_root_with_no_configurat
                            timeout=60)
         assert p.returncode == 0, p.stdout + p.stderr
     assert (ws / "sub" / "o.txt").read_text() == "ok\n"
+
+
+def test_minus_c_takes_a_directory_named_double_dash(tmp_path: Path) -> None:
+    """`-C --` became `-C=--`, whose value argparse drops: a TypeError traceback, exit 1."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "--"
+    ws.mkdir()
+    (ws / "buildtool.toml").write_text("")
+    (ws / "BUILD.py").write_text('genrule(name="g", outs=["o.txt"], cmd="echo ok > $@")\n')
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    for argv in (["-C", "--", "build"], ["-C=--", "build", "--explain"]):
+        p = subprocess.run([BUILDTOOL, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+    assert (ws / "o.txt").read_text() == "ok\n"
+
+
+def test_a_nested_workspace_marked_by_a_link_to_dev_null_is_fenced_off(tmp_path: Path) -> None:
+    """Discovery skipped inner/ (a buildtool.toml by name), but a label into it loaded it
+    (its marker was not a regular file): two workspaces owned its outputs."""
+    from conftest import BUILDTOOL, _clean_env
+
+    ws = tmp_path / "ws"
+    (ws / "inner" / "pkg").mkdir(parents=True)
+    (ws / "buildtool.toml").write_text("")
+    (ws / "inner" / "buildtool.toml").symlink_to("/dev/null")
+    (ws / "inner" / "pkg" / "BUILD.py").write_text('genrule(name="x", outs=["x.txt"], cmd="echo x > $@")\n')
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    p = subprocess.run([BUILDTOOL, "build", "//inner/pkg:x"], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "nested workspace" in p.stderr, p.stdout + p.stderr
+    p = subprocess.run([BUILDTOOL, "build", "//pkg:x"], cwd=ws / "inner", env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_cache_commands_outside_a_workspace_take_a_cache_under_a_dot_buildtool_directory(tmp_path: Path) -> None:
+    """With no workspace there is no state directory to protect: `cache stats --cache-dir
+    .buildtool/c` from ~ was refused as "inside this workspace's state directory"."""
+    from conftest import BUILDTOOL, _clean_env
+
+    env = _clean_env(tmp_path / "cache", tmp_path / "home")
+    p = subprocess.run([BUILDTOOL, "cache", "stats", "--cache-dir", ".buildtool/c"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr

@@ -117,7 +117,7 @@ def test_a_moved_package_is_suggested_by_its_directory_name(workspace: Workspace
     for pkg in ("pkgs/p42", "pkgs/group/p20"):
         workspace.build_file(pkg, 'genrule(name="x", outs=["c"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//pkgs/p20:x")
-    assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20?" in err, err
+    assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20:x?" in err, err
 
 
 @pytest.mark.parametrize("attr", ["srcs", "deps"])
@@ -1152,6 +1152,14 @@ def test_an_output_s_directory_linked_into_a_sibling_with_the_workspace_s_name_a
     err = expect_invalid(workspace)
     assert "output 'gen/o.txt' of //:g resolves (through a symlink) outside the workspace" in err, err
     assert not (other / "o.txt").exists()
+
+
+def test_a_package_typed_twice_over_is_offered_with_its_target_name(workspace: Workspace) -> None:
+    """From lib/, `lib/core:c` (a path from the root, typed as relative) is //lib/lib/core:c;
+    the hint named the moved-package reading without the target: //lib/core."""
+    workspace.build_file("lib/core", 'genrule(name="c", outs=["c"], cmd="echo > $@")\n')
+    rc, _, err = workspace.run("build", "lib/core:c", cwd=workspace.root / "lib")
+    assert rc == 2 and "did you mean //lib/core:c?" in err, err
 
 
 def test_a_near_miss_package_is_offered_the_one_it_begins_before_a_later_tie(workspace: Workspace) -> None:

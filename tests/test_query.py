@@ -122,6 +122,17 @@ def test_rdeps_of_an_output_are_what_reads_it_and_a_path_gets_its_label(workspac
                                                                   "//lib:lib"]
 
 
+def test_rdeps_of_a_file_label_typed_without_slashes_is_taken_from_the_working_directory(
+        workspace: Workspace) -> None:
+    """`rdeps(//..., core:c.txt)` from lib/ is //lib/core:c.txt, as patterns take it."""
+    workspace.build_file("lib/core", 'genrule(name="c", outs=["c.txt"], cmd="echo > $@")\n'
+                                     'genrule(name="u", srcs=[":c"], outs=["u.txt"], cmd="cat $< > $@")\n')
+    lib = workspace.root / "lib"
+    rc, out, err = workspace.run("query", "rdeps(//..., core:c.txt)", cwd=lib)
+    rc2, out2, err2 = workspace.run("query", "rdeps(//..., //lib/core:c.txt)", cwd=lib)
+    assert rc == rc2 == 0 and out == out2 and "//lib/core:u" in out, (out, err, out2, err2)
+
+
 def test_a_recursive_pattern_takes_its_package_and_those_below_only(workspace: Workspace) -> None:
     """The packages of ``//a/b/...`` are a slice of the sorted package list (a scan of every
     package per pattern was quadratic in patterns x packages): not a/b-c nor a/bz, which

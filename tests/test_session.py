@@ -204,3 +204,21 @@ def test_the_loading_line_has_a_total_only_for_patterns_that_take_every_package(
     assert _wants_everything([], "") and _wants_everything(["//..."], "a") and _wants_everything(["..."], "")
     assert _wants_everything(["//a:b", "//..."], "")
     assert not _wants_everything(["..."], "a") and not _wants_everything(["//a/...", "//b:c"], "")
+
+
+def test_a_config_reload_takes_a_marker_linked_to_dev_null_and_refuses_a_removed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Watch reloads the config when .buildtoolignore or buildtool.toml changes: with the
+    marker linked to /dev/null (which find_workspace takes) it said "buildtool.toml was
+    removed" in every cycle until watch was restarted."""
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "buildtool.toml").symlink_to("/dev/null")
+    s = Session(str(ws))
+    s.reload_config()
+    (ws / "buildtool.toml").unlink()
+    with pytest.raises(UserError, match="was removed: it marks this workspace's root"):
+        s.reload_config()
