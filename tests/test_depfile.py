@@ -286,3 +286,26 @@ def test_a_manifest_the_cache_refuses_stops_the_stores_with_one_warning(tmp_path
             mf.add(f"{n:02d}" * 32, ["a.h"])
     assert not cache.writable
     assert len(warnings) == 1 and "nothing is stored in the cache for the rest of this build" in warnings[0], warnings
+
+
+def test_a_word_of_backslashes_alone_before_a_continuation_is_a_word_of_its_own() -> None:
+    """`\\\\` then a newline: one backslash, a word by itself; it did not join the next."""
+    assert parse("o.o: \\\\\n b.h\n").prerequisites == ["\\", "b.h"]
+    assert parse("o.o: a \\\\\n b.h\n").prerequisites == ["a", "\\", "b.h"]
+
+
+def test_one_build_s_depfiles_in_two_packages_resolve_the_same_name_each_in_its_own(tmp_path: Path) -> None:
+    """`cfg.h` in the root's depfile and in lib's are two files: the memo of the answers is
+    per package (one memo for all left lib/cfg.h out of lib's inputs: a stale build)."""
+    from buildtool.depfile import WorkspacePaths
+
+    paths = WorkspacePaths(str(tmp_path))
+    assert paths.inputs(["cfg.h"], "") == ["cfg.h"]
+    assert paths.inputs(["cfg.h", "../cfg.h"], "lib") == ["cfg.h", "lib/cfg.h"]
+    assert paths.inputs(["cfg.h"], "") == ["cfg.h"]
+
+
+def test_the_workspace_s_parent_and_state_directory_themselves_are_no_inputs(tmp_path: Path) -> None:
+    got = workspace_inputs([".", "..", ".buildtool", ".buildtool/record", "lib/..", "a.h"], str(tmp_path), "")
+    assert got == ["a.h"]
+    assert workspace_inputs(["..", "../.buildtool"], str(tmp_path), "lib") == []
