@@ -686,3 +686,54 @@ def test_a_build_after_a_killed_one_counts_the_cache_anew(workspace: Workspace) 
     assert cache_bytes(workspace.cache) <= 5 << 20
     assert read_counter(v_dir) == cache_bytes(workspace.cache)
     verify_cache(workspace.cache)
+
+
+def test_gc_keeps_the_blobs_of_a_command_s_captured_output(workspace: Workspace) -> None:
+    """An entry's stdout and stderr are blobs it references, as its outputs are: taken for
+    garbage, every cached log went (a cached test's replayed output too)."""
+    workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="seq 1 30000; seq 1 20000 >&2; echo x > $@")\n')
+    assert workspace.build().rc == 0
+    before = verify_cache(workspace.cache)
+    assert before["blobs"] == 2, before  # (the output is inline; stdout and stderr are not)
+    rc, out, err = workspace.run("cache", "gc")
+    assert rc == 0 and verify_cache(workspace.cache) == before, out + err
+
+
+def test_gc_never_deletes_through_a_shard_that_is_a_link(workspace: Workspace, tmp_path: Path) -> None:
+    """A shard directory replaced by a link (a team's cache, a restored one): its blob-named
+    files are another directory's, never gc's to delete."""
+    sized_targets(workspace, {"a": 3 * KIB})
+    assert workspace.build().rc == 0
+    cas = layout_dir(workspace.cache) / "cas"
+    shard = next(f"{i:02x}" for i in range(256) if not (cas / f"{i:02x}").exists())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / (shard + "0" * 62)
+    theirs.write_bytes(b"not the cache's\n")
+    os.symlink(elsewhere, cas / shard)
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "0")
+    assert rc in (0, 1) and theirs.read_bytes() == b"not the cache's\n", out + err
+
+
+def test_an_entry_naming_one_blob_twice_frees_it_when_evicted(workspace: Workspace) -> None:
+    """Two outputs with the same content: one blob, referenced twice by one entry.  Counted
+    twice, evicting the entry left it behind (and gc evicted more entries than needed)."""
+    workspace.build_file("", 'genrule(name="t", outs=["a", "b"], cmd="head -c 102400 /dev/zero > a; cp a b")\n')
+    assert workspace.build().rc == 0
+    assert verify_cache(workspace.cache) == {"entries": 1, "blobs": 1}
+    rc, out, err = workspace.run("cache", "gc", "--max-size", "0")
+    assert rc == 0 and verify_cache(workspace.cache) == {"entries": 0, "blobs": 0}, out + err
+
+
+def test_gc_stops_evicting_once_the_cache_is_exactly_at_the_cap(workspace: Workspace) -> None:
+    sized_targets(workspace, {"x": 40 * KIB})
+    assert workspace.build().rc == 0
+    time.sleep(0.05)
+    sized_targets(workspace, {"x": 40 * KIB, "y": 50 * KIB})
+    assert workspace.build("//:y").rc == 0
+    s = scan(str(layout_dir(workspace.cache)))
+    oldest = min(s.entries)
+    cap = s.total - oldest[2] - sum(s.blobs[d] for d in set(oldest[3]))  # (what evicting x alone leaves)
+    rc, out, err = workspace.run("cache", "gc", "--max-size", str(cap))
+    assert rc == 0 and "evicted 1 entr" in out, out + err
+    assert verify_cache(workspace.cache)["entries"] == 1
