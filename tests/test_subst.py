@@ -14,6 +14,7 @@ LOC = {
     "my file.txt": ["my file.txt"],
     "paren(x).txt": ["paren(x).txt"],
     "a(b.txt": ["a(b.txt"],
+    ":stamp": [],  # (a genrule without outs)
 }
 
 
@@ -36,6 +37,9 @@ def sub(cmd: str, srcs: list[str] | None = None, outs: list[str] | None = None) 
         ("cat $(location //x:y)", "cat ../x/y.out"),
         ("cat $(location paren(x).txt) >o", "cat 'paren(x).txt' >o"),  # (it stopped at the first ")")
         ("(cat $(location a.txt))", "(cat a.txt)"),
+        # Parentheses that do not pair: the first ")" closes, the shell's own later ones stay.
+        ("cat $(location a(b.txt) > o && (echo x) >> o", "cat 'a(b.txt' > o && (echo x) >> o"),
+        ("cat $(location  a.txt )", "cat a.txt"),  # (spaces around the argument)
         ("ls $(locations :gen)", "ls gen/one.h gen/two.h"),
         ("echo $$ $$$$", "echo $ $$"),
         ("echo $$(date)", "echo $(date)"),
@@ -109,6 +113,9 @@ def test_location_of_several_files_is_an_error() -> None:
     with pytest.raises(SubstError) as e:
         sub("cat $(location :gen)")
     assert "$(locations :gen)" in str(e.value)
+    with pytest.raises(SubstError) as e:  # (none: an IndexError's traceback)
+        sub("echo $(location :stamp)")
+    assert str(e.value) == "$(location :stamp) must name exactly one file (got 0); use $(locations :stamp)"
 
 
 # -- end to end -----------------------------------------------------------------------
