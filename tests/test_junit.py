@@ -453,3 +453,25 @@ def test_binary_output_just_over_the_decode_window_keeps_the_cap(n: int) -> None
 
     head, _, tail = xml_text(b"\x80" * n).partition("\n")
     assert len(tail) == MAX_OUTPUT_CHARS and head == f"[... {n - MAX_OUTPUT_CHARS // 4} characters cut ...]", head
+
+
+def test_a_cut_landing_on_the_continuation_byte_0x80_counts_whole_characters() -> None:
+    """The decode window steps back off continuation bytes 0x80-0xBF: at exactly 0x80 (the
+    second byte of 'À') it did not, and the count of characters cut was off by one."""
+    from buildtool.junit import MAX_OUTPUT_CHARS
+
+    m, r = 10, 4 * MAX_OUTPUT_CHARS + 3
+    data = "À".encode() * m + b"x" * r  # (the window's first byte: the last 'À''s 0x80)
+    head, _, tail = xml_text(data).partition("\n")
+    assert head == f"[... {m + r - MAX_OUTPUT_CHARS} characters cut ...]" and tail == "x" * MAX_OUTPUT_CHARS, head
+
+
+def test_a_failed_or_timed_out_test_s_output_is_written_once_in_its_failure() -> None:
+    """user-guide.md: the output of a failure is in the <failure> element, once; a timeout's
+    was also in <system-out>."""
+    cases = {c.get("name"): c for c in to_xml(_mixed_cases()).getroot().iter("testcase")}
+    for label, kind in (("//a:f", "failed"), ("//b:t", "timeout")):
+        failure = cases[label].find("failure")
+        assert failure is not None and failure.get("type") == kind and failure.text
+        assert cases[label].find("system-out") is None, label
+    assert cases["//a:p"].find("system-out").text == "fine & <dandy>\n"
