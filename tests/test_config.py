@@ -182,6 +182,9 @@ def test_url_credentials_are_basic_auth_for_their_endpoint_and_never_shown(
 @pytest.mark.parametrize(("toml", "needle"), [
     ('cache_dir = ""\n', "1: cache_dir must name a directory (got an empty string)"),
     ("[pools]\nconsole = 4\n", "2: pools.console cannot be configured: the console pool is built in with depth 1"),
+    ("jobs = 0\n", "1: jobs must be from 1 to 4096 (got 0)"),
+    ("remote_jobs = 4097\n", "1: remote_jobs must be a whole number from 1 to 4096 (got 4097)"),
+    ("jobs = true\n", "1: jobs must be an integer (got True)"),
 ])
 def test_values_that_were_taken_silently_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, needle: str,
@@ -255,6 +258,18 @@ def test_an_unknown_config_key_gets_a_did_you_mean(workspace: Workspace) -> None
     workspace.write("buildtool.toml", "zzzz = 3\n")
     rc, _, err = workspace.run("build")
     assert rc == 2 and "unknown config key 'zzzz'; known keys are:" in err, err
+
+
+@pytest.mark.parametrize("value", ["0", "4097", "-1"])
+def test_jobs_from_the_environment_out_of_range_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str,
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("BUILDTOOL_JOBS", value)
+    _write(tmp_path / "ws" / "buildtool.toml", "")
+    with pytest.raises(config.UserError) as e:
+        config.load_config(str(tmp_path / "ws"), {})
+    assert str(e.value) == f"BUILDTOOL_JOBS must be from 1 to 4096 (got {int(value)})"
 
 
 def test_a_cache_dir_inside_the_workspace_state_directory_is_refused(workspace: Workspace) -> None:
