@@ -288,3 +288,14 @@ def test_file_label_names_a_file_below_its_package(text: str, cur: str, expected
     if expected is not None:  # never a target's label
         with pytest.raises(labels.LabelError):
             labels.parse_label(text, cur)
+
+
+@pytest.mark.parametrize("text", ["//./lib:x", "//lib/.:x", "//lib/..:x", "//a/./b:x"])
+def test_a_dot_or_dot_dot_component_is_no_package(text: str) -> None:
+    with pytest.raises(LabelError, match="package path must be names of"):
+        parse_label(text, "")
+
+
+def test_a_file_label_with_a_dot_component_is_no_file_label() -> None:
+    assert labels.file_label(":./a.h", "lib") is None and labels.file_label("//lib:inc/../a.h", "") is None
+    assert labels.file_label(":inc/a.h", "lib") == ("lib", "inc/a.h")
