@@ -461,3 +461,16 @@ def test_explain_given_a_build_s_remote_flags_says_what_it_does_instead(workspac
     rc, out, err = workspace.run("explain", *flags)
     assert rc == 2 and f"explain takes no {flags[0]}: it never contacts a remote cache or executor" in err \
         and "buildtool build --explain" in err and out == "", (rc, out, err)
+
+
+def test_a_dry_run_that_cannot_read_an_input_is_would_fail_not_would_run() -> None:
+    """What `explain` says of a target whose source it cannot read (as a user other than
+    the file's owner, after `chmod 000`): the dry run's "would fail: cannot read", which the
+    tally counts as fail, not run."""
+    from buildtool.explain import FAIL, RUN, reason_text, verdict
+    from buildtool.outcome import Outcome, Reason, Status
+
+    o = Outcome(Status.SKIPPED, Reason.DRY_RUN, "would fail: cannot read a.txt")
+    assert verdict(o) == FAIL and reason_text(o) == "cannot read a.txt"
+    o = Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: input a.txt changed")
+    assert verdict(o) == RUN and reason_text(o) == "input a.txt changed"
