@@ -29,6 +29,7 @@ def test_a_simple_command_is_split_as_the_shell_would_and_pwd_is_its_directory()
     "cc -c a.c -o a.o && printf '%s:\\n' a.o > a.d",  # (the cc macros' assembly: no depfile from cc)
     "cc -c a.c; true", "cc -c a.c | tee log", "cc -c a.c > log", "(cc -c a.c)", "cc -c 'a.c", "",
     "cc -c f.c -o f.o\nrm -f stale.tmp", "# a comment\ncc -c a.c", "CCACHE_DIR=/c cc -c a.c",
+    "cc -c a.c # a comment after it",
 ])
 def test_more_than_one_simple_command_has_no_entry(cmd: str) -> None:
     assert command_words(cmd, "/w") is None
@@ -102,6 +103,23 @@ cc_binary(name="app", srcs=["main.c", ":parser"], hdr_deps=[":parser"])
     assert rc == 0, err
     files = sorted(Path(e["file"]).name for e in json.loads(out))
     assert files == ["main.c"], out  # (the generated parser.c's compile is a script: left out, as documented)
+
+
+def test_an_entry_is_a_one_source_compile_with_a_depfile_and_names_its_object(workspace: Workspace) -> None:
+    """cc.md: one entry per compile.  A copy of a .c file (no depfile) is none, nor a
+    command given two sources; the entry's output is the object, wherever it is in outs."""
+    workspace.build_file("", """
+genrule(name="copy", srcs=["a.c"], outs=["b.c"], cmd="cp a.c b.c")
+genrule(name="both", srcs=["a.c", "c.c"], outs=["both.o", "both.d"], depfile="both.d",
+        cmd="cc -MD -MF both.d -c a.c c.c -o both.o")
+genrule(name="one", srcs=["a.c"], outs=["a.d", "a.o"], depfile="a.d", cmd="cc -MD -MF a.d -c a.c -o a.o")
+""")
+    for name in ("a.c", "c.c"):
+        workspace.write(name, "int x;\n")
+    rc, out, err = workspace.run("graph", "--format", "compdb")
+    assert rc == 0, err
+    got = json.loads(out)
+    assert [(Path(e["file"]).name, Path(e["output"]).name) for e in got] == [("a.c", "a.o")], out
 
 
 def test_a_workspace_without_compiles_has_an_empty_database(workspace: Workspace) -> None:
