@@ -257,3 +257,31 @@ def test_a_command_capturing_into_memory_files_is_found_through_its_lanes_marker
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_reap_waits_until_no_process_of_the_killed_groups_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """reliability.md: the next build waits (up to 5 s) until the orphans it killed can no
+    longer run before it touches an output: a group still dying could write into it.  The
+    group here is reported alive for its first three looks (a slow death, which a SIGKILL
+    of a sleep is not)."""
+    tracker = orphans.Tracker(str(tmp_path))
+    before = orphans.boot_clock()
+    proc = _sleeper()
+    looks: list[bool] = []
+    real = orphans.live_groups
+
+    def slow(pgids: set[int]) -> set[int] | None:
+        looks.append(True)
+        return set(pgids) if len(looks) <= 3 else real(pgids)
+
+    try:
+        tracker.add(proc.pid, before)
+        _as_if_killed(tmp_path)
+        monkeypatch.setattr(orphans, "live_groups", slow)
+        assert orphans.reap(str(tmp_path), lambda _m: None, wait_s=5) == 1
+        assert len(looks) >= 4 and proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
+        proc.wait()
