@@ -5,6 +5,7 @@ Real processes: a ``sleep`` in its own session stands for a command a killed bui
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -285,3 +286,36 @@ def test_reap_waits_until_no_process_of_the_killed_groups_can_run(
     finally:
         proc.kill()
         proc.wait()
+
+
+def _pids_in_session(sid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            got = orphans._stat_of(name)
+            if got is not None and got[1] == sid and int(name) != sid:
+                out.append(int(name))
+    return out
+
+
+def _wait_for(cond: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.01)
+
+
+def test_a_sweep_leaves_the_command_s_own_group_to_its_kill(tmp_path: Path) -> None:
+    """What is left in a reaped command's own process group is its group kill's, with the
+    grace period a TERM gives; the sweep is for what moved to a group of its own."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"], start_new_session=True)
+    sid = leader.pid
+    try:
+        _wait_for(lambda: len(_pids_in_session(sid)) == 2)
+        leader.kill()
+        leader.wait()
+        assert orphans.sweep_sessions({sid}) == 0
+        assert len(_pids_in_session(sid)) == 2
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sid, 9)
+
