@@ -103,18 +103,47 @@ def actual_critical_path(
     """The chain of targets whose end times determined the wall time: start from the
     target that finished last and repeatedly step to the dependency that finished last
     (the one that released it; ``extra``: the plan's edges from depfiles too).  Only
-    targets that ran or were restored are returned."""
+    targets that ran or were restored are returned.  A dependency settled without work
+    (up to date, a group) counts as done when its own dependencies were: it is checked
+    when the scheduler gets to it, late when every lane is busy, and that check's time
+    said nothing of what held the build up (an incremental build's line showed its last
+    step alone)."""
     work = {t: o for t, o in outcomes.items() if o.status in WORK or o.status is Status.FAILED}
     if not work:
         return []
+    more = extra or {}
+
+    def deps_of(t: int) -> list[int]:
+        return [d for d in (*graph.targets[t].deps, *more.get(t, ())) if d in outcomes]
+
+    done: dict[int, float] = {}  # target -> when it was, in effect, done
+
+    def done_at(t: int) -> float:
+        stack = [t]
+        while stack:  # (post-order without recursion: chains of up-to-date targets may be long)
+            s = stack[-1]
+            if s in done:
+                stack.pop()
+                continue
+            if s in work:
+                done[s] = outcomes[s].end
+                stack.pop()
+                continue
+            waiting = [d for d in deps_of(s) if d not in done]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            done[s] = max((done[d] for d in deps_of(s)), default=0.0)
+        return done[t]
+
     cur: int | None = max(work, key=lambda t: (work[t].end, -t))
     chain: list[int] = []
     while cur is not None:
-        o = outcomes.get(cur)
-        if o is not None and (o.status in WORK or o.status is Status.FAILED):
+        if cur in work:
             chain.append(cur)
-        deps = [d for d in (*graph.targets[cur].deps, *(extra or {}).get(cur, ())) if d in outcomes]
-        cur = max(deps, key=lambda d: (outcomes[d].end, -d)) if deps else None
+        deps = deps_of(cur)
+        cur = max(deps, key=lambda d: (done_at(d), d in work, -d)) if deps else None
     chain.reverse()
     return chain
 

@@ -140,3 +140,26 @@ def test_the_events_file_holds_each_target_while_the_build_runs(workspace: Works
         p.send_signal(signal.SIGINT)  # (it ends the sleep too; a kill would leave it running)
         p.wait(timeout=60)
 
+
+
+def test_the_critical_path_steps_over_a_check_settled_late_to_the_work_that_held_the_build_up() -> None:
+    """An up-to-date dependency is checked when the scheduler gets to it, after the lanes'
+    commands when all are busy: its late zero-length settle was taken for what released
+    the link, and the line named the link alone (`critical path: 3.03s of 9.17s wall`)."""
+    from types import SimpleNamespace
+
+    from buildtool.outcome import Outcome, Reason, Status
+    from buildtool.profile import actual_critical_path
+
+    def o(status: Status, start: float, end: float) -> Outcome:
+        out = Outcome(status, Reason.FAILED if status is Status.RAN else Reason.UP_TO_DATE, "")
+        out.start, out.end = start, end
+        return out
+
+    deps = {0: (), 1: (0,), 2: (3,), 3: (), 4: (1, 2)}  # io.c -> io.a -> tool2 <- t_core.c <- gen
+    graph = SimpleNamespace(targets=[SimpleNamespace(deps=deps[i]) for i in range(5)])
+    outcomes = {0: o(Status.RAN, 0.0, 3.0), 1: o(Status.RAN, 3.0, 3.1), 2: o(Status.UP_TO_DATE, 6.0, 6.0),
+                3: o(Status.UP_TO_DATE, 0.27, 0.27), 4: o(Status.RAN, 6.1, 9.1)}
+    assert actual_critical_path(graph, outcomes) == [0, 1, 4]  # type: ignore[arg-type]
+    outcomes[2] = o(Status.RAN, 5.0, 6.0)  # (had it run, it would be the step)
+    assert actual_critical_path(graph, outcomes) == [2, 4]  # type: ignore[arg-type]
