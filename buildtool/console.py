@@ -242,6 +242,7 @@ class Console:
         self.done = 0
         self.running: dict[int, float] = {}
         self.counts: Counter[str] = Counter()
+        self._failures: list[str] = []  # "label (where): message" of each build failure, for the recap
         self._lock = threading.RLock()
         self._area_lines = 0  # lines of the live status area currently on screen
         self._estimate: Sequence[float] | None = None
@@ -317,6 +318,8 @@ class Console:
         if o.status is Status.FAILED:
             self._print_failure(t, o)
             return
+        if o.reason in _NOT_STARTED and o.lane < 0 and not self.explain and not self.verbose:
+            return  # (never started: counted in the summary, as Ninja and Make say nothing of them)
         if self.explain:
             said = o.message.removeprefix(status.replace("_", " ") + ": ")  # ("up_to_date: up to date: ...")
             self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {escape_controls(said)}")
@@ -356,6 +359,9 @@ class Console:
     def _print_failure(self, t: int, o: Outcome) -> None:
         target = self.graph.targets[t]
         self._line(self._paint(f"FAILED: {target.label} ({target.where}): {escape_controls(o.message)}", "red"))
+        if not o.extra.get("test_verdict"):  # (a test's verdict: the test report lists those)
+            self._failures.append(f"{target.label} ({target.where}): {escape_controls(o.message).splitlines()[0]}"
+                                  if o.message else f"{target.label} ({target.where})")
         if not o.extra.get("not_started"):  # (an unreadable input: no command ran, none to show)
             self.command_of(t)
         self._output_of(t, (o.stdout, o.stderr))
@@ -517,12 +523,22 @@ class Console:
             parts.append(f"{unchanged} unchanged")
         head = "INTERRUPTED" if interrupted else ("FAILED" if failed else "OK")
         color = "green" if head == "OK" else "red"
+        # What failed, again at the end: its output is above, maybe many screens up (other
+        # commands' output and warnings after it, a -k build's later failures).
+        for line in self._failures[:RECAP_SHOWN]:
+            print(self._paint(f"failed {line}", "red"), file=self.out)
+        if len(self._failures) > RECAP_SHOWN:
+            print(f"... and {len(self._failures) - RECAP_SHOWN} more failed", file=self.out)
         total = self.total + unchanged
         print(
             f"{self._paint(head, color)}: {targets(total)}: {', '.join(parts) or 'nothing to do'} in {wall:.2f}s",
             file=self.out,
             flush=True,
         )
+
+
+RECAP_SHOWN = 10  # failures listed again above the summary line
+_NOT_STARTED = (Reason.DEP_FAILED, Reason.CANCELLED, Reason.INTERRUPTED)  # (not a dry run's "skipped")
 
 
 _SHOWN_AS_ESCAPES = r"[\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]"

@@ -472,3 +472,22 @@ def test_a_command_s_stdout_and_stderr_are_shown_in_the_order_it_wrote_them(work
     assert r.rc == 0 and "1-out\n2-err\n3-out\n4-err\n" in r.stdout, r.stdout
     r = workspace.build("//:f", env_extra={"CI": ""})
     assert r.rc == 1 and "a-out\nb-err\nc-out\n" in r.stdout, r.stdout
+
+
+def test_after_a_failure_unstarted_targets_get_no_line_and_the_failures_are_named_last(
+        workspace: Workspace) -> None:
+    """82 `skipped`/`cancelled` lines pushed a compile error off the screen, and the summary
+    did not name what failed: Ninja prints neither kind, and its last line says it stopped."""
+    lines = ['genrule(name="bad", outs=["bad.txt"], cmd="echo bad.c:1: error: nope >&2; exit 1")',
+             'genrule(name="bad2", outs=["bad2.txt"], cmd="exit 3")']
+    lines += [f'genrule(name="d{i}", deps=[":bad"], outs=["d{i}.txt"], cmd="touch $@")' for i in range(20)]
+    workspace.build_file("", "\n".join(lines) + "\n")
+    r = workspace.build("-j1", "-k", env_extra={"CI": ""})
+    assert r.rc == 1 and "skipped" not in r.stdout.replace("20 skipped", ""), r.stdout
+    tail = r.stdout.splitlines()[-3:]
+    assert tail == ["failed //:bad (BUILD.py:1): exited with status 1",
+                    "failed //:bad2 (BUILD.py:2): exited with status 3",
+                    tail[-1]] and tail[-1].startswith("FAILED: 22 targets: 2 failed, 20 skipped"), r.stdout
+    assert len(r.with_status("skipped")) == 20  # (the events still hold every one)
+    r = workspace.build("-j1", "-k", "-v", env_extra={"CI": ""})
+    assert r.stdout.count(" skipped //:d") == 20, r.stdout  # (-v lists them)
