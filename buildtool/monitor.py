@@ -157,9 +157,10 @@ def status(state_dir: str) -> dict[str, object] | None:
     return info if isinstance(info, dict) else None
 
 
-def stop(state_dir: str) -> bool:
-    """Ask the monitor to exit; True if one was running."""
-    return _ask(state_dir, "stop", 2.0) == "stopping"
+def stop(state_dir: str, timeout: float = 2.0) -> bool:
+    """Ask the monitor to exit; True if one was running (and answered within ``timeout``:
+    one that does not, stopped with SIGSTOP, reads the request when it runs again)."""
+    return _ask(state_dir, "stop", timeout) == "stopping"
 
 
 def holder(state_dir: str, root: str | None = None) -> int | None:

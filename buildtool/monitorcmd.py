@@ -28,6 +28,7 @@ def run_command(args: argparse.Namespace) -> int:
         idle = monitor.IDLE_EXIT_S if args.idle_exit is None else args.idle_exit
         if not idle > 0:  # (NaN too)
             raise UserError(f"--idle-exit must be a positive number of seconds (got {args.idle_exit})")
+        ws.ensure_state_dir()  # (a .buildtool that is a link: exit 2 naming it, before anything is touched there)
         info = monitor.start(ws.root, ws.state_dir, idle)
         verb = "already running" if info.get("already") else "started"
         print(f"monitor {verb}: pid {info['pid']}, watching {info['directories']} directories of {info['root']}")
@@ -40,7 +41,10 @@ def run_command(args: argparse.Namespace) -> int:
     if foreign:
         info = None
     if args.monitor_command == "stop":
-        if not foreign and monitor.stop(ws.state_dir):
+        # (one that did not answer the status request above, 2 s: the stop request is left
+        # for it to read when it runs again, not waited for another 2 s)
+        silent = info is None and not foreign and monitor.holder(ws.state_dir) is not None
+        if not foreign and monitor.stop(ws.state_dir, 0.05 if silent else 2.0):
             import time
 
             deadline = time.monotonic() + 5.0  # until it has exited, as systemctl stop waits (status agrees then)
