@@ -164,9 +164,12 @@ class TestLogs:
             self.warn("the test log index is unreadable; discarding it")
             remove_if_not_a_file(self.index_path)  # (a directory there: it could never be written)
             return {}
-        logs = data.get("logs") if isinstance(data, dict) and data.get("v") == INDEX_VERSION else None
-        if not isinstance(logs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in logs.items()):
+        if not isinstance(data, dict) or data.get("v") != INDEX_VERSION:
             self.warn("the test log index has an unknown format version; discarding it")
+            return {}
+        logs = data.get("logs")
+        if not isinstance(logs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in logs.items()):
+            self.warn("the test log index is damaged (its logs are not a map of labels to keys); discarding it")
             return {}
         failed = data.get("failed", {})
         if isinstance(failed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in failed.items()):

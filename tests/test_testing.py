@@ -89,6 +89,10 @@ def test_log_paths_and_index(tmp_path: Path) -> None:
     (tmp_path / "testlogs-index").write_text('{"v": 99}')
     assert TestLogs(str(tmp_path), warnings.append)._index == {}
     assert any("format version" in w for w in warnings)
+    warnings.clear()  # (the right version, its logs of another shape: damaged, not another version)
+    (tmp_path / "testlogs-index").write_text('{"v": 1, "logs": [1, 2]}')
+    assert TestLogs(str(tmp_path), warnings.append)._index == {}
+    assert warnings == ["the test log index is damaged (its logs are not a map of labels to keys); discarding it"]
 
 
 # -- end to end ----------------------------------------------------------------------------
