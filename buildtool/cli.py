@@ -614,6 +614,8 @@ def _check_build_flags(args: argparse.Namespace) -> None:
     jobs = getattr(args, "jobs", None)
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         msg = f"-j must be from 1 to {MAX_JOBS} (got {jobs})"
+        if jobs == 0:  # (Ninja's -j 0: as many as it likes)
+            msg += f"; for no limit, as Ninja's -j 0, give -j {MAX_JOBS}"
         raise UserError(msg)
     load = getattr(args, "load", None)
     if load is not None and not load >= 0:  # (nan too)

@@ -390,11 +390,14 @@ class Console:
     def text(self, data: bytes) -> None:
         """A command's output: as it is on a live terminal (with a colour reset after it if
         it holds escapes and colours are on: a command ending in bold yellow coloured the
-        lines after it); elsewhere without control characters, but for its colours under
+        lines after it; without its colours when they are off, ``--color never``, as
+        ``NO_COLOR`` asks); elsewhere without control characters, but for its colours under
         ``--color always`` (its cursor movement went into CI logs)."""
         s = data.decode("utf-8", "replace")
         if not self.tty:
             s = strip_controls(s, keep_colors=self.color)
+        elif not self.color and "\x1b[" in s:  # (--color never, NO_COLOR: a compiler's colours too)
+            s = re.sub(r"\x1b\[[0-9;:]*m", "", s)
         if self.color and "\x1b" in s:
             body = s.rstrip("\n")
             s = body + "\x1b[0m" + s[len(body):]  # (its trailing blank lines kept)

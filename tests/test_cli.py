@@ -240,3 +240,14 @@ def test_cache_commands_outside_a_workspace_take_a_cache_under_a_dot_buildtool_d
     p = subprocess.run([BUILDTOOL, "cache", "stats", "--cache-dir", ".buildtool/c"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_minus_j_0_says_how_to_ask_for_no_limit(tmp_path: Path) -> None:
+    """Ninja's -j 0 is "no limit": a Ninja user's -j0 is told what to write here."""
+    from conftest import BUILDTOOL, _clean_env
+
+    (tmp_path / "buildtool.toml").write_text("")
+    p = subprocess.run([BUILDTOOL, "build", "-j0"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env=_clean_env(tmp_path / "cache", tmp_path / "home"))
+    assert p.returncode == 2 and p.stderr.strip().endswith(
+        "-j must be from 1 to 4096 (got 0); for no limit, as Ninja's -j 0, give -j 4096"), p.stderr
