@@ -6,7 +6,10 @@ Expressions: ``deps(PATTERN)`` (the targets matched and everything they need),
 transitively, TARGET included if it is in it; TARGET may be a file's label, then the
 targets that read it, as a source, a pyrule's module, a dependency's output or a header
 the last build's depfile named, and theirs), ``outputs(PATTERN)`` (the files the
-matched targets and their dependencies produce), or a bare PATTERN (the targets it matches).  An argument may be
+matched targets and their dependencies produce), ``inputs(PATTERN)`` (the files the
+matched targets read: their sources, their dependencies' outputs, a pyrule's modules and
+the headers their last depfile named, as ``ninja -t deps`` lists them), or a bare PATTERN
+(the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON
 (compdb.py: compile_commands.json).
@@ -28,16 +31,16 @@ if TYPE_CHECKING:
     from buildtool.record import BuildRecord
 
 _EXPR = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
-FUNCTIONS = ("deps", "rdeps", "outputs")
+FUNCTIONS = ("deps", "rdeps", "outputs", "inputs")
 
 
 @dataclass(slots=True)
 class Query:
-    fn: str  # deps | rdeps | outputs | pattern
+    fn: str  # deps | rdeps | outputs | inputs | pattern
     args: list[str]
 
 
-_FORMS = "deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN) or a pattern"
+_FORMS = "deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN), inputs(PATTERN) or a pattern"
 
 
 def parse(text: str) -> Query:
@@ -59,7 +62,7 @@ def parse(text: str) -> Query:
             msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
         raise UserError(msg)
     args = _split_args(inner, text)
-    want = {"deps": 1, "outputs": 1, "rdeps": 2}.get(fn)
+    want = {"deps": 1, "outputs": 1, "inputs": 1, "rdeps": 2}.get(fn)
     if want is None:
         msg = f"query {text!r}: unknown function {fn!r}; known: {', '.join(FUNCTIONS)}"
         raise UserError(msg)
@@ -188,6 +191,25 @@ def evaluate(
     graph = builder.build(matched)
     if q.fn == "pattern":
         return graph, matched
+    if q.fn == "inputs":  # (the matched targets' own: what their keys hash)
+        from buildtool.keys import pyrule_module_files
+
+        read: set[str] = set()
+        root = builder.loader.ws.root
+        for lab in matched:
+            t = graph.targets[graph.by_label[lab]]
+            read.update(graph.inputs[t.id])
+            if t.kind == "pyrule" and t.fn:
+                read.update(pyrule_module_files(root, t.fn))
+            if t.depfile is not None and record is not None:
+                read.update(record.discovered(lab) or ())
+        if warn is not None:
+            unknown = [lab for lab in matched if graph.targets[graph.by_label[lab]].depfile is not None
+                       and (record is None or record.discovered(lab) is None)]
+            if unknown:
+                warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"
+                     f"{' ...' if len(unknown) > 3 else ''}): what their depfile names is known once they are built")
+        return graph, sorted(read)
     closure = graph.closure(graph.by_label[lab] for lab in matched)
     if q.fn == "deps":
         return graph, [t.label for t in graph.targets if t.id in closure]

@@ -208,3 +208,20 @@ def test_graph_dot_writes_a_non_ascii_label_as_it_is(workspace: Workspace) -> No
     for command in (["graph"], ["query", "//..."]):  # UTF-8 whatever the locale's encoding (print()'s)
         rc, out, err = workspace.run(*command, env_extra={"PYTHONIOENCODING": "ascii"})
         assert rc == 0 and "//caf\u00e9:n" in out and "Traceback" not in err, out + err
+
+
+def test_inputs_lists_what_the_targets_read_with_their_last_depfile_s_headers(workspace: Workspace) -> None:
+    """`ninja -t deps` shows the headers a compile's depfile recorded; `deps()` printed the
+    target alone and no query showed them."""
+    workspace.build_file("lib", """
+        genrule(name="gen", outs=["gen.h"], cmd="echo g > $@")
+        genrule(name="o", srcs=["a.c"], deps=[":gen"], outs=["a.o", "a.d"], depfile="a.d",
+                cmd="cat a.c gen.h extra.h > a.o && echo 'a.o: a.c gen.h extra.h /usr/include/stdio.h' > a.d")
+    """)
+    workspace.write("lib/a.c", "a\n")
+    workspace.write("lib/extra.h", "e\n")
+    rc, out, err = workspace.run("query", "inputs(//lib:o)")
+    assert rc == 0 and out.split() == ["lib/a.c", "lib/gen.h"] and "no build record here (//lib:o)" in err, (out, err)
+    assert workspace.build("//lib:o").rc == 0
+    rc, out, err = workspace.run("query", "inputs(//lib:o)")
+    assert rc == 0 and out.split() == ["lib/a.c", "lib/extra.h", "lib/gen.h"] and err == "", (out, err)
