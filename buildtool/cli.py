@@ -179,6 +179,8 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
         i += 1
     if not seen_build:
         return None
+    if cache_dir is not None and ".buildtool" in cache_dir.split("/"):
+        return None  # (a cache in a state directory is refused by the config's check, which a no-op never reaches)
     return _Args(  # type: ignore[return-value]  # (argparse's Namespace is no more than this)
         directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
 

@@ -284,3 +284,7 @@ def test_a_cache_dir_inside_the_workspace_state_directory_is_refused(workspace: 
     assert not (workspace.root / "x").exists()
     rc, _, err = workspace.run("build", cache=workspace.root / ".buildtool-cache")  # (beside it: fine)
     assert rc == 0, err
+    # After a build, a plain `build --cache-dir` is checked against the no-op snapshot before
+    # any config is read: the refusal must not depend on whether something changed.
+    rc, out, err = workspace.run("build", "--cache-dir", ".buildtool/c", cache=workspace.root / ".buildtool-cache")
+    assert rc == 2 and "is inside this workspace's state directory" in err, (out, err)
