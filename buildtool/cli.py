@@ -179,10 +179,16 @@ def _plain_build(argv: list[str]) -> argparse.Namespace | None:
         i += 1
     if not seen_build:
         return None
-    if cache_dir is not None and ".buildtool" in cache_dir.split("/"):
-        return None  # (a cache in a state directory is refused by the config's check, which a no-op never reaches)
+    if _in_a_state_dir(cache_dir):
+        return None
     return _Args(  # type: ignore[return-value]  # (argparse's Namespace is no more than this)
         directory=directory, patterns=patterns, jobs=jobs, cache_dir=cache_dir, action_env=[], **_PLAIN_BUILD_DEFAULTS)
+
+
+def _in_a_state_dir(cache_dir: str | None) -> bool:
+    """Whether ``--cache-dir`` names a place in a ``.buildtool`` directory: the config's
+    check refuses it (exit 2), which a no-op answered from the snapshot never reaches."""
+    return cache_dir is not None and ".buildtool" in cache_dir.split("/")
 
 
 class _Args:
@@ -588,7 +594,7 @@ def _dispatch(args: argparse.Namespace, checked: Any = False) -> int:
     prior = None  # what the no-op snapshot proves: nothing changed, or only these files
     if args.command == "build" and not (
         args.dry_run or getattr(args, "always_make", False) or args.explain or args.events or args.profile
-        or getattr(args, "watch", False)
+        or getattr(args, "watch", False) or _in_a_state_dir(args.cache_dir)
     ):
         from buildtool import noop
 
