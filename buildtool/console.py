@@ -350,10 +350,8 @@ class Console:
 
     def _replay(self, t: int, label: str, o: Outcome) -> None:
         lost = o.extra.get("lost_streams", ())
-        # (a command's stderr goes where its stdout goes, in the order written: "output";
-        # an entry of a remote executor, or of an older buildtool, keeps a stderr apart)
-        for stream, name, data in (("stdout", "output", o.stdout), ("stderr", "stderr", o.stderr)):
-            if stream in lost:
+        for name, data in (("stdout", o.stdout), ("stderr", o.stderr)):
+            if name in lost:
                 self._line(self._paint(f"--- {label}: cached {name} is no longer in the cache ---", "dim"))
             elif data:
                 self._line(self._paint(f"--- {label}: cached {name} ---", "dim"))

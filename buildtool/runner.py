@@ -1575,7 +1575,7 @@ class TargetRunner:
                     return Outcome(Status.FAILED, Reason.FAILED, lost[0], key=key,
                                    extra={"forget": lost[1], "not_started": True, "lost_remote": True})
                 running = self.executor.start(argv, cwd, env, timeout=t.timeout, capture=capture, direct=direct,
-                                              merge_stderr=True,  # (one stream in the order written, as Ninja)
+                                              merge_stderr=t.kind == "test",  # (one log, in order)
                                               # a stamp is named by its label (no path starts with /): a kill -9
                                               # of buildtool drops its record line (session.py)
                                               outs=t.outs or ((t.label,) if t.kind == "genrule" else ()))

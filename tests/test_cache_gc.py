@@ -694,7 +694,7 @@ def test_gc_keeps_the_blobs_of_a_command_s_captured_output(workspace: Workspace)
     workspace.build_file("", 'genrule(name="t", outs=["o"], cmd="seq 1 30000; seq 1 20000 >&2; echo x > $@")\n')
     assert workspace.build().rc == 0
     before = verify_cache(workspace.cache)
-    assert before["blobs"] == 1, before  # (the output is inline; stdout and stderr, one stream, is not)
+    assert before["blobs"] == 2, before  # (the output is inline; stdout and stderr are not)
     rc, out, err = workspace.run("cache", "gc")
     assert rc == 0 and verify_cache(workspace.cache) == before, out + err
 
