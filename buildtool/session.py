@@ -910,12 +910,12 @@ class Session:
         sources = {s for t in graph.targets for s in t.srcs} if rows else set()
         kept: set[str] = set()
         elsewhere: dict[str, str | None] = {}
-        vanished: list[tuple[str, list[Any]]] = []
+        vanished: list[tuple[str, list[Any], Any]] = []  # (label, row, its stat cache entry)
         for lab, o in rows:
             if os.path.lexists(os.path.join(self.ws.root, o[0])):
                 self.removed_dead.add(o[0])  # (before its deletion event can come)
             else:
-                vanished.append((lab, o))
+                vanished.append((lab, o, stats.entries.get(o[0])))
             if not _remove_dead(self.ws.root, lab, o, o[0] in sources, stats, elsewhere, self.identity_trusted):
                 kept.add(o[0])
                 self.removed_dead.discard(o[0])
@@ -1260,32 +1260,40 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def _warn_moved_outputs(root: str, graph: Graph, vanished: list[tuple[str, list[Any]]], sources: set[str]) -> None:
-    """Warn of each source now that has the file name and the content of an output of a
-    target gone, an output that is gone from where it was made: a package directory moved
-    (an IDE's rename) or copied with its outputs in it, whose glob() now takes the earlier
-    build's outputs for sources, which a fresh checkout does not have.  Rare: only outputs
-    of targets gone, and no longer on disk, are looked for; only name matches are hashed."""
-    from buildtool.digest import hash_file
-
-    by_name: dict[str, list[tuple[str, list[Any]]]] = {}
-    for lab, o in vanished:
-        by_name.setdefault(os.path.basename(o[0]), []).append((lab, o))
+def _warn_moved_outputs(
+    root: str, graph: Graph, vanished: list[tuple[str, list[Any], Any]], sources: set[str],
+) -> None:
+    """Warn, once, of the sources now that are outputs of a target gone, moved: the very
+    file (its inode, size and mtime, as the stat cache last saw the output) at another path
+    (a package directory moved, an IDE's rename: glob() takes the earlier build's outputs
+    for sources, which a fresh checkout does not have).  A checked-in file with the same
+    name and content is another file: not named.  Only outputs of targets gone and no
+    longer on disk are looked for, by file name first."""
+    by_name: dict[str, list[tuple[str, list[Any], Any]]] = {}
+    for lab, o, e in vanished:
+        if isinstance(e, list) and len(e) >= 3:
+            by_name.setdefault(os.path.basename(o[0]), []).append((lab, o, e))
+    if not by_name:
+        return
     live = {o for t in graph.targets for o in t.outs}
+    moved: list[str] = []
     for s in sorted(sources):
         rows = by_name.get(os.path.basename(s))
         if not rows or s in live:
             continue
         try:
-            d = hash_file(os.path.join(root, s))
+            st = os.stat(os.path.join(root, s))
         except OSError:
             continue
-        for lab, o in rows:
-            if o[1] == d:
-                _warn(f"source {s} has the name and content of {o[0]}, an output of {lab}, a target that no longer "
-                      f"exists, and that file is gone: was a directory moved or copied with its outputs in it? A "
-                      f"fresh checkout does not have {s}: delete it unless it is a source of yours")
+        for lab, o, e in rows:
+            if (e[0], e[1], e[2]) == (st.st_size, st.st_mtime_ns, st.st_ino):
+                moved.append(f"{s} (was {o[0]}, an output of {lab})")
                 break
+    if moved:
+        more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
+        _warn(f"{len(moved)} source(s) are outputs an earlier build made at another path, moved there with their "
+              f"directory: {', '.join(moved[:3])}{more}; a fresh checkout does not have them: delete them unless "
+              "they are sources of yours")
 
 
 def _warn_unknown_pools(graph: Graph, wanted: Iterable[int], depths: Mapping[str, int]) -> None:

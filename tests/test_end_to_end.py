@@ -983,9 +983,27 @@ def test_outputs_moved_with_their_package_directory_and_globbed_as_sources_are_w
     workspace.build_file("pkg2", build.format(out="upper.txt"))
     r = workspace.build()
     assert r.rc == 0, r.output
-    assert "source pkg2/A.txt has the name and content of pkg/A.txt, an output of //pkg:up, a target that no " \
-           "longer exists, and that file is gone" in r.stderr, r.stderr
+    assert "1 source(s) are outputs an earlier build made at another path, moved there with their directory: " \
+           "pkg2/A.txt (was pkg/A.txt, an output of //pkg:up)" in r.stderr, r.stderr
     assert "upper.txt" not in r.stderr and workspace.build().stderr == ""  # (said once; nothing else)
+
+
+def test_a_checked_in_file_like_a_removed_target_s_output_is_not_taken_for_a_moved_one(
+        workspace: Workspace) -> None:
+    """The same name and content (an empty __init__.py, a VERSION) is not the same file: a
+    package deleted with its outputs made every such source "an output moved here", with
+    advice to delete it (300 warnings for 300 __init__.py files)."""
+    workspace.build_file("old", 'genrule(name="init", outs=["__init__.py"], cmd="touch $@")\n'
+                                'genrule(name="ver", outs=["VERSION"], cmd="echo 1.0 > $@")\n')
+    for d in ("lib", "lib/a", "lib/b"):
+        workspace.write(f"{d}/__init__.py", "")
+    workspace.write("lib/VERSION", "1.0\n")
+    workspace.build_file("lib", 'genrule(name="pkg", srcs=glob(["**/*.py"]) + ["VERSION"], outs=["out.txt"], '
+                                'cmd="cat $(SRCS) > $@")\n')
+    assert workspace.build().rc == 0
+    shutil.rmtree(workspace.root / "old")
+    r = workspace.build()
+    assert r.rc == 0 and "moved there" not in r.stderr, r.stderr
 
 
 def test_an_edited_dead_output_is_kept_an_untouched_one_deleted_and_clean_keeps_edits(
