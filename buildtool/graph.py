@@ -745,6 +745,14 @@ class GraphBuilder:
             pass
         return None
 
+    def _declares(self, pkg: str, name: str) -> bool:
+        """Whether package ``pkg`` declares a target ``name`` (for a hint: a package that
+        cannot be evaluated declares none)."""
+        try:
+            return name in self.loader.load(pkg)
+        except Exception:
+            return False
+
     def _colon_for_slash(self, pkg: str) -> str | None:
         """``//app:calc`` for ``//app/calc`` when package app has a target calc (a '/' typed
         for a ':'), or None; a parent whose BUILD.py does not load gives no hint."""
@@ -814,7 +822,7 @@ class GraphBuilder:
         base = pkg.rpartition("/")[2]
         moved = [p for p in packages if p.rpartition("/")[2] == base] if base else []
         if len(moved) == 1:  # the same directory name elsewhere: moved (//pkgs/p20 -> //pkgs/group/p20)
-            return f"; did you mean //{moved[0]}{f':{name}' if name else ''}?"
+            return f"; did you mean //{moved[0]}{f':{name}' if name and self._declares(moved[0], name) else ''}?"
         for wanted in (pkg, joined):
             close = [p for p in packages if wanted and p.lower() == wanted.lower()]  # (//LIB: difflib finds none)
             close = close or ([_closest(wanted, packages)] if wanted else [])

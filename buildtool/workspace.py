@@ -96,7 +96,8 @@ class Workspace:
         path = self.state_dir
         if os.path.islink(path):  # (checked in, say: clean emptied, and builds wrote and removed, where it led)
             _refuse(f"{path} is a symbolic link (to {os.readlink(path)!r}); buildtool keeps its state in a "
-                    "directory of the workspace's own, whose contents it deletes: remove the link and build again")
+                    "directory of the workspace's own, whose contents it deletes: remove the link and run the "
+                    "command again")
         if not os.path.isdir(path):
             if os.path.lexists(path):
                 what = "a file" if os.path.isfile(path) else "not a directory (a named pipe, socket or device)"

@@ -118,6 +118,8 @@ def test_a_moved_package_is_suggested_by_its_directory_name(workspace: Workspace
         workspace.build_file(pkg, 'genrule(name="x", outs=["c"], cmd="echo > $@")\n')
     err = expect_invalid(workspace, "//pkgs/p20:x")
     assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20:x?" in err, err
+    err = expect_invalid(workspace, "//pkgs/p20:nope")  # (a name the package there lacks: not offered)
+    assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20?" in err, err
 
 
 @pytest.mark.parametrize("attr", ["srcs", "deps"])
