@@ -370,7 +370,7 @@ class Console:
         target = self.graph.targets[t]
         self._line(self._paint(f"FAILED: {target.label} ({target.where}): {escape_controls(o.message)}", "red"))
         if not o.extra.get("test_verdict"):  # (a test's verdict: the test report lists those)
-            first = o.message.splitlines()[0] if o.message.strip() else ""  # (its first line: the rest is above)
+            first = next((ln for ln in o.message.splitlines() if ln.strip()), "")  # (its first line: the rest is above)
             self._failures.append(f"{target.label} ({target.where})" + (f": {escape_controls(first)}" if first else ""))
         if not o.extra.get("not_started"):  # (an unreadable input: no command ran, none to show)
             self.command_of(t)

@@ -747,7 +747,7 @@ class GraphBuilder:
 
     def _declares(self, pkg: str, name: str) -> bool:
         """Whether package ``pkg`` declares a target ``name`` (for a hint: a package that
-        cannot be evaluated declares none)."""
+        cannot be evaluated declares none; ``//x`` alone would read as ``//x:x``)."""
         try:
             return name in self.loader.load(pkg)
         except Exception:
@@ -822,7 +822,12 @@ class GraphBuilder:
         base = pkg.rpartition("/")[2]
         moved = [p for p in packages if p.rpartition("/")[2] == base] if base else []
         if len(moved) == 1:  # the same directory name elsewhere: moved (//pkgs/p20 -> //pkgs/group/p20)
-            return f"; did you mean //{moved[0]}{f':{name}' if name and self._declares(moved[0], name) else ''}?"
+            if not name:
+                return f"; did you mean //{moved[0]}?"
+            if name == "all" or self._declares(moved[0], name) or \
+                    os.path.isfile(os.path.join(self.loader.ws.root, moved[0], name)):  # (a file label)
+                return f"; did you mean //{moved[0]}:{name}?"
+            return f"; did you mean the package //{moved[0]}?"
         for wanted in (pkg, joined):
             close = [p for p in packages if wanted and p.lower() == wanted.lower()]  # (//LIB: difflib finds none)
             close = close or ([_closest(wanted, packages)] if wanted else [])

@@ -1291,9 +1291,10 @@ def _warn_moved_outputs(
                 break
     if moved:
         more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
-        _warn(f"{len(moved)} source(s) are outputs an earlier build made at another path, moved there with their "
-              f"directory: {', '.join(moved[:3])}{more}; a fresh checkout does not have them: delete them unless "
-              "they are sources of yours")
+        what = "1 source is an output" if len(moved) == 1 else f"{len(moved)} sources are outputs"
+        _warn(f"{what} an earlier build made at another path, moved there with their directory: "
+              f"{', '.join(moved[:3])}{more}; a fresh checkout does not have them: delete them unless they are "
+              "sources of yours")
 
 
 def _warn_unknown_pools(graph: Graph, wanted: Iterable[int], depths: Mapping[str, int]) -> None:

@@ -983,7 +983,7 @@ def test_outputs_moved_with_their_package_directory_and_globbed_as_sources_are_w
     workspace.build_file("pkg2", build.format(out="upper.txt"))
     r = workspace.build()
     assert r.rc == 0, r.output
-    assert "1 source(s) are outputs an earlier build made at another path, moved there with their directory: " \
+    assert "1 source is an output an earlier build made at another path, moved there with their directory: " \
            "pkg2/A.txt (was pkg/A.txt, an output of //pkg:up)" in r.stderr, r.stderr
     assert "upper.txt" not in r.stderr and workspace.build().stderr == ""  # (said once; nothing else)
 

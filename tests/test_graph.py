@@ -119,7 +119,12 @@ def test_a_moved_package_is_suggested_by_its_directory_name(workspace: Workspace
     err = expect_invalid(workspace, "//pkgs/p20:x")
     assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20:x?" in err, err
     err = expect_invalid(workspace, "//pkgs/p20:nope")  # (a name the package there lacks: not offered)
-    assert "there is no pkgs/p20/BUILD.py; did you mean //pkgs/group/p20?" in err, err
+    assert "there is no pkgs/p20/BUILD.py; did you mean the package //pkgs/group/p20?" in err, err
+    err = expect_invalid(workspace, "//pkgs/p20:all")  # (a pattern, and a file of the package, are kept)
+    assert "did you mean //pkgs/group/p20:all?" in err, err
+    workspace.write("pkgs/group/p20/a.txt", "a\n")
+    rc, _, err = workspace.run("query", "rdeps(//..., //pkgs/p20:a.txt)")
+    assert rc == 2 and "did you mean //pkgs/group/p20:a.txt?" in err, err
 
 
 @pytest.mark.parametrize("attr", ["srcs", "deps"])
