@@ -322,7 +322,12 @@ class Console:
         build, over ssh), which the rate limit spares."""
         if self.explain or o.status is Status.FAILED:
             return False
-        return o.status is Status.UP_TO_DATE or (o.reason in _NOT_STARTED and o.lane < 0 and not self.verbose)
+        return o.status is Status.UP_TO_DATE or self._unstarted_unsaid(o)
+
+    def _unstarted_unsaid(self, o: Outcome) -> bool:
+        """A target a failure or Ctrl-C left unstarted: counted in the summary, no line (as
+        Ninja and Make say nothing of them), unless -v or --explain lists every target."""
+        return o.reason in _NOT_STARTED and o.lane < 0 and not self.explain and not self.verbose
 
     def _report(self, t: int, o: Outcome) -> None:
         label = self.graph.targets[t].label
@@ -330,8 +335,8 @@ class Console:
         if o.status is Status.FAILED:
             self._print_failure(t, o)
             return
-        if o.reason in _NOT_STARTED and o.lane < 0 and not self.explain and not self.verbose:
-            return  # (never started: counted in the summary, as Ninja and Make say nothing of them)
+        if self._unstarted_unsaid(o):
+            return
         if self.explain:
             said = o.message.removeprefix(status.replace("_", " ") + ": ")  # ("up_to_date: up to date: ...")
             self._line(f"{label}: {self._paint(status, _STATUS_COLOR.get(status))}: {escape_controls(said)}")

@@ -27,6 +27,7 @@ from buildtool.graph import Graph, GraphBuilder
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from buildtool.record import BuildRecord
 
@@ -163,13 +164,8 @@ def evaluate(
                            and not named.isdisjoint(record.discovered(t.label) or ()))}
         in_universe = graph.closure(graph.by_label[lab] for lab in universe)
         if files and warn is not None:
-            unknown = [t.label for t in graph.targets if t.depfile is not None and t.id in in_universe
-                       and (record is None or record.discovered(t.label) is None)]
-            if unknown:
-                more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-                warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"
-                     f"{more}): the files they read are known only once they are built, so this answer may "
-                     "lack them")
+            _say_unrecorded(warn, [t for t in graph.targets if t.id in in_universe], record,
+                            "the files they read are known only once they are built, so this answer may lack them")
         seen = set(wanted)
         stack = list(wanted)
         while stack:
@@ -204,11 +200,8 @@ def evaluate(
             if t.depfile is not None and record is not None:
                 read.update(record.discovered(lab) or ())
         if warn is not None:
-            unknown = [lab for lab in matched if graph.targets[graph.by_label[lab]].depfile is not None
-                       and (record is None or record.discovered(lab) is None)]
-            if unknown:
-                warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"
-                     f"{' ...' if len(unknown) > 3 else ''}): what their depfile names is known once they are built")
+            _say_unrecorded(warn, [graph.targets[graph.by_label[lab]] for lab in matched], record,
+                            "what their depfile names is known once they are built")
         return graph, sorted(read)
     closure = graph.closure(graph.by_label[lab] for lab in matched)
     if q.fn == "deps":
@@ -218,6 +211,17 @@ def evaluate(
         if t.id in closure:
             files.extend(t.outs)
     return graph, sorted(set(files))
+
+
+def _say_unrecorded(warn: Callable[[str], None], targets: list[Any], record: BuildRecord | None, why: str) -> None:
+    """Warn of the ``targets`` with a depfile that the build record has no list for (never
+    built here, or cleaned): what they read beyond their declared inputs is not known."""
+    unknown = [t.label for t in targets if t.depfile is not None
+               and (record is None or record.discovered(t.label) is None)]
+    if unknown:
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        warn(f"{len(unknown)} target(s) with a depfile have no build record here ({', '.join(unknown[:3])}"
+             f"{more}): {why}")
 
 
 def _file_of(builder: GraphBuilder, text: str) -> tuple[str, str | None] | None:

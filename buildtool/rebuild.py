@@ -239,8 +239,8 @@ def _extra_changed(key: str, old: Any, new: Any) -> str:
         if str(new).startswith("always:"):
             return f"dependency {label}, which declares no outputs, has always=True: it ran again, and so does this"
         if str(old).partition("+")[0] == str(new).partition("+")[0]:
-            return (f"dependency {label}, which declares no outputs, ran again with the same key (build -B, or "
-                    f"after a run of it that failed or was interrupted), and so does this")
+            return (f"dependency {label}, which declares no outputs, ran again with the same key (build -B), "
+                    "and so does this")
         return f"dependency {label}, which declares no outputs, ran with another key ({_short(old)} -> {_short(new)})"
     if key.startswith("module:"):  # a pyrule's module or one it imports
         path = key[len("module:"):]

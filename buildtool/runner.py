@@ -492,17 +492,11 @@ class TargetRunner:
                 f"{key}+{self._run_token}" if again else _with_run(key, self.record.get(t.label))
 
     def _ran_again(self, t: Target, outcome: Outcome) -> bool:
-        """Whether stamp ``t`` ran under the key its record line holds (``build -B``): then
-        no request's no-op snapshot may vouch for its dependents (they list no file of it)."""
+        """Whether stamp ``t`` ran under the key its record line holds (``build -B``)."""
         if outcome.status is not Status.RAN or t.outs or t.kind != "genrule":
             return False
         entry = self.record.get(t.label)
-        again = entry is not None and entry.get("k") == outcome.key
-        if again and not self.opt.dry_run:
-            from buildtool import noop
-
-            noop.drop_all(self.state_dir)
-        return again
+        return entry is not None and entry.get("k") == outcome.key
 
     def _always_behind(self, tid: int) -> bool:
         """Whether stamp ``tid`` has always=True, or a stamp it depends on (through groups and
@@ -984,6 +978,10 @@ class TargetRunner:
         described = self._texts.pop(tid, None)
         t = self.graph.targets[tid]
         again = outcome.ok and bool(outcome.key) and self._ran_again(t, outcome)
+        if again:  # (no request's no-op snapshot may vouch for its dependents: they list no file of it)
+            from buildtool import noop
+
+            noop.drop_all(self.state_dir)
         if outcome.ok and outcome.key:
             self._note_stamp(t, outcome.key, bool(outcome.extra.get("dirty")), again)
         if outcome.ok and (outcome.extra.get("record", not fresh_by_record) or outcome.extra.get("dirty")):
