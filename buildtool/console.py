@@ -3,10 +3,11 @@ plain stable lines elsewhere (CI logs, pipes), colors when wanted.
 
 On a terminal (and not ``CI=true``, not ``TERM=dumb``) the bottom of the screen holds a
 status area: ``[done/total]``, an ETA from recorded durations, and one line per running
-target with its elapsed time, redrawn by a ticker thread.  Finished-target lines and
+target, redrawn by a ticker thread.  Finished-target lines and
 failures (command and full output) are printed above that area.  Elsewhere: one line per
 target that did work, no control characters at all (unless ``--color always``, which adds
-SGR colour codes and nothing else).
+SGR colour codes and nothing else), and a ``still running`` line for a target that runs
+long (after 30 s, then 1, 2, 4... minutes): a CI log that goes quiet names what it waits for.
 
 Reporter calls come from the scheduler thread, the ticker thread redraws, and any thread's
 ``buildtool:`` line goes above the area through ``say``; one lock guards the shared state.
@@ -35,6 +36,7 @@ _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # (C1 too: U+009B is a CSI) compile
 TICK_S = 0.25
 REDRAW_S = 0.05  # at most this often for targets that print nothing (the ticker redraws anyway)
 MAX_RUNNING_LINES = 8
+STILL_RUNNING_S = 30.0  # off a terminal, a target running this long is named, then at each doubling
 
 _SGR = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36", "dim": "2", "bold": "1"}
 _STATUS_COLOR = {
@@ -257,6 +259,7 @@ class Console:
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
         self._console_actions = 0  # running targets of the console pool: their output is the screen's
+        self._still_due: dict[int, float] = {}  # off a terminal: when a running target is next named
 
     # -- setup -------------------------------------------------------------------------
     def estimate(self, weights: Sequence[float], jobs: int, planned: Collection[int] | None = None) -> None:
@@ -297,11 +300,15 @@ class Console:
                 self._start_ticker()
                 self._clear()
                 self._draw()
+            else:
+                self._still_due[t] = self.running[t] + STILL_RUNNING_S
+                self._start_ticker()
 
     def target_finished(self, t: int, o: Outcome) -> None:
         with self._lock:
             if self.running.pop(t, None) is not None and self.graph.targets[t].pool == "console":
                 self._console_actions -= 1
+            self._still_due.pop(t, None)
             if t not in self._finished and self._estimate is not None and t in self._counted:
                 self._left -= self._estimate[t]
                 if o.status is Status.RAN and o.duration > 0:
@@ -439,11 +446,30 @@ class Console:
             self._ticker.start()
 
     def _tick(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(TICK_S if self.tty else min(1.0, STILL_RUNNING_S)):
             with self._lock:
-                if self.running:
+                if not self.running:
+                    continue
+                if self.tty:
                     self._clear()
                     self._draw()
+                else:
+                    self.still_running(time.monotonic())
+
+    def still_running(self, now: float) -> None:
+        """Off a terminal, where no live area shows what runs: a line for each target that
+        has run STILL_RUNNING_S, and again each time its time doubles (as Bazel's "still
+        waiting" and its progress lines), with its command under -v, the first time.  A hung
+        command in CI was silence until the job's time limit."""
+        for t, due in sorted(self._still_due.items(), key=lambda kv: kv[1]):
+            started = self.running.get(t)
+            if started is None or now < due:
+                continue
+            ran = now - started
+            self._still_due[t] = started + 2 * ran
+            self._line(f"[{self.done}/{self.total}] still running {self.graph.targets[t].label} ({fmt_secs(ran)})")
+            if self.verbose and due - started < 1.5 * STILL_RUNNING_S:  # (its first time)
+                self.command_of(t)
 
     def _clear(self) -> None:
         if self.tty and self._area_lines:

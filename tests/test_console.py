@@ -4,6 +4,7 @@ multi-line status with colors on a terminal (a real pty), --color, NO_COLOR,
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import re
@@ -11,6 +12,7 @@ import select
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import BUILDTOOL, Workspace, _clean_env
@@ -497,3 +499,61 @@ def test_up_to_date_targets_settled_while_a_command_runs_do_not_each_redraw_the_
     rc, out = _run_in_pty(workspace, "build", "-j", "2", "--events", ev, env_extra={})
     assert rc == 0 and "OK: 302 targets: 2 ran, 300 up_to_date" in re.sub(r"\x1b\[[0-9;]*m", "", out), out
     assert out.count("\x1b[J") < 60, out.count("\x1b[J")
+
+
+
+def _fake_console(n: int, *, verbose: bool = False) -> tuple[Any, io.StringIO]:
+    import types
+
+    from buildtool.console import Console
+
+    targets = [types.SimpleNamespace(label=f"//p:t{i}", pool=None, pkg="p", kind="genrule", outs=(),
+                                     cmd=f"sleep {i}", fn=None) for i in range(n)]
+    out = io.StringIO()
+    return Console(types.SimpleNamespace(targets=targets), n, out, tty=False, verbose=verbose), out  # type: ignore[arg-type]
+
+
+def test_off_a_terminal_a_long_running_target_is_named_at_30s_then_at_each_doubling() -> None:
+    """A hung command in CI was silence until the job's time limit killed it, with nothing
+    in the log saying what it waited for (Bazel prints "still waiting" progress lines)."""
+    from buildtool.outcome import Outcome, Reason, Status
+
+    c, out = _fake_console(3, verbose=True)
+    try:
+        c.target_started(0, 0)
+        c.target_started(1, 1)
+        t0 = c.running[0]
+        c.running[1] = t0 + 10  # (started 10 s after the first)
+        c._still_due[1] = t0 + 40
+        c.still_running(t0 + 29.9)
+        assert out.getvalue() == ""
+        c.still_running(t0 + 30.5)
+        assert out.getvalue().splitlines() == ["[0/3] still running //p:t0 (30.5s)", "command (in //p): sleep 0"]
+        c.still_running(t0 + 45)  # (t0 not again before 61 s; t1 at its 30 s)
+        assert out.getvalue().splitlines()[2:] == ["[0/3] still running //p:t1 (35.0s)", "command (in //p): sleep 1"]
+        c.target_finished(1, Outcome(Status.RAN, Reason.NEW, "ran", duration=40.0))
+        c.still_running(t0 + 500)  # (t1 finished: not named; t0 once, its command not again)
+        lines = out.getvalue().splitlines()
+        assert lines[4:] == ["[1/3] ran //p:t1 (40.00s)", "command (in //p): sleep 1",
+                             "[1/3] still running //p:t0 (8m20s)"], lines
+        c.still_running(t0 + 900)  # (next at 1000 s)
+        assert len(out.getvalue().splitlines()) == 7
+    finally:
+        c.close()
+
+
+def test_off_a_terminal_the_ticker_names_a_long_running_target_without_verbose(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildtool import console
+
+    monkeypatch.setattr(console, "STILL_RUNNING_S", 0.3)
+    c, out = _fake_console(1)
+    try:
+        c.target_started(0, 0)
+        deadline = time.monotonic() + 10
+        while "still running" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.getvalue().startswith("[0/1] still running //p:t0 ("), out.getvalue()
+        assert "command" not in out.getvalue()
+    finally:
+        c.close()
