@@ -102,10 +102,14 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
     _add_build_flags(w, watch=True)
     _add_watch_flags(w, False)
-    sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)",
-                   description="Remove the outputs earlier builds wrote (an output edited since is kept, "
-                               "said so) and the workspace's state in .buildtool/; the shared cache is left "
-                               "as it is, so the next build restores from it.")
+    c = sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)",
+                       description="Remove the outputs earlier builds wrote (an output edited since is kept, "
+                                   "said so) and the workspace's state in .buildtool/; the shared cache is left "
+                                   "as it is, so the next build restores from it.  With patterns: only the "
+                                   "outputs of those targets and of everything they depend on (ninja -t clean "
+                                   "TARGETS); the state stays.")
+    c.add_argument("patterns", nargs="*", metavar="PATTERN",
+                   help="labels or patterns (//pkg:name, //pkg:all, //pkg/...) whose outputs to remove")
     from buildtool.insight import add_parsers as add_insight_parsers
 
     add_insight_parsers(sub)
@@ -732,6 +736,10 @@ def _run(args: argparse.Namespace, prior: Any) -> int:
     from buildtool.session import BuildRequest, Session
 
     if args.command == "clean":
+        if args.patterns:
+            n, targets = Session(args.directory).clean_targets(args.patterns)
+            print(f"removed {n} output{'' if n == 1 else 's'} of {targets} target{'' if targets == 1 else 's'}")
+            return 0
         n = Session(args.directory).clean()
         print(f"removed {n} output{'' if n == 1 else 's'} and the workspace state")
         return 0

@@ -979,6 +979,66 @@ class Session:
                     found.add(os.path.normpath(f"{base}/{item}") if base else os.path.normpath(item))
         return found - declared
 
+    def clean_targets(self, patterns: list[str]) -> tuple[int, int]:
+        """Delete the outputs that the targets of ``patterns`` and everything they depend on
+        last wrote (``ninja -t clean TARGETS``), with ``clean``'s care: an output edited or
+        written again since is kept, said so, as one whose directory now leads elsewhere.
+        Only files the build record says their target wrote go, and only while that target
+        still declares them (an output a BUILD.py dropped is the next build's to remove, or
+        a source now).  The state and the cache stay: the next build restores them (or runs
+        their commands when the cache lost them); the no-op snapshots stay too, as they
+        hold the outputs' stats.  (Files removed, targets whose outputs
+        were looked at.)"""
+        state = self.ws.state_dir
+        if not os.path.isdir(state) or os.path.islink(state):
+            if os.path.lexists(state):
+                self.ws.ensure_state_dir()  # says what is in the way (exit 2), a link too
+            self.load_graph(patterns)  # (a bad label is exit 2 still; nothing was built)
+            return 0, 0
+        from buildtool.loader import Loader
+
+        lock = WorkspaceLock(state)
+        lock.acquire(True, _say)
+        try:
+            cut: list[str] = []
+            orphans.reap(state, _warn, cut_short=cut)
+            n = _remove_cut_short(self.ws.root, cut)
+            record = BuildRecord(os.path.join(state, "record"), _warn)
+            try:
+                graph = self._graph(Loader(self.ws, record.all_outputs()), patterns, "clean")
+                stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
+                identity = _identity_trusted(state)
+                elsewhere: dict[str, str | None] = {}
+                failed = 0
+                for t in graph.targets:
+                    entry = record.get(t.label)
+                    declared = set(t.outs)
+                    for o in entry.get("o", ()) if entry is not None else ():
+                        p = o[0]
+                        full = os.path.join(self.ws.root, p)
+                        if p not in declared or not (os.path.isfile(full) or os.path.islink(full)):
+                            continue
+                        why = _led_elsewhere(self.ws.root, p, elsewhere) or _changed_since_built(
+                            self.ws.root, p, o[1], stats, identity)
+                        if why is not None:
+                            _warn(f"kept {p}: {why}")
+                            continue
+                        try:
+                            os.unlink(full)
+                        except OSError as e:
+                            _warn(f"could not remove {p}: {e.strerror}")
+                            failed += 1
+                            continue
+                        n += 1
+                        _prune_empty_dirs(self.ws.root, os.path.dirname(p))
+            finally:
+                record.close(compact=False)
+            if failed:
+                raise BuildtoolError(f"{failed} output(s) could not be removed (see above)")
+            return n, len(graph.targets)
+        finally:
+            lock.release()
+
     def clean(self) -> int:
         state = self.ws.state_dir
         if not os.path.isdir(state) or os.path.islink(state):

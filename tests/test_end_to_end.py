@@ -1940,3 +1940,29 @@ def test_a_generated_module_rewritten_with_the_same_size_and_mtime_is_not_import
     r = workspace.build(command="test")
     assert workspace.read("genmod.py") == "V = 'bad'\n"
     assert r.rc == 1 and r.by_label["//:t"]["status"] == "failed", r.output
+
+
+def test_clean_targets_removes_the_outputs_of_those_targets_and_their_dependencies_only(workspace: Workspace) -> None:
+    """`ninja -t clean TARGETS`: the named targets' outputs and, recursively, those of what
+    they depend on; the rest, an edited output and the state stay, and the next build
+    restores what went (the snapshot that vouched for them dropped)."""
+    workspace.build_file("lib", 'genrule(name="base", outs=["base.txt"], cmd="echo base > $@")\n'
+                                'genrule(name="edited", outs=["edited.txt"], cmd="echo e > $@")\n')
+    workspace.build_file("app", 'genrule(name="bin", srcs=["//lib:base", "//lib:edited"], outs=["gen/bin.txt"],\n'
+                                '        cmd="cat $(SRCS) > $@")\n'
+                                'genrule(name="other", outs=["other.txt"], cmd="echo o > $@")\n')
+    assert workspace.build("//...").rc == 0
+    workspace.write("lib/edited.txt", "mine\n")
+    rc, out, err = workspace.run("clean", "//app:bin")
+    assert rc == 0, err
+    assert out.strip() == "removed 2 outputs of 3 targets", out
+    assert not workspace.exists("app/gen") and not workspace.exists("lib/base.txt")  # (its emptied directory too)
+    assert workspace.read("lib/edited.txt") == "mine\n" and "kept lib/edited.txt: its content is not what" in err
+    assert workspace.exists("app/other.txt") and workspace.exists(".buildtool/record")
+    r = workspace.build("//...", "--explain")  # (the request whose snapshot held them)
+    assert r.rc == 0 and workspace.read("app/gen/bin.txt") == "base\ne\n", r.stdout + r.stderr
+    assert "//lib:base: restored" in r.stdout, r.stdout
+    rc, out, err = workspace.run("clean", "app:nope", cwd=workspace.path(""))
+    assert rc == 2 and "app:nope" in err, (rc, out, err)
+    rc, out, err = workspace.run("clean", ":other", cwd=workspace.path("app"))  # (relative to the directory)
+    assert rc == 0 and out.strip() == "removed 1 output of 1 target" and not workspace.exists("app/other.txt"), out
