@@ -5,8 +5,10 @@ script whose edits nothing sees: the target stays up to date after an edit of it
 shared cache answers another checkout with the old script's result.  Bazel's sandbox
 would fail the command; Make and Ninja say nothing.  buildtool says so when the command
 runs: the words a shell would run as a program (the first word of each simple command,
-and the script an interpreter such as ``python3`` or ``sh`` is given), when one names an
-existing workspace file by a path that is not among the target's inputs.  A heuristic: a
+and the script an interpreter such as ``python3`` or ``sh`` is given, or the ``.py`` files
+given to a test runner: ``pytest x_test.py``, ``python -m pytest x_test.py``, ``python -m
+unittest x_test.py``), when one names an existing workspace file by a path that is not
+among the target's inputs.  A heuristic: a
 program found on ``PATH`` or a path built at run time (``$VAR/x``) is not looked at.
 """
 
@@ -27,6 +29,7 @@ _LEADING = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!",
                       "env"})
 _INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "python", "python3", "perl", "ruby", "node", "Rscript",
                            "tclsh", "lua"})
+_TEST_RUNNERS = frozenset({"pytest", "py.test", "unittest"})  # (their .py arguments are scripts run)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (data: a grep pattern, an echo's text)
 _HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
@@ -62,7 +65,14 @@ def programs_run(cmd: str) -> list[str]:
         first = words[i]
         if "/" in first:
             out.append(first)
-        if first.rsplit("/", 1)[-1] in _INTERPRETERS:
+        name = first.rsplit("/", 1)[-1]
+        runner = name in _TEST_RUNNERS
+        if name.startswith("python") and "-m" in words[i + 1:-1]:
+            runner = words[words.index("-m", i + 1) + 1] in _TEST_RUNNERS
+        if runner:
+            paths = (w.split("::", 1)[0] for w in words[i + 1:] if not w.startswith("-"))  # (a pytest node id's file)
+            out.extend(w for w in paths if w.endswith(".py"))
+        elif name in _INTERPRETERS:
             script = next((w for w in words[i + 1:] if not w.startswith("-")), None)
             if script is not None and not (script.startswith(("<", ">")) or "=" in script):
                 out.append(script)

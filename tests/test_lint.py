@@ -25,6 +25,12 @@ from buildtool.lint import programs_run, undeclared_programs
     ("if ./check.sh; then ./ok.sh; fi", ["./check.sh", "./ok.sh"]),
     ("out=$(./ver.sh)", ["./ver.sh"]),
     ("python3 -m pkg.mod", ["pkg.mod"]),
+    # A test runner's .py arguments are the scripts it runs (a Bazel user's test went stale silently).
+    ("python -m pytest -q -p no:cacheprovider test_x.py", ["test_x.py"]),
+    ("python3 -u -m pytest -m slow t/a_test.py::test_one conftest.ini", ["t/a_test.py"]),
+    ("pytest -k x a.py b.py && py.test c.py", ["a.py", "b.py", "c.py"]),
+    ("python3 -m unittest test_y.py", ["test_y.py"]),
+    ("python3 x.py -m pytest", ["x.py"]),
 ])
 def test_the_words_a_shell_runs_as_programs(cmd: str, words: list[str]) -> None:
     assert programs_run(cmd) == words
