@@ -141,6 +141,11 @@ def _case(c: TestCase) -> ET.Element:
         ET.SubElement(tc, "error", {"message": xml_text(c.message), "type": "interrupted"})
     elif c.result is None:
         ET.SubElement(tc, "skipped", {"message": xml_text(c.message)})
+    for why, output in zip(c.failures, c.attempt_logs if c.result is TestResult.FLAKY else (), strict=False):
+        # Maven Surefire's element for a failed attempt of a test that passed on a rerun,
+        # which Jenkins' JUnit plugin and GitLab show: each attempt's message and output.
+        ff = ET.SubElement(tc, "flakyFailure", {"message": xml_text(why), "type": "failed"})
+        ET.SubElement(ff, "system-out").text = xml_text(output)
     if log and c.result not in (TestResult.FAILED, TestResult.TIMEOUT):  # (a failure's holds it: not twice)
         so = ET.SubElement(tc, "system-out")
         so.text = xml_text(log)

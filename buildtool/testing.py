@@ -149,6 +149,9 @@ class TestLogs:
         # a listing for each test that ran (its earlier attempts' logs removed) made a package
         # of 20,000 tests quadratic (220 s).
         self._attempt_logs: dict[str, dict[str, set[str]]] = {}
+        # label -> the output of each failed attempt of a flaky test in this build (for the
+        # console and JUnit's <flakyFailure>; only flaky tests' failures are held)
+        self.attempts: dict[str, list[bytes]] = {}
 
     @property
     def index_path(self) -> str:
@@ -214,6 +217,9 @@ class TestLogs:
         each one (and its test's summary line says so)."""
         data = stdout + stderr
         label = target.label
+        if attempt:
+            with self._lock:
+                self.attempts.setdefault(label, []).append(data)
         where = _attempt_path(os.path.join(self.state_dir, log_rel_path(target)), attempt)
         try:
             _write_atomic(where, data, self.state_dir)
@@ -272,6 +278,8 @@ class TestLogs:
 
     def remove_attempts(self, target: Target) -> None:
         """Delete the logs of earlier attempts left by a previous run of a flaky test."""
+        with self._lock:
+            self.attempts.pop(target.label, None)
         for rel in (log_rel_path(target), other_log_rel_path(target)):
             d, name = os.path.split(os.path.join(self.state_dir, rel)[: -len(".log")])
             with self._lock:
@@ -467,8 +475,8 @@ class TestCase:
     """One test target's result, as the JUnit writer and the summary see it."""
 
     __test__ = False
-    __slots__ = ("_log", "build_failed", "failures", "interrupted", "label", "log_lost", "log_path", "message", "pkg",
-                 "result", "time")
+    __slots__ = ("_log", "attempt_logs", "build_failed", "failures", "interrupted", "label", "log_lost", "log_path",
+                 "message", "pkg", "result", "time")
 
     def __init__(
         self,
@@ -483,6 +491,7 @@ class TestCase:
         log_lost: str | None = None,  # why its log file could not be written (log_path does not hold ``log``)
         build_failed: bool = False,  # not run because something it needs failed to build
         interrupted: bool = False,  # no result: the build was interrupted while it ran (``log``: its output so far)
+        attempt_logs: list[bytes] | None = None,  # a flaky test's failed attempts' output, as ``failures``
     ) -> None:
         self.label = label
         self.pkg = pkg
@@ -495,6 +504,7 @@ class TestCase:
         self.log_lost = log_lost
         self.build_failed = build_failed
         self.interrupted = interrupted
+        self.attempt_logs = [] if attempt_logs is None else attempt_logs
 
     @property
     def log(self) -> bytes:
@@ -591,24 +601,34 @@ class TestSession:
             broken = r is None and (never_ran or (o.status is Status.SKIPPED and o.reason is Reason.DEP_FAILED))
             # (its log is read when the report needs it, one test at a time)
             log = functools.partial(self.logs.output, t) if r is not None or cut else b""
-            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log, rel, failures, lost, broken, cut))
+            tries = self.logs.attempts.get(t.label) if r is TestResult.FLAKY else None
+            out.append(TestCase(t.label, t.pkg, r, time_s, o.message, log, rel, failures, lost, broken, cut, tries))
         return out
+
+    def _show(self, c: TestCase, log: bytes, out: IO[str]) -> None:
+        if self._console is not None:
+            self._console.output_in(c.pkg, (log,))
+        else:
+            text = log.decode("utf-8", "replace")
+            print(text, end="" if text.endswith("\n") else "\n", file=out)
 
     def finish(self, outcomes: dict[int, Outcome], out: IO[str], recorded: Callable[[str], float | None]) -> None:
         """Print the results (and the output ``--test-output`` asks for), warn about flaky
         tests, write the JUnit file and the log index."""
         self.logs.save()
         cases = self.cases(outcomes)
+        if self.test_output != "none":  # (a flaky pass's failed attempts are errors to see, as Bazel shows them)
+            for c in cases:
+                for i, (why, log) in enumerate(zip(c.failures, c.attempt_logs, strict=False), 1):
+                    print(f"==== {c.label} (FLAKY: attempt {i} of {len(c.failures) + 1} failed: {escape_controls(why)})"
+                          " output ====", file=out)
+                    self._show(c, log, out)
         if self.test_output == "all":
             for c in cases:
                 log = c.log if c.result in (TestResult.PASSED, TestResult.CACHED, TestResult.FLAKY) else b""
                 if log:
                     print(f"==== {c.label} ({c.result.word}) output ====", file=out)
-                    if self._console is not None:
-                        self._console.output_in(c.pkg, (log,))
-                    else:
-                        text = log.decode("utf-8", "replace")
-                        print(text, end="" if text.endswith("\n") else "\n", file=out)
+                    self._show(c, log, out)
         counts: dict[str, int] = {}
         for c in cases:
             word = c.result.word if c.result is not None else "INTERRUPTED" if c.interrupted else "NOT RUN"

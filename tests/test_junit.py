@@ -25,7 +25,7 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
         genrule(name="gen", outs=["g.txt"], cmd="exit 1")
         test(name="needs_gen", srcs=[":gen"], cmd="true")
         test(name="wobbly", flaky=1, env={{"C": "{counter}"}},
-             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2 || {{ sleep 0.3; exit 1; }}")
+             cmd="echo x >> $$C; test $$(wc -l < $$C) -ge 2 || {{ echo attempt-1-output; sleep 0.3; exit 1; }}")
         """,
     )
     junit = tmp_path / "out" / "junit.xml"
@@ -65,6 +65,11 @@ def test_junit_report_of_a_real_test_run(workspace: Workspace, tmp_path: Path) -
     assert wobbly.find("failure") is None
     assert (wobbly.findtext("system-err") or "").startswith(
         "FLAKY: passed on attempt 2; earlier: exited with status 1"), wobbly.findtext("system-err")
+    # Each failed attempt as Surefire's <flakyFailure>, with its output (Jenkins shows them).
+    tries = wobbly.findall("flakyFailure")
+    assert [(f.get("message"), f.get("type")) for f in tries] == [("exited with status 1", "failed")], tries
+    assert "attempt-1-output" in (tries[0].findtext("system-out") or "")
+    assert "attempt-1-output" not in (wobbly.findtext("system-out") or "")
 
     # Second run: ok is cached (time 0, still reported with its log), counts unchanged.
     rc, out, err = workspace.run("test", "//pkg/...", "-k", "--junit", str(junit))

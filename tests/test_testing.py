@@ -414,6 +414,12 @@ def test_flaky_test_that_passes_on_a_rerun_exits_0_with_a_warning(workspace: Wor
     assert "attempt 2" in workspace.read(".buildtool/testlogs/wobbly.log")
     assert "attempt 1" in workspace.read(".buildtool/testlogs/wobbly#attempt-1.log")
     assert r.by_label["//:wobbly"]["reason_code"] == "new", r.by_label["//:wobbly"]  # why it ran, not the rerun's
+    # The failed attempt's output is shown (it was only in its attempt log), not with --test-output=none.
+    assert "==== //:wobbly (FLAKY: attempt 1 of 2 failed: exited with status 1) output ====\nattempt 1\n" in r.stdout
+    assert r.stdout.count("attempt 1\n") == 1 and "attempt 2\n" not in r.stdout, r.stdout
+    counter.unlink()
+    r = workspace.build("//:wobbly", "--no-cache-tests", "--test-output", "none", command="test")
+    assert r.rc == 0 and "FLAKY" in r.stdout and "attempt 1\n" not in r.stdout, r.stdout
 
 
 def test_the_attempt_logs_of_a_flaky_test_go_when_it_runs_again(workspace: Workspace, tmp_path: Path) -> None:
