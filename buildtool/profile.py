@@ -53,6 +53,8 @@ class Phases:
 def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) -> list[dict[str, object]]:
     """The trace's events.  Outcomes' start and end count from when the build began (the
     session gives the scheduler that origin), as the phases' spans and --events do."""
+    from buildtool.testing import test_result
+
     pid = os.getpid()
 
     def us(s: float) -> int:
@@ -71,11 +73,13 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
             continue  # (a command interrupted while it ran: its span too, what a cancelled CI job asks after)
         lane = max(o.lane, 0)
         lanes.add(lane)
+        args = {"status": o.status.value, "cache": o.cache, "reason": o.message, "reason_code": o.reason.value}
+        tr = test_result(graph.targets[t], o)
+        if tr is not None:  # (as --events: a timeout's span said only "failed", a flaky pass's "ran")
+            args["test"] = tr.value
         evs.append({
             "ph": "X", "name": graph.targets[t].label, "cat": "target", "pid": pid, "tid": lane + 1,
-            "ts": us(o.start), "dur": max(us(o.end - o.start), 1),
-            "args": {"status": o.status.value, "cache": o.cache, "reason": o.message,
-                     "reason_code": o.reason.value},
+            "ts": us(o.start), "dur": max(us(o.end - o.start), 1), "args": args,
         })
         hashed = o.extra.get("hash_s")
         if isinstance(hashed, float) and hashed > 0:  # the hash phase of this target, nested in its span

@@ -89,6 +89,21 @@ def test_profile_is_written_for_a_failed_build(workspace: Workspace, tmp_path: P
     assert rc == 1
     spans = [e for e in _load(prof)["traceEvents"] if e.get("cat") == "target"]
     assert [s["args"]["status"] for s in spans] == ["failed"]
+    assert "test" not in spans[0]["args"]
+
+
+def test_a_test_s_span_says_its_verdict(workspace: Workspace, tmp_path: Path) -> None:
+    """A timed-out test's span said only "failed", a flaky pass's "ran" (--events has the verdict)."""
+    n = tmp_path / "n"
+    workspace.build_file("", f'test(name="slow", cmd="sleep 5", timeout=0.2)\n'
+                             f'test(name="wobbly", flaky=1, cmd="echo x >> {n}; test $$(wc -l < {n}) -ge 2")\n'
+                             'test(name="ok", cmd="true")\n')
+    prof = tmp_path / "t.json"
+    rc, out, err = workspace.run("test", "-k", "--profile", str(prof))
+    assert rc == 1, out + err
+    spans = {e["name"]: e["args"] for e in _load(prof)["traceEvents"] if e.get("cat") == "target"}
+    assert {k: (v["status"], v["test"]) for k, v in spans.items()} == {
+        "//:slow": ("failed", "timeout"), "//:wobbly": ("ran", "flaky"), "//:ok": ("ran", "passed")}, spans
 
 
 def test_events_and_profile_count_from_the_same_zero(workspace: Workspace, tmp_path: Path) -> None:
