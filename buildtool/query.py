@@ -8,8 +8,11 @@ targets that read it, as a source, a pyrule's module, a dependency's output or a
 the last build's depfile named, and theirs), ``outputs(PATTERN)`` (the files the
 matched targets and their dependencies produce), ``inputs(PATTERN)`` (the files the
 matched targets read: their sources, their dependencies' outputs, a pyrule's modules and
-the headers their last depfile named, as ``ninja -t deps`` lists them), or a bare PATTERN
-(the targets it matches).  An argument may be
+the headers their last depfile named, as ``ninja -t deps`` lists them), ``kind(REGEX,
+PATTERN)`` (the matched targets whose kind, ``genrule``, ``test``, ``group``, ``pyrule``, the
+regular expression finds, as Bazel's), ``tests(PATTERN)`` (the matched test targets and the
+tests of the matched groups, through groups, as Bazel's ``tests()`` expands test suites), or
+a bare PATTERN (the targets it matches).  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON
 (compdb.py: compile_commands.json).
@@ -32,16 +35,17 @@ if TYPE_CHECKING:
     from buildtool.record import BuildRecord
 
 _EXPR = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
-FUNCTIONS = ("deps", "rdeps", "outputs", "inputs")
+FUNCTIONS = ("deps", "rdeps", "outputs", "inputs", "kind", "tests")
 
 
 @dataclass(slots=True)
 class Query:
-    fn: str  # deps | rdeps | outputs | inputs | pattern
+    fn: str  # deps | rdeps | outputs | inputs | kind | tests | pattern
     args: list[str]
 
 
-_FORMS = "deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN), inputs(PATTERN) or a pattern"
+_FORMS = ("deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN), inputs(PATTERN), kind(REGEX, PATTERN), "
+          "tests(PATTERN) or a pattern")
 
 
 def parse(text: str) -> Query:
@@ -63,7 +67,7 @@ def parse(text: str) -> Query:
             msg = f"query {text!r}: functions do not nest; each takes patterns or labels (expected {_FORMS})"
         raise UserError(msg)
     args = _split_args(inner, text)
-    want = {"deps": 1, "outputs": 1, "inputs": 1, "rdeps": 2}.get(fn)
+    want = {"deps": 1, "outputs": 1, "inputs": 1, "rdeps": 2, "kind": 2, "tests": 1}.get(fn)
     if want is None:
         msg = f"query {text!r}: unknown function {fn!r}; known: {', '.join(FUNCTIONS)}"
         raise UserError(msg)
@@ -72,6 +76,11 @@ def parse(text: str) -> Query:
         if len(args) > want:
             msg += f" (a label with a comma in it goes in quotes: {fn}(\"//:a,b\"{', ...' if want > 1 else ''}))"
         raise UserError(msg)
+    if fn == "kind":
+        try:
+            re.compile(args[0])
+        except re.error as e:
+            raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
     return Query(fn, args)
 
 
@@ -183,10 +192,16 @@ def evaluate(
                  "module shapes the graph, not an action)")
         return graph, result
     # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
-    matched = roots(builder, [p for a in q.args for p in a.split()])
+    args = q.args[1:] if q.fn == "kind" else q.args
+    matched = roots(builder, [p for a in args for p in a.split()])
     graph = builder.build(matched)
     if q.fn == "pattern":
         return graph, matched
+    if q.fn == "kind":
+        kinds = re.compile(q.args[0])
+        return graph, [lab for lab in matched if kinds.search(graph.targets[graph.by_label[lab]].kind)]
+    if q.fn == "tests":
+        return graph, _tests_of(graph, matched)
     if q.fn == "inputs":  # (the matched targets' own: what their keys hash)
         from buildtool.keys import pyrule_module_files
 
@@ -211,6 +226,23 @@ def evaluate(
         if t.id in closure:
             files.extend(t.outs)
     return graph, sorted(set(files))
+
+
+def _tests_of(graph: Graph, matched: list[str]) -> list[str]:
+    """The tests among ``matched`` and those a matched group holds, through its groups."""
+    out: dict[str, None] = {}
+    seen: set[int] = set()
+    stack = [graph.by_label[lab] for lab in reversed(matched)]
+    while stack:
+        t = graph.targets[stack.pop()]
+        if t.id in seen:
+            continue
+        seen.add(t.id)
+        if t.kind == "test":
+            out[t.label] = None
+        elif t.kind == "group":
+            stack.extend(reversed(t.deps))
+    return list(out)
 
 
 def _say_unrecorded(warn: Callable[[str], None], targets: list[Any], record: BuildRecord | None, why: str) -> None:

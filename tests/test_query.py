@@ -225,3 +225,23 @@ def test_inputs_lists_what_the_targets_read_with_their_last_depfile_s_headers(wo
     assert workspace.build("//lib:o").rc == 0
     rc, out, err = workspace.run("query", "inputs(//lib:o)")
     assert rc == 0 and out.split() == ["lib/a.c", "lib/extra.h", "lib/gen.h"] and err == "", (out, err)
+
+
+def test_kind_and_tests_select_targets_as_bazel_s_do(workspace: Workspace) -> None:
+    """A Bazel user's `query 'kind(test, //...)'` and `tests(//...)` were exit 2."""
+    _ws(workspace)
+    workspace.build_file("suite", """
+test(name="t1", cmd="true")
+group(name="inner", deps=[":t1", "//app:app_test"])
+group(name="all_tests", deps=[":inner", "//app:other"])
+""")
+    assert _q(workspace, "kind(test, //...)") == ["//app:app_test", "//suite:t1"]
+    assert _q(workspace, "kind('^gen', //lib/... //app:other)") == ["//lib:gen", "//lib:lib", "//app:other"]
+    assert _q(workspace, "kind(group, //suite:all)") == ["//suite:inner", "//suite:all_tests"]
+    # tests(): the tests matched, and those a group holds through its groups (a test suite)
+    assert _q(workspace, "tests(//suite:all_tests)") == ["//suite:t1", "//app:app_test"]
+    assert _q(workspace, "tests(//lib/...)") == []
+    for expr, word in (("kind(test)", "kind() takes 2 arguments"), ("kind([, //...)", "not a regular expression"),
+                       ("tests(//nope/...)", "//nope")):
+        rc, _, err = workspace.run("query", expr)
+        assert rc == 2 and word in err, (expr, err)
