@@ -113,6 +113,8 @@ class Scheduler:
         self.failed = False
         self.stopping = False
         self.interrupt: int | None = None
+        self._ended = False  # every wanted target has its outcome: a late "input changed" cancels nothing
+        self._end_lock = threading.Lock()
         self._results: queue.SimpleQueue[tuple[int, Outcome] | None] = queue.SimpleQueue()
         self._work: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -148,7 +150,19 @@ class Scheduler:
     # -- public ----------------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
         """Called from a signal handler: stop starting work and cancel running commands.
-        A signal is never overwritten by watch mode's 0 ("an input changed") that came after it."""
+        A signal is never overwritten by watch mode's 0 ("an input changed") that came after it.
+        That 0, from watch's observer thread (never a signal handler: it may take a lock),
+        is dropped once the build has ended: nothing is left to cancel, the next cycle takes
+        the change, and the build said OK while the cycle said CANCELLED."""
+        if signum == 0:
+            with self._end_lock:
+                if self._ended:
+                    return
+                self._stop(signum)
+            return
+        self._stop(signum)
+
+    def _stop(self, signum: int) -> None:
         if not self.interrupt:
             self.interrupt = signum
         self.stopping = True
@@ -200,6 +214,10 @@ class Scheduler:
             if self.stopping and self.interrupt is None:
                 self._settle_what_needs_no_command()
             self._mark_unfinished()
+            with self._end_lock:
+                self._ended = True
+                if self.interrupt == 0 and not any(o.reason is Reason.INTERRUPTED for o in self.outcomes.values()):
+                    self.interrupt = None  # (an input changed as the last target finished: nothing was cut short)
         finally:
             self._close_poller()
             for _ in self._threads:

@@ -474,6 +474,26 @@ def test_a_command_killed_by_a_watch_cancel_is_cancelled_not_failed() -> None:
     assert (outcomes[0].status, outcomes[0].reason) == (Status.CANCELLED, Reason.INTERRUPTED)
 
 
+def test_a_watch_cancel_that_comes_as_the_last_target_ends_or_after_cancels_nothing() -> None:
+    """An input changed as the last command finished (watch's observer thread): the build
+    printed OK and its cycle said CANCELLED.  Nothing was cut short: no interrupt (the next
+    cycle takes the change); after the run, such a cancel is dropped."""
+    holder: dict[str, Scheduler] = {}
+
+    def on_run(t: int) -> None:
+        if t == 1:
+            holder["s"].request_stop(0)
+
+    sched, _, _ = make([[], [0]], on_run=on_run)
+    holder["s"] = sched
+    outcomes = sched.run()
+    assert sched.interrupt is None and statuses(outcomes) == {0: "ran", 1: "ran"}
+    sched.request_stop(0)
+    assert sched.interrupt is None
+    sched.request_stop(2)  # (a signal is still one: the session stops what is left)
+    assert sched.interrupt == 2
+
+
 @pytest.mark.parametrize("heavy, under_test", [(False, False), (True, False), (False, True)])
 def test_a_cache_store_that_raises_is_a_warning_and_the_build_goes_on(heavy: bool, under_test: bool) -> None:
     """A target's "after" work (its cache store) raising is said once as a warning; the
@@ -878,6 +898,7 @@ def test_a_signal_is_not_overwritten_by_a_later_input_change_stop() -> None:
 
     s = Scheduler.__new__(Scheduler)
     s.interrupt, s.stopping, s.runner = None, False, Runner()
+    s._ended, s._end_lock = False, threading.Lock()
     s._results = type("Q", (), {"put": lambda self, x: None})()
     s._wake_up = lambda: None
     s.request_stop(2)
