@@ -42,7 +42,7 @@ from buildtool.workspace import FS_ENCODING, STATE_DIR, pkg_relative
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
     from typing import Any
 
 SHORT_TMP_OVER = 60  # bytes: a lane directory's path over this reaches commands as a short link (_short_name)
@@ -163,6 +163,7 @@ class TargetRunner:
         self._depfile_paths: WorkspacePaths | None = None  # per run: which depfile paths are workspace files
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self._closure_memo: dict[int, str] = {}  # per target: closure_digest
+        self.saved_meanwhile: Container[str] = ()  # (watch) files it saw saved during this build
         # per target in a closure: its input digests and the stats of its sources, as the digest read them
         self._closure_read: dict[int, tuple[dict[str, str], dict[str, tuple[int, int, int, int, int]]]] = {}
         self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
@@ -1704,6 +1705,9 @@ class TargetRunner:
             extra["after"] = store
             extra["after_heavy"] = size > INLINE_HASH_LIMIT
             extra["after_bytes"] = len(res.stdout) + len(res.stderr)  # (what the store holds in memory)
+        elif not record and changed in self.saved_meanwhile:  # (watch saw it saved: no command's doing)
+            self.warn(f"{t.label}: input {changed} was saved while the command ran; result not recorded "
+                      "(it runs again with the new content)")
         elif not record:
             # (the usual cause, when it comes back each build: the command writes a file its
             # own glob reaches, a test's stamp or log; the warning alone read as "you edited")

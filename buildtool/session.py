@@ -44,7 +44,7 @@ from buildtool.workspace import ALWAYS_SKIPPED, BUILDFILE, STATE_DIR, Workspace,
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
     from typing import Any
 
     from buildtool.graph import Target
@@ -154,6 +154,13 @@ class Session:
         # Watch mode: targets that may be dirty this cycle (None: check everything).  Only
         # these and their dependents are planned; the rest keep last cycle's results.
         self.focus: set[int] | None = None
+        # (watch) after BUILD.py edits: the last cycle's graph and the targets of it that may
+        # be dirty; the evaluated graph's targets declared as they were there and not among
+        # those are not planned (Graph.redefined), as a one-shot build compares with its
+        # snapshot's graph.  ``refocused`` says it was applied.
+        self.refocus: tuple[Graph, set[int]] | None = None
+        self.saved_meanwhile: Container[str] = ()  # (watch) the files it saw saved during this build
+        self.refocused = False
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
         self.removed_dead: set[str] = set()  # dead outputs this session deleted (watch: not a user's change)
@@ -226,10 +233,10 @@ class Session:
         if lock is None:
             lock = WorkspaceLock(state)
             lock.acquire(req.wait, _say, self.ws.ensure_state_dir, lambda: self._check_patterns(req, state))
-            if self.focus is not None and not self.record_unchanged():
+            if (self.focus is not None or self.refocus is not None) and not self.record_unchanged():
                 # (watch) another buildtool wrote the record or cleaned while this one waited
                 # for the lock: what the watcher knew to be clean may not be, check them all
-                self.focus = None
+                self.focus = self.refocus = None
         # Loading (graph, record, stat cache) and writing the snapshot allocate objects that
         # live until the build ends and form no cycles; the cycle collector would only scan
         # them again and again (~30 ms of a one-changed build at 10,000 targets).  It runs
@@ -413,6 +420,11 @@ class Session:
             if rediff:  # a target that is declared as it was, with no file of it changed, is as the
                 assert isinstance(prior_graph, Graph)  # last (wholly successful) build left it
                 focus |= graph.redefined(prior_graph)
+        elif focus is None and self.refocus is not None and self.refocus[0] is not graph and loader is not None:
+            old, maybe = self.refocus  # (a comment in a BUILD.py checked 2,000 targets in watch, none one-shot)
+            again = {old.targets[i].label for i in maybe}
+            focus = {t.id for t in graph.targets if t.label in again} | graph.redefined(old)
+            self.refocused = True
         from buildtool.staging import Stage
 
         stage = Stage(os.path.join(state, "tmp"))  # new files are born here (staging.py)
@@ -429,6 +441,7 @@ class Session:
             _warn,
         )
         runner.executor.stage = stage
+        runner.saved_meanwhile = self.saved_meanwhile
         self.tools_hashed = runner.tool_stats
         remote = None
         typed_jobs = self._flags.get("remote_jobs") is not None  # (a config's, for its executor elsewhere: quiet)
@@ -633,7 +646,7 @@ class Session:
             remember_reports(state)  # (what a refused request may remove: drop_stale_reports)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
-        if req.mode == "build" and (focus is None or from_snapshot or rediff) and not req.dry_run \
+        if req.mode == "build" and (focus is None or from_snapshot or rediff or self.refocused) and not req.dry_run \
                 and not sched.failed and not record.failed \
                 and sched.interrupt is None and signals.held is None \
                 and not any(t.always for t in graph.targets) \
@@ -645,7 +658,9 @@ class Session:
             # must look at that target again, whatever the files' stats say by then.
             # Files are signed against the stat data the build relied on: an input's first
             # (a file edited between two of its readers differs from it next time), an
-            # output's last; the stat cache's own entries for files this build did not use.
+            # output's last; the stat cache's own entries for files this build did not use
+            # (a watch cycle after a BUILD.py edit: those of the targets left out, which
+            # ended the last cycle clean, their files unchanged since, as the watcher saw).
             seen = (stats.used, stats.entries)
             # What shapes the graph, as the build relied on it: the evaluation's reads (when
             # each was read, and all of them after it), an action's hash (a BUILD.py or

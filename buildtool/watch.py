@@ -414,6 +414,7 @@ class Watcher:
         self.ws = WatchSet()
         self.stop_signal: int | None = None
         self.in_cycle = False
+        self.saved_in_cycle: set[str] = set()  # files saved while the cycle ran (on_event's thread adds)
         self.collector: _Collector | None = None
         self.cycle_no = 0
         self.cycle_start_ns = 0
@@ -494,6 +495,8 @@ class Watcher:
         if ch is None:
             return
         ch.appeared = event_type in ("created", "moved_to")
+        if self.in_cycle:
+            self.saved_in_cycle.add(ch.path)  # (the runner's "changed while the command ran": a save)
         changes = [ch]
         if rel in ws.aliases:  # each source linked to it changed (whatever the event is to itself)
             changes += [Change(a, "content") for a in ws.aliases[rel] if a != ch.path]
@@ -1026,6 +1029,24 @@ class Watcher:
             affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
         return affected | (set(range(len(g.targets))) - self.clean)
 
+    def _refocus(self, changes: list[Change]) -> tuple[Graph, set[int]] | None:
+        """After BUILD.py edits (packages to evaluate again, nothing else), the graph the
+        last cycle ended with and the targets of it that may be dirty: those reading a
+        changed file and whatever did not end clean.  The build compares the evaluated graph
+        with it and plans only what is not declared as it was, or is among these."""
+        g = self.graph
+        if g is None or not self.dirty_pkgs or self.reload_all or self.rescan or self.broken \
+                or self.clean_graph is not g or any(c.kind not in ("content", "recheck", "package") for c in changes):
+            return None
+        if not self.session.record_unchanged():
+            return None
+        idx = self._readers_of(g)
+        disc = self._discovered()
+        maybe = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
+        if any(c.path.endswith(".py") and c.kind != "package" for c in changes):
+            maybe.update(t.id for t in g.targets if t.kind == "pyrule")
+        return g, maybe | (set(range(len(g.targets))) - self.clean)
+
     def _readers_of(self, g: Graph) -> dict[str, list[int]]:
         """Source path -> the targets of ``g`` that list it in ``srcs`` (memoised per graph)."""
         if self._src_index[0] is not g:
@@ -1061,11 +1082,13 @@ class Watcher:
                 out.setdefault(p, []).append(t.id)
         return out
 
-    def _update_clean(self, col: _Collector, focused: bool) -> None:
+    def _update_clean(self, col: _Collector, focused: bool, refocused: bool = False) -> None:
         g = col.graph
         if g is None:
             return
         base = self.clean if (focused and self.clean_graph is g) else set()
+        if refocused:  # (a new graph: its targets not planned were declared as in the last, and clean there)
+            base = {t for t, o in col.outcomes.items() if o.extra.get("unchanged") and o.ok}
         planned = {t: o for t, o in col.outcomes.items() if not o.extra.get("unchanged")}
         ok = {t for t, o in planned.items() if o.ok and o.extra.get("record", True) is not False}
         self.clean = (base - set(planned)) | ok
@@ -1085,10 +1108,14 @@ class Watcher:
         if any(os.path.islink(os.path.join(self.root, c.path)) for c in changes if c.kind == "content"):
             self._synced_for = None  # a symlinked source saved: it may lead to another file now (aliases)
         self.session.focus = self._focus(changes)
+        self.session.refocus = self._refocus(changes) if self.session.focus is None else None
+        self.session.refocused = False
+        self.session.saved_meanwhile = self.saved_in_cycle
         self._fresh_cache()
         t0 = time.monotonic()
         self.collector = col = _Collector(self)
         status, error = "OK", None
+        self.saved_in_cycle.clear()
         self.in_cycle = True
         self.cycle_start_ns = time.time_ns()
         try:
@@ -1119,8 +1146,10 @@ class Watcher:
             self.in_cycle = False
             self.collector = None
             focused = self.session.focus is not None  # (None now if the build found the record changed)
-            self.session.focus = None
-            self._update_clean(col, focused)
+            refocused = self.session.refocused
+            self.session.focus = self.session.refocus = None
+            self.session.refocused = False
+            self._update_clean(col, focused, refocused)
         wall = time.monotonic() - t0
         if error is not None:
             print(f"buildtool: error: {error}", file=sys.stderr, flush=True)

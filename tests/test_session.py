@@ -222,3 +222,23 @@ def test_a_config_reload_takes_a_marker_linked_to_dev_null_and_refuses_a_removed
     (ws / "buildtool.toml").unlink()
     with pytest.raises(UserError, match="was removed: it marks this workspace's root"):
         s.reload_config()
+
+
+def test_an_input_watch_saw_saved_during_the_command_is_said_to_be_a_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Watch mode knows the user saved the file: the hint that a command may be writing its
+    own input (the usual cause in a one-shot build) sent a watch user looking for one."""
+    import io
+
+    monkeypatch.setenv("BUILDTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    build_py = 'genrule(name="b", srcs=["a.txt"], outs=["b.txt"], cmd="cp $< $@; echo x >> $<")\n'
+    ws = _workspace(tmp_path / "ws", build_py)
+    session = Session(str(ws))
+    session.saved_meanwhile = {"a.txt"}
+    session.build(BuildRequest(patterns=["//:b"]), out=io.StringIO())
+    err = capsys.readouterr().err
+    assert "//:b: input a.txt was saved while the command ran; result not recorded (it runs again" in err, err
+    assert "a file a command writes" not in err
+    session = Session(str(ws))  # (a one-shot build: the hint)
+    session.build(BuildRequest(patterns=["//:b"]), out=io.StringIO())
+    assert "a file a command writes must not be an input" in capsys.readouterr().err
