@@ -720,7 +720,8 @@ class Watcher:
             elif s not in self.said_outside:
                 self.said_outside.add(s)
                 outside.append((s, full))
-        if outside:  # one line, however many (a vendored tree linked in has thousands)
+        if outside and not self.poll:  # one line, however many (a vendored tree linked in has thousands)
+            # (--poll stats each watched path through its link: an edit there is seen)
             outside.sort()
             (first, where), n = outside[0], len(outside)
             who = f"{first} links" if n == 1 else f"{first} and {n - 1} more sources link"

@@ -1194,6 +1194,20 @@ def test_an_edit_to_the_file_a_symlinked_source_is_reruns_its_target(watch, ws: 
     assert ran_since(w, 1) == {"//k:l", "//k:f"}, w.log()
 
 
+def test_under_poll_an_edit_through_a_link_leading_outside_is_seen_and_not_said_unseen(watch, ws: Path) -> None:
+    """--poll stats each watched path through its link: the start said "edits there are not
+    seen" of an edit that it then rebuilt (a watch user's finding)."""
+    write(ws.parent / "outside.txt", "o\n")
+    (ws / "k").mkdir()
+    os.symlink(ws.parent / "outside.txt", ws / "k" / "o.txt")
+    write(ws / "k" / "BUILD.py", 'genrule(name="o", srcs=["o.txt"], outs=["o.out"], cmd="cat $< > $@")\n')
+    w = watch("--poll", "//k:all")
+    assert w.wait_cycle(1).status == "OK", w.log()
+    write(ws.parent / "outside.txt", "o2\n")
+    w.wait_settled(lambda cs: read(ws / "k" / "o.out") == "o2\n", "o.out rebuilt")
+    assert "links outside the workspace" not in w.log(), w.log()
+
+
 def test_a_symlinked_source_whose_real_file_is_a_source_too_reruns_both_readers(watch, ws: Path) -> None:
     """The event for shared/real.txt was taken as that source's alone: //k:y, reading it
     through k/l.txt, kept the old content."""
