@@ -112,13 +112,21 @@ class Workspace:
         if os.path.lexists(tmp) and not os.path.isdir(tmp):
             os.unlink(tmp)
         gi = os.path.join(path, ".gitignore")
-        if not os.path.exists(gi):
+        try:
+            whole = os.stat(gi).st_size == len(GITIGNORE)
+        except OSError:
+            whole = False
+        if not whole:  # (missing; or emptied, cut short, by a full disk: `git add -A` took the state)
+            from buildtool.atomic import write_atomic
+
             try:
-                with open(gi, "w") as f:
-                    f.write("# written by buildtool: this directory is local state\n*\n")
+                write_atomic(gi, GITIGNORE)
             except OSError:
                 pass  # (a convenience for git users; the lock says what is wrong, if anything)
         return path
+
+
+GITIGNORE = "# written by buildtool: this directory is local state\n*\n"  # (.buildtool/.gitignore)
 
 
 def _refuse(msg: str) -> NoReturn:

@@ -1966,3 +1966,19 @@ def test_clean_targets_removes_the_outputs_of_those_targets_and_their_dependenci
     assert rc == 2 and "app:nope" in err, (rc, out, err)
     rc, out, err = workspace.run("clean", ":other", cwd=workspace.path("app"))  # (relative to the directory)
     assert rc == 0 and out.strip() == "removed 1 output of 1 target" and not workspace.exists("app/other.txt"), out
+
+
+def test_an_emptied_state_gitignore_is_written_again(workspace: Workspace) -> None:
+    """A full disk left .buildtool/.gitignore empty (it was written in place, and only when
+    missing): `git status` listed the state dir from then on, and `git add -A` took it."""
+    workspace.write("a.txt", "1\n")
+    workspace.build_file("", 'genrule(name="g", srcs=["a.txt"], outs=["g.txt"], cmd="cp $< $@")\n')
+    assert workspace.build().rc == 0
+    gi = workspace.path(".buildtool/.gitignore")
+    want = gi.read_text()
+    assert want.endswith("\n*\n")
+    for damage in ("", "# written by bu"):
+        gi.write_text(damage)
+        workspace.write("a.txt", f"{damage}!\n")  # (a build that does work: the no-op path looks at no state)
+        assert workspace.build().rc == 0
+        assert gi.read_text() == want
