@@ -299,6 +299,24 @@ def _together(errs: Sequence[BuildtoolError], what: str) -> UserError:
     return UserError(f"{errs[0]}{more}\n({len(errs)} {what}; nothing was built)")
 
 
+def _not_a_file(full: str) -> str | None:
+    """What is at ``full`` when it is there but is no regular file (a directory, a named
+    pipe, a symlink to nothing), for an error; None otherwise, and for a package's
+    directory (a label written with ':' for '/': another hint says that)."""
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode) and os.path.exists(os.path.join(full, BUILDFILE)):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(full)
+        except OSError:
+            return "a symlink to nothing"
+    return None if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+
+
 def _err(decl: Declaration, msg: str) -> BuildfileError:
     """The error of a declaration at its BUILD.py line, naming its target (a line of a
     macro's loop declares many) and the macro line that made it."""
@@ -848,6 +866,8 @@ class GraphBuilder:
         if not same and producer is None and os.path.isfile(os.path.join(self.loader.ws.root, path)):
             msg += (f" ({path} is a source file: a file goes in srcs)" if attr == "deps"  # (no look-alike guess)
                     else f" ({path} is a source file: labels to build name targets)")
+        elif not same and producer is None and (what := _not_a_file(os.path.join(self.loader.ws.root, path))):
+            msg += f" ({path} is {what}, not a file: a source must be one)"  # (a label to it reads as a file's)
         elif close:
             msg += f"; did you mean //{pkg}:{close[0]}?"
         elif producer is not None:  # //lib:out.txt for the output out.txt of //lib:gen

@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Workspace, slot_file
@@ -298,6 +299,21 @@ def test_source_that_is_a_directory(workspace: Workspace) -> None:
     workspace.build_file("", 'genrule(name="t", srcs=["adir"], outs=["o"], cmd="echo > $@")\n')
     err = expect_invalid(workspace)
     assert "adir" in err and "directory" in err
+
+
+@pytest.mark.parametrize(("make", "what"), [
+    (lambda p: p.mkdir(), "a directory"), (lambda p: os.mkfifo(p), "a named pipe"),
+    (lambda p: p.symlink_to("nowhere"), "a symlink to nothing")])
+def test_a_label_to_another_package_s_path_that_is_no_file_says_what_it_is(
+        workspace: Workspace, make: Any, what: str) -> None:
+    """A chaos run replaced src/s21.txt, used as //src:s21.txt, by a directory: the error
+    spoke only of an unknown target."""
+    workspace.build_file("src", 'genrule(name="s", outs=["s.out"], cmd="echo > $@")\n')
+    make(workspace.root / "src" / "x.txt")
+    workspace.build_file("", 'genrule(name="t", srcs=["//src:x.txt"], outs=["o"], cmd="cat $< > $@")\n')
+    err = expect_invalid(workspace)
+    assert f"package //src has no target named 'x.txt' (src/x.txt is {what}, not a file: a source must be one)" \
+        in err, err
 
 
 def test_duplicate_outputs_across_targets(workspace: Workspace) -> None:
