@@ -1530,6 +1530,8 @@ class TargetRunner:
         short = self._short_name(tmp, lane) if "TMPDIR" not in env or "HOME" not in env else tmp
         env.setdefault("TMPDIR", short)
         env.setdefault("HOME", short)
+        if t.kind == "test":  # (Bazel's name for it, which googletest, absl and others read)
+            env.setdefault("TEST_TMPDIR", env["TMPDIR"])
         env["BUILDTOOL_LANE"] = tmp
         blocked = self._leads_elsewhere(t) or self._delete_outputs(t, before_run=True)
         if blocked is not None:

@@ -653,6 +653,20 @@ def test_environment_is_scrubbed(workspace: Workspace) -> None:
     assert names == {"PATH", "HOME", "TMPDIR", "BUILDTOOL_LANE", "MINE", "PASSED"}
 
 
+def test_a_test_gets_test_tmpdir_as_bazel_sets_it(workspace: Workspace, tmp_path: Path) -> None:
+    """googletest and absl put their scratch files under TEST_TMPDIR (Bazel sets it); a genrule
+    does not get it, and a test's own env wins."""
+    out = tmp_path / "seen"
+    workspace.build_file("", f"""
+        test(name="t", cmd='test "$$TEST_TMPDIR" = "$$TMPDIR" && test -d "$$TEST_TMPDIR" && echo ok >> {out}')
+        test(name="own", env={{"TEST_TMPDIR": "/x"}}, cmd='test "$$TEST_TMPDIR" = /x && echo own >> {out}')
+        genrule(name="g", outs=["g.txt"], cmd='echo "[$${{TEST_TMPDIR-}}]" > $@')
+        """)
+    r = workspace.build(command="test")
+    assert r.rc == 0 and workspace.build("//:g").rc == 0, r.output
+    assert sorted(out.read_text().split()) == ["ok", "own"] and workspace.read("g.txt") == "[]\n"
+
+
 def test_home_and_tmpdir_named_by_the_action_s_environment_reach_the_command(
     workspace: Workspace, tmp_path: Path
 ) -> None:
