@@ -424,6 +424,9 @@ class Session:
             old, maybe = self.refocus  # (a comment in a BUILD.py checked 2,000 targets in watch, none one-shot)
             again = {old.targets[i].label for i in maybe}
             focus = {t.id for t in graph.targets if t.label in again} | graph.redefined(old)
+            # (an output deleted or edited by hand meanwhile: a full check restored it)
+            focus |= {t.id for t in graph.targets if t.id not in focus and t.kind != "group" and t.outs
+                      and _outputs_differ(t.outs, record.get(t.label), stats)}
             self.refocused = True
         from buildtool.staging import Stage
 
@@ -646,7 +649,7 @@ class Session:
             remember_reports(state)  # (what a refused request may remove: drop_stale_reports)
         result = BuildResult({graph.targets[t].label: o for t, o in outcomes.items()}, wall, 0, graph)
         self._remember_record(state, record)
-        if req.mode == "build" and (focus is None or from_snapshot or rediff or self.refocused) and not req.dry_run \
+        if req.mode == "build" and (focus is None or from_snapshot or rediff) and not req.dry_run \
                 and not sched.failed and not record.failed \
                 and sched.interrupt is None and signals.held is None \
                 and not any(t.always for t in graph.targets) \
@@ -658,9 +661,9 @@ class Session:
             # must look at that target again, whatever the files' stats say by then.
             # Files are signed against the stat data the build relied on: an input's first
             # (a file edited between two of its readers differs from it next time), an
-            # output's last; the stat cache's own entries for files this build did not use
-            # (a watch cycle after a BUILD.py edit: those of the targets left out, which
-            # ended the last cycle clean, their files unchanged since, as the watcher saw).
+            # output's last; the stat cache's own entries for files this build did not use.
+            # (None after a refocused watch cycle: the tools of the targets it left out were
+            # not looked at, and a snapshot listing only the others' missed a tool's change.)
             seen = (stats.used, stats.entries)
             # What shapes the graph, as the build relied on it: the evaluation's reads (when
             # each was read, and all of them after it), an action's hash (a BUILD.py or
@@ -1048,6 +1051,11 @@ class Session:
                         _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             finally:
                 record.close(compact=False)
+            if n:  # (a watch in another terminal checks every target after the record changed)
+                try:
+                    os.utime(record.path)
+                except OSError:
+                    pass
             if failed:
                 raise BuildtoolError(f"{failed} output(s) could not be removed (see above)")
             return n, len(graph.targets)

@@ -1031,13 +1031,16 @@ class Watcher:
         return affected | (set(range(len(g.targets))) - self.clean)
 
     def _refocus(self, changes: list[Change]) -> tuple[Graph, set[int]] | None:
-        """After BUILD.py edits (packages to evaluate again, nothing else), the graph the
-        last cycle ended with and the targets of it that may be dirty: those reading a
-        changed file and whatever did not end clean.  The build compares the evaluated graph
-        with it and plans only what is not declared as it was, or is among these."""
+        """After BUILD.py files saved in place (their packages to evaluate again, nothing
+        else), the graph the last cycle ended with and the targets of it that may be dirty:
+        those reading a changed file and whatever did not end clean.  The build compares the
+        evaluated graph with it and plans only what is not declared as it was, or is among
+        these, or has an output not as recorded.  (A glob's new file, a package made or a
+        BUILD.py saved by rename: every target is checked, as before.)"""
         g = self.graph
         if g is None or not self.dirty_pkgs or self.reload_all or self.rescan or self.broken \
-                or self.clean_graph is not g or any(c.kind not in ("content", "recheck", "package") for c in changes):
+                or self.clean_graph is not g or any(c.kind not in ("content", "recheck", "package") for c in changes) \
+                or any(c.kind == "package" and c.path.rsplit("/", 1)[-1] != BUILDFILE for c in changes):
             return None
         if not self.session.record_unchanged():
             return None

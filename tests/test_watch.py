@@ -58,8 +58,9 @@ def wait_for(cond, timeout: float = TIMEOUT, what: str = "condition"):
 class Watch:
     """A running ``buildtool watch``; stdout/stderr collected by reader threads."""
 
-    def __init__(self, ws: Path, cache: Path, *args: str, command: tuple[str, ...] = ("watch",)) -> None:
-        env = run_env(cache, PYTHONUNBUFFERED="1")
+    def __init__(self, ws: Path, cache: Path, *args: str, command: tuple[str, ...] = ("watch",),
+                 env: dict[str, str] | None = None) -> None:
+        env = {**(env or run_env(cache)), "PYTHONUNBUFFERED": "1"}
         env.pop("BUILDTOOL_JOBS", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "buildtool", *command, *args],
@@ -512,6 +513,56 @@ def test_a_buildfile_edit_plans_only_what_it_redefined(watch, ws: Path) -> None:
     assert ran_since(w, n) == {"//:b", "//:ab"} and re.match(r"OK: 5 targets: 2 ran, 3 unchanged in ", last_ok()), \
         w.log()
     assert read(ws / "out" / "ab.out") == "a1\nb2\n" and read(ws / "sub" / "d.out") == "C1\n"
+    assert w.stop() == 0
+
+
+def test_after_a_refocused_cycle_a_tool_changed_outside_still_reruns_its_target(tmp_path: Path, cache: Path) -> None:
+    """A review's sequence: the cycle after a BUILD.py comment (which planned nothing) wrote
+    a no-op snapshot listing only the tools of what it planned; the tool changed after
+    watch stopped, and a one-shot build said "nothing changed" with the old tool's output."""
+    tools = tmp_path / "tools"
+    write(tools / "mytool", "#!/bin/sh\necho v1\n")
+    (tools / "mytool").chmod(0o755)
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "BUILD.py", 'genrule(name="g", outs=["out.txt"], cmd="mytool > $@", tools=["mytool"])\n')
+    env = run_env(cache, PATH=f"{tools}{os.pathsep}{os.environ['PATH']}")
+    w = Watch(root, cache, "//...", env=env)
+    try:
+        w.wait_cycle(1)
+        time.sleep(1.5)  # (an edit within the first snapshot's racy window makes the next one refuse itself)
+        with open(root / "BUILD.py", "a") as f:
+            f.write("# a comment\n")
+        w.wait_settled(lambda cs: cs[-1].n >= 2, "the comment's cycle")
+        time.sleep(1.5)
+    finally:
+        assert w.stop() == 0
+    assert "1 unchanged" in w.log(), w.log()
+    write(tools / "mytool", "#!/bin/sh\necho v2\n")
+    r = subprocess.run([sys.executable, "-m", "buildtool", "build", "//..."], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and read(root / "out.txt") == "v2\n", r.stdout + r.stderr
+
+
+def test_a_buildfile_edit_restores_an_output_deleted_by_hand_and_so_does_a_cycle_after_clean(
+        watch, ws: Path, cache: Path) -> None:
+    """A full check used to follow every BUILD.py edit, restoring a hand-deleted output; the
+    refocused cycle checks the outputs of what it leaves out.  `clean //sub:c` in another
+    terminal changes the record's stamp, so the next cycle checks every target."""
+    w = watch()
+    w.wait_cycle(1)
+    (ws / "out" / "a.out").unlink()
+    with open(ws / "sub" / "BUILD.py", "a") as f:
+        f.write("# a comment\n")
+    w.wait_settled(lambda cs: (ws / "out" / "a.out").exists(), "a.out restored")
+    assert read(ws / "out" / "a.out") == "a1\n"
+    n = w.cycles()[-1].n
+    r = subprocess.run([sys.executable, "-m", "buildtool", "clean", "//sub:c"], cwd=ws, env=run_env(cache),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and not (ws / "sub" / "c.out").exists(), r.stdout + r.stderr
+    write(ws / "b.txt", "b2\n")
+    w.wait_settled(lambda cs: cs[-1].n > n and (ws / "sub" / "c.out").exists(), "c.out restored")
+    assert read(ws / "sub" / "c.out") == "c1\n" and read(ws / "out" / "ab.out") == "a1\nb2\n"
     assert w.stop() == 0
 
 
