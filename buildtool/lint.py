@@ -30,6 +30,7 @@ _LEADING = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!",
 _INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "python", "python3", "perl", "ruby", "node", "Rscript",
                            "tclsh", "lua"})
 _TEST_RUNNERS = frozenset({"pytest", "py.test", "unittest"})  # (their .py arguments are scripts run)
+_NOT_RUN = frozenset({"--ignore", "--deselect", "--ignore-glob", "-c", "--confcutdir", "--rootdir", "-p"})  # (their path is not a test run)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (data: a grep pattern, an echo's text)
 _HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
@@ -70,7 +71,9 @@ def programs_run(cmd: str) -> list[str]:
         if name.startswith("python") and "-m" in words[i + 1:-1]:
             runner = words[words.index("-m", i + 1) + 1] in _TEST_RUNNERS
         if runner:
-            paths = (w.split("::", 1)[0] for w in words[i + 1:] if not w.startswith("-"))  # (a pytest node id's file)
+            args = words[i + 1:]
+            paths = (w.split("::", 1)[0] for k, w in enumerate(args)  # (a pytest node id's file)
+                     if not w.startswith("-") and not (k and args[k - 1] in _NOT_RUN))
             out.extend(w for w in paths if w.endswith(".py"))
         elif name in _INTERPRETERS:
             script = next((w for w in words[i + 1:] if not w.startswith("-")), None)
