@@ -30,7 +30,8 @@ _LEADING = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!",
 _INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "python", "python3", "perl", "ruby", "node", "Rscript",
                            "tclsh", "lua"})
 _TEST_RUNNERS = frozenset({"pytest", "py.test", "unittest"})  # (their .py arguments are scripts run)
-_NOT_RUN = frozenset({"--ignore", "--deselect", "--ignore-glob", "-c", "--confcutdir", "--rootdir", "-p"})  # (their path is not a test run)
+# A test runner's options whose path argument is not a test it runs (--ignore old_test.py).
+_NOT_RUN = frozenset({"--ignore", "--deselect", "--ignore-glob", "-c", "--confcutdir", "--rootdir", "-p"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (data: a grep pattern, an echo's text)
 _HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")

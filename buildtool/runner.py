@@ -164,6 +164,8 @@ class TargetRunner:
         self._executable: dict[int, list[str]] = {}  # per target: its sources with the x bit (the key has it)
         self._closure_memo: dict[int, str] = {}  # per target: closure_digest
         self.saved_meanwhile: Container[str] = ()  # (watch) files it saw saved during this build
+        self.changed_before: Container[str] = ()  # (watch) inputs the last cycle found changed under a command
+        self.changed_under: set[str] = set()  # inputs this build found changed while their command ran
         # per target in a closure: its input digests and the stats of its sources, as the digest read them
         self._closure_read: dict[int, tuple[dict[str, str], dict[str, tuple[int, int, int, int, int]]]] = {}
         self._remote_full: dict[int, dict[str, str]] = {}  # per test: its closure's digests (_remote_inputs)
@@ -1707,12 +1709,16 @@ class TargetRunner:
             extra["after"] = store
             extra["after_heavy"] = size > INLINE_HASH_LIMIT
             extra["after_bytes"] = len(res.stdout) + len(res.stderr)  # (what the store holds in memory)
-        elif not record and changed in self.saved_meanwhile:  # (watch saw it saved: no command's doing)
+        elif not record and changed in self.saved_meanwhile and changed not in self.changed_before:
+            # (watch saw it saved; the second cycle in a row, a command writing its own
+            # input is the likelier cause: watch would rebuild it for ever)
+            self.changed_under.add(changed)
             self.warn(f"{t.label}: input {changed} was saved while the command ran; result not recorded "
                       "(it runs again with the new content)")
         elif not record:
             # (the usual cause, when it comes back each build: the command writes a file its
             # own glob reaches, a test's stamp or log; the warning alone read as "you edited")
+            self.changed_under.add(changed)
             self.warn(f"{t.label}: input {changed} changed while the command ran; result not recorded (if a "
                       "command wrote it: a file a command writes must not be an input, and a glob that reaches "
                       "it makes it one; exclude it or write it elsewhere)")

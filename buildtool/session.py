@@ -160,6 +160,7 @@ class Session:
         # snapshot's graph.  ``refocused`` says it was applied.
         self.refocus: tuple[Graph, set[int]] | None = None
         self.saved_meanwhile: Container[str] = ()  # (watch) the files it saw saved during this build
+        self.changed_under: set[str] = set()  # inputs the last build found changed while their command ran
         self.refocused = False
         self._record_memo: tuple[tuple[int, int, int], BuildRecord] | None = None
         self.record_in_use: BuildRecord | None = None  # the build record of the build running (or last run)
@@ -445,6 +446,7 @@ class Session:
         )
         runner.executor.stage = stage
         runner.saved_meanwhile = self.saved_meanwhile
+        runner.changed_before, self.changed_under = self.changed_under, runner.changed_under
         self.tools_hashed = runner.tool_stats
         remote = None
         typed_jobs = self._flags.get("remote_jobs") is not None  # (a config's, for its executor elsewhere: quiet)

@@ -239,6 +239,8 @@ def test_an_input_watch_saw_saved_during_the_command_is_said_to_be_a_save(
     err = capsys.readouterr().err
     assert "//:b: input a.txt was saved while the command ran; result not recorded (it runs again" in err, err
     assert "a file a command writes" not in err
+    session.build(BuildRequest(patterns=["//:b"]), out=io.StringIO())  # (again the next cycle: a command's doing)
+    assert "a file a command writes must not be an input" in capsys.readouterr().err
     session = Session(str(ws))  # (a one-shot build: the hint)
     session.build(BuildRequest(patterns=["//:b"]), out=io.StringIO())
     assert "a file a command writes must not be an input" in capsys.readouterr().err
