@@ -610,6 +610,29 @@ def test_a_stopping_worker_hands_back_the_leases_it_never_started() -> None:
                       "old": (bots_pb2.COMPLETED, 0)}, states
 
 
+def test_an_idle_slot_of_a_stopping_worker_ends_its_session() -> None:
+    """A worker stopped while idle said nothing: BuildGrid gave the next action to the gone
+    bot's session, where it sat EXECUTING ~30 s until the keepalive ran out (a rollout of the
+    worker farm).  Each slot's session ends with BOT_TERMINATING, leases or not."""
+    from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
+    from buildtool.remote.worker import Worker
+
+    sent: list[tuple[str, int, list[str]]] = []
+
+    class Bots:
+        def UpdateBotSession(self, req: Any, timeout: float, metadata: Any) -> Any:
+            sent.append((req.name, req.bot_session.status, [lease.id for lease in req.bot_session.leases]))
+            return req.bot_session
+
+    w = Worker.__new__(Worker)
+    w.bots, w.metadata = Bots(), ()
+    w._leave(0, bots_pb2.BotSession(name="idle"), None)
+    busy = bots_pb2.BotSession(name="late")
+    busy.leases.add(id="new", state=bots_pb2.PENDING)
+    w._leave(1, busy, None)
+    assert sent == [("idle", bots_pb2.BOT_TERMINATING, []), ("late", bots_pb2.BOT_TERMINATING, ["new"])], sent
+
+
 def test_an_action_no_worker_takes_gets_one_note(stack: Stack, make_workspace: Callable[..., Workspace]) -> None:
     """Six 6-second actions on two workers of two slots each, with a 3 s remote timeout (the
     note comes after 1.5 of it, 4.5 s: a server silent for one segment is unavailable instead):

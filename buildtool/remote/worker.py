@@ -212,13 +212,22 @@ class Worker:
                     finished.clear()  # a new session: leases it is given are new work, whatever their ids
         if session is None:
             return
+        self._leave(slot, session, running)
+
+    def _leave(self, slot: int, session: Any, running: Running | None) -> None:
+        """The slot's last word to the server as the worker stops: its session ends
+        (``BOT_TERMINATING``), with the lease it ran handed back and those it never started
+        declined.  An idle slot said nothing: the server kept giving actions to the session
+        of a worker that was gone, each waiting ~30 s for its keepalive to run out."""
         # A lease the last long poll brought as the worker was stopping was neither run nor
         # handed back: the job sat EXECUTING until the session's keepalive ran out (~40 s).
         declined = self._decline_unstarted(session, running)
         if running is not None:  # stopped in the middle of a lease: hand it back
             self._hand_back(slot, session, running)
         elif declined:
-            self._terminating(slot, session, ", ".join(declined), "handed back unstarted")
+            self._terminating(slot, session, f"lease {', '.join(declined)} handed back unstarted")
+        else:
+            self._terminating(slot, session, "session ended")
 
     @staticmethod
     def _decline_unstarted(session: Any, running: Running | None) -> list[str]:
@@ -243,17 +252,17 @@ class Worker:
         if not running.done:  # (still fetching inputs or uploading outputs: handed back all the same)
             running.result = ActionError(CODE_UNAVAILABLE, "the worker was stopped (a signal) while the action ran")
         self._report(session, running)
-        self._terminating(slot, session, running.lease_id, "handed back")
+        self._terminating(slot, session, f"lease {running.lease_id} handed back")
 
-    def _terminating(self, slot: int, session: Any, leases: str, done: str) -> None:
+    def _terminating(self, slot: int, session: Any, done: str) -> None:
         """Send the session with the bot ``BOT_TERMINATING`` and its leases as reported."""
         session.status = bots_pb2.BOT_TERMINATING
         try:
             self.bots.UpdateBotSession(bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
                                        timeout=RETRY_S, metadata=self.metadata)
-            log(f"slot {slot}: lease {leases} {done}: the worker is stopping")
+            log(f"slot {slot}: {done}: the worker is stopping")
         except grpc.RpcError as e:
-            log(f"slot {slot}: lease {leases} could not be handed back ({e.code().name})")
+            log(f"slot {slot}: {done} could not be said to the server ({e.code().name})")
 
     @staticmethod
     def _cancelled(session: Any, r: Running) -> bool:
