@@ -295,6 +295,35 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
     assert rc == 0 and "remote-jobs" not in err, err
 
 
+def test_outputs_left_remote_with_a_cache_of_its_own_are_said_to_reach_it_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI with --remote-download minimal and an HTTP cache of its own for developers
+    uploaded nothing there (the outputs were never here to send), without a word: the
+    teammates reading that cache got 0 hits."""
+    from buildtool.config import Config
+    from buildtool.remote.setup import check_download
+
+    monkeypatch.delenv("CI", raising=False)
+    said: list[str] = []
+    ex = "grpc://127.0.0.1:8980"
+    for download, cache, upload in (("minimal", "http://c:8080/ci", True), ("toplevel", "http://c:8080/ci", True),
+                                    ("all", "http://c:8080/ci", True), ("minimal", ex, True),
+                                    ("minimal", "http://c:8080/ci", False), ("minimal", "", True)):
+        said.clear()
+        check_download(Config(remote_executor=ex, remote_cache=cache, remote_download=download,
+                              remote_upload=upload), said.append)
+        expect = download != "all" and cache not in ("", ex) and upload
+        assert bool(said) == expect, (download, cache, upload, said)
+        if expect:
+            assert said == [f"--remote-download {download}: the outputs left in the executor's CAS are not uploaded to "
+                            f"the remote cache {cache} (they are not here to send), so it gains nothing from this "
+                            "build; give its readers the executor's endpoint as their cache, or use "
+                            "--remote-download all"], said
+    said.clear()
+    monkeypatch.setenv("CI", "true")  # (upload on by default in CI)
+    check_download(Config(remote_executor=ex, remote_cache="http://c:8080/ci", remote_download="minimal"), said.append)
+    assert len(said) == 1
+
+
 @pytest.mark.parametrize("url", ["bogus", "http://127.0.0.1:1"])
 def test_an_executor_or_worker_url_that_is_not_grpc_gets_the_forms_it_may_take(
     make_workspace: Callable[..., Workspace], url: str,

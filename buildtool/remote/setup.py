@@ -49,6 +49,14 @@ def check_download(cfg: Any, warn: Callable[[str], None], typed_jobs: bool = Fal
     if download != "all" and not cfg.remote_executor:
         warn(f"--remote-download {download} is for remote execution (outputs left in the executor's CAS); "
              "without --remote-executor every output is built or fetched here as usual")
+    if download != "all" and cfg.remote_executor and cfg.remote_cache \
+            and cfg.remote_cache.rstrip("/") != cfg.remote_executor.rstrip("/"):
+        from buildtool.config import in_ci
+
+        if cfg.remote_upload if cfg.remote_upload is not None else in_ci():
+            warn(f"--remote-download {download}: the outputs left in the executor's CAS are not uploaded to "
+                 f"the remote cache {cfg.remote_cache} (they are not here to send), so it gains nothing from this "
+                 "build; give its readers the executor's endpoint as their cache, or use --remote-download all")
     jobs = getattr(cfg, "remote_jobs", None)
     if typed_jobs and jobs is not None and not cfg.remote_executor:
         warn(f"--remote-jobs {jobs} is for remote execution (actions running at once on the executor); "
