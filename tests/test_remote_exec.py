@@ -295,6 +295,29 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
     assert rc == 0 and "remote-jobs" not in err, err
 
 
+def test_a_cas_the_worker_cannot_reach_gives_the_job_back_and_a_missing_blob_fails_it() -> None:
+    """An executor restarting mid-build: the worker's read of an input failed on the dropped
+    connection and it answered FAILED_PRECONDITION "missing from the CAS", which the client
+    took as a failed action (six warnings, six local runs).  UNAVAILABLE: the server gives
+    the job out again.  A blob really not there stays FAILED_PRECONDITION (REAPI's missing input)."""
+    from buildtool.remote.action import Digest
+
+    from buildtool.remote.store import MissingBlob, Unavailable
+    from buildtool.remote.worker import CODE_FAILED_PRECONDITION, CODE_UNAVAILABLE, ActionError, Worker
+
+    for error, code in ((Unavailable("BatchReadBlobs failed: UNAVAILABLE Stream removed"), CODE_UNAVAILABLE),
+                        (MissingBlob("blob ab could not be read: NOT_FOUND"), CODE_FAILED_PRECONDITION)):
+        class Store:
+            def download(self, digests: Any, tmp: str, e: Exception = error) -> Any:
+                raise e
+
+        w = Worker.__new__(Worker)
+        w.store = Store  # type: ignore[method-assign,assignment]
+        with pytest.raises(ActionError) as got:
+            w._blob(Digest("ab" * 32, 5), "/nonexistent")
+        assert got.value.code == code and str(error) in str(got.value), (got.value.code, str(got.value))
+
+
 def test_outputs_left_remote_with_a_cache_of_its_own_are_said_to_reach_it_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """CI with --remote-download minimal and an HTTP cache of its own for developers
     uploaded nothing there (the outputs were never here to send), without a word: the

@@ -40,7 +40,7 @@ from buildtool.remote.grpc_store import GrpcStore, channel
 from buildtool.remote.options import RemoteOptions, parse_endpoint
 from buildtool.remote.protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from buildtool.remote.protos.google.devtools.remoteworkers.v1test2 import bots_pb2, bots_pb2_grpc
-from buildtool.remote.store import RemoteError, Source
+from buildtool.remote.store import RemoteError, Source, Unavailable
 
 POLL_S = 5.0  # UpdateBotSession deadline: the server long-polls for 80% of it (under 3 s: no leases)
 KEEPALIVE_S = 10.0  # while an action runs, report the session at least this often
@@ -315,6 +315,8 @@ class Worker:
             return b""
         try:
             path = self.store().download([d], tmp)[d]
+        except Unavailable as e:  # (the server restarting: the job is its to give out again, not the client's)
+            raise ActionError(CODE_UNAVAILABLE, f"the CAS could not be read: {e}") from None
         except RemoteError as e:
             raise ActionError(CODE_FAILED_PRECONDITION, f"missing from the CAS: {e}") from None
         with open(path, "rb") as f:
