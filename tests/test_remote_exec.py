@@ -301,7 +301,6 @@ def test_a_cas_the_worker_cannot_reach_gives_the_job_back_and_a_missing_blob_fai
     took as a failed action (six warnings, six local runs).  UNAVAILABLE: the server gives
     the job out again.  A blob really not there stays FAILED_PRECONDITION (REAPI's missing input)."""
     from buildtool.remote.action import Digest
-
     from buildtool.remote.store import MissingBlob, Unavailable
     from buildtool.remote.worker import CODE_FAILED_PRECONDITION, CODE_UNAVAILABLE, ActionError, Worker
 
