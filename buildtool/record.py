@@ -300,7 +300,9 @@ class BuildRecord:
         if head + b"\n" != HEADER.encode() and not self._upgrade:
             if self._readonly:  # (another build may have made it a moment ago: empty, its header to come)
                 return
-            self._warn("build record has an unknown format version; discarding it")
+            # (empty: a build killed, or a disk full, before its first line; nothing is lost)
+            self._warn("build record is empty; every target will be checked anew" if not data else
+                       "build record has an unknown format version; discarding it")
             self._discard()
             return
         self.lines = self.entries.load(data, len(head) + 1)  # a torn last line is left out

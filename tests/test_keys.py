@@ -43,6 +43,22 @@ def test_key_covers_every_field() -> None:
     assert len(got) == len(variants)
 
 
+def test_the_key_format_version_and_python_s_micro_version_change_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutants that left KEY_VERSION out of the description (an upgrade changing the format
+    would rerun nothing) or Python's micro version out of a pyrule's identity (3.11.7 ->
+    3.11.8: pyrules taken as up to date) survived every test."""
+    import sys
+    import types
+
+    k0 = keys.key_of(desc())
+    monkeypatch.setattr(keys, "KEY_VERSION", keys.KEY_VERSION + 1)
+    assert keys.key_of(desc()) != k0
+    before = keys.python_identity()
+    v = sys.version_info
+    monkeypatch.setattr(sys, "version_info", types.SimpleNamespace(major=v.major, minor=v.minor, micro=v.micro + 1))
+    assert keys.python_identity() != before
+
+
 BUILD_LIB = """
 genrule(name="gen", srcs=["in.txt"], outs=["gen/out.h"], cmd="cat $(SRCS) > $@ && echo $$(echo generated) >> $@")
 """

@@ -246,3 +246,77 @@ def test_a_record_read_without_the_lock_is_never_removed(tmp_path: Path) -> None
     path.mkdir()
     BuildRecord(str(path), lambda _m: None, readonly=True)
     assert path.is_dir()
+
+
+def test_each_line_is_on_disk_before_the_next_target_so_a_kill_keeps_what_finished(tmp_path: Path) -> None:
+    """A mutant that dropped the flush after each line survived: a kill -9 of the build then
+    lost every line of it (the buffer), and what had finished ran again (no cache: for real)."""
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    rec.put("//:a", "ka", [["a", "e" * 64, 420]], 0.1, DESC)
+    seen = BuildRecord(str(path), print, readonly=True)  # (another process's view, the build still going)
+    assert seen.get("//:a") is not None and seen.get("//:a")["k"] == "ka"
+    rec.close()
+
+
+def test_a_compaction_that_fails_halfway_leaves_the_record_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """Compaction writes a temp file and renames it: a mutant writing in place survived, and
+    a full disk halfway through it would have cut the record (then deleted it)."""
+    path = tmp_path / "record"
+    rec = BuildRecord(str(path), print)
+    for round_ in range(4):
+        for i in range(300):
+            rec.put(f"//:t{i}", f"k{round_}", [[f"o{i}", "e" * 64, 420]], 0.1, DESC)
+    rec._fh.flush()  # type: ignore[union-attr]
+    before = path.read_bytes()
+    real_open = open
+
+    class Full:
+        def __init__(self, f: object) -> None:
+            self.f, self.n = f, 0
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()  # type: ignore[attr-defined]
+
+        def write(self, s: str) -> int:
+            self.n += 1
+            if self.n > 100:
+                raise OSError(28, "No space left on device")
+            return self.f.write(s)  # type: ignore[attr-defined, no-any-return]
+
+    def full_open(file: str, mode: str = "r", *a: object, **k: object) -> object:
+        f = real_open(file, mode, *a, **k)  # type: ignore[call-overload]
+        return Full(f) if "w" in mode and ".tmp." in str(file) else f
+
+    import builtins
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    assert rec.compact(quiet=True) is False
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["record"]
+
+
+def test_a_v1_record_s_lines_never_read_are_rewritten_as_v2_too(tmp_path: Path) -> None:
+    """The upgrade copied lines it had not parsed as they were, a v1 line (its desc an
+    object) under the v2 header; only a test reading every entry first covered it."""
+    path = tmp_path / "record"
+    lines = [{"l": f"//:{n}", "k": f"k{n}", "o": [[n, "e" * 64, 420]], "d": 0.5, "desc": DESC} for n in "bc"]
+    path.write_text(HEADER_V1 + "".join(json.dumps(x) + "\n" for x in lines))
+    rec = BuildRecord(str(path), print)
+    assert desc_of(rec.get("//:b")) == DESC  # (//:c never read)
+    rec.close()
+    rows = [json.loads(x) for x in path.read_text().splitlines()[1:]]
+    assert [r["l"] for r in rows] == ["//:b", "//:c"] and all(isinstance(r["desc"], str) for r in rows), rows
+    assert desc_of(BuildRecord(str(path), print).get("//:c")) == DESC
+
+
+def test_an_empty_record_is_called_empty_not_of_another_version(tmp_path: Path) -> None:
+    path = tmp_path / "record"
+    path.write_bytes(b"")
+    warned: list[str] = []
+    BuildRecord(str(path), warned.append)
+    assert warned == ["build record is empty; every target will be checked anew"], warned
