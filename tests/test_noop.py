@@ -2191,3 +2191,41 @@ def test_a_graph_written_under_a_key_made_since_is_evaluated_again_quietly(
     assert noop.load_graph(str(state), warned.append, expected, graph_file.name[6:]) is None
     assert (after_reboot / "graph-key").read_bytes() != (before_reboot / "graph-key").read_bytes()
     assert warned == []
+
+
+def test_the_request_built_longest_ago_is_the_one_forgotten(tmp_path: Path) -> None:
+    """Five requests in turn, four slots: the first one's snapshot goes, the others' stay
+    (a mutant evicting the newest survived every test)."""
+    cache = tmp_path / "cache"
+    w = new_workspace(tmp_path, "".join(f'genrule(name="{n}", outs=["{n}.txt"], cmd="echo {n} > $@")\n'
+                                        for n in "abcde"))
+    for n in "abcde":
+        assert bt(w, cache, "build", f"//:{n}").returncode == 0
+    time.sleep(0.1)  # (out of the racy window of the outputs)
+    for n in "bcde":  # (each built again, to a snapshot no output is racy in; still the last four)
+        assert bt(w, cache, "build", f"//:{n}").returncode == 0
+    for n in "bcde":
+        r = bt(w, cache, "build", f"//:{n}")
+        assert "(nothing changed)" in r.stdout, (n, r.stdout + r.stderr)
+
+
+def test_a_glob_directory_replaced_by_one_with_the_same_mtime_is_listed_again(tmp_path: Path) -> None:
+    """`cp -a pkg pkg2; add a file; touch -r pkg pkg2; mv pkg2 pkg`: the directory's mtime is
+    as it was, its inode and ctime are not.  A mutant comparing the mtime alone kept the
+    snapshot's graph, whose glob lacked the new file."""
+    cache = tmp_path / "cache"
+    w = new_workspace(tmp_path, 'genrule(name="cat", srcs=glob(["pkg/*.txt"]), outs=["all.out"], '
+                                'cmd="cat $(SRCS) > $@")\n')
+    (w / "pkg").mkdir()
+    (w / "pkg" / "one.txt").write_text("1\n")
+    settle(w, cache)
+    copy = w / "pkg2"
+    shutil.copytree(w / "pkg", copy, copy_function=shutil.copy2)
+    (copy / "two.txt").write_text("2\n")
+    st = os.stat(w / "pkg")
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    shutil.rmtree(w / "pkg")
+    os.rename(copy, w / "pkg")
+    assert os.stat(w / "pkg").st_mtime_ns == st.st_mtime_ns
+    r = bt(w, cache, "build")
+    assert r.returncode == 0 and (w / "all.out").read_text() == "1\n2\n", r.stdout + r.stderr
