@@ -135,9 +135,23 @@ def _fs_flags(path: Path) -> int | None:
 
 
 def test_the_stage_parent_is_marked_top_of_unrelated_directories(tmp_path: Path) -> None:
+    # Whether the filesystem keeps the flag, asked without the code under test (a mutant
+    # that never set it made this test skip itself rather than fail).
     probe = tmp_path / "probe"
     probe.mkdir()
-    staging.mark_topdir(str(probe))
+    fd = os.open(probe, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        import fcntl
+        import sys
+
+        buf = bytearray(8)
+        fcntl.ioctl(fd, staging.FS_IOC_GETFLAGS, buf)
+        flags = int.from_bytes(buf[:4], sys.byteorder) | staging.FS_TOPDIR_FL
+        fcntl.ioctl(fd, staging.FS_IOC_SETFLAGS, flags.to_bytes(4, sys.byteorder) + bytes(4))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     if not (_fs_flags(probe) or 0) & staging.FS_TOPDIR_FL:
         pytest.skip("this filesystem has no FS_TOPDIR_FL (only ext2/3/4 do)")
     Stage(str(tmp_path / "tmp")).dir_for(str(tmp_path))
