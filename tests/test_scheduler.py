@@ -672,6 +672,15 @@ def test_a_lane_takes_the_next_command_while_the_last_one_is_recorded() -> None:
     # first one's outcome is recorded (by order of events, not by a wall-clock bound).
     first_outcome = runner.events.index(("outcome", 0))
     assert ("start", 2) in runner.events[:first_outcome]
+    # A span ends with its command, not its bookkeeping (--profile, the critical path): on a
+    # lane, the next command starts after the last one's end (a mutant that ended it with
+    # the bookkeeping, overlapping the next span, survived).
+    by_lane: dict[int, list[tuple[float, float]]] = {}
+    for o in outcomes.values():
+        by_lane.setdefault(o.lane, []).append((o.start, o.end))
+    for spans in by_lane.values():
+        spans.sort()
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), spans
 
 
 def test_a_lane_whose_target_releases_a_dependent_waits_for_its_outcome() -> None:
