@@ -7,6 +7,7 @@ no commit); the scheduler itself is real, with real worker threads.  StartingRun
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -680,7 +681,7 @@ def test_a_lane_takes_the_next_command_while_the_last_one_is_recorded() -> None:
         by_lane.setdefault(o.lane, []).append((o.start, o.end))
     for spans in by_lane.values():
         spans.sort()
-        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), spans
+        assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans)), spans
 
 
 def test_a_lane_whose_target_releases_a_dependent_waits_for_its_outcome() -> None:
