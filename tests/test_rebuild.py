@@ -33,6 +33,7 @@ def _no_owner(p: str) -> str | None:
     (_with(shell="bash"), Reason.COMMAND_CHANGED, "shell changed from sh to bash"),
     (_with(tools={"cc": "dd" * 32}), Reason.TOOL_CHANGED, "tool cc changed (absent -> dddddddd)"),
     (_with(kind="test"), Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"),
+    ({**BASE, "v": 2}, Reason.DEFINITION_CHANGED, "the rule's kind, package or key format changed"),
 ])
 def test_each_kind_of_difference_has_its_reason(new: dict[str, Any], code: Reason, said: str) -> None:
     assert why_changed(BASE, new, _no_owner) == (code, said)
@@ -123,3 +124,13 @@ def test_the_cache_s_descriptions_hold_env_values_but_path_s_as_digests() -> Non
     assert env["PATH"] == "/usr/bin"
     assert "hunter2" not in str(env) and "t0k" not in str(env)
     assert env["PASSWORD"].startswith("blake3:") and env["PASSWORD"] != env["TOKEN"]
+
+
+def test_a_long_command_against_a_short_one_is_clipped_too() -> None:
+    """Both commands are cut around where they differ unless both are short (a mutant that
+    left one side whole when the other was short printed 2,000 characters)."""
+    from buildtool.rebuild import _clip_pair
+
+    old, new = _clip_pair("cc -c a.c", "cc -c a.c " + "-I/x " * 400)
+    assert old == "cc -c a.c" and len(new) <= 80 and new.endswith("..."), (old, new)
+    assert _clip_pair("a", "b") == ("a", "b")
