@@ -179,3 +179,15 @@ def test_remove_path_never_follows_a_link_at_its_top(tmp_path: Path) -> None:
     (tree / "a" / "to-precious").symlink_to(precious)
     remove_path(str(tree))
     assert not tree.exists() and (precious / "data.txt").exists()
+
+
+def test_a_stage_that_cannot_be_made_is_none_and_its_callers_work_in_place(tmp_path: Path) -> None:
+    """dir_for answers None when the stage cannot be made (a read-only or damaged state
+    dir): its callers (a restore, a command's `> $@`) then write in place.  A mutant that
+    raised instead survived: no test made the stage fail."""
+    (tmp_path / "state").write_text("a file where the state directory should be\n")
+    stage = Stage(str(tmp_path / "state" / "tmp"))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    assert stage.dir_for(str(dest)) is None
+    assert stage.dir_for(str(dest)) is None  # (memoised, not raised the second time either)
