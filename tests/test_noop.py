@@ -2229,3 +2229,18 @@ def test_a_glob_directory_replaced_by_one_with_the_same_mtime_is_listed_again(tm
     assert os.stat(w / "pkg").st_mtime_ns == st.st_mtime_ns
     r = bt(w, cache, "build")
     assert r.returncode == 0 and (w / "all.out").read_text() == "1\n2\n", r.stdout + r.stderr
+
+
+def test_a_build_removes_every_request_s_monitor_clock_and_its_own_snapshot_only(tmp_path: Path) -> None:
+    """A clock (the monitor's "nothing changed since") must not outlive a build of any
+    request: what a build writes under .buildtool/ is unwatched (a mutant removing only the
+    build's own request's clock survived)."""
+    from buildtool import noop
+
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in ("noop.aaaaaaaa", "noop.bbbbbbbb", "noop-clock.aaaaaaaa", "noop-clock.bbbbbbbb"):
+        (state / name).write_text("x")
+    noop.invalidate(str(state), "aaaaaaaa")
+    assert sorted(p.name for p in state.iterdir()) == ["noop-last", "noop.bbbbbbbb"]
+    assert (state / "noop-last").read_text() == "aaaaaaaa"
