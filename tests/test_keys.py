@@ -133,8 +133,12 @@ def test_pyrule_fn_problem_finds_what_the_run_would_miss(tmp_path: Path) -> None
     )
     (tmp_path / "lazy.py").write_text("def __getattr__(name):\n    return print\n")
     (tmp_path / "star.py").write_text("from os.path import *\n")
+    # (names bound at run time: not found by reading, so not refused; a mutant refusing them survived)
+    (tmp_path / "dyn.py").write_text("for n in ('a', 'b'):\n    globals()['make_' + n] = print\n")
+    (tmp_path / "dyn2.py").write_text("import sys\nsetattr(sys.modules[__name__], 'make', print)\n")
     for ok in ("gen.rules:write", "gen.rules:copy", "gen.rules:make_json", "gen.rules:fallback",
-               "gen.rules:tomllib", "lazy:anything", "star:join", "json:dump", "sys:exit"):
+               "gen.rules:tomllib", "lazy:anything", "star:join", "json:dump", "sys:exit", "dyn:make_a",
+               "dyn2:make"):
         assert keys.pyrule_fn_problem(str(tmp_path), ok) is None, ok
     assert keys.pyrule_fn_problem(str(tmp_path), "gen.rules:nope") == \
         "gen/rules.py never binds 'nope' (no def, class, assignment or import of it; fn='gen.rules:nope')"
