@@ -1966,7 +1966,7 @@ def test_an_edited_header_plans_the_compiles_that_read_it_not_every_target(tmp_p
     build, and one deleted, are seen all the same; the next build is a no-op."""
     cache = tmp_path / "cache"
     files = {"a.c": "a\n", "a.h": "ah1\n", "common.h": "c1\n", "b.c": "b\n", "b.deps": "common.h", "new.h": "n1\n"}
-    w = new_workspace(tmp_path, DEPFILES, files)
+    w = new_workspace(tmp_path, DEPFILES + 'print("EVALUATED")\n', files)  # (says when it is evaluated)
     settle(w, cache)
 
     def build(expect_ran: list[str], app: str) -> None:
@@ -1985,6 +1985,7 @@ def test_an_edited_header_plans_the_compiles_that_read_it_not_every_target(tmp_p
     r = bt(w, cache, "build")
     assert r.returncode == 0 and _ran(r.stdout) == ["//:a", "//:link"], r.stdout + r.stderr
     assert "1 unchanged" in r.stdout, r.stdout  # //:b: the incremental path, not a full check
+    assert "EVALUATED" not in r.stdout + r.stderr, r.stdout  # (nor a regraph: no BUILD.py evaluated)
     assert (w / "app").read_text() == "a\nah2\nc1\nb\nc1\n"
     build([], "a\nah2\nc1\nb\nc1\n")  # (its snapshot: a no-op after it)
 
@@ -2244,3 +2245,26 @@ def test_a_build_removes_every_request_s_monitor_clock_and_its_own_snapshot_only
     noop.invalidate(str(state), "aaaaaaaa")
     assert sorted(p.name for p in state.iterdir()) == ["noop-last", "noop.bbbbbbbb"]
     assert (state / "noop-last").read_text() == "aaaaaaaa"
+
+
+def test_a_tool_appearing_earlier_on_path_inside_the_workspace_is_a_full_build(tmp_path: Path) -> None:
+    """A workspace directory searched for a tool (on PATH before the one that had it) gains
+    that tool: the next build runs the new one.  A mutant that took such a directory's new
+    listing for a graph change (evaluate and compare targets, which are declared as they
+    were) survived, and kept the old tool's output."""
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mytool").write_text("#!/bin/sh\necho old\n")
+    (outside / "mytool").chmod(0o755)
+    w = new_workspace(tmp_path, 'genrule(name="g", outs=["g.txt"], cmd="mytool > $@", tools=["mytool"])\n')
+    (w / "tools" / "bin").mkdir(parents=True)
+    env = {"PATH": f"{w / 'tools' / 'bin'}{os.pathsep}{outside}{os.pathsep}{os.environ['PATH']}"}
+    assert bt(w, cache, "build", env=env).returncode == 0
+    time.sleep(0.1)
+    assert bt(w, cache, "build", env=env).returncode == 0
+    assert "(nothing changed)" in bt(w, cache, "build", env=env).stdout
+    (w / "tools" / "bin" / "mytool").write_text("#!/bin/sh\necho new\n")
+    (w / "tools" / "bin" / "mytool").chmod(0o755)
+    r = bt(w, cache, "build", env=env)
+    assert r.returncode == 0 and (w / "g.txt").read_text() == "new\n", r.stdout + r.stderr
