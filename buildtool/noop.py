@@ -223,6 +223,21 @@ def _same_env(recorded: Mapping[str, str | None]) -> list[str] | None:
     return names if env_view(names) == recorded else None
 
 
+def started(state_dir: str, who: str) -> None:
+    """Note in ``noop-last`` that request ``who`` (or ``clean`` of some targets) writes the
+    build record now: another request's snapshot then finds the record changed by it, not
+    by a crash, and checks every target without a warning."""
+    try:
+        fd = os.open(os.path.join(state_dir, LAST_STARTED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o644)  # (a named pipe there: ENXIO, not a wait)
+        try:
+            os.write(fd, who.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def invalidate(state_dir: str, slot: str) -> None:
     """Before a build that may write files: remove this request's snapshot, and every
     request's clock (the monitor's "nothing changed since" must not outlive a build: what
@@ -234,15 +249,7 @@ def invalidate(state_dir: str, slot: str) -> None:
             paths += [e.path for e in it if e.name.startswith("noop-clock.")]
     except OSError:
         pass
-    try:  # (another request's snapshot then finds the record changed by this build: no crash warning)
-        fd = os.open(os.path.join(state_dir, LAST_STARTED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_NONBLOCK, 0o644)  # (a named pipe there: ENXIO, not a wait)
-        try:
-            os.write(fd, slot.encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    started(state_dir, slot)
     for path in paths:
         try:
             os.unlink(path)

@@ -664,8 +664,9 @@ class Session:
             # Files are signed against the stat data the build relied on: an input's first
             # (a file edited between two of its readers differs from it next time), an
             # output's last; the stat cache's own entries for files this build did not use.
-            # (None after a refocused watch cycle: the tools of the targets it left out were
-            # not looked at, and a snapshot listing only the others' missed a tool's change.)
+            # (A refocused watch cycle writes none, its focus being neither: the tools of the
+            # targets it left out were not looked at, and a snapshot listing only the others'
+            # missed a tool's change.)
             seen = (stats.used, stats.entries)
             # What shapes the graph, as the build relied on it: the evaluation's reads (when
             # each was read, and all of them after it), an action's hash (a BUILD.py or
@@ -1053,7 +1054,8 @@ class Session:
                         _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             finally:
                 record.close(compact=False)
-            if n:  # (a watch in another terminal checks every target after the record changed)
+            if n:  # (a watch in another terminal checks every target after the record changed;
+                noop.started(state, "clean")  # a no-op snapshot does too, without a crash's warning)
                 try:
                     os.utime(record.path)
                 except OSError:
