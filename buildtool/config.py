@@ -33,6 +33,7 @@ KEYS: dict[str, type] = {
     "restore_mode": str,
     "pools": dict,
     "max_size": str,  # or an int of bytes; user config / env only (the cache is shared)
+    "test_timeout": float,  # or an int: seconds, for a test without timeout= (Bazel's --test_timeout)
     # remote cache / execution (docs/remote.md); validated by buildtool/remote/options.py
     "remote_cache": str,
     "remote_executor": str,
@@ -51,7 +52,7 @@ class Config:
 
     __slots__ = ("action_env", "cache_dir", "jobs", "keep_going", "max_size", "pools", "remote_cache",
                  "remote_download", "remote_executor", "remote_headers", "remote_instance", "remote_jobs",
-                 "remote_timeout", "remote_upload", "restore_mode")
+                 "remote_timeout", "remote_upload", "restore_mode", "test_timeout")
 
     def __init__(
         self,
@@ -70,7 +71,9 @@ class Config:
         remote_upload: bool | None = None,  # None: on in CI (the CI variable), off elsewhere
         remote_jobs: int | None = None,  # with remote_executor: run up to this many actions at once
         remote_download: str = "all",  # with remote_executor: all | toplevel | minimal (docs/remote.md)
+        test_timeout: float | None = None,  # seconds: a test's timeout when its BUILD.py gives none
     ) -> None:
+        self.test_timeout = test_timeout
         self.jobs = jobs
         self.keep_going = keep_going
         self.cache_dir = cache_dir
@@ -207,6 +210,12 @@ def _check(path: str, raw: dict[str, Any], text: str | None = None) -> dict[str,
                     raise UserError(f"{ENV_VARS.get(k, path)}: {e}") from None
                 raise UserError(f"{at}: {e}") from None
             continue
+        if k == "test_timeout":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:  # (NaN compares false)
+                msg = f"{at}: test_timeout must be a positive number of seconds (got {v!r})"
+                raise UserError(msg)
+            out[k] = float(v)
+            continue
         if k == "max_size":
             from buildtool.cache_gc import parse_size
 
@@ -324,6 +333,12 @@ def _env_layer() -> dict[str, Any]:
         if not 1 <= out["jobs"] <= MAX_JOBS:
             msg = f"BUILDTOOL_JOBS must be from 1 to {MAX_JOBS} (got {out['jobs']})"
             raise UserError(msg)
+    if env.get("BUILDTOOL_TEST_TIMEOUT"):
+        try:
+            seconds: object = float(env["BUILDTOOL_TEST_TIMEOUT"].strip())
+        except ValueError:
+            seconds = env["BUILDTOOL_TEST_TIMEOUT"]
+        out.update(_check("BUILDTOOL_TEST_TIMEOUT", {"test_timeout": seconds}))
     if env.get("BUILDTOOL_KEEP_GOING"):
         out["keep_going"] = env_bool("BUILDTOOL_KEEP_GOING", env["BUILDTOOL_KEEP_GOING"])
     for var, key in (("BUILDTOOL_CACHE_DIR", "cache_dir"), ("BUILDTOOL_ACTION_ENV", "action_env"),

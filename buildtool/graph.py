@@ -510,6 +510,7 @@ class GraphBuilder:
         self.loader = loader
         self.cwd_pkg = cwd_pkg
         self.keep_going = False  # -k: a BUILD.py a wildcard loads that fails does not stop the others'
+        self.default_test_timeout: float | None = None  # the test_timeout config key: a test's without timeout=
         self._outs_memo: dict[str, set[str]] = {}
         self._subpkg_memo: dict[str, bool] = {}  # directory -> holds a package (a BUILD.py)
         self._real_root: str | None = None  # the workspace root, links resolved (_output_behind)
@@ -1808,7 +1809,8 @@ class GraphBuilder:
             manual=manual or always,
             pool=pool,
             # (beyond ~3 years a timeout never fires: clamped, so that no timer overflows)
-            timeout=float(min(timeout, MAX_TIMEOUT_S)) if timeout is not None else None,  # (10**400: no float)
+            timeout=float(min(timeout, MAX_TIMEOUT_S)) if timeout is not None  # (10**400: no float)
+            else self.default_test_timeout if kind == "test" else None,
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",

@@ -117,6 +117,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
         record = BuildRecord(os.path.join(session.ws.state_dir, "record"), _warn)
         builder = GraphBuilder(Loader(session.ws, record.all_outputs()), session.ws.cwd_pkg_dir)
+        builder.default_test_timeout = session.config.test_timeout  # (the graph a build would have)
         if args.command == "query":
             _, result = query.evaluate(builder, query.parse(args.expr), record, _warn)
             _emit("".join(f"{line}\n" for line in result))

@@ -190,6 +190,7 @@ class Session:
     # -- graph -----------------------------------------------------------------------
     def _graph(self, loader: Loader, patterns: list[str], mode: str, keep_going: bool = False) -> Graph:
         builder = GraphBuilder(loader, self.ws.cwd_pkg_dir)
+        builder.default_test_timeout = self.config.test_timeout
         builder.keep_going = keep_going  # (-k: every BUILD.py a wildcard loads is evaluated, each error said)
         roots = builder.expand_patterns(patterns, want_tests=(mode == "test"))
         if mode == "test" and not any(

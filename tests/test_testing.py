@@ -358,6 +358,31 @@ def test_a_cached_pass_whose_log_the_cache_lost_runs_again(workspace: Workspace,
     assert "no longer in the cache" in fresh.read(".buildtool/testlogs/big.log")
 
 
+def test_the_test_timeout_key_is_the_timeout_of_a_test_that_gives_none(workspace: Workspace) -> None:
+    """Bazel gives every test a timeout (300 s for the default size); a hung test here waited
+    for the CI job's limit.  `test_timeout` (buildtool.toml, BUILDTOOL_TEST_TIMEOUT) is the
+    timeout of a test without timeout=; a test's own wins; it is in the key (a tighter one may
+    fail a cached pass), so a new default runs those tests again."""
+    workspace.build_file("", 'test(name="hangs", cmd="sleep 30")\n'
+                             'test(name="own", cmd="sleep 1; echo ok", timeout=20)\n'
+                             'test(name="quick", cmd="true")\n')
+    workspace.write("buildtool.toml", "test_timeout = 0.5\n")
+    r = workspace.build(command="test")
+    assert r.rc == 1 and r.by_label["//:hangs"]["test"] == "timeout", r.output
+    assert "TIMEOUT after 0.5s" in r.output and r.by_label["//:hangs"]["duration_s"] < 20, r.output
+    assert r.by_label["//:own"]["test"] == "passed" and r.by_label["//:quick"]["test"] == "passed", r.output
+    r = workspace.build("//:quick", "//:own", command="test", env_extra={"BUILDTOOL_TEST_TIMEOUT": "2"})
+    assert r.by_label["//:quick"]["test"] == "passed" and r.by_label["//:own"]["test"] == "cached", r.output
+    for bad, said in (("test_timeout = 0\n", "buildtool.toml:1: test_timeout must be a positive number"),
+                      ('test_timeout = "5m"\n', "test_timeout must be a positive number of seconds (got '5m')")):
+        workspace.write("buildtool.toml", bad)
+        rc, _, err = workspace.run("test")
+        assert rc == 2 and said in err, err
+    workspace.write("buildtool.toml", "")
+    rc, _, err = workspace.run("test", env_extra={"BUILDTOOL_TEST_TIMEOUT": "soon"})
+    assert rc == 2 and "BUILDTOOL_TEST_TIMEOUT: test_timeout must be a positive number" in err, err
+
+
 def test_timeout_reports_timeout_and_exits_1(workspace: Workspace) -> None:
     workspace.build_file("", 'test(name="slow", cmd="echo started; sleep 30", timeout=0.5)')
     r = workspace.build("//:slow", command="test")
