@@ -31,7 +31,7 @@ _INTERPRETERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "python", "python
                            "tclsh", "lua"})
 _TEST_RUNNERS = frozenset({"pytest", "py.test", "unittest"})  # (their .py arguments are scripts run)
 # A test runner's options whose path argument is not a test it runs (--ignore old_test.py).
-_NOT_RUN = frozenset({"--ignore", "--deselect", "--ignore-glob", "-c", "--confcutdir", "--rootdir", "-p"})
+_NOT_RUN = frozenset({"--ignore", "--deselect", "--ignore-glob", "--confcutdir", "--rootdir", "-p"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")  # (data: a grep pattern, an echo's text)
 _HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")

@@ -1052,6 +1052,7 @@ class Session:
                             failed += 1
                             continue
                         n += 1
+                        stats.forget(p)
                         _prune_empty_dirs(self.ws.root, os.path.dirname(p))
             finally:
                 record.close(compact=False)
@@ -1061,6 +1062,15 @@ class Session:
                     os.utime(record.path)
                 except OSError:
                     pass
+                # The stat cache, saved after that stamp, still knows the other outputs as
+                # the last build left them: without it, the next build took the stamp for a
+                # crash's, and deleted a dead output a checkout had written anew.
+                stats.save()
+                if stats.path and not _identity_trusted(state):
+                    try:
+                        os.utime(stats.path)
+                    except OSError:
+                        pass
             if failed:
                 raise BuildtoolError(f"{failed} output(s) could not be removed (see above)")
             return n, len(graph.targets)

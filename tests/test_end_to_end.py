@@ -2014,3 +2014,22 @@ def test_clean_of_some_targets_is_no_crash_to_the_next_build(workspace: Workspac
     rc, out, err = workspace.run("build")
     assert rc == 0 and "] restored //:a" in out and err == "", out + err
     assert workspace.read("a.txt") == "a\n"
+
+
+def test_after_clean_of_some_targets_a_dead_output_checked_out_anew_is_still_kept(workspace: Workspace) -> None:
+    """A review's sequence: clean PATTERN stamped the record; the next build took the stamp
+    for a crash's, no longer trusted the stat cache, and deleted gen.txt, which a checkout
+    of a branch where it is tracked had just written (without the clean: kept, said so)."""
+    workspace.build_file("", 'genrule(name="gen", outs=["gen.txt"], cmd="echo hello > $@")\n'
+                             'genrule(name="other", outs=["other.txt"], cmd="echo other > $@")\n')
+    assert workspace.run("build")[0] == 0
+    time.sleep(0.2)
+    assert workspace.run("build")[0] == 0
+    assert workspace.run("clean", "//:other")[0] == 0
+    workspace.build_file("", 'genrule(name="other", outs=["other.txt"], cmd="echo other > $@")\n')
+    time.sleep(0.05)
+    workspace.path("gen.txt").unlink()
+    workspace.write("gen.txt", "hello\n")  # (the checkout's own copy)
+    rc, out, err = workspace.run("build")
+    assert rc == 0 and workspace.exists("gen.txt"), out + err
+    assert "kept gen.txt: an output of //:gen before, it was written again since the build left it" in err, err

@@ -31,7 +31,8 @@ from buildtool.lint import programs_run, undeclared_programs
     ("pytest -k x a.py b.py && py.test c.py", ["a.py", "b.py", "c.py"]),
     ("python3 -m unittest test_y.py", ["test_y.py"]),
     ("python3 x.py -m pytest", ["x.py"]),
-    ("pytest --ignore tests/old_test.py -c setup.py x_test.py", ["x_test.py"]),
+    ("pytest --ignore tests/old_test.py --rootdir=. x_test.py", ["x_test.py"]),
+    ("python -m unittest -c test_foo.py", ["test_foo.py"]),  # (unittest's -c is --catch, no value)
 ])
 def test_the_words_a_shell_runs_as_programs(cmd: str, words: list[str]) -> None:
     assert programs_run(cmd) == words

@@ -296,25 +296,53 @@ def test_remote_download_mode_is_checked(make_workspace: Callable[..., Workspace
 
 
 def test_a_cas_the_worker_cannot_reach_gives_the_job_back_and_a_missing_blob_fails_it() -> None:
-    """An executor restarting mid-build: the worker's read of an input failed on the dropped
-    connection and it answered FAILED_PRECONDITION "missing from the CAS", which the client
-    took as a failed action (six warnings, six local runs).  UNAVAILABLE: the server gives
-    the job out again.  A blob really not there stays FAILED_PRECONDITION (REAPI's missing input)."""
+    """An executor restarting mid-build: the worker's read of the action or of an input failed
+    on the dropped connection and it answered FAILED_PRECONDITION "missing from the CAS",
+    which the client took as a failed action (six warnings, six local runs).  UNAVAILABLE:
+    the server gives the job out again.  A blob really not there, or a read refused
+    (PERMISSION_DENIED: asking again meets it too), stays FAILED_PRECONDITION."""
     from buildtool.remote.action import Digest
     from buildtool.remote.store import MissingBlob, Unavailable
     from buildtool.remote.worker import CODE_FAILED_PRECONDITION, CODE_UNAVAILABLE, ActionError, Worker
 
+    refused = Unavailable("BatchReadBlobs failed: PERMISSION_DENIED")
+    refused.transient = False
     for error, code in ((Unavailable("BatchReadBlobs failed: UNAVAILABLE Stream removed"), CODE_UNAVAILABLE),
-                        (MissingBlob("blob ab could not be read: NOT_FOUND"), CODE_FAILED_PRECONDITION)):
+                        (MissingBlob("blob ab could not be read: NOT_FOUND"), CODE_FAILED_PRECONDITION),
+                        (refused, CODE_FAILED_PRECONDITION)):
         class Store:
             def download(self, digests: Any, tmp: str, e: Exception = error) -> Any:
                 raise e
 
         w = Worker.__new__(Worker)
         w.store = Store  # type: ignore[method-assign,assignment]
-        with pytest.raises(ActionError) as got:
-            w._blob(Digest("ab" * 32, 5), "/nonexistent")
-        assert got.value.code == code and str(error) in str(got.value), (got.value.code, str(got.value))
+        for read in (lambda w=w: w._blob(Digest("ab" * 32, 5), "/nonexistent"),  # (the Action, the Command)
+                     lambda w=w: w._download([Digest("cd" * 32, 7)], "/nonexistent")):  # (the input tree)
+            with pytest.raises(ActionError) as got:
+                read()
+            assert got.value.code == code and str(error) in str(got.value), (got.value.code, str(got.value))
+
+
+def test_a_dropped_connection_is_transient_and_a_refusal_is_not() -> None:
+    import grpc
+
+    from buildtool.remote.grpc_store import rpc_error
+    from buildtool.remote.store import Unavailable
+
+    class Err(grpc.RpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+        def details(self) -> str:
+            return "x"
+
+    for code, transient in ((grpc.StatusCode.UNAVAILABLE, True), (grpc.StatusCode.DEADLINE_EXCEEDED, True),
+                            (grpc.StatusCode.PERMISSION_DENIED, False), (grpc.StatusCode.INTERNAL, False)):
+        e = rpc_error("grpc://h:1", "BatchReadBlobs", Err(code))
+        assert isinstance(e, Unavailable) and e.transient is transient, (code, e)
 
 
 def test_outputs_left_remote_with_a_cache_of_its_own_are_said_to_reach_it_not(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -336,10 +364,16 @@ def test_outputs_left_remote_with_a_cache_of_its_own_are_said_to_reach_it_not(mo
         expect = download != "all" and cache not in ("", ex) and upload
         assert bool(said) == expect, (download, cache, upload, said)
         if expect:
-            assert said == [f"--remote-download {download}: the outputs left in the executor's CAS are not uploaded to "
-                            f"the remote cache {cache} (they are not here to send), so it gains nothing from this "
-                            "build; give its readers the executor's endpoint as their cache, or use "
+            which = "" if download == "minimal" else " (all but the requested targets')"
+            assert said == [f"--remote-download {download}: the outputs left in the executor's CAS{which} are not "
+                            f"uploaded to the remote cache {cache} (they are not here to send), so it gets none of "
+                            "those results; give its readers the executor's endpoint as their cache, or use "
                             "--remote-download all"], said
+    for same in ("grpc://localhost:8980", "grpc://127.0.0.1:8980/"):  # (the executor's own server, spelled so)
+        said.clear()
+        check_download(Config(remote_executor=ex, remote_cache=same, remote_download="minimal", remote_upload=True),
+                       said.append)
+        assert said == [], (same, said)
     said.clear()
     monkeypatch.setenv("CI", "true")  # (upload on by default in CI)
     check_download(Config(remote_executor=ex, remote_cache="http://c:8080/ci", remote_download="minimal"), said.append)

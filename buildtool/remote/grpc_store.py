@@ -78,7 +78,11 @@ def rpc_error(name: str, what: str, e: grpc.RpcError) -> RemoteError:
         msg += " (the TLS handshake failed: a server without TLS is reached with grpc://)"
     if what in WRITES and code in REFUSED:  # a cache read-only for this client
         return Refused(msg)
-    return Unavailable(msg) if code in UNAVAILABLE else RemoteError(msg)
+    if code not in UNAVAILABLE:
+        return RemoteError(msg)
+    err = Unavailable(msg)
+    err.transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return err
 
 
 class GrpcStore(Store):

@@ -50,17 +50,35 @@ def check_download(cfg: Any, warn: Callable[[str], None], typed_jobs: bool = Fal
         warn(f"--remote-download {download} is for remote execution (outputs left in the executor's CAS); "
              "without --remote-executor every output is built or fetched here as usual")
     if download != "all" and cfg.remote_executor and cfg.remote_cache \
-            and cfg.remote_cache.rstrip("/") != cfg.remote_executor.rstrip("/"):
+            and not _same_server(cfg.remote_cache, cfg.remote_executor):
         from buildtool.config import in_ci
 
         if cfg.remote_upload if cfg.remote_upload is not None else in_ci():
-            warn(f"--remote-download {download}: the outputs left in the executor's CAS are not uploaded to "
-                 f"the remote cache {cfg.remote_cache} (they are not here to send), so it gains nothing from this "
-                 "build; give its readers the executor's endpoint as their cache, or use --remote-download all")
+            which = "" if download == "minimal" else " (all but the requested targets')"
+            warn(f"--remote-download {download}: the outputs left in the executor's CAS{which} are not uploaded "
+                 f"to the remote cache {cfg.remote_cache} (they are not here to send), so it gets none of those "
+                 "results; give its readers the executor's endpoint as their cache, or use --remote-download all")
     jobs = getattr(cfg, "remote_jobs", None)
     if typed_jobs and jobs is not None and not cfg.remote_executor:
         warn(f"--remote-jobs {jobs} is for remote execution (actions running at once on the executor); "
              "without --remote-executor -j alone sets how many commands run here")
+
+
+def _same_server(a: str, b: str) -> bool:
+    """Whether two remote URLs name one gRPC server (``localhost`` and ``127.0.0.1`` alike),
+    as far as can be told without asking it."""
+    from buildtool.remote.options import parse_endpoint
+
+    try:
+        x, y = parse_endpoint(a), parse_endpoint(b)
+    except ValueError:
+        return a.rstrip("/") == b.rstrip("/")
+    local = {"localhost", "127.0.0.1", "::1"}
+
+    def host(h: str) -> str:
+        return "localhost" if h.lower() in local else h.lower()
+
+    return x.scheme == y.scheme and host(x.host) == host(y.host) and x.port == y.port
 
 
 def _have_deps(need_grpc: bool, warn: Callable[[str], None]) -> bool:

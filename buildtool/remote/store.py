@@ -43,7 +43,11 @@ class MissingBlob(RemoteError):
 
 
 class Unavailable(RemoteError):
-    """The server is unreachable, too slow or failing: stop using it for this build."""
+    """The server is unreachable, too slow or failing: stop using it for this build.
+    ``transient``: unreachable or too slow (a restart, a dropped connection), not a refusal
+    (UNAUTHENTICATED, PERMISSION_DENIED...) that asking again would meet too."""
+
+    transient = True
 
 
 class Refused(RemoteError):

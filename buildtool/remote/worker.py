@@ -75,6 +75,17 @@ class ActionError(Exception):
         self.code = code
 
 
+def _cas_error(e: RemoteError, missing: str) -> ActionError:
+    """A read from the CAS that failed: UNAVAILABLE when the server could not be reached (a
+    restart, a dropped connection: the job is the server's to give out again; answered as
+    FAILED_PRECONDITION, "missing", every client ran its action here with a warning),
+    else FAILED_PRECONDITION, REAPI's answer for a missing input (a refusal too: asking
+    again would meet it, and the job must not go from worker to worker)."""
+    if isinstance(e, Unavailable) and e.transient:
+        return ActionError(CODE_UNAVAILABLE, f"the CAS could not be read: {e}")
+    return ActionError(CODE_FAILED_PRECONDITION, f"{missing}: {e}")
+
+
 @dataclass(slots=True)
 class Running:
     lease_id: str
@@ -315,10 +326,8 @@ class Worker:
             return b""
         try:
             path = self.store().download([d], tmp)[d]
-        except Unavailable as e:  # (the server restarting: the job is its to give out again, not the client's)
-            raise ActionError(CODE_UNAVAILABLE, f"the CAS could not be read: {e}") from None
         except RemoteError as e:
-            raise ActionError(CODE_FAILED_PRECONDITION, f"missing from the CAS: {e}") from None
+            raise _cas_error(e, "missing from the CAS") from None
         with open(path, "rb") as f:
             data = f.read()
         os.unlink(path)
@@ -439,7 +448,7 @@ class Worker:
         try:
             return self.store().download(digests, dest)
         except RemoteError as e:
-            raise ActionError(CODE_FAILED_PRECONDITION, f"input missing from the CAS: {e}") from None
+            raise _cas_error(e, "input missing from the CAS") from None
 
     def _outputs(self, cmd: Any, cwd: str, root: str, exit_code: int, stdout: bytes, stderr: bytes) -> Any:
         st = self.store()
