@@ -166,11 +166,36 @@ def critical_path(graph: Graph, c: Costs) -> tuple[float, list[int]]:
     return total, [t for t in chain if c.cost[t] > 0 or len(chain) == 1]
 
 
-def lower_bound(graph: Graph, c: Costs, jobs: int) -> tuple[float, float, float]:
+def lower_bound(
+    graph: Graph, c: Costs, jobs: int, pool_depth: Mapping[str, int] | None = None,
+) -> tuple[float, float, float]:
     """(bound, critical path, total work)."""
     cp, _ = critical_path(graph, c)
     total = sum(c.cost)
-    return max(cp, total / max(1, jobs)), cp, total
+    return max(cp, total / max(1, jobs), *(v for _, v in resource_bounds(graph, c, jobs, pool_depth))), cp, total
+
+
+def resource_bounds(
+    graph: Graph, c: Costs, jobs: int, pool_depth: Mapping[str, int] | None,
+) -> list[tuple[str, float]]:
+    """What no schedule at ``jobs`` can beat besides the critical path and the work over
+    the jobs: a pool's work over its depth (``pool link 4.00s / 1``), and the exclusive
+    targets' work, each alone, plus the rest over the jobs.  Without them the bound of a
+    build behind a depth-1 link pool was a third of what any schedule takes, and its gap
+    blamed the scheduler."""
+    depth = {**(pool_depth or {}), "console": 1}
+    work: dict[str, float] = {}
+    alone = 0.0
+    for t in graph.targets:
+        if t.pool is not None and depth.get(t.pool, 0) > 0:
+            work[t.pool] = work.get(t.pool, 0.0) + c.cost[t.id]
+        if t.exclusive:
+            alone += c.cost[t.id]
+    out = [(f"pool {name} {w:.2f}s / {depth[name]}", w / depth[name]) for name, w in sorted(work.items())
+           if depth[name] < jobs and w > 0]
+    if alone > 0:
+        out.append((f"exclusive {alone:.2f}s + the rest / {jobs}", alone + (sum(c.cost) - alone) / max(1, jobs)))
+    return out
 
 
 def parse_jobs_range(text: str) -> list[int]:
@@ -201,8 +226,10 @@ def report(
     for j in jobs_list:
         if p is None or p.peak >= p.jobs or j < p.jobs:  # (else -j p.jobs never bound: the same schedule)
             p = simulate(graph, c, j, pool_depth=pool_depth, exclusive=exclusive)
-        bound = max(cp, total / j)
-        rows.append({"jobs": j, "makespan_s": round(p.makespan, 4), "lower_bound_s": round(bound, 4)})
+        extra = resource_bounds(graph, c, j, pool_depth)
+        bound = max(cp, total / j, *(v for _, v in extra))
+        rows.append({"jobs": j, "makespan_s": round(p.makespan, 4), "lower_bound_s": round(bound, 4),
+                     "bound_terms": [text for text, _ in extra]})
     src = "the current state (--incremental)" if incremental else "an empty cache"
     lines = [
         f"plan: a simulation of buildtool's scheduler (not the optimal schedule) from {src}: "
@@ -214,12 +241,13 @@ def report(
         lines.append(f"  {have} no recorded duration; each counts as {c.default:.2f}s "
                      "(the median of the recorded ones, or 1s)")
     for r in rows:
+        terms = "".join(f", {text}" for text in r["bound_terms"])  # type: ignore[attr-defined]
         lines.append(
             f"-j {r['jobs']}: predicted makespan {r['makespan_s']:.2f}s; lower bound {r['lower_bound_s']:.2f}s "
-            f"= max(critical path {cp:.2f}s, total work {total:.2f}s / {r['jobs']})"
+            f"= max(critical path {cp:.2f}s, total work {total:.2f}s / {r['jobs']}{terms})"
         )
     lines.append(f"critical path ({cp:.2f}s): " + (chain_text(
-        [f"{graph.targets[t].label} {c.cost[t]:.2f}s" for t in chain]) or "(nothing to run)"))
+        [f"{graph.targets[t].label} {c.cost[t]:.2f}s" for t in chain]) if cp > 0 else "(nothing to run)"))
     data: dict[str, object] = {
         "simulation": True,
         "incremental": incremental,
@@ -227,7 +255,7 @@ def report(
         "to_run": len(to_run),
         "total_work_s": round(total, 4),
         "critical_path_s": round(cp, 4),
-        "critical_path": [graph.targets[t].label for t in chain],
+        "critical_path": [graph.targets[t].label for t in chain] if cp > 0 else [],
         "unknown_durations": sorted(graph.targets[t].label for t in c.unknown),
         "rows": rows,
     }

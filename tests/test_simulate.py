@@ -198,3 +198,30 @@ def test_a_jobs_range_simulates_only_until_jobs_stop_binding(monkeypatch) -> Non
     _, data = report(SEED, c, list(range(1, 65)), incremental=False)
     assert [r["makespan_s"] for r in data["rows"]] == full  # type: ignore[index]
     assert calls == [1, 2, 3]  # (the seed example never runs 3 at once: -j 3 and up are the same)
+
+
+def test_the_lower_bound_counts_a_pool_s_work_over_its_depth_and_exclusive_work_alone() -> None:
+    """Three 1 s links in a depth-1 pool at -j4: the bound said 1.00 s (max of the critical
+    path and 3.7 s / 4), which no schedule comes near (3 s), and its gap blamed the
+    scheduler; an exclusive test likewise runs with nothing beside it."""
+    from buildtool.simulate import Costs, resource_bounds
+
+    pools = ["link", "link", "link", None, None]
+    targets = tuple(
+        Target(id=i, label=f"//:t{i}", kind="genrule", pkg="", cmd="", srcs=(), deps=(), outs=(), env=(),
+               pass_env=(), tools=(), priority=0, manual=False, pool=pools[i], timeout=None, fn=None,
+               kwargs_json=None, where="BUILD.py:1", exclusive=(i == 4))
+        for i in range(5))
+    graph = Graph(targets, {t.label: t.id for t in targets}, tuple(range(5)), tuple(() for _ in targets),
+                  tuple(() for _ in targets))
+    c = Costs([1.0, 1.0, 1.0, 0.2, 0.5], set(), set(), 1.0)
+    assert resource_bounds(graph, c, 4, {"link": 1}) == [
+        ("pool link 3.00s / 1", 3.0), ("exclusive 0.50s + the rest / 4", 0.5 + 3.2 / 4)]
+    assert lower_bound(graph, c, 4, {"link": 1})[0] == 3.0
+    assert lower_bound(graph, c, 4)[0] == 0.5 + 3.2 / 4  # (no depth for the pool: unlimited)
+    assert resource_bounds(graph, c, 1, {"link": 1}) == [("exclusive 0.50s + the rest / 1", 0.5 + 3.2)]
+    text, data = report(graph, c, [4], incremental=False, pool_depth={"link": 1})
+    assert "lower bound 3.00s = max(critical path 1.00s, total work 3.70s / 4, pool link 3.00s / 1, " \
+           "exclusive 0.50s + the rest / 4)" in text, text
+    text, data = report(graph, Costs([0.0] * 5, set(range(5)), set(), 1.0), [4], incremental=True)
+    assert "critical path (0.00s): (nothing to run)" in text and data["critical_path"] == [], text
