@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 PROFILE_VERSION = 1
 PHASE_TID = 0  # worker lane n is thread n + 1
+SCHEDULER_TID = 1_000_000  # what the scheduler's own thread settled (a small restore): no worker's
 WORK = (Status.RAN, Status.RESTORED)
 
 
@@ -71,22 +72,29 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
     for t, o in sorted(outcomes.items(), key=lambda kv: (kv[1].start, kv[0])):
         if o.status not in WORK and not (o.status in (Status.FAILED, Status.CANCELLED) and o.lane >= 0):
             continue  # (a command interrupted while it ran: its span too, what a cancelled CI job asks after)
-        lane = max(o.lane, 0)
-        lanes.add(lane)
+        # (one settled on the scheduler's thread has no lane: drawn on worker 0, it sat inside
+        # the command that lane was running, as its child in Perfetto)
+        tid = o.lane + 1 if o.lane >= 0 else SCHEDULER_TID
+        lanes.add(o.lane if o.lane >= 0 else -1)
         args = {"status": o.status.value, "cache": o.cache, "reason": o.message, "reason_code": o.reason.value}
         tr = test_result(graph.targets[t], o)
         if tr is not None:  # (as --events: a timeout's span said only "failed", a flaky pass's "ran")
             args["test"] = tr.value
         evs.append({
-            "ph": "X", "name": graph.targets[t].label, "cat": "target", "pid": pid, "tid": lane + 1,
+            "ph": "X", "name": graph.targets[t].label, "cat": "target", "pid": pid, "tid": tid,
             "ts": us(o.start), "dur": max(us(o.end - o.start), 1), "args": args,
         })
         hashed = o.extra.get("hash_s")
         if isinstance(hashed, float) and hashed > 0:  # the hash phase of this target, nested in its span
-            evs.append({"ph": "X", "name": "hash inputs", "cat": "hash", "pid": pid, "tid": lane + 1,
+            evs.append({"ph": "X", "name": "hash inputs", "cat": "hash", "pid": pid, "tid": tid,
                         "ts": us(o.start), "dur": max(us(min(hashed, o.end - o.start)), 1)})
     for lane in sorted(lanes):
-        evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1, "args": {"name": f"worker {lane}"}})
+        if lane < 0:
+            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": SCHEDULER_TID,
+                        "args": {"name": "scheduler (settled inline)"}})
+        else:
+            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1,
+                        "args": {"name": f"worker {lane}"}})
     return evs
 
 

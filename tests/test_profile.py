@@ -178,3 +178,24 @@ def test_the_critical_path_steps_over_a_check_settled_late_to_the_work_that_held
     assert actual_critical_path(graph, outcomes) == [0, 1, 4]  # type: ignore[arg-type]
     outcomes[2] = o(Status.RAN, 5.0, 6.0)  # (had it run, it would be the step)
     assert actual_critical_path(graph, outcomes) == [2, 4]  # type: ignore[arg-type]
+
+
+def test_a_restore_the_scheduler_settled_itself_is_drawn_on_its_own_thread(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """A small restore of a target built here before is done on the scheduler's thread (no
+    lane): it was drawn on worker 0, inside the command that lane was running (a child
+    slice of it in Perfetto)."""
+    workspace.build_file("", 'genrule(name="a", outs=["a.txt"], cmd="echo a > $@")\n'
+                             'genrule(name="slow", srcs=["s.txt"], outs=["slow.txt"], cmd="sleep 0.3; cat $< > $@")\n')
+    workspace.write("s.txt", "1\n")
+    assert workspace.build().rc == 0
+    workspace.path("a.txt").unlink()
+    workspace.write("s.txt", "2\n")
+    prof = tmp_path / "p.json"
+    r = workspace.build("--profile", str(prof))
+    assert r.rc == 0 and r.by_label["//:a"]["status"] == "restored" and "lane" not in r.by_label["//:a"], r.output
+    doc = _load(prof)
+    spans = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "target"}
+    assert spans["//:a"]["tid"] == 1_000_000 and spans["//:slow"]["tid"] == r.by_label["//:slow"]["lane"] + 1
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[1_000_000] == "scheduler (settled inline)", names
