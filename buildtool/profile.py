@@ -21,10 +21,11 @@ from buildtool.outcome import Outcome, Status
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Container, Mapping, Sequence
 
 PROFILE_VERSION = 1
 PHASE_TID = 0  # worker lane n is thread n + 1
+SLOT_WAIT_S = 0.001  # a target that started this long after its dependencies were done waited
 SCHEDULER_TID = 1_000_000  # what the scheduler's own thread settled (a small restore): no worker's
 WORK = (Status.RAN, Status.RESTORED)
 
@@ -111,7 +112,15 @@ def write_profile(path: str, graph: Graph, outcomes: Mapping[int, Outcome], phas
 
 def actual_critical_path(
     graph: Graph, outcomes: Mapping[int, Outcome], extra: Mapping[int, Sequence[int]] | None = None,
+    pools: Container[str] = (),
 ) -> list[int]:
+    return _critical_path(graph, outcomes, extra, pools)[0]
+
+
+def _critical_path(
+    graph: Graph, outcomes: Mapping[int, Outcome], extra: Mapping[int, Sequence[int]] | None,
+    pools: Container[str],
+) -> tuple[list[int], dict[int, str]]:
     """The chain of targets whose end times determined the wall time: start from the
     target that finished last and repeatedly step to the dependency that finished last
     (the one that released it; ``extra``: the plan's edges from depfiles too).  Only
@@ -119,11 +128,20 @@ def actual_critical_path(
     (up to date, a group) counts as done when its own dependencies were: it is checked
     when the scheduler gets to it, late when every lane is busy, and that check's time
     said nothing of what held the build up (an incremental build's line showed its last
-    step alone)."""
+    step alone).  A target of a limited pool (``pools``: their names) that started after
+    its dependencies were done waited for a slot: the step before it is the pool's target
+    that ended last before it started (three links in a depth-1 pool: the line named the
+    last one alone, 1 s of a 3 s build).  The second value: such targets -> their pool."""
     work = {t: o for t, o in outcomes.items() if o.status in WORK or o.status is Status.FAILED}
     if not work:
-        return []
+        return [], {}
     more = extra or {}
+    pooled: dict[str, list[int]] = {}
+    for t in work:
+        pool = graph.targets[t].pool
+        if pool is not None and pool in pools:
+            pooled.setdefault(pool, []).append(t)
+    waited: dict[int, str] = {}
 
     def deps_of(t: int) -> list[int]:
         return [d for d in (*graph.targets[t].deps, *more.get(t, ())) if d in outcomes]
@@ -152,25 +170,36 @@ def actual_critical_path(
     cur: int | None = max(work, key=lambda t: (work[t].end, -t))
     chain: list[int] = []
     while cur is not None:
+        deps = deps_of(cur)
+        step = max(deps, key=lambda d: (done_at(d), d in work, -d)) if deps else None
         if cur in work:
             chain.append(cur)
-        deps = deps_of(cur)
-        cur = max(deps, key=lambda d: (done_at(d), d in work, -d)) if deps else None
+            o = work[cur]
+            pool = graph.targets[cur].pool
+            ready = done_at(step) if step is not None else 0.0
+            if pool in pooled and o.start > ready + SLOT_WAIT_S:  # (it waited: for a slot of its pool)
+                slot = max((m for m in pooled[pool] if m != cur and work[m].end <= o.start + SLOT_WAIT_S
+                            and work[m].end < o.end), key=lambda m: work[m].end, default=None)
+                if slot is not None and work[slot].end > ready:
+                    waited[cur] = pool
+                    step = slot
+        cur = step
     chain.reverse()
-    return chain
+    return chain, waited
 
 
 def format_critical_path(
     graph: Graph, outcomes: Mapping[int, Outcome], wall: float | None = None,
-    extra: Mapping[int, Sequence[int]] | None = None,
+    extra: Mapping[int, Sequence[int]] | None = None, pools: Container[str] = (),
 ) -> str | None:
-    chain = actual_critical_path(graph, outcomes, extra)
+    chain, waited = _critical_path(graph, outcomes, extra, pools)
     if not chain:
         return None
     busy = sum(outcomes[t].end - outcomes[t].start for t in chain)
     of = f" of {wall:.2f}s wall" if wall is not None else ""
     return f"critical path: {busy:.2f}s{of}: " + chain_text(
-        [f"{graph.targets[t].label} {outcomes[t].end - outcomes[t].start:.2f}s" for t in chain])
+        [f"{graph.targets[t].label} {outcomes[t].end - outcomes[t].start:.2f}s"
+         + (f" (after a slot of pool {waited[t]})" if t in waited else "") for t in chain])
 
 
 CRITICAL_PATH_SHOWN = 20  # steps of a critical-path line (a 20,000-step chain: 1 MB in one line)

@@ -589,7 +589,8 @@ class Session:
             cache.write_queued()  # (whatever comes next: a signal held below skips after_build's flush)
             phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
-            console.critical_path(format_critical_path(graph, outcomes, wall, later))
+            limited = {name for name, depth in cfg.pools.items() if depth > 0} | {"console"}
+            console.critical_path(format_critical_path(graph, outcomes, wall, later, limited))
             if req.profile:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
             cache.note_durations((graph.targets[t].label, o.extra.get("attempt_s", o.duration))  # (a flaky test's:

@@ -172,12 +172,38 @@ def test_the_critical_path_steps_over_a_check_settled_late_to_the_work_that_held
         return out
 
     deps = {0: (), 1: (0,), 2: (3,), 3: (), 4: (1, 2)}  # io.c -> io.a -> tool2 <- t_core.c <- gen
-    graph = SimpleNamespace(targets=[SimpleNamespace(deps=deps[i]) for i in range(5)])
+    graph = SimpleNamespace(targets=[SimpleNamespace(deps=deps[i], pool=None) for i in range(5)])
     outcomes = {0: o(Status.RAN, 0.0, 3.0), 1: o(Status.RAN, 3.0, 3.1), 2: o(Status.UP_TO_DATE, 6.0, 6.0),
                 3: o(Status.UP_TO_DATE, 0.27, 0.27), 4: o(Status.RAN, 6.1, 9.1)}
     assert actual_critical_path(graph, outcomes) == [0, 1, 4]  # type: ignore[arg-type]
     outcomes[2] = o(Status.RAN, 5.0, 6.0)  # (had it run, it would be the step)
     assert actual_critical_path(graph, outcomes) == [2, 4]  # type: ignore[arg-type]
+
+
+def test_the_critical_path_goes_through_the_pool_slot_a_target_waited_for() -> None:
+    """Three 1 s links in a depth-1 pool at -j4: the line said `critical path: 1.00s of
+    3.03s wall: //:x3 1.00s`, the link that ended last alone, though it waited 2 s for the
+    pool.  The step before a target that waited for a slot is the pool's target that ended
+    as it started."""
+    from types import SimpleNamespace
+
+    from buildtool.outcome import Outcome, Reason, Status
+    from buildtool.profile import format_critical_path
+
+    def o(start: float, end: float) -> Outcome:
+        out = Outcome(Status.RAN, Reason.NEW, "")
+        out.start, out.end = start, end
+        return out
+
+    pools = ["link", "link", "link", None, "other"]
+    graph = SimpleNamespace(targets=[SimpleNamespace(deps=(3,) if i == 0 else (), pool=pools[i], label=f"//:x{i}")
+                                     for i in range(5)])
+    outcomes = {3: o(0.0, 0.2), 0: o(0.2, 1.2), 1: o(1.2, 2.2), 2: o(2.2, 3.2), 4: o(0.0, 0.1)}
+    line = format_critical_path(graph, outcomes, 3.25, None, {"link"})  # type: ignore[arg-type]
+    assert line == ("critical path: 3.20s of 3.25s wall: //:x3 0.20s -> //:x0 1.00s -> //:x1 1.00s "
+                    "(after a slot of pool link) -> //:x2 1.00s (after a slot of pool link)"), line
+    line = format_critical_path(graph, outcomes, 3.25, None, ())  # type: ignore[arg-type]  (no limited pool)
+    assert line == "critical path: 1.00s of 3.25s wall: //:x2 1.00s", line
 
 
 def test_a_restore_the_scheduler_settled_itself_is_drawn_on_its_own_thread(
