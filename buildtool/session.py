@@ -590,7 +590,8 @@ class Session:
             phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
             limited = {name for name, depth in cfg.pools.items() if depth > 0} | {"console"}
-            console.critical_path(format_critical_path(graph, outcomes, wall, later, limited))
+            if sched.interrupt is None:  # (cut short, the chain of what finished says nothing of the wall)
+                console.critical_path(format_critical_path(graph, outcomes, wall, later, limited))
             if req.profile:
                 lost_report = _write_profile(req.profile, graph, outcomes, phases, wall)
             cache.note_durations((graph.targets[t].label, o.extra.get("attempt_s", o.duration))  # (a flaky test's:

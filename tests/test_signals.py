@@ -68,8 +68,11 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
     (ws / "BUILD.py").write_text(
         f'genrule(name="slow", outs=["s.txt"], cmd="touch {marker}; sleep {nap}; echo > $@")\n'
         'genrule(name="after", srcs=[":slow"], outs=["a.txt"], cmd="cp $< $@")\n'
+        'genrule(name="quick", outs=["q.txt"], cmd="echo q > $@")\n'
     )
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    assert subprocess.run(["buildtool", "-C", str(ws), "build", "//:quick"], env=env).returncode == 0
+    (ws / "q.txt").unlink()  # (restored before the signal: work done, a chain to print)
     events = tmp_path / "ev.jsonl"
     p = subprocess.Popen(
         ["buildtool", "-C", str(ws), "build", "--events", str(events)],
@@ -79,13 +82,14 @@ def test_signal_cancels_running_commands(tmp_path: Path, sig: int, code: int) ->
         preexec_fn=_hup_default,
     )
     with _reaped(p):
-        _signal_once_started(p, marker, sig, "the command never started")
+        out, _ = _signal_once_started(p, marker, sig, "the command never started")
     assert p.returncode == code
+    assert b"restored //:quick" in out and b"critical path" not in out, out  # (of what finished: meaningless)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"sleep {nap}" not in ps
     assert not (ws / "s.txt").exists()
     statuses = {e["label"]: e["status"] for e in map(json.loads, events.read_text().splitlines()[1:])}
-    assert statuses == {"//:slow": "cancelled", "//:after": "cancelled"}
+    assert statuses == {"//:slow": "cancelled", "//:after": "cancelled", "//:quick": "restored"}
     # Nothing partial was recorded: the next build runs the command again.
     (ws / "BUILD.py").write_text('genrule(name="slow", outs=["s.txt"], cmd="echo > $@")\n')
     r = subprocess.run(["buildtool", "-C", str(ws), "build"], env=env, capture_output=True, text=True)
