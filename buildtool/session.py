@@ -1024,38 +1024,20 @@ class Session:
         lock = WorkspaceLock(state)
         lock.acquire(True, _say)
         try:
-            cut: list[str] = []
-            orphans.reap(state, _warn, cut_short=cut)
-            n = _remove_cut_short(self.ws.root, cut)
+            n = _reap_for_clean(self.ws.root, state)
             record = BuildRecord(os.path.join(state, "record"), _warn)
             try:
                 graph = self._graph(Loader(self.ws, record.all_outputs()), patterns, "clean")
                 stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
-                identity = _identity_trusted(state)
-                elsewhere: dict[str, str | None] = {}
-                failed = 0
+                remover = _OutputRemover(self.ws.root, stats, _identity_trusted(state))
                 for t in graph.targets:
                     entry = record.get(t.label)
                     declared = set(t.outs)
                     for o in entry.get("o", ()) if entry is not None else ():
-                        p = o[0]
-                        full = os.path.join(self.ws.root, p)
-                        if p not in declared or not (os.path.isfile(full) or os.path.islink(full)):
-                            continue
-                        why = _led_elsewhere(self.ws.root, p, elsewhere) or _changed_since_built(
-                            self.ws.root, p, o[1], stats, identity)
-                        if why is not None:
-                            _warn(f"kept {p}: {why}")
-                            continue
-                        try:
-                            os.unlink(full)
-                        except OSError as e:
-                            _warn(f"could not remove {p}: {e.strerror}")
-                            failed += 1
-                            continue
-                        n += 1
-                        stats.forget(p)
-                        _prune_empty_dirs(self.ws.root, os.path.dirname(p))
+                        if o[0] in declared and remover.remove(o[0], o[1]):
+                            n += 1
+                            stats.forget(o[0])
+                failed = remover.failed
             finally:
                 record.close(compact=False)
             if n:  # (a watch in another terminal checks every target after the record changed;
@@ -1088,43 +1070,24 @@ class Session:
         lock = WorkspaceLock(state)
         lock.acquire(True, _say)
         try:
-            # Commands a kill -9ed build left running would write into outputs after the
-            # clean, and the list of them goes with the state: kill them first.
-            cut: list[str] = []
-            orphans.reap(state, _warn, cut_short=cut)
-            n = _remove_cut_short(self.ws.root, cut)
+            n = _reap_for_clean(self.ws.root, state)
             record = BuildRecord(os.path.join(state, "record"), _warn)
             recorded = {o[0]: o for _, e in record.entries.heads() for o in e.get("o", ())}
             stats = StatCache(self.ws.root, os.path.join(state, "stat-cache"), _warn)
-            identity = _identity_trusted(state)
+            remover = _OutputRemover(self.ws.root, stats, _identity_trusted(state))
             sources: set[str] | None = None
-            failed = 0
-            elsewhere: dict[str, str | None] = {}
+
+            def a_source_now(p: str) -> bool:  # a removed rule's output that a BUILD.py reads as a source now
+                nonlocal sources
+                if sources is None:
+                    sources = self._sources_now(recorded)
+                return p in sources
+
             for p in sorted(record.all_outputs()):
-                full = os.path.join(self.ws.root, p)
-                if os.path.isfile(full) or os.path.islink(full):
-                    where = _led_elsewhere(self.ws.root, p, elsewhere)
-                    if where is not None:
-                        _warn(f"kept {p}: {where}")
-                        continue
-                    o = recorded.get(p)
-                    why = _changed_since_built(self.ws.root, p, o[1], stats, identity) if o is not None else None
-                    if why is not None:
-                        _warn(f"kept {p}: {why}")
-                        continue
-                    if sources is None:
-                        sources = self._sources_now(recorded)
-                    if p in sources:  # a removed rule's output that a BUILD.py reads as a source now
-                        _warn(f"kept {p}: an output before, it is a source now")
-                        continue
-                    try:
-                        os.unlink(full)
-                    except OSError as e:  # (a read-only directory, say): the state stays to try again
-                        _warn(f"could not remove {p}: {e.strerror}")
-                        failed += 1
-                        continue
+                o = recorded.get(p)
+                if remover.remove(p, o[1] if o is not None else None, a_source_now):
                     n += 1
-                    _prune_empty_dirs(self.ws.root, os.path.dirname(p))
+            failed = remover.failed
             record.close(compact=False)  # (read only; when outputs are kept, so is the snapshot naming this file)
             # The state goes while the lock is held: deleted after, it went from under a
             # build that had been waiting for the lock.  The lock file (which that build
@@ -1161,6 +1124,49 @@ class Session:
         finally:
             lock.release()
         return n
+
+
+def _reap_for_clean(root: str, state: str) -> int:
+    """Before a clean (the lock held): commands a kill -9ed build left running would write
+    into outputs after it, and the list of them may go with the state: kill them, and
+    delete the outputs they were writing.  The number deleted."""
+    cut: list[str] = []
+    orphans.reap(state, _warn, cut_short=cut)
+    return _remove_cut_short(root, cut)
+
+
+class _OutputRemover:
+    """``clean``'s care for one recorded output: gone only if it is still what the build
+    wrote there (else kept, said so), and its directory still the workspace's own."""
+
+    def __init__(self, root: str, stats: StatCache, identity: bool) -> None:
+        self.root = root
+        self.stats = stats
+        self.identity = identity  # (_identity_trusted)
+        self.elsewhere: dict[str, str | None] = {}
+        self.failed = 0  # outputs that could not be removed (said): the state stays to try again
+
+    def remove(self, p: str, digest: str | None, a_source_now: Callable[[str], bool] | None = None) -> bool:
+        """Delete output ``p`` (recorded with ``digest``) if it is there and the build's;
+        whether it was deleted."""
+        full = os.path.join(self.root, p)
+        if not (os.path.isfile(full) or os.path.islink(full)):
+            return False
+        why = _led_elsewhere(self.root, p, self.elsewhere) or (
+            _changed_since_built(self.root, p, digest, self.stats, self.identity) if digest is not None else None)
+        if why is None and a_source_now is not None and a_source_now(p):
+            why = "an output before, it is a source now"
+        if why is not None:
+            _warn(f"kept {p}: {why}")
+            return False
+        try:
+            os.unlink(full)
+        except OSError as e:  # (a read-only directory, say)
+            _warn(f"could not remove {p}: {e.strerror}")
+            self.failed += 1
+            return False
+        _prune_empty_dirs(self.root, os.path.dirname(p))
+        return True
 
 
 def _why_not_removed(path: str) -> str:
