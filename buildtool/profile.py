@@ -11,6 +11,7 @@ Spec: docs/formats.md#profile
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -136,12 +137,23 @@ def _critical_path(
     if not work:
         return [], {}
     more = extra or {}
-    pooled: dict[str, list[int]] = {}
+    pooled: dict[str, list[tuple[float, int]]] = {}  # pool -> (end, target), by end (a bisect a step)
     for t in work:
         pool = graph.targets[t].pool
         if pool is not None and pool in pools:
-            pooled.setdefault(pool, []).append(t)
+            pooled.setdefault(pool, []).append((work[t].end, t))
+    for ends in pooled.values():
+        ends.sort()
     waited: dict[int, str] = {}
+
+    def slot_of(t: int, pool: str) -> int | None:
+        """The target of ``pool`` that ended last as ``t`` started (whose slot it took)."""
+        o = work[t]
+        ends = pooled[pool]
+        i = bisect.bisect_right(ends, (o.start + SLOT_WAIT_S, len(graph.targets))) - 1
+        while i >= 0 and (ends[i][1] == t or ends[i][0] >= o.end):
+            i -= 1
+        return ends[i][1] if i >= 0 else None
 
     def deps_of(t: int) -> list[int]:
         return [d for d in (*graph.targets[t].deps, *more.get(t, ())) if d in outcomes]
@@ -178,8 +190,7 @@ def _critical_path(
             pool = graph.targets[cur].pool
             ready = done_at(step) if step is not None else 0.0
             if pool in pooled and o.start > ready + SLOT_WAIT_S:  # (it waited: for a slot of its pool)
-                slot = max((m for m in pooled[pool] if m != cur and work[m].end <= o.start + SLOT_WAIT_S
-                            and work[m].end < o.end), key=lambda m: work[m].end, default=None)
+                slot = slot_of(cur, pool)
                 if slot is not None and work[slot].end > ready:
                     waited[cur] = pool
                     step = slot
