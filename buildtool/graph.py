@@ -1810,7 +1810,8 @@ class GraphBuilder:
             pool=pool,
             # (beyond ~3 years a timeout never fires: clamped, so that no timer overflows)
             timeout=float(min(timeout, MAX_TIMEOUT_S)) if timeout is not None  # (10**400: no float)
-            else self.default_test_timeout if kind == "test" else None,
+            else float(min(self.default_test_timeout, MAX_TIMEOUT_S))  # (test_timeout = inf: never, as timeout=)
+            if kind == "test" and self.default_test_timeout is not None else None,
             fn=fn,
             kwargs_json=kwargs_json,
             where=f"{decl.path}:{decl.line}",

@@ -302,12 +302,13 @@ def test_a_cas_the_worker_cannot_reach_gives_the_job_back_and_a_missing_blob_fai
     the server gives the job out again.  A blob really not there, or a read refused
     (PERMISSION_DENIED: asking again meets it too), stays FAILED_PRECONDITION."""
     from buildtool.remote.action import Digest
-    from buildtool.remote.store import MissingBlob, Unavailable
+    from buildtool.remote.store import MissingBlob, RemoteError, Unavailable
     from buildtool.remote.worker import CODE_FAILED_PRECONDITION, CODE_UNAVAILABLE, ActionError, Worker
 
     refused = Unavailable("BatchReadBlobs failed: PERMISSION_DENIED")
     refused.transient = False
     for error, code in ((Unavailable("BatchReadBlobs failed: UNAVAILABLE Stream removed"), CODE_UNAVAILABLE),
+                        (RemoteError("BatchReadBlobs failed: RESOURCE_EXHAUSTED too many"), CODE_UNAVAILABLE),
                         (MissingBlob("blob ab could not be read: NOT_FOUND"), CODE_FAILED_PRECONDITION),
                         (refused, CODE_FAILED_PRECONDITION)):
         class Store:
@@ -340,7 +341,8 @@ def test_a_dropped_connection_is_transient_and_a_refusal_is_not() -> None:
             return "x"
 
     for code, transient in ((grpc.StatusCode.UNAVAILABLE, True), (grpc.StatusCode.DEADLINE_EXCEEDED, True),
-                            (grpc.StatusCode.PERMISSION_DENIED, False), (grpc.StatusCode.INTERNAL, False)):
+                            (grpc.StatusCode.UNKNOWN, True), (grpc.StatusCode.INTERNAL, True),  # (RST_STREAM...)
+                            (grpc.StatusCode.PERMISSION_DENIED, False), (grpc.StatusCode.UNAUTHENTICATED, False)):
         e = rpc_error("grpc://h:1", "BatchReadBlobs", Err(code))
         assert isinstance(e, Unavailable) and e.transient is transient, (code, e)
 

@@ -379,6 +379,8 @@ def test_the_test_timeout_key_is_the_timeout_of_a_test_that_gives_none(workspace
         rc, _, err = workspace.run("test")
         assert rc == 2 and said in err, err
     workspace.write("buildtool.toml", "")
+    r = workspace.build("//:quick", command="test", env_extra={"BUILDTOOL_TEST_TIMEOUT": "inf"})  # (never, as timeout=)
+    assert r.rc == 0 and r.by_label["//:quick"]["test"] == "passed", r.output
     rc, _, err = workspace.run("test", env_extra={"BUILDTOOL_TEST_TIMEOUT": "soon"})
     assert rc == 2 and "BUILDTOOL_TEST_TIMEOUT: test_timeout must be a positive number" in err, err
 

@@ -81,7 +81,7 @@ def rpc_error(name: str, what: str, e: grpc.RpcError) -> RemoteError:
     if code not in UNAVAILABLE:
         return RemoteError(msg)
     err = Unavailable(msg)
-    err.transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    err.transient = code not in REFUSED  # (a dropped connection is UNAVAILABLE, UNKNOWN or INTERNAL to grpcio)
     return err
 
 

@@ -73,7 +73,7 @@ def _same_server(a: str, b: str) -> bool:
         x, y = parse_endpoint(a), parse_endpoint(b)
     except ValueError:
         return a.rstrip("/") == b.rstrip("/")
-    local = {"localhost", "127.0.0.1", "::1"}
+    local = {"localhost", "127.0.0.1"}  # (not ::1: a server may listen on IPv4 alone)
 
     def host(h: str) -> str:
         return "localhost" if h.lower() in local else h.lower()

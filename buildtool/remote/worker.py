@@ -81,7 +81,7 @@ def _cas_error(e: RemoteError, missing: str) -> ActionError:
     FAILED_PRECONDITION, "missing", every client ran its action here with a warning),
     else FAILED_PRECONDITION, REAPI's answer for a missing input (a refusal too: asking
     again would meet it, and the job must not go from worker to worker)."""
-    if isinstance(e, Unavailable) and e.transient:
+    if (isinstance(e, Unavailable) and e.transient) or "RESOURCE_EXHAUSTED" in str(e):  # (overloaded: later)
         return ActionError(CODE_UNAVAILABLE, f"the CAS could not be read: {e}")
     return ActionError(CODE_FAILED_PRECONDITION, f"{missing}: {e}")
 
