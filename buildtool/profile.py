@@ -22,11 +22,12 @@ from buildtool.outcome import Outcome, Status
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~5 ms of every build
 if TYPE_CHECKING:
-    from collections.abc import Container, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 PROFILE_VERSION = 1
 PHASE_TID = 0  # worker lane n is thread n + 1
-SLOT_WAIT_S = 0.001  # a target that started this long after its dependencies were done waited
+SLOT_WAIT_S = 0.02  # a target that started this long after its dependencies were done waited (for a slot
+# whose freeing, as long before its start at most, it took: the scheduler's own latency is ~1 ms a target)
 SCHEDULER_TID = 1_000_000  # what the scheduler's own thread settled (a small restore): no worker's
 WORK = (Status.RAN, Status.RESTORED)
 
@@ -113,14 +114,14 @@ def write_profile(path: str, graph: Graph, outcomes: Mapping[int, Outcome], phas
 
 def actual_critical_path(
     graph: Graph, outcomes: Mapping[int, Outcome], extra: Mapping[int, Sequence[int]] | None = None,
-    pools: Container[str] = (),
+    pools: Mapping[str, int] | None = None,
 ) -> list[int]:
     return _critical_path(graph, outcomes, extra, pools)[0]
 
 
 def _critical_path(
     graph: Graph, outcomes: Mapping[int, Outcome], extra: Mapping[int, Sequence[int]] | None,
-    pools: Container[str],
+    pools: Mapping[str, int] | None,
 ) -> tuple[list[int], dict[int, str]]:
     """The chain of targets whose end times determined the wall time: start from the
     target that finished last and repeatedly step to the dependency that finished last
@@ -129,31 +130,42 @@ def _critical_path(
     (up to date, a group) counts as done when its own dependencies were: it is checked
     when the scheduler gets to it, late when every lane is busy, and that check's time
     said nothing of what held the build up (an incremental build's line showed its last
-    step alone).  A target of a limited pool (``pools``: their names) that started after
-    its dependencies were done waited for a slot: the step before it is the pool's target
-    that ended last before it started (three links in a depth-1 pool: the line named the
-    last one alone, 1 s of a 3 s build).  The second value: such targets -> their pool."""
+    step alone).  A target of a pool that limits the build (``pools``: name -> depth, those
+    below -j) that started after its dependencies were done, on a lane, as another of the
+    pool ended while the pool was full, waited for that slot: that one is the step before
+    it (three links in a depth-1 pool: the line named the last one alone, 1 s of a 3 s
+    build).  The second value: such targets -> their pool."""
     work = {t: o for t, o in outcomes.items() if o.status in WORK or o.status is Status.FAILED}
     if not work:
         return [], {}
     more = extra or {}
     pooled: dict[str, list[tuple[float, int]]] = {}  # pool -> (end, target), by end (a bisect a step)
-    for t in work:
-        pool = graph.targets[t].pool
-        if pool is not None and pool in pools:
-            pooled.setdefault(pool, []).append((work[t].end, t))
-    for ends in pooled.values():
-        ends.sort()
+    full_at_end: set[int] = set()  # targets whose pool was full as they ended: the ending freed a slot
+    for pool, depth in (pools or {}).items():
+        members = [t for t in work if graph.targets[t].pool == pool and work[t].lane >= 0]  # (inline: no slot)
+        if not members:
+            continue
+        pooled[pool] = sorted((work[t].end, t) for t in members)
+        running = 0  # a sweep of starts and ends: at an end, how many ran (itself too); ends first at a tie
+        for _, kind, t in sorted([(work[t].start, 1, t) for t in members] + [(work[t].end, 0, t) for t in members]):
+            if kind:
+                running += 1
+                continue
+            if running >= depth:
+                full_at_end.add(t)
+            running -= 1
     waited: dict[int, str] = {}
 
     def slot_of(t: int, pool: str) -> int | None:
-        """The target of ``pool`` that ended last as ``t`` started (whose slot it took)."""
+        """The target of ``pool`` whose end, as ``t`` started, freed the slot it took."""
         o = work[t]
         ends = pooled[pool]
         i = bisect.bisect_right(ends, (o.start + SLOT_WAIT_S, len(graph.targets))) - 1
         while i >= 0 and (ends[i][1] == t or ends[i][0] >= o.end):
             i -= 1
-        return ends[i][1] if i >= 0 else None
+        if i < 0 or o.start - ends[i][0] > SLOT_WAIT_S or ends[i][1] not in full_at_end:
+            return None
+        return ends[i][1]
 
     def deps_of(t: int) -> list[int]:
         return [d for d in (*graph.targets[t].deps, *more.get(t, ())) if d in outcomes]
@@ -189,7 +201,7 @@ def _critical_path(
             o = work[cur]
             pool = graph.targets[cur].pool
             ready = done_at(step) if step is not None else 0.0
-            if pool in pooled and o.start > ready + SLOT_WAIT_S:  # (it waited: for a slot of its pool)
+            if pool in pooled and o.lane >= 0 and o.start > ready + SLOT_WAIT_S:  # (it waited: for a slot?)
                 slot = slot_of(cur, pool)
                 if slot is not None and work[slot].end > ready:
                     waited[cur] = pool
@@ -201,7 +213,7 @@ def _critical_path(
 
 def format_critical_path(
     graph: Graph, outcomes: Mapping[int, Outcome], wall: float | None = None,
-    extra: Mapping[int, Sequence[int]] | None = None, pools: Container[str] = (),
+    extra: Mapping[int, Sequence[int]] | None = None, pools: Mapping[str, int] | None = None,
 ) -> str | None:
     chain, waited = _critical_path(graph, outcomes, extra, pools)
     if not chain:

@@ -589,7 +589,7 @@ class Session:
             cache.write_queued()  # (whatever comes next: a signal held below skips after_build's flush)
             phases.add("schedule", t_sched, time.monotonic())
             wall = time.monotonic() - t_begin
-            limited = {name for name, depth in cfg.pools.items() if depth > 0} | {"console"}
+            limited = {name: depth for name, depth in {**cfg.pools, "console": 1}.items() if 0 < depth < sched.jobs}
             if sched.interrupt is None:  # (cut short, the chain of what finished says nothing of the wall)
                 console.critical_path(format_critical_path(graph, outcomes, wall, later, limited))
             if req.profile:

@@ -182,28 +182,42 @@ def test_the_critical_path_steps_over_a_check_settled_late_to_the_work_that_held
 
 def test_the_critical_path_goes_through_the_pool_slot_a_target_waited_for() -> None:
     """Three 1 s links in a depth-1 pool at -j4: the line said `critical path: 1.00s of
-    3.03s wall: //:x3 1.00s`, the link that ended last alone, though it waited 2 s for the
-    pool.  The step before a target that waited for a slot is the pool's target that ended
-    as it started."""
+    3.03s wall: //:x2 1.00s`, the link that ended last alone, though it waited 2 s for the
+    pool.  The step before a target that waited for a slot is the pool's target whose end
+    freed it, when the pool was full then (a review: a pool mate that ended long before, or
+    a pool that was not full, is no step; nor is a restore settled without a lane)."""
     from types import SimpleNamespace
 
     from buildtool.outcome import Outcome, Reason, Status
     from buildtool.profile import format_critical_path
 
-    def o(start: float, end: float) -> Outcome:
+    def o(start: float, end: float, lane: int = 0) -> Outcome:
         out = Outcome(Status.RAN, Reason.NEW, "")
-        out.start, out.end = start, end
+        out.start, out.end, out.lane = start, end, lane
         return out
 
     pools = ["link", "link", "link", None, "other"]
     graph = SimpleNamespace(targets=[SimpleNamespace(deps=(3,) if i == 0 else (), pool=pools[i], label=f"//:x{i}")
                                      for i in range(5)])
-    outcomes = {3: o(0.0, 0.2), 0: o(0.2, 1.2), 1: o(1.2, 2.2), 2: o(2.2, 3.2), 4: o(0.0, 0.1)}
-    line = format_critical_path(graph, outcomes, 3.25, None, {"link"})  # type: ignore[arg-type]
+    outcomes = {3: o(0.0, 0.2), 0: o(0.2, 1.2), 1: o(1.2, 2.2, 1), 2: o(2.2, 3.2, 2), 4: o(0.0, 0.1, 3)}
+    line = format_critical_path(graph, outcomes, 3.25, None, {"link": 1})  # type: ignore[arg-type]
     assert line == ("critical path: 3.20s of 3.25s wall: //:x3 0.20s -> //:x0 1.00s -> //:x1 1.00s "
                     "(after a slot of pool link) -> //:x2 1.00s (after a slot of pool link)"), line
-    line = format_critical_path(graph, outcomes, 3.25, None, ())  # type: ignore[arg-type]  (no limited pool)
+    line = format_critical_path(graph, outcomes, 3.25, None, {})  # type: ignore[arg-type]  (no pool limits)
     assert line == "critical path: 1.00s of 3.25s wall: //:x2 1.00s", line
+    line = format_critical_path(graph, outcomes, 3.25, None, {"link": 2})  # type: ignore[arg-type]  (never full)
+    assert line == "critical path: 1.00s of 3.25s wall: //:x2 1.00s", line
+    # The review's -j2 case: p3 (pool link, depth 1) started as n1 freed a lane, 0.5 s after
+    # p1 (the pool's only other member) ended: a lane wait, not a slot's.
+    graph = SimpleNamespace(targets=[SimpleNamespace(deps=(), pool=p, label=n) for n, p in
+                                     (("//:p1", "link"), ("//:n1", None), ("//:n2", None), ("//:p3", "link"))])
+    outcomes = {0: o(0.02, 0.53, 1), 1: o(0.01, 1.03, 0), 2: o(0.53, 2.04, 1), 3: o(1.03, 2.24, 0)}
+    line = format_critical_path(graph, outcomes, 2.25, None, {"link": 1})  # type: ignore[arg-type]
+    assert line == "critical path: 1.21s of 2.25s wall: //:p3 1.21s", line
+    outcomes[0] = o(0.0, 0.0, -1)  # (p1 restored inline: it took no slot, and frees none)
+    outcomes[3] = o(0.0, 0.0, -1)
+    line = format_critical_path(graph, outcomes, 2.25, None, {"link": 1})  # type: ignore[arg-type]
+    assert "slot" not in (line or ""), line
 
 
 def test_a_restore_the_scheduler_settled_itself_is_drawn_on_its_own_thread(
