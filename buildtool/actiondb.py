@@ -131,17 +131,25 @@ class ActionDB:
         return self.put_many([(key, entry)]) > 0
 
     def put_many(self, rows: list[tuple[str, bytes]]) -> int:
-        """Store (or replace) these (key, entry) rows in one transaction; the bytes of
-        entries stored (0: none, when it could not be)."""
+        """Store (or replace) these (key, entry) rows in one transaction; the bytes they
+        add to the database, at least 1 (0: none stored, when they could not be).  An entry
+        stored again (`build -B`) adds what it grew by: counted whole each time, the cache's
+        running size grew past the real one by the entry's size a run (cache_gc's scans)."""
         if not rows:
             return 0
         now = time.time_ns()
 
         def write(c: sqlite3.Connection) -> int:
+            keys = [k for k, _ in rows]
+            before = 0
+            for i in range(0, len(keys), 500):  # (SQLite's limit on parameters: 999 in old builds)
+                chunk = keys[i:i + 500]
+                before += sum(n for (n,) in c.execute(
+                    f"SELECT length(entry) FROM actions WHERE key IN ({','.join('?' * len(chunk))})", chunk))
             self._in_transaction(c, [("INSERT OR REPLACE INTO actions VALUES (?, ?, ?)",
                                       [(k, e, now) for k, e in rows])])
             self._touched.difference_update(k for k, _ in rows)
-            return max(1, sum(len(e) for _, e in rows))  # (stored: never 0, even of empty entries)
+            return max(1, sum(len(e) for _, e in rows) - before)  # (stored: never 0, even of empty entries)
 
         return int(self._guarded("store into", write, 0))  # type: ignore[call-overload]
 
