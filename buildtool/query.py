@@ -12,7 +12,9 @@ the headers their last depfile named, as ``ninja -t deps`` lists them), ``kind(R
 PATTERN)`` (the matched targets whose kind, ``genrule``, ``test``, ``group``, ``pyrule``, the
 regular expression finds, as Bazel's), ``tests(PATTERN)`` (the matched test targets and the
 tests of the matched groups, through groups, as Bazel's ``tests()`` expands test suites), or
-a bare PATTERN (the targets it matches).  An argument may be
+a bare PATTERN (the targets it matches).  ``kind()`` and ``tests()`` may take the targets of
+``deps()``, ``rdeps()`` or one another for PATTERN (``kind(test, deps(//app))``); other
+functions do not nest.  An argument may be
 quoted (``deps("//:a,b")``), for a target name with a comma.  Wildcard patterns
 include test targets here.  ``graph`` prints the dependency graph as Graphviz dot or JSON
 (compdb.py: compile_commands.json).
@@ -42,10 +44,11 @@ FUNCTIONS = ("deps", "rdeps", "outputs", "inputs", "kind", "tests")
 class Query:
     fn: str  # deps | rdeps | outputs | inputs | kind | tests | pattern
     args: list[str]
+    inner: Query | None = None  # kind()/tests() of deps(...), rdeps(...) or another kind()/tests()
 
 
 _FORMS = ("deps(PATTERN), rdeps(PATTERN, TARGET), outputs(PATTERN), inputs(PATTERN), kind(REGEX, PATTERN), "
-          "tests(PATTERN) or a pattern")
+          "tests(PATTERN) or a pattern (kind() and tests() may take deps(), rdeps(), kind() or tests() for PATTERN)")
 
 
 def parse(text: str) -> Query:
@@ -59,6 +62,8 @@ def parse(text: str) -> Query:
             raise UserError(f"query {text!r}: expected {_FORMS}")
         return Query("pattern", text.split())
     fn, inner = m.group(1), m.group(2)
+    if fn in ("kind", "tests") and "(" in inner:
+        return _filter_of(fn, inner, text)
     if "(" in inner:
         first = inner.find(")")  # ("deps(a) deps(b)": the first call closes before the second opens)
         if 0 <= first < inner.find("("):
@@ -82,6 +87,25 @@ def parse(text: str) -> Query:
         except re.error as e:
             raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
     return Query(fn, args)
+
+
+def _filter_of(fn: str, inner: str, text: str) -> Query:
+    """``kind(REGEX, EXPR)`` or ``tests(EXPR)`` of a query giving targets (Bazel's most
+    used nesting, ``kind(test, deps(//x))``, was exit 2)."""
+    regex, rest = "", inner
+    if fn == "kind":
+        regex, comma, rest = inner.partition(",")
+        regex = regex.strip().strip("'\"")
+        if not comma or not regex:
+            raise UserError(f"query {text!r}: kind() takes 2 arguments: a regular expression, then targets")
+        try:
+            re.compile(regex)
+        except re.error as e:
+            raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
+    sub = parse(rest.strip())
+    if sub.fn in ("outputs", "inputs"):
+        raise UserError(f"query {text!r}: {fn}() takes targets, and {sub.fn}() gives files")
+    return Query(fn, [regex] if fn == "kind" else [], sub)
 
 
 def _split_args(inner: str, text: str) -> list[str]:
@@ -191,6 +215,12 @@ def evaluate(
                  "(a command that reads it without declaring it is not rerun by its edits; a BUILD.py or macro "
                  "module shapes the graph, not an action)")
         return graph, result
+    if q.inner is not None:  # kind()/tests() of another query's targets
+        graph, found = evaluate(builder, q.inner, record, warn)
+        if q.fn == "kind":
+            kinds = re.compile(q.args[0])
+            return graph, [lab for lab in found if kinds.search(graph.targets[graph.by_label[lab]].kind)]
+        return graph, _tests_of(graph, found)
     # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
     args = q.args[1:] if q.fn == "kind" else q.args
     matched = roots(builder, [p for a in args for p in a.split()])

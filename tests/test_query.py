@@ -241,7 +241,15 @@ group(name="all_tests", deps=[":inner", "//app:other"])
     # tests(): the tests matched, and those a group holds through its groups (a test suite)
     assert _q(workspace, "tests(//suite:all_tests)") == ["//suite:t1", "//app:app_test"]
     assert _q(workspace, "tests(//lib/...)") == []
+    # Nested as Bazel users write it: of deps(), rdeps(), or each other.
+    assert sorted(_q(workspace, "kind(test, deps(//suite:all_tests))")) == ["//app:app_test", "//suite:t1"]
+    assert sorted(_q(workspace, "kind(genrule, deps(//app:app))")) == ["//app:app", "//lib:gen", "//lib:lib"]
+    assert _q(workspace, "tests(rdeps(//app/..., //lib:gen))") == ["//app:app_test"]
+    assert _q(workspace, "kind('(gen|test)', tests(//suite:all_tests))") == ["//suite:t1", "//app:app_test"]
     for expr, word in (("kind(test)", "kind() takes 2 arguments"), ("kind([, //...)", "not a regular expression"),
-                       ("tests(//nope/...)", "//nope")):
+                       ("tests(//nope/...)", "//nope"), ("kind(test, outputs(//app:app))", "gives files"),
+                       ("kind(deps(//app:app))", "kind() takes 2 arguments"),
+                       ("deps(kind(test, //...))", "do not nest"),
+                       ("kind(test, deps(//app:nope))", "//app:nope")):
         rc, _, err = workspace.run("query", expr)
         assert rc == 2 and word in err, (expr, err)
