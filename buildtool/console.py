@@ -3,7 +3,7 @@ plain stable lines elsewhere (CI logs, pipes), colors when wanted.
 
 On a terminal (and not ``CI=true``, not ``TERM=dumb``) the bottom of the screen holds a
 status area: ``[done/total]``, an ETA from recorded durations, and one line per running
-target, redrawn by a ticker thread.  Finished-target lines and
+target with its elapsed time, redrawn by a ticker thread.  Finished-target lines and
 failures (command and full output) are printed above that area.  Elsewhere: one line per
 target that did work, no control characters at all (unless ``--color always``, which adds
 SGR colour codes and nothing else), and a ``still running`` line for a target that runs

@@ -68,7 +68,7 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
         {"ph": "M", "name": "process_name", "pid": pid, "tid": PHASE_TID, "args": {"name": "buildtool"}},
         {"ph": "M", "name": "thread_name", "pid": pid, "tid": PHASE_TID, "args": {"name": "phases"}},
     ]
-    lanes: set[int] = set()
+    threads: dict[int, str] = {}  # tid -> its name
     for name, start, end in phases.spans:
         evs.append({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": PHASE_TID,
                     "ts": us(start), "dur": max(us(end - start), 1)})
@@ -78,7 +78,7 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
         # (one settled on the scheduler's thread has no lane: drawn on worker 0, it sat inside
         # the command that lane was running, as its child in Perfetto)
         tid = o.lane + 1 if o.lane >= 0 else SCHEDULER_TID
-        lanes.add(o.lane if o.lane >= 0 else -1)
+        threads[tid] = f"worker {o.lane}" if o.lane >= 0 else "scheduler (settled inline)"
         args = {"status": o.status.value, "cache": o.cache, "reason": o.message, "reason_code": o.reason.value}
         tr = test_result(graph.targets[t], o)
         if tr is not None:  # (as --events: a timeout's span said only "failed", a flaky pass's "ran")
@@ -91,13 +91,8 @@ def trace_events(graph: Graph, outcomes: Mapping[int, Outcome], phases: Phases) 
         if isinstance(hashed, float) and hashed > 0:  # the hash phase of this target, nested in its span
             evs.append({"ph": "X", "name": "hash inputs", "cat": "hash", "pid": pid, "tid": tid,
                         "ts": us(o.start), "dur": max(us(min(hashed, o.end - o.start)), 1)})
-    for lane in sorted(lanes):
-        if lane < 0:
-            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": SCHEDULER_TID,
-                        "args": {"name": "scheduler (settled inline)"}})
-        else:
-            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane + 1,
-                        "args": {"name": f"worker {lane}"}})
+    for tid, name in sorted(threads.items()):
+        evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
     return evs
 
 

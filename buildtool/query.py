@@ -81,12 +81,18 @@ def parse(text: str) -> Query:
         if len(args) > want:
             msg += f" (a label with a comma in it goes in quotes: {fn}(\"//:a,b\"{', ...' if want > 1 else ''}))"
         raise UserError(msg)
-    if fn == "kind":
-        try:
-            re.compile(args[0])
-        except re.error as e:
-            raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
+    if fn in ("kind", "tests"):  # (the targets a pattern matches, filtered: as of a nested query)
+        return Query(fn, [_regex(args[0], text)] if fn == "kind" else [], Query("pattern", args[-1].split()))
     return Query(fn, args)
+
+
+def _regex(regex: str, text: str) -> str:
+    """kind()'s first argument, checked."""
+    try:
+        re.compile(regex)
+    except re.error as e:
+        raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
+    return regex
 
 
 def _filter_of(fn: str, inner: str, text: str) -> Query:
@@ -98,10 +104,7 @@ def _filter_of(fn: str, inner: str, text: str) -> Query:
         regex = regex.strip().strip("'\"")
         if not comma or not regex:
             raise UserError(f"query {text!r}: kind() takes 2 arguments: a regular expression, then targets")
-        try:
-            re.compile(regex)
-        except re.error as e:
-            raise UserError(f"query {text!r}: kind()'s first argument is not a regular expression ({e})") from None
+        _regex(regex, text)
     sub = parse(rest.strip())
     if sub.fn in ("outputs", "inputs"):
         raise UserError(f"query {text!r}: {fn}() takes targets, and {sub.fn}() gives files")
@@ -222,16 +225,10 @@ def evaluate(
             return graph, [lab for lab in found if kinds.search(graph.targets[graph.by_label[lab]].kind)]
         return graph, _tests_of(graph, found)
     # (an argument may hold several patterns, as the bare form does: labels hold no spaces)
-    args = q.args[1:] if q.fn == "kind" else q.args
-    matched = roots(builder, [p for a in args for p in a.split()])
+    matched = roots(builder, [p for a in q.args for p in a.split()])
     graph = builder.build(matched)
     if q.fn == "pattern":
         return graph, matched
-    if q.fn == "kind":
-        kinds = re.compile(q.args[0])
-        return graph, [lab for lab in matched if kinds.search(graph.targets[graph.by_label[lab]].kind)]
-    if q.fn == "tests":
-        return graph, _tests_of(graph, matched)
     if q.fn == "inputs":  # (the matched targets' own: what their keys hash)
         from buildtool.keys import pyrule_module_files
 

@@ -1023,11 +1023,17 @@ class Watcher:
             self.clean = set()
             return None
         assert g is not None
+        return self._maybe_dirty(g, changes)
+
+    def _maybe_dirty(self, g: Graph, changes: list[Change]) -> set[int]:
+        """The targets of ``g`` that may be dirty after ``changes``: those reading a changed
+        file (a header through its depfile too), every pyrule after a ``.py`` file's edit,
+        and whatever did not end the last cycle clean."""
         idx = self._readers_of(g)
         disc = self._discovered()
         affected = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
-        if any(c.path.endswith(".py") for c in changes):  # a pyrule's module, or one it imports
-            affected.update(t.id for t in g.targets if t.kind == "pyrule")  # (their keys say which changed)
+        if any(c.path.endswith(".py") and c.kind != "package" for c in changes):  # a pyrule's module, or one
+            affected.update(t.id for t in g.targets if t.kind == "pyrule")  # it imports (their keys say which)
         return affected | (set(range(len(g.targets))) - self.clean)
 
     def _refocus(self, changes: list[Change]) -> tuple[Graph, set[int]] | None:
@@ -1044,12 +1050,7 @@ class Watcher:
             return None
         if not self.session.record_unchanged():
             return None
-        idx = self._readers_of(g)
-        disc = self._discovered()
-        maybe = {t for c in changes for t in (*idx.get(c.path, ()), *disc.get(c.path, ()))}
-        if any(c.path.endswith(".py") and c.kind != "package" for c in changes):
-            maybe.update(t.id for t in g.targets if t.kind == "pyrule")
-        return g, maybe | (set(range(len(g.targets))) - self.clean)
+        return g, self._maybe_dirty(g, changes)
 
     def _readers_of(self, g: Graph) -> dict[str, list[int]]:
         """Source path -> the targets of ``g`` that list it in ``srcs`` (memoised per graph)."""
