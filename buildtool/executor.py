@@ -963,8 +963,16 @@ def _spawn(
     return Spawned(pid)
 
 
+TRUNCATED_NOTE = (b"[buildtool: this output was truncated while the command ran: it opened it again by name with"
+                  b" `>` (`> /dev/stderr`, `> /dev/stdout`) and what it had written before is lost; write `>&2`"
+                  b" or `>>` instead]\n")
+
+
 def _read_all(fd: int) -> bytes:
+    """What a capture holds, and a note when the command truncated it: the descriptor it
+    was given (this one's open file) stands past the end of the file then."""
     size = os.fstat(fd).st_size
-    if size == 0:
-        return b""
-    return os.pread(fd, size, 0)
+    data = os.pread(fd, size, 0) if size else b""
+    if os.lseek(fd, 0, os.SEEK_CUR) > size:
+        data += (b"" if data.endswith(b"\n") or not data else b"\n") + TRUNCATED_NOTE
+    return data

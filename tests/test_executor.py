@@ -700,3 +700,26 @@ def test_a_command_killed_without_a_thread_for_its_grace_period_is_killed_at_onc
     ex.cancel_all()
     r = trap.wait()
     assert r.interrupted and r.exit_code == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_command_that_truncates_its_own_capture_is_told_what_was_lost(workspace: Workspace, stream: str) -> None:
+    # `echo x > /dev/stderr` opens the capture again with O_TRUNC: what the command wrote
+    # before is gone, and the failure's output would read as if it had never printed it.
+    fd = "1" if stream == "stdout" else "2"
+    workspace.build_file(
+        "",
+        f"""
+        genrule(name="x", outs=["x.txt"],
+                cmd="echo the-real-error >&{fd}; echo failed > /dev/{stream}; exit 1")
+        genrule(name="fine", outs=["fine.txt"], cmd="echo kept >&{fd}; echo more >> /dev/{stream}; touch $@")
+        """,
+    )
+    r = workspace.build("//:x")
+    assert r.rc == 1, r.output
+    assert "failed" in r.output
+    assert "was truncated while the command ran" in r.output and "`>&2`" in r.output
+    r = workspace.build("-v", "//:fine")  # `>>` keeps what was there: no note
+    assert r.rc == 0, r.output
+    assert "kept" in r.output and "more" in r.output
+    assert "truncated" not in r.output
