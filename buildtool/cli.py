@@ -22,7 +22,8 @@ def _add_build_flags(p: argparse.ArgumentParser, watch: bool = False) -> None:
     from buildtool.config import integer
 
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
-    p.add_argument("-j", "--jobs", type=integer, help="parallel jobs (default: usable CPUs)")
+    p.add_argument("-j", "--jobs", type=integer,
+                   help="parallel jobs (default: the jobs setting, BUILDTOOL_JOBS, else usable CPUs)")
     p.add_argument("-k", "--keep-going", action="store_true", default=None,
                    help="keep building what does not depend on a failure")
     p.add_argument("--no-keep-going", dest="keep_going", action="store_false",
@@ -82,8 +83,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("-C", dest="directory", action="append", metavar="DIR",
                     help="run as if started in DIR (repeated: each relative to the one before, as make -C)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    exits = ("Exit status: 0 success; 1 a command failed; 2 an invalid request, BUILD.py or configuration "
-             "(nothing ran); 130/143 interrupted (Ctrl-C/SIGTERM). The user guide: docs/user-guide.md.")
+    exits = ("Exit status: 0 success; 1 a command failed (also: --no-wait found the workspace busy, a report or "
+             "output could not be written); 2 an invalid request, BUILD.py or configuration (nothing ran); "
+             "129/130/131/143 interrupted (SIGHUP/Ctrl-C/SIGQUIT/SIGTERM). All of them: docs/user-guide.md#exit-codes.")
     b = sub.add_parser("build", help="build targets (never runs tests)", epilog=exits,
                        description="Build the targets the patterns name (default //...) and what they need; "
                                    "what is up to date is skipped, what the cache has is restored.")
@@ -99,7 +101,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--test-output", choices=("errors", "all", "none"), default="errors",
                    help="print the output of failing tests (errors, the default), of all tests, or of none")
     t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report of the tests to FILE")
-    w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)")
+    w = sub.add_parser("watch", help="build, then rebuild whenever a relevant file changes (docs/watch.md)",
+                       description="Build the patterns (default //...), then again each time a file they read, "
+                                   "a BUILD.py or buildtool.toml is saved, until Ctrl-C (build --watch, test "
+                                   "--watch: the same).",
+                       epilog="Exit status: 0 stopped with Ctrl-C; 2 an invalid request at the start; 129/131/143 "
+                              "SIGHUP/SIGQUIT/SIGTERM. docs/watch.md.")
     _add_build_flags(w, watch=True)
     _add_watch_flags(w, False)
     c = sub.add_parser("clean", help="remove this workspace's outputs and state (never the shared cache)",

@@ -558,7 +558,9 @@ class GraphBuilder:
         try:
             pat = labels.parse_pattern(text, cur, self.cwd_pkg)
         except labels.LabelError as e:
-            raise self.pattern_error(text, e) from None
+            if (below := self._package_below(text)) is None:
+                raise self.pattern_error(text, e) from None
+            pat = labels.parse_pattern(f"//{below}", cur, self.cwd_pkg)
         matched: list[str] = []
         tests_left = 0  # tests a build pattern passes over (said when it matches nothing else)
         skipped = 0  # manual and always=True targets the wildcard passes over (said likewise)
@@ -675,6 +677,16 @@ class GraphBuilder:
                         f"names a target of //{pkg}, its nearest package)")
             raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
+
+    def _package_below(self, text: str) -> str | None:
+        """The package a single word typed on the command line names, as Bazel reads it:
+        the directory of that name below the working directory (``build core`` in lib/:
+        //lib/core, its target ``core``), when it is a package; else None (the error then
+        offers the readings that exist: ``:core`` of the package here, a file's maker)."""
+        if not labels._NAME_RE.fullmatch(text) or text in (".", ".."):
+            return None
+        below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
+        return below if self.loader.package_exists(below) else None
 
     def pattern_error(self, text: str, e: labels.LabelError) -> UserError:
         """The error for a command-line pattern the label parser refused (``e``), with the

@@ -36,7 +36,8 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("plan", help="simulate the scheduler on recorded durations; predict the makespan")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")
     jobs = p.add_mutually_exclusive_group()  # (-j with --jobs-range: -j was silently ignored)
-    jobs.add_argument("-j", "--jobs", type=integer, help="simulated parallel jobs (default: usable CPUs)")
+    jobs.add_argument("-j", "--jobs", type=integer,
+                      help="simulated parallel jobs (default: the jobs setting, else usable CPUs)")
     jobs.add_argument("--jobs-range", metavar="A-B", help="predict for every job count from A to B")
     p.add_argument("--incremental", action="store_true",
                    help="predict the next build from the current state (up to date / restorable = free)")
@@ -45,10 +46,13 @@ def add_parsers(sub: Any) -> None:
                    "record of, and what --incremental may restore")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
-    q = sub.add_parser("query", help="deps(PATTERN), rdeps(PATTERN, TARGET|FILE), outputs(PATTERN)",
+    q = sub.add_parser("query", help="deps(), rdeps(), outputs(), inputs(), kind(), tests() of targets",
                        epilog="Examples: query 'deps(//app:main)'; query 'rdeps(//..., //lib:include/core.h)' "
-                              "(what a header edit reruns); query 'outputs(//lib/...)'.")
-    q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET|FILE) | outputs(P) | PATTERN")
+                              "(what a header edit reruns); query 'outputs(//lib/...)'; query "
+                              "'kind(test, deps(//app:main))'.")
+    q.add_argument("expr", metavar="EXPR", help="deps(P) | rdeps(UNIVERSE, TARGET|FILE) | outputs(P) | inputs(P) | "
+                   "kind(REGEX, P) | tests(P) | PATTERN; P: a pattern, or deps(), rdeps(), kind() or tests() "
+                   "inside kind() and tests()")
 
     g = sub.add_parser("graph", help="print the dependency graph (Graphviz dot, JSON, or compile_commands.json)")
     g.add_argument("patterns", nargs="*", metavar="PATTERN", help="targets or patterns (default //...)")

@@ -29,13 +29,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r: argparse.ArgumentParser = sub.add_parser(
         "run", help="build one target, then run its output (or its command) with ARGS: run //pkg:t -- ARGS",
         usage="buildtool run TARGET [options] [ARGS...] [-- ARGS...]",
+        epilog="Exit status: the program's own once the build succeeded (127: it could not be executed); "
+               "else the build's (1 failed, 2 invalid, 130 interrupted) and nothing runs.",
     )
     # Optional to argparse only so that a missing TARGET gets our message.  ARGS: those
     # right after TARGET; cli.py adds the ones after ``--``.
     r.add_argument("target", metavar="TARGET", nargs="?", help="one target label")
     r.add_argument("args", nargs="*", metavar="ARGS",
                    help="arguments for the program, after -- (buildtool's own options may come before it)")
-    r.add_argument("-j", "--jobs", type=integer, help="parallel jobs for the build (default: usable CPUs)")
+    r.add_argument("-j", "--jobs", type=integer,
+                   help="parallel jobs for the build (default: the jobs setting, else usable CPUs)")
     r.add_argument("-k", "--keep-going", action="store_true", default=None, help="keep building after a failure")
     r.add_argument("--no-keep-going", dest="keep_going", action="store_false",
                    help="stop at the first failure, whatever keep_going the config or environment sets")

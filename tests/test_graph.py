@@ -152,8 +152,9 @@ def test_a_relative_package_pattern_without_slashes_is_taken_from_the_working_di
 
 def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> None:
     """`deps=["core"]` beside a target core means ':core', not a package found by fuzzy
-    matching; typed on the command line, a bare name is offered as the target or the
-    package it can be, and nothing when it is neither."""
+    matching; typed on the command line, a bare name is the package below the working
+    directory when there is one (Bazel's reading), else offered as the target it can be,
+    and nothing when it is neither."""
     workspace.build_file("lib/core", 'genrule(name="core", outs=["c"], cmd="touch ../../ran-marker; echo > $@")\n')
     workspace.build_file("app", 'genrule(name="core", outs=["k"], cmd="echo > $@")\n'
                                 'genrule(name="app", deps=["core"], outs=["a"], cmd="echo > $@")\n')
@@ -189,8 +190,12 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     assert "did you mean '//lib/core:core'?" in err, err
     rc, _, err = workspace.run("build", "lib", cwd=workspace.root / "lib")
     assert rc == 2 and "got 'lib')" in err and "did you mean" not in err, err
-    rc, _, err = workspace.run("build", "core", cwd=workspace.root / "lib")
-    assert rc == 2 and "did you mean '//lib/core' (package //lib/core's target 'core')?" in err, err
+    rc, out, err = workspace.run("build", "core", cwd=workspace.root / "lib")  # (Bazel's reading: //lib/core:core)
+    assert rc == 0 and "//lib/core:core" in out + err, out + err
+    rc, out, err = workspace.run("query", "deps(core)", cwd=workspace.root / "lib")
+    assert rc == 0 and out.split() == ["//lib/core:core"], out + err
+    rc, _, err = workspace.run("build", "cor", cwd=workspace.root / "lib")  # (no package: the error stands)
+    assert rc == 2 and "got 'cor')" in err, err
 
 
 @pytest.mark.parametrize(("typed", "hint"), [
