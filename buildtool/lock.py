@@ -49,7 +49,8 @@ class WorkspaceLock:
         replaced while this process waited for it (``buildtool clean`` deletes the state)
         locks nothing: the file now at the path is locked instead, after ``remake`` (default:
         make the directory) puts the state directory back.  ``before_wait`` is called once,
-        when the lock is busy, before waiting: what it raises is raised without the wait."""
+        when the lock is busy, before waiting (or failing, not ``wait``): what it raises is
+        raised without the wait."""
         self._before_wait = before_wait
         while not self._acquire_once(wait, say):
             if remake is not None:
@@ -83,7 +84,7 @@ class WorkspaceLock:
                     time.sleep(0.01)
                     holder = _read_pid(fd)
                 who = f"pid {holder}" if holder else "unknown pid"
-                if wait and self._before_wait is not None:
+                if self._before_wait is not None:  # (--no-wait too: a typo is exit 2, not "busy")
                     check, self._before_wait = self._before_wait, None
                     check()
                 if not wait:

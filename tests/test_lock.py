@@ -162,4 +162,7 @@ def test_the_check_before_waiting_runs_only_when_the_lock_is_busy_and_its_error_
     with pytest.raises(ValueError, match="typo"):
         b.acquire(True, said.append, before_wait=refuse)
     assert calls == ["b"] and said == [] and b.fd is None
+    with pytest.raises(ValueError, match="typo"):  # (--no-wait: the typo, not "another buildtool is running")
+        b.acquire(False, said.append, before_wait=refuse)
+    assert calls == ["b", "b"] and b.fd is None
     a.release()
