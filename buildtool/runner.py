@@ -1087,7 +1087,7 @@ class TargetRunner:
                 self.warn(f"{t.label}: its cache entry names blobs the cache no longer has; running its command "
                           "(said once a build: `--explain` names each such target)")
         elif not cache_skip:
-            why = f"{why}; no cache entry for key {key[:12]}{self._stored_elsewhere(t, key, desc, entry)}"
+            why = f"{why}; {self._no_entry(t, key)}{self._stored_elsewhere(t, key, desc, entry)}"
         if self._no_commands:
             return None
         return self._execute(t, key, desc, reason, why, lane)
@@ -1934,8 +1934,17 @@ class TargetRunner:
                            extra={"dry_reason": reason, "would_restore": True})
         hint = "" if self._never_fresh(t) else self._stored_elsewhere(t, key, desc, entry)
         if hint:
-            why += f"; no cache entry for key {key[:12]}{hint}"
+            why += f"; {self._no_entry(t, key)}{hint}"
         return Outcome(Status.SKIPPED, Reason.DRY_RUN, f"would run: {why}", key=key, extra={"dry_reason": reason})
+
+    def _no_entry(self, t: Target, key: str) -> str:
+        """What a cache miss looked for: a key, or for a target with a depfile (whose key is
+        known only once its headers are) a variant of its primary key with the headers as
+        they are now -- not the key the record's headers gave, which the lookup never used."""
+        pkey = self._primary_keys.get(t.id) if t.depfile is not None else None
+        if pkey is None:
+            return f"no cache entry for key {key[:12]}"
+        return f"no cache entry for its headers as they are now (primary key {pkey[:12]})"
 
     def _stored_elsewhere(self, t: Target, key: str, desc: dict[str, Any], entry: dict[str, Any] | None) -> str:
         """For a miss with no record entry to compare with (a fresh checkout, after

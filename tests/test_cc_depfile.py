@@ -145,6 +145,10 @@ def test_a_fresh_checkout_s_compile_miss_names_the_header_that_changed(workspace
     line = next(ln for ln in out.splitlines() if ln.startswith(OBJ_SQUARE))
     assert re.search(r"differs: input include/square\.h changed \([0-9a-f]{8} -> [0-9a-f]{8}\)$", line), line
     assert "removed" not in line, line
+    # The key it names is the one looked up (the primary key, whose variants hold the
+    # headers), not a key no lookup used, which the build's events then contradicted.
+    assert "no cache entry for its headers as they are now (primary key " in line, line
+    assert "no cache entry for key" not in line, line
 
 
 def test_fresh_checkout_restores_everything_and_never_a_stale_object(
