@@ -126,12 +126,17 @@ class WatchSet:
     # ignored directory started a cycle per file.)
     pyrules: frozenset[str] = frozenset()
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
+    # Directories where a new file may mend a failed compile (a target with a depfile: which
+    # headers it reads is known only once it succeeds) -> when the last of those that read
+    # there was seen failing (time.time_ns()): its package's, its sources' and its command's
+    # include directories.  A file made there after that retries the failed targets.
+    mend_dirs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Change:
     path: str
-    kind: str  # content | package | all | config | rescan | retry | tool | recheck (path: a label not recorded)
+    kind: str  # content | package | all | config | rescan | retry | tool | mend | recheck (path: a label not recorded)
     pkg: str = ""
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
@@ -208,6 +213,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool, broken: bool
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
         # created (a missing source), the configuration; not a log written next to it.
         return Change(rel, "retry")
+    if appears and parent in ws.mend_dirs:  # (the header a failed compile missed: Watcher._mends says)
+        return Change(rel, "mend")
     return None
 
 
@@ -329,6 +336,7 @@ class _Collector:
         self.sched: Any = None
         self.src_targets: dict[str, list[int]] = {}
         self.outcomes: dict[int, Outcome] = {}
+        self.failed_at: dict[int, int] = {}  # failed target -> when it was seen to end (time_ns)
 
     def started(self, graph: Graph, sched: Any) -> None:
         m = {p: list(ids) for p, ids in self.w._readers_of(graph).items()}  # (copied: extended below)
@@ -348,6 +356,8 @@ class _Collector:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         self.outcomes[t] = o
+        if o.status is Status.FAILED:
+            self.failed_at[t] = time.time_ns()
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
@@ -440,13 +450,14 @@ class Watcher:
         # link): their going starts no cycle either (on_event).
         self.unfiled_temps: set[str] = set()
         self.tools_seen: set[str] = set()  # declared tools in the workspace, workspace-relative (_note_tools)
+        self.mend_dirs: dict[str, int] = {}  # WatchSet.mend_dirs, of the last cycle that ended
         self.rescan = False
         self.broken = False
         self.observer: Any = None
         self.watches: dict[tuple[str, bool], Any] = {}
         self.watched_ids: dict[tuple[str, bool], tuple[int, int]] = {}  # (dev, inode) when scheduled
         self.gone_dirs: set[str] = set()  # watched directories seen deleted or moved away (observer thread)
-        self._synced_for: tuple[int, int, int, bool, frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._synced_for: tuple[Any, ...] | None = None
         self.pymods: tuple[Graph | None, dict[str, list[int]]] = (None, {})  # (graph, module file -> pyrules)
         self._pyrules: tuple[Graph | None, list[str]] = (None, [])  # (graph, its pyrules' fn)
         self.cache_rel = self._cache_rel()
@@ -675,6 +686,8 @@ class Watcher:
         wanted = {f.rsplit("/", 1)[0] if "/" in f else ""
                   for f in sources | loader_files | aliases.keys() | tools | looked_for}
         wanted |= glob_dirs | scan | packages
+        mend = {d: at for d, at in self.mend_dirs.items() if os.path.isdir(os.path.join(self.root, d))}
+        wanted |= mend.keys()
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         # and every directory on their way: moving one away (or a new one in its place) is
         # seen there, where the moved directory's own watch says nothing
@@ -690,7 +703,7 @@ class Watcher:
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
             self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
-            frozenset(looked_for), tools,
+            frozenset(looked_for), tools, mend,
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
@@ -751,7 +764,7 @@ class Watcher:
         are queued as changes: no event could have reported them (an event for a header
         saved between the cycle's end and this call was filtered by the old set)."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()),
-               self._pyrule_modules(), frozenset(self.tools_seen))
+               self._pyrule_modules(), frozenset(self.tools_seen), frozenset(self.mend_dirs.items()))
         replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         if key == self._synced_for and not self.ws.missing_dirs and not replaced:
             return
@@ -770,6 +783,8 @@ class Watcher:
             self._drop_observer()
             self.poll = True
             self._schedule(layout, set())
+        for d in sorted(self.ws.mend_dirs.keys() - old.mend_dirs.keys()):  # (saved as the cycle ended)
+            self._queue_mends(d)
         new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
                                                  if d == r or (deep and (not r or d.startswith(r + "/")))}
         new_sources = self.ws.sources - old.sources - self.ws.outputs
@@ -793,6 +808,24 @@ class Watcher:
                     self.q.put(ch)
         for d in sorted(new_dirs & self.ws.glob_dirs):
             self._queue_unseen(d, limit, handled)
+
+    def _queue_mends(self, d: str) -> None:
+        """Queue the files of a directory new to ``mend_dirs`` made after the failure that
+        put it there: no event was taken for them (the failure was not known yet)."""
+        try:
+            entries = list(os.scandir(os.path.join(self.root, d)))
+        except OSError:
+            return
+        failed = self.ws.mend_dirs[d]
+        for e in entries:
+            rel = f"{d}/{e.name}" if d else e.name
+            try:
+                if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_ctime_ns > failed:
+                    ch = classify(self.ws, rel, "created", False)
+                    if ch is not None and ch.kind == "mend":
+                        self.q.put(ch)
+            except OSError:
+                continue
 
     def _queue_unseen(self, d: str, limit: int, handled: set[str] | frozenset[str]) -> None:
         """Queue what a glob may take in the newly watched directory ``d`` and was made or
@@ -889,7 +922,7 @@ class Watcher:
                 if timeout <= 0:
                     appeared = {ch.path for ch in pending if ch.appeared}
                     pending = [self._settled(ch) for ch in pending if not self._came_and_went(ch, appeared)]
-                    pending = [ch for ch in pending if not self._rewritten_as_was(ch)]
+                    pending = [ch for ch in pending if not self._rewritten_as_was(ch) and self._mends(ch)]
                     churn = [ch for ch in pending if self._scratch_dir(ch)]
                     if churn:  # (watched from now on, so a BUILD.py made in one later is seen)
                         pending = [ch for ch in pending if ch not in churn]
@@ -924,7 +957,7 @@ class Watcher:
         """A file or directory that appeared in this batch and is gone again, never part of
         the graph (a command's scratch directory, a temp file a glob pattern matches):
         nothing changed.  (One that was there before and is gone now did change.)"""
-        if ch.kind not in ("package", "rescan", "retry") or ch.path not in appeared \
+        if ch.kind not in ("package", "rescan", "retry", "mend") or ch.path not in appeared \
                 or os.path.lexists(os.path.join(self.root, ch.path)):
             return False
         ws = self.ws
@@ -932,6 +965,19 @@ class Watcher:
                     or ch.path in ws.packages or ch.path in ws.missing_dirs
                     or (ch.path.rsplit("/", 1)[-1] == BUILDFILE
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
+
+    def _mends(self, ch: Change) -> bool:
+        """False for a "mend" change that cannot mend a failure: a file made before the last
+        failure of a compile reading its directory (by its ctime: one the failing command
+        made, however late its event came), or in a directory no failed compile reads any
+        more.  True for every other change."""
+        if ch.kind != "mend":
+            return True
+        at = self.ws.mend_dirs.get(ch.path.rsplit("/", 1)[0] if "/" in ch.path else "")
+        try:
+            return at is not None and os.lstat(os.path.join(self.root, ch.path)).st_ctime_ns > at
+        except OSError:
+            return False
 
     def _scratch_dir(self, ch: Change) -> bool:
         """A directory the last cycle's own commands made, or removed and made again, below
@@ -1017,7 +1063,7 @@ class Watcher:
         g = self.graph
         reuse = g is not None and not (self.dirty_pkgs or self.reload_all or self.rescan or self.broken)
         if not reuse or self.clean_graph is not g or not changes \
-                or any(c.kind not in ("content", "recheck") for c in changes):
+                or any(c.kind not in ("content", "recheck", "mend") for c in changes):
             return None
         if not self.session.record_unchanged():  # another buildtool wrote (or removed) the record
             self.clean = set()
@@ -1045,7 +1091,8 @@ class Watcher:
         BUILD.py saved by rename: every target is checked, as before.)"""
         g = self.graph
         if g is None or not self.dirty_pkgs or self.reload_all or self.rescan or self.broken \
-                or self.clean_graph is not g or any(c.kind not in ("content", "recheck", "package") for c in changes) \
+                or self.clean_graph is not g \
+                or any(c.kind not in ("content", "recheck", "mend", "package") for c in changes) \
                 or any(c.kind == "package" and c.path.rsplit("/", 1)[-1] != BUILDFILE for c in changes):
             return None
         if not self.session.record_unchanged():
@@ -1171,6 +1218,8 @@ class Watcher:
             if ended else (None, {})
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if ended else []
+        if ended and g is not None:  # (a cancelled cycle's failures are those of the one before)
+            self.mend_dirs = _mend_dirs(self.root, g, col.failed_at)
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
@@ -1292,6 +1341,49 @@ class _Forward:
     def target_finished(self, t: int, o: Outcome) -> None:
         if self.w.collector is not None:
             self.w.collector.target_finished(t, o)
+
+
+_INCLUDE_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter")
+
+
+def _mend_dirs(root: str, g: Graph, failed_at: Mapping[int, int]) -> dict[str, int]:
+    """WatchSet.mend_dirs for the failed targets with a depfile: their package's directory,
+    their sources' and the include directories their command names (``-I dir``, ``-Idir``,
+    ``-iquote``, ``-isystem``, ``-idirafter``; relative to the package, where it runs, or
+    absolute inside the workspace)."""
+    import posixpath
+    import shlex
+
+    out: dict[str, int] = {}
+    for t, at in failed_at.items():
+        tgt = g.targets[t]
+        if getattr(tgt, "depfile", None) is None:
+            continue
+        dirs = {tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)}
+        try:
+            words = shlex.split(tgt.cmd)
+        except ValueError:  # (unbalanced quotes in a shell command: its include flags are not read)
+            words = []
+        for i, w in enumerate(words):
+            flag = next((f for f in _INCLUDE_FLAGS if w.startswith(f)), None)
+            if flag is None:
+                continue
+            d = w[len(flag):] or (words[i + 1] if i + 1 < len(words) else "")
+            if not d or d.startswith("-"):
+                continue
+            if os.path.isabs(d):
+                if not d.startswith(root + os.sep):
+                    continue
+                d = d[len(root) + 1:]
+            else:
+                d = posixpath.normpath(posixpath.join(tgt.pkg, d))
+            if d == ".":
+                d = ""
+            if d != ".." and not d.startswith("../"):
+                dirs.add(d)
+        for d in dirs:
+            out[d] = max(out.get(d, 0), at)
+    return out
 
 
 def _own_streams(root: str) -> frozenset[str]:

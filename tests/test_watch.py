@@ -1089,6 +1089,45 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
         assert "//:b" not in ran_since(w, first.n), cycles
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+@pytest.mark.parametrize("how", ["inotify", "--poll"])
+def test_a_header_made_after_a_failed_compile_retries_it(tmp_path: Path, cache: Path, how: str) -> None:
+    """A compile failing for a header that does not exist yet has no depfile to name it:
+    making the header (beside the source, or in an -I directory) retries the compile, as a
+    one-shot build would.  A file the failing command makes there itself starts no cycle
+    (a loop), nor does a file of a directory no failed compile reads."""
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "main.c", '#include "cfg.h"\n#include "extra.h"\nint main(void) { return CFG + EXTRA; }\n')
+    write(root / "inc" / "README", "headers\n")
+    write(root / "other" / "README", "not read by the compile\n")
+    write(root / "n" / "n.c", '#include "nothere.h"\n')
+    write(root / "BUILD.py", 'genrule(name="m", srcs=["main.c"], outs=["main.o"], depfile="main.d", tools=["cc"],'
+                             ' cmd="cc -I inc -c main.c -o main.o -MD -MF main.d")\n')
+    write(root / "n" / "BUILD.py", 'genrule(name="noisy", srcs=["n.c"], outs=["n.o"], depfile="n.d", tools=["cc"],'
+                                   ' cmd="touch made-$$(date +%N).txt; cc -c n.c -o n.o -MD -MF n.d")\n')
+    w = Watch(root, cache, "-k", *([how] if how == "--poll" else []))
+    try:
+        c1 = w.wait_cycle(1)
+        assert c1.status == "FAILED", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "other" / "cfg.h", "#define CFG 1\n")  # (no -I other: nothing to retry for)
+        time.sleep(1.0)
+        assert len(w.cycles()) == 1, w.log()
+        write(root / "cfg.h", "#define CFG 1\n")
+        c2 = w.wait_cycle(2, "a retry once cfg.h is made")
+        assert c2.status == "FAILED" and c2.changed == ["cfg.h"], w.log()
+        assert "extra.h: No such file" in w.log(), w.log()
+        write(root / "inc" / "extra.h", "#define EXTRA 2\n")
+        w.wait_settled(lambda cs: "//:m" in cs[-1].ran, "main.o compiled")
+        n = len(w.cycles())
+        time.sleep(1.0)  # (noisy fails each time, making a file beside its source: no loop)
+        assert len(w.cycles()) == n and len(list((root / "n").glob("made-*.txt"))) == n, w.log()
+        assert w.cycles()[-1].changed == ["inc/extra.h"], w.log()
+    finally:
+        w.stop()
+
+
 def _until_a_cycle_writes_a_snapshot(w: Watch, root: Path) -> None:
     """Add files pkg/bN.in (globbed into pkg/p.out, which holds p1 first) one by one until
     a cycle that re-evaluated only //pkg leaves a new no-op snapshot; then stop the watch."""
