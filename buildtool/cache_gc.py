@@ -574,10 +574,15 @@ def _append_stats(v_dir: str, obj: dict[str, Any]) -> None:
     line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
     path = os.path.join(v_dir, "stats")
     # (O_NONBLOCK: a named pipe there is ENXIO, not a wait for a reader; it is removed, and
-    # the next build's line starts a new file)
+    # the next build's line starts a new file.  O_NOFOLLOW: a link planted in a shared cache
+    # had each build append to the file it led to, anywhere; the link is removed.)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW,
+                     0o644)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            os.unlink(path)
+            return
         if e.errno not in (errno.ENXIO, errno.EISDIR):  # (a directory there: every build warned, none repaired it)
             raise
         remove_if_not_a_file(path)

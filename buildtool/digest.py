@@ -17,6 +17,7 @@ Spec: docs/formats.md#stat-cache--buildtoolstat-cache
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import mmap
@@ -451,8 +452,10 @@ class StatCache:
             if self._journal >= 0 and self._journal + len(changed) <= max(len(self.entries) // 4, 64):
                 line = json.dumps({p: self.entries.get(p) for p in changed}, separators=(",", ":")) + "\n"
                 try:  # no O_CREAT: a file removed meanwhile (buildtool clean) is written whole below
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                except FileNotFoundError:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+                except OSError as e:  # (a link put there: written whole, by a rename over it)
+                    if e.errno not in (errno.ENOENT, errno.ELOOP):
+                        raise
                     self._journal = -1
                     return self.save()
                 try:

@@ -21,6 +21,7 @@ users building one workspace each have their own (the lock file alone orders the
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -60,14 +61,22 @@ class WorkspaceLock:
 
     def _acquire_once(self, wait: bool, say: Callable[[str], None]) -> bool:
         try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self.path, flags, 0o644)
             except IsADirectoryError:  # something made a directory there: the lock file is buildtool's
                 import shutil
 
                 say(f"warning: {self.path} was a directory; replaced it with the lock file")
                 shutil.rmtree(self.path, ignore_errors=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self.path, flags, 0o644)
+            except OSError as e:  # a link there: never followed (the pid written into the file it led
+                if e.errno != errno.ELOOP:  # to emptied a source, or any file the user may write)
+                    raise
+                say(f"warning: {self.path} was a symbolic link (to {os.readlink(self.path)!r}); replaced it with "
+                    "the lock file, leaving what it led to as it was")
+                os.unlink(self.path)
+                fd = os.open(self.path, flags, 0o644)
         except OSError as e:  # a read-only workspace, a full disk, no permission
             from buildtool.errors import UserError
 

@@ -447,8 +447,11 @@ def serve(root: str, idle_exit_s: float) -> int:
     # from a `start` while the first was stopped, would otherwise take over its socket).
     from buildtool.workspace import remove_if_not_a_file
 
-    remove_if_not_a_file(os.path.join(state_dir, PIDFILE))  # (a named pipe, a directory: damaged state)
-    pid_fd = os.open(os.path.join(state_dir, PIDFILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    pid_path = os.path.join(state_dir, PIDFILE)
+    remove_if_not_a_file(pid_path)  # (a named pipe, a directory: damaged state)
+    if os.path.islink(pid_path):  # (planted: the pid written through it would overwrite what it leads to)
+        os.unlink(pid_path)
+    pid_fd = os.open(pid_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(pid_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -737,3 +737,18 @@ def test_gc_stops_evicting_once_the_cache_is_exactly_at_the_cap(workspace: Works
     rc, out, err = workspace.run("cache", "gc", "--max-size", str(cap))
     assert rc == 0 and "evicted 1 entr" in out, out + err
     assert verify_cache(workspace.cache)["entries"] == 1
+
+
+def test_a_link_planted_at_the_stats_file_is_not_written_through(tmp_path: Path) -> None:
+    # A shared, group-writable cache: a link at v2/stats had every build append its line
+    # to the file it led to, anywhere the builder may write.
+    from buildtool.cache_gc import after_build, recent_builds
+
+    victim = tmp_path.parent / f"{tmp_path.name}-victim"
+    victim.write_text("VICTIM\n")
+    (tmp_path / "stats").symlink_to(victim)
+    after_build(_Stored(tmp_path), None, [], lambda msg: pytest.fail(msg))
+    assert victim.read_text() == "VICTIM\n"
+    assert not (tmp_path / "stats").is_symlink()
+    after_build(_Stored(tmp_path), None, [], lambda msg: pytest.fail(msg))  # the next build's line: a file of its own
+    assert len(recent_builds(str(tmp_path))) == 1 and victim.read_text() == "VICTIM\n"

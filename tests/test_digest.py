@@ -428,6 +428,15 @@ def test_stat_cache_appends_small_changes_and_survives_a_torn_or_missing_file(tm
     sc.forget("b")
     sc.save()
     assert sorted(StatCache(str(tmp_path), str(db), warned.append).entries) == ["a", "c"]
+    # A link put in its place under a live stat cache: never appended through, replaced.
+    elsewhere = tmp_path / "elsewhere"
+    os.replace(db, elsewhere)
+    before = elsewhere.read_bytes()
+    db.symlink_to(elsewhere)
+    sc.digest("b")
+    sc.save()
+    assert elsewhere.read_bytes() == before and not db.is_symlink()
+    assert sorted(StatCache(str(tmp_path), str(db), warned.append).entries) == ["a", "b", "c"]
     assert not warned
 
 

@@ -166,3 +166,21 @@ def test_the_check_before_waiting_runs_only_when_the_lock_is_busy_and_its_error_
         b.acquire(False, said.append, before_wait=refuse)
     assert calls == ["b", "b"] and b.fd is None
     a.release()
+
+
+def test_a_link_planted_at_the_lock_file_is_replaced_not_written_through(tmp_path: Path) -> None:
+    # The pid was written through it: a source it led to was emptied, then built from.
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "in.txt"
+    victim.write_text("precious source\n")
+    (state / "lock").symlink_to(victim)
+    said: list[str] = []
+    lock = WorkspaceLock(str(state))
+    lock.acquire(True, said.append)
+    try:
+        assert victim.read_text() == "precious source\n"
+        assert not (state / "lock").is_symlink() and (state / "lock").is_file()
+        assert len(said) == 1 and "was a symbolic link" in said[0] and str(victim) in said[0], said
+    finally:
+        lock.release()

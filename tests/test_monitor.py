@@ -82,6 +82,21 @@ def test_start_status_stop(ws: Path, tmp_path: Path) -> None:
     assert not (ws / ".buildtool" / monitor.SOCKET).exists()
 
 
+def test_a_link_planted_at_the_pid_file_is_not_written_through(ws: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    bt(ws, cache, "build")
+    (ws / ".buildtool" / monitor.PIDFILE).symlink_to(victim)
+    r = bt(ws, cache, "monitor", "start", "--idle-exit", "120")
+    try:
+        assert r.returncode == 0 and "monitor started" in r.stdout, r.stdout + r.stderr
+        assert victim.read_text() == "precious\n"
+        assert not (ws / ".buildtool" / monitor.PIDFILE).is_symlink()
+    finally:
+        bt(ws, cache, "monitor", "stop")
+
+
 def test_a_workspace_whose_path_is_not_utf8_gets_a_monitor(ws: Path, tmp_path: Path) -> None:
     """`monitor start` there crashed (UnicodeEncodeError measuring the socket path), and a
     request naming the root could not be sent."""
