@@ -169,6 +169,9 @@ def _lock_fd(path: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except PermissionError:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except IsADirectoryError:  # (damaged: every build warned "cache maintenance failed", twice)
+        remove_if_not_a_file(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     share(fd)
     return fd
 

@@ -152,6 +152,26 @@ class TestLogs:
         # label -> the output of each failed attempt of a flaky test in this build (for the
         # console and JUnit's <flakyFailure>; only flaky tests' failures are held)
         self.attempts: dict[str, list[bytes]] = {}
+        self._repair_dir()
+
+    def _repair_dir(self) -> None:
+        """``testlogs/`` that is no directory (a file, a named pipe, a link: damaged or planted
+        state) is removed, so that logs are written again (every test warned, each build,
+        naming another error), and never into where a link led."""
+        import stat
+
+        path = os.path.join(self.state_dir, LOG_DIR)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return
+        if not stat.S_ISDIR(mode):
+            from buildtool.atomic import remove_path
+            from buildtool.workspace import file_kind
+
+            remove_path(path)
+            self.warn(f"{path} was {'a file' if stat.S_ISREG(mode) else file_kind(mode)}, not a directory; "
+                      "removed it (test logs are written there)")
 
     @property
     def index_path(self) -> str:

@@ -752,3 +752,16 @@ def test_a_link_planted_at_the_stats_file_is_not_written_through(tmp_path: Path)
     assert not (tmp_path / "stats").is_symlink()
     after_build(_Stored(tmp_path), None, [], lambda msg: pytest.fail(msg))  # the next build's line: a file of its own
     assert len(recent_builds(str(tmp_path))) == 1 and victim.read_text() == "VICTIM\n"
+
+
+def test_a_directory_at_a_lock_file_of_the_cache_is_replaced(tmp_path: Path) -> None:
+    # size.lock as a directory: "cache maintenance failed ... (Is a directory)" twice a
+    # build, for good.
+    from buildtool.cache_gc import _write_counter, after_build
+
+    _write_counter(str(tmp_path), 1060)
+    (tmp_path / "size.lock").mkdir()
+    warned: list[str] = []
+    after_build(_Stored(tmp_path, 100, 60), None, [], warned.append)
+    assert warned == [] and (tmp_path / "size.lock").is_file()
+    assert read_counter(str(tmp_path)) == 1100

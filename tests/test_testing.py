@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,6 +176,27 @@ def test_a_tests_log_holds_stdout_and_stderr_in_the_order_written(workspace: Wor
     assert order in r.stdout  # the failure's output on the console, as in the log
     failure = ET.parse(workspace.root / "junit.xml").find(".//failure")
     assert failure is not None and order in (failure.text or "")
+
+
+@pytest.mark.parametrize("what", ["file", "link"])
+def test_a_testlogs_that_is_no_directory_is_replaced_once(workspace: Workspace, tmp_path: Path, what: str) -> None:
+    # A file there: every test of every build warned "could not write the test log ... (File
+    # exists)"; a link to a directory elsewhere: the logs were written there.
+    workspace.build_file("t", 'test(name="unit", cmd="echo hello")')
+    assert workspace.build("//t:unit", command="test").rc == 0
+    logs = workspace.root / ".buildtool" / "testlogs"
+    shutil.rmtree(logs)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if what == "file":
+        logs.write_text("junk\n")
+    else:
+        logs.symlink_to(elsewhere)
+    r = workspace.build("//t:unit", "--no-cache-tests", command="test")
+    assert r.rc == 0 and "not a directory; removed it" in r.stderr and "could not write" not in r.stderr, r.output
+    assert workspace.read(".buildtool/testlogs/t/unit.log") == "hello\n" and list(elsewhere.iterdir()) == []
+    r = workspace.build("//t:unit", "--no-cache-tests", command="test")
+    assert r.rc == 0 and "warning" not in r.stderr, r.output
 
 
 def test_the_log_of_a_test_with_a_long_name_is_written(workspace: Workspace, tmp_path: Path) -> None:
