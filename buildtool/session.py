@@ -432,6 +432,8 @@ class Session:
             self.refocused = True
         from buildtool.staging import Stage
 
+        if os.path.islink(os.path.join(state, "tmp")):  # (planted: the lanes' files went where it led)
+            os.unlink(os.path.join(state, "tmp"))
         stage = Stage(os.path.join(state, "tmp"))  # new files are born here (staging.py)
         cache.stage = stage
         action_env: dict[str, str | None] = {}

@@ -6,6 +6,7 @@ import gc
 from pathlib import Path
 
 import pytest
+from conftest import Workspace
 
 from buildtool.errors import UserError
 from buildtool.session import BuildRequest, Session
@@ -244,3 +245,15 @@ def test_an_input_watch_saw_saved_during_the_command_is_said_to_be_a_save(
     session = Session(str(ws))  # (a one-shot build: the hint)
     session.build(BuildRequest(patterns=["//:b"]), out=io.StringIO())
     assert "a file a command writes must not be an input" in capsys.readouterr().err
+
+
+def test_a_link_planted_at_the_state_tmp_dir_is_not_followed(workspace: Workspace, tmp_path: Path) -> None:
+    # The lanes' TMPDIRs and capture files were made where it led (and left there).
+    workspace.build_file("", 'genrule(name="a", outs=["a.txt"], cmd="echo $$TMPDIR > $@; touch $$TMPDIR/scratch")\n')
+    assert workspace.build().rc == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace.root / ".buildtool" / "tmp").symlink_to(elsewhere)
+    r = workspace.build("-B")
+    assert r.rc == 0, r.output
+    assert list(elsewhere.iterdir()) == [] and not (workspace.root / ".buildtool" / "tmp").is_symlink()
