@@ -127,9 +127,10 @@ class WatchSet:
     pyrules: frozenset[str] = frozenset()
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
     # Directories where a new file may mend a failed compile (a target with a depfile: which
-    # headers it reads is known only once it succeeds) -> when the last of those that read
-    # there was seen failing (time.time_ns()): its package's, its sources' and its command's
-    # include directories.  A file made there after that retries the failed targets.
+    # headers it reads is known only once it succeeds) -> when the cycle it failed in ended
+    # (time.time_ns()): its package's, its sources' and its command's include directories.
+    # A file made there after that retries the failed targets; one made before, by any
+    # command of that cycle (a failing test's log, a core dump), does not (no loop).
     mend_dirs: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -336,7 +337,7 @@ class _Collector:
         self.sched: Any = None
         self.src_targets: dict[str, list[int]] = {}
         self.outcomes: dict[int, Outcome] = {}
-        self.failed_at: dict[int, int] = {}  # failed target -> when it was seen to end (time_ns)
+        self.failed: list[int] = []  # the targets that failed
 
     def started(self, graph: Graph, sched: Any) -> None:
         m = {p: list(ids) for p, ids in self.w._readers_of(graph).items()}  # (copied: extended below)
@@ -357,7 +358,7 @@ class _Collector:
     def target_finished(self, t: int, o: Outcome) -> None:
         self.outcomes[t] = o
         if o.status is Status.FAILED:
-            self.failed_at[t] = time.time_ns()
+            self.failed.append(t)
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
@@ -783,8 +784,6 @@ class Watcher:
             self._drop_observer()
             self.poll = True
             self._schedule(layout, set())
-        for d in sorted(self.ws.mend_dirs.keys() - old.mend_dirs.keys()):  # (saved as the cycle ended)
-            self._queue_mends(d)
         new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
                                                  if d == r or (deep and (not r or d.startswith(r + "/")))}
         new_sources = self.ws.sources - old.sources - self.ws.outputs
@@ -808,24 +807,6 @@ class Watcher:
                     self.q.put(ch)
         for d in sorted(new_dirs & self.ws.glob_dirs):
             self._queue_unseen(d, limit, handled)
-
-    def _queue_mends(self, d: str) -> None:
-        """Queue the files of a directory new to ``mend_dirs`` made after the failure that
-        put it there: no event was taken for them (the failure was not known yet)."""
-        try:
-            entries = list(os.scandir(os.path.join(self.root, d)))
-        except OSError:
-            return
-        failed = self.ws.mend_dirs[d]
-        for e in entries:
-            rel = f"{d}/{e.name}" if d else e.name
-            try:
-                if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_ctime_ns > failed:
-                    ch = classify(self.ws, rel, "created", False)
-                    if ch is not None and ch.kind == "mend":
-                        self.q.put(ch)
-            except OSError:
-                continue
 
     def _queue_unseen(self, d: str, limit: int, handled: set[str] | frozenset[str]) -> None:
         """Queue what a glob may take in the newly watched directory ``d`` and was made or
@@ -967,10 +948,10 @@ class Watcher:
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
 
     def _mends(self, ch: Change) -> bool:
-        """False for a "mend" change that cannot mend a failure: a file made before the last
-        failure of a compile reading its directory (by its ctime: one the failing command
-        made, however late its event came), or in a directory no failed compile reads any
-        more.  True for every other change."""
+        """False for a "mend" change that cannot mend a failure: a file made before the end
+        of the cycle a compile reading its directory failed in (by its ctime: one a command
+        of that cycle made, however late its event came), or in a directory no failed
+        compile reads any more.  True for every other change."""
         if ch.kind != "mend":
             return True
         at = self.ws.mend_dirs.get(ch.path.rsplit("/", 1)[0] if "/" in ch.path else "")
@@ -1219,7 +1200,7 @@ class Watcher:
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if ended else []
         if ended and g is not None:  # (a cancelled cycle's failures are those of the one before)
-            self.mend_dirs = _mend_dirs(self.root, g, col.failed_at)
+            self.mend_dirs = _mend_dirs(self.root, g, col.failed, time.time_ns())
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
@@ -1343,23 +1324,24 @@ class _Forward:
             self.w.collector.target_finished(t, o)
 
 
-_INCLUDE_FLAGS = ("-I", "-iquote", "-isystem", "-idirafter")
+_INCLUDE_FLAGS = ("--include-directory=", "-I", "-iquote", "-isystem", "-idirafter")
 
 
-def _mend_dirs(root: str, g: Graph, failed_at: Mapping[int, int]) -> dict[str, int]:
-    """WatchSet.mend_dirs for the failed targets with a depfile: their package's directory,
-    their sources' and the include directories their command names (``-I dir``, ``-Idir``,
-    ``-iquote``, ``-isystem``, ``-idirafter``; relative to the package, where it runs, or
-    absolute inside the workspace)."""
+def _mend_dirs(root: str, g: Graph, failed: Iterable[int], at: int) -> dict[str, int]:
+    """WatchSet.mend_dirs for the ``failed`` targets with a depfile, of a cycle that ended
+    at ``at``: their package's directory, their sources' and the include directories their
+    command names (``-I dir``, ``-Idir``, ``--include-directory=dir``, ``-iquote``,
+    ``-isystem``, ``-idirafter``; relative to the package, where it runs, or absolute
+    inside the workspace)."""
     import posixpath
     import shlex
 
-    out: dict[str, int] = {}
-    for t, at in failed_at.items():
+    dirs: set[str] = set()
+    for t in failed:
         tgt = g.targets[t]
         if getattr(tgt, "depfile", None) is None:
             continue
-        dirs = {tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)}
+        dirs.update((tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)))
         try:
             words = shlex.split(tgt.cmd)
         except ValueError:  # (unbalanced quotes in a shell command: its include flags are not read)
@@ -1371,19 +1353,12 @@ def _mend_dirs(root: str, g: Graph, failed_at: Mapping[int, int]) -> dict[str, i
             d = w[len(flag):] or (words[i + 1] if i + 1 < len(words) else "")
             if not d or d.startswith("-"):
                 continue
-            if os.path.isabs(d):
-                if not d.startswith(root + os.sep):
-                    continue
-                d = d[len(root) + 1:]
-            else:
-                d = posixpath.normpath(posixpath.join(tgt.pkg, d))
-            if d == ".":
-                d = ""
-            if d != ".." and not d.startswith("../"):
-                dirs.add(d)
-        for d in dirs:
-            out[d] = max(out.get(d, 0), at)
-    return out
+            d = posixpath.normpath(d if os.path.isabs(d) else posixpath.join(root, tgt.pkg, d))
+            if d == root:
+                dirs.add("")
+            elif d.startswith(root + "/"):
+                dirs.add(d[len(root) + 1:])
+    return dict.fromkeys(dirs, at)
 
 
 def _own_streams(root: str) -> frozenset[str]:

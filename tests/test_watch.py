@@ -1094,8 +1094,9 @@ def test_editing_a_discovered_header_rebuilds_exactly_its_includers(tmp_path: Pa
 def test_a_header_made_after_a_failed_compile_retries_it(tmp_path: Path, cache: Path, how: str) -> None:
     """A compile failing for a header that does not exist yet has no depfile to name it:
     making the header (beside the source, or in an -I directory) retries the compile, as a
-    one-shot build would.  A file the failing command makes there itself starts no cycle
-    (a loop), nor does a file of a directory no failed compile reads."""
+    one-shot build would.  A file a command of the failing cycle makes there (the compile
+    itself, or another failing target ending later: a lint's log) starts no cycle (a
+    loop), nor does a file of a directory no failed compile reads."""
     root = tmp_path / "cws"
     write(root / "buildtool.toml", "")
     write(root / "main.c", '#include "cfg.h"\n#include "extra.h"\nint main(void) { return CFG + EXTRA; }\n')
@@ -1103,7 +1104,9 @@ def test_a_header_made_after_a_failed_compile_retries_it(tmp_path: Path, cache: 
     write(root / "other" / "README", "not read by the compile\n")
     write(root / "n" / "n.c", '#include "nothere.h"\n')
     write(root / "BUILD.py", 'genrule(name="m", srcs=["main.c"], outs=["main.o"], depfile="main.d", tools=["cc"],'
-                             ' cmd="cc -I inc -c main.c -o main.o -MD -MF main.d")\n')
+                             ' cmd="cc -I inc -c main.c -o main.o -MD -MF main.d")\n'
+                             'genrule(name="lint", srcs=["main.c"], outs=["lint.ok"],'
+                             ' cmd="sleep 0.3; rm -f lint.log; echo bad > lint.log; exit 1")\n')
     write(root / "n" / "BUILD.py", 'genrule(name="noisy", srcs=["n.c"], outs=["n.o"], depfile="n.d", tools=["cc"],'
                                    ' cmd="touch made-$$(date +%N).txt; cc -c n.c -o n.o -MD -MF n.d")\n')
     w = Watch(root, cache, "-k", *([how] if how == "--poll" else []))
@@ -1123,6 +1126,7 @@ def test_a_header_made_after_a_failed_compile_retries_it(tmp_path: Path, cache: 
         n = len(w.cycles())
         time.sleep(1.0)  # (noisy fails each time, making a file beside its source: no loop)
         assert len(w.cycles()) == n and len(list((root / "n").glob("made-*.txt"))) == n, w.log()
+        assert all("lint.log" not in c.changed for c in w.cycles()), w.log()
         assert w.cycles()[-1].changed == ["inc/extra.h"], w.log()
     finally:
         w.stop()
