@@ -558,7 +558,7 @@ class GraphBuilder:
         try:
             pat = labels.parse_pattern(text, cur, self.cwd_pkg)
         except labels.LabelError as e:
-            if (below := self._package_below(text)) is None:
+            if (below := self.package_below(text)) is None:
                 raise self.pattern_error(text, e) from None
             pat = labels.parse_pattern(f"//{below}", cur, self.cwd_pkg)
         matched: list[str] = []
@@ -678,15 +678,22 @@ class GraphBuilder:
             raise UserError(msg + self._package_hint(pkg, text))
         return self.loader.load(pkg)
 
-    def _package_below(self, text: str) -> str | None:
+    def package_below(self, text: str) -> str | None:
         """The package a single word typed on the command line names, as Bazel reads it:
         the directory of that name below the working directory (``build core`` in lib/:
         //lib/core, its target ``core``), when it is a package; else None (the error then
-        offers the readings that exist: ``:core`` of the package here, a file's maker)."""
+        offers the readings that exist: ``:core`` of the package here, a file's maker).
+        None too when that package has no target of the name and the package here has one:
+        the error offers both readings."""
         if not labels._NAME_RE.fullmatch(text) or text in (".", ".."):
             return None
         below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
-        return below if self.loader.package_exists(below) else None
+        if not self.loader.package_exists(below):
+            return None
+        cur = self.current_package()
+        if text not in self.loader.load(below) and self.loader.package_exists(cur) and text in self.loader.load(cur):
+            return None
+        return below
 
     def pattern_error(self, text: str, e: labels.LabelError) -> UserError:
         """The error for a command-line pattern the label parser refused (``e``), with the

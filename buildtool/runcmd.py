@@ -83,7 +83,10 @@ def run_command(ns: argparse.Namespace) -> int:
     try:
         pat = labels.parse_pattern(ns.target, builder.current_package(), ws.cwd_pkg_dir)
     except labels.LabelError as e:
-        raise builder.pattern_error(ns.target, e) from None
+        if (below := builder.package_below(ns.target)) is None:
+            raise builder.pattern_error(ns.target, e) from None
+        ns.target = f"//{below}"  # (`run core` in lib/: //lib/core, as build takes it)
+        pat = labels.parse_pattern(ns.target, builder.current_package(), ws.cwd_pkg_dir)
     if pat.kind != "target":
         msg = f"`buildtool run` needs one target label, not the pattern {ns.target!r}"
         raise UserError(msg)

@@ -1254,11 +1254,18 @@ class Watcher:
         print(line, file=self.out, flush=True)
 
     def run(self) -> int:
-        for text in self.req.patterns:  # a malformed pattern no edit can mend: exit 2, as build
+        for i, text in enumerate(self.req.patterns):  # a malformed pattern no edit can mend: exit 2, as build
             try:
                 labels.parse_pattern(text, self.session.ws.cwd_pkg_dir)
             except labels.LabelError as e:
-                raise UserError(str(e)) from None
+                # `watch core` in lib/: //lib/core, as build takes it (GraphBuilder.package_below;
+                # its BUILD.py evaluated by the cycle's loader, not here)
+                here = self.session.ws.cwd_pkg_dir
+                below = f"{here}/{text}" if here else text
+                if not (labels._NAME_RE.fullmatch(text) and text not in (".", "..")
+                        and Loader(self.session.ws).package_exists(below)):
+                    raise UserError(str(e)) from None
+                self.req.patterns[i] = f"//{below}"
         stops = [signal.SIGINT, signal.SIGTERM]  # SIGHUP: a terminal closed (not under nohup); SIGQUIT: Ctrl-\\
         stops += [s for s in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(s) is not signal.SIG_IGN]
         prev = {s: signal.signal(s, self._on_signal) for s in stops}

@@ -717,8 +717,8 @@ def test_a_command_that_truncates_its_own_capture_is_told_what_was_lost(workspac
     )
     r = workspace.build("//:x")
     assert r.rc == 1, r.output
-    assert "failed" in r.output
-    assert "was truncated while the command ran" in r.output and "`>&2`" in r.output
+    assert "\nfailed\n[buildtool: this output was truncated while the command ran" in r.output, r.output
+    assert "`>&2`" in r.output
     r = workspace.build("-v", "//:fine")  # `>>` keeps what was there: no note
     assert r.rc == 0, r.output
     assert "kept" in r.output and "more" in r.output

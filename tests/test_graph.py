@@ -196,6 +196,15 @@ def test_a_bare_name_gets_only_the_readings_that_exist(workspace: Workspace) -> 
     assert rc == 0 and out.split() == ["//lib/core:core"], out + err
     rc, _, err = workspace.run("build", "cor", cwd=workspace.root / "lib")  # (no package: the error stands)
     assert rc == 2 and "got 'cor')" in err, err
+    workspace.build_file("lib/core", 'genrule(name="core", outs=["c"],'
+                                     ' cmd="printf \'#!/bin/sh\\necho ran core\\n\' > $@; chmod +x $@")\n')
+    rc, out, err = workspace.run("run", "core", cwd=workspace.root / "lib")  # (run takes it as build does)
+    assert rc == 0 and out == "ran core\n", out + err
+    # A target of that name here and none in the package below: both readings offered.
+    workspace.build_file("lib", 'genrule(name="util", outs=["u"], cmd="touch $@")\n')
+    workspace.build_file("lib/util", 'genrule(name="u1", outs=["u1"], cmd="touch $@")\n')
+    rc, _, err = workspace.run("build", "util", cwd=workspace.root / "lib")
+    assert rc == 2 and "did you mean ':util' (a target of the package here) or '//lib/util:all'" in err, err
 
 
 @pytest.mark.parametrize(("typed", "hint"), [

@@ -2139,3 +2139,22 @@ def test_a_re_pointed_symlinked_directory_reruns_what_reads_through_it(
         time.sleep(0.3)
         write(root / "shared" / "b" / "s.txt", "B2\n")
         w.wait_file(root / "pkg" / "o.txt", "B2\n", "an edit through the new link")
+
+
+def test_a_single_word_names_the_package_below_as_build_takes_it(tmp_path: Path, cache: Path) -> None:
+    # `watch core` in lib/ was exit 2 ("a label must start with '//'") where `build core` built //lib/core.
+    root = tmp_path / "ws"
+    write(root / "buildtool.toml", "")
+    write(root / "lib" / "BUILD.py", 'genrule(name="x", outs=["x"], cmd="touch $@")\n')
+    write(root / "lib" / "core" / "BUILD.py",
+          'genrule(name="core", srcs=["in.txt"], outs=["c"], cmd="cat in.txt > $@")\n')
+    write(root / "lib" / "core" / "in.txt", "1\n")
+    w = Watch(root, cache, command=("-C", "lib", "watch", "core"))
+    try:
+        c1 = w.wait_cycle(1)
+        assert c1.status == "OK" and c1.ran == {"//lib/core:core"}, w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "lib" / "core" / "in.txt", "2\n")  # (its sources watched: the pattern's package)
+        w.wait_file(root / "lib" / "core" / "c", "2\n", "c rebuilt")
+    finally:
+        w.stop()
