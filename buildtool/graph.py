@@ -323,7 +323,8 @@ def _err(decl: Declaration, msg: str) -> BuildfileError:
     label = f"//{decl.pkg}:{decl.attrs['name']}"
     import re  # (errors only)
 
-    if not re.search(re.escape(label) + r"(?![\w.+=,@~/-])", msg):  # (//:lib is not in "did you mean //:lib_test")
+    # (//:lib is not in "did you mean //:lib_test", nor //:a in "bad label '//:a b'")
+    if not re.search(r"(?<!')" + re.escape(label) + r"(?![\w.+=,@~/-])|'" + re.escape(label) + "'", msg):
         msg = f"{label}: {msg}"
     return BuildfileError(msg + decl.macro, decl.path, decl.line)
 

@@ -1206,3 +1206,11 @@ def test_a_near_miss_package_is_offered_the_one_it_begins_before_a_later_tie(wor
         workspace.build_file(f"libs/pkg{i:02d}", 'genrule(name="t", outs=["o"], cmd="echo > $@")\n')
     rc, _, err = workspace.run("build", "//libs/pkg0:t")
     assert rc == 2 and "did you mean //libs/pkg00?" in err, err
+
+
+def test_a_bad_label_that_starts_like_the_target_s_own_still_names_the_target(workspace: Workspace) -> None:
+    # The error of //:a said "BUILD.py:1: deps: bad label '//:a b'": the check for the
+    # target's label in the message took '//:a b' for it, and left out the prefix.
+    workspace.build_file("", 'genrule(name="a", deps=["//:a b"], outs=["o"], cmd="touch $@")\n')
+    err = expect_invalid(workspace)
+    assert "BUILD.py:1: //:a: deps: bad label '//:a b'" in err, err
