@@ -765,3 +765,39 @@ def test_a_directory_at_a_lock_file_of_the_cache_is_replaced(tmp_path: Path) -> 
     after_build(_Stored(tmp_path, 100, 60), None, [], warned.append)
     assert warned == [] and (tmp_path / "size.lock").is_file()
     assert read_counter(str(tmp_path)) == 1100
+
+
+def test_the_stats_file_is_trimmed(tmp_path) -> None:
+    from buildtool import cache_gc
+    p = tmp_path / "stats"
+    p.write_text("".join(f'{{"v":1,"t":{i},"bytes_added":0}}\n' for i in range(5000)))
+    cache_gc._trim_stats(str(tmp_path))
+    assert len(p.read_text().splitlines()) == cache_gc.STATS_KEEP_LINES
+
+
+def test_gc_never_scans_through_a_cas_that_is_a_link(tmp_path) -> None:
+    from buildtool import cache_gc
+    other = tmp_path / "elsewhere" / "ab"
+    other.mkdir(parents=True)
+    (other / ("ab" + "0" * 62)).write_bytes(b"x" * 10)
+    v = tmp_path / "v2"
+    v.mkdir()
+    os.symlink(tmp_path / "elsewhere", v / "cas")
+    assert cache_gc.scan(str(v)).blobs == {}
+    cache_gc.collect(str(v), None)
+    assert (other / ("ab" + "0" * 62)).exists()
+
+
+def test_after_one_wait_for_gc_a_store_does_not_wait_again(tmp_path) -> None:
+    import fcntl
+
+    # A 500-action build beside a long `cache gc` waited 2 s a store (~1000 s).
+    from buildtool import cache_gc
+    fd = os.open(tmp_path / "gc.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    g = cache_gc.StoreGuard(str(tmp_path))
+    assert g.acquire() is False
+    t0 = time.monotonic()
+    assert g.acquire() is False
+    assert time.monotonic() - t0 < 0.5
+    os.close(fd)

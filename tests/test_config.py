@@ -293,3 +293,16 @@ def test_a_cache_dir_inside_the_workspace_state_directory_is_refused(workspace: 
     assert rc == 0 and "nothing changed" in out, out + err
     rc, out, err = workspace.run("build", "--cache-dir", ".buildtool/c", cache=workspace.root / ".buildtool-cache")
     assert rc == 2 and "is inside this workspace's state directory" in err, (out, err)
+
+
+def test_the_workspace_config_beats_the_user_config(tmp_path, monkeypatch) -> None:
+    from buildtool import config
+    for k in list(os.environ):
+        if k.startswith("BUILDTOOL_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "buildtool").mkdir(parents=True)
+    (tmp_path / "xdg" / "buildtool" / "config.toml").write_text("jobs = 3\n")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "buildtool.toml").write_text("jobs = 5\n")
+    assert config.load_config(str(tmp_path / "ws"), {}).jobs == 5

@@ -309,3 +309,10 @@ def test_the_workspace_s_parent_and_state_directory_themselves_are_no_inputs(tmp
     got = workspace_inputs([".", "..", ".buildtool", ".buildtool/record", "lib/..", "a.h"], str(tmp_path), "")
     assert got == ["a.h"]
     assert workspace_inputs(["..", "../.buildtool"], str(tmp_path), "lib") == []
+
+
+def test_a_crlf_depfile_without_escapes_has_clean_prerequisites() -> None:
+    # The fast tokenizer (no backslash, # or $) kept the \r of each line's last word: b.h\r was
+    # never found on disk, and an edit of b.h rebuilt nothing.
+    from buildtool.depfile import parse
+    assert parse("a.o: a.c b.h\r\n").prerequisites == ["a.c", "b.h"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Workspace
@@ -474,3 +475,35 @@ def test_a_dry_run_that_cannot_read_an_input_is_would_fail_not_would_run() -> No
     assert verdict(o) == FAIL and reason_text(o) == "cannot read a.txt"
     o = Outcome(Status.SKIPPED, Reason.DRY_RUN, "would run: input a.txt changed")
     assert verdict(o) == RUN and reason_text(o) == "input a.txt changed"
+
+
+def _report_outcomes() -> tuple[Any, dict[int, Any]]:
+    from types import SimpleNamespace as NS
+
+    from buildtool.outcome import Outcome, Reason, Status
+    targets = [NS(label=f"//:m{i}", kind="genrule", deps=()) for i in range(7)]
+    targets.append(NS(label="//:grp", kind="group", deps=tuple(range(7))))
+    targets.append(NS(label="//:f", kind="genrule", deps=()))
+    targets.append(NS(label="//:a", kind="genrule", deps=()))
+    outs = {i: Outcome(Status.UP_TO_DATE, Reason.UP_TO_DATE, "up to date") for i in range(7)}
+    outs[7] = Outcome(Status.UP_TO_DATE, Reason.GROUP, "group")
+    outs[8] = Outcome(Status.SKIPPED, Reason.DRY_RUN, "would fail: cannot read a.txt")
+    outs[9] = Outcome(Status.UP_TO_DATE, Reason.ADOPTED, "up to date: input a changed, but the outputs on disk "
+                      "already match the cache entry of this key")
+    return NS(targets=targets), outs
+
+
+def test_report_lines_and_tally() -> None:
+    # (stub targets: the reason of each verdict, a long group's "...", and a tally that adds up)
+    import io
+
+    from buildtool import explain, rebuild
+    graph, outs = _report_outcomes()
+    buf = io.StringIO()
+    explain.report(graph, outs, buf)
+    text = buf.getvalue()
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith("//")}
+    assert rebuild.UNCHANGED in lines["//:m0"], text
+    assert lines["//:grp"].rstrip().endswith(" ..."), text
+    assert "up to date: up to date" not in lines["//:a"], text
+    assert "1 fail" in text.splitlines()[-1], text

@@ -299,3 +299,10 @@ def test_a_dot_or_dot_dot_component_is_no_package(text: str) -> None:
 def test_a_file_label_with_a_dot_component_is_no_file_label() -> None:
     assert labels.file_label(":./a.h", "lib") is None and labels.file_label("//lib:inc/../a.h", "") is None
     assert labels.file_label(":inc/a.h", "lib") == ("lib", "inc/a.h")
+
+
+def test_the_root_alone_and_a_dash_pattern_are_refused_clearly() -> None:
+    with pytest.raises(LabelError, match=r"names no target: write //:NAME for the root package"):
+        parse_label("//", "")
+    with pytest.raises(LabelError):  # (Bazel's exclusion, or an option: never the package -sub below here)
+        parse_pattern("-sub:x", "", "lib")

@@ -63,3 +63,15 @@ def test_a_script_the_command_runs_undeclared_is_warned_about(workspace: Workspa
     assert "//:x: its command runs gen.sh, which is not among its srcs or tools" in err, err
     assert "//:ok:" not in err and "//:tool:" not in err, err
     assert err.count("warning") == 1, err
+
+
+def test_a_script_flag_named_dash_m_at_the_end_is_no_crash() -> None:
+    from buildtool.lint import programs_run
+    assert programs_run("python3 gen.py -m") == ["gen.py"]
+
+
+def test_a_file_outside_the_workspace_is_not_warned_about(tmp_path) -> None:
+    from buildtool.lint import undeclared_programs
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "outside.sh").write_text("#!/bin/sh\n")
+    assert undeclared_programs("../outside.sh > $@", str(tmp_path / "ws"), "", set()) == []

@@ -253,3 +253,10 @@ group(name="all_tests", deps=[":inner", "//app:other"])
                        ("kind(test, deps(//app:nope))", "//app:nope")):
         rc, _, err = workspace.run("query", expr)
         assert rc == 2 and word in err, (expr, err)
+
+
+def test_a_path_typed_in_a_non_package_directory_gets_the_right_label(workspace: Workspace) -> None:
+    workspace.build_file("lib", 'genrule(name="g", srcs=["sub/deep.txt"], outs=["o"], cmd="cat $(SRCS) > $@")\n')
+    workspace.write("lib/sub/deep.txt", "x\n")
+    rc, _, err = workspace.run("query", "rdeps(//..., lib/sub/deep.txt)")
+    assert rc == 2 and "did you mean '//lib:sub/deep.txt'" in err, err

@@ -227,3 +227,8 @@ def test_a_location_naming_nothing_says_only_that() -> None:
     with pytest.raises(SubstError) as e:
         sub("cat $(location nope.txt)")
     assert str(e.value) == "nope.txt not listed"
+
+
+def test_locations_quotes_each_path() -> None:
+    from buildtool.subst import substitute
+    assert substitute("ls $(locations :g)", [], ["o"], lambda x: ["my file.txt", "-d"]) == "ls 'my file.txt' ./-d"

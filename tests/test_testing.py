@@ -1144,3 +1144,19 @@ def test_a_failing_test_s_duration_orders_the_next_run_and_the_plan(workspace: W
     workspace.write("pass", "")
     assert workspace.build("-k", "-j1", command="test").rc == 0
     assert "failed_s" not in json.loads(workspace.read(".buildtool/testlogs-index"))
+
+
+def test_a_test_failing_every_attempt_is_not_shown_as_flaky(workspace: Workspace) -> None:
+    workspace.build_file("t", 'test(name="bad", cmd="echo boom; exit 1", flaky=2)\n')
+    rc, out, err = workspace.run("test", "//t:bad")
+    assert rc == 1
+    assert "FLAKY: attempt" not in out + err, out + err
+
+
+def test_a_damaged_failure_duration_in_the_index_is_left_out(tmp_path: Path) -> None:
+    # A hand-edited or damaged index fed `true`, negative or huge "seconds" to plan's weights.
+    from buildtool.testing import INDEX_FILE, INDEX_VERSION, TestLogs
+
+    took = {"//:ok": 2.5, "//:b": True, "//:neg": -5, "//:huge": 1e300, "//:nan": float("nan"), "//:s": "3"}
+    (tmp_path / INDEX_FILE).write_text(json.dumps({"v": INDEX_VERSION, "logs": {}, "failed_s": took}))
+    assert TestLogs(str(tmp_path), lambda _m: None).failed_s == {"//:ok": 2.5}
