@@ -17,7 +17,6 @@ Spec: docs/formats.md#stat-cache--buildtoolstat-cache
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import mmap
@@ -454,6 +453,8 @@ class StatCache:
                 try:  # no O_CREAT: a file removed meanwhile (buildtool clean) is written whole below
                     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
                 except OSError as e:  # (a link put there: written whole, by a rename over it)
+                    import errno  # (not on the monitored no-op's path)
+
                     if e.errno not in (errno.ENOENT, errno.ELOOP):
                         raise
                     self._journal = -1

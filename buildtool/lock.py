@@ -21,7 +21,6 @@ users building one workspace each have their own (the lock file alone orders the
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import time
@@ -71,7 +70,9 @@ class WorkspaceLock:
                 shutil.rmtree(self.path, ignore_errors=True)
                 fd = os.open(self.path, flags, 0o644)
             except OSError as e:  # a link there: never followed (the pid written into the file it led
-                if e.errno != errno.ELOOP:  # to emptied a source, or any file the user may write)
+                import errno  # to emptied a source, or any file the user may write; errno: not on
+
+                if e.errno != errno.ELOOP:  # the monitored no-op's path)
                     raise
                 say(f"warning: {self.path} was a symbolic link (to {os.readlink(self.path)!r}); replaced it with "
                     "the lock file, leaving what it led to as it was")

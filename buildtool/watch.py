@@ -1177,6 +1177,7 @@ class Watcher:
             status, error = "ERROR", str(e)
         finally:
             self.in_cycle = False
+            build_end_ns = time.time_ns()  # (its commands ended: before the summary, which a save may follow at once)
             self.collector = None
             focused = self.session.focus is not None  # (None now if the build found the record changed)
             refocused = self.session.refocused
@@ -1200,7 +1201,7 @@ class Watcher:
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if ended else []
         if ended and g is not None:  # (a cancelled cycle's failures are those of the one before)
-            self.mend_dirs = _mend_dirs(self.root, g, col.failed, time.time_ns())
+            self.mend_dirs = _mend_dirs(self.root, g, col.failed, build_end_ns)
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in

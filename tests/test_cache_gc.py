@@ -398,8 +398,9 @@ def test_gc_and_stats_on_an_unreadable_database_say_so_in_one_line(workspace: Wo
     (v2 / "actions.db").unlink()
     (v2 / "gc.lock").unlink(missing_ok=True)
     (v2 / "gc.lock").mkdir()
-    rc, out, err = workspace.run("cache", "gc")
-    assert rc == 1 and "stayed busy" not in err and "Is a directory" in err and "Traceback" not in err, err
+    rc, out, err = workspace.run("cache", "gc")  # (a directory in the lock's place: damaged, replaced)
+    assert rc == 0 and "stayed busy" not in err and "Traceback" not in err, err
+    assert (v2 / "gc.lock").is_file()
 
 
 def _holding(lock: Path, how: str, seconds: float) -> subprocess.Popen[str]:
