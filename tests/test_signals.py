@@ -572,7 +572,10 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     ws = _workspace(tmp_path)
     (ws / "BUILD.py").write_text(
         'test(name="quick", cmd="echo quick ok")\n'
-        'test(name="hangs", cmd="echo connecting to db...; touch ../started; sleep 30")\n')
+        'test(name="hangs", cmd="echo connecting to db...; touch ../started; sleep 30")\n'
+        # (never started: what it needs was still being built; not "interrupted", nor its start 0)
+        'genrule(name="slow_fixture", outs=["fixture"], cmd="sleep 30; touch $@")\n'
+        'test(name="queued", srcs=[":slow_fixture"], cmd="true")\n')
     junit, profile, events = tmp_path / "j.xml", tmp_path / "trace.json", tmp_path / "ev.jsonl"
     env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
     p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "-j2", "--junit", str(junit), "--profile", str(profile),
@@ -583,7 +586,8 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     assert p.returncode == 143, out + err
     line = next(x for x in out.splitlines() if x.startswith("//:hangs "))
     assert " INTERRUPTED in " in line and "log: .buildtool/testlogs/hangs.log" in line, out
-    assert "1 passed, 1 interrupted); 2 executed" in out, out  # (it ran, to its interruption)
+    assert "1 passed, 1 interrupted, 1 not run); 2 executed" in out, out  # (it ran, to its interruption)
+    assert " NOT RUN" in next(x for x in out.splitlines() if x.startswith("//:queued ")), out
     assert (ws / ".buildtool/testlogs/hangs.log").read_text() == "connecting to db...\n"
     import xml.etree.ElementTree as ET
 
@@ -592,6 +596,9 @@ def test_a_test_interrupted_while_it_ran_is_reported_so_with_its_output(tmp_path
     error = case.find("error")
     assert error is not None and error.get("type") == "interrupted" and case.find("skipped") is None, ET.tostring(case)
     assert case.findtext("system-out") == "connecting to db...\n" and suite.get("errors") == "1", ET.tostring(suite)
+    queued = next(c for c in suite.iter("testcase") if c.get("name") == "//:queued")
+    assert queued.find("skipped") is not None and queued.find("error") is None, ET.tostring(queued)
+    assert float(suite.get("time") or "inf") < 60, ET.tostring(suite)
     spans = {e["name"]: e for e in json.loads(profile.read_text())["traceEvents"] if e.get("cat") == "target"}
     assert spans["//:hangs"]["args"]["status"] == "cancelled" and spans["//:hangs"]["dur"] > 0, spans
     lines = {e["label"]: e for e in map(json.loads, events.read_text().splitlines()) if "label" in e}
