@@ -323,8 +323,10 @@ def _err(decl: Declaration, msg: str) -> BuildfileError:
     label = f"//{decl.pkg}:{decl.attrs['name']}"
     import re  # (errors only)
 
-    # (//:lib is not in "did you mean //:lib_test", nor //:a in "bad label '//:a b'")
-    if not re.search(r"(?<!')" + re.escape(label) + r"(?![\w.+=,@~/-])|'" + re.escape(label) + "'", msg):
+    # (//:lib is not in "did you mean //:lib_test", nor //:a in "bad label '//:a b'": a quoted
+    # text names it only when it is the label whole)
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", msg)
+    if not (re.search(re.escape(label) + r"(?![\w.+=,@~/-])", unquoted) or f"'{label}'" in msg or f'"{label}"' in msg):
         msg = f"{label}: {msg}"
     return BuildfileError(msg + decl.macro, decl.path, decl.line)
 

@@ -74,9 +74,14 @@ class WorkspaceLock:
 
                 if e.errno != errno.ELOOP:  # the monitored no-op's path)
                     raise
-                say(f"warning: {self.path} was a symbolic link (to {os.readlink(self.path)!r}); replaced it with "
-                    "the lock file, leaving what it led to as it was")
-                os.unlink(self.path)
+                try:  # (another buildtool may be replacing it too: then it is a file, or gone, by now)
+                    where = os.readlink(self.path)
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+                else:
+                    say(f"warning: {self.path} was a symbolic link (to {where!r}); replaced it with the lock file, "
+                        "leaving what it led to as it was")
                 fd = os.open(self.path, flags, 0o644)
         except OSError as e:  # a read-only workspace, a full disk, no permission
             from buildtool.errors import UserError

@@ -450,7 +450,10 @@ def serve(root: str, idle_exit_s: float) -> int:
     pid_path = os.path.join(state_dir, PIDFILE)
     remove_if_not_a_file(pid_path)  # (a named pipe, a directory: damaged state)
     if os.path.islink(pid_path):  # (planted: the pid written through it would overwrite what it leads to)
-        os.unlink(pid_path)
+        try:
+            os.unlink(pid_path)
+        except FileNotFoundError:  # (another monitor starting did it)
+            pass
     pid_fd = os.open(pid_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(pid_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -152,7 +152,7 @@ class TestLogs:
         # label -> the output of each failed attempt of a flaky test in this build (for the
         # console and JUnit's <flakyFailure>; only flaky tests' failures are held)
         self.attempts: dict[str, list[bytes]] = {}
-        self._repair_dir()
+        self._repaired = False  # _repair_dir done (at the first log written: never by test -n or plan)
 
     def _repair_dir(self) -> None:
         """``testlogs/`` that is no directory (a file, a named pipe, a link: damaged or planted
@@ -241,6 +241,11 @@ class TestLogs:
             with self._lock:
                 self.attempts.setdefault(label, []).append(data)
         where = _attempt_path(os.path.join(self.state_dir, log_rel_path(target)), attempt)
+        if not self._repaired:
+            with self._lock:  # (tests end on several threads: one repair, before any log is written)
+                if not self._repaired:
+                    self._repair_dir()
+                    self._repaired = True
         try:
             _write_atomic(where, data, self.state_dir)
         except (IsADirectoryError, NotADirectoryError, FileExistsError) as e:  # another test's log is in the way

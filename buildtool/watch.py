@@ -126,12 +126,12 @@ class WatchSet:
     # ignored directory started a cycle per file.)
     pyrules: frozenset[str] = frozenset()
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
-    # Directories where a new file may mend a failed compile (a target with a depfile: which
-    # headers it reads is known only once it succeeds) -> when the cycle it failed in ended
-    # (time.time_ns()): its package's, its sources' and its command's include directories.
-    # A file made there after that retries the failed targets; one made before, by any
-    # command of that cycle (a failing test's log, a core dump), does not (no loop).
-    mend_dirs: Mapping[str, int] = field(default_factory=dict)
+    # The headers a failed compile (a target with a depfile: which headers it reads is known
+    # only once it succeeds) said were missing ("fatal error: cfg.h: No such file or
+    # directory"), at each place it looks for them (its package's directory, its sources',
+    # the include directories its command names) -> when it was seen failing (time_ns).
+    # One made there after that retries it; no other file does (a failing lint's log).
+    mend_paths: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -214,7 +214,7 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool, broken: bool
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
         # created (a missing source), the configuration; not a log written next to it.
         return Change(rel, "retry")
-    if appears and parent in ws.mend_dirs:  # (the header a failed compile missed: Watcher._mends says)
+    if appears and rel in ws.mend_paths:  # (the header a failed compile missed: Watcher._mends says when)
         return Change(rel, "mend")
     return None
 
@@ -337,7 +337,8 @@ class _Collector:
         self.sched: Any = None
         self.src_targets: dict[str, list[int]] = {}
         self.outcomes: dict[int, Outcome] = {}
-        self.failed: list[int] = []  # the targets that failed
+        # failed target with a depfile -> (when it was seen to end, time_ns; the headers it missed)
+        self.failed: dict[int, tuple[int, frozenset[str]]] = {}
 
     def started(self, graph: Graph, sched: Any) -> None:
         m = {p: list(ids) for p, ids in self.w._readers_of(graph).items()}  # (copied: extended below)
@@ -357,8 +358,11 @@ class _Collector:
 
     def target_finished(self, t: int, o: Outcome) -> None:
         self.outcomes[t] = o
-        if o.status is Status.FAILED:
-            self.failed.append(t)
+        g = self.graph
+        if o.status is Status.FAILED and g is not None and getattr(g.targets[t], "depfile", None) is not None:
+            missing = _missing_headers(o)  # (now: the outcome's output is dropped once reported)
+            if missing:
+                self.failed[t] = (time.time_ns(), missing)
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
@@ -451,7 +455,7 @@ class Watcher:
         # link): their going starts no cycle either (on_event).
         self.unfiled_temps: set[str] = set()
         self.tools_seen: set[str] = set()  # declared tools in the workspace, workspace-relative (_note_tools)
-        self.mend_dirs: dict[str, int] = {}  # WatchSet.mend_dirs, of the last cycle that ended
+        self.mend_paths: dict[str, int] = {}  # WatchSet.mend_paths, of the last cycle that ended
         self.rescan = False
         self.broken = False
         self.observer: Any = None
@@ -687,8 +691,8 @@ class Watcher:
         wanted = {f.rsplit("/", 1)[0] if "/" in f else ""
                   for f in sources | loader_files | aliases.keys() | tools | looked_for}
         wanted |= glob_dirs | scan | packages
-        mend = {d: at for d, at in self.mend_dirs.items() if os.path.isdir(os.path.join(self.root, d))}
-        wanted |= mend.keys()
+        mend = self.mend_paths
+        wanted |= {p.rsplit("/", 1)[0] if "/" in p else "" for p in mend}
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         # and every directory on their way: moving one away (or a new one in its place) is
         # seen there, where the moved directory's own watch says nothing
@@ -765,7 +769,7 @@ class Watcher:
         are queued as changes: no event could have reported them (an event for a header
         saved between the cycle's end and this call was filtered by the old set)."""
         key = (id(self.graph), id(self.partial), id(self.loader), self.broken, frozenset(self._discovered()),
-               self._pyrule_modules(), frozenset(self.tools_seen), frozenset(self.mend_dirs.items()))
+               self._pyrule_modules(), frozenset(self.tools_seen), frozenset(self.mend_paths.items()))
         replaced = self._replaced_dirs()  # saves there since the cycle began went unseen
         if key == self._synced_for and not self.ws.missing_dirs and not replaced:
             return
@@ -784,6 +788,11 @@ class Watcher:
             self._drop_observer()
             self.poll = True
             self._schedule(layout, set())
+        for p, at in self.ws.mend_paths.items():  # (a header the failure was not known for yet: made as it
+            if old.mend_paths.get(p) != at:  # ran on, its event went by)
+                ch = Change(p, "mend")
+                if self._mends(ch):
+                    self.q.put(ch)
         new_dirs = (self.ws.dirs - old.dirs) | {d for d in self.ws.dirs for r, deep in replaced
                                                  if d == r or (deep and (not r or d.startswith(r + "/")))}
         new_sources = self.ws.sources - old.sources - self.ws.outputs
@@ -948,13 +957,12 @@ class Watcher:
                         and (ch.path.rsplit("/", 1)[0] if "/" in ch.path else "") in ws.packages))
 
     def _mends(self, ch: Change) -> bool:
-        """False for a "mend" change that cannot mend a failure: a file made before the end
-        of the cycle a compile reading its directory failed in (by its ctime: one a command
-        of that cycle made, however late its event came), or in a directory no failed
-        compile reads any more.  True for every other change."""
+        """False for a "mend" change that cannot mend a failure: a file made before the
+        compile that missed it failed (by its ctime, however late its event came), or one no
+        failed compile misses any more.  True for every other change."""
         if ch.kind != "mend":
             return True
-        at = self.ws.mend_dirs.get(ch.path.rsplit("/", 1)[0] if "/" in ch.path else "")
+        at = self.ws.mend_paths.get(ch.path)
         try:
             return at is not None and os.lstat(os.path.join(self.root, ch.path)).st_ctime_ns > at
         except OSError:
@@ -1177,7 +1185,6 @@ class Watcher:
             status, error = "ERROR", str(e)
         finally:
             self.in_cycle = False
-            build_end_ns = time.time_ns()  # (its commands ended: before the summary, which a save may follow at once)
             self.collector = None
             focused = self.session.focus is not None  # (None now if the build found the record changed)
             refocused = self.session.refocused
@@ -1201,7 +1208,7 @@ class Watcher:
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if ended else []
         if ended and g is not None:  # (a cancelled cycle's failures are those of the one before)
-            self.mend_dirs = _mend_dirs(self.root, g, col.failed, build_end_ns)
+            self.mend_paths = _mend_paths(self.root, g, col.failed)
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
@@ -1255,18 +1262,17 @@ class Watcher:
         print(line, file=self.out, flush=True)
 
     def run(self) -> int:
-        for i, text in enumerate(self.req.patterns):  # a malformed pattern no edit can mend: exit 2, as build
+        for text in self.req.patterns:  # a malformed pattern no edit can mend: exit 2, as build
             try:
                 labels.parse_pattern(text, self.session.ws.cwd_pkg_dir)
             except labels.LabelError as e:
-                # `watch core` in lib/: //lib/core, as build takes it (GraphBuilder.package_below;
-                # its BUILD.py evaluated by the cycle's loader, not here)
+                # `watch core` in lib/ where lib/core is a package: the cycle's build reads it as
+                # `build core` does (GraphBuilder.package_below, which evaluates the BUILD.py files)
                 here = self.session.ws.cwd_pkg_dir
                 below = f"{here}/{text}" if here else text
                 if not (labels._NAME_RE.fullmatch(text) and text not in (".", "..")
                         and Loader(self.session.ws).package_exists(below)):
                     raise UserError(str(e)) from None
-                self.req.patterns[i] = f"//{below}"
         stops = [signal.SIGINT, signal.SIGTERM]  # SIGHUP: a terminal closed (not under nohup); SIGQUIT: Ctrl-\\
         stops += [s for s in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(s) is not signal.SIG_IGN]
         prev = {s: signal.signal(s, self._on_signal) for s in stops}
@@ -1335,21 +1341,32 @@ class _Forward:
 _INCLUDE_FLAGS = ("--include-directory=", "-I", "-iquote", "-isystem", "-idirafter")
 
 
-def _mend_dirs(root: str, g: Graph, failed: Iterable[int], at: int) -> dict[str, int]:
-    """WatchSet.mend_dirs for the ``failed`` targets with a depfile, of a cycle that ended
-    at ``at``: their package's directory, their sources' and the include directories their
-    command names (``-I dir``, ``-Idir``, ``--include-directory=dir``, ``-iquote``,
-    ``-isystem``, ``-idirafter``; relative to the package, where it runs, or absolute
-    inside the workspace)."""
+# What gcc and clang say of an #include they cannot find (colours removed first).
+_MISSING_HEADER = re.compile(rb"fatal error: (?:'([^'\n]+)' file not found|([^\s:]+): No such file or directory)")
+_COLOURS = re.compile(rb"\x1b\[[0-9;]*[mK]")
+
+
+def _missing_headers(o: Outcome) -> frozenset[str]:
+    """The headers a failed compile's output says it could not find (relative names only)."""
+    said = _COLOURS.sub(b"", (o.stdout or b"") + b"\n" + (o.stderr or b""))
+    return frozenset(n for m in _MISSING_HEADER.finditer(said)
+                     if not (n := (m.group(1) or m.group(2)).decode("utf-8", "surrogateescape")).startswith("/")
+                     and ".." not in n.split("/"))
+
+
+def _mend_paths(root: str, g: Graph, failed: Mapping[int, tuple[int, frozenset[str]]]) -> dict[str, int]:
+    """WatchSet.mend_paths for the ``failed`` targets with a depfile: each header their
+    compiler said it could not find, at each directory it looks in (the package's, the
+    sources', and those the command names with ``-I dir``, ``-Idir``,
+    ``--include-directory=dir``, ``-iquote``, ``-isystem``, ``-idirafter``, relative to the
+    package, where it runs, or absolute inside the workspace)."""
     import posixpath
     import shlex
 
-    dirs: set[str] = set()
-    for t in failed:
+    out: dict[str, int] = {}
+    for t, (at, missing) in failed.items():
         tgt = g.targets[t]
-        if getattr(tgt, "depfile", None) is None:
-            continue
-        dirs.update((tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)))
+        dirs = {tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)}
         try:
             words = shlex.split(tgt.cmd)
         except ValueError:  # (unbalanced quotes in a shell command: its include flags are not read)
@@ -1366,7 +1383,11 @@ def _mend_dirs(root: str, g: Graph, failed: Iterable[int], at: int) -> dict[str,
                 dirs.add("")
             elif d.startswith(root + "/"):
                 dirs.add(d[len(root) + 1:])
-    return dict.fromkeys(dirs, at)
+        for d in dirs:
+            for m in missing:
+                p = posixpath.normpath(f"{d}/{m}" if d else m)
+                out[p] = max(out.get(p, 0), at)
+    return out
 
 
 def _own_streams(root: str) -> frozenset[str]:

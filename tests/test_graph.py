@@ -1214,3 +1214,6 @@ def test_a_bad_label_that_starts_like_the_target_s_own_still_names_the_target(wo
     workspace.build_file("", 'genrule(name="a", deps=["//:a b"], outs=["o"], cmd="touch $@")\n')
     err = expect_invalid(workspace)
     assert "BUILD.py:1: //:a: deps: bad label '//:a b'" in err, err
+    workspace.build_file("", 'genrule(name="a", deps=["//:b //:a"], outs=["o"], cmd="touch $@")\n')
+    err = expect_invalid(workspace)  # (the label at the end of the quoted text: not the target named either)
+    assert "BUILD.py:1: //:a: deps: bad label '//:b //:a'" in err, err

@@ -1160,3 +1160,15 @@ def test_a_damaged_failure_duration_in_the_index_is_left_out(tmp_path: Path) -> 
     took = {"//:ok": 2.5, "//:b": True, "//:neg": -5, "//:huge": 1e300, "//:nan": float("nan"), "//:s": "3"}
     (tmp_path / INDEX_FILE).write_text(json.dumps({"v": INDEX_VERSION, "logs": {}, "failed_s": took}))
     assert TestLogs(str(tmp_path), lambda _m: None).failed_s == {"//:ok": 2.5}
+
+
+def test_a_dry_run_or_plan_leaves_a_damaged_testlogs_as_it_is(workspace: Workspace) -> None:
+    # (test -n and plan --test change nothing; the next real run replaces it)
+    workspace.build_file("t", 'test(name="unit", cmd="echo hello")')
+    logs = workspace.root / ".buildtool" / "testlogs"
+    assert workspace.build("//t:unit", command="test").rc == 0
+    shutil.rmtree(logs)
+    logs.write_text("junk\n")
+    for args in (("test", "-n", "//t:unit"), ("plan", "--test", "//t:unit")):
+        rc, out, err = workspace.run(*args)
+        assert rc == 0 and logs.read_text() == "junk\n", (args, out + err)

@@ -1133,6 +1133,29 @@ def test_a_header_made_after_a_failed_compile_retries_it(tmp_path: Path, cache: 
         w.stop()
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_a_header_made_while_the_failed_compile_s_cycle_runs_on_retries_it(tmp_path: Path, cache: Path) -> None:
+    """The failure is said at once; a header made while another target of that cycle runs
+    on (-k) is a fix too (a rule keyed on the cycle's end left it FAILED until the source
+    was saved, where a one-shot build succeeded)."""
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "a.c", '#include "cfg.h"\nint x = CFG;\n')
+    write(root / "BUILD.py", 'genrule(name="a", srcs=["a.c"], outs=["a.o"], depfile="a.d", tools=["cc"],'
+                             ' cmd="cc -MD -MF a.d -c a.c -o a.o")\n'
+                             'genrule(name="slow", outs=["slow.txt"], cmd="sleep 4; echo x > $@")\n')
+    w = Watch(root, cache, "-k")
+    try:
+        w.wait_settled(lambda cs: "cfg.h: No such file" in "\n".join(w.out), "the compile to fail")
+        assert w.cycles() == [], w.log()  # (//:slow still runs)
+        write(root / "cfg.h", "#define CFG 1\n")
+        assert w.wait_cycle(1).status == "FAILED", w.log()
+        c2 = w.wait_cycle(2, "a retry of //:a")
+        assert c2.status == "OK" and c2.ran == {"//:a"} and c2.changed == ["cfg.h"], w.log()
+    finally:
+        w.stop()
+
+
 def _until_a_cycle_writes_a_snapshot(w: Watch, root: Path) -> None:
     """Add files pkg/bN.in (globbed into pkg/p.out, which holds p1 first) one by one until
     a cycle that re-evaluated only //pkg leaves a new no-op snapshot; then stop the watch."""
