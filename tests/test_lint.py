@@ -75,3 +75,12 @@ def test_a_file_outside_the_workspace_is_not_warned_about(tmp_path) -> None:
     (tmp_path / "ws").mkdir()
     (tmp_path / "outside.sh").write_text("#!/bin/sh\n")
     assert undeclared_programs("../outside.sh > $@", str(tmp_path / "ws"), "", set()) == []
+
+
+def test_a_program_in_the_state_dir_is_not_warned_about(tmp_path) -> None:
+    # (buildtool's own files: nothing a BUILD.py could declare)
+    from buildtool.lint import undeclared_programs
+
+    (tmp_path / ".buildtool" / "tmp").mkdir(parents=True)
+    (tmp_path / ".buildtool" / "tmp" / "x.sh").write_text("#!/bin/sh\n")
+    assert undeclared_programs(".buildtool/tmp/x.sh > $@", str(tmp_path), "", set()) == []

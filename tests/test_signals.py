@@ -648,3 +648,32 @@ def test_a_buildfile_that_catches_the_interrupt_is_left_on_the_third(tmp_path: P
                        env=env, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
+
+
+def test_a_flaky_test_interrupted_in_its_retry_leaves_no_cached_pass_for_the_failed_key(tmp_path: Path) -> None:
+    """Its first attempt failed with a key the cache held a pass of; Ctrl-C during the retry.
+    That pass must not answer for the key any more: another checkout sharing the cache got
+    PASSED (cached) for a key that had just failed."""
+    ws = _workspace(tmp_path)
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    (ws / "BUILD.py").write_text(
+        f'test(name="t", flaky=1, cmd="if [ -e {ctl}/fail ]; then if [ -e {ctl}/tried ]; then touch {ctl}/started; '
+        f'sleep 30; else touch {ctl}/tried; exit 1; fi; fi")\n')
+    env = dict(os.environ, BUILDTOOL_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run(["buildtool", "-C", str(ws), "test"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr  # (a pass of the key, in the shared cache)
+    (ctl / "fail").touch()
+    p = subprocess.Popen(["buildtool", "-C", str(ws), "test", "--no-cache-tests"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
+    with _reaped(p):
+        out, err = _signal_once_started(p, ctl / "started", signal.SIGINT, "the retry never started")
+    assert p.returncode == 130, out + err
+    (ctl / "fail").unlink()
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("buildtool.toml", "BUILD.py"):
+        (other / name).write_text((ws / name).read_text())
+    r = subprocess.run(["buildtool", "-C", str(other), "test"], env=env, capture_output=True, text=True, timeout=60)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("//:t "))
+    assert r.returncode == 0 and " PASSED" in line and "cached" not in line, r.stdout + r.stderr
