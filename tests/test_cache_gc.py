@@ -802,3 +802,19 @@ def test_after_one_wait_for_gc_a_store_does_not_wait_again(tmp_path) -> None:
     assert g.acquire() is False
     assert time.monotonic() - t0 < 0.5
     os.close(fd)
+
+
+def test_gc_evicts_no_entry_whose_blobs_it_may_not_delete(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shards another user made (a team's cache, this user without write access to them):
+    # evicting their entries frees nothing, and each build evicted more useful ones in vain.
+    # (os.access stands for the permissions a test run as root cannot have.)
+    from buildtool import cache_gc
+
+    sized_targets(workspace, {"a": 300 * KIB, "b": 300 * KIB})
+    assert workspace.build().rc == 0
+    v_dir = str(layout_dir(workspace.cache))
+    real_access = os.access
+    monkeypatch.setattr(cache_gc.os, "access", lambda p, mode: False if "/cas/" in str(p) else real_access(p, mode))
+    res = cache_gc.collect(v_dir, 100 * KIB)
+    assert res.entries_evicted == 0 and verify_cache(workspace.cache)["entries"] == 2
