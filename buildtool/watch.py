@@ -142,6 +142,7 @@ class Change:
     at: float = field(default_factory=time.monotonic)
     appeared: bool = False  # the event made the path exist (created, moved to)
     reached: bool = False  # a directory a package's glob reaches (the root package's too: pkg "")
+    during: bool = False  # a "mend": made while the last cycle ran (Watcher._mends)
 
 
 def _owner(pkgs: Iterable[str], d: str) -> str | None:
@@ -214,8 +215,8 @@ def classify(ws: WatchSet, rel: str, event_type: str, is_dir: bool, broken: bool
         # What can mend a graph that did not evaluate: a BUILD.py or module edited, a file
         # created (a missing source), the configuration; not a log written next to it.
         return Change(rel, "retry")
-    if appears and rel in ws.mend_paths:  # (the header a failed compile missed: Watcher._mends says when)
-        return Change(rel, "mend")
+    if rel in ws.mend_paths and event_type not in ("deleted", "moved_from"):  # (the header a failed compile
+        return Change(rel, "mend")  # missed, made or saved: Watcher._mends says whether it counts)
     return None
 
 
@@ -338,7 +339,7 @@ class _Collector:
         self.src_targets: dict[str, list[int]] = {}
         self.outcomes: dict[int, Outcome] = {}
         # failed target with a depfile -> (when it was seen to end, time_ns; the headers it missed)
-        self.failed: dict[int, tuple[int, frozenset[str]]] = {}
+        self.failed: dict[int, tuple[int, frozenset[tuple[str, str]]]] = {}
 
     def started(self, graph: Graph, sched: Any) -> None:
         m = {p: list(ids) for p, ids in self.w._readers_of(graph).items()}  # (copied: extended below)
@@ -360,9 +361,8 @@ class _Collector:
         self.outcomes[t] = o
         g = self.graph
         if o.status is Status.FAILED and g is not None and getattr(g.targets[t], "depfile", None) is not None:
-            missing = _missing_headers(o)  # (now: the outcome's output is dropped once reported)
-            if missing:
-                self.failed[t] = (time.time_ns(), missing)
+            # (now: the outcome's output is dropped once reported)
+            self.failed[t] = (time.time_ns(), _missing_headers(o))
 
     def should_cancel(self, ch: Change) -> bool:
         """An input of a target not finished yet changed (or the graph itself did)."""
@@ -456,6 +456,11 @@ class Watcher:
         self.unfiled_temps: set[str] = set()
         self.tools_seen: set[str] = set()  # declared tools in the workspace, workspace-relative (_note_tools)
         self.mend_paths: dict[str, int] = {}  # WatchSet.mend_paths, of the last cycle that ended
+        self.missed: dict[str, frozenset[tuple[str, str]]] = {}  # failing label -> the headers it missed
+        # The last cycle was started by headers made while the cycle before it ran, nothing
+        # else: such a header starts no second one in a row (a failing command of the cycle
+        # rewriting it each time would retry the compile without end).
+        self.mend_streak = False
         self.rescan = False
         self.broken = False
         self.observer: Any = None
@@ -919,6 +924,7 @@ class Watcher:
                         self._synced_for = None
                         self.sync_watches(self.cycle_wall[0] or time.time_ns())
                     if pending:
+                        self.mend_streak = all(ch.kind == "mend" and ch.during for ch in pending)
                         return pending
                     continue
             else:
@@ -964,9 +970,13 @@ class Watcher:
             return True
         at = self.ws.mend_paths.get(ch.path)
         try:
-            return at is not None and os.lstat(os.path.join(self.root, ch.path)).st_ctime_ns > at
+            made = os.lstat(os.path.join(self.root, ch.path)).st_ctime_ns
         except OSError:
             return False
+        if at is None or made <= at:
+            return False
+        ch.during = made <= self.cycle_wall[1]  # (while the last cycle ran on: maybe by its own commands)
+        return not (ch.during and self.mend_streak)
 
     def _scratch_dir(self, ch: Change) -> bool:
         """A directory the last cycle's own commands made, or removed and made again, below
@@ -1208,7 +1218,12 @@ class Watcher:
         self.unrecorded = [g.targets[t].label for t, o in sorted(col.outcomes.items())
                            if o.extra.get("record", True) is False] if ended else []
         if ended and g is not None:  # (a cancelled cycle's failures are those of the one before)
-            self.mend_paths = _mend_paths(self.root, g, col.failed)
+            # A target failing again for another reason (the header made, empty or wrong) keeps
+            # the headers it missed: saving one of them again retries it (no depfile names them).
+            failed = {t: (at, missing or self.missed.get(g.targets[t].label, frozenset()))
+                      for t, (at, missing) in col.failed.items()}
+            self.missed = {g.targets[t].label: m for t, (_, m) in failed.items() if m}
+            self.mend_paths = _mend_paths(self.root, g, failed)
 
     def _note_tools(self) -> None:
         """The declared tools inside the workspace that the cycle's build hashed (a script in
@@ -1342,31 +1357,40 @@ _INCLUDE_FLAGS = ("--include-directory=", "-I", "-iquote", "-isystem", "-idiraft
 
 
 # What gcc and clang say of an #include they cannot find (colours removed first).
-_MISSING_HEADER = re.compile(rb"fatal error: (?:'([^'\n]+)' file not found|([^\s:]+): No such file or directory)")
+# What gcc and clang say of an #include they cannot find, after the file that has it
+# (colours removed first): ``lib/x.h:1:10: fatal error: y.h: No such file or directory``.
+_MISSING_HEADER = re.compile(rb"(?m)^(?:([^\s:][^:\n]*):\d+:\d+: )?fatal error: "
+                             rb"(?:'([^'\n]+)' file not found|([^\s:]+): No such file or directory)")
 _COLOURS = re.compile(rb"\x1b\[[0-9;]*[mK]")
 
 
-def _missing_headers(o: Outcome) -> frozenset[str]:
-    """The headers a failed compile's output says it could not find (relative names only)."""
+def _missing_headers(o: Outcome) -> frozenset[tuple[str, str]]:
+    """The headers a failed compile's output says it could not find (relative names only),
+    each with the directory of the file that includes it ("" when not said), as written
+    (relative to the package, where the command runs)."""
     said = _COLOURS.sub(b"", (o.stdout or b"") + b"\n" + (o.stderr or b""))
-    return frozenset(n for m in _MISSING_HEADER.finditer(said)
-                     if not (n := (m.group(1) or m.group(2)).decode("utf-8", "surrogateescape")).startswith("/")
-                     and ".." not in n.split("/"))
+    out = set()
+    for m in _MISSING_HEADER.finditer(said):
+        name = (m.group(2) or m.group(3)).decode("utf-8", "surrogateescape")
+        includer = (m.group(1) or b"").decode("utf-8", "surrogateescape")
+        if not name.startswith("/"):
+            out.add((name, includer.rsplit("/", 1)[0] if "/" in includer else ""))
+    return frozenset(out)
 
 
-def _mend_paths(root: str, g: Graph, failed: Mapping[int, tuple[int, frozenset[str]]]) -> dict[str, int]:
+def _mend_paths(root: str, g: Graph, failed: Mapping[int, tuple[int, frozenset[tuple[str, str]]]]) -> dict[str, int]:
     """WatchSet.mend_paths for the ``failed`` targets with a depfile: each header their
-    compiler said it could not find, at each directory it looks in (the package's, the
-    sources', and those the command names with ``-I dir``, ``-Idir``,
+    compiler said it could not find, at each directory it looks in (the including file's,
+    the package's, the sources', and those the command names with ``-I dir``, ``-Idir``,
     ``--include-directory=dir``, ``-iquote``, ``-isystem``, ``-idirafter``, relative to the
-    package, where it runs, or absolute inside the workspace)."""
+    package, where it runs, or absolute), inside the workspace."""
     import posixpath
     import shlex
 
     out: dict[str, int] = {}
     for t, (at, missing) in failed.items():
         tgt = g.targets[t]
-        dirs = {tgt.pkg, *(s.rsplit("/", 1)[0] if "/" in s else "" for s in tgt.srcs)}
+        dirs = {os.path.join(root, tgt.pkg), *(os.path.join(root, posixpath.dirname(s)) for s in tgt.srcs)}
         try:
             words = shlex.split(tgt.cmd)
         except ValueError:  # (unbalanced quotes in a shell command: its include flags are not read)
@@ -1376,17 +1400,14 @@ def _mend_paths(root: str, g: Graph, failed: Mapping[int, tuple[int, frozenset[s
             if flag is None:
                 continue
             d = w[len(flag):] or (words[i + 1] if i + 1 < len(words) else "")
-            if not d or d.startswith("-"):
-                continue
-            d = posixpath.normpath(d if os.path.isabs(d) else posixpath.join(root, tgt.pkg, d))
-            if d == root:
-                dirs.add("")
-            elif d.startswith(root + "/"):
-                dirs.add(d[len(root) + 1:])
-        for d in dirs:
-            for m in missing:
-                p = posixpath.normpath(f"{d}/{m}" if d else m)
-                out[p] = max(out.get(p, 0), at)
+            if d and not d.startswith("-"):
+                dirs.add(posixpath.join(root, tgt.pkg, d))  # (an absolute d stays as it is)
+        for name, includer in missing:
+            for d in (*dirs, posixpath.join(root, tgt.pkg, includer)):
+                p = posixpath.normpath(posixpath.join(d, name))
+                if p.startswith(root + "/"):  # (`#include "../common/x.h"`: inside the workspace, kept)
+                    p = p[len(root) + 1:]
+                    out[p] = max(out.get(p, 0), at)
     return out
 
 

@@ -1156,6 +1156,62 @@ def test_a_header_made_while_the_failed_compile_s_cycle_runs_on_retries_it(tmp_p
         w.stop()
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_missing_headers_through_an_includer_or_up_a_level_and_made_empty_then_filled(
+        tmp_path: Path, cache: Path) -> None:
+    """The header a header includes is looked for beside that header; `../common/cm.h` is
+    in the workspace; a header made empty (a first save with an error) and then filled
+    retries each time, as long as the compile fails (no depfile names it yet)."""
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "app" / "b.c", '#include "../common/cm.h"\nint main(void) { return S; }\n')
+    write(root / "app" / "BUILD.py", 'genrule(name="b", srcs=["b.c"], outs=["b.o"], depfile="b.d", tools=["cc"],'
+                                     ' cmd="cc -c b.c -o b.o -MD -MF b.d")\n')
+    write(root / "common" / "README", "shared headers\n")
+    write(root / "m.c", '#include "lib/x.h"\nint main(void) { return Y; }\n')
+    write(root / "lib" / "x.h", '#include "y.h"\n')
+    write(root / "BUILD.py", 'genrule(name="m", srcs=["m.c"], outs=["m.o"], depfile="m.d", tools=["cc"],'
+                             ' cmd="cc -c m.c -o m.o -MD -MF m.d")\n')
+    w = Watch(root, cache, "-k")
+    try:
+        assert w.wait_cycle(1).status == "FAILED", w.log()
+        w.wait_settled(lambda cs: any("watching" in line for line in w.err), "the watcher to start")
+        write(root / "common" / "cm.h", "#define S 0\n")
+        c = w.wait_cycle(2, "a retry of //app:b")
+        assert "//app:b" in c.ran and c.changed == ["common/cm.h"], w.log()
+        time.sleep(0.1)
+        write(root / "lib" / "y.h", "")  # (beside lib/x.h, which includes it)
+        c = w.wait_cycle(3, "a retry of //:m once lib/y.h is made")
+        assert c.status == "FAILED" and c.changed == ["lib/y.h"] and "'Y' undeclared" in w.log(), w.log()
+        time.sleep(0.1)
+        write(root / "lib" / "y.h", "#define Y 0\n")
+        c = w.wait_cycle(4, "a retry of //:m once lib/y.h is filled")
+        assert c.status == "OK" and c.ran == {"//:m"}, w.log()
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_a_failing_command_that_writes_the_missing_header_s_name_starts_one_retry_not_a_loop(
+        tmp_path: Path, cache: Path) -> None:
+    # A lint writing cfg.h where the compile does not look (beside BUILD.py; main.c is in
+    # src/): each cycle's own write retried the compile, ~3 cycles a second for good.
+    root = tmp_path / "cws"
+    write(root / "buildtool.toml", "")
+    write(root / "src" / "main.c", '#include "cfg.h"\nint main(void) { return C; }\n')
+    write(root / "BUILD.py", 'genrule(name="m", srcs=["src/main.c"], outs=["m.o"], depfile="m.d", tools=["cc"],'
+                             ' cmd="cc -c src/main.c -o m.o -MD -MF m.d")\n'
+                             'genrule(name="lint", srcs=["src/main.c"], outs=["lint.out"],'
+                             ' cmd="sleep 0.3; echo \'#define C 0\' > cfg.h; false")\n')
+    w = Watch(root, cache, "-k")
+    try:
+        assert w.wait_cycle(1).status == "FAILED", w.log()
+        time.sleep(3.0)
+        assert len(w.cycles()) <= 2, w.log()  # (one retry for the header made during the cycle, at most)
+    finally:
+        w.stop()
+
+
 def _until_a_cycle_writes_a_snapshot(w: Watch, root: Path) -> None:
     """Add files pkg/bN.in (globbed into pkg/p.out, which holds p1 first) one by one until
     a cycle that re-evaluated only //pkg leaves a new no-op snapshot; then stop the watch."""
