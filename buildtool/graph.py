@@ -688,10 +688,8 @@ class GraphBuilder:
         offers the readings that exist: ``:core`` of the package here, a file's maker).
         None too when that package has no target of the name and the package here has one:
         the error offers both readings."""
-        if not labels._NAME_RE.fullmatch(text) or text in (".", ".."):
-            return None
-        below = f"{self.cwd_pkg}/{text}" if self.cwd_pkg else text
-        if not self.loader.package_exists(below):
+        below = labels.below_here(text, self.cwd_pkg)
+        if below is None or not self.loader.package_exists(below):
             return None
         cur = self.current_package()
         if text not in self.loader.load(below) and self.loader.package_exists(cur) and text in self.loader.load(cur):

@@ -182,6 +182,15 @@ def from_here(text: str, cwd_dir: str) -> str:
     return text
 
 
+def below_here(text: str, cwd_dir: str) -> str | None:
+    """The directory a single word typed on the command line names below the working
+    directory ``cwd_dir`` (``core`` in lib/: ``lib/core``), whether a package or not; None
+    for any other text."""
+    if not _NAME_RE.fullmatch(text) or text in (".", ".."):
+        return None
+    return f"{cwd_dir}/{text}" if cwd_dir else text
+
+
 def _parses(text: str) -> bool:
     """Is ``text`` a valid absolute label (for a "did you mean" hint)?"""
     try:

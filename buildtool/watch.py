@@ -128,8 +128,9 @@ class WatchSet:
     tools: frozenset[str] = frozenset()  # declared tools inside the workspace: a change checks every target
     # The headers a failed compile (a target with a depfile: which headers it reads is known
     # only once it succeeds) said were missing ("fatal error: cfg.h: No such file or
-    # directory"), at each place it looks for them (its package's directory, its sources',
-    # the include directories its command names) -> when it was seen failing (time_ns).
+    # directory"), at each place it looks for them (the including file's directory, its
+    # package's, its sources', the include directories its command names) -> when it was
+    # seen failing (time_ns).
     # One made there after that retries it; no other file does (a failing lint's log).
     mend_paths: Mapping[str, int] = field(default_factory=dict)
 
@@ -696,8 +697,7 @@ class Watcher:
         wanted = {f.rsplit("/", 1)[0] if "/" in f else ""
                   for f in sources | loader_files | aliases.keys() | tools | looked_for}
         wanted |= glob_dirs | scan | packages
-        mend = self.mend_paths
-        wanted |= {p.rsplit("/", 1)[0] if "/" in p else "" for p in mend}
+        wanted |= {p.rsplit("/", 1)[0] if "/" in p else "" for p in self.mend_paths}
         wanted.add("")  # the root: buildtool.toml and .buildtoolignore are read again when edited
         # and every directory on their way: moving one away (or a new one in its place) is
         # seen there, where the moved directory's own watch says nothing
@@ -713,7 +713,7 @@ class Watcher:
             frozenset(sources), frozenset(loader_files), frozenset(glob_dirs), frozenset(scan),
             frozenset(packages), frozenset(outputs), frozenset(out_dirs), frozenset(dirs), frozenset(missing),
             self.broken, glob_rules, {k: tuple(sorted(v)) for k, v in aliases.items()},
-            frozenset(looked_for), tools, mend,
+            frozenset(looked_for), tools, self.mend_paths,
         )
 
     def _aliases(self, sources: set[str]) -> dict[str, set[str]]:
@@ -1283,10 +1283,8 @@ class Watcher:
             except labels.LabelError as e:
                 # `watch core` in lib/ where lib/core is a package: the cycle's build reads it as
                 # `build core` does (GraphBuilder.package_below, which evaluates the BUILD.py files)
-                here = self.session.ws.cwd_pkg_dir
-                below = f"{here}/{text}" if here else text
-                if not (labels._NAME_RE.fullmatch(text) and text not in (".", "..")
-                        and Loader(self.session.ws).package_exists(below)):
+                below = labels.below_here(text, self.session.ws.cwd_pkg_dir)
+                if below is None or not Loader(self.session.ws).package_exists(below):
                     raise UserError(str(e)) from None
         stops = [signal.SIGINT, signal.SIGTERM]  # SIGHUP: a terminal closed (not under nohup); SIGQUIT: Ctrl-\\
         stops += [s for s in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(s) is not signal.SIG_IGN]
@@ -1356,7 +1354,6 @@ class _Forward:
 _INCLUDE_FLAGS = ("--include-directory=", "-I", "-iquote", "-isystem", "-idirafter")
 
 
-# What gcc and clang say of an #include they cannot find (colours removed first).
 # What gcc and clang say of an #include they cannot find, after the file that has it
 # (colours removed first): ``lib/x.h:1:10: fatal error: y.h: No such file or directory``.
 _MISSING_HEADER = re.compile(rb"(?m)^(?:([^\s:][^:\n]*):\d+:\d+: )?fatal error: "
